@@ -1,0 +1,86 @@
+package policies
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// The decision cache. OPA's evaluator costs microseconds per function call,
+// and the proxy asks the same questions over and over (one binary, one
+// host), so decisions are memoised per generation. The cache is exact, not
+// heuristic: the key holds every input field the library reads, which
+// checkInputRefs verifies when a bundle is compiled, and presets cannot read
+// input at all. A new generation starts with an empty cache.
+
+// DefaultCacheSize bounds the decisions kept per generation.
+const DefaultCacheSize = 8192
+
+// decidedFields are the input fields lib.decide may read; the cache key is
+// exactly these.
+var decidedFields = []string{
+	"input.request.phase", "input.request.host", "input.request.port",
+	"input.request.method", "input.request.path", "input.request.query",
+	"input.process.exe", "input.process.sha256",
+}
+
+type cacheKey struct {
+	preset, exe, sha256, host string
+	port                      int
+	phase                     Phase
+	method, path, query       string
+}
+
+func keyOf(in *Input) cacheKey {
+	r := &in.Request
+	k := cacheKey{
+		preset: in.Sandbox.Preset, exe: in.Process.Exe, sha256: in.Process.SHA256,
+		host: r.Host, port: r.Port, phase: r.Phase, method: r.Method, path: r.Path,
+	}
+	if len(r.Query) > 0 {
+		k.query = url.Values(r.Query).Encode() // sorted by key: canonical
+	}
+	return k
+}
+
+// checkInputRefs refuses a bundle whose library reads input fields the cache
+// does not key on, or whose presets read input at all (their rules are
+// evaluated once, at load).
+func checkInputRefs(mods map[string]*ast.Module) error {
+	for file, m := range mods {
+		pkg := m.Package.Path.String()
+		lib := pkg == "data.airlock.lib"
+		if !lib && !strings.HasPrefix(pkg, "data.airlock.") {
+			continue
+		}
+		var bad error
+		ast.WalkRefs(m, func(ref ast.Ref) bool {
+			if bad != nil || !ref.HasPrefix(ast.InputRootRef) {
+				return false
+			}
+			if !lib {
+				bad = fmt.Errorf("%s: %s reads %v; presets are constant rules and may not read input", file, pkg, ref)
+				return true
+			}
+			if !refWithin(ref, decidedFields) {
+				bad = fmt.Errorf("%s: the policy library reads %v, which decisions are not keyed on (allowed: %s)", file, ref, strings.Join(decidedFields, ", "))
+			}
+			return false
+		})
+		if bad != nil {
+			return bad
+		}
+	}
+	return nil
+}
+
+func refWithin(ref ast.Ref, prefixes []string) bool {
+	for _, p := range prefixes {
+		if ref.HasPrefix(ast.MustParseRef(p)) {
+			return true
+		}
+	}
+	return false
+}

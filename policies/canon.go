@@ -1,0 +1,193 @@
+package policies
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/idna"
+)
+
+// ErrInvalidRequest marks input that cannot be canonicalised. Such a request
+// is denied (reason invalid_request): a name or path the engine cannot read
+// the way the upstream will is never matched against a rule.
+var ErrInvalidRequest = errors.New("invalid request")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
+}
+
+// idnaProfile maps Unicode names to punycode the way a resolver would, and
+// rejects names that are not valid hostnames.
+var idnaProfile = idna.New(
+	idna.MapForLookup(),
+	idna.BidiRule(),
+	idna.StrictDomainName(false), // underscores appear in real service names
+	idna.Transitional(false),
+)
+
+// CanonicalHost returns the one spelling of host that rules are matched
+// against: lower case, no trailing dot, IDNA punycode, and IP literals in
+// their canonical form (odd IPv4 spellings such as 127.1, 0x7f.0.0.1 and
+// 2130706433 included, IPv4-mapped IPv6 unmapped). Anything else that could
+// be read two ways is refused.
+func CanonicalHost(host string) (string, error) {
+	if host == "" {
+		return "", invalid("empty host")
+	}
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	for _, c := range host {
+		if c <= ' ' || c == 0x7f || strings.ContainsRune("%/\\@?#[]<>\"'`{}|^", c) {
+			return "", invalid("host %q contains %q", host, c)
+		}
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return "", invalid("host %q has a zone", host)
+		}
+		return a.Unmap().String(), nil
+	}
+	host = strings.TrimSuffix(host, ".")
+	if a, ok, err := parseInetAton(host); ok {
+		if err != nil {
+			return "", invalid("host %q: %v", host, err)
+		}
+		return a.String(), nil
+	}
+	ascii, err := idnaProfile.ToASCII(host)
+	if err != nil {
+		return "", invalid("host %q: %v", host, err)
+	}
+	ascii = strings.ToLower(ascii)
+	if ascii == "" || len(ascii) > 253 {
+		return "", invalid("host %q has an invalid length", host)
+	}
+	for _, label := range strings.Split(ascii, ".") {
+		if label == "" || len(label) > 63 {
+			return "", invalid("host %q has an empty or over-long label", host)
+		}
+	}
+	return ascii, nil
+}
+
+// parseInetAton reads the IPv4 spellings inet_aton(3) accepts (1 to 4 parts,
+// each decimal, octal with a leading 0, or hex with 0x; the last part fills
+// the remaining bytes). ok reports whether host looks numeric at all, so that
+// a malformed number is an error rather than a hostname.
+func parseInetAton(host string) (netip.Addr, bool, error) {
+	parts := strings.Split(host, ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false, nil
+	}
+	for _, p := range parts {
+		if p == "" || !isNumericPart(p) {
+			return netip.Addr{}, false, nil
+		}
+	}
+	vals := make([]uint64, len(parts))
+	for i, p := range parts {
+		v, err := strconv.ParseUint(p, 0, 32)
+		if err != nil {
+			return netip.Addr{}, true, fmt.Errorf("bad IPv4 part %q", p)
+		}
+		vals[i] = v
+	}
+	var n uint64
+	for i, v := range vals[:len(vals)-1] {
+		if v > 0xff {
+			return netip.Addr{}, true, fmt.Errorf("IPv4 part %d out of range", i)
+		}
+		n |= v << (8 * (3 - i))
+	}
+	last := vals[len(vals)-1]
+	if last >= 1<<(8*(5-len(vals))) {
+		return netip.Addr{}, true, errors.New("IPv4 address out of range")
+	}
+	n |= last
+	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}), true, nil
+}
+
+func isNumericPart(p string) bool {
+	s := strings.ToLower(p)
+	if strings.HasPrefix(s, "0x") {
+		s = s[2:]
+		return strings.Trim(s, "0123456789abcdef") == ""
+	}
+	return strings.Trim(s, "0123456789") == ""
+}
+
+// CanonicalPath returns the path rules are matched against: percent-escapes
+// decoded (so %2F is a separator and %2e%2e is a dot-segment), "." and ".."
+// resolved, repeated slashes collapsed, a trailing slash kept. It refuses
+// control characters, backslashes and malformed escapes, which upstream
+// servers disagree about.
+func CanonicalPath(p string) (string, error) {
+	if p == "" {
+		return "/", nil
+	}
+	if p == "*" { // OPTIONS * HTTP/1.1
+		return p, nil
+	}
+	if !strings.HasPrefix(p, "/") {
+		return "", invalid("path %q is not absolute", p)
+	}
+	dec, err := url.PathUnescape(p)
+	if err != nil {
+		return "", invalid("path %q: %v", p, err)
+	}
+	for _, c := range dec {
+		if c < ' ' || c == 0x7f || c == '\\' {
+			return "", invalid("path %q contains %q", p, c)
+		}
+	}
+	segs := strings.Split(dec, "/")
+	out := make([]string, 0, len(segs))
+	for _, s := range segs[1:] {
+		switch s {
+		case "", ".":
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+		default:
+			out = append(out, s)
+		}
+	}
+	res := "/" + strings.Join(out, "/")
+	last := segs[len(segs)-1]
+	if len(out) > 0 && (last == "" || last == "." || last == "..") {
+		res += "/"
+	}
+	return res, nil
+}
+
+// CanonicalMethod upper-cases an HTTP method and refuses anything that is not
+// an RFC 9110 token: some servers treat "get" as GET, so rules must too.
+func CanonicalMethod(m string) (string, error) {
+	if m == "" {
+		return "", invalid("empty method")
+	}
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("()<>@,;:\\\"/[]?={}", c) >= 0 {
+			return "", invalid("method %q is not a token", m)
+		}
+	}
+	return strings.ToUpper(m), nil
+}
+
+// CanonicalQuery parses a raw query. A query the parser cannot read whole
+// (for example one using ';') is refused rather than half-read: a deny rule
+// on a parameter must not be evadable by a malformed neighbour.
+func CanonicalQuery(raw string) (map[string][]string, error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, invalid("query: %v", err)
+	}
+	return q, nil
+}

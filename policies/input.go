@@ -1,0 +1,156 @@
+package policies
+
+import (
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Phase says which question is asked: may this connection be opened
+// (connect), or may this request be sent (request).
+type Phase string
+
+const (
+	PhaseConnect Phase = "connect"
+	PhaseRequest Phase = "request"
+)
+
+// Input is the document a policy sees as `input`. The proxy fills it from
+// the connection's identity and the request; Decide canonicalises it first.
+// Fields are added here, never repurposed, so presets keep working.
+type Input struct {
+	Sandbox     Sandbox     `json:"sandbox"`
+	Process     Process     `json:"process"`
+	Request     Request     `json:"request"`
+	Destination Destination `json:"destination"`
+}
+
+// Sandbox names where the connection came from. Preset selects the policy
+// package (data.airlock.presets.<preset>); Kind is the sub-agent kind.
+type Sandbox struct {
+	ID     string `json:"id"`
+	Kind   string `json:"kind"`
+	Preset string `json:"preset"`
+}
+
+// Process is the program that owns the client socket, as the kernel names it:
+// Exe is the /proc/<pid>/exe target and SHA256 the digest of that file.
+type Process struct {
+	PID       int        `json:"pid"`
+	Exe       string     `json:"exe"`
+	SHA256    string     `json:"sha256"`
+	UID       int        `json:"uid"`
+	Ancestors []Ancestor `json:"ancestors"`
+}
+
+// Ancestor is one parent of Process, nearest first. Ancestors give context
+// to a rule; a command line never grants anything.
+type Ancestor struct {
+	PID    int    `json:"pid"`
+	Exe    string `json:"exe"`
+	SHA256 string `json:"sha256"`
+}
+
+// Request is what is being asked for. Method, Path, Query and Headers are
+// empty in the connect phase; Inspected says whether the proxy can see them
+// (plain HTTP, or TLS it terminates).
+type Request struct {
+	Phase     Phase               `json:"phase"`
+	Scheme    string              `json:"scheme"`
+	Host      string              `json:"host"`
+	Port      int                 `json:"port"`
+	Method    string              `json:"method,omitempty"`
+	Path      string              `json:"path,omitempty"`
+	Query     map[string][]string `json:"query,omitempty"`
+	Headers   map[string]string   `json:"headers,omitempty"`
+	Inspected bool                `json:"inspected"`
+}
+
+// Destination holds the addresses the proxy resolved and will dial.
+type Destination struct {
+	IPs []string `json:"ips"`
+}
+
+// Canonicalize rewrites host, method and path into the single spelling rules
+// are written against. It is idempotent; Decide calls it.
+func (in *Input) Canonicalize() error {
+	r := &in.Request
+	if r.Phase != PhaseConnect && r.Phase != PhaseRequest {
+		return invalid("phase %q is neither connect nor request", r.Phase)
+	}
+	if r.Port < 1 || r.Port > 65535 {
+		return invalid("port %d out of range", r.Port)
+	}
+	h, err := CanonicalHost(r.Host)
+	if err != nil {
+		return err
+	}
+	r.Host = h
+	if r.Phase == PhaseConnect {
+		return nil
+	}
+	if r.Method, err = CanonicalMethod(r.Method); err != nil {
+		return err
+	}
+	r.Path, err = CanonicalPath(r.Path)
+	return err
+}
+
+// value builds the AST form of the input directly; going through
+// encoding/json and back would cost more than the policy evaluation itself.
+func (in *Input) value() ast.Value {
+	p := &in.Process
+	anc := make([]*ast.Term, len(p.Ancestors))
+	for i, a := range p.Ancestors {
+		anc[i] = ast.ObjectTerm(
+			item("pid", ast.IntNumberTerm(a.PID)),
+			item("exe", ast.StringTerm(a.Exe)),
+			item("sha256", ast.StringTerm(a.SHA256)),
+		)
+	}
+	r := &in.Request
+	query := ast.NewObject()
+	for k, vs := range r.Query {
+		query.Insert(ast.StringTerm(k), stringArray(vs))
+	}
+	headers := ast.NewObject()
+	for k, v := range r.Headers {
+		headers.Insert(ast.StringTerm(k), ast.StringTerm(v))
+	}
+	return ast.NewObject(
+		item("sandbox", ast.ObjectTerm(
+			item("id", ast.StringTerm(in.Sandbox.ID)),
+			item("kind", ast.StringTerm(in.Sandbox.Kind)),
+			item("preset", ast.StringTerm(in.Sandbox.Preset)),
+		)),
+		item("process", ast.ObjectTerm(
+			item("pid", ast.IntNumberTerm(p.PID)),
+			item("exe", ast.StringTerm(p.Exe)),
+			item("sha256", ast.StringTerm(p.SHA256)),
+			item("uid", ast.IntNumberTerm(p.UID)),
+			item("ancestors", ast.ArrayTerm(anc...)),
+		)),
+		item("request", ast.ObjectTerm(
+			item("phase", ast.StringTerm(string(r.Phase))),
+			item("scheme", ast.StringTerm(r.Scheme)),
+			item("host", ast.StringTerm(r.Host)),
+			item("port", ast.IntNumberTerm(r.Port)),
+			item("method", ast.StringTerm(r.Method)),
+			item("path", ast.StringTerm(r.Path)),
+			item("query", ast.NewTerm(query)),
+			item("headers", ast.NewTerm(headers)),
+			item("inspected", ast.BooleanTerm(r.Inspected)),
+		)),
+		item("destination", ast.ObjectTerm(
+			item("ips", stringArray(in.Destination.IPs)),
+		)),
+	)
+}
+
+func item(k string, v *ast.Term) [2]*ast.Term { return ast.Item(ast.StringTerm(k), v) }
+
+func stringArray(vs []string) *ast.Term {
+	ts := make([]*ast.Term, len(vs))
+	for i, v := range vs {
+		ts[i] = ast.StringTerm(v)
+	}
+	return ast.ArrayTerm(ts...)
+}

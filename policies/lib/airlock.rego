@@ -1,0 +1,346 @@
+# The airlock policy library: the matching helpers every preset shares, so a
+# preset can be a plain list of rules that a reviewer reads top to bottom.
+#
+# A preset declares
+#   rules  - allow rules; a connection or request is allowed when one matches
+#   denies - deny rules; a match wins over every allow rule
+# and sets `decision := lib.decide(rules, denies)`.
+#
+# Matching (README "Policy rules" has the full table):
+#   hosts    "api.github.com" exact; "*.github.com" strict subdomains (any
+#            depth, never the apex); "*" any host.
+#   ports    list of ports; default [443].
+#   binaries [{path, sha256?}]; path is exact or a path glob; sha256 pins the
+#            executable (a digest or a list of accepted digests).
+#   methods  "read-only" (GET HEAD OPTIONS), "read-write" (+ POST PUT PATCH),
+#            "full" (any method), or an explicit list; default "full".
+#   paths    path globs: "*" is exactly one segment, "**" any number of
+#            segments (zero included); default ["/**"].
+#   query    {param: [allowed values]}; every listed param must be present
+#            with an allowed value.
+#   inspect  true to terminate TLS even when nothing below requires it.
+#   inject   {header: {env|file, format?}}: the proxy adds the header.
+# In a deny rule an absent hosts, ports, binaries, methods or paths means any.
+#
+# Inputs reach the policy already canonicalised by the engine (lower-case
+# host without trailing dot, IDNA, dot-segments resolved, method upper-case).
+package airlock.lib
+
+method_sets := {
+	"read-only": {"GET", "HEAD", "OPTIONS"},
+	"read-write": {"GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH"},
+}
+
+# decide is the whole decision procedure.
+decide(rules, denies) := decide_indexed(index(rules, denies))
+
+# index is the constant part of deciding: defaults filled in, method sets
+# expanded, rules grouped by host. It depends on no input, so the engine
+# computes it once per policy generation and evaluates decide_indexed alone.
+index(rules, denies) := {
+	"rules": [_prep(r, false) | some r in rules],
+	"denies": [_prep(d, true) | some d in denies],
+	"allow_hosts": _host_index(rules),
+	"deny_hosts": _host_index(denies),
+}
+
+# decide_indexed evaluates lazily: deny rules first, then the first allow
+# rule that matches; the denial explanation is only computed on a denial.
+decide_indexed(ix) := d if {
+	i := _first([j | some j in _candidates(ix.deny_hosts); _deny_match(ix.denies[j])])
+	d := {"allow": false, "inspect": false, "reason": "denied_by_rule", "rule": ix.denies[i].name, "inject": {}}
+} else := d if {
+	i := _first([j | some j in _candidates(ix.allow_hosts); _allow_match(ix.rules[j])])
+	r := ix.rules[i]
+	d := {"allow": true, "inspect": _inspect(r, ix), "reason": "allowed", "rule": r.name, "inject": r.inject}
+} else := _denial(ix)
+
+# explain reports, per allow rule, which condition held and which failed,
+# and which deny rules matched; `airlock policy explain` prints it.
+explain(rules, denies) := x if {
+	ix := index(rules, denies)
+	x := {
+		"rules": [{"rule": r.name, "checks": _checks(r, rules[i])} | some i, r in ix.rules],
+		"denies": [ix.denies[j].name | some j in _candidates(ix.deny_hosts); _deny_match(ix.denies[j])],
+	}
+}
+
+# --- preparation (constant) ----------------------------------------------------
+
+_prep(r, is_deny) := {
+	"name": r.name,
+	"ports": _ports(r, is_deny),
+	"bins": _bins(r),
+	"methods": _methods(object.get(r, "methods", "full")),
+	"paths": _paths(object.get(r, "paths", ["/**"])),
+	"query": object.get(r, "query", {}),
+	"request_level": _request_level(r),
+	"inspect": _self_inspect(r),
+	"inject": object.get(r, "inject", {}),
+}
+
+_ports(r, _) := {p | some p in r.ports} if r.ports
+
+_ports(r, true) := null if not r.ports
+
+_ports(r, false) := {443} if not r.ports
+
+_bins(r) := [_path_entry(b.path, _hashes(b)) | some b in r.binaries] if r.binaries
+
+else := null
+
+_hashes(b) := {b.sha256} if is_string(b.sha256)
+
+else := {h | some h in b.sha256} if b.sha256
+
+else := null
+
+_methods("full") := null
+
+_methods(name) := method_sets[name] if is_string(name)
+
+_methods(list) := {m | some m in list} if is_array(list)
+
+_paths(ps) := null if "/**" in ps
+
+else := [_path_entry(p, null) | some p in ps]
+
+# A "**" segment also matches zero segments: "/v1/**" matches "/v1" and
+# "/**/x" matches "/x". glob.match's "**" needs its slashes, so each pattern
+# carries the zero-segment alternative, with "/**" removed.
+_path_entry(p, hashes) := {"path": p, "glob": contains(p, "*"), "alt": _alt(p), "hashes": hashes}
+
+_alt(p) := replace(p, "/**", "") if {
+	contains(p, "/**")
+	p != "/**"
+} else := null
+
+# A connection is inspected (TLS terminated) when its rule asks for it or has
+# conditions only visible inside TLS: methods, paths, query, injection.
+_self_inspect(r) if r.inspect == true
+
+else := true if _request_level(r)
+
+else := false
+
+default _request_level(_) := false
+
+_request_level(r) if object.get(r, "methods", "full") != "full"
+
+_request_level(r) if not object.get(r, "paths", ["/**"]) == ["/**"]
+
+_request_level(r) if r.query
+
+_request_level(r) if r.inject
+
+_host_index(rs) := {
+	"exact": {h: [i | some i, r in rs; h in r.hosts] |
+		some r in rs
+		some h in object.get(r, "hosts", [])
+		not contains(h, "*")
+	},
+	"wild": [[substring(h, 1, -1), i] |
+		some i, r in rs
+		some h in object.get(r, "hosts", [])
+		startswith(h, "*.")
+	],
+	"any": [i | some i, r in rs; _any_host(r)],
+}
+
+_any_host(r) if "*" in r.hosts
+
+_any_host(r) if not r.hosts
+
+# --- evaluation (per input) ----------------------------------------------------
+
+_first(xs) := xs[0] if count(xs) > 0
+
+# The rules whose hosts match, in rule order (first match wins).
+_candidates(hi) := sort(array.concat(
+	array.concat(object.get(hi.exact, input.request.host, []), [w[1] | some w in hi.wild; endswith(input.request.host, w[0])]),
+	hi.any,
+))
+
+_allow_match(r) if {
+	input.request.port in r.ports
+	_bins_ok(r.bins)
+	_request_ok(r)
+}
+
+_deny_match(d) if {
+	_ports_ok(d.ports)
+	_bins_ok(d.bins)
+	_deny_request(d)
+}
+
+# A deny rule that looks inside requests cannot match a CONNECT; it forces
+# inspection instead (see _inspect).
+_deny_request(d) if {
+	input.request.phase == "connect"
+	not d.request_level
+}
+
+_deny_request(d) if {
+	input.request.phase == "request"
+	_request_ok(d)
+}
+
+_ports_ok(null) := true
+
+_ports_ok(ps) if input.request.port in ps
+
+_bins_ok(null) := true
+
+_bins_ok(bins) if {
+	some b in bins
+	_match(b, input.process.exe)
+	_hash_ok(b.hashes)
+}
+
+_bins_path_ok(null) := true
+
+_bins_path_ok(bins) if {
+	some b in bins
+	_match(b, input.process.exe)
+}
+
+_hash_ok(null) := true
+
+_hash_ok(hs) if input.process.sha256 in hs
+
+# Method, path and query are unknown when a CONNECT is decided; they are
+# decided per request once the tunnel is inspected.
+_request_ok(_) if input.request.phase == "connect"
+
+_request_ok(r) if {
+	input.request.phase == "request"
+	_methods_ok(r.methods)
+	_paths_ok(r.paths)
+	_query_ok(r.query)
+}
+
+_methods_ok(null) := true
+
+_methods_ok(ms) if input.request.method in ms
+
+_paths_ok(null) := true
+
+_paths_ok(ps) if {
+	some p in ps
+	_match(p, input.request.path)
+}
+
+_query_ok(q) if {
+	every k, allowed in q {
+		some v in object.get(input.request.query, k, [])
+		v in allowed
+	}
+}
+
+_match(e, x) if e.path == x
+
+_match(e, x) if {
+	e.glob
+	glob.match(e.path, ["/"], x)
+}
+
+_match(e, x) if {
+	e.alt != null
+	glob.match(e.alt, ["/"], x)
+}
+
+_inspect(r, ix) if r.inspect
+
+else := true if {
+	some j in _candidates(ix.deny_hosts)
+	d := ix.denies[j]
+	d.request_level
+	_ports_ok(d.ports)
+	_bins_ok(d.bins)
+}
+
+else := false
+
+# --- denial explanation ------------------------------------------------------
+# The conditions are narrowed in a fixed order (host, port, binary, hash,
+# method, path, query); the first one no remaining rule satisfies is the
+# reason, and the first rule that got furthest is named as the closest.
+
+_denial(ix) := d if {
+	s0 := [ix.rules[i] | some i in _candidates(ix.allow_hosts)]
+	s1 := [r | some r in s0; input.request.port in r.ports]
+	s2 := [r | some r in s1; _bins_path_ok(r.bins)]
+	s3 := [r | some r in s2; _bins_ok(r.bins)]
+	s4 := [r | some r in s3; _stage_ok("method", r)]
+	s5 := [r | some r in s4; _stage_ok("path", r)]
+	stages := [
+		["host_not_allowed", [], s0],
+		["port_not_allowed", s0, s1],
+		["binary_not_allowed", s1, s2],
+		["hash_mismatch", s2, s3],
+		["method_not_allowed", s3, s4],
+		["path_not_allowed", s4, s5],
+		["query_not_allowed", s5, []],
+	]
+	k := _first([i | some i, s in stages; count(s[2]) == 0])
+	d := {
+		"allow": false,
+		"inspect": false,
+		"reason": stages[k][0],
+		"rule": _closest(stages[k][1]),
+		"inject": {},
+	}
+}
+
+_stage_ok(_, _) if input.request.phase == "connect"
+
+_stage_ok("method", r) if _methods_ok(r.methods)
+
+_stage_ok("path", r) if _paths_ok(r.paths)
+
+_stage_ok("query", r) if _query_ok(r.query)
+
+_closest(rs) := rs[0].name if count(rs) > 0
+
+else := ""
+
+_check_names := ["host", "port", "binary", "sha256", "method", "path", "query"]
+
+_checks(r, orig) := checks if {
+	passed := {c | some c in _check_names; _check(c, r, orig)}
+	checks := {c: ok |
+		some c in _check_names
+		ok := c in passed
+	}
+}
+
+_check("host", _, orig) if {
+	some p in orig.hosts
+	host_match(p, input.request.host)
+}
+
+_check("port", r, _) if input.request.port in r.ports
+
+_check("binary", r, _) if _bins_path_ok(r.bins)
+
+_check("sha256", r, _) if _bins_ok(r.bins)
+
+_check(c, r, _) if {
+	c in {"method", "path", "query"}
+	_stage_ok(c, r)
+}
+
+# --- matchers, exported for presets and tests --------------------------------
+
+method_allowed(spec, m) if _methods_ok(_methods(spec)) with input.request.method as m
+
+host_match("*", _) := true
+
+host_match(p, h) if p == h
+
+host_match(p, h) if {
+	startswith(p, "*.")
+	endswith(h, substring(p, 1, -1))
+}
+
+path_match(p, x) if _match(_path_entry(p, null), x)

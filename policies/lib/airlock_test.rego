@@ -1,0 +1,193 @@
+# Tests of the matching semantics every preset relies on.
+package airlock.lib_test
+
+import data.airlock.lib
+
+# --- path globs: "*" is one segment, "**" is recursive -----------------------
+
+test_path_exact if lib.path_match("/v1/models", "/v1/models")
+
+test_path_star_is_one_segment if {
+	lib.path_match("/v1/*", "/v1/models")
+	not lib.path_match("/v1/*", "/v1/admin/secrets")
+	not lib.path_match("/v1/*", "/v2/models")
+}
+
+test_path_doublestar_is_recursive if {
+	lib.path_match("/v1/**", "/v1/admin/secrets")
+	lib.path_match("/v1/**", "/v1/a")
+	lib.path_match("/v1/**", "/v1")
+	not lib.path_match("/v1/**", "/v10/a")
+	lib.path_match("/**", "/")
+	lib.path_match("/**", "/anything/at/all")
+}
+
+test_path_doublestar_in_the_middle if {
+	lib.path_match("/repos/**/git-receive-pack", "/repos/a/b/git-receive-pack")
+	lib.path_match("/**/git-receive-pack", "/git-receive-pack")
+	not lib.path_match("/**/git-receive-pack", "/a/git-upload-pack")
+}
+
+test_path_star_within_segment if {
+	lib.path_match("/*/*.git/info/refs", "/o/r.git/info/refs")
+	not lib.path_match("/*/*.git/info/refs", "/o/r/info/refs")
+	not lib.path_match("/*/*.git/info/refs", "/o/a/r.git/info/refs")
+}
+
+# --- hosts: "*.x" is strict subdomains only -----------------------------------
+
+test_host_exact if {
+	lib.host_match("api.github.com", "api.github.com")
+	not lib.host_match("api.github.com", "api.github.com.evil.com")
+	not lib.host_match("github.com", "evilgithub.com")
+}
+
+test_host_wildcard_is_strict_subdomain if {
+	lib.host_match("*.github.com", "api.github.com")
+	lib.host_match("*.github.com", "a.b.github.com")
+	not lib.host_match("*.github.com", "github.com")
+	not lib.host_match("*.github.com", "evilgithub.com")
+	not lib.host_match("*.github.com", "github.com.evil.com")
+}
+
+test_host_any if lib.host_match("*", "example.org")
+
+# --- methods --------------------------------------------------------------
+
+test_method_sets if {
+	lib.method_allowed("read-only", "GET")
+	lib.method_allowed("read-only", "HEAD")
+	not lib.method_allowed("read-only", "POST")
+	lib.method_allowed("read-write", "POST")
+	not lib.method_allowed("read-write", "DELETE")
+	lib.method_allowed("full", "DELETE")
+	lib.method_allowed(["GET", "POST"], "POST")
+	not lib.method_allowed(["GET"], "PUT")
+	not lib.method_allowed("no-such-set", "GET")
+}
+
+# --- decide: deny by default, denies win, reasons name the failed condition --
+
+_rules := [
+	{
+		"name": "api-read",
+		"binaries": [{"path": "/usr/bin/curl"}],
+		"hosts": ["api.example.com"],
+		"methods": "read-only",
+		"paths": ["/v1/**"],
+	},
+	{
+		"name": "pinned-tool",
+		"binaries": [{"path": "/opt/tool", "sha256": "abc"}],
+		"hosts": ["tool.example.com"],
+	},
+	{
+		"name": "plain-http",
+		"binaries": [{"path": "/usr/bin/curl"}],
+		"hosts": ["mirror.example.com"],
+		"ports": [80],
+	},
+]
+
+_denies := [{"name": "no-admin", "hosts": ["api.example.com"], "paths": ["/v1/admin/**"]}]
+
+_req(exe, sha, host, port, method, path) := {
+	"sandbox": {"id": "t", "kind": "test"},
+	"process": {"exe": exe, "sha256": sha},
+	"request": {
+		"phase": "request", "scheme": "https", "host": host, "port": port,
+		"method": method, "path": path, "query": {}, "inspected": true,
+	},
+}
+
+_conn(exe, sha, host, port) := {
+	"sandbox": {"id": "t", "kind": "test"},
+	"process": {"exe": exe, "sha256": sha},
+	"request": {"phase": "connect", "scheme": "https", "host": host, "port": port},
+}
+
+test_empty_policy_denies if {
+	d := lib.decide([], []) with input as _conn("/usr/bin/curl", "x", "api.example.com", 443)
+	d.allow == false
+	d.reason == "host_not_allowed"
+}
+
+test_allowed_request if {
+	d := lib.decide(_rules, _denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", "/v1/models")
+	d.allow
+	d.rule == "api-read"
+}
+
+test_connect_to_restricted_host_is_inspected if {
+	d := lib.decide(_rules, _denies) with input as _conn("/usr/bin/curl", "x", "api.example.com", 443)
+	d.allow
+	d.inspect
+}
+
+test_connect_to_unrestricted_host_is_tunnelled if {
+	d := lib.decide(_rules, _denies) with input as _conn("/opt/tool", "abc", "tool.example.com", 443)
+	d.allow
+	not d.inspect
+}
+
+test_reasons_name_the_failed_condition if {
+	every c in [
+		[_req("/usr/bin/curl", "x", "evil.com", 443, "GET", "/"), "host_not_allowed", ""],
+		[_req("/usr/bin/curl", "x", "api.example.com", 8443, "GET", "/v1/a"), "port_not_allowed", "api-read"],
+		[_req("/usr/bin/wget", "x", "api.example.com", 443, "GET", "/v1/a"), "binary_not_allowed", "api-read"],
+		[_req("/opt/tool", "def", "tool.example.com", 443, "GET", "/"), "hash_mismatch", "pinned-tool"],
+		[_req("/usr/bin/curl", "x", "api.example.com", 443, "POST", "/v1/a"), "method_not_allowed", "api-read"],
+		[_req("/usr/bin/curl", "x", "api.example.com", 443, "GET", "/v2/a"), "path_not_allowed", "api-read"],
+		[_req("/usr/bin/curl", "x", "api.example.com", 443, "GET", "/v1/admin/keys"), "denied_by_rule", "no-admin"],
+	] {
+		d := lib.decide(_rules, _denies) with input as c[0]
+		d.allow == false
+		d.reason == c[1]
+		d.rule == c[2]
+	}
+}
+
+test_deny_wins_over_allow if {
+	d := lib.decide(_rules, _denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", "/v1/admin/x")
+	d.reason == "denied_by_rule"
+}
+
+test_default_port_is_443 if {
+	d := lib.decide(_rules, _denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 80, "GET", "/v1/a")
+	d.reason == "port_not_allowed"
+	e := lib.decide(_rules, _denies) with input as _req("/usr/bin/curl", "x", "mirror.example.com", 80, "GET", "/x")
+	e.allow
+}
+
+test_query_condition if {
+	rules := [{
+		"name": "clone",
+		"binaries": [{"path": "/usr/lib/git-core/git-remote-http"}],
+		"hosts": ["git.example.com"],
+		"paths": ["/*/*/info/refs"],
+		"query": {"service": ["git-upload-pack"]},
+	}]
+	base := _req("/usr/lib/git-core/git-remote-http", "x", "git.example.com", 443, "GET", "/o/r/info/refs")
+	ok := lib.decide(rules, []) with input as object.union(base, {"request": object.union(base.request, {"query": {"service": ["git-upload-pack"]}})})
+	ok.allow
+	bad := lib.decide(rules, []) with input as object.union(base, {"request": object.union(base.request, {"query": {"service": ["git-receive-pack"]}})})
+	bad.reason == "query_not_allowed"
+	none := lib.decide(rules, []) with input as base
+	none.reason == "query_not_allowed"
+}
+
+test_sha256_list if {
+	rules := [{"name": "t", "binaries": [{"path": "/opt/t", "sha256": ["a", "b"]}], "hosts": ["h.example"]}]
+	d := lib.decide(rules, []) with input as _conn("/opt/t", "b", "h.example", 443)
+	d.allow
+	e := lib.decide(rules, []) with input as _conn("/opt/t", "c", "h.example", 443)
+	e.reason == "hash_mismatch"
+}
+
+test_explain_lists_checks if {
+	e := lib.explain(_rules, _denies) with input as _req("/usr/bin/wget", "x", "api.example.com", 443, "GET", "/v1/a")
+	e.rules[0].rule == "api-read"
+	e.rules[0].checks.host
+	not e.rules[0].checks.binary
+	e.rules[1].checks.host == false
+}

@@ -1,0 +1,124 @@
+package policies
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// Reload builds a new generation from the source and swaps it in whole. A
+// bundle that fails to load, verify or compile is rejected and logged; the
+// last good generation keeps serving, or, with Options.Quarantine, a
+// generation that denies everything takes over until a good bundle arrives.
+func (e *Engine) Reload(ctx context.Context) error {
+	e.reload.Lock()
+	defer e.reload.Unlock()
+	cur := e.gen.Load()
+	g, err := e.load(ctx)
+	if err != nil {
+		if e.opts.Quarantine {
+			e.gen.Store(&generation{hash: cur.hash, origin: cur.origin, bundle: cur.bundle, compiler: cur.compiler, presets: cur.presets, quarantine: err, loaded: time.Now()})
+			e.log.Error("policy reload rejected; engine quarantined, denying everything", "err", err, "policy", cur.hash)
+		} else {
+			e.log.Error("policy reload rejected; last good generation keeps serving", "err", err, "policy", cur.hash)
+		}
+		e.notify(cur.hash, err)
+		return err
+	}
+	e.gen.Store(g)
+	e.log.Info("policy generation active", "policy", g.hash, "previous", cur.hash, "origin", g.origin, "presets", g.presetNames())
+	e.notify(g.hash, nil)
+	return nil
+}
+
+func (e *Engine) notify(hash string, err error) {
+	if e.opts.OnReload != nil {
+		e.opts.OnReload(hash, err)
+	}
+}
+
+// reloadDebounce collapses the burst of events an editor's save makes
+// (write temp, rename, chmod) into one reload.
+const reloadDebounce = 150 * time.Millisecond
+
+// Watch reloads the bundle whenever a file under the source directory (or
+// the tarball, or the lock file) changes, until ctx ends. An embedded bundle
+// cannot change, so Watch on one returns an error.
+func (e *Engine) Watch(ctx context.Context) error {
+	if e.opts.Source.Path == "" {
+		return errors.New("policy watch: the embedded bundle cannot change")
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("policy watch: %w", err)
+	}
+	defer w.Close()
+	if err := e.addWatches(w); err != nil {
+		return err
+	}
+	var timer <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return errors.New("policy watch: watcher closed")
+			}
+			if ev.Has(fsnotify.Create) {
+				// New subdirectories must be watched too.
+				if st, err := os.Stat(ev.Name); err == nil && st.IsDir() {
+					_ = e.addWatches(w)
+				}
+			}
+			timer = time.After(reloadDebounce)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return errors.New("policy watch: watcher closed")
+			}
+			e.log.Error("policy watch error", "err", err)
+		case <-timer:
+			timer = nil
+			_ = e.Reload(ctx) // logged and reported by Reload
+		}
+	}
+}
+
+// addWatches watches the source (every directory under it, or a tarball's
+// directory) and the lock file's directory.
+func (e *Engine) addWatches(w *fsnotify.Watcher) error {
+	root := e.opts.Source.Path
+	st, err := os.Stat(root)
+	if err != nil {
+		return fmt.Errorf("policy watch: %w", err)
+	}
+	dirs := map[string]bool{}
+	if st.IsDir() {
+		err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs[p] = true
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("policy watch: %w", err)
+		}
+	} else {
+		dirs[filepath.Dir(root)] = true
+	}
+	if lock, _ := e.lockPath(); lock != "" {
+		dirs[filepath.Dir(lock)] = true
+	}
+	for d := range dirs {
+		if err := w.Add(d); err != nil {
+			return fmt.Errorf("policy watch %s: %w", d, err)
+		}
+	}
+	return nil
+}
