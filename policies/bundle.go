@@ -8,25 +8,43 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
+	"regexp"
 	"sort"
 	"strings"
+	"testing/fstest"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 )
 
-// Bundle is one loaded generation of policy source: every Rego file (tests
-// included) and any data document, with the shared library added when the
-// bundle lacks it. Its hash covers exactly what is compiled and tested.
+// Bundle is one generation of policy source: every Rego file (tests
+// included) and data document, with the shared library added when the bundle
+// lacks it. The bytes that are hashed are the bytes that are parsed and
+// compiled: Parse reads Files, never the source again.
 type Bundle struct {
 	// Origin is where the bundle came from (a directory, a tarball, or
 	// "embedded").
-	Origin  string
+	Origin string
+	// Files is the policy content, sorted by path: what Hash covers.
+	Files []File
+	// meta holds .manifest and .signatures.json: checked, not hashed.
+	meta []File
+	// injectedLib says the embedded library was added: no signature can
+	// cover it, so only then is it excluded from verification.
+	injectedLib bool
+	// Modules and Data are set by Parse.
 	Modules []bundle.ModuleFile
 	Data    map[string]any
+}
+
+// File is one file of a bundle, its path relative to the bundle root.
+type File struct {
+	Path string
+	Raw  []byte
 }
 
 // Source says where to load a bundle from: Path (a directory, or a .tar.gz
@@ -72,44 +90,101 @@ func (e *IntegrityError) Error() string {
 
 func (e *IntegrityError) Is(target error) bool { return target == ErrIntegrity }
 
-// LoadBundle reads a bundle from src. With v non-nil the bundle must carry a
-// valid signature by v's key covering every file, or loading fails with an
-// IntegrityError.
+// LoadBundle reads and parses a bundle (see ReadBundle and Parse).
 func LoadBundle(src Source, v *Verification) (*Bundle, error) {
-	b, origin, err := readBundle(src, nil)
+	b, err := ReadBundle(src)
 	if err != nil {
-		return nil, fmt.Errorf("load policy bundle %s: %w", origin, err)
+		return nil, err
 	}
-	if v != nil {
-		// Read again with verification: the first pass has already reported
-		// I/O and parse errors as such, so any failure now is the signature.
-		if _, _, err := readBundle(src, v); err != nil {
-			return nil, &IntegrityError{Origin: origin, Detail: err.Error()}
+	return b, b.Parse(v)
+}
+
+// libPackage finds a file that declares the library package, without
+// parsing: the hash must be known before any parsing happens.
+var libPackage = regexp.MustCompile(`(?m)^package[ \t]+airlock\.lib[ \t]*(#.*)?$`)
+
+// ReadBundle reads a bundle's files without interpreting them, so that a
+// pinned hash is checked before any byte is parsed.
+func ReadBundle(src Source) (*Bundle, error) {
+	loader, origin, closeFn, err := openLoader(src)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	b := &Bundle{Origin: origin}
+	hasLib := false
+	for {
+		d, err := loader.NextFile()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read policy bundle %s: %w", origin, err)
+		}
+		p := strings.TrimPrefix(path.Clean("/"+d.Path()), "/")
+		var buf bytes.Buffer
+		_, err = d.Read(&buf, maxBundleFile) // io.CopyN: EOF when shorter
+		d.Close()
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("read policy bundle %s: %s: %w", origin, p, err)
+		}
+		if buf.Len() >= maxBundleFile {
+			return nil, fmt.Errorf("read policy bundle %s: %s is larger than %d bytes", origin, p, maxBundleFile)
+		}
+		f := File{Path: p, Raw: buf.Bytes()}
+		switch base := path.Base(p); {
+		case strings.HasSuffix(p, ".rego"):
+			hasLib = hasLib || libPackage.Match(f.Raw)
+			b.Files = append(b.Files, f)
+		case base == "data.json" || base == "data.yaml" || base == "data.yml":
+			b.Files = append(b.Files, f)
+		case base == ".manifest" || base == ".signatures.json":
+			b.meta = append(b.meta, f)
 		}
 	}
-	out := &Bundle{Origin: origin, Modules: b.Modules, Data: b.Data}
-	for i := range out.Modules {
-		out.Modules[i].Path = strings.TrimPrefix(path.Clean("/"+out.Modules[i].Path), "/")
-	}
-	if !out.hasPackage("airlock.lib") {
-		if err := out.addLib(); err != nil {
+	if !hasLib {
+		if err := b.addLib(); err != nil {
 			return nil, err
 		}
 	}
-	sort.Slice(out.Modules, func(i, j int) bool { return out.Modules[i].Path < out.Modules[j].Path })
-	if len(out.Modules) == 0 {
-		return nil, fmt.Errorf("load policy bundle %s: no .rego files", origin)
+	sort.Slice(b.Files, func(i, j int) bool { return b.Files[i].Path < b.Files[j].Path })
+	if len(b.Files) == 0 {
+		return nil, fmt.Errorf("read policy bundle %s: no .rego files", origin)
 	}
-	return out, nil
+	return b, nil
 }
 
-func readBundle(src Source, v *Verification) (bundle.Bundle, string, error) {
-	loader, origin, closeFn, err := openLoader(src)
-	if err != nil {
-		return bundle.Bundle{}, src.Path, err
+// maxBundleFile bounds one policy file; a larger one is refused, not cut.
+const maxBundleFile = 16 << 20
+
+// Parse parses exactly the bytes read by ReadBundle. With v non-nil the
+// bundle must carry a valid signature by v's key covering every file, or
+// Parse fails with an IntegrityError.
+func (b *Bundle) Parse(v *Verification) error {
+	if _, err := b.read(nil); err != nil {
+		return fmt.Errorf("load policy bundle %s: %w", b.Origin, err)
 	}
-	defer closeFn()
-	r := bundle.NewCustomReader(loader).
+	if v != nil {
+		// Read again with verification: the first pass has already reported
+		// parse errors as such, so any failure now is the signature.
+		if _, err := b.read(v); err != nil {
+			return &IntegrityError{Origin: b.Origin, Detail: err.Error()}
+		}
+	}
+	return nil
+}
+
+func (b *Bundle) read(v *Verification) (bundle.Bundle, error) {
+	// An in-memory file system (fstest.MapFS is a plain map, nothing
+	// test-only) so OPA's reader sees the very bytes that were hashed.
+	fsys := fstest.MapFS{}
+	for _, f := range append(append([]File{}, b.Files...), b.meta...) {
+		if v == nil && path.Base(f.Path) == ".signatures.json" {
+			continue
+		}
+		fsys[f.Path] = &fstest.MapFile{Data: f.Raw, Mode: 0o444}
+	}
+	r := bundle.NewCustomReader(bundle.NewFSLoaderWithRoot(fsys, ".")).
 		WithRegoVersion(ast.RegoV1).
 		WithProcessAnnotations(true).
 		WithSkipBundleVerification(v == nil)
@@ -123,10 +198,22 @@ func readBundle(src Source, v *Verification) (bundle.Bundle, string, error) {
 			alg = "RS256"
 		}
 		keys := map[string]*bundle.KeyConfig{keyID: {Key: v.PublicKey, Algorithm: alg, Scope: v.Scope}}
-		r = r.WithBundleVerificationConfig(bundle.NewVerificationConfig(keys, keyID, v.Scope, nil))
+		var exclude []string
+		if b.injectedLib {
+			exclude = []string{libDir + "/*"}
+		}
+		r = r.WithBundleVerificationConfig(bundle.NewVerificationConfig(keys, keyID, v.Scope, exclude))
 	}
-	b, err := r.Read()
-	return b, origin, err
+	ob, err := r.Read()
+	if err != nil {
+		return ob, err
+	}
+	b.Modules, b.Data = ob.Modules, ob.Data
+	for i := range b.Modules {
+		b.Modules[i].Path = strings.TrimPrefix(path.Clean("/"+b.Modules[i].Path), "/")
+	}
+	sort.Slice(b.Modules, func(i, j int) bool { return b.Modules[i].Path < b.Modules[j].Path })
+	return ob, nil
 }
 
 func openLoader(src Source) (bundle.DirectoryLoader, string, func(), error) {
@@ -150,17 +237,13 @@ func openLoader(src Source) (bundle.DirectoryLoader, string, func(), error) {
 	return bundle.NewTarballLoaderWithBaseURL(f, ""), src.Path, func() { f.Close() }, nil
 }
 
-func (b *Bundle) hasPackage(pkg string) bool {
-	for _, m := range b.Modules {
-		if m.Parsed != nil && strings.TrimPrefix(m.Parsed.Package.Path.String(), "data.") == pkg {
-			return true
-		}
-	}
-	return false
-}
+// libDir is where the embedded library is placed in a bundle that lacks
+// one. A signature cannot cover it (the signer never saw it); it is part of
+// the airlock binary instead, and part of the hash.
+const libDir = "lib"
 
 func (b *Bundle) addLib() error {
-	return fs.WalkDir(libFS, "lib", func(p string, d fs.DirEntry, err error) error {
+	return fs.WalkDir(libFS, libDir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -168,28 +251,15 @@ func (b *Bundle) addLib() error {
 		if err != nil {
 			return err
 		}
-		m, err := ast.ParseModuleWithOpts(p, string(raw), ast.ParserOptions{RegoVersion: ast.RegoV1, ProcessAnnotation: true})
-		if err != nil {
-			return fmt.Errorf("embedded policy library %s: %w", p, err)
+		for _, f := range b.Files {
+			if f.Path == p {
+				return fmt.Errorf("policy bundle %s: %s exists but does not declare package airlock.lib", b.Origin, p)
+			}
 		}
-		b.Modules = append(b.Modules, bundle.ModuleFile{Path: p, URL: p, Raw: raw, Parsed: m})
+		b.Files = append(b.Files, File{Path: p, Raw: raw})
+		b.injectedLib = true
 		return nil
 	})
-}
-
-// files lists the bundle's content as (path, bytes), sorted by path: every
-// module, then the data document in canonical JSON when there is one.
-func (b *Bundle) files() [][2][]byte {
-	out := make([][2][]byte, 0, len(b.Modules)+1)
-	for _, m := range b.Modules {
-		out = append(out, [2][]byte{[]byte(m.Path), m.Raw})
-	}
-	if len(b.Data) > 0 {
-		data, _ := json.Marshal(b.Data) // map keys are sorted: canonical
-		out = append(out, [2][]byte{[]byte("data.json"), data})
-	}
-	sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i][0], out[j][0]) < 0 })
-	return out
 }
 
 // Hash is "sha256:<hex>" over the canonical encoding of the bundle: for each
@@ -199,8 +269,8 @@ func (b *Bundle) Hash() string {
 	h := sha256.New()
 	h.Write([]byte("airlock-bundle-v1\x00"))
 	var n [8]byte
-	for _, f := range b.files() {
-		for _, part := range f {
+	for _, f := range b.Files {
+		for _, part := range [][]byte{[]byte(f.Path), f.Raw} {
 			binary.BigEndian.PutUint64(n[:], uint64(len(part)))
 			h.Write(n[:])
 			h.Write(part)
@@ -213,9 +283,9 @@ func (b *Bundle) Hash() string {
 // file that changed.
 func (b *Bundle) FileHashes() map[string]string {
 	out := map[string]string{}
-	for _, f := range b.files() {
-		sum := sha256.Sum256(f[1])
-		out[string(f[0])] = "sha256:" + hex.EncodeToString(sum[:])
+	for _, f := range b.Files {
+		sum := sha256.Sum256(f.Raw)
+		out[f.Path] = "sha256:" + hex.EncodeToString(sum[:])
 	}
 	return out
 }

@@ -67,10 +67,17 @@ func CanonicalHost(host string) (string, error) {
 	if ascii == "" || len(ascii) > 253 {
 		return "", invalid("host %q has an invalid length", host)
 	}
-	for _, label := range strings.Split(ascii, ".") {
+	labels := strings.Split(ascii, ".")
+	for _, label := range labels {
 		if label == "" || len(label) > 63 {
 			return "", invalid("host %q has an empty or over-long label", host)
 		}
+	}
+	// A name ending in a number is read as an IPv4 address by browsers and
+	// some resolvers (WHATWG URL); one that is not a valid address is
+	// ambiguous, so it is refused rather than matched as a name.
+	if isNumericPart(labels[len(labels)-1]) {
+		return "", invalid("host %q ends in a number but is not an IPv4 address", host)
 	}
 	return ascii, nil
 }

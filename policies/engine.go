@@ -151,6 +151,9 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 
 func (g *generation) evaluate(ctx context.Context, p *compiledPreset, in *Input) Decision {
 	preset := in.Sandbox.Preset
+	if err := ctx.Err(); err != nil {
+		return deny(ReasonPolicyError, preset, g.hash, err)
+	}
 	rs, err := p.decision.Eval(ctx, rego.EvalParsedInput(in.value()))
 	if err != nil {
 		return deny(ReasonPolicyError, preset, g.hash, err)
@@ -204,7 +207,7 @@ func parseDecision(rs rego.ResultSet) (Decision, error) {
 // load builds a generation from the configured source: read, verify the
 // signature, check the pin, compile, validate every preset, prepare queries.
 func (e *Engine) load(ctx context.Context) (*generation, error) {
-	b, err := LoadBundle(e.opts.Source, e.opts.Verify)
+	b, err := ReadBundle(e.opts.Source)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +218,12 @@ func (e *Engine) load(ctx context.Context) (*generation, error) {
 	if e.opts.PinnedSHA256 != "" && lock != nil && !strings.EqualFold(lock.Bundle, e.opts.PinnedSHA256) {
 		return nil, fmt.Errorf("%w: --policy-sha256 %s and lock file %s disagree", ErrIntegrity, e.opts.PinnedSHA256, lock.Bundle)
 	}
+	// Integrity first: a bundle that is not the pinned one is refused
+	// before any of it is parsed.
 	if err := b.Verify(e.opts.PinnedSHA256, lock); err != nil {
+		return nil, err
+	}
+	if err := b.Parse(e.opts.Verify); err != nil {
 		return nil, err
 	}
 	g, err := compile(ctx, b)
@@ -258,6 +266,12 @@ func (e *Engine) readLock() (*Lock, error) {
 		return nil, err
 	}
 	return &l, nil
+}
+
+// Check compiles and validates b as New would, without pins or locks.
+func Check(ctx context.Context, b *Bundle) error {
+	_, err := compile(ctx, b)
+	return err
 }
 
 // compile compiles a bundle's policy modules (tests excluded: they never

@@ -1,0 +1,39 @@
+# airlock — see README.md. `make run` and `make test` are the two commands a
+# new machine needs; `make tools` installs what the tests use.
+GO        ?= go
+GOBIN     := $(shell $(GO) env GOPATH)/bin
+OPA_VERSION := $(shell $(GO) list -m -f '{{.Version}}' github.com/open-policy-agent/opa)
+OPA       := $(GOBIN)/opa
+REGO_DIRS := policies/lib presets
+
+.PHONY: build run test lint bench tools clean
+
+build: bin/airlock
+
+bin/airlock: $(shell find . -name '*.go' -o -name '*.rego' | grep -v _test.go) go.mod go.sum
+	$(GO) build -o $@ ./cmd/airlock
+
+run: build
+	./bin/airlock demo
+
+# The real opa CLI, at the same version airlock embeds: the reviewers' tool.
+$(OPA):
+	$(GO) install github.com/open-policy-agent/opa@$(OPA_VERSION)
+
+tools: $(OPA)
+
+lint: build
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	./bin/airlock policy fmt -l --fail $(REGO_DIRS)
+
+test: lint tools
+	$(OPA) test $(REGO_DIRS)
+	./bin/airlock policy test presets
+	$(GO) test -race -count=1 ./...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 20000x ./policies/
+
+clean:
+	rm -rf bin

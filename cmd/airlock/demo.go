@@ -1,0 +1,90 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/spf13/cobra"
+)
+
+// newDemoCmd is what `make run` boots for now: the policy engine on the
+// embedded presets, answering the questions the proxy will ask.
+func newDemoCmd() *cobra.Command {
+	var f policyFlags
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Boot the policy engine on the embedded presets and show example decisions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			e, err := f.engine(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "airlock policy engine: policy %s\npresets: %s\n\n", e.Hash(), strings.Join(e.Presets(), ", "))
+			for _, ex := range demoExamples() {
+				in := ex.in
+				d := e.Decide(cmd.Context(), &in)
+				verdict := "DENY "
+				if d.Allow {
+					verdict = "ALLOW"
+				}
+				fmt.Fprintf(out, "%s  %-10s %-34s %s\n", verdict, in.Sandbox.Preset, shortExe(in.Process.Exe), describe(&in))
+				fmt.Fprintf(out, "       reason=%s rule=%q\n       %s\n\n", d.Reason, d.Rule, d.Hint(&in))
+			}
+			fmt.Fprintln(out, "Explain a decision:  airlock policy explain --preset reviewer --input FILE")
+			fmt.Fprintln(out, "Run the preset tests: airlock policy test presets")
+			return nil
+		},
+	}
+	f.register(cmd, true)
+	return cmd
+}
+
+func describe(in *policies.Input) string {
+	r := in.Request
+	if r.Phase == policies.PhaseConnect {
+		return fmt.Sprintf("CONNECT %s:%d", r.Host, r.Port)
+	}
+	return fmt.Sprintf("%s https://%s%s", r.Method, r.Host, r.Path)
+}
+
+func shortExe(p string) string {
+	if len(p) > 34 {
+		return "…" + p[len(p)-33:]
+	}
+	return p
+}
+
+type example struct{ in policies.Input }
+
+func demoExamples() []example {
+	git := "/usr/lib/git-core/git-remote-http"
+	conn := func(preset, exe, host string, port int) example {
+		return example{policies.Input{
+			Sandbox: policies.Sandbox{ID: "demo", Kind: preset, Preset: preset},
+			Process: policies.Process{PID: 1234, Exe: exe, UID: 998},
+			Request: policies.Request{Phase: policies.PhaseConnect, Scheme: "https", Host: host, Port: port},
+		}}
+	}
+	req := func(preset, exe, method, host, path string, query map[string][]string) example {
+		ex := conn(preset, exe, host, 443)
+		r := &ex.in.Request
+		r.Phase, r.Method, r.Path, r.Query, r.Inspected = policies.PhaseRequest, method, path, query, true
+		return ex
+	}
+	return []example{
+		req("reviewer", "/usr/bin/curl", "GET", "api.github.com", "/repos/octo/hello/pulls/7/files", nil),
+		req("reviewer", "/usr/bin/curl", "POST", "api.github.com", "/repos/octo/hello/pulls/7/reviews", nil),
+		req("reviewer", git, "GET", "github.com", "/octo/hello.git/info/refs", map[string][]string{"service": {"git-upload-pack"}}),
+		req("reviewer", git, "POST", "github.com", "/octo/hello.git/git-receive-pack", nil),
+		conn("reviewer", "/usr/bin/wget", "api.github.com", 443),
+		req("coder", "/usr/bin/node", "POST", "api.anthropic.com", "/v1/messages", nil),
+		conn("coder", "/usr/bin/node", "registry.npmjs.org", 443),
+		conn("coder", "/usr/bin/node", "exfil.example.net", 443),
+		conn("writer", "/usr/bin/node", "github.com", 443),
+		conn("strict", "/usr/bin/curl", "example.org", 443),
+		conn("permissive", "/usr/bin/curl", "example.org", 22),
+	}
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// envKnobs maps every AIRLOCK_* environment variable to the flag it sets.
+// One registry, so `airlock` can log the knobs in force and nothing reads
+// the environment behind the operator's back. A flag given on the command
+// line wins over its variable.
+var envKnobs = map[string]string{
+	"AIRLOCK_POLICY":             "policy",
+	"AIRLOCK_POLICY_SHA256":      "policy-sha256",
+	"AIRLOCK_POLICY_LOCK":        "policy-lock",
+	"AIRLOCK_POLICY_PUBLIC_KEY":  "policy-public-key",
+	"AIRLOCK_POLICY_KEY_ID":      "policy-key-id",
+	"AIRLOCK_POLICY_SIGNING_ALG": "policy-signing-alg",
+	"AIRLOCK_POLICY_QUARANTINE":  "policy-quarantine",
+	"AIRLOCK_LOG_LEVEL":          "log-level",
+}
+
+// applyEnvKnobs sets unset flags of cmd from their AIRLOCK_* variables.
+func applyEnvKnobs(cmd *cobra.Command) error {
+	for env, name := range envKnobs {
+		val, ok := os.LookupEnv(env)
+		if !ok {
+			continue
+		}
+		f := cmd.Flags().Lookup(name)
+		if f == nil || f.Changed {
+			continue
+		}
+		if err := f.Value.Set(val); err != nil {
+			return &exitError{ExitUsage, fmt.Errorf("%s=%q: %w", env, val, err)}
+		}
+		f.Changed = true
+		setFromEnv[name] = env
+	}
+	return nil
+}
+
+var setFromEnv = map[string]string{}
+
+// logKnobs logs the knobs that took effect, once the logger is configured.
+func logKnobs(cmd *cobra.Command) {
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if env, ok := setFromEnv[f.Name]; ok {
+			slog.Info("environment knob in force", "env", env, "flag", "--"+f.Name, "value", f.Value.String())
+		}
+	})
+}

@@ -1,0 +1,90 @@
+// Command airlock is the sandbox supervisor and L7 egress proxy for AI
+// agents. Each job is a subcommand; see `airlock help`.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes. ExitIntegrity is distinct so that a supervisor or CI can tell
+// "the policy is not the one that was pinned or signed" from any other error.
+const (
+	ExitOK        = 0
+	ExitError     = 1
+	ExitUsage     = 2
+	ExitIntegrity = 10
+)
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run executes one command line and returns its exit code.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRoot()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return ExitOK
+	}
+	code := ExitError
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.code
+	case errors.Is(err, policies.ErrIntegrity):
+		code = ExitIntegrity
+	}
+	if ee == nil || ee.err != errSilent {
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+	}
+	return code
+}
+
+// errSilent ends a command whose output already said what went wrong.
+var errSilent = errors.New("failed")
+
+func newRoot() *cobra.Command {
+	var logLevel string
+	root := &cobra.Command{
+		Use:           "airlock",
+		Short:         "Sandbox supervisor and L7 egress proxy for AI agents",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnvKnobs(cmd); err != nil {
+				return err
+			}
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return &exitError{ExitUsage, fmt.Errorf("--log-level: %w", err)}
+			}
+			slog.SetDefault(slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl})))
+			logKnobs(cmd)
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error (JSON logs on stderr)")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{ExitUsage, err} })
+	root.AddCommand(newPolicyCmd(), newDemoCmd())
+	return root
+}

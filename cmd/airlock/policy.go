@@ -1,0 +1,482 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/presets"
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/format"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/tester"
+	"github.com/spf13/cobra"
+)
+
+// policyFlags are the engine options every command that loads a policy
+// shares; they mirror `airlock up` and `airlock proxy`.
+type policyFlags struct {
+	bundle, sha256, lock, publicKey, keyID, alg string
+	quarantine                                  bool
+}
+
+func (f *policyFlags) register(cmd *cobra.Command, withBundle bool) {
+	fl := cmd.Flags()
+	if withBundle {
+		fl.StringVar(&f.bundle, "policy", "", "policy bundle: a directory or a .tar.gz from `opa build` (default: the embedded presets)")
+	}
+	fl.StringVar(&f.sha256, "policy-sha256", "", "refuse to start unless the bundle hash is this sha256:<hex> (see `airlock policy hash`)")
+	fl.StringVar(&f.lock, "policy-lock", "", "lock file to enforce (default: <bundle>/airlock.lock when it exists)")
+	fl.StringVar(&f.publicKey, "policy-public-key", "", "PEM public key file: require a valid OPA bundle signature (.signatures.json)")
+	fl.StringVar(&f.keyID, "policy-key-id", "default", "key id of --policy-public-key, as given to `opa build --signing-key`")
+	fl.StringVar(&f.alg, "policy-signing-alg", "RS256", "signature algorithm of --policy-public-key")
+	fl.BoolVar(&f.quarantine, "policy-quarantine", false, "on a rejected reload deny everything until fixed, instead of keeping the last good policy")
+}
+
+func (f *policyFlags) source() policies.Source {
+	if f.bundle == "" {
+		return policies.Source{FS: presets.FS}
+	}
+	return policies.Source{Path: f.bundle}
+}
+
+func (f *policyFlags) options() (policies.Options, error) {
+	o := policies.Options{
+		Source:       f.source(),
+		PinnedSHA256: f.sha256,
+		LockFile:     f.lock,
+		Quarantine:   f.quarantine,
+		Logger:       slog.Default(),
+	}
+	if f.publicKey != "" {
+		key, err := os.ReadFile(f.publicKey)
+		if err != nil {
+			return o, fmt.Errorf("--policy-public-key: %w", err)
+		}
+		o.Verify = &policies.Verification{PublicKey: string(key), KeyID: f.keyID, Algorithm: f.alg}
+	}
+	return o, nil
+}
+
+func (f *policyFlags) engine(ctx context.Context) (*policies.Engine, error) {
+	o, err := f.options()
+	if err != nil {
+		return nil, err
+	}
+	return policies.New(ctx, o)
+}
+
+func newPolicyCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Test, evaluate, explain, hash, lock and format policy bundles",
+	}
+	cmd.AddCommand(newPolicyTestCmd(), newPolicyEvalCmd(false), newPolicyEvalCmd(true),
+		newPolicyHashCmd(), newPolicyLockCmd(), newPolicyVerifyCmd(), newPolicyFmtCmd())
+	return cmd
+}
+
+// bundleArg reads the optional DIR argument into the flags.
+func bundleArg(f *policyFlags, args []string) {
+	if len(args) == 1 {
+		f.bundle = args[0]
+	}
+}
+
+func newPolicyTestCmd() *cobra.Command {
+	var f policyFlags
+	var verbose bool
+	cmd := &cobra.Command{
+		Use:   "test [DIR]",
+		Short: "Compile and validate every preset, then run the bundle's Rego tests (as `opa test`)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bundleArg(&f, args)
+			ctx := cmd.Context()
+			// The engine's own load is part of the test: a preset whose
+			// Rego tests pass but that the engine refuses is a failure.
+			e, err := f.engine(ctx)
+			if err != nil {
+				return err
+			}
+			mods := map[string]*ast.Module{}
+			for _, m := range e.Bundle().Modules {
+				mods[m.Path] = m.Parsed
+			}
+			ch, err := tester.NewRunner().
+				SetDefaultRegoVersion(ast.RegoV1).
+				SetStore(inmem.New()).
+				SetModules(mods).
+				RaiseBuiltinErrors(true).
+				RunTests(ctx, nil)
+			if err != nil {
+				return err
+			}
+			var results []*tester.Result
+			failed := 0
+			for r := range ch {
+				if !r.Pass() {
+					failed++
+				}
+				results = append(results, r)
+			}
+			sort.Slice(results, func(i, j int) bool {
+				return results[i].Package+results[i].Name < results[j].Package+results[j].Name
+			})
+			rch := make(chan *tester.Result, len(results))
+			for _, r := range results {
+				rch <- r
+			}
+			close(rch)
+			if err := (tester.PrettyReporter{Output: cmd.OutOrStdout(), Verbose: verbose, FailureLine: true}).Report(rch); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "policy %s: %d presets, %d tests\n", e.Hash(), len(e.Presets()), len(results))
+			if failed > 0 || len(results) == 0 {
+				return &exitError{ExitError, errSilent}
+			}
+			return nil
+		},
+	}
+	f.register(cmd, false)
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "list every test")
+	return cmd
+}
+
+// readInput reads a policy input document strictly: an unknown field is an
+// error, so a misspelt field cannot silently leave the input empty.
+func readInput(cmd *cobra.Command, file string) (*policies.Input, error) {
+	var r io.Reader
+	if file == "-" {
+		r = cmd.InOrStdin()
+	} else {
+		fh, err := os.Open(file)
+		if err != nil {
+			return nil, err
+		}
+		defer fh.Close()
+		r = fh
+	}
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var in policies.Input
+	if err := dec.Decode(&in); err != nil {
+		return nil, fmt.Errorf("input %s: %w", file, err)
+	}
+	return &in, nil
+}
+
+func newPolicyEvalCmd(explain bool) *cobra.Command {
+	var f policyFlags
+	var preset, input string
+	var asJSON bool
+	use, short := "eval", "Decide one input and print the decision as JSON"
+	if explain {
+		use, short = "explain", "Decide one input and say which condition of which rule failed"
+	}
+	cmd := &cobra.Command{
+		Use:   use + " --preset NAME --input FILE|-",
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			in, err := readInput(cmd, input)
+			if err != nil {
+				return &exitError{ExitUsage, err}
+			}
+			if preset != "" {
+				in.Sandbox.Preset = preset
+			}
+			if in.Sandbox.Preset == "" {
+				return &exitError{ExitUsage, errors.New("no preset: give --preset or input.sandbox.preset")}
+			}
+			e, err := f.engine(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if !explain {
+				d := e.Decide(cmd.Context(), in)
+				return writeJSON(out, struct {
+					policies.Decision
+					Hint string `json:"hint"`
+				}{d, d.Hint(in)})
+			}
+			x, err := e.Explain(cmd.Context(), in)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(out, x)
+			}
+			p, _ := e.Preset(in.Sandbox.Preset)
+			printExplanation(out, x, p)
+			return nil
+		},
+	}
+	f.register(cmd, true)
+	cmd.Flags().StringVar(&preset, "preset", "", "preset to decide with (default: input.sandbox.preset)")
+	cmd.Flags().StringVar(&input, "input", "-", "input document (JSON), - for stdin")
+	if explain {
+		cmd.Flags().BoolVar(&asJSON, "json", false, "print the explanation as JSON")
+	}
+	return cmd
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func printExplanation(w io.Writer, x policies.Explanation, p policies.Preset) {
+	d, r := x.Decision, x.Input.Request
+	verdict := "DENY"
+	if d.Allow {
+		verdict = "ALLOW"
+		if r.Phase == policies.PhaseConnect {
+			verdict += map[bool]string{true: " (inspect: TLS terminated)", false: " (tunnel)"}[d.Inspect]
+		}
+	}
+	fmt.Fprintf(w, "%s  reason=%s rule=%q preset=%s\n", verdict, d.Reason, d.Rule, d.Preset)
+	fmt.Fprintf(w, "  %s\n", d.Hint(x.Input))
+	fmt.Fprintf(w, "  binary %s (sha256 %s)\n  %s %s:%d", x.Input.Process.Exe, orNone(x.Input.Process.SHA256), r.Phase, r.Host, r.Port)
+	if r.Phase == policies.PhaseRequest {
+		fmt.Fprintf(w, " %s %s", r.Method, r.Path)
+	}
+	fmt.Fprintln(w)
+	for _, name := range x.Denies {
+		fmt.Fprintf(w, "  deny rule %q matches (deny rules win)\n", name)
+	}
+	if len(x.Rules) == 0 {
+		fmt.Fprintln(w, "  the preset has no allow rules: everything is denied")
+		return
+	}
+	fmt.Fprintln(w, "  rule-by-rule (✓ held, ✗ failed):")
+	for _, re := range x.Rules {
+		var cells []string
+		for _, c := range policies.Checks {
+			mark := "✗"
+			if re.Checks[c] {
+				mark = "✓"
+			}
+			cells = append(cells, c+" "+mark)
+		}
+		closest := ""
+		if re.Rule == x.Closest && !d.Allow {
+			closest = "   ← closest"
+		}
+		fmt.Fprintf(w, "    %-28s %s%s\n", re.Rule, strings.Join(cells, "  "), closest)
+	}
+	if d.Allow || x.Closest == "" {
+		return
+	}
+	for _, rule := range p.Rules {
+		if rule.Name != x.Closest {
+			continue
+		}
+		var failed []string
+		for _, re := range x.Rules {
+			if re.Rule == x.Closest {
+				failed = re.Failed()
+			}
+		}
+		fmt.Fprintf(w, "  to allow this, rule %q would need: %s\n", rule.Name, strings.Join(wouldNeed(rule, failed, x.Input), "; "))
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+// wouldNeed says, per failed check of the closest rule, what it allows now.
+func wouldNeed(rule policies.Rule, failed []string, in *policies.Input) []string {
+	var out []string
+	for _, c := range failed {
+		switch c {
+		case "host":
+			out = append(out, fmt.Sprintf("host %s (it allows %s)", in.Request.Host, strings.Join(rule.Hosts, ", ")))
+		case "port":
+			ports := fmt.Sprint(rule.Ports)
+			if len(rule.Ports) == 0 {
+				ports = "[443]"
+			}
+			out = append(out, fmt.Sprintf("port %d (it allows %s)", in.Request.Port, ports))
+		case "binary":
+			var paths []string
+			for _, b := range rule.Binaries {
+				paths = append(paths, b.Path)
+			}
+			out = append(out, fmt.Sprintf("binary %s (it allows %s)", in.Process.Exe, strings.Join(paths, ", ")))
+		case "sha256":
+			if !contains(failed, "binary") {
+				out = append(out, fmt.Sprintf("sha256 %s pinned for %s", orNone(in.Process.SHA256), in.Process.Exe))
+			}
+		case "method":
+			out = append(out, fmt.Sprintf("method %s (it allows %s)", in.Request.Method, orDefault(string(rule.Methods), `"full"`)))
+		case "path":
+			out = append(out, fmt.Sprintf("path %s (it allows %s)", in.Request.Path, strings.Join(rule.Paths, ", ")))
+		case "query":
+			q, _ := json.Marshal(rule.Query)
+			out = append(out, fmt.Sprintf("query parameters %s", q))
+		}
+	}
+	return out
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func newPolicyHashCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "hash [DIR]",
+		Short: "Print the bundle hash (sha256 over the canonical encoding of sorted paths and contents)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var f policyFlags
+			bundleArg(&f, args)
+			b, err := policies.LoadBundle(f.source(), nil)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), b.Hash())
+			return nil
+		},
+	}
+}
+
+func newPolicyLockCmd() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "lock [DIR]",
+		Short: "Compile the bundle and write its hashes to a lock file that loading then enforces",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var f policyFlags
+			bundleArg(&f, args)
+			if out == "" {
+				if f.bundle == "" {
+					return &exitError{ExitUsage, errors.New("the embedded bundle has no directory: give --out FILE")}
+				}
+				out = filepath.Join(f.bundle, policies.LockFileName)
+				if st, err := os.Stat(f.bundle); err == nil && !st.IsDir() {
+					out = filepath.Join(filepath.Dir(f.bundle), policies.LockFileName)
+				}
+			}
+			b, err := policies.LoadBundle(f.source(), nil)
+			if err != nil {
+				return err
+			}
+			// Only a bundle the engine accepts is worth pinning.
+			if err := policies.Check(cmd.Context(), b); err != nil {
+				return err
+			}
+			if err := policies.WriteLock(out, policies.NewLock(b)); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", b.Hash(), out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "lock file to write (default: DIR/airlock.lock)")
+	return cmd
+}
+
+func newPolicyVerifyCmd() *cobra.Command {
+	var f policyFlags
+	cmd := &cobra.Command{
+		Use:   "verify [DIR]",
+		Short: "Load the bundle as `airlock up` would (pin, lock, signature, compile) and report",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bundleArg(&f, args)
+			e, err := f.engine(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "ok %s presets=%s\n", e.Hash(), strings.Join(e.Presets(), ","))
+			return nil
+		},
+	}
+	f.register(cmd, false)
+	return cmd
+}
+
+func newPolicyFmtCmd() *cobra.Command {
+	var write, list, fail bool
+	cmd := &cobra.Command{
+		Use:   "fmt [PATH...]",
+		Short: "Format Rego files (like `opa fmt`): print, -w write, -l list, --fail exit 1 if any change",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				args = []string{"."}
+			}
+			changed := 0
+			for _, root := range args {
+				err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+					if err != nil || d.IsDir() || !strings.HasSuffix(p, ".rego") {
+						return err
+					}
+					src, err := os.ReadFile(p)
+					if err != nil {
+						return err
+					}
+					out, err := format.SourceWithOpts(p, src, format.Opts{RegoVersion: ast.RegoV1})
+					if err != nil {
+						return fmt.Errorf("fmt %s: %w", p, err)
+					}
+					if bytes.Equal(src, out) {
+						return nil
+					}
+					changed++
+					switch {
+					case list:
+						fmt.Fprintln(cmd.OutOrStdout(), p)
+					case !write:
+						cmd.OutOrStdout().Write(out)
+					}
+					if write {
+						return os.WriteFile(p, out, 0o644)
+					}
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+			}
+			if fail && changed > 0 {
+				return &exitError{ExitError, errSilent}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&write, "write", "w", false, "write the result back to the file")
+	cmd.Flags().BoolVarP(&list, "list", "l", false, "list files whose formatting differs")
+	cmd.Flags().BoolVar(&fail, "fail", false, "exit 1 if any file would change")
+	return cmd
+}

@@ -1,0 +1,88 @@
+package policies
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestCanonicalHost(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"api.github.com", "api.github.com"},
+		{"API.GitHub.COM", "api.github.com"},
+		{"api.github.com.", "api.github.com"},
+		{"bücher.example", "xn--bcher-kva.example"},
+		{"127.0.0.1", "127.0.0.1"},
+		{"127.1", "127.0.0.1"},
+		{"0x7f.0.0.1", "127.0.0.1"},
+		{"0177.0.0.1", "127.0.0.1"},
+		{"2130706433", "127.0.0.1"},
+		{"0xa9fea9fe", "169.254.169.254"},
+		{"169.254.43518", "169.254.169.254"},
+		{"::ffff:127.0.0.1", "127.0.0.1"},
+		{"[::1]", "::1"},
+		{"[::ffff:a9fe:a9fe]", "169.254.169.254"},
+		{"my_service.internal", "my_service.internal"},
+	} {
+		got, err := CanonicalHost(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("CanonicalHost(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range []string{
+		"", "a b.com", "evil.com\r\nX: y", "evil.com%2f", "a..b", ".", "user@host",
+		"256.1.1.1", "1.2.3.4.5", "0x1g.0.0.1", "fe80::1%eth0", "a/b", "host\x00",
+	} {
+		if got, err := CanonicalHost(in); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("CanonicalHost(%q) = %q, %v; want ErrInvalidRequest", in, got, err)
+		}
+	}
+}
+
+func TestCanonicalPath(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", "/"},
+		{"/", "/"},
+		{"/v1/models", "/v1/models"},
+		{"/v1/models/", "/v1/models/"},
+		{"//v1///models", "/v1/models"},
+		{"/v1/./models", "/v1/models"},
+		{"/v1/admin/../models", "/v1/models"},
+		{"/../../etc/passwd", "/etc/passwd"},
+		{"/v1/%2e%2e/admin", "/admin"},
+		{"/v1%2Fadmin%2Fsecrets", "/v1/admin/secrets"},
+		{"/a%20b", "/a b"},
+		{"/a/..", "/"},
+		{"*", "*"},
+	} {
+		got, err := CanonicalPath(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("CanonicalPath(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range []string{"v1/models", "/a%zz", "/a%00b", "/a\\b", "/a%5Cb", "/a\nb"} {
+		if got, err := CanonicalPath(in); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("CanonicalPath(%q) = %q, %v; want ErrInvalidRequest", in, got, err)
+		}
+	}
+}
+
+func TestCanonicalMethod(t *testing.T) {
+	if got, err := CanonicalMethod("get"); err != nil || got != "GET" {
+		t.Errorf(`CanonicalMethod("get") = %q, %v; want "GET"`, got, err)
+	}
+	for _, in := range []string{"", "G ET", "GET\r\n", "GE(T"} {
+		if _, err := CanonicalMethod(in); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("CanonicalMethod(%q) error = %v; want ErrInvalidRequest", in, err)
+		}
+	}
+}
+
+func TestCanonicalQuery(t *testing.T) {
+	q, err := CanonicalQuery("service=git-upload-pack&a=1&a=2")
+	if err != nil || q["service"][0] != "git-upload-pack" || len(q["a"]) != 2 {
+		t.Errorf("CanonicalQuery = %v, %v", q, err)
+	}
+	if _, err := CanonicalQuery("service=git-upload-pack;service=git-receive-pack"); !errors.Is(err, ErrInvalidRequest) {
+		t.Errorf("CanonicalQuery with ';' error = %v; want ErrInvalidRequest", err)
+	}
+}

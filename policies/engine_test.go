@@ -1,0 +1,307 @@
+package policies_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/presets"
+	"gopkg.in/yaml.v3"
+)
+
+type decisionCase struct {
+	Note   string              `yaml:"note"`
+	Preset string              `yaml:"preset"`
+	Exe    string              `yaml:"exe"`
+	SHA256 string              `yaml:"sha256"`
+	Phase  string              `yaml:"phase"`
+	Host   string              `yaml:"host"`
+	Port   int                 `yaml:"port"`
+	Method string              `yaml:"method"`
+	Path   string              `yaml:"path"`
+	Query  map[string][]string `yaml:"query"`
+	Want   struct {
+		Reason  policies.Reason `yaml:"reason"`
+		Rule    string          `yaml:"rule"`
+		Inspect *bool           `yaml:"inspect"`
+	} `yaml:"want"`
+}
+
+func (c decisionCase) input() *policies.Input {
+	in := &policies.Input{
+		Sandbox: policies.Sandbox{ID: "test", Kind: c.Preset, Preset: c.Preset},
+		Process: policies.Process{PID: 1, Exe: c.Exe, SHA256: c.SHA256, UID: 998},
+		Request: policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: c.Host, Port: 443,
+			Method: c.Method, Path: c.Path, Query: c.Query, Inspected: true},
+	}
+	if c.Phase != "" {
+		in.Request.Phase = policies.Phase(c.Phase)
+	}
+	if c.Port != 0 {
+		in.Request.Port = c.Port
+	}
+	return in
+}
+
+func embedded(t testing.TB, opts ...func(*policies.Options)) *policies.Engine {
+	t.Helper()
+	o := policies.Options{Source: policies.Source{FS: presets.FS}, Logger: discard()}
+	for _, f := range opts {
+		f(&o)
+	}
+	e, err := policies.New(context.Background(), o)
+	if err != nil {
+		t.Fatalf("policies.New(embedded): %v", err)
+	}
+	return e
+}
+
+func TestDecisionCases(t *testing.T) {
+	raw, err := os.ReadFile("testdata/decisions.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []decisionCase
+	if err := yaml.Unmarshal(raw, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, cached := range []bool{true, false} {
+		size := 0
+		if !cached {
+			size = -1
+		}
+		e := embedded(t, func(o *policies.Options) { o.CacheSize = size })
+		for _, c := range cases {
+			// Twice: the second answer may come from the cache.
+			for i := 0; i < 2; i++ {
+				in := c.input()
+				d := e.Decide(context.Background(), in)
+				if d.Reason != c.Want.Reason || (c.Want.Rule != "" && d.Rule != c.Want.Rule) ||
+					(c.Want.Inspect != nil && d.Inspect != *c.Want.Inspect) || d.Allow != (c.Want.Reason == policies.ReasonAllowed) {
+					t.Errorf("%s (cached=%v, try %d): Decide = %+v; want %+v", c.Note, cached, i, d, c.Want)
+				}
+				if d.Policy != e.Hash() || d.Preset != c.Preset {
+					t.Errorf("%s: decision names policy %q preset %q; want %q %q", c.Note, d.Policy, d.Preset, e.Hash(), c.Preset)
+				}
+			}
+		}
+	}
+}
+
+func TestZeroDecisionDenies(t *testing.T) {
+	var d policies.Decision
+	if d.Allow || d.Inspect {
+		t.Fatalf("zero Decision = %+v; want a denial", d)
+	}
+}
+
+func TestInjectionIsDecided(t *testing.T) {
+	in := &policies.Input{
+		Sandbox: policies.Sandbox{Preset: "codex"},
+		Process: policies.Process{Exe: "/usr/local/lib/node_modules/@openai/codex/vendor/x/codex/codex"},
+		Request: policies.Request{Phase: policies.PhaseRequest, Host: "api.openai.com", Port: 443, Method: "POST", Path: "/v1/responses"},
+	}
+	d := embedded(t).Decide(context.Background(), in)
+	ref, ok := d.Inject["authorization"]
+	if !d.Allow || !ok || ref.Env != "OPENAI_API_KEY" || ref.Format != "Bearer %s" {
+		t.Fatalf("Decide(codex → openai) = %+v; want allow with authorization from OPENAI_API_KEY", d)
+	}
+}
+
+func TestCancelledEvaluationDenies(t *testing.T) {
+	e := embedded(t, func(o *policies.Options) { o.CacheSize = -1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	in := &policies.Input{
+		Sandbox: policies.Sandbox{Preset: "permissive"},
+		Process: policies.Process{Exe: "/usr/bin/curl"},
+		Request: policies.Request{Phase: policies.PhaseConnect, Host: "example.org", Port: 443},
+	}
+	d := e.Decide(ctx, in)
+	if d.Allow || d.Reason != policies.ReasonPolicyError || d.Error == "" {
+		t.Fatalf("Decide(cancelled) = %+v; want deny policy_error with the error", d)
+	}
+}
+
+// writeBundle makes a bundle directory from the embedded presets, with
+// files overridden or added by name ("" deletes).
+func writeBundle(t *testing.T, dir string, override map[string]string) {
+	t.Helper()
+	entries, err := presets.FS.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, ent := range entries {
+		raw, err := presets.FS.ReadFile(ent.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ent.Name()), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, body := range override {
+		p := filepath.Join(dir, name)
+		if body == "" {
+			os.Remove(p)
+			continue
+		}
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestTamperedPresetRefusesToStart(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "bundle")
+	writeBundle(t, dir, nil)
+	b, err := policies.LoadBundle(policies.Source{Path: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := policies.WriteLock(filepath.Join(dir, policies.LockFileName), policies.NewLock(b)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policies.New(ctx, policies.Options{Source: policies.Source{Path: dir}, Logger: discard()}); err != nil {
+		t.Fatalf("New with matching lock: %v", err)
+	}
+
+	// One byte changed in one preset.
+	p := filepath.Join(dir, "reviewer.rego")
+	raw, _ := os.ReadFile(p)
+	raw[len(raw)-2] ^= 0x01
+	if err := os.WriteFile(p, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = policies.New(ctx, policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
+	if !errors.Is(err, policies.ErrIntegrity) || !strings.Contains(err.Error(), "changed reviewer.rego") {
+		t.Fatalf("New after tamper = %v; want ErrIntegrity naming reviewer.rego", err)
+	}
+
+	// The pinned-hash flag refuses too, and must agree with a lock.
+	_, err = policies.New(ctx, policies.Options{Source: policies.Source{Path: dir}, PinnedSHA256: b.Hash(), LockFile: filepath.Join(t.TempDir(), "none"), Logger: discard()})
+	if err == nil {
+		t.Fatal("New with a missing explicit lock file succeeded")
+	}
+	os.Remove(filepath.Join(dir, policies.LockFileName))
+	_, err = policies.New(ctx, policies.Options{Source: policies.Source{Path: dir}, PinnedSHA256: b.Hash(), Logger: discard()})
+	if !errors.Is(err, policies.ErrIntegrity) {
+		t.Fatalf("New with stale --policy-sha256 = %v; want ErrIntegrity", err)
+	}
+}
+
+func TestHashIsCanonical(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bundle")
+	writeBundle(t, dir, nil)
+	disk, err := policies.LoadBundle(policies.Source{Path: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emb, err := policies.LoadBundle(policies.Source{FS: presets.FS}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if disk.Hash() != emb.Hash() {
+		t.Fatalf("hash of the presets on disk %s != embedded %s", disk.Hash(), emb.Hash())
+	}
+	// A file the bundle does not load (README, the lock) does not count;
+	// moving content between files does.
+	writeBundle(t, dir, map[string]string{"README.md": "notes"})
+	again, _ := policies.LoadBundle(policies.Source{Path: dir}, nil)
+	if again.Hash() != disk.Hash() {
+		t.Fatal("a non-policy file changed the bundle hash")
+	}
+	writeBundle(t, dir, map[string]string{"strict.rego": "", "strict2.rego": mustRead(t, "strict.rego")})
+	moved, _ := policies.LoadBundle(policies.Source{Path: dir}, nil)
+	if moved.Hash() == disk.Hash() {
+		t.Fatal("renaming a preset file did not change the bundle hash")
+	}
+}
+
+func mustRead(t *testing.T, name string) string {
+	raw, err := presets.FS.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
+}
+
+func TestInvalidPresetsAreRefused(t *testing.T) {
+	const head = "package airlock.presets.bad\n\nimport data.airlock.lib\n\n"
+	const tail = "\ndenies := []\n\ndecision := lib.decide(rules, denies)\n"
+	for _, tc := range []struct{ name, body, want string }{
+		{"typo in a field", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "method": "read-only"}]` + tail, `unknown field "method"`},
+		{"non-canonical host", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["API.example.com"]}]` + tail, `write "api.example.com"`},
+		{"mid-label wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["api*.example.com"]}]` + tail, "whole first label"},
+		{"tld wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["*.com"]}]` + tail, "top-level domain"},
+		{"no binaries", head + `rules := [{"name": "r", "hosts": ["a.example"]}]` + tail, "lists no binaries"},
+		{"unknown method set", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "methods": "readonly"}]` + tail, "not one of"},
+		{"two **", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "paths": ["/**/x/**"]}]` + tail, "at most one **"},
+		{"inspect false with paths", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "paths": ["/v1/**"], "inspect": false}]` + tail, "only inspection can enforce"},
+		{"bad digest", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl", "sha256": "abc"}], "hosts": ["a.example"]}]` + tail, "64 lower-case hex"},
+		{"duplicate names", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"]}, {"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["b.example"]}]` + tail, "used twice"},
+		{"custom decision", head + "rules := []\n\ndenies := []\n\ndecision := {\"allow\": true}\n", "decision must be exactly"},
+		{"preset reads input", head + "rules := [] if input.x\n" + tail, "may not read input"},
+		{"syntax error", head + "rules := [\n", "rego_parse_error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "bundle")
+			writeBundle(t, dir, map[string]string{"bad.rego": tc.body})
+			_, err := policies.New(context.Background(), policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New = %v; want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A library whose evaluation fails must deny with policy_error.
+func TestEvaluationErrorDenies(t *testing.T) {
+	const lib = `package airlock.lib
+
+index(rules, denies) := {"n": count(rules)}
+
+decide(rules, denies) := decide_indexed(index(rules, denies))
+
+decide_indexed(_) := {"allow": true, "inspect": false, "reason": "allowed", "rule": "a", "inject": {}} if input.request.port > 0
+
+decide_indexed(_) := {"allow": false, "inspect": false, "reason": "host_not_allowed", "rule": "", "inject": {}} if input.request.port > 1
+
+explain(rules, denies) := {}
+`
+	const malformed = `package airlock.lib
+
+index(rules, denies) := {}
+
+decide(rules, denies) := decide_indexed(index(rules, denies))
+
+decide_indexed(_) := {"allow": "yes", "inspect": false, "reason": "allowed", "rule": "a"}
+
+explain(rules, denies) := {}
+`
+	for name, body := range map[string]string{"conflict": lib, "malformed decision": malformed} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "bundle")
+			writeBundle(t, dir, map[string]string{"lib/airlock.rego": body})
+			e, err := policies.New(context.Background(), policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := &policies.Input{Sandbox: policies.Sandbox{Preset: "permissive"}, Process: policies.Process{Exe: "/usr/bin/curl"},
+				Request: policies.Request{Phase: policies.PhaseConnect, Host: "example.org", Port: 443}}
+			d := e.Decide(context.Background(), in)
+			if d.Allow || d.Reason != policies.ReasonPolicyError || d.Error == "" {
+				t.Fatalf("Decide = %+v; want deny policy_error", d)
+			}
+		})
+	}
+}
