@@ -182,9 +182,11 @@ func (b *Bundle) read(v *Verification) (bundle.Bundle, error) {
 		if v == nil && path.Base(f.Path) == ".signatures.json" {
 			continue
 		}
-		fsys[f.Path] = &fstest.MapFile{Data: f.Raw, Mode: 0o444}
+		fsys["b/"+f.Path] = &fstest.MapFile{Data: f.Raw, Mode: 0o444}
 	}
-	r := bundle.NewCustomReader(bundle.NewFSLoaderWithRoot(fsys, ".")).
+	// Rooted at a directory, not ".": OPA's FS loader strips a "." root
+	// from the front of ".signatures.json".
+	r := bundle.NewCustomReader(bundle.NewFSLoaderWithRoot(fsys, "b")).
 		WithRegoVersion(ast.RegoV1).
 		WithProcessAnnotations(true).
 		WithSkipBundleVerification(v == nil)

@@ -1,0 +1,172 @@
+package policies_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+type reloadEvent struct {
+	hash string
+	err  error
+}
+
+// watched starts an engine on a copy of the presets with Watch running and
+// returns a channel of reload outcomes.
+func watched(t *testing.T, quarantine bool) (*policies.Engine, string, <-chan reloadEvent) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "bundle")
+	writeBundle(t, dir, nil)
+	events := make(chan reloadEvent, 16)
+	e, err := policies.New(context.Background(), policies.Options{
+		Source:     policies.Source{Path: dir},
+		Quarantine: quarantine,
+		Logger:     discard(),
+		OnReload:   func(h string, err error) { events <- reloadEvent{h, err} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Watch(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	})
+	// Watch has no ready signal; touching a file until a reload is reported
+	// proves the watches are in place.
+	waitReload(t, events, func() { touch(t, filepath.Join(dir, "strict.rego")) }, succeeded)
+	return e, dir, events
+}
+
+func touch(t *testing.T, p string) {
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReload repeats poke until a reload outcome satisfying want is
+// reported (earlier outcomes, e.g. of a previous poke, are skipped), for at
+// most 10s.
+func waitReload(t *testing.T, events <-chan reloadEvent, poke func(), want func(reloadEvent) bool) reloadEvent {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	poke()
+	for {
+		select {
+		case ev := <-events:
+			if want(ev) {
+				return ev
+			}
+		case <-tick.C:
+			poke()
+		case <-deadline:
+			t.Fatal("no matching reload reported within 10s")
+		}
+	}
+}
+
+func failed(ev reloadEvent) bool    { return ev.err != nil }
+func succeeded(ev reloadEvent) bool { return ev.err == nil }
+
+func writerModel() *policies.Input {
+	return &policies.Input{
+		Sandbox: policies.Sandbox{Preset: "writer"},
+		Process: policies.Process{Exe: "/usr/bin/node"},
+		Request: policies.Request{Phase: policies.PhaseConnect, Host: "api.anthropic.com", Port: 443},
+	}
+}
+
+func TestReloadRejectsBrokenEditAndKeepsServing(t *testing.T) {
+	e, dir, events := watched(t, false)
+	ctx := context.Background()
+	good := e.Hash()
+	if d := e.Decide(ctx, writerModel()); !d.Allow {
+		t.Fatalf("before the edit: %+v", d)
+	}
+
+	// A broken edit: the writer preset loses its closing bracket.
+	p := filepath.Join(dir, "writer.rego")
+	raw, _ := os.ReadFile(p)
+	broken := strings.Replace(string(raw), "rules := [common.anthropic_api(common.claude)]", "rules := [common.anthropic_api(common.claude)", 1)
+	ev := waitReload(t, events, func() { os.WriteFile(p, []byte(broken), 0o644) }, failed)
+	if ev.err == nil || !strings.Contains(ev.err.Error(), "writer.rego") {
+		t.Fatalf("reload of a broken edit reported %v; want a parse error naming writer.rego", ev.err)
+	}
+	if d := e.Decide(ctx, writerModel()); !d.Allow || d.Policy != good || e.Hash() != good {
+		t.Fatalf("after a broken edit: %+v (hash %s); want the last good generation %s serving", d, e.Hash(), good)
+	}
+
+	// A valid edit that removes the rule: the new generation takes over.
+	edited := strings.Replace(string(raw), "rules := [common.anthropic_api(common.claude)]", "rules := []", 1)
+	ev = waitReload(t, events, func() { os.WriteFile(p, []byte(edited), 0o644) }, func(ev reloadEvent) bool { return ev.err == nil && ev.hash != good })
+	if ev.err != nil || ev.hash == good {
+		t.Fatalf("reload of a valid edit = %+v", ev)
+	}
+	if d := e.Decide(ctx, writerModel()); d.Allow || d.Reason != policies.ReasonHostNotAllowed || d.Policy != ev.hash {
+		t.Fatalf("after a valid edit: %+v; want host_not_allowed from %s", d, ev.hash)
+	}
+}
+
+func TestReloadQuarantineDeniesUntilFixed(t *testing.T) {
+	e, dir, events := watched(t, true)
+	ctx := context.Background()
+	p := filepath.Join(dir, "writer.rego")
+	raw, _ := os.ReadFile(p)
+	ev := waitReload(t, events, func() { os.WriteFile(p, append(raw, []byte("\nnot rego at all (\n")...), 0o644) }, failed)
+	if ev.err == nil {
+		t.Fatal("broken edit was accepted")
+	}
+	if d := e.Decide(ctx, writerModel()); d.Allow || d.Reason != policies.ReasonPolicyQuarantined {
+		t.Fatalf("quarantined engine decided %+v; want policy_quarantined", d)
+	}
+	waitReload(t, events, func() { os.WriteFile(p, raw, 0o644) }, succeeded)
+	if d := e.Decide(ctx, writerModel()); !d.Allow {
+		t.Fatalf("after the fix: %+v; want allowed", d)
+	}
+}
+
+func TestReloadRefusesEditThatBreaksTheLock(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bundle")
+	writeBundle(t, dir, nil)
+	b, err := policies.LoadBundle(policies.Source{Path: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := policies.WriteLock(filepath.Join(dir, policies.LockFileName), policies.NewLock(b)); err != nil {
+		t.Fatal(err)
+	}
+	e, err := policies.New(context.Background(), policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "writer.rego")
+	raw, _ := os.ReadFile(p)
+	os.WriteFile(p, []byte(strings.Replace(string(raw), "rules := [common.anthropic_api(common.claude)]", "rules := []", 1)), 0o644)
+	if err := e.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), "changed writer.rego") {
+		t.Fatalf("Reload of an edit not in the lock = %v; want an integrity error", err)
+	}
+	if d := e.Decide(context.Background(), writerModel()); !d.Allow || e.Hash() != b.Hash() {
+		t.Fatalf("after a rejected reload: %+v", d)
+	}
+	// Re-locking (the reviewer's approval) lets the edit in.
+	edited, _ := policies.LoadBundle(policies.Source{Path: dir}, nil)
+	policies.WriteLock(filepath.Join(dir, policies.LockFileName), policies.NewLock(edited))
+	if err := e.Reload(context.Background()); err != nil || e.Hash() != edited.Hash() {
+		t.Fatalf("Reload after re-lock = %v (hash %s)", err, e.Hash())
+	}
+}
