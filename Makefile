@@ -5,6 +5,8 @@ GOBIN     := $(shell $(GO) env GOPATH)/bin
 OPA_VERSION := $(shell $(GO) list -m -f '{{.Version}}' github.com/open-policy-agent/opa)
 OPA       := $(GOBIN)/opa
 REGO_DIRS := policies/lib presets
+# Tests exec the opa CLI (signed-bundle test): find the one `make tools` installs.
+export PATH := $(GOBIN):$(PATH)
 
 .PHONY: build run test lint bench tools clean
 

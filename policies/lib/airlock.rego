@@ -119,7 +119,7 @@ _alt(p) := replace(p, "/**", "") if {
 # conditions only visible inside TLS: methods, paths, query, injection.
 _self_inspect(r) if r.inspect == true
 
-else := true if _request_level(r)
+else if _request_level(r)
 
 else := false
 
@@ -251,7 +251,7 @@ _match(e, x) if {
 
 _inspect(r, ix) if r.inspect
 
-else := true if {
+else if {
 	some j in _candidates(ix.deny_hosts)
 	d := ix.denies[j]
 	d.request_level

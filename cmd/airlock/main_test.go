@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/presets"
+)
+
+func airlock(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// copyPresets writes the embedded presets into a fresh directory.
+func copyPresets(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "presets")
+	os.MkdirAll(dir, 0o755)
+	entries, _ := presets.FS.ReadDir(".")
+	for _, e := range entries {
+		raw, _ := presets.FS.ReadFile(e.Name())
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestHashLockVerifyAndTamperExitCode(t *testing.T) {
+	dir := copyPresets(t)
+	code, hash, errs := airlock(t, "", "policy", "hash", dir)
+	if code != ExitOK || !strings.HasPrefix(hash, "sha256:") {
+		t.Fatalf("policy hash = %d %q %s", code, hash, errs)
+	}
+	if code, _, errs := airlock(t, "", "policy", "lock", dir); code != ExitOK {
+		t.Fatalf("policy lock = %d %s", code, errs)
+	}
+	if code, out, errs := airlock(t, "", "policy", "verify", dir); code != ExitOK || !strings.Contains(out, strings.TrimSpace(hash)) {
+		t.Fatalf("policy verify = %d %q %s", code, out, errs)
+	}
+	if code, _, errs := airlock(t, "", "policy", "verify", dir, "--policy-sha256", strings.TrimSpace(hash)); code != ExitOK {
+		t.Fatalf("policy verify with matching --policy-sha256 = %d %s", code, errs)
+	}
+
+	// One byte changed in a preset: refuse, with the distinct exit code and
+	// the file named.
+	p := filepath.Join(dir, "coder.rego")
+	raw, _ := os.ReadFile(p)
+	raw[0] ^= 0x20
+	os.WriteFile(p, raw, 0o644)
+	code, _, errs = airlock(t, "", "policy", "verify", dir)
+	if code != ExitIntegrity || !strings.Contains(errs, "changed coder.rego") {
+		t.Fatalf("policy verify after tamper = %d %s; want exit %d naming coder.rego", code, errs, ExitIntegrity)
+	}
+	code, _, errs = airlock(t, "", "demo", "--policy", dir)
+	if code != ExitIntegrity {
+		t.Fatalf("demo on a tampered bundle = %d %s; want exit %d", code, errs, ExitIntegrity)
+	}
+	// The environment knob pins too.
+	t.Setenv("AIRLOCK_POLICY_SHA256", "sha256:"+strings.Repeat("0", 64))
+	if code, _, _ := airlock(t, "", "policy", "verify"); code != ExitIntegrity {
+		t.Fatalf("AIRLOCK_POLICY_SHA256 mismatch exit = %d; want %d", code, ExitIntegrity)
+	}
+}
+
+func TestEvalAndExplain(t *testing.T) {
+	input := `{"sandbox": {"id": "s", "kind": "reviewer"},
+		"process": {"pid": 7, "exe": "/usr/bin/curl", "sha256": "", "uid": 998, "ancestors": []},
+		"request": {"phase": "request", "scheme": "https", "host": "api.github.com", "port": 443,
+			"method": "POST", "path": "/repos/o/r/issues", "inspected": true},
+		"destination": {"ips": []}}`
+	code, out, errs := airlock(t, input, "policy", "eval", "--preset", "reviewer", "--input", "-")
+	if code != ExitOK {
+		t.Fatalf("policy eval = %d %s", code, errs)
+	}
+	var d struct {
+		Allow  bool   `json:"allow"`
+		Reason string `json:"reason"`
+		Rule   string `json:"rule"`
+		Hint   string `json:"hint"`
+	}
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("policy eval output %q: %v", out, err)
+	}
+	if d.Allow || d.Reason != "method_not_allowed" || d.Rule != "github-api-read" || !strings.Contains(d.Hint, "POST") {
+		t.Fatalf("policy eval = %+v", d)
+	}
+
+	code, out, errs = airlock(t, strings.Replace(input, "/usr/bin/curl", "/usr/bin/wget", 1), "policy", "explain", "--preset", "reviewer")
+	if code != ExitOK || !strings.Contains(out, "binary_not_allowed") ||
+		!strings.Contains(out, `rule "github-api-read" would need: binary /usr/bin/wget`) {
+		t.Fatalf("policy explain = %d\n%s\n%s", code, out, errs)
+	}
+
+	// A misspelt input field is an error, not an empty input.
+	if code, _, _ := airlock(t, `{"proces": {}}`, "policy", "eval", "--preset", "reviewer"); code != ExitUsage {
+		t.Fatalf("policy eval with an unknown field exit = %d; want %d", code, ExitUsage)
+	}
+}
+
+func TestPolicyTestFailsOnAFailingRegoTest(t *testing.T) {
+	dir := copyPresets(t)
+	if code, out, errs := airlock(t, "", "policy", "test", dir); code != ExitOK || !strings.Contains(out, "PASS") {
+		t.Fatalf("policy test on the presets = %d\n%s\n%s", code, out, errs)
+	}
+	os.WriteFile(filepath.Join(dir, "broken_test.rego"), []byte("package broken_test\n\ntest_fails if false\n"), 0o644)
+	if code, out, _ := airlock(t, "", "policy", "test", dir); code != ExitError || !strings.Contains(out, "FAIL") {
+		t.Fatalf("policy test with a failing test = %d\n%s", code, out)
+	}
+}
+
+func TestFmt(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "x.rego")
+	os.WriteFile(p, []byte("package x\nallow if {   true }\n"), 0o644)
+	if code, out, _ := airlock(t, "", "policy", "fmt", "-l", "--fail", dir); code != ExitError || !strings.Contains(out, "x.rego") {
+		t.Fatalf("policy fmt -l --fail = %d %q", code, out)
+	}
+	if code, _, errs := airlock(t, "", "policy", "fmt", "-w", dir); code != ExitOK {
+		t.Fatalf("policy fmt -w = %d %s", code, errs)
+	}
+	if code, _, _ := airlock(t, "", "policy", "fmt", "-l", "--fail", dir); code != ExitOK {
+		t.Fatalf("policy fmt after -w still reports changes")
+	}
+}
+
+func TestDemo(t *testing.T) {
+	code, out, errs := airlock(t, "", "demo")
+	if code != ExitOK || !strings.Contains(out, "ALLOW") || !strings.Contains(out, "DENY") || !strings.Contains(out, "binary_not_allowed") {
+		t.Fatalf("demo = %d\n%s\n%s", code, out, errs)
+	}
+}
