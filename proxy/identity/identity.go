@@ -1,0 +1,41 @@
+// Package identity attributes a TCP connection to the process that opened
+// it: sock_diag for the exact 4-tuple gives the socket's inode and uid, the
+// owning pid is found among the sandbox's processes, and the process is
+// named by its executable (/proc/<pid>/exe) and that file's sha256.
+package identity
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Process is the owner of a client socket.
+type Process struct {
+	PID       int
+	UID       int
+	Exe       string // the /proc/<pid>/exe target
+	SHA256    string // of the file /proc/<pid>/exe opens, not of the path
+	Ancestors []Ancestor
+}
+
+// Ancestor is a parent of Process, nearest first.
+type Ancestor struct {
+	PID    int
+	Exe    string
+	SHA256 string
+}
+
+// Errors a lookup fails with. Both are denials: a connection whose owner is
+// not known exactly is never attributed to anyone.
+var (
+	// ErrUnknown: no socket for the 4-tuple, no owner among the sandbox's
+	// processes, or the owner changed (exited, pid reused) during lookup.
+	ErrUnknown = errors.New("identity_unknown")
+	// ErrAmbiguous: the socket is shared by processes that disagree on the
+	// executable (fork then exec, or fd passing).
+	ErrAmbiguous = errors.New("identity_ambiguous")
+)
+
+func unknown(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnknown, fmt.Sprintf(format, args...))
+}
