@@ -22,6 +22,16 @@ const (
 	ReasonInvalidRequest    Reason = "invalid_request"
 	ReasonPolicyError       Reason = "policy_error"
 	ReasonPolicyQuarantined Reason = "policy_quarantined"
+
+	// Decided by the proxy around the policy: who is asking, where the
+	// name leads, whether the request matches its tunnel, and whether a
+	// secret the policy asks to inject exists.
+	ReasonIdentityUnknown   Reason = "identity_unknown"
+	ReasonIdentityAmbiguous Reason = "identity_ambiguous"
+	ReasonSSRF              Reason = "ssrf_blocked"
+	ReasonHostMismatch      Reason = "host_mismatch"
+	ReasonSecretUnavailable Reason = "secret_unavailable"
+	ReasonUpstreamError     Reason = "upstream_error"
 )
 
 // policyReasons are the codes a preset's decision may carry; anything else

@@ -1,0 +1,212 @@
+// Package egress resolves and dials upstream destinations for the proxy,
+// refusing any address the sandbox must not reach (SSRF guard). A name is
+// resolved once, every address it resolves to is checked, and exactly the
+// checked address is dialled, so DNS rebinding cannot swap it afterwards.
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrBlocked marks a destination the guard refuses.
+var ErrBlocked = errors.New("ssrf_blocked")
+
+// BlockedError names the address and the range that refused it.
+type BlockedError struct {
+	Host  string
+	Addr  netip.Addr
+	Range string
+}
+
+func (e *BlockedError) Error() string {
+	if e.Host != "" && e.Host != e.Addr.String() {
+		return fmt.Sprintf("%s resolves to %s, which is %s", e.Host, e.Addr, e.Range)
+	}
+	return fmt.Sprintf("%s is %s", e.Addr, e.Range)
+}
+
+func (e *BlockedError) Is(target error) bool { return target == ErrBlocked }
+
+// Guard checks and dials destinations. The zero value is not usable: build
+// it with New.
+type Guard struct {
+	allow    []netip.Prefix
+	resolve  map[string][]netip.Addr // "host:port" → addresses (curl --resolve)
+	self     []netip.Prefix
+	resolver *net.Resolver
+	dialer   net.Dialer
+}
+
+// Options configure a Guard.
+type Options struct {
+	// AllowRanges are CIDRs the operator allows despite being private
+	// (--allow-range). Tests use them for their loopback upstreams.
+	AllowRanges []netip.Prefix
+	// Resolve pins names to addresses, in curl's HOST:PORT:ADDR[,ADDR]
+	// form (--resolve). Pinned addresses are still checked.
+	Resolve []string
+	// Self are the proxy's own addresses, refused unless allowed.
+	Self []netip.Addr
+	// Resolver looks names up; nil means the system resolver (the proxy's,
+	// never the sandbox's).
+	Resolver    *net.Resolver
+	DialTimeout time.Duration
+}
+
+// New builds a Guard.
+func New(o Options) (*Guard, error) {
+	g := &Guard{allow: o.AllowRanges, resolve: map[string][]netip.Addr{}, resolver: o.Resolver}
+	if g.resolver == nil {
+		g.resolver = net.DefaultResolver
+	}
+	g.dialer.Timeout = o.DialTimeout
+	if g.dialer.Timeout == 0 {
+		g.dialer.Timeout = 10 * time.Second
+	}
+	g.dialer.KeepAlive = 30 * time.Second
+	for _, a := range o.Self {
+		g.self = append(g.self, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	for _, r := range o.Resolve {
+		key, addrs, err := parseResolve(r)
+		if err != nil {
+			return nil, err
+		}
+		g.resolve[key] = addrs
+	}
+	return g, nil
+}
+
+// ParseAllowRange parses a --allow-range CIDR.
+func ParseAllowRange(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return p, fmt.Errorf("--allow-range %q: %w", s, err)
+	}
+	return p.Masked(), nil
+}
+
+func parseResolve(s string) (string, []netip.Addr, error) {
+	// HOST:PORT:ADDR[,ADDR...]; IPv6 addresses may be bracketed.
+	parts := strings.SplitN(s, ":", 3)
+	if len(parts) != 3 {
+		return "", nil, fmt.Errorf("--resolve %q: want HOST:PORT:ADDR[,ADDR]", s)
+	}
+	port, err := strconv.Atoi(parts[1])
+	if err != nil || port < 1 || port > 65535 {
+		return "", nil, fmt.Errorf("--resolve %q: bad port", s)
+	}
+	var addrs []netip.Addr
+	for _, a := range strings.Split(parts[2], ",") {
+		ip, err := netip.ParseAddr(strings.Trim(a, "[]"))
+		if err != nil {
+			return "", nil, fmt.Errorf("--resolve %q: %w", s, err)
+		}
+		addrs = append(addrs, ip.Unmap())
+	}
+	return net.JoinHostPort(strings.ToLower(parts[0]), parts[1]), addrs, nil
+}
+
+// Lookup resolves host (already canonical: an IP literal or a lower-case
+// name) and checks every address. Any refused address refuses the name: a
+// name that answers with one public and one private address is a rebinding
+// attempt, not a choice.
+func (g *Guard) Lookup(ctx context.Context, host string, port int) ([]netip.Addr, error) {
+	var addrs []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{ip.Unmap()}
+	} else if pinned, ok := g.resolve[net.JoinHostPort(host, strconv.Itoa(port))]; ok {
+		addrs = pinned
+	} else {
+		ips, err := g.resolver.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return nil, fmt.Errorf("resolve %s: %w", host, err)
+		}
+		for _, ip := range ips {
+			addrs = append(addrs, ip.Unmap())
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("resolve %s: no addresses", host)
+	}
+	for _, a := range addrs {
+		if err := g.Check(a); err != nil {
+			var be *BlockedError
+			if errors.As(err, &be) {
+				be.Host = host
+			}
+			return nil, err
+		}
+	}
+	return addrs, nil
+}
+
+// Check refuses an address in a range the sandbox must not reach, unless an
+// allow range covers it.
+func (g *Guard) Check(a netip.Addr) error {
+	a = a.Unmap()
+	for _, p := range g.allow {
+		if p.Contains(a) {
+			return nil
+		}
+	}
+	for _, p := range g.self {
+		if p.Contains(a) {
+			return &BlockedError{Addr: a, Range: "one of the proxy's own addresses"}
+		}
+	}
+	if name := blockedRange(a); name != "" {
+		return &BlockedError{Addr: a, Range: name}
+	}
+	// Addresses that embed an IPv4 address are judged by it too.
+	for _, v4 := range embeddedIPv4(a) {
+		for _, p := range g.allow {
+			if p.Contains(v4) {
+				return nil
+			}
+		}
+		if name := blockedRange(v4); name != "" {
+			return &BlockedError{Addr: a, Range: fmt.Sprintf("an IPv6 form of %s (%s)", v4, name)}
+		}
+	}
+	return nil
+}
+
+// Dial connects to the first of addrs that answers. The addresses must come
+// from Lookup: Dial does not check them again.
+func (g *Guard) Dial(ctx context.Context, addrs []netip.Addr, port int) (net.Conn, error) {
+	var errs []error
+	for _, a := range addrs {
+		c, err := g.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// DialContext resolves, checks and dials "host:port"; it has the signature
+// http.Transport wants.
+func (g *Guard) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("bad port in %q", addr)
+	}
+	addrs, err := g.Lookup(ctx, strings.ToLower(strings.TrimSuffix(host, ".")), port)
+	if err != nil {
+		return nil, err
+	}
+	return g.Dial(ctx, addrs, port)
+}

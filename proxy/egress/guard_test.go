@@ -1,0 +1,107 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestCheck(t *testing.T) {
+	g, err := New(Options{Self: []netip.Addr{netip.MustParseAddr("93.184.216.34")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		addr    string
+		blocked string // substring of the range name; "" = allowed
+	}{
+		{"8.8.8.8", ""},
+		{"2606:4700::1111", ""},
+		{"127.0.0.1", "loopback"},
+		{"127.255.0.9", "loopback"},
+		{"169.254.169.254", "metadata"},
+		{"10.1.2.3", "private"},
+		{"172.31.0.1", "private"},
+		{"192.168.1.1", "private"},
+		{"100.100.100.200", "carrier-grade NAT"},
+		{"0.0.0.0", "unspecified"},
+		{"::", "unspecified"},
+		{"::1", "loopback"},
+		{"fd00::1", "unique local"},
+		{"fe80::1", "link-local"},
+		{"::ffff:169.254.169.254", "metadata"},
+		{"64:ff9b::a9fe:a9fe", "IPv6 form of 169.254.169.254"},
+		{"64:ff9b::808:808", ""},
+		{"2002:7f00:1::1", "IPv6 form of 127.0.0.1"},
+		{"2002:0808:0808::1", ""},
+		{"2001:0:4136:e378:8000:63bf:80ff:fffe", "IPv6 form of 127.0.0.1"}, // Teredo client 127.0.0.1 (inverted)
+		{"::7f00:1", "loopback"},
+		{"224.0.0.1", "multicast"},
+		{"93.184.216.34", "proxy's own"},
+	} {
+		err := g.Check(netip.MustParseAddr(tc.addr))
+		switch {
+		case tc.blocked == "" && err != nil:
+			t.Errorf("Check(%s) = %v; want allowed", tc.addr, err)
+		case tc.blocked != "" && (!errors.Is(err, ErrBlocked) || !strings.Contains(err.Error(), tc.blocked)):
+			t.Errorf("Check(%s) = %v; want blocked as %q", tc.addr, err, tc.blocked)
+		}
+	}
+}
+
+func TestAllowRange(t *testing.T) {
+	p, _ := ParseAllowRange("127.0.0.0/8")
+	g, _ := New(Options{AllowRanges: []netip.Prefix{p}})
+	if err := g.Check(netip.MustParseAddr("127.0.0.1")); err != nil {
+		t.Fatalf("Check(127.0.0.1) with --allow-range 127.0.0.0/8 = %v", err)
+	}
+	if err := g.Check(netip.MustParseAddr("169.254.169.254")); err == nil {
+		t.Fatal("an allow range for loopback allowed the metadata address")
+	}
+}
+
+func TestLookupChecksPinnedAndResolvedAddresses(t *testing.T) {
+	g, err := New(Options{Resolve: []string{"evil.test:443:8.8.8.8,10.0.0.1", "good.test:443:8.8.4.4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := g.Lookup(ctx, "evil.test", 443); !errors.Is(err, ErrBlocked) || !strings.Contains(err.Error(), "evil.test resolves to 10.0.0.1") {
+		t.Fatalf("Lookup(name with one private address) = %v; want blocked naming it", err)
+	}
+	addrs, err := g.Lookup(ctx, "good.test", 443)
+	if err != nil || len(addrs) != 1 || addrs[0].String() != "8.8.4.4" {
+		t.Fatalf("Lookup(pinned) = %v, %v", addrs, err)
+	}
+	// A pin applies to its port only.
+	if _, err := g.Lookup(ctx, "127.0.0.1", 80); !errors.Is(err, ErrBlocked) {
+		t.Fatalf("Lookup(127.0.0.1) = %v; want blocked", err)
+	}
+	for _, bad := range []string{"nope", "a:b:c", "h:70000:1.2.3.4", "h:443:notanip"} {
+		if _, err := New(Options{Resolve: []string{bad}}); err == nil {
+			t.Errorf("New(--resolve %q) accepted", bad)
+		}
+	}
+}
+
+func TestDialContextRefusesBeforeConnecting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	g, _ := New(Options{})
+	if _, err := g.DialContext(context.Background(), "tcp", ln.Addr().String()); !errors.Is(err, ErrBlocked) {
+		t.Fatalf("DialContext(loopback) = %v; want blocked", err)
+	}
+	p, _ := ParseAllowRange("127.0.0.1/32")
+	g, _ = New(Options{AllowRanges: []netip.Prefix{p}})
+	c, err := g.DialContext(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("DialContext(loopback, allowed) = %v", err)
+	}
+	c.Close()
+}
