@@ -14,9 +14,9 @@ import (
 // fileKey identifies file content without reading it: the same inode with the
 // same size and times is the same bytes (a rewrite changes mtime/ctime).
 type fileKey struct {
-	dev, ino, size       uint64
-	mtimeSec, mtimeNsec  int64
-	ctimeSec, ctimeNsec  int64
+	dev, ino, size      uint64
+	mtimeSec, mtimeNsec int64
+	ctimeSec, ctimeNsec int64
 }
 
 // HashCache hashes executables through /proc/<pid>/exe, which opens the

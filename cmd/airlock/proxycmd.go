@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/proxy"
+	"github.com/airlock-sandbox/airlock/proxy/certs"
+	"github.com/airlock-sandbox/airlock/proxy/egress"
+	"github.com/airlock-sandbox/airlock/proxy/identity"
+	"github.com/spf13/cobra"
+	"github.com/vishvananda/netns"
+)
+
+// proxyFlags configure the proxy; `airlock launch` and `airlock up` reuse
+// them.
+type proxyFlags struct {
+	caDir, caCert, caKey string
+	upstreamCAs          []string
+	resolve, allowRanges []string
+	auditLog             string
+	metrics              string
+	watch                bool
+}
+
+func (f *proxyFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.caDir, "ca-dir", defaultCADir(), "directory of the airlock CA (ca.pem, ca-key.pem); generated on first start")
+	fl.StringVar(&f.caCert, "ca-cert", "", "operator-supplied CA certificate (with --ca-key) instead of --ca-dir")
+	fl.StringVar(&f.caKey, "ca-key", "", "operator-supplied CA key (mode 0600)")
+	fl.StringArrayVar(&f.upstreamCAs, "upstream-ca", nil, "extra PEM CA file trusted for upstream TLS, besides the system roots (repeatable)")
+	fl.StringArrayVar(&f.resolve, "resolve", nil, "pin HOST:PORT:ADDR[,ADDR] like curl (addresses are still SSRF-checked; repeatable)")
+	fl.StringArrayVar(&f.allowRanges, "allow-range", nil, "UNSAFE: allow upstream addresses in this CIDR despite the SSRF guard (repeatable)")
+	fl.StringVar(&f.auditLog, "audit-log", "-", "audit log file (one JSON line per decision), - for stdout")
+	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus /metrics on this address")
+	fl.BoolVar(&f.watch, "policy-watch", true, "reload the policy bundle directory when it changes")
+}
+
+func defaultCADir() string {
+	if d := os.Getenv("STATE_DIRECTORY"); d != "" { // systemd StateDirectory=
+		return filepath.Join(d, "ca")
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/airlock/ca"
+	}
+	if d, err := os.UserConfigDir(); err == nil {
+		return filepath.Join(d, "airlock", "ca")
+	}
+	return ".airlock-ca"
+}
+
+// build assembles a proxy from the flags. The returned closer flushes the
+// audit log.
+func (f *proxyFlags) build(decider *policies.Engine, log *slog.Logger) (*proxy.Proxy, *proxy.Metrics, func(), error) {
+	var ca *certs.CA
+	var err error
+	switch {
+	case f.caCert != "" || f.caKey != "":
+		if f.caCert == "" || f.caKey == "" {
+			return nil, nil, nil, errors.New("--ca-cert and --ca-key go together")
+		}
+		ca, err = certs.Load(f.caCert, f.caKey, 4096)
+	default:
+		ca, err = certs.LoadOrCreate(f.caDir, 4096)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("system roots: %w", err)
+	}
+	for _, file := range f.upstreamCAs {
+		pem, err := os.ReadFile(file)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--upstream-ca: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, nil, nil, fmt.Errorf("--upstream-ca %s: no PEM certificates", file)
+		}
+	}
+	var allow []netip.Prefix
+	for _, r := range f.allowRanges {
+		p, err := egress.ParseAllowRange(r)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		log.Warn("UNSAFE: SSRF guard relaxed by --allow-range", "range", p.String())
+		allow = append(allow, p)
+	}
+	guard, err := egress.New(egress.Options{AllowRanges: allow, Resolve: f.resolve, Self: hostAddrs()})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	audit, closeAudit, err := openAudit(f.auditLog)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	m := proxy.NewMetrics(ca)
+	p, err := proxy.New(proxy.Config{Decider: decider, CA: ca, Guard: guard, UpstreamRoots: roots, Audit: audit, Metrics: m, Logger: log})
+	if err != nil {
+		closeAudit()
+		return nil, nil, nil, err
+	}
+	return p, m, closeAudit, nil
+}
+
+func openAudit(path string) (io.Writer, func(), error) {
+	if path == "-" || path == "" {
+		return os.Stdout, func() {}, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--audit-log: %w", err)
+	}
+	return f, func() { f.Close() }, nil
+}
+
+// hostAddrs are the proxy host's own interface addresses, which the SSRF
+// guard refuses (loopback and private ones are refused anyway).
+func hostAddrs() []netip.Addr {
+	var out []netip.Addr
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr())
+		}
+	}
+	return out
+}
+
+func newProxyCmd() *cobra.Command {
+	var pf policyFlags
+	var xf proxyFlags
+	var listen, preset, sandboxID, kind, cgroup string
+	var pid int
+	cmd := &cobra.Command{
+		Use:   "proxy --listen ADDR --preset NAME",
+		Short: "Run the L7 egress proxy for one sandbox (standalone form)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			log := slog.Default()
+			engine, err := pf.engine(ctx)
+			if err != nil {
+				return err
+			}
+			if preset == "" {
+				return &exitError{ExitUsage, errors.New("--preset is required")}
+			}
+			if _, ok := engine.Preset(preset); !ok {
+				return &exitError{ExitUsage, fmt.Errorf("--preset %q: the policy has %v", preset, engine.Presets())}
+			}
+			if pf.bundle != "" && xf.watch {
+				go func() {
+					if err := engine.Watch(ctx); err != nil {
+						log.Error("policy watch stopped", "err", err)
+					}
+				}()
+			}
+			p, m, closeAudit, err := xf.build(engine, log)
+			if err != nil {
+				return err
+			}
+			defer closeAudit()
+			var cands identity.Candidates = identity.AllProcesses{}
+			switch {
+			case cgroup != "":
+				cands = identity.Cgroup(cgroup)
+			case pid != 0:
+				cands = identity.Tree(pid)
+			default:
+				log.Warn("no --cgroup or --pid: connections are attributed by scanning every process on the host")
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			if xf.metrics != "" {
+				go serveMetrics(ctx, xf.metrics, m.Handler(), log)
+			}
+			if sandboxID == "" {
+				sandboxID = preset
+			}
+			if kind == "" {
+				kind = preset
+			}
+			errc := make(chan error, 1)
+			go func() {
+				errc <- p.Serve(ln, proxy.Sandbox{ID: sandboxID, Kind: kind, Preset: preset, Candidates: cands, NetNS: netns.None()})
+			}()
+			fmt.Fprintf(cmd.ErrOrStderr(), "airlock proxy listening on %s (preset %s, policy %s)\n", ln.Addr(), preset, engine.Hash())
+			select {
+			case err := <-errc:
+				return err
+			case <-ctx.Done():
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			log.Info("shutting down: draining tunnels", "grace", "10s")
+			return p.Shutdown(sctx)
+		},
+	}
+	pf.register(cmd, true)
+	xf.register(cmd)
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:3128", "address to listen on")
+	cmd.Flags().StringVar(&preset, "preset", "", "preset deciding this sandbox's traffic")
+	cmd.Flags().StringVar(&sandboxID, "sandbox-id", "", "sandbox id in decisions and audit lines (default: the preset)")
+	cmd.Flags().StringVar(&kind, "kind", "", "sub-agent kind (default: the preset)")
+	cmd.Flags().StringVar(&cgroup, "cgroup", "", "cgroup v2 directory whose processes are the sandbox")
+	cmd.Flags().IntVar(&pid, "pid", 0, "root pid of the sandbox's process tree")
+	return cmd
+}
+
+func serveMetrics(ctx context.Context, addr string, h http.Handler, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", h)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); srv.Close() }()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Error("metrics server", "addr", addr, "err", err)
+	}
+}

@@ -1,0 +1,183 @@
+// Package certs is the proxy's certificate authority: the airlock CA
+// (generated on first start or supplied by the operator) and the leaf
+// certificates it signs for inspected hosts, cached in a bounded LRU.
+package certs
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+)
+
+// File names inside the CA directory.
+const (
+	CertFile = "ca.pem"
+	KeyFile  = "ca-key.pem"
+)
+
+// CA signs leaf certificates.
+type CA struct {
+	Cert    *x509.Certificate
+	CertPEM []byte
+	key     crypto.Signer
+	// leafKey is shared by every leaf: signing, not key generation, is then
+	// the only per-host cost.
+	leafKey *ecdsa.PrivateKey
+	leaves  *lru.Cache[string, *tls.Certificate]
+	hits    atomic.Uint64
+	misses  atomic.Uint64
+}
+
+// LoadOrCreate loads the CA from dir, or generates one (ECDSA P-256, key
+// written 0600) when dir holds neither file. A directory with only one of
+// the two files, or a key readable by others, is an error.
+func LoadOrCreate(dir string, cacheSize int) (*CA, error) {
+	certPath, keyPath := filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)
+	_, certErr := os.Stat(certPath)
+	_, keyErr := os.Stat(keyPath)
+	switch {
+	case errors.Is(certErr, os.ErrNotExist) && errors.Is(keyErr, os.ErrNotExist):
+		if err := create(dir, certPath, keyPath); err != nil {
+			return nil, err
+		}
+	case certErr != nil || keyErr != nil:
+		return nil, fmt.Errorf("CA directory %s must hold both %s and %s (or neither, to generate them)", dir, CertFile, KeyFile)
+	}
+	return Load(certPath, keyPath, cacheSize)
+}
+
+// Load reads an operator-supplied CA.
+func Load(certPath, keyPath string, cacheSize int) (*CA, error) {
+	st, err := os.Stat(keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("CA key: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("CA key %s is readable by group or others (%v); chmod 600 it", keyPath, st.Mode().Perm())
+	}
+	pair, err := tls.LoadX509KeyPair(certPath, keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("CA %s: %w", certPath, err)
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("CA %s: %w", certPath, err)
+	}
+	if !cert.IsCA {
+		return nil, fmt.Errorf("CA %s is not a CA certificate", certPath)
+	}
+	signer, ok := pair.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("CA key %s cannot sign", keyPath)
+	}
+	certPEM, _ := os.ReadFile(certPath)
+	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	cache, err := lru.New[string, *tls.Certificate](cacheSize)
+	if err != nil {
+		return nil, err
+	}
+	return &CA{Cert: cert, CertPEM: certPEM, key: signer, leafKey: leafKey, leaves: cache}, nil
+}
+
+func create(dir, certPath, keyPath string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("CA directory: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "airlock CA " + host, Organization: []string{"airlock"}},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().AddDate(5, 0, 0),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	// The key first, created 0600 and never wider; then the certificate.
+	if err := writeNew(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return err
+	}
+	return writeNew(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+}
+
+func writeNew(path string, data []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	return n
+}
+
+// Leaf returns a certificate for host signed by the CA, from the cache when
+// it holds one that is still valid for an hour.
+func (ca *CA) Leaf(host string) (*tls.Certificate, error) {
+	if c, ok := ca.leaves.Get(host); ok && time.Until(c.Leaf.NotAfter) > time.Hour {
+		ca.hits.Add(1)
+		return c, nil
+	}
+	ca.misses.Add(1)
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: host},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(7 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
+	} else {
+		tmpl.DNSNames = []string{host}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &ca.leafKey.PublicKey, ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("sign leaf for %s: %w", host, err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	c := &tls.Certificate{Certificate: [][]byte{der, ca.Cert.Raw}, PrivateKey: ca.leafKey, Leaf: leaf}
+	ca.leaves.Add(host, c)
+	return c, nil
+}
+
+// CacheStats reports leaf cache hits and misses since start.
+func (ca *CA) CacheStats() (hits, misses uint64) { return ca.hits.Load(), ca.misses.Load() }

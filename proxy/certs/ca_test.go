@@ -1,0 +1,83 @@
+package certs
+
+import (
+	"crypto/x509"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestCreateLoadAndSign(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ca")
+	ca, err := LoadOrCreate(dir, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := os.Stat(filepath.Join(dir, KeyFile))
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("CA key mode = %v; want 0600", st.Mode().Perm())
+	}
+	again, err := LoadOrCreate(dir, 8)
+	if err != nil || !again.Cert.Equal(ca.Cert) {
+		t.Fatalf("reload of the generated CA: %v", err)
+	}
+	leaf, err := ca.Leaf("api.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{DNSName: "api.example.com", Roots: pool}); err != nil {
+		t.Fatalf("leaf does not verify against the CA: %v", err)
+	}
+	if same, _ := ca.Leaf("api.example.com"); same != leaf {
+		t.Fatal("second Leaf for the same host was not cached")
+	}
+	if hits, misses := ca.CacheStats(); hits != 1 || misses != 1 {
+		t.Fatalf("cache stats = %d hits %d misses; want 1 1", hits, misses)
+	}
+	ipLeaf, _ := ca.Leaf("127.0.0.1")
+	if _, err := ipLeaf.Leaf.Verify(x509.VerifyOptions{DNSName: "127.0.0.1", Roots: pool}); err != nil {
+		t.Fatalf("IP leaf does not verify: %v", err)
+	}
+}
+
+func TestRefusesLooseKeyAndHalfCA(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ca")
+	if _, err := LoadOrCreate(dir, 8); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Join(dir, KeyFile), 0o644)
+	if _, err := LoadOrCreate(dir, 8); err == nil {
+		t.Fatal("a world-readable CA key was accepted")
+	}
+	os.Remove(filepath.Join(dir, KeyFile))
+	if _, err := LoadOrCreate(dir, 8); err == nil {
+		t.Fatal("a CA directory without its key was accepted (or silently regenerated)")
+	}
+}
+
+func BenchmarkLeaf(b *testing.B) {
+	ca, err := LoadOrCreate(filepath.Join(b.TempDir(), "ca"), 1024)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("warm", func(b *testing.B) {
+		ca.Leaf("warm.example.com")
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, err := ca.Leaf("warm.example.com"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("sign", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			ca.leaves.Purge()
+			if _, err := ca.Leaf("cold.example.com"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,58 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/proxy/identity"
+)
+
+type sandboxState struct {
+	Sandbox
+	resolver *identity.Resolver
+	active   atomic.Int64 // connections held, hijacked tunnels included
+}
+
+// clientConn is one accepted connection. Its owner is looked up once, on
+// first use, and every request on the connection is attributed to it.
+type clientConn struct {
+	sb             *sandboxState
+	remote, local  netip.AddrPort
+	once           sync.Once
+	proc           *identity.Process
+	err            error
+	lookupDuration time.Duration
+}
+
+func newClientConn(sb *sandboxState, c net.Conn) *clientConn {
+	return &clientConn{sb: sb, remote: addrPort(c.RemoteAddr()), local: addrPort(c.LocalAddr())}
+}
+
+func connFrom(ctx context.Context) *clientConn {
+	cc, _ := ctx.Value(ctxKey{}).(*clientConn)
+	return cc
+}
+
+func (c *clientConn) identity(m *Metrics) (*identity.Process, error) {
+	c.once.Do(func() {
+		start := time.Now()
+		c.proc, c.err = c.sb.resolver.Lookup(c.remote, c.local)
+		c.lookupDuration = time.Since(start)
+		m.observeIdentity(c.lookupDuration)
+	})
+	return c.proc, c.err
+}
+
+// identityReason maps a lookup failure to its reason code.
+func identityReason(err error) policies.Reason {
+	if errors.Is(err, identity.ErrAmbiguous) {
+		return policies.ReasonIdentityAmbiguous
+	}
+	return policies.ReasonIdentityUnknown
+}

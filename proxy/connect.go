@@ -1,0 +1,68 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/proxy/egress"
+	"github.com/elazarl/goproxy"
+)
+
+// handleConnect decides a CONNECT and hijacks the client connection for
+// whatever follows: a denial, an opaque tunnel or an inspected tunnel. No
+// CONNECT is ever handed to goproxy's own dialer or MITM.
+func (p *Proxy) handleConnect(target string, gctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+	ctx := gctx.Req.Context()
+	cc := connFrom(ctx)
+	host, portStr, err := net.SplitHostPort(target)
+	port, perr := strconv.Atoi(portStr)
+	var dc *decision
+	if err != nil || perr != nil {
+		dc = p.invalid(cc, policies.Request{Phase: policies.PhaseConnect, Host: target}, "CONNECT target "+strconv.Quote(target)+" is not host:port")
+	} else {
+		dc = p.decide(ctx, cc, policies.Request{Phase: policies.PhaseConnect, Scheme: "https", Host: host, Port: port})
+	}
+	var addrs []netip.Addr
+	if dc.d.Allow {
+		addrs = p.resolve(ctx, dc)
+	}
+	return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(req *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
+		defer p.track(client)()
+		defer cc.sb.active.Add(-1)
+		defer client.Close()
+		switch {
+		case !dc.d.Allow:
+			dc.denialResponse(req, http.StatusForbidden).Write(client)
+			p.record(dc, http.StatusForbidden, 0, 0)
+		case dc.d.Inspect:
+			p.inspect(cc, client, dc)
+		default:
+			p.tunnel(client, dc, addrs)
+		}
+	}}, target
+}
+
+// resolve runs the SSRF guard for an allowed decision: every address the
+// name resolves to is checked, and the ones returned are the only ones the
+// tunnel will dial. A refusal turns the decision into a denial.
+func (p *Proxy) resolve(ctx context.Context, dc *decision) []netip.Addr {
+	r := &dc.in.Request
+	addrs, err := p.cfg.Guard.Lookup(ctx, r.Host, r.Port)
+	switch {
+	case errors.Is(err, egress.ErrBlocked):
+		dc.deny(policies.ReasonSSRF, err.Error())
+		return nil
+	case err != nil:
+		dc.deny(policies.ReasonUpstreamError, err.Error())
+		return nil
+	}
+	for _, a := range addrs {
+		dc.in.Destination.IPs = append(dc.in.Destination.IPs, a.String())
+	}
+	return addrs
+}

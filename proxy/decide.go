@@ -1,0 +1,107 @@
+package proxy
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/proxy/identity"
+)
+
+// selectedHeaders are the request headers a policy may see. Credentials
+// (Authorization, Cookie) are never among them.
+var selectedHeaders = []string{"Content-Type", "User-Agent", "Upgrade", "Content-Length"}
+
+// decision is one question asked and answered, carried to the audit line.
+type decision struct {
+	in    policies.Input
+	d     policies.Decision
+	start time.Time
+	// detail adds what the policy did not decide (SSRF range, upstream
+	// error, host mismatch). It never holds secrets.
+	detail string
+}
+
+// begin attributes the connection. An identity failure is a denial that
+// never reaches the policy; ok reports whether the policy may be asked.
+func (p *Proxy) begin(cc *clientConn, req policies.Request) (dc *decision, ok bool) {
+	dc = &decision{start: time.Now()}
+	dc.in.Sandbox = policies.Sandbox{ID: cc.sb.ID, Kind: cc.sb.Kind, Preset: cc.sb.Preset}
+	dc.in.Request = req
+	proc, err := cc.identity(p.cfg.Metrics)
+	if err != nil {
+		dc.d = policies.Decision{Reason: identityReason(err), Preset: cc.sb.Preset}
+		dc.detail = err.Error()
+		return dc, false
+	}
+	dc.in.Process = processInput(proc)
+	return dc, true
+}
+
+// invalid is the denial of a request that cannot be read well enough to ask
+// the policy.
+func (p *Proxy) invalid(cc *clientConn, req policies.Request, detail string) *decision {
+	dc, ok := p.begin(cc, req)
+	if ok {
+		dc.d = policies.Decision{Reason: policies.ReasonInvalidRequest, Preset: cc.sb.Preset}
+		dc.detail = detail
+	}
+	return dc
+}
+
+// decide attributes the connection and asks the policy.
+func (p *Proxy) decide(ctx context.Context, cc *clientConn, req policies.Request) *decision {
+	dc, ok := p.begin(cc, req)
+	if !ok {
+		return dc
+	}
+	start := time.Now()
+	dc.d = p.cfg.Decider.Decide(ctx, &dc.in)
+	p.cfg.Metrics.observeEval(time.Since(start))
+	if dc.d.Error != "" {
+		dc.detail = dc.d.Error
+	}
+	return dc
+}
+
+func processInput(proc *identity.Process) policies.Process {
+	out := policies.Process{PID: proc.PID, Exe: proc.Exe, SHA256: proc.SHA256, UID: proc.UID}
+	for _, a := range proc.Ancestors {
+		out.Ancestors = append(out.Ancestors, policies.Ancestor{PID: a.PID, Exe: a.Exe, SHA256: a.SHA256})
+	}
+	return out
+}
+
+// deny turns an allowed decision into a denial the proxy made after the
+// policy (SSRF, host mismatch, missing secret, upstream failure).
+func (dc *decision) deny(reason policies.Reason, detail string) {
+	dc.d.Allow, dc.d.Inspect, dc.d.Reason, dc.d.Inject = false, false, reason, nil
+	dc.detail = detail
+}
+
+// hint is the denial hint: the policy's, or the proxy's for its own reasons.
+func (dc *decision) hint() string {
+	switch dc.d.Reason {
+	case policies.ReasonIdentityUnknown:
+		return "airlock could not attribute this connection to a process of the sandbox, so it is denied: " + dc.detail
+	case policies.ReasonIdentityAmbiguous:
+		return "the connection's socket is shared by processes running different executables, so it is denied: " + dc.detail
+	case policies.ReasonSSRF:
+		return "the destination is not a public address: " + dc.detail + "; an operator can allow a range with --allow-range CIDR"
+	case policies.ReasonHostMismatch:
+		return "the request names another host than its tunnel (" + dc.detail + "); open a new CONNECT to that host"
+	case policies.ReasonSecretUnavailable:
+		return "the policy injects a credential the proxy does not have (" + dc.detail + "); the request was not sent without it"
+	case policies.ReasonUpstreamError:
+		return "the upstream could not be reached: " + dc.detail
+	}
+	return dc.d.Hint(&dc.in)
+}
+
+func hostOnly(hostport string) string {
+	if i := strings.LastIndexByte(hostport, ':'); i >= 0 && !strings.Contains(hostport[i:], "]") {
+		return hostport[:i]
+	}
+	return hostport
+}

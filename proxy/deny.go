@@ -1,0 +1,68 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+)
+
+// Denial is the JSON body of every 403 (and 421): enough for an agent to
+// tell whether its binary or its endpoint failed, and what to change.
+type Denial struct {
+	Error  string `json:"error"`
+	Reason string `json:"reason"`
+	Rule   string `json:"rule,omitempty"`
+	Binary string `json:"binary,omitempty"`
+	Host   string `json:"host"`
+	Port   int    `json:"port"`
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	Hint   string `json:"hint"`
+}
+
+// ReasonHeader carries the reason code on every denial.
+const ReasonHeader = "X-Airlock-Reason"
+
+func (dc *decision) denial() Denial {
+	r := &dc.in.Request
+	return Denial{
+		Error:  "airlock denied this " + map[bool]string{true: "connection", false: "request"}[r.Phase == "connect"],
+		Reason: string(dc.d.Reason),
+		Rule:   dc.d.Rule,
+		Binary: dc.in.Process.Exe,
+		Host:   r.Host,
+		Port:   r.Port,
+		Method: r.Method,
+		Path:   r.Path,
+		Hint:   dc.hint(),
+	}
+}
+
+// denialResponse is the 403 (or 421) for dc, as an http.Response.
+func (dc *decision) denialResponse(req *http.Request, status int) *http.Response {
+	body, _ := json.Marshal(dc.denial())
+	body = append(body, '\n')
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set(ReasonHeader, string(dc.d.Reason))
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	return &http.Response{
+		Status:        strconv.Itoa(status) + " " + http.StatusText(status),
+		StatusCode:    status,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

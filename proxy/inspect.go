@@ -1,0 +1,229 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// inspect terminates TLS for an allowed CONNECT to an inspected host and
+// decides every request inside it. The leaf certificate is for the CONNECT
+// host, and every request must name that same host (Host header,
+// absolute-form URL, SNI): an allowed tunnel never reaches another host.
+func (p *Proxy) inspect(cc *clientConn, client net.Conn, dc *decision) {
+	if _, err := io.WriteString(client, established); err != nil {
+		return
+	}
+	host := dc.in.Request.Host
+	tc := tls.Server(client, &tls.Config{
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.cfg.CA.Leaf(host) },
+		// HTTP/2 would multiplex requests this loop decides one by one.
+		NextProtos: []string{"http/1.1"},
+		MinVersion: tls.VersionTLS12,
+	})
+	tc.SetDeadline(time.Now().Add(p.cfg.Limits.HandshakeTimeout))
+	if err := tc.Handshake(); err != nil {
+		dc.detail = "client TLS handshake: " + err.Error()
+		p.record(dc, 0, 0, 0)
+		return
+	}
+	tc.SetDeadline(time.Time{})
+	p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
+	defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
+	p.record(dc, http.StatusOK, 0, 0) // the CONNECT itself
+
+	sni := tc.ConnectionState().ServerName
+	br := bufio.NewReaderSize(tc, 16<<10)
+	for {
+		tc.SetReadDeadline(time.Now().Add(p.cfg.Limits.IdleTimeout))
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) {
+				p.badRequest(tc, err)
+			}
+			return
+		}
+		tc.SetReadDeadline(time.Time{})
+		if !p.serveInner(cc, tc, br, req, dc, sni) {
+			return
+		}
+	}
+}
+
+// serveInner decides and forwards one request from an inspected tunnel. It
+// reports whether the connection may carry another request.
+func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, req *http.Request, tun *decision, sni string) bool {
+	ctx := context.Background()
+	t := &tun.in.Request
+	target := policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: t.Host, Port: t.Port, Method: req.Method, Inspected: true}
+	var rdc *decision
+	if mismatch := pinnedHost(req, sni, t.Host, t.Port); mismatch != "" {
+		rdc = p.invalid(cc, target, mismatch)
+		if rdc.d.Reason == policies.ReasonInvalidRequest {
+			rdc.d.Reason = policies.ReasonHostMismatch
+		}
+		return p.refuse(tc, req, rdc, http.StatusMisdirectedRequest)
+	}
+	rdc = p.decideRequest(ctx, cc, req, target)
+	if !rdc.d.Allow {
+		return p.refuse(tc, req, rdc, http.StatusForbidden)
+	}
+
+	// Forward exactly to the tunnel's host: the request line and Host header
+	// were checked against it above.
+	out := req.Clone(ctx)
+	out.RequestURI = ""
+	out.URL.Scheme = "https"
+	out.URL.Host = net.JoinHostPort(t.Host, strconv.Itoa(t.Port))
+	if out.Host == "" {
+		out.Host = out.URL.Host
+	}
+	if err := p.inject(out.Header, rdc.d.Inject); err != nil {
+		rdc.deny(policies.ReasonSecretUnavailable, err.Error())
+		return p.refuse(tc, req, rdc, http.StatusForbidden)
+	}
+	body := &counter{r: req.Body}
+	if req.Body != nil && req.Body != http.NoBody {
+		out.Body = body
+	}
+	resp, err := p.transport.RoundTrip(out)
+	if err != nil {
+		rdc.deny(policies.ReasonUpstreamError, err.Error())
+		return p.refuse(tc, req, rdc, http.StatusBadGateway)
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		p.upgrade(tc, br, resp, rdc, body)
+		return false
+	}
+	down := &counter{r: resp.Body}
+	resp.Body = down
+	err = resp.Write(tc)
+	resp.Body.Close()
+	p.record(rdc, resp.StatusCode, body.n, down.n)
+	return err == nil && !req.Close && !resp.Close
+}
+
+// decideRequest canonicalises what the policy needs and asks it.
+func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Request, target policies.Request) *decision {
+	target.Path = req.URL.EscapedPath()
+	if req.URL.Opaque != "" {
+		target.Path = req.URL.Opaque
+	}
+	q, err := policies.CanonicalQuery(req.URL.RawQuery)
+	if err != nil {
+		return p.invalid(cc, target, err.Error())
+	}
+	target.Query = q
+	target.Headers = map[string]string{}
+	for _, h := range selectedHeaders {
+		if v := req.Header.Get(h); v != "" {
+			target.Headers[strings.ToLower(h)] = v
+		}
+	}
+	return p.decide(ctx, cc, target)
+}
+
+// pinnedHost checks that a request inside a tunnel names the tunnel's host
+// everywhere it names a host; it returns what differs.
+func pinnedHost(req *http.Request, sni, host string, port int) string {
+	if sni != "" {
+		if c, err := policies.CanonicalHost(sni); err != nil || c != host {
+			return fmt.Sprintf("TLS server name %q in a tunnel to %s", sni, host)
+		}
+	}
+	if req.URL.IsAbs() && !sameHost(req.URL.Host, host, port) {
+		return fmt.Sprintf("request URL host %q in a tunnel to %s", req.URL.Host, host)
+	}
+	if !sameHost(req.Host, host, port) {
+		return fmt.Sprintf("Host header %q in a tunnel to %s", req.Host, host)
+	}
+	return ""
+}
+
+// sameHost compares a Host value (host or host:port) with the tunnel's
+// canonical host and port; the port may be omitted when it is the default.
+func sameHost(hostport, host string, port int) bool {
+	h, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		h, p = hostport, ""
+	}
+	c, err := policies.CanonicalHost(h)
+	if err != nil || c != host {
+		return false
+	}
+	return p == "" || p == strconv.Itoa(port)
+}
+
+// refuse answers a denied inner request and records it. The connection
+// stays usable unless the client asked to close it.
+func (p *Proxy) refuse(w io.Writer, req *http.Request, dc *decision, status int) bool {
+	if req.Body != nil {
+		io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20))
+	}
+	resp := dc.denialResponse(req, status)
+	resp.Close = req.Close
+	err := resp.Write(w)
+	p.record(dc, status, 0, 0)
+	return err == nil && !req.Close
+}
+
+func (p *Proxy) badRequest(w io.Writer, err error) {
+	io.WriteString(w, "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nmalformed request: "+err.Error()+"\n")
+}
+
+// upgrade completes a protocol switch (WebSocket): the 101 goes to the
+// client, then frames are relayed untouched in both directions.
+func (p *Proxy) upgrade(tc *tls.Conn, br *bufio.Reader, resp *http.Response, dc *decision, body *counter) {
+	upstream, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		dc.deny(policies.ReasonUpstreamError, "101 response without a connection")
+		p.record(dc, http.StatusBadGateway, 0, 0)
+		return
+	}
+	defer upstream.Close()
+	fmt.Fprintf(tc, "HTTP/1.1 101 %s\r\n", http.StatusText(http.StatusSwitchingProtocols))
+	resp.Header.Write(tc)
+	io.WriteString(tc, "\r\n")
+	var wg sync.WaitGroup
+	var down int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		down, _ = io.Copy(tc, upstream)
+		tc.CloseWrite()
+	}()
+	up, _ := io.Copy(upstream, br) // br holds anything read past the request
+	upstream.Close()
+	wg.Wait()
+	p.record(dc, http.StatusSwitchingProtocols, body.n+up, down)
+}
+
+// counter counts bytes read through it.
+type counter struct {
+	r io.ReadCloser
+	n int64
+}
+
+func (c *counter) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *counter) Close() error { return c.r.Close() }
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

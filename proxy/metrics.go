@@ -1,0 +1,90 @@
+package proxy
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/proxy/certs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are the proxy's Prometheus metrics. Labels are bounded: sandbox
+// ids are the listeners the operator configured, reasons a fixed set. A nil
+// *Metrics records nothing.
+type Metrics struct {
+	registry  *prometheus.Registry
+	decisions *prometheus.CounterVec
+	tunnels   *prometheus.GaugeVec
+	bytes     *prometheus.CounterVec
+	identity  prometheus.Histogram
+	eval      prometheus.Histogram
+}
+
+// NewMetrics registers the proxy's metrics, including the CA's leaf cache.
+func NewMetrics(ca *certs.CA) *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{
+		registry: r,
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_proxy_decisions_total", Help: "Decisions by sandbox, decision and reason.",
+		}, []string{"sandbox", "decision", "reason"}),
+		tunnels: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "airlock_proxy_active_tunnels", Help: "Open CONNECT tunnels (opaque and inspected).",
+		}, []string{"sandbox"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_proxy_bytes_total", Help: "Bytes relayed, up (client to upstream) and down.",
+		}, []string{"sandbox", "direction"}),
+		identity: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "airlock_proxy_identity_lookup_seconds", Help: "Time to attribute a connection to a process.",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 14),
+		}),
+		eval: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "airlock_proxy_policy_eval_seconds", Help: "Time to decide one question.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 16),
+		}),
+	}
+	r.MustRegister(m.decisions, m.tunnels, m.bytes, m.identity, m.eval,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_proxy_cert_cache_hits_total", Help: "Leaf certificates served from the cache."},
+			func() float64 { h, _ := ca.CacheStats(); return float64(h) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_proxy_cert_cache_misses_total", Help: "Leaf certificates signed."},
+			func() float64 { _, mi := ca.CacheStats(); return float64(mi) }),
+	)
+	return m
+}
+
+// Handler serves /metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+func (m *Metrics) countDecision(sandbox, decision, reason string) {
+	if m != nil {
+		m.decisions.WithLabelValues(sandbox, decision, reason).Inc()
+	}
+}
+
+func (m *Metrics) addBytes(sandbox string, up, down int64) {
+	if m != nil && (up > 0 || down > 0) {
+		m.bytes.WithLabelValues(sandbox, "up").Add(float64(up))
+		m.bytes.WithLabelValues(sandbox, "down").Add(float64(down))
+	}
+}
+
+func (m *Metrics) tunnelOpen(sandbox string, delta float64) {
+	if m != nil {
+		m.tunnels.WithLabelValues(sandbox).Add(delta)
+	}
+}
+
+func (m *Metrics) observeIdentity(d time.Duration) {
+	if m != nil {
+		m.identity.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) observeEval(d time.Duration) {
+	if m != nil {
+		m.eval.Observe(d.Seconds())
+	}
+}

@@ -1,0 +1,116 @@
+package proxy
+
+import (
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/elazarl/goproxy"
+)
+
+// handlePlain decides an absolute-form request (GET http://host/path, or
+// https:// sent to the proxy as plain HTTP) exactly as a request inside an
+// inspected tunnel: the proxy sees it whole, so method and path rules apply.
+func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+	ctx := r.Context()
+	cc := connFrom(ctx)
+	port := 80
+	if r.URL.Scheme == "https" {
+		port = 443
+	}
+	if ps := r.URL.Port(); ps != "" {
+		port, _ = strconv.Atoi(ps)
+	}
+	target := policies.Request{Phase: policies.PhaseRequest, Scheme: r.URL.Scheme, Host: r.URL.Hostname(), Port: port, Method: r.Method, Inspected: true}
+	var dc *decision
+	status := http.StatusForbidden
+	switch {
+	case r.URL.Scheme != "http" && r.URL.Scheme != "https":
+		dc = p.invalid(cc, target, "scheme "+strconv.Quote(r.URL.Scheme)+" is not http or https")
+	case r.Host != "" && !sameHostAs(r.Host, r.URL):
+		dc = p.invalid(cc, target, "Host header "+strconv.Quote(r.Host)+" differs from the request URL host "+strconv.Quote(r.URL.Host))
+		if dc.d.Reason == policies.ReasonInvalidRequest {
+			dc.d.Reason, status = policies.ReasonHostMismatch, http.StatusMisdirectedRequest
+		}
+	default:
+		dc = p.decideRequest(ctx, cc, r, target)
+	}
+	if dc.d.Allow {
+		p.resolve(ctx, dc) // the SSRF guard; the transport's dial checks again
+	}
+	if dc.d.Allow {
+		if err := p.inject(r.Header, dc.d.Inject); err != nil {
+			dc.deny(policies.ReasonSecretUnavailable, err.Error())
+		}
+	}
+	if !dc.d.Allow {
+		p.record(dc, status, 0, 0)
+		return r, dc.denialResponse(r, status)
+	}
+	// Dial the canonical host the policy decided on; the Host header was
+	// checked to name the same host.
+	r.URL.Host = net.JoinHostPort(dc.in.Request.Host, strconv.Itoa(port))
+	body := &counter{r: r.Body}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = body
+	}
+	gctx.UserData = &plainState{dc: dc, body: body}
+	return r, nil
+}
+
+type plainState struct {
+	dc   *decision
+	body *counter
+}
+
+// handlePlainResponse records the outcome of a forwarded plain request once
+// its body has been relayed, and turns an upstream failure into a JSON 502.
+func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx) *http.Response {
+	st, ok := gctx.UserData.(*plainState)
+	if !ok {
+		return resp // a denial this proxy wrote itself: already recorded
+	}
+	if resp == nil {
+		detail := "no response"
+		if gctx.Error != nil {
+			detail = gctx.Error.Error()
+		}
+		st.dc.deny(policies.ReasonUpstreamError, detail)
+		p.record(st.dc, http.StatusBadGateway, st.body.n, 0)
+		return st.dc.denialResponse(gctx.Req, http.StatusBadGateway)
+	}
+	resp.Body = &recordOnClose{counter: counter{r: resp.Body}, done: func(n int64) {
+		p.record(st.dc, resp.StatusCode, st.body.n, n)
+	}}
+	return resp
+}
+
+// recordOnClose calls done with the bytes read when the body is closed.
+type recordOnClose struct {
+	counter
+	done func(int64)
+}
+
+func (r *recordOnClose) Close() error {
+	err := r.counter.Close()
+	if r.done != nil {
+		r.done(r.n)
+		r.done = nil
+	}
+	return err
+}
+
+// sameHostAs compares a Host header with an absolute request URL's host.
+func sameHostAs(hostHeader string, u interface {
+	Hostname() string
+	Port() string
+}) bool {
+	h, port, err := net.SplitHostPort(hostHeader)
+	if err != nil {
+		h, port = hostHeader, ""
+	}
+	a, err1 := policies.CanonicalHost(h)
+	b, err2 := policies.CanonicalHost(u.Hostname())
+	return err1 == nil && err2 == nil && a == b && (port == "" || u.Port() == "" || port == u.Port())
+}

@@ -1,0 +1,285 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/proxy/certs"
+	"github.com/airlock-sandbox/airlock/proxy/egress"
+	"github.com/airlock-sandbox/airlock/proxy/identity"
+	"github.com/elazarl/goproxy"
+	"github.com/vishvananda/netns"
+)
+
+// Sandbox is what one listener serves: every connection accepted on it is
+// attributed to this sandbox and decided by its preset.
+type Sandbox struct {
+	ID     string
+	Kind   string
+	Preset string
+	// Candidates are the processes that may own the sandbox's connections
+	// (its cgroup, its process tree; identity.AllProcesses for host
+	// clients).
+	Candidates identity.Candidates
+	// NetNS is the network namespace the listener lives in; sock_diag is
+	// asked there. netns.None() means the proxy's own namespace.
+	NetNS netns.NsHandle
+}
+
+// Limits bound what one client can hold.
+type Limits struct {
+	MaxConns          int           // concurrent connections per listener
+	MaxHeaderBytes    int           // request header size
+	ReadHeaderTimeout time.Duration // slowloris guard
+	IdleTimeout       time.Duration // idle keep-alive connections
+	HandshakeTimeout  time.Duration // TLS handshakes, both sides
+}
+
+// DefaultLimits are used for zero fields.
+var DefaultLimits = Limits{
+	MaxConns:          1024,
+	MaxHeaderBytes:    64 << 10,
+	ReadHeaderTimeout: 10 * time.Second,
+	IdleTimeout:       2 * time.Minute,
+	HandshakeTimeout:  10 * time.Second,
+}
+
+// Config configures a Proxy.
+type Config struct {
+	Decider policies.Decider
+	// CA signs leaves for inspected hosts.
+	CA *certs.CA
+	// Guard resolves and dials upstreams (SSRF guard).
+	Guard *egress.Guard
+	// UpstreamRoots verify upstream TLS: system roots plus operator CAs.
+	// nil means the system roots.
+	UpstreamRoots *x509.CertPool
+	// Secrets resolves the credentials the policy injects.
+	Secrets SecretSource
+	// Audit receives one JSON line per decision; nil discards.
+	Audit io.Writer
+	// Metrics, nil for none.
+	Metrics *Metrics
+	Limits  Limits
+	Logger  *slog.Logger
+}
+
+// Proxy is the L7 egress proxy. One Proxy serves any number of listeners,
+// each bound to one sandbox.
+type Proxy struct {
+	cfg       Config
+	log       *slog.Logger
+	audit     *slog.Logger
+	transport *http.Transport
+	hashes    *identity.HashCache
+
+	mu       sync.Mutex
+	servers  map[*http.Server]struct{}
+	tunnels  sync.WaitGroup
+	hijacked map[net.Conn]struct{}
+	closing  bool
+}
+
+// New builds a Proxy. Upstream connections never consult HTTP(S)_PROXY: the
+// proxy is started with the agent's environment in some setups, and reading
+// it would loop back to itself.
+func New(cfg Config) (*Proxy, error) {
+	if cfg.Decider == nil || cfg.CA == nil || cfg.Guard == nil {
+		return nil, errors.New("proxy: Decider, CA and Guard are required")
+	}
+	fillLimits(&cfg.Limits)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Audit == nil {
+		cfg.Audit = io.Discard
+	}
+	if cfg.Secrets == nil {
+		cfg.Secrets = EnvSecrets{}
+	}
+	p := &Proxy{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		audit:    slog.New(slog.NewJSONHandler(cfg.Audit, nil)),
+		hashes:   identity.NewHashCache(1024),
+		servers:  map[*http.Server]struct{}{},
+		hijacked: map[net.Conn]struct{}{},
+	}
+	p.transport = &http.Transport{
+		Proxy:       nil,
+		DialContext: cfg.Guard.DialContext,
+		TLSClientConfig: &tls.Config{
+			RootCAs:    cfg.UpstreamRoots,
+			NextProtos: []string{"http/1.1"},
+			MinVersion: tls.VersionTLS12,
+		},
+		ForceAttemptHTTP2:     false,
+		TLSHandshakeTimeout:   cfg.Limits.HandshakeTimeout,
+		ResponseHeaderTimeout: 5 * time.Minute,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true, // pass encodings through untouched
+	}
+	return p, nil
+}
+
+func fillLimits(l *Limits) {
+	d := DefaultLimits
+	if l.MaxConns == 0 {
+		l.MaxConns = d.MaxConns
+	}
+	if l.MaxHeaderBytes == 0 {
+		l.MaxHeaderBytes = d.MaxHeaderBytes
+	}
+	if l.ReadHeaderTimeout == 0 {
+		l.ReadHeaderTimeout = d.ReadHeaderTimeout
+	}
+	if l.IdleTimeout == 0 {
+		l.IdleTimeout = d.IdleTimeout
+	}
+	if l.HandshakeTimeout == 0 {
+		l.HandshakeTimeout = d.HandshakeTimeout
+	}
+}
+
+type ctxKey struct{}
+
+// Serve accepts connections on ln for sandbox sb until Shutdown. The
+// listener may live in another network namespace (created there by the
+// launcher); upstream dials happen from the proxy's namespace.
+func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
+	if sb.Preset == "" {
+		return errors.New("proxy: sandbox has no preset")
+	}
+	if sb.Candidates == nil {
+		return errors.New("proxy: sandbox has no candidate processes")
+	}
+	resolver, err := identity.NewResolver(sb.NetNS, sb.Candidates, p.hashes)
+	if err != nil {
+		return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
+	}
+	defer resolver.Close()
+	st := &sandboxState{Sandbox: sb, resolver: resolver}
+
+	gp := goproxy.NewProxyHttpServer()
+	gp.Logger = log.New(io.Discard, "", 0)
+	gp.Tr = p.transport   // our dialer, verification, no env proxy
+	gp.ConnectDial = nil  // never used: every CONNECT is hijacked
+	gp.KeepHeader = false // strip Proxy-Authorization upstream
+	gp.NonproxyHandler = http.HandlerFunc(p.nonProxy)
+	gp.OnRequest().HandleConnectFunc(p.handleConnect)
+	gp.OnRequest().DoFunc(p.handlePlain)
+	gp.OnResponse().DoFunc(p.handlePlainResponse)
+
+	srv := &http.Server{
+		Handler:           gp,
+		MaxHeaderBytes:    p.cfg.Limits.MaxHeaderBytes,
+		ReadHeaderTimeout: p.cfg.Limits.ReadHeaderTimeout,
+		IdleTimeout:       p.cfg.Limits.IdleTimeout,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, ctxKey{}, newClientConn(st, c))
+		},
+		// The connection cap is enforced here rather than by wrapping the
+		// listener: a wrapped net.Conn would stop io.Copy from splicing.
+		ConnState: func(c net.Conn, s http.ConnState) {
+			switch s {
+			case http.StateNew:
+				if st.active.Add(1) > int64(p.cfg.Limits.MaxConns) {
+					p.log.Warn("connection limit reached; closing new connection", "sandbox", sb.ID, "limit", p.cfg.Limits.MaxConns, "client", c.RemoteAddr().String())
+					c.Close()
+				}
+			case http.StateClosed:
+				st.active.Add(-1)
+			}
+			// StateHijacked: the tunnel releases its slot when it ends.
+		},
+	}
+	p.mu.Lock()
+	if p.closing {
+		p.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	p.servers[srv] = struct{}{}
+	p.mu.Unlock()
+	p.log.Info("proxy serving", "sandbox", sb.ID, "kind", sb.Kind, "preset", sb.Preset, "listen", ln.Addr().String())
+	err = srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting, lets requests and tunnels in flight finish
+// until ctx ends, then closes what is left.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.closing = true
+	servers := make([]*http.Server, 0, len(p.servers))
+	for s := range p.servers {
+		servers = append(servers, s)
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, s := range servers {
+		errs = append(errs, s.Shutdown(ctx))
+	}
+	done := make(chan struct{})
+	go func() { p.tunnels.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		p.mu.Lock()
+		for c := range p.hijacked {
+			c.Close()
+		}
+		p.mu.Unlock()
+		<-done
+		errs = append(errs, ctx.Err())
+	}
+	p.transport.CloseIdleConnections()
+	return errors.Join(errs...)
+}
+
+// track registers a hijacked client connection so Shutdown can drain it.
+func (p *Proxy) track(c net.Conn) func() {
+	p.tunnels.Add(1)
+	p.mu.Lock()
+	p.hijacked[c] = struct{}{}
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		delete(p.hijacked, c)
+		p.mu.Unlock()
+		p.tunnels.Done()
+	}
+}
+
+func (p *Proxy) nonProxy(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusBadRequest, map[string]string{
+		"error":  "this is airlock's egress proxy; send absolute-form (GET http://host/path) or CONNECT requests",
+		"reason": string(policies.ReasonInvalidRequest),
+	})
+}
+
+// addrPort converts a net.Addr of a TCP connection.
+func addrPort(a net.Addr) netip.AddrPort {
+	if t, ok := a.(*net.TCPAddr); ok {
+		ap := t.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap
+}

@@ -1,0 +1,63 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// SecretSource resolves a credential the policy asks the proxy to inject.
+type SecretSource interface {
+	Lookup(ref policies.SecretRef) (string, error)
+}
+
+// EnvSecrets reads secrets from the proxy's own environment or from files.
+// The sandbox never sees either.
+type EnvSecrets struct{}
+
+func (EnvSecrets) Lookup(ref policies.SecretRef) (string, error) {
+	var v string
+	switch {
+	case ref.Env != "":
+		v = os.Getenv(ref.Env)
+		if v == "" {
+			return "", fmt.Errorf("environment variable %s is not set in the proxy", ref.Env)
+		}
+	case ref.File != "":
+		raw, err := os.ReadFile(ref.File)
+		if err != nil {
+			return "", fmt.Errorf("secret file %s: %w", ref.File, errors.Unwrap(err))
+		}
+		v = strings.TrimRight(string(raw), "\r\n")
+		if v == "" {
+			return "", fmt.Errorf("secret file %s is empty", ref.File)
+		}
+	default:
+		return "", errors.New("secret reference names neither env nor file")
+	}
+	if strings.ContainsAny(v, "\r\n") {
+		return "", errors.New("secret contains a line break")
+	}
+	return v, nil
+}
+
+// inject sets every header the decision names, replacing whatever the
+// client sent. If any secret is missing the request must not be sent: the
+// error says which, without the value.
+func (p *Proxy) inject(h http.Header, refs map[string]policies.SecretRef) error {
+	for name, ref := range refs {
+		v, err := p.cfg.Secrets.Lookup(ref)
+		if err != nil {
+			return fmt.Errorf("header %s: %v", name, err)
+		}
+		if ref.Format != "" {
+			v = strings.Replace(ref.Format, "%s", v, 1)
+		}
+		h.Set(name, v)
+	}
+	return nil
+}
