@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -33,25 +34,10 @@ func rsaKeys(t *testing.T, dir, name string) (privFile, pub string) {
 	return privFile, string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
 }
 
-// requireTool finds a command-line tool; in CI (AIRLOCK_REQUIRE_PRIVILEGED=1)
-// a missing tool fails the test instead of skipping it.
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err == nil {
-		return p
-	}
-	if os.Getenv("AIRLOCK_REQUIRE_PRIVILEGED") == "1" {
-		t.Fatalf("%s is required (install it with `make tools`): %v", name, err)
-	}
-	t.Skipf("%s not installed (`make tools`)", name)
-	return ""
-}
-
 // A bundle signed by the real `opa build --signing-key` verifies with the
 // public key, and fails with another key, unsigned, or after tampering.
 func TestSignedBundleFromOpaBuild(t *testing.T) {
-	opa := requireTool(t, "opa")
+	opa := testutil.RequireTool(t, "opa")
 	tmp := t.TempDir()
 	src := filepath.Join(tmp, "src")
 	writeBundle(t, src, map[string]string{"lib/airlock.rego": mustReadFile(t, "lib/airlock.rego")})

@@ -1,0 +1,231 @@
+package integration
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// airlockBin is the binary under test, built once by TestMain.
+var airlockBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "airlock-integration-")
+	if err != nil {
+		panic(err)
+	}
+	airlockBin = filepath.Join(dir, "airlock")
+	build := exec.Command("go", "build", "-o", airlockBin, "../cmd/airlock")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build airlock:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// testCA is a CA for the test's own upstream servers; the proxy trusts it
+// through --upstream-ca, clients never do (except through opaque tunnels).
+type testCA struct {
+	cert    *x509.Certificate
+	key     *ecdsa.PrivateKey
+	pemFile string
+}
+
+func newTestCA(t *testing.T, dir string) *testCA {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "integration upstream CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	f := filepath.Join(dir, "upstream-ca.pem")
+	os.WriteFile(f, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	return &testCA{cert: cert, key: key, pemFile: f}
+}
+
+func (ca *testCA) serverConfig(t *testing.T, names ...string) *tls.Config {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, NextProtos: []string{"http/1.1"}}
+}
+
+// runningProxy is an `airlock proxy` process.
+type runningProxy struct {
+	addr     string // host:port
+	url      string // http://host:port
+	caFile   string // the airlock CA clients must trust for inspected hosts
+	auditLog string
+	metrics  string
+	cmd      *exec.Cmd
+}
+
+// startProxy runs the real binary with args and waits until it listens.
+func startProxy(t *testing.T, dir string, env []string, args ...string) *runningProxy {
+	t.Helper()
+	rp := &runningProxy{caFile: filepath.Join(dir, "ca", "ca.pem"), auditLog: filepath.Join(dir, "audit.log")}
+	ml, _ := net.Listen("tcp", "127.0.0.1:0")
+	rp.metrics = ml.Addr().String()
+	ml.Close()
+	args = append([]string{"proxy", "--listen", "127.0.0.1:0", "--ca-dir", filepath.Join(dir, "ca"),
+		"--audit-log", rp.auditLog, "--metrics", rp.metrics, "--log-level", "warn"}, args...)
+	cmd := exec.Command(airlockBin, args...)
+	cmd.Env = env
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rp.cmd = cmd
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			t.Error("airlock proxy did not stop within 15s of SIGINT")
+		}
+	})
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatal("airlock proxy exited before listening")
+			}
+			if rest, found := strings.CutPrefix(line, "airlock proxy listening on "); found {
+				rp.addr = strings.Fields(rest)[0]
+				rp.url = "http://" + rp.addr
+				go func() {
+					for l := range lines {
+						t.Log("proxy: " + l)
+					}
+				}()
+				return rp
+			}
+			t.Log("proxy: " + line)
+		case <-deadline:
+			t.Fatal("airlock proxy did not start within 30s")
+		}
+	}
+}
+
+// auditLine is the subset of an audit line the tests check.
+type auditLine struct {
+	Msg      string `json:"msg"`
+	Binary   string `json:"binary"`
+	SHA256   string `json:"sha256"`
+	Phase    string `json:"phase"`
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	Method   string `json:"method"`
+	Path     string `json:"path"`
+	Decision string `json:"decision"`
+	Reason   string `json:"reason"`
+	Rule     string `json:"rule"`
+	Inspect  bool   `json:"inspect"`
+	Status   int    `json:"status"`
+	Up       int64  `json:"bytes_up"`
+	Down     int64  `json:"bytes_down"`
+	Detail   string `json:"detail"`
+}
+
+// audit reads the audit log, waiting until pred matches a line (lines of
+// tunnels are written when they close).
+func (rp *runningProxy) audit(t *testing.T, pred func(auditLine) bool) auditLine {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		raw, _ := os.ReadFile(rp.auditLog)
+		for _, l := range strings.Split(string(raw), "\n") {
+			var a auditLine
+			if json.Unmarshal([]byte(l), &a) == nil && a.Msg == "CANONICAL-PROXY-DECISION" && pred(a) {
+				return a
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no matching audit line in:\n%s", raw)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// denial is the JSON body of a 403/421.
+type denial struct {
+	Error, Reason, Rule, Binary, Host, Method, Path, Hint string
+	Port                                                  int
+}
+
+func parseDenial(t *testing.T, body string) denial {
+	t.Helper()
+	var d denial
+	if err := json.Unmarshal([]byte(strings.TrimSpace(body)), &d); err != nil {
+		t.Fatalf("denial body %q is not JSON: %v", body, err)
+	}
+	if d.Reason == "" || d.Hint == "" || d.Error == "" {
+		t.Fatalf("denial %q lacks reason, hint or error", body)
+	}
+	return d
+}
+
+// caVars point clients at trust stores; the machine's values must not
+// decide which CA a test's client trusts.
+var caVars = map[string]bool{
+	"SSL_CERT_FILE": true, "SSL_CERT_DIR": true, "CURL_CA_BUNDLE": true, "GIT_SSL_CAINFO": true,
+	"REQUESTS_CA_BUNDLE": true, "NODE_EXTRA_CA_CERTS": true, "DENO_CERT": true,
+}
+
+// cleanEnv is a client environment without proxy or CA variables, so each
+// test says explicitly how its client reaches the proxy and what it trusts.
+func cleanEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k := strings.ToUpper(strings.SplitN(kv, "=", 2)[0])
+		if strings.HasSuffix(k, "_PROXY") || strings.HasPrefix(k, "AIRLOCK_") || caVars[k] {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}

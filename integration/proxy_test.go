@@ -1,0 +1,566 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cgi"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"golang.org/x/net/websocket"
+)
+
+const secretValue = "s3cr3t-token-value-7f1e"
+
+// world is the fixture: upstream servers on 127.0.0.2, a policy bundle
+// written for their ports, and a running `airlock proxy` for it.
+type world struct {
+	dir          string
+	tlsPort      int
+	plainPort    int
+	upstreamCA   *testCA
+	proxy        *runningProxy
+	curl         string
+	pinnedCurl   string
+	git          string
+	gitRemote    string
+	python, node string
+}
+
+func newWorld(t *testing.T) *world {
+	w := &world{dir: t.TempDir()}
+	w.curl = testutil.RequireTool(t, "curl")
+	w.git = testutil.RequireTool(t, "git")
+	py := testutil.RequireTool(t, "python3")
+	w.node = realpath(t, testutil.RequireTool(t, "node"))
+	out, err := exec.Command(py, "-c", "import os,sys; print(os.path.realpath(sys.executable))").Output()
+	if err != nil {
+		t.Fatalf("python3: %v", err)
+	}
+	w.python = strings.TrimSpace(string(out))
+	w.curl = realpath(t, w.curl)
+	gitExec, _ := exec.Command(w.git, "--exec-path").Output()
+	w.gitRemote = realpath(t, filepath.Join(strings.TrimSpace(string(gitExec)), "git-remote-https"))
+	self, _ := os.Executable()
+	self = realpath(t, self)
+
+	// A copy of curl whose hash the policy pins.
+	w.pinnedCurl = filepath.Join(w.dir, "pinned-curl")
+	copyFile(t, w.curl, w.pinnedCurl, 0o755)
+
+	w.upstreamCA = newTestCA(t, w.dir)
+	w.tlsPort = w.serveTLS(t)
+	w.plainPort = w.servePlain(t)
+
+	bundle := filepath.Join(w.dir, "bundle")
+	os.MkdirAll(bundle, 0o755)
+	os.WriteFile(filepath.Join(bundle, "itest.rego"), []byte(w.preset(self)), 0o644)
+
+	var resolve []string
+	for _, name := range []string{"api.test", "tunnel.test", "git.test", "ws.test", "secret.test", "plain.test", "nosecret.test"} {
+		for _, port := range []int{w.tlsPort, w.plainPort} {
+			resolve = append(resolve, "--resolve", fmt.Sprintf("%s:%d:127.0.0.2", name, port))
+		}
+	}
+	resolve = append(resolve, "--resolve", fmt.Sprintf("internal.test:%d:10.0.0.1", w.plainPort))
+	args := append([]string{"--policy", bundle, "--preset", "itest", "--pid", strconv.Itoa(os.Getpid()),
+		"--allow-range", "127.0.0.2/32", "--upstream-ca", w.upstreamCA.pemFile}, resolve...)
+	w.proxy = startProxy(t, w.dir, cleanEnv("ITEST_TOKEN="+secretValue), args...)
+	return w
+}
+
+func (w *world) preset(self string) string {
+	q := strconv.Quote
+	clients := fmt.Sprintf(`[{"path": %s}, {"path": %s}, {"path": %s}, {"path": %s}]`, q(w.curl), q(w.python), q(w.node), q(self))
+	return fmt.Sprintf(`package airlock.presets.itest
+
+import data.airlock.lib
+
+rules := [
+	{"name": "plain", "binaries": [{"path": %[1]s}], "hosts": ["plain.test"], "ports": [%[3]d]},
+	{"name": "pinned", "binaries": [{"path": %[4]s, "sha256": %[5]s}], "hosts": ["plain.test"], "ports": [%[3]d]},
+	{"name": "api-read", "binaries": %[6]s, "hosts": ["api.test"], "ports": [%[2]d], "methods": "read-only", "paths": ["/v1/**"]},
+	{"name": "tunnel", "binaries": [{"path": %[1]s}], "hosts": ["tunnel.test"], "ports": [%[2]d]},
+	{"name": "secret", "binaries": [{"path": %[1]s}], "hosts": ["secret.test"], "ports": [%[2]d],
+	 "inject": {"authorization": {"env": "ITEST_TOKEN", "format": "Bearer %%s"}}},
+	{"name": "nosecret", "binaries": [{"path": %[1]s}], "hosts": ["nosecret.test"], "ports": [%[2]d],
+	 "inject": {"authorization": {"env": "ITEST_NOT_SET"}}},
+	{"name": "ws", "binaries": %[6]s, "hosts": ["ws.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/echo"]},
+	{"name": "git-refs", "binaries": [{"path": %[7]s}], "hosts": ["git.test"], "ports": [%[2]d], "methods": ["GET"],
+	 "paths": ["/*/info/refs"], "query": {"service": ["git-upload-pack"]}},
+	{"name": "git-fetch", "binaries": [{"path": %[7]s}], "hosts": ["git.test"], "ports": [%[2]d], "methods": ["POST"],
+	 "paths": ["/*/git-upload-pack"]},
+	{"name": "anywhere", "binaries": [{"path": %[1]s}], "hosts": ["*"], "ports": [80, %[3]d]},
+]
+
+denies := [
+	{"name": "no-push", "hosts": ["git.test"], "paths": ["/**/git-receive-pack"]},
+	{"name": "no-push-discovery", "hosts": ["git.test"], "paths": ["/**/info/refs"], "query": {"service": ["git-receive-pack"]}},
+]
+
+decision := lib.decide(rules, denies)
+`, q(w.curl), w.tlsPort, w.plainPort, q(w.pinnedCurl), q(fileSHA(t0{}, w.pinnedCurl)), clients, q(w.gitRemote))
+}
+
+// t0 lets fileSHA be called where no *testing.T is at hand.
+type t0 struct{}
+
+func (t0) Fatal(...any) { panic("fileSHA") }
+
+func fileSHA(t interface{ Fatal(...any) }, p string) string {
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+func realpath(t *testing.T, p string) string {
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func copyFile(t *testing.T, from, to string, mode os.FileMode) {
+	raw, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, raw, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serveTLS runs one HTTPS server for every TLS upstream name, routed by
+// Host: api.test, tunnel.test, secret.test, ws.test and git.test.
+func (w *world) serveTLS(t *testing.T) int {
+	mux := http.NewServeMux()
+	mux.HandleFunc("api.test/v1/hello", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "hello from api.test") })
+	mux.HandleFunc("api.test/", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "api.test other path") })
+	mux.HandleFunc("tunnel.test/", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "tunnel-ok") })
+	check := func(rw http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer "+secretValue {
+			io.WriteString(rw, "credential injected")
+			return
+		}
+		rw.WriteHeader(http.StatusUnauthorized)
+		io.WriteString(rw, "credential missing")
+	}
+	mux.HandleFunc("secret.test/", check)
+	mux.HandleFunc("nosecret.test/", check)
+	mux.Handle("ws.test/echo", websocket.Handler(func(ws *websocket.Conn) {
+		for {
+			var msg string
+			if websocket.Message.Receive(ws, &msg) != nil || websocket.Message.Send(ws, msg) != nil {
+				return
+			}
+		}
+	}))
+	mux.Handle("git.test/", w.gitBackend(t))
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: hostRouter(mux), TLSConfig: w.upstreamCA.serverConfig(t, "api.test", "tunnel.test", "secret.test", "nosecret.test", "ws.test", "git.test")}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// hostRouter strips the port from Host so the mux can route by name.
+func hostRouter(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if h, _, err := net.SplitHostPort(r.Host); err == nil {
+			r.Host = h
+		}
+		mux.ServeHTTP(rw, r)
+	})
+}
+
+func (w *world) servePlain(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(rw, "plain %s %s", r.Method, r.URL.Path)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// gitBackend serves a bare repository with `git http-backend` (smart HTTP).
+func (w *world) gitBackend(t *testing.T) http.Handler {
+	root := filepath.Join(w.dir, "git")
+	work := filepath.Join(w.dir, "work")
+	run := func(dir string, args ...string) {
+		cmd := exec.Command(w.git, args...)
+		cmd.Dir = dir
+		cmd.Env = cleanEnv("HOME="+w.dir, "GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	os.MkdirAll(root, 0o755)
+	os.MkdirAll(work, 0o755)
+	run(root, "init", "-q", "--bare", "repo.git")
+	run(filepath.Join(root, "repo.git"), "config", "http.receivepack", "true")
+	run(work, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(work, "README"), []byte("cloned through airlock\n"), 0o644)
+	run(work, "add", "README")
+	run(work, "commit", "-q", "-m", "first")
+	run(work, "push", "-q", filepath.Join(root, "repo.git"), "main")
+	run(filepath.Join(root, "repo.git"), "symbolic-ref", "HEAD", "refs/heads/main")
+	return &cgi.Handler{
+		Path: w.git,
+		Args: []string{"http-backend"},
+		Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"},
+	}
+}
+
+// curlCmd runs curl through the proxy and returns status, body and stderr.
+func (w *world) curlCmd(t *testing.T, bin string, args ...string) (status int, body string) {
+	t.Helper()
+	args = append([]string{"-sS", "-o", "-", "-w", "\n%{http_code}", "-x", w.proxy.url, "--cacert", w.proxy.caFile}, args...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = cleanEnv()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, _ := cmd.Output()
+	s := string(out)
+	i := strings.LastIndexByte(s, '\n')
+	if i < 0 {
+		t.Fatalf("curl %v: no status (stderr %s)", args, stderr.String())
+	}
+	status, _ = strconv.Atoi(s[i+1:])
+	return status, s[:i]
+}
+
+func TestProxy(t *testing.T) {
+	w := newWorld(t)
+	api := fmt.Sprintf("https://api.test:%d", w.tlsPort)
+	plain := fmt.Sprintf("http://plain.test:%d", w.plainPort)
+
+	t.Run("curl plain HTTP allowed", func(t *testing.T) {
+		status, body := w.curlCmd(t, w.curl, plain+"/x")
+		if status != 200 || body != "plain GET /x" {
+			t.Fatalf("GET %s = %d %q", plain, status, body)
+		}
+		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "plain.test" && a.Path == "/x" })
+		if a.Decision != "allow" || a.Binary != w.curl || a.Rule != "plain" || a.Down == 0 {
+			t.Fatalf("audit = %+v", a)
+		}
+	})
+
+	t.Run("curl inspected GET allowed, POST and other paths denied", func(t *testing.T) {
+		if status, body := w.curlCmd(t, w.curl, api+"/v1/hello"); status != 200 || body != "hello from api.test" {
+			t.Fatalf("GET /v1/hello = %d %q", status, body)
+		}
+		status, body := w.curlCmd(t, w.curl, "-X", "POST", "-d", "x=1", api+"/v1/hello")
+		if d := parseDenial(t, body); status != 403 || d.Reason != "method_not_allowed" || d.Rule != "api-read" || d.Method != "POST" || d.Binary != w.curl {
+			t.Fatalf("POST = %d %+v", status, d)
+		}
+		status, body = w.curlCmd(t, w.curl, api+"/v2/admin")
+		if d := parseDenial(t, body); status != 403 || d.Reason != "path_not_allowed" || d.Path != "/v2/admin" {
+			t.Fatalf("GET /v2/admin = %d %+v", status, d)
+		}
+		// "*" is one segment: dot-segments and encoded slashes do not escape /v1/.
+		status, body = w.curlCmd(t, w.curl, "--path-as-is", api+"/v1/../v2/admin")
+		if d := parseDenial(t, body); status != 403 || d.Path != "/v2/admin" {
+			t.Fatalf("GET /v1/../v2/admin = %d %+v", status, d)
+		}
+	})
+
+	t.Run("opaque tunnel relays TLS end to end", func(t *testing.T) {
+		status, body := w.curlCmd(t, w.curl, "--cacert", w.upstreamCA.pemFile, fmt.Sprintf("https://tunnel.test:%d/", w.tlsPort))
+		if status != 200 || body != "tunnel-ok" {
+			t.Fatalf("tunnel = %d %q", status, body)
+		}
+		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "tunnel.test" && a.Phase == "connect" })
+		if a.Inspect || a.Up == 0 || a.Down == 0 {
+			t.Fatalf("tunnel audit = %+v; want uninspected with bytes both ways", a)
+		}
+	})
+
+	t.Run("another binary is denied", func(t *testing.T) {
+		other := filepath.Join(t.TempDir(), "curl")
+		copyFile(t, w.curl, other, 0o755)
+		status, body := w.curlCmd(t, other, plain+"/")
+		if d := parseDenial(t, body); status != 403 || d.Reason != "binary_not_allowed" || d.Binary != other || !strings.Contains(d.Hint, other) {
+			t.Fatalf("copied curl = %d %+v", status, d)
+		}
+	})
+
+	t.Run("pinned hash: allowed until the file changes", func(t *testing.T) {
+		if status, _ := w.curlCmd(t, w.pinnedCurl, plain+"/"); status != 200 {
+			t.Fatalf("pinned curl = %d", status)
+		}
+		f, _ := os.OpenFile(w.pinnedCurl, os.O_WRONLY|os.O_APPEND, 0)
+		f.Write([]byte("tampered"))
+		f.Close()
+		status, body := w.curlCmd(t, w.pinnedCurl, plain+"/")
+		if d := parseDenial(t, body); status != 403 || d.Reason != "hash_mismatch" || d.Rule != "pinned" {
+			t.Fatalf("tampered pinned curl = %d %+v", status, d)
+		}
+	})
+
+	t.Run("Host header mismatch in a tunnel is 421", func(t *testing.T) {
+		status, body := w.curlCmd(t, w.curl, "-H", fmt.Sprintf("Host: tunnel.test:%d", w.tlsPort), api+"/v1/hello")
+		if d := parseDenial(t, body); status != 421 || d.Reason != "host_mismatch" {
+			t.Fatalf("Host mismatch = %d %+v", status, d)
+		}
+	})
+
+	t.Run("SNI mismatch in a tunnel is 421", func(t *testing.T) {
+		conn := connectThrough(t, w.proxy.addr, fmt.Sprintf("api.test:%d", w.tlsPort))
+		roots := poolOf(t, w.proxy.caFile)
+		tc := tls.Client(conn, &tls.Config{
+			ServerName: "tunnel.test",
+			// The leaf is for the CONNECT host, so verify against that name.
+			InsecureSkipVerify: true,
+			VerifyConnection: func(cs tls.ConnectionState) error {
+				_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: "api.test", Roots: roots})
+				return err
+			},
+		})
+		defer tc.Close()
+		fmt.Fprintf(tc, "GET /v1/hello HTTP/1.1\r\nHost: api.test:%d\r\n\r\n", w.tlsPort)
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if d := parseDenial(t, string(body)); resp.StatusCode != 421 || d.Reason != "host_mismatch" || !strings.Contains(d.Hint, "tunnel.test") {
+			t.Fatalf("SNI mismatch = %d %+v", resp.StatusCode, d)
+		}
+	})
+
+	t.Run("SSRF guard", func(t *testing.T) {
+		for _, tc := range []struct{ url, host string }{
+			{"http://169.254.169.254/latest/meta-data/", "169.254.169.254"},
+			{fmt.Sprintf("http://127.0.0.1:%d/", w.plainPort), "127.0.0.1"},
+			{fmt.Sprintf("http://2130706433:%d/", w.plainPort), "127.0.0.1"},
+			{fmt.Sprintf("http://0x7f.1:%d/", w.plainPort), "127.0.0.1"},
+			{fmt.Sprintf("http://[::ffff:127.0.0.1]:%d/", w.plainPort), "127.0.0.1"},
+			{fmt.Sprintf("http://internal.test:%d/", w.plainPort), "internal.test"},
+		} {
+			status, body := w.curlCmd(t, w.curl, "--globoff", tc.url)
+			d := parseDenial(t, body)
+			if status != 403 || d.Reason != "ssrf_blocked" || d.Host != tc.host || d.Rule != "anywhere" {
+				t.Errorf("%s = %d %+v; want ssrf_blocked for %s", tc.url, status, d, tc.host)
+			}
+		}
+		// CONNECT to a name that resolves privately is refused before dialing.
+		status, _ := w.curlCmd(t, w.curl, fmt.Sprintf("https://internal.test:%d/", w.plainPort))
+		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "internal.test" && a.Phase == "connect" })
+		if status == 200 || a.Reason != "ssrf_blocked" || !strings.Contains(a.Detail, "10.0.0.1") {
+			t.Fatalf("CONNECT internal.test = %d, audit %+v", status, a)
+		}
+	})
+
+	t.Run("credential injected upstream, never shown", func(t *testing.T) {
+		status, body := w.curlCmd(t, w.curl, "-v", fmt.Sprintf("https://secret.test:%d/check", w.tlsPort))
+		if status != 200 || body != "credential injected" || strings.Contains(body, secretValue) {
+			t.Fatalf("secret.test = %d %q", status, body)
+		}
+		w.proxy.audit(t, func(a auditLine) bool { return a.Host == "secret.test" && a.Phase == "request" })
+		raw, _ := os.ReadFile(w.proxy.auditLog)
+		if bytes.Contains(raw, []byte(secretValue)) {
+			t.Fatal("the injected secret appears in the audit log")
+		}
+		status, body = w.curlCmd(t, w.curl, fmt.Sprintf("https://nosecret.test:%d/check", w.tlsPort))
+		if d := parseDenial(t, body); status != 403 || d.Reason != "secret_unavailable" || !strings.Contains(d.Hint, "ITEST_NOT_SET") {
+			t.Fatalf("missing secret = %d %+v", status, d)
+		}
+	})
+
+	t.Run("websocket upgrade decided, frames relayed", func(t *testing.T) {
+		conn := connectThrough(t, w.proxy.addr, fmt.Sprintf("ws.test:%d", w.tlsPort))
+		tc := tls.Client(conn, &tls.Config{ServerName: "ws.test", RootCAs: poolOf(t, w.proxy.caFile)})
+		cfg, _ := websocket.NewConfig(fmt.Sprintf("wss://ws.test:%d/echo", w.tlsPort), fmt.Sprintf("https://ws.test:%d", w.tlsPort))
+		ws, err := websocket.NewClient(cfg, tc)
+		if err != nil {
+			t.Fatalf("websocket handshake through the proxy: %v", err)
+		}
+		defer ws.Close()
+		for _, msg := range []string{"frame one", strings.Repeat("x", 70000), "frame three"} {
+			if err := websocket.Message.Send(ws, msg); err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			if err := websocket.Message.Receive(ws, &got); err != nil || got != msg {
+				t.Fatalf("echo of %d bytes = %d bytes, %v", len(msg), len(got), err)
+			}
+		}
+		ws.Close()
+		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "ws.test" && a.Status == 101 })
+		if a.Rule != "ws" || a.Up < 70000 || a.Down < 70000 {
+			t.Fatalf("websocket audit = %+v", a)
+		}
+	})
+
+	t.Run("git clone through the MITM; push denied", func(t *testing.T) {
+		dest := filepath.Join(t.TempDir(), "clone")
+		env := cleanEnv("HOME="+t.TempDir(), "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0")
+		git := func(dir string, args ...string) ([]byte, error) {
+			cmd := exec.Command(w.git, append([]string{"-c", "http.proxy=" + w.proxy.url, "-c", "http.sslCAInfo=" + w.proxy.caFile}, args...)...)
+			cmd.Dir, cmd.Env = dir, env
+			return cmd.CombinedOutput()
+		}
+		repo := fmt.Sprintf("https://git.test:%d/repo.git", w.tlsPort)
+		if out, err := git(w.dir, "clone", "-q", repo, dest); err != nil {
+			t.Fatalf("git clone: %v\n%s", err, out)
+		}
+		if raw, _ := os.ReadFile(filepath.Join(dest, "README")); string(raw) != "cloned through airlock\n" {
+			t.Fatalf("cloned README = %q", raw)
+		}
+		os.WriteFile(filepath.Join(dest, "NEW"), []byte("x"), 0o644)
+		exec.Command(w.git, "-C", dest, "add", "NEW").Run()
+		commit := exec.Command(w.git, "-C", dest, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+		commit.Env = env
+		commit.Run()
+		if out, err := git(dest, "push", "-q", "origin", "main"); err == nil {
+			t.Fatalf("git push succeeded through a policy that denies it:\n%s", out)
+		}
+		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "git.test" && a.Decision == "deny" })
+		if a.Reason != "denied_by_rule" || a.Binary != w.gitRemote {
+			t.Fatalf("push audit = %+v", a)
+		}
+	})
+
+	t.Run("python3 urllib", func(t *testing.T) {
+		script := `import sys, urllib.request, urllib.error
+try:
+    print(urllib.request.urlopen(sys.argv[1] + "/v1/hello").read().decode())
+except Exception as e:
+    print("error", e)
+try:
+    urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/v1/hello", data=b"x", method="POST"))
+except urllib.error.HTTPError as e:
+    print(e.code, e.headers["X-Airlock-Reason"])
+`
+		cmd := exec.Command(w.python, "-c", script, api)
+		cmd.Env = cleanEnv("HTTPS_PROXY="+w.proxy.url, "SSL_CERT_FILE="+w.proxy.caFile)
+		out, err := cmd.CombinedOutput()
+		if err != nil || string(out) != "hello from api.test\n403 method_not_allowed\n" {
+			t.Fatalf("python3: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("node https through CONNECT", func(t *testing.T) {
+		script := `
+const http = require('http'), tls = require('tls'), fs = require('fs');
+// node -e puts the arguments after "--" at argv[1...].
+const [proxyHost, proxyPort] = process.argv[1].split(':');
+const target = process.argv[2];
+http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}).on('connect', (res, socket) => {
+  if (res.statusCode !== 200) { console.log('connect', res.statusCode); process.exit(1); }
+  const s = tls.connect({socket, servername: 'api.test', ca: fs.readFileSync(process.argv[3])}, () => {
+    s.write('GET /v1/hello HTTP/1.1\r\nHost: ' + target + '\r\nConnection: close\r\n\r\n');
+  });
+  let data = '';
+  s.on('data', d => data += d);
+  s.on('end', () => console.log(data.split('\r\n\r\n')[1]));
+}).end();
+`
+		cmd := exec.Command(w.node, "-e", script, "--", w.proxy.addr, fmt.Sprintf("api.test:%d", w.tlsPort), w.proxy.caFile)
+		cmd.Env = cleanEnv()
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "hello from api.test") {
+			t.Fatalf("node: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("Go net/http client", func(t *testing.T) {
+		pu, _ := url.Parse(w.proxy.url)
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			Proxy:           http.ProxyURL(pu),
+			TLSClientConfig: &tls.Config{RootCAs: poolOf(t, w.proxy.caFile)},
+		}}
+		resp, err := c.Get(api + "/v1/hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "hello from api.test" {
+			t.Fatalf("Go GET = %d %q", resp.StatusCode, body)
+		}
+		resp, err = c.Post(api+"/v1/hello", "text/plain", strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 403 || resp.Header.Get("X-Airlock-Reason") != "method_not_allowed" {
+			t.Fatalf("Go POST = %d %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"))
+		}
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		resp, err := http.Get("http://" + w.proxy.metrics + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{
+			`airlock_proxy_decisions_total{decision="deny",reason="method_not_allowed",sandbox="itest"}`,
+			"airlock_proxy_identity_lookup_seconds_count", "airlock_proxy_policy_eval_seconds_count",
+			"airlock_proxy_cert_cache_hits_total", `airlock_proxy_bytes_total{direction="down",sandbox="itest"}`,
+		} {
+			if !bytes.Contains(raw, []byte(want)) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	})
+}
+
+// connectThrough opens a CONNECT tunnel through the proxy and returns it.
+func connectThrough(t *testing.T, proxyAddr, target string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", proxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT %s: %v %v", target, resp, err)
+	}
+	if br.Buffered() > 0 {
+		t.Fatal("proxy sent bytes after 200")
+	}
+	return conn
+}
+
+func poolOf(t *testing.T, pemFile string) *x509.CertPool {
+	raw, err := os.ReadFile(pemFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := x509.NewCertPool()
+	if !p.AppendCertsFromPEM(raw) {
+		t.Fatalf("%s has no certificates", pemFile)
+	}
+	return p
+}

@@ -1,0 +1,40 @@
+// Package testutil carries the test policy shared by every package: what a
+// missing tool or privilege does. In CI (AIRLOCK_REQUIRE_PRIVILEGED=1) it
+// fails the test; elsewhere it skips it, naming what is missing.
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// Required reports whether missing prerequisites fail rather than skip.
+func Required() bool { return os.Getenv("AIRLOCK_REQUIRE_PRIVILEGED") == "1" }
+
+func missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("AIRLOCK_REQUIRE_PRIVILEGED=1: "+format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// RequireTool returns the path of a command-line tool the test runs.
+func RequireTool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		missing(t, "test needs %s (CI installs it; see .ci/run): %v", name, err)
+	}
+	return p
+}
+
+// RequireRoot requires uid 0 for a test of namespaces, uid switches or
+// cgroups, naming the feature.
+func RequireRoot(t testing.TB, feature string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		missing(t, "test of %s needs root", feature)
+	}
+}
