@@ -34,8 +34,12 @@ test: lint tools
 	./bin/airlock policy test presets
 	$(GO) test -race -count=1 ./...
 
+# Hot paths as Go benchmarks (decision, identity lookup, leaf signing), then
+# airlock side by side with direct, squid and tinyproxy on loopback.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 20000x ./policies/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 200x ./proxy/...
+	$(GO) run ./integration/bench -airlock bin/airlock
 
 clean:
 	rm -rf bin

@@ -53,6 +53,7 @@ type Tree int
 func (t Tree) PIDs() ([]int, error) {
 	seen := map[int]bool{}
 	queue := []int{int(t)}
+	buf := make([]byte, 4096)
 	for len(queue) > 0 {
 		pid := queue[0]
 		queue = queue[1:]
@@ -65,7 +66,7 @@ func (t Tree) PIDs() ([]int, error) {
 			continue // exited
 		}
 		for _, task := range tasks {
-			raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+			raw, err := readProc("/proc/"+strconv.Itoa(pid)+"/task/"+task.Name()+"/children", buf)
 			if err != nil {
 				continue
 			}

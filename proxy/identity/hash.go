@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/sys/unix"
@@ -32,21 +33,32 @@ func NewHashCache(size int) *HashCache {
 	return &HashCache{cache: c}
 }
 
-// Exe returns the sha256 (hex) of the executable pid is running.
+func keyOf(st *unix.Stat_t) fileKey {
+	return fileKey{uint64(st.Dev), st.Ino, uint64(st.Size), st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec}
+}
+
+// Exe returns the sha256 (hex) of the executable pid is running. A cache hit
+// costs one stat(2) through the /proc link; only a miss opens and reads.
 func (h *HashCache) Exe(pid int) (string, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/exe", pid))
+	link := "/proc/" + strconv.Itoa(pid) + "/exe"
+	var st unix.Stat_t
+	if err := unix.Stat(link, &st); err != nil {
+		return "", fmt.Errorf("stat %s: %w", link, err)
+	}
+	if sum, ok := h.cache.Get(keyOf(&st)); ok {
+		return sum, nil
+	}
+	f, err := os.Open(link)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	var st unix.Stat_t
+	// Key what is actually read: the file behind the link may have
+	// changed between the stat and the open.
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return "", fmt.Errorf("fstat /proc/%d/exe: %w", pid, err)
+		return "", fmt.Errorf("fstat %s: %w", link, err)
 	}
-	k := fileKey{uint64(st.Dev), st.Ino, uint64(st.Size), st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec}
-	if sum, ok := h.cache.Get(k); ok {
-		return sum, nil
-	}
+	k := keyOf(&st)
 	d := sha256.New()
 	if _, err := io.Copy(d, f); err != nil {
 		return "", fmt.Errorf("hash /proc/%d/exe: %w", pid, err)

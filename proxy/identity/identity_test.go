@@ -4,36 +4,62 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netns"
 )
 
-func loopbackPair(t *testing.T) (client net.Conn, server net.Conn) {
+// TestMain doubles as the client process: with AIRLOCK_TEST_DIAL set, the
+// test binary dials that address, says so, and holds the connection until
+// its stdin closes. The proxy never attributes a socket to itself, so the
+// owner must be another process, as in production.
+func TestMain(m *testing.M) {
+	if addr := os.Getenv("AIRLOCK_TEST_DIAL"); addr != "" {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			os.Exit(3)
+		}
+		fmt.Println("connected")
+		io.Copy(io.Discard, os.Stdin)
+		c.Close()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// clientProcess starts a child that connects to a fresh listener and
+// returns the child and the server side of its connection.
+func clientProcess(t testing.TB) (*exec.Cmd, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_DIAL="+ln.Addr().String())
+	stdin, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	server, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
-	server = <-accepted
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
+	line := make([]byte, 10)
+	io.ReadFull(out, line)
+	t.Cleanup(func() { stdin.Close(); cmd.Wait(); server.Close() })
+	return cmd, server
 }
 
 func addrs(server net.Conn) (netip.AddrPort, netip.AddrPort) {
@@ -52,7 +78,7 @@ func fileSHA(t *testing.T, p string) string {
 }
 
 func TestLookupFindsTheOwner(t *testing.T) {
-	_, server := loopbackPair(t)
+	child, server := clientProcess(t)
 	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
 	if err != nil {
 		t.Fatal(err)
@@ -64,16 +90,16 @@ func TestLookupFindsTheOwner(t *testing.T) {
 	}
 	self, _ := os.Executable()
 	self, _ = filepath.EvalSymlinks(self)
-	if p.PID != os.Getpid() || p.Exe != self || p.SHA256 != fileSHA(t, self) || p.UID != os.Geteuid() {
-		t.Fatalf("Lookup = %+v; want pid %d exe %s", p, os.Getpid(), self)
+	if p.PID != child.Process.Pid || p.Exe != self || p.SHA256 != fileSHA(t, self) || p.UID != os.Geteuid() {
+		t.Fatalf("Lookup = %+v; want pid %d exe %s", p, child.Process.Pid, self)
 	}
-	if len(p.Ancestors) == 0 || p.Ancestors[0].PID != os.Getppid() {
-		t.Fatalf("Lookup ancestors = %+v; want the parent %d first", p.Ancestors, os.Getppid())
+	if len(p.Ancestors) == 0 || p.Ancestors[0].PID != os.Getpid() {
+		t.Fatalf("Lookup ancestors = %+v; want the test process %d first", p.Ancestors, os.Getpid())
 	}
 }
 
 func TestLookupOutsideCandidatesIsUnknown(t *testing.T) {
-	_, server := loopbackPair(t)
+	_, server := clientProcess(t)
 	r, err := NewResolver(netns.None(), Tree(os.Getppid()+1e6), NewHashCache(16))
 	if err != nil {
 		t.Fatal(err)
@@ -85,19 +111,44 @@ func TestLookupOutsideCandidatesIsUnknown(t *testing.T) {
 }
 
 func TestLookupSharedSocketWithDifferentExeIsAmbiguous(t *testing.T) {
-	client, server := loopbackPair(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
 	f, err := client.(*net.TCPConn).File()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	// A child holding the same socket but running another executable.
-	cmd := exec.Command("sleep", "30")
-	cmd.ExtraFiles = []*os.File{f}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	client.Close()
+	// Two children hold the same socket but run different executables:
+	// fork-then-exec, or fd passing.
+	var kids []*exec.Cmd
+	for _, name := range []string{"sleep", "tail"} {
+		args := map[string][]string{"sleep": {"30"}, "tail": {"-f", "/dev/null"}}[name]
+		cmd := exec.Command(name, args...)
+		cmd.ExtraFiles = []*os.File{f}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		kids = append(kids, cmd)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	f.Close()
+	defer func() {
+		for _, c := range kids {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
 	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
 	if err != nil {
 		t.Fatal(err)
@@ -109,13 +160,58 @@ func TestLookupSharedSocketWithDifferentExeIsAmbiguous(t *testing.T) {
 }
 
 func TestLookupClosedConnectionIsUnknown(t *testing.T) {
-	client, server := loopbackPair(t)
+	child, server := clientProcess(t)
 	c, s := addrs(server)
-	client.Close()
-	server.Close()
+	child.Process.Kill()
+	child.Wait()
 	r, _ := NewResolver(netns.None(), AllProcesses{}, NewHashCache(16))
 	defer r.Close()
 	if _, err := r.Lookup(c, s); !errors.Is(err, ErrUnknown) {
 		t.Fatalf("Lookup of a closed connection = %v; want ErrUnknown", err)
+	}
+}
+
+// BenchmarkLookup attributes a connection whose owner sits among n
+// processes of the sandbox (the test process and n-1 sleeping children).
+func BenchmarkLookup(b *testing.B) {
+	for _, n := range []int{1, 100, 500} {
+		b.Run(fmt.Sprintf("procs=%d", n), func(b *testing.B) {
+			var kids []*exec.Cmd
+			for i := 1; i < n; i++ {
+				c := exec.Command("sleep", "300")
+				if err := c.Start(); err != nil {
+					b.Fatal(err)
+				}
+				kids = append(kids, c)
+			}
+			defer func() {
+				for _, c := range kids {
+					c.Process.Kill()
+					c.Wait()
+				}
+			}()
+			child, server := clientProcess(b)
+			r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			c, s := addrs(server)
+			lat := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				p, err := r.Lookup(c, s)
+				lat = append(lat, time.Since(start))
+				if err != nil || p.PID != child.Process.Pid {
+					b.Fatalf("Lookup = %v, %v", p, err)
+				}
+			}
+			b.StopTimer()
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		})
 	}
 }

@@ -4,22 +4,21 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"strconv"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
-// maxAncestors bounds the parent chain reported with a process.
-const maxAncestors = 8
+// maxAncestors bounds the parent chain reported with a process: each one
+// costs a few syscalls on every new connection.
+const maxAncestors = 4
 
 // Resolver finds the process behind a client connection.
 type Resolver struct {
-	diag       *netlink.Handle
+	diag       *sockDiag
 	candidates Candidates
 	hashes     *HashCache
 }
@@ -29,17 +28,11 @@ type Resolver struct {
 // handle means the caller's current namespace) and searches candidates for
 // the owner.
 func NewResolver(ns netns.NsHandle, candidates Candidates, hashes *HashCache) (*Resolver, error) {
-	var h *netlink.Handle
-	var err error
-	if ns.IsOpen() {
-		h, err = netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
-	} else {
-		h, err = netlink.NewHandle(unix.NETLINK_INET_DIAG)
-	}
+	d, err := openSockDiag(ns)
 	if err != nil {
-		return nil, fmt.Errorf("sock_diag netlink socket: %w", err)
+		return nil, err
 	}
-	return &Resolver{diag: h, candidates: candidates, hashes: hashes}, nil
+	return &Resolver{diag: d, candidates: candidates, hashes: hashes}, nil
 }
 
 // Close releases the netlink socket.
@@ -48,20 +41,20 @@ func (r *Resolver) Close() { r.diag.Close() }
 // Lookup attributes the connection from client to server (the proxy's
 // listening address as the client dialled it) to its owning process.
 func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
-	sock, err := r.diag.SocketGet(net.TCPAddrFromAddrPort(client), net.TCPAddrFromAddrPort(server))
+	sock, err := r.diag.lookup(client, server)
 	if err != nil {
 		return nil, unknown("sock_diag %s→%s: %v", client, server, err)
 	}
-	if sock.INode == 0 {
+	if sock.inode == 0 {
 		return nil, unknown("socket %s→%s has no inode (closed)", client, server)
 	}
 	pids, err := r.candidates.PIDs()
 	if err != nil {
 		return nil, unknown("list candidate processes: %v", err)
 	}
-	owners := findOwners(pids, sock.INode)
+	owners := findOwners(pids, sock.inode)
 	if len(owners) == 0 {
-		return nil, unknown("no process among %d candidates holds socket inode %d (%s→%s)", len(pids), sock.INode, client, server)
+		return nil, unknown("no process among %d candidates holds socket inode %d (%s→%s)", len(pids), sock.inode, client, server)
 	}
 	var p *Process
 	for _, pid := range owners {
@@ -70,14 +63,14 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 			return nil, err
 		}
 		if p != nil && (p.Exe != q.Exe || p.SHA256 != q.SHA256) {
-			return nil, fmt.Errorf("%w: socket inode %d is held by pid %d (%s) and pid %d (%s)", ErrAmbiguous, sock.INode, p.PID, p.Exe, q.PID, q.Exe)
+			return nil, fmt.Errorf("%w: socket inode %d is held by pid %d (%s) and pid %d (%s)", ErrAmbiguous, sock.inode, p.PID, p.Exe, q.PID, q.Exe)
 		}
 		if p == nil || q.PID < p.PID {
 			p = q
 		}
 	}
-	if p.UID != int(sock.UID) {
-		return nil, fmt.Errorf("%w: socket uid %d but owner pid %d runs as uid %d", ErrAmbiguous, sock.UID, p.PID, p.UID)
+	if p.UID != int(sock.uid) {
+		return nil, fmt.Errorf("%w: socket uid %d but owner pid %d runs as uid %d", ErrAmbiguous, sock.uid, p.PID, p.UID)
 	}
 	return p, nil
 }
@@ -134,9 +127,12 @@ func (r *Resolver) exe(pid int) (string, string, error) {
 func findOwners(pids []int, inode uint32) []int {
 	target := []byte("socket:[" + strconv.FormatUint(uint64(inode), 10) + "]")
 	buf := make([]byte, 64)
+	self := os.Getpid()
 	var owners []int
 	for _, pid := range pids {
-		if holds(pid, target, buf) {
+		// The proxy holds the server end, never the client's socket; its
+		// fd table (every tunnel) is the largest there is to scan.
+		if pid != self && holds(pid, target, buf) {
 			owners = append(owners, pid)
 		}
 	}
@@ -171,7 +167,8 @@ type procStat struct {
 // readStat parses /proc/<pid>/stat after the comm field, which may itself
 // contain spaces and parentheses.
 func readStat(pid int) (procStat, error) {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	var buf [1024]byte
+	raw, err := readProc("/proc/"+strconv.Itoa(pid)+"/stat", buf[:])
 	if err != nil {
 		return procStat{}, err
 	}
@@ -192,7 +189,8 @@ func readStat(pid int) (procStat, error) {
 }
 
 func readUID(pid int) (int, error) {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	var buf [4096]byte
+	raw, err := readProc("/proc/"+strconv.Itoa(pid)+"/status", buf[:])
 	if err != nil {
 		return 0, err
 	}

@@ -1,0 +1,501 @@
+// Command bench compares airlock with no proxy ("direct"), squid and
+// tinyproxy on loopback, in one run, and prints the figures and ratios:
+// plain-HTTP keep-alive requests/s with p50/p99 latency, new CONNECT+TLS
+// tunnels/s, CONNECT bulk throughput, and (airlock only) MITM requests/s
+// with a warm certificate cache. `make bench` runs it.
+package main
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+var (
+	duration = flag.Duration("d", 3*time.Second, "duration of each measurement")
+	conc     = flag.Int("c", 8, "concurrent clients")
+	airlock  = flag.String("airlock", "bin/airlock", "airlock binary")
+	only     = flag.String("proxies", "direct,airlock,squid,tinyproxy", "which to measure")
+)
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// result is one measurement.
+type result struct {
+	ops      int
+	bytes    int64
+	elapsed  time.Duration
+	p50, p99 time.Duration
+	err      error
+}
+
+func (r result) rate() float64 { return float64(r.ops) / r.elapsed.Seconds() }
+func (r result) mbps() float64 { return float64(r.bytes) / r.elapsed.Seconds() / (1 << 20) }
+
+func run() error {
+	dir, err := os.MkdirTemp("", "airlock-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	up, err := startUpstreams(dir)
+	if err != nil {
+		return err
+	}
+	proxies := []struct {
+		name  string
+		start func(string, *upstreams) (string, func(), error)
+	}{
+		{"direct", func(string, *upstreams) (string, func(), error) { return "", func() {}, nil }},
+		{"airlock", startAirlock},
+		{"squid", startSquid},
+		{"tinyproxy", startTinyproxy},
+	}
+	scenarios := []string{"plain keep-alive req/s", "plain p50 latency", "plain p99 latency", "new CONNECT+TLS tunnels/s", "CONNECT bulk MB/s", "MITM keep-alive req/s"}
+	table := map[string]map[string]string{}
+	values := map[string]map[string]float64{}
+	for _, s := range scenarios {
+		table[s], values[s] = map[string]string{}, map[string]float64{}
+	}
+	var airlockCA *x509.CertPool
+	for _, p := range proxies {
+		if !strings.Contains(","+*only+",", ","+p.name+",") {
+			continue
+		}
+		addr, stop, err := p.start(dir, up)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: not measured: %v\n", p.name, err)
+			continue
+		}
+		if p.name == "airlock" {
+			airlockCA, err = pool(filepath.Join(dir, "airlock-ca", "ca.pem"))
+			if err != nil {
+				stop()
+				return err
+			}
+		}
+		set := func(s string, v float64, f string, r result) {
+			if r.err != nil {
+				table[s][p.name] = "error"
+				fmt.Fprintf(os.Stderr, "%s %s: %v\n", p.name, s, r.err)
+				return
+			}
+			values[s][p.name], table[s][p.name] = v, fmt.Sprintf(f, v)
+		}
+		r := plainKeepAlive(addr, up.plainURL)
+		set("plain keep-alive req/s", r.rate(), "%.0f", r)
+		set("plain p50 latency", float64(r.p50.Microseconds()), "%.0f µs", r)
+		set("plain p99 latency", float64(r.p99.Microseconds()), "%.0f µs", r)
+		r = newTunnels(addr, up.tlsAddr, "127.0.0.2", up.roots)
+		set("new CONNECT+TLS tunnels/s", r.rate(), "%.0f", r)
+		r = bulk(addr, up.bulkAddr)
+		set("CONNECT bulk MB/s", r.mbps(), "%.0f", r)
+		switch p.name {
+		case "direct":
+			r = tlsKeepAlive("", up.tlsAddr, "mitm.bench", up.roots)
+			set("MITM keep-alive req/s", r.rate(), "%.0f", r)
+		case "airlock":
+			r = tlsKeepAlive(addr, fmt.Sprintf("mitm.bench:%s", port(up.tlsAddr)), "mitm.bench", airlockCA)
+			set("MITM keep-alive req/s", r.rate(), "%.0f", r)
+		default:
+			table["MITM keep-alive req/s"][p.name] = "n/a"
+		}
+		stop()
+	}
+	print(scenarios, table, values)
+	return nil
+}
+
+func print(scenarios []string, table map[string]map[string]string, values map[string]map[string]float64) {
+	cols := []string{"direct", "airlock", "squid", "tinyproxy"}
+	fmt.Printf("\n%-28s", fmt.Sprintf("loopback, %d clients, %s", *conc, *duration))
+	for _, c := range cols {
+		fmt.Printf(" %12s", c)
+	}
+	fmt.Printf(" %14s %14s %14s\n", "airlock/direct", "airlock/squid", "airlock/tiny")
+	for _, s := range scenarios {
+		fmt.Printf("%-28s", s)
+		for _, c := range cols {
+			v := table[s][c]
+			if v == "" {
+				v = "-"
+			}
+			fmt.Printf(" %12s", v)
+		}
+		a := values[s]["airlock"]
+		for _, other := range []string{"direct", "squid", "tinyproxy"} {
+			o := values[s][other]
+			if a == 0 || o == 0 {
+				fmt.Printf(" %14s", "-")
+				continue
+			}
+			fmt.Printf(" %13.2fx", a/o)
+		}
+		fmt.Println()
+	}
+	fmt.Println("(latency rows: lower is better, so a ratio below 1 means airlock is faster)")
+}
+
+// --- upstreams -------------------------------------------------------------
+
+type upstreams struct {
+	plainURL string // http://127.0.0.2:P/
+	tlsAddr  string // 127.0.0.2:P, certificate for 127.0.0.2 and mitm.bench
+	bulkAddr string // 127.0.0.2:P, writes forever
+	roots    *x509.CertPool
+	caFile   string
+}
+
+func startUpstreams(dir string) (*upstreams, error) {
+	u := &upstreams{}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	pl, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		return nil, err
+	}
+	go http.Serve(pl, ok)
+	u.plainURL = "http://" + pl.Addr().String() + "/"
+
+	ca, err := newCA(dir)
+	if err != nil {
+		return nil, err
+	}
+	u.roots, u.caFile = ca.pool, ca.file
+	tl, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: ok, TLSConfig: ca.serverConfig("127.0.0.2", "mitm.bench")}
+	go srv.ServeTLS(tl, "", "")
+	u.tlsAddr = tl.Addr().String()
+
+	bl, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		buf := make([]byte, 256<<10)
+		for {
+			c, err := bl.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				for {
+					if _, err := c.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	u.bulkAddr = bl.Addr().String()
+	return u, nil
+}
+
+func port(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
+
+// --- load ------------------------------------------------------------------
+
+// measure runs op from *conc workers for *duration.
+func measure(op func(w int) (int64, error)) result {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var lats []time.Duration
+	var total atomic.Int64
+	var firstErr atomic.Value
+	start := time.Now()
+	deadline := start.Add(*duration)
+	for w := 0; w < *conc; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			var mine []time.Duration
+			for time.Now().Before(deadline) {
+				t := time.Now()
+				n, err := op(w)
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				mine = append(mine, time.Since(t))
+				total.Add(n)
+			}
+			mu.Lock()
+			lats = append(lats, mine...)
+			mu.Unlock()
+		}(w)
+	}
+	wg.Wait()
+	r := result{ops: len(lats), bytes: total.Load(), elapsed: time.Since(start)}
+	if e, ok := firstErr.Load().(error); ok {
+		r.err = e
+	}
+	if len(lats) > 0 {
+		sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+		r.p50, r.p99 = lats[len(lats)/2], lats[len(lats)*99/100]
+	}
+	return r
+}
+
+func plainKeepAlive(proxyAddr, target string) result {
+	tr := &http.Transport{MaxIdleConnsPerHost: *conc, DisableCompression: true}
+	if proxyAddr != "" {
+		tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: proxyAddr})
+	}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	return measure(func(int) (int64, error) {
+		resp, err := c.Get(target)
+		if err != nil {
+			return 0, err
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return 0, fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return n, nil
+	})
+}
+
+// dialThrough opens a connection to target, through a CONNECT when
+// proxyAddr is set.
+func dialThrough(proxyAddr, target string) (net.Conn, error) {
+	if proxyAddr == "" {
+		return net.Dial("tcp", target)
+	}
+	c, err := net.Dial("tcp", proxyAddr)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if resp.StatusCode != 200 {
+		c.Close()
+		body, _ := io.ReadAll(resp.Body); return nil, fmt.Errorf("CONNECT %s: %s (%s) %s", target, resp.Status, resp.Header.Get("X-Airlock-Reason"), body)
+	}
+	if br.Buffered() > 0 { // the upstream spoke first (bulk): keep its bytes
+		return &bufferedConn{Conn: c, r: br}, nil
+	}
+	return c, nil
+}
+
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+func newTunnels(proxyAddr, target, serverName string, roots *x509.CertPool) result {
+	return measure(func(int) (int64, error) {
+		c, err := dialThrough(proxyAddr, target)
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		tc := tls.Client(c, &tls.Config{ServerName: serverName, RootCAs: roots, NextProtos: []string{"http/1.1"}, ClientSessionCache: nil})
+		io.WriteString(tc, "GET / HTTP/1.1\r\nHost: "+serverName+"\r\nConnection: close\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			return 0, err
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		return n, nil
+	})
+}
+
+func bulk(proxyAddr, target string) result {
+	c, err := dialThrough(proxyAddr, target)
+	if err != nil {
+		return result{err: err}
+	}
+	defer c.Close()
+	buf := make([]byte, 256<<10)
+	var n int64
+	start := time.Now()
+	for time.Since(start) < *duration {
+		m, err := c.Read(buf)
+		n += int64(m)
+		if err != nil {
+			return result{err: err}
+		}
+	}
+	return result{ops: 1, bytes: n, elapsed: time.Since(start)}
+}
+
+// tlsKeepAlive issues keep-alive HTTPS requests, each worker on its own
+// connection (through a CONNECT to an inspected host when proxyAddr is set).
+func tlsKeepAlive(proxyAddr, target, serverName string, roots *x509.CertPool) result {
+	conns := make([]*tls.Conn, *conc)
+	readers := make([]*bufio.Reader, *conc)
+	for i := range conns {
+		c, err := dialThrough(proxyAddr, target)
+		if err != nil {
+			return result{err: err}
+		}
+		conns[i] = tls.Client(c, &tls.Config{ServerName: serverName, RootCAs: roots, NextProtos: []string{"http/1.1"}})
+		readers[i] = bufio.NewReader(conns[i])
+		defer conns[i].Close()
+	}
+	return measure(func(w int) (int64, error) {
+		if _, err := io.WriteString(conns[w], "GET / HTTP/1.1\r\nHost: "+serverName+"\r\n\r\n"); err != nil {
+			return 0, err
+		}
+		resp, err := http.ReadResponse(readers[w], nil)
+		if err != nil {
+			return 0, err
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return 0, fmt.Errorf("status %d %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"))
+		}
+		return n, nil
+	})
+}
+
+// --- proxies ---------------------------------------------------------------
+
+func freePort() string {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// waitListening polls until addr accepts connections.
+func waitListening(addr string, cmd *exec.Cmd) error {
+	for i := 0; i < 100; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return nil
+		}
+		if cmd.ProcessState != nil {
+			return errors.New("exited")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not listening after 5s", addr)
+}
+
+func startCmd(addr string, name string, args ...string) (func(), error) {
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go cmd.Wait()
+	stop := func() {
+		cmd.Process.Signal(os.Interrupt)
+		time.Sleep(200 * time.Millisecond)
+		cmd.Process.Kill()
+	}
+	if err := waitListening(addr, cmd); err != nil {
+		stop()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return stop, nil
+}
+
+func startAirlock(dir string, up *upstreams) (string, func(), error) {
+	self, _ := os.Executable()
+	self, _ = filepath.EvalSymlinks(self)
+	bundle := filepath.Join(dir, "bundle")
+	os.MkdirAll(bundle, 0o755)
+	preset := fmt.Sprintf(`package airlock.presets.bench
+
+import data.airlock.lib
+
+rules := [
+	{"name": "bench", "binaries": [{"path": %q}], "hosts": ["127.0.0.2"], "ports": [%s, %s, %s]},
+	{"name": "bench-mitm", "binaries": [{"path": %q}], "hosts": ["mitm.bench"], "ports": [%s], "inspect": true},
+]
+
+denies := []
+
+decision := lib.decide(rules, denies)
+`, self, port(up.plainURL[len("http://"):len(up.plainURL)-1]), port(up.tlsAddr), port(up.bulkAddr), self, port(up.tlsAddr))
+	if err := os.WriteFile(filepath.Join(bundle, "bench.rego"), []byte(preset), 0o644); err != nil {
+		return "", nil, err
+	}
+	addr := freePort()
+	stop, err := startCmd(addr, *airlock, "proxy", "--listen", addr, "--policy", bundle, "--preset", "bench",
+		"--pid", fmt.Sprint(os.Getpid()), "--allow-range", "127.0.0.2/32", "--resolve", "mitm.bench:"+port(up.tlsAddr)+":127.0.0.2",
+		"--upstream-ca", up.caFile, "--ca-dir", filepath.Join(dir, "airlock-ca"), "--audit-log", filepath.Join(dir, "audit.log"), "--log-level", "error")
+	return addr, stop, err
+}
+
+func startSquid(dir string, _ *upstreams) (string, func(), error) {
+	if _, err := exec.LookPath("squid"); err != nil {
+		return "", nil, errors.New("squid not installed (apt-get install squid)")
+	}
+	addr := freePort()
+	sd := filepath.Join(dir, "squid")
+	os.MkdirAll(sd, 0o777)
+	os.Chmod(sd, 0o777)
+	conf := fmt.Sprintf(`http_port %s
+http_access allow all
+cache deny all
+cache_mem 8 MB
+access_log none
+cache_store_log none
+cache_log %s/cache.log
+pid_filename %s/squid.pid
+coredump_dir %s
+workers 1
+shutdown_lifetime 1 second
+forwarded_for delete
+via off
+`, addr, sd, sd, sd)
+	f := filepath.Join(sd, "squid.conf")
+	os.WriteFile(f, []byte(conf), 0o644)
+	return startWith(addr, "squid", "-N", "-f", f)
+}
+
+func startTinyproxy(dir string, _ *upstreams) (string, func(), error) {
+	if _, err := exec.LookPath("tinyproxy"); err != nil {
+		return "", nil, errors.New("tinyproxy not installed (apt-get install tinyproxy)")
+	}
+	addr := freePort()
+	host, p, _ := net.SplitHostPort(addr)
+	conf := fmt.Sprintf("Port %s\nListen %s\nTimeout 600\nMaxClients 512\nAllow 127.0.0.1\nLogLevel Critical\nDisableViaHeader Yes\n", p, host)
+	if os.Geteuid() == 0 {
+		conf += "User nobody\nGroup nogroup\n"
+	}
+	f := filepath.Join(dir, "tinyproxy.conf")
+	os.WriteFile(f, []byte(conf), 0o644)
+	return startWith(addr, "tinyproxy", "-d", "-c", f)
+}
+
+func startWith(addr, name string, args ...string) (string, func(), error) {
+	stop, err := startCmd(addr, name, args...)
+	return addr, stop, err
+}
