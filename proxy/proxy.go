@@ -36,6 +36,9 @@ type Sandbox struct {
 	// NetNS is the network namespace the listener lives in; sock_diag is
 	// asked there. netns.None() means the proxy's own namespace.
 	NetNS netns.NsHandle
+	// Hook, when set, names the connecting process of each socket (the
+	// cgroup connect hook): lookups cost O(1) instead of a scan.
+	Hook identity.ConnHook
 }
 
 // Limits bound what one client can hold.
@@ -171,6 +174,9 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 		return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
 	}
 	defer resolver.Close()
+	if sb.Hook != nil {
+		resolver.WithConnHook(sb.Hook)
+	}
 	st := &sandboxState{Sandbox: sb, resolver: resolver}
 
 	gp := goproxy.NewProxyHttpServer()

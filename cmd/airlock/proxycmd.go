@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
+	"github.com/airlock-sandbox/airlock/proxy/identity/connhook"
 	"github.com/spf13/cobra"
 	"github.com/vishvananda/netns"
 )
@@ -178,9 +179,17 @@ func newProxyCmd() *cobra.Command {
 			}
 			defer closeAudit()
 			var cands identity.Candidates = identity.AllProcesses{}
+			var hook identity.ConnHook
 			switch {
 			case cgroup != "":
 				cands = identity.Cgroup(cgroup)
+				h, err := connhook.Attach(cgroup)
+				if err != nil {
+					log.Warn("cgroup connect hook unavailable; each new connection scans the cgroup's processes (slower, same decisions)", "cgroup", cgroup, "err", err)
+				} else {
+					defer h.Close()
+					hook = h
+				}
 			case pid != 0:
 				cands = identity.Tree(pid)
 			default:
@@ -201,7 +210,7 @@ func newProxyCmd() *cobra.Command {
 			}
 			errc := make(chan error, 1)
 			go func() {
-				errc <- p.Serve(ln, proxy.Sandbox{ID: sandboxID, Kind: kind, Preset: preset, Candidates: cands, NetNS: netns.None()})
+				errc <- p.Serve(ln, proxy.Sandbox{ID: sandboxID, Kind: kind, Preset: preset, Candidates: cands, NetNS: netns.None(), Hook: hook})
 			}()
 			fmt.Fprintf(cmd.ErrOrStderr(), "airlock proxy listening on %s (preset %s, policy %s)\n", ln.Addr(), preset, engine.Hash())
 			select {

@@ -7,11 +7,13 @@ package main
 
 import (
 	"bufio"
+
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"io"
 	"net"
 	"net/http"
@@ -59,6 +61,7 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+
 	up, err := startUpstreams(dir)
 	if err != nil {
 		return err
@@ -123,6 +126,7 @@ func run() error {
 		}
 		stop()
 	}
+	leaveCgroup()
 	print(scenarios, table, values)
 	return nil
 }
@@ -300,7 +304,8 @@ func dialThrough(proxyAddr, target string) (net.Conn, error) {
 	}
 	if resp.StatusCode != 200 {
 		c.Close()
-		body, _ := io.ReadAll(resp.Body); return nil, fmt.Errorf("CONNECT %s: %s (%s) %s", target, resp.Status, resp.Header.Get("X-Airlock-Reason"), body)
+		body, _ := io.ReadAll(resp.Body)
+		return nil, fmt.Errorf("CONNECT %s: %s (%s) %s", target, resp.Status, resp.Header.Get("X-Airlock-Reason"), body)
 	}
 	if br.Buffered() > 0 { // the upstream spoke first (bulk): keep its bytes
 		return &bufferedConn{Conn: c, r: br}, nil
@@ -446,12 +451,40 @@ decision := lib.decide(rules, denies)
 	if err := os.WriteFile(filepath.Join(bundle, "bench.rego"), []byte(preset), 0o644); err != nil {
 		return "", nil, err
 	}
+	// The load generator is the sandbox: in its own cgroup when it can make
+	// one (root, cgroup v2), which gives airlock the O(1) connect hook;
+	// otherwise as a process tree.
+	who := []string{"--pid", fmt.Sprint(os.Getpid())}
+	if cg, err := benchCgroup(); err == nil {
+		who = []string{"--cgroup", cg}
+	} else {
+		fmt.Fprintln(os.Stderr, "airlock: identity by process-tree scan:", err)
+	}
 	addr := freePort()
-	stop, err := startCmd(addr, *airlock, "proxy", "--listen", addr, "--policy", bundle, "--preset", "bench",
-		"--pid", fmt.Sprint(os.Getpid()), "--allow-range", "127.0.0.2/32", "--resolve", "mitm.bench:"+port(up.tlsAddr)+":127.0.0.2",
-		"--upstream-ca", up.caFile, "--ca-dir", filepath.Join(dir, "airlock-ca"), "--audit-log", filepath.Join(dir, "audit.log"), "--log-level", "error")
+	stop, err := startCmd(addr, *airlock, append(append([]string{"proxy", "--listen", addr, "--policy", bundle, "--preset", "bench"}, who...), "--allow-range", "127.0.0.2/32", "--resolve", "mitm.bench:"+port(up.tlsAddr)+":127.0.0.2",
+		"--upstream-ca", up.caFile, "--ca-dir", filepath.Join(dir, "airlock-ca"), "--audit-log", filepath.Join(dir, "audit.log"), "--log-level", "error")...)
 	return addr, stop, err
 }
+
+// benchCgroup moves the bench into a fresh cgroup v2 leaf; leaveCgroup
+// moves it back out and removes the leaf.
+func benchCgroup() (string, error) {
+	mnt, err := cgroup2.Mount()
+	if err != nil {
+		return "", err
+	}
+	cg, err := cgroup2.Create(mnt, fmt.Sprintf("airlock-bench-%d", os.Getpid()))
+	if err != nil {
+		return "", err
+	}
+	leaveCgroup = func() {
+		cgroup2.Add(mnt, os.Getpid())
+		cgroup2.Remove(cg)
+	}
+	return cg, cgroup2.Add(cg, os.Getpid())
+}
+
+var leaveCgroup = func() {}
 
 func startSquid(dir string, _ *upstreams) (string, func(), error) {
 	if _, err := exec.LookPath("squid"); err != nil {

@@ -37,21 +37,22 @@ func keyOf(st *unix.Stat_t) fileKey {
 	return fileKey{uint64(st.Dev), st.Ino, uint64(st.Size), st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec}
 }
 
-// Exe returns the sha256 (hex) of the executable pid is running. A cache hit
-// costs one stat(2) through the /proc link; only a miss opens and reads.
-func (h *HashCache) Exe(pid int) (string, error) {
-	link := "/proc/" + strconv.Itoa(pid) + "/exe"
+// Exe returns the sha256 (hex) of the executable the process is running. A
+// cache hit costs one fstatat(2) through the exe link; only a miss reads.
+func (h *HashCache) Exe(d procDir) (string, error) {
+	link := "/proc/" + strconv.Itoa(d.pid) + "/exe"
 	var st unix.Stat_t
-	if err := unix.Stat(link, &st); err != nil {
+	if err := unix.Fstatat(d.fd, "exe", &st, 0); err != nil {
 		return "", fmt.Errorf("stat %s: %w", link, err)
 	}
 	if sum, ok := h.cache.Get(keyOf(&st)); ok {
 		return sum, nil
 	}
-	f, err := os.Open(link)
+	fd, err := unix.Openat(d.fd, "exe", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("open %s: %w", link, err)
 	}
+	f := os.NewFile(uintptr(fd), link)
 	defer f.Close()
 	// Key what is actually read: the file behind the link may have
 	// changed between the stat and the open.
@@ -59,11 +60,11 @@ func (h *HashCache) Exe(pid int) (string, error) {
 		return "", fmt.Errorf("fstat %s: %w", link, err)
 	}
 	k := keyOf(&st)
-	d := sha256.New()
-	if _, err := io.Copy(d, f); err != nil {
-		return "", fmt.Errorf("hash /proc/%d/exe: %w", pid, err)
+	digest := sha256.New()
+	if _, err := io.Copy(digest, f); err != nil {
+		return "", fmt.Errorf("hash %s: %w", link, err)
 	}
-	sum := hex.EncodeToString(d.Sum(nil))
+	sum := hex.EncodeToString(digest.Sum(nil))
 	h.cache.Add(k, sum)
 	return sum, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -14,13 +15,31 @@ import (
 
 // maxAncestors bounds the parent chain reported with a process: each one
 // costs a few syscalls on every new connection.
-const maxAncestors = 4
+const maxAncestors = 2
 
 // Resolver finds the process behind a client connection.
 type Resolver struct {
 	diag       *sockDiag
 	candidates Candidates
 	hashes     *HashCache
+	hook       ConnHook
+}
+
+// ConnHook knows which process connected a socket, and when (time since
+// boot), by the socket's cookie (the connhook package's cgroup BPF programs).
+type ConnHook interface {
+	Lookup(cookie uint64) (tgid int, connectedAt time.Duration, ok bool)
+}
+
+// WithConnHook makes lookups O(1): the owner is the process the hook saw
+// connect, provided it still holds the socket. Without an entry (the hook
+// was attached later, or its LRU forgot) the lookup scans the candidates.
+// The hook attributes a connection to its connector; a socket shared after
+// connect(2) is not detected on this path, which a scan catches only if the
+// sharing happened before the lookup.
+func (r *Resolver) WithConnHook(h ConnHook) *Resolver {
+	r.hook = h
+	return r
 }
 
 // NewResolver queries sock_diag in the network namespace ns (the one the
@@ -48,6 +67,16 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 	if sock.inode == 0 {
 		return nil, unknown("socket %s→%s has no inode (closed)", client, server)
 	}
+	if r.hook != nil {
+		if tgid, at, ok := r.hook.Lookup(sock.cookie); ok && tgid != os.Getpid() {
+			// A process that started after the connect is not the
+			// connector but a later owner of its pid: scan instead.
+			p, err := r.describe(tgid, at+startSlack)
+			if err == nil && p.UID == int(sock.uid) {
+				return p, nil
+			}
+		}
+	}
 	pids, err := r.candidates.PIDs()
 	if err != nil {
 		return nil, unknown("list candidate processes: %v", err)
@@ -56,9 +85,15 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 	if len(owners) == 0 {
 		return nil, unknown("no process among %d candidates holds socket inode %d (%s→%s)", len(pids), sock.inode, client, server)
 	}
+	return r.owner(owners, sock)
+}
+
+// owner describes the socket's holders, which must agree on the executable
+// and on the uid the socket was created with.
+func (r *Resolver) owner(owners []int, sock diagSocket) (*Process, error) {
 	var p *Process
 	for _, pid := range owners {
-		q, err := r.describe(pid)
+		q, err := r.describe(pid, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -75,33 +110,44 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 	return p, nil
 }
 
-// describe names a process and its ancestors. The start time is read before
-// and after: if it changed, the pid was reused mid-lookup and nothing read
-// can be trusted.
-func (r *Resolver) describe(pid int) (*Process, error) {
-	st, err := readStat(pid)
+// startSlack covers the clock-tick granularity of a process start time.
+const startSlack = 20 * time.Millisecond
+
+// describe names a process and its ancestors, each read through its own
+// /proc/<pid> directory fd so that a pid reused mid-lookup fails the read
+// instead of describing another process. A non-zero startedBy refuses a
+// process that started later (time since boot).
+func (r *Resolver) describe(pid int, startedBy time.Duration) (*Process, error) {
+	d, err := openProc(pid)
 	if err != nil {
 		return nil, unknown("pid %d: %v", pid, err)
 	}
-	exe, sum, err := r.exe(pid)
+	defer d.close()
+	st, err := readStat(d)
 	if err != nil {
 		return nil, unknown("pid %d: %v", pid, err)
 	}
-	uid, err := readUID(pid)
+	if startedBy != 0 && st.start > startedBy {
+		return nil, unknown("pid %d started after the connection was made", pid)
+	}
+	exe, sum, err := r.exe(d)
 	if err != nil {
 		return nil, unknown("pid %d: %v", pid, err)
 	}
-	if again, err := readStat(pid); err != nil || again.start != st.start {
-		return nil, unknown("pid %d exited or was reused during lookup", pid)
+	uid, err := readUID(d)
+	if err != nil {
+		return nil, unknown("pid %d exited during lookup: %v", pid, err)
 	}
 	p := &Process{PID: pid, UID: uid, Exe: exe, SHA256: sum}
 	for ppid := st.ppid; ppid > 1 && len(p.Ancestors) < maxAncestors; {
-		pst, err := readStat(ppid)
+		a, err := openProc(ppid)
 		if err != nil {
 			break
 		}
-		aexe, asum, err := r.exe(ppid)
-		if err != nil {
+		pst, err1 := readStat(a)
+		aexe, asum, err2 := r.exe(a)
+		a.close()
+		if err1 != nil || err2 != nil {
 			break // a parent we may not read ends the chain, it does not fail it
 		}
 		p.Ancestors = append(p.Ancestors, Ancestor{PID: ppid, Exe: aexe, SHA256: asum})
@@ -110,12 +156,12 @@ func (r *Resolver) describe(pid int) (*Process, error) {
 	return p, nil
 }
 
-func (r *Resolver) exe(pid int) (string, string, error) {
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+func (r *Resolver) exe(d procDir) (string, string, error) {
+	exe, err := d.exe()
 	if err != nil {
 		return "", "", err
 	}
-	sum, err := r.hashes.Exe(pid)
+	sum, err := r.hashes.Exe(d)
 	if err != nil {
 		return "", "", err
 	}
@@ -125,7 +171,7 @@ func (r *Resolver) exe(pid int) (string, string, error) {
 // findOwners returns the pids whose fd table holds socket:[inode]. It reads
 // the links with readlinkat on the fd directory: no per-entry path building.
 func findOwners(pids []int, inode uint32) []int {
-	target := []byte("socket:[" + strconv.FormatUint(uint64(inode), 10) + "]")
+	target := socketLink(inode)
 	buf := make([]byte, 64)
 	self := os.Getpid()
 	var owners []int
@@ -139,6 +185,10 @@ func findOwners(pids []int, inode uint32) []int {
 	return owners
 }
 
+func socketLink(inode uint32) []byte {
+	return []byte("socket:[" + strconv.FormatUint(uint64(inode), 10) + "]")
+}
+
 func holds(pid int, target, buf []byte) bool {
 	d, err := os.Open("/proc/" + strconv.Itoa(pid) + "/fd")
 	if err != nil {
@@ -150,8 +200,10 @@ func holds(pid int, target, buf []byte) bool {
 		return false
 	}
 	dfd := int(d.Fd())
-	for _, name := range names {
-		n, err := unix.Readlinkat(dfd, name, buf)
+	// Newest descriptors first: a connection being attributed was usually
+	// opened last.
+	for i := len(names) - 1; i >= 0; i-- {
+		n, err := unix.Readlinkat(dfd, names[i], buf)
 		if err == nil && bytes.Equal(buf[:n], target) {
 			return true
 		}
@@ -161,14 +213,18 @@ func holds(pid int, target, buf []byte) bool {
 
 type procStat struct {
 	ppid  int
-	start uint64
+	start time.Duration // since boot
 }
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's start time; it is
+// 100 on every Linux ABI.
+const clockTicks = 100
 
 // readStat parses /proc/<pid>/stat after the comm field, which may itself
 // contain spaces and parentheses.
-func readStat(pid int) (procStat, error) {
+func readStat(d procDir) (procStat, error) {
 	var buf [1024]byte
-	raw, err := readProc("/proc/"+strconv.Itoa(pid)+"/stat", buf[:])
+	raw, err := d.read("stat", buf[:])
 	if err != nil {
 		return procStat{}, err
 	}
@@ -181,16 +237,16 @@ func readStat(pid int) (procStat, error) {
 		return procStat{}, errors.New("short stat")
 	}
 	ppid, err1 := strconv.Atoi(string(f[1]))
-	start, err2 := strconv.ParseUint(string(f[19]), 10, 64)
+	ticks, err2 := strconv.ParseUint(string(f[19]), 10, 64)
 	if err1 != nil || err2 != nil {
 		return procStat{}, errors.New("malformed stat")
 	}
-	return procStat{ppid: ppid, start: start}, nil
+	return procStat{ppid: ppid, start: time.Duration(ticks) * time.Second / clockTicks}, nil
 }
 
-func readUID(pid int) (int, error) {
+func readUID(d procDir) (int, error) {
 	var buf [4096]byte
-	raw, err := readProc("/proc/"+strconv.Itoa(pid)+"/status", buf[:])
+	raw, err := d.read("status", buf[:])
 	if err != nil {
 		return 0, err
 	}

@@ -37,10 +37,12 @@ const (
 	noCookie        = ^uint32(0)
 )
 
-// diagSocket is the kernel's answer: the socket's inode and owner uid.
+// diagSocket is the kernel's answer: the socket's inode, owner uid and
+// cookie (the id BPF programs see for the same socket).
 type diagSocket struct {
-	inode uint32
-	uid   uint32
+	inode  uint32
+	uid    uint32
+	cookie uint64
 }
 
 // openSockDiag opens the netlink socket inside ns (sock_diag only sees the
@@ -151,7 +153,11 @@ func (d *sockDiag) lookup(src, dst netip.AddrPort) (diagSocket, error) {
 				if m.Data[1] == tcpListen || !bytes.Equal(m.Data[4:4+36], want[:36]) {
 					return diagSocket{}, errNoSocket
 				}
-				return diagSocket{uid: ne.Uint32(m.Data[64:]), inode: ne.Uint32(m.Data[68:])}, nil
+				return diagSocket{
+					uid:    ne.Uint32(m.Data[64:]),
+					inode:  ne.Uint32(m.Data[68:]),
+					cookie: uint64(ne.Uint32(m.Data[44:])) | uint64(ne.Uint32(m.Data[48:]))<<32,
+				}, nil
 			}
 		}
 	}

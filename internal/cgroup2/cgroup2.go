@@ -1,0 +1,63 @@
+// Package cgroup2 finds the cgroup v2 hierarchy and manages leaf groups in
+// it: the sandbox launcher's per-sandbox leaf, and the proxy's connect hook
+// and candidate list, are built on the same directories.
+package cgroup2
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ErrNoCgroup2 means no cgroup v2 hierarchy is mounted.
+var ErrNoCgroup2 = errors.New("no cgroup v2 hierarchy mounted")
+
+// Mount returns where the cgroup v2 hierarchy is mounted: /sys/fs/cgroup on
+// a unified system, /sys/fs/cgroup/unified on a hybrid one.
+func Mount() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// ... mountpoint ... - fstype source options
+		fields := strings.Fields(sc.Text())
+		for i, x := range fields {
+			if x == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
+				return fields[4], nil
+			}
+		}
+	}
+	return "", ErrNoCgroup2
+}
+
+// Create makes a group named name under parent (a cgroup v2 directory).
+func Create(parent, name string) (string, error) {
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create cgroup %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
+// Add moves pid into the group.
+func Add(dir string, pid int) error {
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		return fmt.Errorf("move pid %d into %s: %w", pid, dir, err)
+	}
+	return nil
+}
+
+// Remove deletes an empty group; its processes must have exited or moved.
+func Remove(dir string) error {
+	if err := os.Remove(dir); err != nil {
+		return fmt.Errorf("remove cgroup %s: %w", dir, err)
+	}
+	return nil
+}
