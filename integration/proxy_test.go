@@ -80,7 +80,10 @@ func newWorld(t *testing.T) *world {
 	resolve = append(resolve, "--resolve", fmt.Sprintf("internal.test:%d:10.0.0.1", w.plainPort))
 	args := append([]string{"--policy", bundle, "--preset", "itest", "--pid", strconv.Itoa(os.Getpid()),
 		"--allow-range", "127.0.0.2/32", "--upstream-ca", w.upstreamCA.pemFile}, resolve...)
-	w.proxy = startProxy(t, w.dir, cleanEnv("ITEST_TOKEN="+secretValue), args...)
+	// The proxy's own environment points at a proxy that does not exist:
+	// its upstream dials must ignore HTTP(S)_PROXY, or every test fails.
+	w.proxy = startProxy(t, w.dir, cleanEnv("ITEST_TOKEN="+secretValue,
+		"HTTP_PROXY=http://127.0.0.1:9", "HTTPS_PROXY=http://127.0.0.1:9", "ALL_PROXY=http://127.0.0.1:9"), args...)
 	return w
 }
 
