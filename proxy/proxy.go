@@ -280,6 +280,9 @@ func (p *Proxy) nonProxy(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// CACert is the PEM certificate clients must trust for inspected hosts.
+func (p *Proxy) CACert() []byte { return p.cfg.CA.CertPEM }
+
 // addrPort converts a net.Addr of a TCP connection.
 func addrPort(a net.Addr) netip.AddrPort {
 	if t, ok := a.(*net.TCPAddr); ok {

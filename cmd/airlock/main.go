@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/spf13/cobra"
 )
 
@@ -32,6 +33,11 @@ func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
+	// The sandbox's stage 2 is this binary re-executed: it must run its
+	// ordered steps before anything else touches the process.
+	if len(os.Args) > 1 && os.Args[1] == sandbox.Stage2Arg {
+		sandbox.RunStage2()
+	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
@@ -85,6 +91,6 @@ func newRoot() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error (JSON logs on stderr)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{ExitUsage, err} })
-	root.AddCommand(newPolicyCmd(), newDemoCmd(), newProxyCmd())
+	root.AddCommand(newPolicyCmd(), newDemoCmd(), newProxyCmd(), newLaunchCmd())
 	return root
 }

@@ -1,0 +1,172 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/moby/sys/capability"
+	"golang.org/x/sys/unix"
+)
+
+// Net is how the sandbox reaches the network.
+type Net string
+
+const (
+	// NetNone: a new network namespace with only a loopback, and nothing
+	// listening on it.
+	NetNone Net = "none"
+	// NetProxy: a new network namespace whose loopback holds the proxy's
+	// listener and nothing else: no route anywhere, no DNS.
+	NetProxy Net = "proxy"
+	// NetHost: the host's network (no isolation; for trusted tools only).
+	NetHost Net = "host"
+)
+
+// LandlockMode says what to do when the kernel cannot enforce the Landlock
+// rules asked for.
+type LandlockMode string
+
+const (
+	LandlockHard       LandlockMode = "hard"        // refuse to start
+	LandlockBestEffort LandlockMode = "best-effort" // enforce what the kernel can, say what was skipped
+	LandlockOff        LandlockMode = "off"
+)
+
+// Config is one sandbox. The CLI flags of `airlock launch` map onto it one
+// to one; the supervisor and orchestrator fill it directly.
+type Config struct {
+	Command []string `json:"command"`
+	Dir     string   `json:"dir,omitempty"`
+
+	UID      int      `json:"uid"`
+	GID      int      `json:"gid"`
+	KeepCaps []string `json:"keep_caps,omitempty"` // e.g. CAP_NET_BIND_SERVICE
+
+	Net       Net `json:"net"`
+	ProxyPort int `json:"proxy_port,omitempty"`
+
+	// Landlock paths: read-only, read-write, read-and-execute.
+	RO       []string     `json:"ro,omitempty"`
+	RW       []string     `json:"rw,omitempty"`
+	Exec     []string     `json:"exec,omitempty"`
+	Landlock LandlockMode `json:"landlock"`
+	// LandlockABI, when non-zero, pretends the kernel offers this Landlock
+	// ABI (tests simulate an old kernel with it; 0 means ask the kernel,
+	// -1 pretends Landlock is missing).
+	LandlockABI int `json:"landlock_abi,omitempty"`
+
+	Seccomp bool `json:"seccomp"`
+
+	Rlimits map[string]uint64 `json:"rlimits,omitempty"`
+	Env     []string          `json:"env"` // the complete environment, KEY=VAL
+
+	// Cgroups are the directories whose cgroup.procs the sandbox joins
+	// (see Leaf).
+	Cgroups []string `json:"cgroups,omitempty"`
+
+	DieWithParent bool `json:"die_with_parent"`
+}
+
+// Defaults are what `airlock launch` starts from.
+func Defaults() Config {
+	return Config{
+		UID: 998, GID: 998,
+		Net:           NetProxy,
+		Landlock:      LandlockHard,
+		Seccomp:       true,
+		DieWithParent: true,
+		Exec:          existing("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"),
+		RO:            existing("/etc", "/proc", "/dev"),
+		RW:            existing("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"),
+	}
+}
+
+func existing(paths ...string) []string {
+	var out []string
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// rlimitNames maps --rlimit names to resources.
+var rlimitNames = map[string]int{
+	"as": unix.RLIMIT_AS, "core": unix.RLIMIT_CORE, "cpu": unix.RLIMIT_CPU, "data": unix.RLIMIT_DATA,
+	"fsize": unix.RLIMIT_FSIZE, "memlock": unix.RLIMIT_MEMLOCK, "nofile": unix.RLIMIT_NOFILE,
+	"nproc": unix.RLIMIT_NPROC, "stack": unix.RLIMIT_STACK,
+}
+
+// Validate runs every check before anything is created, and reports all
+// problems at once.
+func (c *Config) Validate() error {
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if len(c.Command) == 0 {
+		fail("no command to run")
+	}
+	if c.UID == 0 || c.GID == 0 {
+		fail("refusing to run the sandbox as uid/gid 0; use --user")
+	}
+	if c.UID < 0 || c.GID < 0 {
+		fail("uid and gid must be set")
+	}
+	if _, err := keptCaps(c.KeepCaps); err != nil {
+		fail("%v", err)
+	}
+	switch c.Net {
+	case NetNone, NetHost:
+	case NetProxy:
+		if c.ProxyPort < 1 || c.ProxyPort > 65535 {
+			fail("--net proxy needs --proxy-port")
+		}
+	default:
+		fail("--net %q: want none, proxy or host", c.Net)
+	}
+	switch c.Landlock {
+	case LandlockHard, LandlockBestEffort, LandlockOff:
+	default:
+		fail("--landlock %q: want hard, best-effort or off", c.Landlock)
+	}
+	for _, group := range [][]string{c.RO, c.RW, c.Exec} {
+		for _, p := range group {
+			if !filepath.IsAbs(p) {
+				fail("Landlock path %q must be absolute", p)
+			}
+		}
+	}
+	for name := range c.Rlimits {
+		if _, ok := rlimitNames[name]; !ok {
+			fail("--rlimit %s: unknown (want one of as, core, cpu, data, fsize, memlock, nofile, nproc, stack)", name)
+		}
+	}
+	for _, kv := range c.Env {
+		if !strings.Contains(kv, "=") {
+			fail("environment entry %q is not KEY=VAL", kv)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// keptCaps parses capability names (CAP_NET_BIND_SERVICE or
+// net_bind_service).
+func keptCaps(names []string) ([]capability.Cap, error) {
+	byName := map[string]capability.Cap{}
+	for _, c := range capability.ListKnown() {
+		byName[c.String()] = c
+	}
+	var out []capability.Cap
+	for _, n := range names {
+		k := strings.ToLower(strings.TrimPrefix(strings.ToUpper(n), "CAP_"))
+		c, ok := byName[k]
+		if !ok {
+			return nil, fmt.Errorf("--keep-caps: unknown capability %q", n)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}

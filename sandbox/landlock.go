@@ -1,0 +1,178 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Landlock file-system rights by ABI version.
+const (
+	llFSv1 = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE |
+		unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR |
+		unix.LANDLOCK_ACCESS_FS_REMOVE_DIR | unix.LANDLOCK_ACCESS_FS_REMOVE_FILE |
+		unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS_FS_MAKE_DIR |
+		unix.LANDLOCK_ACCESS_FS_MAKE_REG | unix.LANDLOCK_ACCESS_FS_MAKE_SOCK |
+		unix.LANDLOCK_ACCESS_FS_MAKE_FIFO | unix.LANDLOCK_ACCESS_FS_MAKE_BLOCK |
+		unix.LANDLOCK_ACCESS_FS_MAKE_SYM
+	llFSv2 = llFSv1 | unix.LANDLOCK_ACCESS_FS_REFER
+	llFSv3 = llFSv2 | unix.LANDLOCK_ACCESS_FS_TRUNCATE
+	llFSv5 = llFSv3 | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+
+	llRead    = unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR
+	llExec    = llRead | unix.LANDLOCK_ACCESS_FS_EXECUTE
+	llFileAll = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE |
+		unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_TRUNCATE | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+)
+
+// landlockABI asks the kernel which Landlock ABI it offers (0: none).
+func landlockABI() int {
+	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if errno != 0 {
+		return 0
+	}
+	return int(v)
+}
+
+// ruleset is a Landlock ruleset built while privileged (its paths are
+// opened then, before the uid switch can make them unreadable) and
+// enforced just before exec.
+type ruleset struct {
+	fd      int
+	skipped []string // what best-effort mode could not enforce
+}
+
+// buildRuleset creates the ruleset for c. In hard mode a kernel that cannot
+// enforce every rule asked for is an error; in best-effort mode what is
+// skipped is reported.
+func buildRuleset(c *Config) (*ruleset, error) {
+	abi := c.LandlockABI
+	if abi == 0 {
+		abi = landlockABI()
+	}
+	if abi < 0 {
+		abi = 0
+	}
+	needNet := c.Net != NetHost
+	var missing []string
+	switch {
+	case abi < 1:
+		missing = append(missing, "Landlock (the kernel has no Landlock ABI): file-system and network rules")
+	case needNet && abi < 4:
+		missing = append(missing, fmt.Sprintf("Landlock network rules (ABI %d < 4): TCP connect limited to the proxy port", abi))
+	}
+	if len(missing) > 0 && c.Landlock == LandlockHard {
+		return nil, fmt.Errorf("landlock: refusing to start: the kernel cannot enforce %s (use --landlock best-effort to run without it)", strings.Join(missing, "; "))
+	}
+	rs := &ruleset{fd: -1, skipped: missing}
+	if abi < 1 {
+		return rs, nil
+	}
+	attr := unix.LandlockRulesetAttr{Access_fs: fsRights(abi)}
+	if needNet && abi >= 4 {
+		// Only connect is handled: handling bind too would deny every
+		// bind, and the network namespace already confines binds.
+		attr.Access_net = unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
+	}
+	if abi >= 6 {
+		// No signals to, and no abstract unix sockets of, processes
+		// outside the sandbox.
+		attr.Scoped = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | unix.LANDLOCK_SCOPE_SIGNAL
+	}
+	size := unsafe.Sizeof(attr)
+	if abi < 6 {
+		size = unsafe.Offsetof(attr.Scoped)
+	}
+	if abi < 4 {
+		size = unsafe.Offsetof(attr.Access_net)
+	}
+	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
+	if errno != 0 {
+		return nil, fmt.Errorf("landlock_create_ruleset: %w", errno)
+	}
+	rs.fd = int(fd)
+	add := func(paths []string, rights uint64) error {
+		for _, p := range paths {
+			if err := rs.addPath(p, rights&attr.Access_fs); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := add(c.RO, llRead); err != nil {
+		return nil, err
+	}
+	if err := add(c.Exec, llExec); err != nil {
+		return nil, err
+	}
+	if err := add(c.RW, attr.Access_fs); err != nil {
+		return nil, err
+	}
+	if attr.Access_net != 0 && c.Net == NetProxy {
+		port := portRule{AllowedAccess: unix.LANDLOCK_ACCESS_NET_CONNECT_TCP, Port: uint64(c.ProxyPort)}
+		if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rs.fd), landlockRuleNetPort, uintptr(unsafe.Pointer(&port)), 0, 0, 0); errno != 0 {
+			return nil, fmt.Errorf("landlock_add_rule(port %d): %w", c.ProxyPort, errno)
+		}
+	}
+	return rs, nil
+}
+
+const landlockRuleNetPort = 2 // LANDLOCK_RULE_NET_PORT
+
+type portRule struct {
+	AllowedAccess uint64
+	Port          uint64
+}
+
+func fsRights(abi int) uint64 {
+	switch {
+	case abi >= 5:
+		return llFSv5
+	case abi >= 3:
+		return llFSv3
+	case abi >= 2:
+		return llFSv2
+	}
+	return llFSv1
+}
+
+// addPath opens p (O_PATH, while still privileged) and allows rights
+// beneath it; a file gets only the rights that apply to files.
+func (rs *ruleset) addPath(p string, rights uint64) error {
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return fmt.Errorf("landlock path %s does not exist", p)
+		}
+		return fmt.Errorf("landlock: open %s: %w", p, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("landlock: stat %s: %w", p, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		rights &= llFileAll
+	}
+	rule := unix.LandlockPathBeneathAttr{Allowed_access: rights, Parent_fd: int32(fd)}
+	if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rs.fd), unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&rule)), 0, 0, 0); errno != 0 {
+		return fmt.Errorf("landlock_add_rule(%s): %w", p, errno)
+	}
+	return nil
+}
+
+// enforce restricts the calling thread (and what it executes). It needs
+// no_new_privs first.
+func (rs *ruleset) enforce() error {
+	if rs.fd < 0 {
+		return nil
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(rs.fd), 0, 0); errno != 0 {
+		return fmt.Errorf("landlock_restrict_self: %w", errno)
+	}
+	unix.Close(rs.fd)
+	return nil
+}

@@ -1,0 +1,131 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+)
+
+// Process is a running sandbox.
+type Process struct {
+	Pid  int
+	done chan struct{}
+	err  error
+	ps   *os.ProcessState
+}
+
+// SetupError is a failure of one of stage 2's ordered steps; the command
+// never ran.
+type SetupError struct {
+	Step string
+	Err  string
+}
+
+func (e *SetupError) Error() string {
+	return fmt.Sprintf("sandbox setup step %q failed: %s", e.Step, e.Err)
+}
+
+// Start launches c: it re-executes this binary as stage 2 (which runs the
+// ordered steps and execs the command) and returns once the command is
+// running or setup has failed. netNS must be set unless c.Net is host. The
+// process is started from a goroutine that holds its OS thread for the
+// child's whole life: the parent-death signal fires when that thread exits.
+func Start(c Config, net *Network) (*Process, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if c.Net != NetHost && net == nil {
+		return nil, errors.New("sandbox: a network namespace is required unless --net host")
+	}
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{
+		Path:   self,
+		Args:   []string{"airlock", Stage2Arg},
+		Env:    []string{}, // stage 2 execs the command with c.Env, never this
+		Stdin:  os.Stdin,
+		Stdout: os.Stdout,
+		Stderr: os.Stderr,
+		// fdConfig, fdStatus, fdNetNS.
+		ExtraFiles: []*os.File{cfgR, statW},
+		SysProcAttr: &syscall.SysProcAttr{
+			Setpgid: false,
+		},
+	}
+	if c.DieWithParent {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	if net != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(net.NS), "netns"))
+	}
+	p := &Process{done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if err := cmd.Start(); err != nil {
+			started <- err
+			close(p.done)
+			return
+		}
+		started <- nil
+		p.err = cmd.Wait()
+		p.ps = cmd.ProcessState
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		cfgR.Close()
+		cfgW.Close()
+		statR.Close()
+		statW.Close()
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
+	p.Pid = cmd.Process.Pid
+	cfgR.Close()
+	statW.Close()
+	err = json.NewEncoder(cfgW).Encode(c)
+	cfgW.Close()
+	if err != nil {
+		return nil, fmt.Errorf("send sandbox config: %w", err)
+	}
+	// The status pipe closes without a word when exec succeeds (CLOEXEC);
+	// a setup failure writes which step failed.
+	var se stepError
+	dec := json.NewDecoder(statR)
+	derr := dec.Decode(&se)
+	statR.Close()
+	if derr == nil {
+		<-p.done
+		return nil, &SetupError{Step: se.Step, Err: se.Error}
+	}
+	return p, nil
+}
+
+// Wait waits for the command and returns its exit code: its status, or
+// 128+N when killed by signal N.
+func (p *Process) Wait() (int, error) {
+	<-p.done
+	if p.ps == nil {
+		return 125, p.err
+	}
+	if ws, ok := p.ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return p.ps.ExitCode(), nil
+}
+
+// Done is closed when the command has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }

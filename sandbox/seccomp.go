@@ -1,0 +1,108 @@
+package sandbox
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// deniedSyscalls fail with EPERM: debugging other processes, loading kernel
+// code, new mounts, namespace games, keyrings, and the async interfaces
+// that bypass syscall filtering.
+var deniedSyscalls = []uint32{
+	unix.SYS_PTRACE, unix.SYS_PROCESS_VM_READV, unix.SYS_PROCESS_VM_WRITEV,
+	unix.SYS_BPF, unix.SYS_PERF_EVENT_OPEN,
+	unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT, unix.SYS_MOVE_MOUNT, unix.SYS_OPEN_TREE,
+	unix.SYS_FSOPEN, unix.SYS_FSCONFIG, unix.SYS_FSMOUNT, unix.SYS_FSPICK, unix.SYS_MOUNT_SETATTR,
+	unix.SYS_SETNS, unix.SYS_KEYCTL, unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY, unix.SYS_USERFAULTFD,
+	unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER,
+	unix.SYS_KEXEC_LOAD, unix.SYS_KEXEC_FILE_LOAD, unix.SYS_INIT_MODULE, unix.SYS_FINIT_MODULE,
+	unix.SYS_DELETE_MODULE, unix.SYS_REBOOT, unix.SYS_SWAPON, unix.SYS_SWAPOFF, unix.SYS_ACCT,
+	unix.SYS_NAME_TO_HANDLE_AT, unix.SYS_OPEN_BY_HANDLE_AT, unix.SYS_QUOTACTL, unix.SYS_VHANGUP,
+	unix.SYS_SYSLOG,
+}
+
+const (
+	secRetAllow  = 0x7fff0000 // SECCOMP_RET_ALLOW
+	secRetErrno  = 0x00050000 // SECCOMP_RET_ERRNO
+	secRetKill   = 0x80000000 // SECCOMP_RET_KILL_PROCESS
+	x32SyscallNr = 0x40000000 // __X32_SYSCALL_BIT
+
+	offNr   = 0
+	offArch = 4
+)
+
+func offArg(i int) uint32 { return 16 + 8*uint32(i) } // low 32 bits (little endian)
+
+// seccompProgram is the filter: check the architecture (anything else is
+// killed), refuse the x32 ABI, then the deny list and the argument checks.
+func seccompProgram() ([]bpf.Instruction, error) {
+	errno := func(e unix.Errno) bpf.Instruction { return bpf.RetConstant{Val: secRetErrno | uint32(e)} }
+	p := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: offArch, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: auditArch, SkipTrue: 1},
+		bpf.RetConstant{Val: secRetKill},
+		bpf.LoadAbsolute{Off: offNr, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: x32SyscallNr, SkipFalse: 1},
+		errno(unix.EPERM),
+	}
+	for _, nr := range deniedSyscalls {
+		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1}, errno(unix.EPERM))
+	}
+	// clone3 passes its flags in memory a filter cannot read: ENOSYS makes
+	// libc fall back to clone, whose flags it can.
+	p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_CLONE3, SkipFalse: 1}, errno(unix.ENOSYS))
+	// unshare and clone may not create a user namespace (nor, for
+	// unshare, any namespace a capability-less process could use).
+	for _, nr := range []uint32{unix.SYS_UNSHARE, unix.SYS_CLONE} {
+		p = append(p,
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 4},
+			bpf.LoadAbsolute{Off: offArg(0), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: unix.CLONE_NEWUSER, SkipFalse: 1},
+			errno(unix.EPERM),
+			bpf.LoadAbsolute{Off: offNr, Size: 4},
+		)
+	}
+	// socket: no packet, vsock or MPTCP sockets; netlink only for routing.
+	p = append(p,
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_SOCKET, SkipFalse: 12},
+		bpf.LoadAbsolute{Off: offArg(0), Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_PACKET, SkipFalse: 1},
+		errno(unix.EPERM),
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_VSOCK, SkipFalse: 1},
+		errno(unix.EPERM),
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_NETLINK, SkipFalse: 3},
+		bpf.LoadAbsolute{Off: offArg(2), Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.NETLINK_ROUTE, SkipTrue: 1},
+		errno(unix.EPERM),
+		bpf.LoadAbsolute{Off: offArg(2), Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.IPPROTO_MPTCP, SkipFalse: 1},
+		errno(unix.EPERM),
+	)
+	p = append(p, bpf.RetConstant{Val: secRetAllow})
+	return p, nil
+}
+
+// loadSeccomp installs the filter on every thread (TSYNC). It needs
+// no_new_privs first.
+func loadSeccomp() error {
+	prog, err := seccompProgram()
+	if err != nil {
+		return err
+	}
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		return fmt.Errorf("seccomp: assemble: %w", err)
+	}
+	filters := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		filters[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(filters)), Filter: &filters[0]}
+	if _, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog))); errno != 0 {
+		return fmt.Errorf("seccomp(SET_MODE_FILTER, TSYNC): %w", errno)
+	}
+	return nil
+}

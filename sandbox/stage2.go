@@ -1,0 +1,328 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/moby/sys/capability"
+	"golang.org/x/sys/unix"
+)
+
+// Stage2Arg is argv[1] of the re-executed airlock binary that becomes the
+// sandboxed process. main must call RunStage2 before anything else when it
+// sees it.
+const Stage2Arg = "__airlock-sandbox-stage2"
+
+// File descriptors the launcher hands to stage 2.
+const (
+	fdConfig = 3 // JSON Config, read once
+	fdStatus = 4 // setup error report; closed by a successful exec
+	fdNetNS  = 5 // the sandbox's network namespace (absent for --net host)
+)
+
+// stepError names the step that failed; the launcher prints it.
+type stepError struct {
+	Step  string `json:"step"`
+	Error string `json:"error"`
+}
+
+// RunStage2 runs the ordered setup steps in the new process and execs the
+// command. It only returns on failure, after reporting which step failed.
+func RunStage2() {
+	// Credentials, capabilities, no_new_privs, Landlock and seccomp are
+	// per thread: do everything on this one and exec from it.
+	runtime.LockOSThread()
+	step := "read config"
+	fail := func(err error) {
+		b, _ := json.Marshal(stepError{Step: step, Error: err.Error()})
+		os.NewFile(fdStatus, "status").Write(b)
+		os.Exit(125)
+	}
+	var c Config
+	if err := json.NewDecoder(os.NewFile(fdConfig, "config")).Decode(&c); err != nil {
+		fail(err)
+	}
+	unix.Close(fdConfig)
+	parent := os.Getppid()
+
+	steps := []struct {
+		name string
+		run  func(*Config) error
+	}{
+		// Privileged setup first: joining the namespace and the cgroup
+		// needs root, and Landlock's paths must be opened before the uid
+		// switch can make them unreadable.
+		{"join network namespace", joinNetNS},
+		{"join cgroup", joinCgroup},
+		{"open landlock paths", openLandlock},
+		// The bounding set caps what any later exec can gain; dropping
+		// it needs CAP_SETPCAP, so it goes before the uid switch.
+		{"drop capability bounding set", dropBounding},
+		// setgroups/setresgid/setresuid through package syscall, which
+		// applies them to every thread of the process.
+		{"switch uid and gid", switchIDs},
+		// The uid switch cleared the capabilities; grant exactly the
+		// kept ones back, permitted, effective, inheritable and ambient.
+		{"set capabilities", setCaps},
+		{"disable core dumps", noDumps},
+		{"set rlimits", setRlimits},
+		// The parent-death signal is reset by the uid change: set it
+		// again, then make sure the launcher did not die meanwhile.
+		{"die with parent", func(c *Config) error { return dieWithParent(c, parent) }},
+		// no_new_privs: setuid binaries and file capabilities cannot
+		// raise privileges again; Landlock and seccomp require it.
+		{"no_new_privs", noNewPrivs},
+		{"landlock", enforceLandlock},
+		// seccomp last of the restrictions, as close to exec as possible.
+		{"seccomp", seccomp},
+		{"verify", verify},
+		// Nothing the launcher held may leak into the command.
+		{"close inherited file descriptors", closeFDs},
+	}
+	for _, s := range steps {
+		step = s.name
+		if err := s.run(&c); err != nil {
+			fail(err)
+		}
+	}
+	step = "exec"
+	path, err := lookPath(c.Command[0], c.Env)
+	if err != nil {
+		fail(err)
+	}
+	if c.Dir != "" {
+		if err := os.Chdir(c.Dir); err != nil {
+			fail(err)
+		}
+	}
+	fail(syscall.Exec(path, c.Command, c.Env))
+}
+
+func joinNetNS(c *Config) error {
+	if c.Net == NetHost {
+		return nil
+	}
+	if err := unix.Setns(fdNetNS, unix.CLONE_NEWNET); err != nil {
+		return &os.SyscallError{Syscall: "setns(CLONE_NEWNET)", Err: err}
+	}
+	return unix.Close(fdNetNS)
+}
+
+func joinCgroup(c *Config) error {
+	for _, dir := range c.Cgroups {
+		if err := os.WriteFile(dir+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// landlockRules is built by openLandlock and enforced by enforceLandlock;
+// statusFD is opened with them, so verify can read the kernel's view even
+// when Landlock leaves /proc out of reach.
+var (
+	landlockRules *ruleset
+	statusFD      = -1
+)
+
+func openLandlock(c *Config) error {
+	fd, err := unix.Open("/proc/thread-self/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	statusFD = fd
+	if c.Landlock == LandlockOff {
+		fmt.Fprintln(os.Stderr, "airlock: landlock off: the file system is not restricted")
+		return nil
+	}
+	rs, err := buildRuleset(c)
+	if err != nil {
+		return err
+	}
+	for _, s := range rs.skipped {
+		fmt.Fprintf(os.Stderr, "airlock: landlock best-effort: NOT enforced: %s\n", s)
+	}
+	landlockRules = rs
+	return nil
+}
+
+func enforceLandlock(*Config) error {
+	if landlockRules == nil {
+		return nil
+	}
+	return landlockRules.enforce()
+}
+
+func dropBounding(c *Config) error {
+	keep, err := keptCaps(c.KeepCaps)
+	if err != nil {
+		return err
+	}
+	caps, err := capability.NewPid2(0)
+	if err != nil {
+		return err
+	}
+	if err := caps.Load(); err != nil {
+		return err
+	}
+	caps.Clear(capability.BOUNDS)
+	caps.Set(capability.BOUNDING, keep...)
+	if err := caps.Apply(capability.BOUNDS); err != nil {
+		return fmt.Errorf("prctl(PR_CAPBSET_DROP): %w", err)
+	}
+	if len(keep) > 0 {
+		// Keep permitted capabilities across the uid switch, so the
+		// kept ones can be re-raised after it.
+		if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
+			return &os.SyscallError{Syscall: "prctl(PR_SET_KEEPCAPS)", Err: err}
+		}
+	}
+	return nil
+}
+
+func switchIDs(c *Config) error {
+	if err := syscall.Setgroups([]int{c.GID}); err != nil {
+		return &os.SyscallError{Syscall: "setgroups", Err: err}
+	}
+	if err := syscall.Setresgid(c.GID, c.GID, c.GID); err != nil {
+		return &os.SyscallError{Syscall: "setresgid", Err: err}
+	}
+	if err := syscall.Setresuid(c.UID, c.UID, c.UID); err != nil {
+		return &os.SyscallError{Syscall: "setresuid", Err: err}
+	}
+	return nil
+}
+
+func setCaps(c *Config) error {
+	keep, _ := keptCaps(c.KeepCaps)
+	caps, err := capability.NewPid2(0)
+	if err != nil {
+		return err
+	}
+	if err := caps.Load(); err != nil {
+		return err
+	}
+	caps.Clear(capability.CAPS | capability.AMBS)
+	caps.Set(capability.PERMITTED|capability.EFFECTIVE|capability.INHERITABLE|capability.AMBIENT, keep...)
+	if err := caps.Apply(capability.CAPS); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	if err := caps.Apply(capability.AMBS); err != nil {
+		return fmt.Errorf("prctl(PR_CAP_AMBIENT): %w", err)
+	}
+	return unix.Prctl(unix.PR_SET_KEEPCAPS, 0, 0, 0, 0)
+}
+
+func noDumps(*Config) error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return &os.SyscallError{Syscall: "prctl(PR_SET_DUMPABLE)", Err: err}
+	}
+	return unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{})
+}
+
+func setRlimits(c *Config) error {
+	for name, v := range c.Rlimits {
+		if err := unix.Setrlimit(rlimitNames[name], &unix.Rlimit{Cur: v, Max: v}); err != nil {
+			return fmt.Errorf("setrlimit(%s=%d): %w", name, v, err)
+		}
+	}
+	return nil
+}
+
+func dieWithParent(c *Config, parent int) error {
+	if !c.DieWithParent {
+		return nil
+	}
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return &os.SyscallError{Syscall: "prctl(PR_SET_PDEATHSIG)", Err: err}
+	}
+	if os.Getppid() != parent {
+		return fmt.Errorf("the launcher (pid %d) exited during setup", parent)
+	}
+	return nil
+}
+
+func noNewPrivs(*Config) error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return &os.SyscallError{Syscall: "prctl(PR_SET_NO_NEW_PRIVS)", Err: err}
+	}
+	return nil
+}
+
+func seccomp(c *Config) error {
+	if !c.Seccomp {
+		fmt.Fprintln(os.Stderr, "airlock: seccomp off: no system call filter")
+		return nil
+	}
+	return loadSeccomp()
+}
+
+// verify reads this thread's status back: the kernel's view, not ours.
+func verify(c *Config) error {
+	buf := make([]byte, 8192)
+	n, err := unix.Pread(statusFD, buf, 0)
+	if err != nil {
+		return &os.SyscallError{Syscall: "pread(/proc/thread-self/status)", Err: err}
+	}
+	raw := buf[:n]
+	want := map[string]string{
+		"Uid":        fmt.Sprintf("%d\t%d\t%d\t%d", c.UID, c.UID, c.UID, c.UID),
+		"Gid":        fmt.Sprintf("%d\t%d\t%d\t%d", c.GID, c.GID, c.GID, c.GID),
+		"NoNewPrivs": "1",
+	}
+	keep, _ := keptCaps(c.KeepCaps)
+	var mask uint64
+	for _, k := range keep {
+		mask |= 1 << uint(k)
+	}
+	caps := fmt.Sprintf("%016x", mask)
+	for _, f := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		want[f] = caps
+	}
+	if c.Seccomp {
+		want["Seccomp"] = "2"
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			got[k] = strings.TrimSpace(v)
+		}
+	}
+	for k, v := range want {
+		if got[k] != v {
+			return fmt.Errorf("/proc/thread-self/status %s = %q, want %q", k, got[k], v)
+		}
+	}
+	return nil
+}
+
+func closeFDs(*Config) error {
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return &os.SyscallError{Syscall: "close_range(CLOEXEC)", Err: err}
+	}
+	return nil
+}
+
+// lookPath resolves the command with the sandbox's own PATH.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, kv := range env {
+		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+			for _, dir := range strings.Split(p, ":") {
+				cand := dir + "/" + name
+				if st, err := os.Stat(cand); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+					return cand, nil
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("%s: %w", name, exec.ErrNotFound)
+}
