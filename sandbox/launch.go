@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"runtime"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Process is a running sandbox.
@@ -70,7 +72,16 @@ func Start(c Config, net *Network) (*Process, error) {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
 	if net != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(net.NS), "netns"))
+		// A duplicate, owned by this *os.File and closed after the start:
+		// wrapping net.NS itself would let the finalizer close a
+		// descriptor the Network still owns (and may have been reused).
+		fd, err := unix.Dup(int(net.NS))
+		if err != nil {
+			return nil, &os.SyscallError{Syscall: "dup(netns)", Err: err}
+		}
+		nsFile := os.NewFile(uintptr(fd), "netns")
+		defer nsFile.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, nsFile)
 	}
 	p := &Process{done: make(chan struct{})}
 	started := make(chan error, 1)

@@ -204,7 +204,10 @@ func newLaunchCmd() *cobra.Command {
 	fl.StringVar(&sandboxID, "sandbox-id", "", "sandbox id in decisions, audit lines and the cgroup name (default: the launcher's pid)")
 	pf.register(cmd, true)
 	xf.register(cmd)
-	fl.Lookup("audit-log").DefValue = "-"
+	// The command owns stdout; decisions go to stderr unless redirected.
+	fl.Lookup("audit-log").DefValue = "stderr"
+	fl.Set("audit-log", "stderr")
+	fl.Lookup("audit-log").Changed = false
 	return cmd
 }
 

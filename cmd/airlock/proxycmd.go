@@ -45,7 +45,7 @@ func (f *proxyFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.upstreamCAs, "upstream-ca", nil, "extra PEM CA file trusted for upstream TLS, besides the system roots (repeatable)")
 	fl.StringArrayVar(&f.resolve, "resolve", nil, "pin HOST:PORT:ADDR[,ADDR] like curl (addresses are still SSRF-checked; repeatable)")
 	fl.StringArrayVar(&f.allowRanges, "allow-range", nil, "UNSAFE: allow upstream addresses in this CIDR despite the SSRF guard (repeatable)")
-	fl.StringVar(&f.auditLog, "audit-log", "-", "audit log file (one JSON line per decision), - for stdout")
+	fl.StringVar(&f.auditLog, "audit-log", "-", "audit log file (one JSON line per decision), - for stdout, stderr for stderr")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus /metrics on this address")
 	fl.BoolVar(&f.watch, "policy-watch", true, "reload the policy bundle directory when it changes")
 }
@@ -120,8 +120,11 @@ func (f *proxyFlags) build(decider *policies.Engine, log *slog.Logger) (*proxy.P
 }
 
 func openAudit(path string) (io.Writer, func(), error) {
-	if path == "-" || path == "" {
+	switch path {
+	case "-", "":
 		return os.Stdout, func() {}, nil
+	case "stderr":
+		return os.Stderr, func() {}, nil
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {

@@ -1,0 +1,431 @@
+package sandbox
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"golang.org/x/sys/unix"
+)
+
+// TestMain is also stage 2 (the test binary re-executes itself, as the
+// airlock binary does) and the escape attempts run inside the sandbox.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == Stage2Arg {
+		RunStage2()
+	}
+	if name := os.Getenv("AIRLOCK_ESCAPE"); name != "" {
+		os.Exit(attempt(name))
+	}
+	os.Exit(m.Run())
+}
+
+// run starts the sandbox and returns the command's output and exit code.
+func run(t testing.TB, c Config) (string, int, error) {
+	t.Helper()
+	testutil.RequireRoot(t, "the sandbox launcher (uid switch, namespaces, Landlock)")
+	var network *Network
+	if c.Net != NetHost {
+		port := 0
+		if c.Net == NetProxy {
+			port = c.ProxyPort
+		}
+		n, err := NewNetwork(port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		network = n
+	}
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = out // Start hands its own stdout to the sandbox
+	p, err := Start(c, network)
+	os.Stdout = stdout
+	if err != nil {
+		return "", 0, err
+	}
+	code, err := p.Wait()
+	raw, _ := os.ReadFile(out.Name())
+	return string(raw), code, err
+}
+
+// base is a sandbox that can run the test binary itself.
+func base(t testing.TB, cmd ...string) Config {
+	c := Defaults()
+	c.Net = NetNone
+	self, _ := os.Executable()
+	c.Exec = append(c.Exec, filepath.Dir(self))
+	c.Command = cmd
+	c.Env = []string{"PATH=/usr/bin:/bin"}
+	return c
+}
+
+func TestStatusOfTheSandboxedProcess(t *testing.T) {
+	for _, tc := range []struct {
+		keep []string
+		mask string
+	}{
+		{nil, "0000000000000000"},
+		{[]string{"CAP_NET_BIND_SERVICE"}, "0000000000000400"},
+	} {
+		c := base(t, "/bin/cat", "/proc/self/status")
+		c.KeepCaps = tc.keep
+		out, code, err := run(t, c)
+		if err != nil || code != 0 {
+			t.Fatalf("cat /proc/self/status: %v exit %d\n%s", err, code, out)
+		}
+		fields := map[string]string{}
+		for _, line := range strings.Split(out, "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok {
+				fields[k] = strings.TrimSpace(v)
+			}
+		}
+		want := map[string]string{
+			"Uid": "998\t998\t998\t998", "Gid": "998\t998\t998\t998", "Groups": "998",
+			"NoNewPrivs": "1", "Seccomp": "2",
+			"CapInh": tc.mask, "CapPrm": tc.mask, "CapEff": tc.mask, "CapBnd": tc.mask, "CapAmb": tc.mask,
+		}
+		for k, v := range want {
+			if fields[k] != v {
+				t.Errorf("keep %v: %s = %q, want %q", tc.keep, k, fields[k], v)
+			}
+		}
+		// Cross-check with the reviewers' tool.
+		if capsh, err := exec.LookPath("capsh"); err == nil {
+			dec, _ := exec.Command(capsh, "--decode="+fields["CapEff"]).Output()
+			wantDec := "0x" + tc.mask + "="
+			if len(tc.keep) > 0 {
+				wantDec += "cap_net_bind_service"
+			}
+			if strings.TrimSpace(string(dec)) != wantDec {
+				t.Errorf("capsh --decode=%s = %q, want %q", fields["CapEff"], dec, wantDec)
+			}
+		} else if testutil.Required() {
+			t.Error("capsh is required to cross-check capabilities (apt-get install libcap2-bin)")
+		}
+	}
+}
+
+// attempt runs inside the sandbox: it tries one forbidden thing and prints
+// what stopped it ("blocked: <reason>") or "ESCAPED".
+func attempt(name string) int {
+	arg := os.Getenv("AIRLOCK_ESCAPE_ARG")
+	var err error
+	switch name {
+	case "tcp", "tcp-netns":
+		var c net.Conn
+		c, err = net.Dial("tcp", arg)
+		if c != nil {
+			c.Close()
+		}
+	case "udp":
+		var c net.Conn
+		if c, err = net.Dial("udp", "192.0.2.1:53"); err == nil {
+			_, err = c.Write([]byte("x"))
+			c.Close()
+		}
+	case "dns":
+		_, err = net.LookupHost("example.com")
+	case "raw":
+		err = socketErr(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP)
+	case "packet":
+		err = socketErr(unix.AF_PACKET, unix.SOCK_RAW, 0)
+	case "mptcp":
+		err = socketErr(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP)
+	case "vsock":
+		err = socketErr(unix.AF_VSOCK, unix.SOCK_STREAM, 0)
+	case "netlink-audit":
+		err = socketErr(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_AUDIT)
+	case "ptrace":
+		pid, _ := strconv.Atoi(arg)
+		err = unix.PtraceAttach(pid)
+	case "userns":
+		err = unix.Unshare(unix.CLONE_NEWUSER)
+	case "mount":
+		err = unix.Mount("tmpfs", "/tmp", "tmpfs", 0, "")
+	case "write":
+		err = os.WriteFile(arg, []byte("x"), 0o644)
+	case "read":
+		_, err = os.ReadFile(arg)
+	case "forkbomb":
+		var kids []*exec.Cmd
+		defer func() {
+			for _, k := range kids {
+				k.Process.Kill()
+				k.Wait()
+			}
+		}()
+		for i := 0; i < 200; i++ {
+			k := exec.Command("/bin/sleep", "30")
+			if err = k.Start(); err != nil {
+				err = fmt.Errorf("after %d processes: %w", i, err)
+				break
+			}
+			kids = append(kids, k)
+		}
+	case "setuid":
+		var out []byte
+		out, err = exec.Command(arg, "-u").Output()
+		if err == nil && strings.TrimSpace(string(out)) != "0" {
+			err = fmt.Errorf("setuid-root binary ran as euid %s", strings.TrimSpace(string(out)))
+		}
+	default:
+		fmt.Println("unknown attempt", name)
+		return 2
+	}
+	if err == nil {
+		fmt.Println("ESCAPED")
+		return 1
+	}
+	fmt.Println("blocked:", err)
+	return 0
+}
+
+// openDir is a temporary directory every user may traverse and read (the
+// test's own temporary directories are 0700).
+func openDir(t *testing.T) string {
+	d, err := os.MkdirTemp("", "airlock-sandbox-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(d, 0o755)
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func socketErr(domain, typ, proto int) error {
+	fd, err := unix.Socket(domain, typ, proto)
+	if err == nil {
+		unix.Close(fd)
+	}
+	return err
+}
+
+func TestEscapesFail(t *testing.T) {
+	testutil.RequireRoot(t, "the sandbox escape suite")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	// Readable by uid 998 as far as file modes go: only Landlock stops it.
+	secret := filepath.Join(openDir(t), "secret")
+	os.WriteFile(secret, []byte("s"), 0o644)
+	// A setuid-root copy of id: no_new_privs must keep it at uid 998.
+	suidDir := openDir(t)
+	suid := filepath.Join(suidDir, "id")
+	raw, _ := os.ReadFile("/usr/bin/id")
+	os.WriteFile(suid, raw, 0o755)
+	os.Chown(suid, 0, 0)
+	os.Chmod(suid, 0o4755)
+
+	// The test binary, where uid 998 may execute it.
+	selfCopy := filepath.Join(suidDir, "sandbox.test")
+	self, _ := os.Executable()
+	bin, _ := os.ReadFile(self)
+	os.WriteFile(selfCopy, bin, 0o755)
+
+	for _, tc := range []struct {
+		name, arg string
+		want      error // the errno expected, nil: any error
+		net       Net
+	}{
+		{"tcp", ln.Addr().String(), unix.EACCES, NetProxy},          // Landlock: only the proxy port
+		{"tcp-netns", ln.Addr().String(), unix.ECONNREFUSED, NetNone}, // without Landlock's rule: another loopback
+		{"udp", "", unix.ENETUNREACH, NetProxy},
+		{"dns", "", nil, NetProxy},
+		{"raw", "", unix.EPERM, NetNone},
+		{"packet", "", unix.EPERM, NetNone},
+		{"mptcp", "", unix.EPERM, NetNone},
+		{"vsock", "", unix.EPERM, NetNone},
+		{"netlink-audit", "", unix.EPERM, NetNone},
+		{"ptrace", strconv.Itoa(os.Getpid()), unix.EPERM, NetNone},
+		{"userns", "", unix.EPERM, NetNone},
+		{"mount", "", unix.EPERM, NetNone},
+		{"write", "/etc/airlock-escape", unix.EACCES, NetNone},
+		{"read", secret, unix.EACCES, NetNone},
+		{"setuid", suid, nil, NetNone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base(t, selfCopy)
+			c.Net = tc.net
+			if tc.net == NetProxy {
+				c.ProxyPort = 3128
+			}
+			c.Exec = append(c.Exec, suidDir)
+			if tc.name == "tcp-netns" {
+				c.Landlock = LandlockOff
+			}
+			c.Env = append(c.Env, "AIRLOCK_ESCAPE="+tc.name, "AIRLOCK_ESCAPE_ARG="+tc.arg)
+			out, code, err := run(t, c)
+			if err != nil {
+				t.Fatalf("launch: %v", err)
+			}
+			if code != 0 || !strings.HasPrefix(out, "blocked:") {
+				t.Fatalf("%s: exit %d, %q", tc.name, code, out)
+			}
+			if tc.want != nil && !strings.Contains(out, tc.want.Error()) {
+				t.Fatalf("%s was stopped by %q, want %q", tc.name, strings.TrimSpace(out), tc.want)
+			}
+			t.Logf("%s: %s", tc.name, strings.TrimSpace(out))
+		})
+	}
+}
+
+func TestLandlockHardRefusesWithoutKernelSupport(t *testing.T) {
+	c := base(t, "/bin/true")
+	c.LandlockABI = -1 // as on a kernel without Landlock
+	_, _, err := run(t, c)
+	var se *SetupError
+	if !errors.As(err, &se) || se.Step != "open landlock paths" || !strings.Contains(se.Err, "refusing to start") {
+		t.Fatalf("hard Landlock on a kernel without it = %v; want a refusal naming the step", err)
+	}
+
+	// Best effort runs, and says what it skipped.
+	c.Landlock = LandlockBestEffort
+	c.LandlockABI = 3 // file system rules, no network rules
+	c.Net = NetProxy
+	c.ProxyPort = 3128
+	stderr := captureStderr(t, func() {
+		if _, code, err := run(t, c); err != nil || code != 0 {
+			t.Fatalf("best-effort launch: %v exit %d", err, code)
+		}
+	})
+	if !strings.Contains(stderr, "NOT enforced: Landlock network rules") {
+		t.Fatalf("best-effort did not say what it skipped; stderr: %q", stderr)
+	}
+}
+
+func captureStderr(t *testing.T, f func()) string {
+	r, w, _ := os.Pipe()
+	old := os.Stderr
+	os.Stderr = w
+	f()
+	os.Stderr = old
+	w.Close()
+	var b bytes.Buffer
+	b.ReadFrom(r)
+	return b.String()
+}
+
+func TestSetupFailureNamesTheStep(t *testing.T) {
+	c := base(t, "/bin/true")
+	c.RO = append(c.RO, "/nonexistent/airlock")
+	_, _, err := run(t, c)
+	var se *SetupError
+	if !errors.As(err, &se) || se.Step != "open landlock paths" || !strings.Contains(se.Err, "/nonexistent/airlock") {
+		t.Fatalf("launch with a missing Landlock path = %v", err)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	if _, code, _ := run(t, base(t, "/bin/sh", "-c", "exit 7")); code != 7 {
+		t.Fatalf("exit 7 → %d", code)
+	}
+	if _, code, _ := run(t, base(t, "/bin/sh", "-c", "kill -TERM $$")); code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("killed by SIGTERM → %d, want %d", code, 128+int(syscall.SIGTERM))
+	}
+}
+
+func TestEnvironmentIsExplicit(t *testing.T) {
+	t.Setenv("AIRLOCK_SECRET_TOKEN", "leak")
+	t.Setenv("NOTIFY_SOCKET", "/run/systemd/notify")
+	env, err := Environment(EnvOptions{Set: []string{"FOO=bar"}, ProxyURL: "http://127.0.0.1:3128", CABundle: "/ca.pem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := base(t, "/usr/bin/env")
+	c.Env = env
+	out, _, err := run(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"AIRLOCK_SECRET_TOKEN", "NOTIFY_SOCKET", "leak"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("the sandbox environment contains %s:\n%s", bad, out)
+		}
+	}
+	for _, want := range []string{"FOO=bar", "HTTPS_PROXY=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128", "NODE_USE_ENV_PROXY=1", "GIT_SSL_CAINFO=/ca.pem", "SSL_CERT_FILE=/ca.pem", "NO_PROXY=localhost,127.0.0.1,::1"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("the sandbox environment lacks %s", want)
+		}
+	}
+}
+
+func TestForkBombStoppedByPidsMax(t *testing.T) {
+	testutil.RequireRoot(t, "cgroup pids.max")
+	leaf, err := NewLeaf(fmt.Sprintf("test-%d", os.Getpid()), 0, 24, func(msg string) { t.Log(msg) })
+	if err != nil {
+		t.Fatalf("cgroup with pids.max: %v", err)
+	}
+	defer leaf.Remove()
+	dir := openDir(t)
+	selfCopy := filepath.Join(dir, "sandbox.test")
+	self, _ := os.Executable()
+	bin, _ := os.ReadFile(self)
+	os.WriteFile(selfCopy, bin, 0o755)
+	c := base(t, selfCopy)
+	c.Exec = append(c.Exec, dir)
+	c.Cgroups = leaf.Joined
+	c.Env = append(c.Env, "AIRLOCK_ESCAPE=forkbomb")
+	out, code, err := run(t, c)
+	if err != nil || code != 0 || !strings.Contains(out, "resource temporarily unavailable") {
+		t.Fatalf("fork bomb under pids.max=24: %v exit %d %q", err, code, out)
+	}
+	t.Log(strings.TrimSpace(out))
+}
+
+// BenchmarkLaunch is the launcher's overhead: /bin/true in a full sandbox
+// (network namespace, Landlock, seccomp) against a plain fork and exec.
+func BenchmarkLaunch(b *testing.B) {
+	b.Run("direct", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if err := exec.Command("/bin/true").Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("sandbox", func(b *testing.B) {
+		testutil.RequireRoot(b, "the sandbox launcher")
+		c := Defaults()
+		c.Net = NetNone
+		c.Command = []string{"/bin/true"}
+		c.Env = []string{"PATH=/usr/bin:/bin"}
+		for i := 0; i < b.N; i++ {
+			n, err := NewNetwork(0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, err := Start(c, n)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if code, err := p.Wait(); err != nil || code != 0 {
+				b.Fatalf("exit %d: %v", code, err)
+			}
+			n.Close()
+		}
+	})
+}
