@@ -1,0 +1,105 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+)
+
+// One command: `airlock launch --preset` serves the proxy inside the
+// sandbox's own network namespace, and a sandboxed curl reaches a local
+// upstream through it: allowed, denied with its reason, and nothing direct.
+func TestLaunchWithInProcessProxy(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (uid switch, network namespace)")
+	w := newWorld(t)
+	api := fmt.Sprintf("https://api.test:%d", w.tlsPort)
+	script := strings.Join([]string{
+		"curl -sS " + api + "/v1/hello; echo",
+		"curl -sS -X POST " + api + "/v1/hello; echo",
+		fmt.Sprintf("curl -sS -m 3 --noproxy '*' http://127.0.0.2:%d/ || echo direct-refused", w.plainPort),
+	}, "; ")
+	args := []string{"launch", "--policy", filepath.Join(w.dir, "bundle"), "--preset", "itest",
+		"--allow-range", "127.0.0.2/32", "--upstream-ca", w.upstreamCA.pemFile, "--ca-dir", filepath.Join(w.dir, "ca"),
+		"--audit-log", filepath.Join(w.dir, "launch-audit.log"), "--log-level", "warn"}
+	for _, name := range []string{"api.test"} {
+		args = append(args, "--resolve", fmt.Sprintf("%s:%d:127.0.0.2", name, w.tlsPort))
+	}
+	args = append(args, "--", "/bin/sh", "-c", script)
+	cmd := exec.Command(airlockBin, args...)
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("airlock launch: %v\n%s", err, out)
+	}
+	s := string(out)
+	for _, want := range []string{"hello from api.test", `"reason":"method_not_allowed"`, "direct-refused"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("sandboxed output lacks %q:\n%s", want, s)
+		}
+	}
+	audit, _ := os.ReadFile(filepath.Join(w.dir, "launch-audit.log"))
+	if !strings.Contains(string(audit), `"binary":"`+w.curl+`"`) || !strings.Contains(string(audit), `"reason":"method_not_allowed"`) {
+		t.Errorf("launch audit log:\n%s", audit)
+	}
+}
+
+// Killing the launcher kills the sandboxed command.
+func TestLaunchDiesWithParent(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch")
+	cmd := exec.Command(airlockBin, "launch", "--net", "none", "--log-level", "warn", "--", "/bin/sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var child int
+	deadline := time.Now().Add(10 * time.Second)
+	for child == 0 && time.Now().Before(deadline) {
+		child = findChild(cmd.Process.Pid, realpath(t, "/bin/sleep"))
+		time.Sleep(20 * time.Millisecond)
+	}
+	if child == 0 {
+		t.Fatal("the sandboxed sleep never started")
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	for time.Now().Before(deadline) {
+		if !alive(child) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("sandboxed sleep (pid %d) survived its launcher", child)
+}
+
+// findChild finds a child of pid running exe.
+func findChild(pid int, exe string) int {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		for _, f := range strings.Fields(string(raw)) {
+			c, _ := strconv.Atoi(f)
+			if p, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", c)); p == exe {
+				return c
+			}
+		}
+	}
+	return 0
+}
+
+func alive(pid int) bool {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// A zombie awaiting its reaper is dead too.
+	i := strings.LastIndexByte(string(raw), ')')
+	return i >= 0 && len(raw) > i+2 && raw[i+2] != 'Z'
+}
