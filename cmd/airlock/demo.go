@@ -2,6 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -35,7 +41,8 @@ func newDemoCmd() *cobra.Command {
 			}
 			fmt.Fprintln(out, "Explain a decision:  airlock policy explain --preset reviewer --input FILE")
 			fmt.Fprintln(out, "Run the preset tests: airlock policy test presets")
-			return nil
+			fmt.Fprintln(out)
+			return sandboxDemo(cmd)
 		},
 	}
 	f.register(cmd, true)
@@ -87,4 +94,78 @@ func demoExamples() []example {
 		conn("strict", "/usr/bin/curl", "example.org", 443),
 		conn("permissive", "/usr/bin/curl", "example.org", 22),
 	}
+}
+
+// demoPreset lets curl GET /public/** on the demo upstream, nothing else.
+const demoPreset = `package airlock.presets.demo
+
+import data.airlock.lib
+
+rules := [{
+	"name": "demo-public",
+	"binaries": [{"path": %q}],
+	"hosts": ["demo.local"],
+	"ports": [%d],
+	"methods": "read-only",
+	"paths": ["/public/**"],
+}]
+
+denies := []
+
+decision := lib.decide(rules, denies)
+`
+
+// sandboxDemo runs curl in a sandbox whose only way out is the in-process
+// proxy, against an upstream on this machine: one request allowed, one
+// denied with its reason, one direct connection that has nowhere to go.
+func sandboxDemo(cmd *cobra.Command) error {
+	out := cmd.OutOrStdout()
+	fmt.Fprintln(out, "== A sandboxed client through the proxy (airlock launch) ==")
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(out, "skipped: launching a sandbox needs root (uid switch, network namespace, cgroup); run `sudo make run`")
+		return nil
+	}
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		fmt.Fprintln(out, "skipped: the demo client is curl, which is not installed")
+		return nil
+	}
+	curl, _ = filepath.EvalSymlinks(curl)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello from the upstream at "+r.URL.Path+"\n")
+	}))
+	port := ln.Addr().(*net.TCPAddr).Port
+	dir, err := os.MkdirTemp("", "airlock-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bundle := filepath.Join(dir, "policy")
+	os.MkdirAll(bundle, 0o755)
+	if err := os.WriteFile(filepath.Join(bundle, "demo.rego"), []byte(fmt.Sprintf(demoPreset, curl, port)), 0o644); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	script := fmt.Sprintf(`echo "$ curl http://demo.local:%[1]d/public/hello"; curl -sS http://demo.local:%[1]d/public/hello
+echo "$ curl http://demo.local:%[1]d/admin/keys"; curl -sS http://demo.local:%[1]d/admin/keys; echo
+echo "$ curl --noproxy '*' http://127.0.0.1:%[1]d/  (straight to the upstream, bypassing the proxy)"; curl -sS -m 3 --noproxy '*' http://127.0.0.1:%[1]d/ || echo "(no route: the sandbox's only way out is the proxy)"`, port)
+	launch := exec.Command(self, "launch", "--policy", bundle, "--preset", "demo",
+		"--resolve", fmt.Sprintf("demo.local:%d:127.0.0.1", port), "--allow-range", "127.0.0.1/32",
+		"--ca-dir", filepath.Join(dir, "ca"), "--audit-log", filepath.Join(dir, "audit.log"), "--log-level", "error",
+		"--", "/bin/sh", "-c", script)
+	launch.Stdout, launch.Stderr = out, cmd.ErrOrStderr()
+	if err := launch.Run(); err != nil {
+		return fmt.Errorf("sandbox demo: %w", err)
+	}
+	audit, _ := os.ReadFile(filepath.Join(dir, "audit.log"))
+	fmt.Fprintf(out, "\naudit log (one line per decision):\n%s", audit)
+	return nil
 }
