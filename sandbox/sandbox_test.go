@@ -252,7 +252,7 @@ func TestEscapesFail(t *testing.T) {
 		want      error // the errno expected, nil: any error
 		net       Net
 	}{
-		{"tcp", ln.Addr().String(), unix.EACCES, NetProxy},          // Landlock: only the proxy port
+		{"tcp", ln.Addr().String(), unix.EACCES, NetProxy},            // Landlock: only the proxy port
 		{"tcp-netns", ln.Addr().String(), unix.ECONNREFUSED, NetNone}, // without Landlock's rule: another loopback
 		{"udp", "", unix.ENETUNREACH, NetProxy},
 		{"dns", "", nil, NetProxy},
