@@ -9,7 +9,20 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/presets"
+	"github.com/airlock-sandbox/airlock/sandbox"
 )
+
+// TestMain lets the test binary stand in for airlock where a command re-runs
+// its own executable: `airlock demo` runs `airlock launch`, and the
+// launcher re-executes itself as the sandbox's stage 2.
+func TestMain(m *testing.M) {
+	if os.Getenv("AIRLOCK_TEST_AS_AIRLOCK") == "1" || (len(os.Args) > 1 && os.Args[1] == sandbox.Stage2Arg) {
+		main()
+		return
+	}
+	os.Setenv("AIRLOCK_TEST_AS_AIRLOCK", "1")
+	os.Exit(m.Run())
+}
 
 func airlock(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
@@ -135,5 +148,12 @@ func TestDemo(t *testing.T) {
 	code, out, errs := airlock(t, "", "demo")
 	if code != ExitOK || !strings.Contains(out, "ALLOW") || !strings.Contains(out, "DENY") || !strings.Contains(out, "binary_not_allowed") {
 		t.Fatalf("demo = %d\n%s\n%s", code, out, errs)
+	}
+	if os.Geteuid() == 0 {
+		for _, want := range []string{"hello from the upstream at /public/hello", `"reason":"path_not_allowed"`, "no route"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("sandbox demo output lacks %q:\n%s\n%s", want, out, errs)
+			}
+		}
 	}
 }
