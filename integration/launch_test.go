@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -102,4 +103,41 @@ func alive(pid int) bool {
 	// A zombie awaiting its reaper is dead too.
 	i := strings.LastIndexByte(string(raw), ')')
 	return i >= 0 && len(raw) > i+2 && raw[i+2] != 'Z'
+}
+
+// --json-status reports the outcome, --rlimit reaches the command, and a
+// setup failure names its step with exit code 125.
+func TestLaunchStatusAndLimits(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch")
+	dir := t.TempDir()
+	status := filepath.Join(dir, "status.json")
+	out, err := exec.Command(airlockBin, "launch", "--net", "none", "--rlimit", "nofile=64", "--json-status", status,
+		"--log-level", "warn", "--", "/bin/sh", "-c", "ulimit -n; exit 3").Output()
+	if code := exitCode(err); code != 3 || strings.TrimSpace(string(out)) != "64" {
+		t.Fatalf("launch exit %d output %q; want 3 and 64", code, out)
+	}
+	raw, _ := os.ReadFile(status)
+	if !strings.Contains(string(raw), `"exit_code":3`) || !strings.Contains(string(raw), `"started":true`) {
+		t.Fatalf("json status %s", raw)
+	}
+	cmd := exec.Command(airlockBin, "launch", "--net", "none", "--ro", "/nonexistent/x", "--json-status", status, "--", "/bin/true")
+	msg, err := cmd.CombinedOutput()
+	if code := exitCode(err); code != 125 || !strings.Contains(string(msg), `step "open landlock paths"`) {
+		t.Fatalf("setup failure exit %d: %s", code, msg)
+	}
+	raw, _ = os.ReadFile(status)
+	if !strings.Contains(string(raw), `"step":"open landlock paths"`) {
+		t.Fatalf("json status of a failed setup: %s", raw)
+	}
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }

@@ -20,15 +20,19 @@ type Leaf struct {
 	Joined []string // every directory whose cgroup.procs the sandbox joins
 }
 
-// NewLeaf creates the sandbox's groups under <root>/airlock/<id>. Limits
-// that cannot be enforced are an error: a limit asked for is never dropped
-// silently. warn reports what is lost without limits.
-func NewLeaf(id string, memoryMax, pidsMax int64, warn func(string)) (*Leaf, error) {
+// NewLeaf creates the sandbox's groups, airlock-<id>, under parent (a
+// cgroup v2 directory; "" means the root of the v2 hierarchy). Limits that
+// cannot be enforced are an error: a limit asked for is never dropped
+// silently. warn reports what is lost without a v2 leaf.
+func NewLeaf(parent, id string, memoryMax, pidsMax int64, warn func(string)) (*Leaf, error) {
 	l := &Leaf{}
 	name := "airlock-" + id
-	mnt, err := cgroup2.Mount()
+	var err error
+	if parent == "" {
+		parent, err = cgroup2.Mount()
+	}
 	if err == nil {
-		l.V2, err = cgroup2.Create(mnt, name)
+		l.V2, err = cgroup2.Create(parent, name)
 	}
 	if err != nil {
 		warn(fmt.Sprintf("cgroup v2 not writable (%v): the proxy finds the sandbox's processes by scanning its process tree, and there is no connect hook", err))

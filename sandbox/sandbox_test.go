@@ -376,7 +376,7 @@ func TestEnvironmentIsExplicit(t *testing.T) {
 
 func TestForkBombStoppedByPidsMax(t *testing.T) {
 	testutil.RequireRoot(t, "cgroup pids.max")
-	leaf, err := NewLeaf(fmt.Sprintf("test-%d", os.Getpid()), 0, 24, func(msg string) { t.Log(msg) })
+	leaf, err := NewLeaf("", fmt.Sprintf("test-%d", os.Getpid()), 0, 24, func(msg string) { t.Log(msg) })
 	if err != nil {
 		t.Fatalf("cgroup with pids.max: %v", err)
 	}

@@ -29,11 +29,11 @@ func newLaunchCmd() *cobra.Command {
 	var pf policyFlags
 	var xf proxyFlags
 	var (
-		userSpec, netMode, landlock, seccompMode, jsonStatus, preset, sandboxID, cwd string
-		keepCaps, ro, rw, execPaths, rlimits, envs, keepEnv                          []string
-		proxyPort                                                                    int
-		memoryMax, pidsMax                                                           int64
-		dieWithParent, noDefaultPaths                                                bool
+		userSpec, netMode, landlock, seccompMode, jsonStatus, preset, sandboxID, cwd, cgroupParent string
+		keepCaps, ro, rw, execPaths, rlimits, envs, keepEnv                                        []string
+		proxyPort                                                                                  int
+		memoryMax, pidsMax                                                                         int64
+		dieWithParent, noDefaultPaths                                                              bool
 	)
 	cmd := &cobra.Command{
 		Use:   "launch [flags] -- CMD [ARGS...]",
@@ -74,7 +74,7 @@ func newLaunchCmd() *cobra.Command {
 			defer stop()
 
 			// The sandbox's groups, before the process exists.
-			leaf, err := sandbox.NewLeaf(sandboxID, memoryMax, pidsMax, func(msg string) { log.Warn(msg) })
+			leaf, err := sandbox.NewLeaf(cgroupParent, sandboxID, memoryMax, pidsMax, func(msg string) { log.Warn(msg) })
 			if err != nil {
 				return &exitError{ExitLaunch, err}
 			}
@@ -195,6 +195,7 @@ func newLaunchCmd() *cobra.Command {
 	fl.StringArrayVar(&rlimits, "rlimit", nil, "NAME=N resource limit (as, core, cpu, data, fsize, memlock, nofile, nproc, stack)")
 	fl.StringArrayVar(&envs, "env", nil, "KEY=VAL for the command (repeatable)")
 	fl.StringArrayVar(&keepEnv, "keep-env", nil, "copy this variable from the launcher's environment (repeatable)")
+	fl.StringVar(&cgroupParent, "cgroup", "", "cgroup v2 directory under which the sandbox's leaf airlock-<id> is made (default: the v2 root)")
 	fl.Int64Var(&memoryMax, "memory-max", 0, "memory.max of the sandbox's cgroup, in bytes")
 	fl.Int64Var(&pidsMax, "pids-max", 0, "pids.max of the sandbox's cgroup")
 	fl.BoolVar(&dieWithParent, "die-with-parent", true, "kill the command when the launcher dies")
