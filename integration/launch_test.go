@@ -28,7 +28,7 @@ func TestLaunchWithInProcessProxy(t *testing.T) {
 		fmt.Sprintf("curl -sS -m 3 --noproxy '*' http://127.0.0.2:%d/ || echo direct-refused", w.plainPort),
 	}, "; ")
 	args := []string{"launch", "--policy", filepath.Join(w.dir, "bundle"), "--preset", "itest",
-		"--allow-range", "127.0.0.2/32", "--upstream-ca", w.upstreamCA.pemFile, "--ca-dir", filepath.Join(w.dir, "ca"),
+		"--allow-range", "127.0.0.2/32", "--upstream-ca", w.upstreamCA.File, "--ca-dir", filepath.Join(w.dir, "ca"),
 		"--audit-log", filepath.Join(w.dir, "launch-audit.log"), "--log-level", "warn"}
 	for _, name := range []string{"api.test"} {
 		args = append(args, "--resolve", fmt.Sprintf("%s:%d:127.0.0.2", name, w.tlsPort))

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testca"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"golang.org/x/net/websocket"
 )
@@ -33,7 +34,7 @@ type world struct {
 	dir          string
 	tlsPort      int
 	plainPort    int
-	upstreamCA   *testCA
+	upstreamCA   *testca.CA
 	proxy        *runningProxy
 	curl         string
 	pinnedCurl   string
@@ -63,7 +64,9 @@ func newWorld(t *testing.T) *world {
 	w.pinnedCurl = filepath.Join(w.dir, "pinned-curl")
 	copyFile(t, w.curl, w.pinnedCurl, 0o755)
 
-	w.upstreamCA = newTestCA(t, w.dir)
+	if w.upstreamCA, err = testca.New(w.dir); err != nil {
+		t.Fatal(err)
+	}
 	w.tlsPort = w.serveTLS(t)
 	w.plainPort = w.servePlain(t)
 
@@ -79,7 +82,7 @@ func newWorld(t *testing.T) *world {
 	}
 	resolve = append(resolve, "--resolve", fmt.Sprintf("internal.test:%d:10.0.0.1", w.plainPort))
 	args := append([]string{"--policy", bundle, "--preset", "itest", "--pid", strconv.Itoa(os.Getpid()),
-		"--allow-range", "127.0.0.2/32", "--upstream-ca", w.upstreamCA.pemFile}, resolve...)
+		"--allow-range", "127.0.0.2/32", "--upstream-ca", w.upstreamCA.File}, resolve...)
 	// The proxy's own environment points at a proxy that does not exist:
 	// its upstream dials must ignore HTTP(S)_PROXY, or every test fails.
 	w.proxy = startProxy(t, w.dir, cleanEnv("ITEST_TOKEN="+secretValue,
@@ -182,7 +185,11 @@ func (w *world) serveTLS(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: hostRouter(mux), TLSConfig: w.upstreamCA.serverConfig(t, "api.test", "tunnel.test", "secret.test", "nosecret.test", "ws.test", "git.test")}
+	tlsConfig, err := w.upstreamCA.ServerConfig("api.test", "tunnel.test", "secret.test", "nosecret.test", "ws.test", "git.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: hostRouter(mux), TLSConfig: tlsConfig}
 	go srv.ServeTLS(ln, "", "")
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().(*net.TCPAddr).Port
@@ -294,7 +301,7 @@ func TestProxy(t *testing.T) {
 	})
 
 	t.Run("opaque tunnel relays TLS end to end", func(t *testing.T) {
-		status, body := w.curlCmd(t, w.curl, "--cacert", w.upstreamCA.pemFile, fmt.Sprintf("https://tunnel.test:%d/", w.tlsPort))
+		status, body := w.curlCmd(t, w.curl, "--cacert", w.upstreamCA.File, fmt.Sprintf("https://tunnel.test:%d/", w.tlsPort))
 		if status != 200 || body != "tunnel-ok" {
 			t.Fatalf("tunnel = %d %q", status, body)
 		}

@@ -2,10 +2,9 @@ package policies_test
 
 import (
 	"context"
-	"sort"
 	"testing"
-	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/presets"
 )
@@ -82,23 +81,13 @@ func BenchmarkDecide(b *testing.B) {
 		for _, phase := range []string{"connect", "request"} {
 			cases := benchCases()[phase]
 			b.Run(mode.name+"/"+phase, func(b *testing.B) {
-				lat := make([]time.Duration, 0, b.N)
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
+				testutil.Latencies(b, func(i int) {
 					c := &cases[i%len(cases)]
 					in := c.in
-					start := time.Now()
-					d := e.Decide(ctx, &in)
-					lat = append(lat, time.Since(start))
-					if d.Reason != c.want {
+					if d := e.Decide(ctx, &in); d.Reason != c.want {
 						b.Fatalf("Decide(%s %s %s) = %s (%s), want %s", in.Sandbox.Preset, in.Process.Exe, in.Request.Host, d.Reason, d.Error, c.want)
 					}
-				}
-				b.StopTimer()
-				sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-				b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
-				b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+				})
 			})
 		}
 	}

@@ -160,8 +160,9 @@ func writeBundle(t *testing.T, dir string, override map[string]string) {
 	}
 }
 
-func TestTamperedPresetRefusesToStart(t *testing.T) {
-	ctx := context.Background()
+// lockedBundle writes the presets into a directory with its lock file.
+func lockedBundle(t *testing.T) (string, *policies.Bundle) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "bundle")
 	writeBundle(t, dir, nil)
 	b, err := policies.LoadBundle(policies.Source{Path: dir}, nil)
@@ -171,6 +172,12 @@ func TestTamperedPresetRefusesToStart(t *testing.T) {
 	if err := policies.WriteLock(filepath.Join(dir, policies.LockFileName), policies.NewLock(b)); err != nil {
 		t.Fatal(err)
 	}
+	return dir, b
+}
+
+func TestTamperedPresetRefusesToStart(t *testing.T) {
+	ctx := context.Background()
+	dir, b := lockedBundle(t)
 	if _, err := policies.New(ctx, policies.Options{Source: policies.Source{Path: dir}, Logger: discard()}); err != nil {
 		t.Fatalf("New with matching lock: %v", err)
 	}
@@ -182,7 +189,7 @@ func TestTamperedPresetRefusesToStart(t *testing.T) {
 	if err := os.WriteFile(p, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = policies.New(ctx, policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
+	_, err := policies.New(ctx, policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
 	if !errors.Is(err, policies.ErrIntegrity) || !strings.Contains(err.Error(), "changed reviewer.rego") {
 		t.Fatalf("New after tamper = %v; want ErrIntegrity naming reviewer.rego", err)
 	}

@@ -141,15 +141,7 @@ func TestReloadQuarantineDeniesUntilFixed(t *testing.T) {
 }
 
 func TestReloadRefusesEditThatBreaksTheLock(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "bundle")
-	writeBundle(t, dir, nil)
-	b, err := policies.LoadBundle(policies.Source{Path: dir}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := policies.WriteLock(filepath.Join(dir, policies.LockFileName), policies.NewLock(b)); err != nil {
-		t.Fatal(err)
-	}
+	dir, b := lockedBundle(t)
 	e, err := policies.New(context.Background(), policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)

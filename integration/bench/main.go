@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+	"github.com/airlock-sandbox/airlock/internal/testca"
 	"io"
 	"net"
 	"net/http"
@@ -181,16 +182,20 @@ func startUpstreams(dir string) (*upstreams, error) {
 	go http.Serve(pl, ok)
 	u.plainURL = "http://" + pl.Addr().String() + "/"
 
-	ca, err := newCA(dir)
+	ca, err := testca.New(dir)
 	if err != nil {
 		return nil, err
 	}
-	u.roots, u.caFile = ca.pool, ca.file
+	u.roots, u.caFile = ca.Pool, ca.File
+	tlsConfig, err := ca.ServerConfig("127.0.0.2", "mitm.bench")
+	if err != nil {
+		return nil, err
+	}
 	tl, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: ok, TLSConfig: ca.serverConfig("127.0.0.2", "mitm.bench")}
+	srv := &http.Server{Handler: ok, TLSConfig: tlsConfig}
 	go srv.ServeTLS(tl, "", "")
 	u.tlsAddr = tl.Addr().String()
 

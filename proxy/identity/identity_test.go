@@ -11,56 +11,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"testing"
-	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/vishvananda/netns"
 )
 
-// TestMain doubles as the client process: with AIRLOCK_TEST_DIAL set, the
-// test binary dials that address, says so, and holds the connection until
-// its stdin closes. The proxy never attributes a socket to itself, so the
-// owner must be another process, as in production.
 func TestMain(m *testing.M) {
-	if addr := os.Getenv("AIRLOCK_TEST_DIAL"); addr != "" {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			os.Exit(3)
-		}
-		fmt.Println("connected")
-		io.Copy(io.Discard, os.Stdin)
-		c.Close()
-		os.Exit(0)
-	}
+	testutil.ServeClient()
 	os.Exit(m.Run())
 }
 
-// clientProcess starts a child that connects to a fresh listener and
-// returns the child and the server side of its connection.
-func clientProcess(t testing.TB) (*exec.Cmd, net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_DIAL="+ln.Addr().String())
-	stdin, _ := cmd.StdinPipe()
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	line := make([]byte, 10)
-	io.ReadFull(out, line)
-	t.Cleanup(func() { stdin.Close(); cmd.Wait(); server.Close() })
-	return cmd, server
-}
+func clientProcess(t testing.TB) (*exec.Cmd, net.Conn) { return testutil.StartClient(t, nil) }
 
 func addrs(server net.Conn) (netip.AddrPort, netip.AddrPort) {
 	return server.RemoteAddr().(*net.TCPAddr).AddrPort(), server.LocalAddr().(*net.TCPAddr).AddrPort()
@@ -197,21 +159,12 @@ func BenchmarkLookup(b *testing.B) {
 			}
 			defer r.Close()
 			c, s := addrs(server)
-			lat := make([]time.Duration, 0, b.N)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				start := time.Now()
-				p, err := r.Lookup(c, s)
-				lat = append(lat, time.Since(start))
-				if err != nil || p.PID != child.Process.Pid {
+			r.Lookup(c, s) // hash the executables once: the cache is the steady state
+			testutil.Latencies(b, func(int) {
+				if p, err := r.Lookup(c, s); err != nil || p.PID != child.Process.Pid {
 					b.Fatalf("Lookup = %v, %v", p, err)
 				}
-			}
-			b.StopTimer()
-			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			})
 		})
 	}
 }

@@ -28,6 +28,11 @@ func (d procDir) read(name string, buf []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return readOnce(fd, buf)
+}
+
+// readOnce reads fd with one read(2) and closes it.
+func readOnce(fd int, buf []byte) ([]byte, error) {
 	defer unix.Close(fd)
 	for {
 		n, err := unix.Read(fd, buf)
@@ -61,15 +66,5 @@ func readProc(path string, buf []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(fd)
-	for {
-		n, err := unix.Read(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return buf[:n], nil
-	}
+	return readOnce(fd, buf)
 }

@@ -2,12 +2,10 @@ package connhook_test
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"sort"
 	"testing"
 	"time"
 
@@ -18,18 +16,8 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// TestMain doubles as a client process (see the identity package tests).
 func TestMain(m *testing.M) {
-	if addr := os.Getenv("AIRLOCK_TEST_DIAL"); addr != "" {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			os.Exit(3)
-		}
-		fmt.Println("connected")
-		io.Copy(io.Discard, os.Stdin)
-		c.Close()
-		os.Exit(0)
-	}
+	testutil.ServeClient()
 	os.Exit(m.Run())
 }
 
@@ -70,31 +58,12 @@ func sandbox(t testing.TB, n int) (hook *connhook.Hook, cg string, client *exec.
 	}
 	t.Cleanup(func() { hook.Close() })
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	// The client joins the cgroup before it connects: started stopped
-	// would be nicer; a pipe that holds it until it is moved is enough.
-	client = exec.Command("sh", "-c", `read go; exec "$0"`, os.Args[0])
-	client.Env = append(os.Environ(), "AIRLOCK_TEST_DIAL="+ln.Addr().String())
-	stdin, _ := client.StdinPipe()
-	out, _ := client.StdoutPipe()
-	if err := client.Start(); err != nil {
-		t.Fatal(err)
-	}
-	kids = append(kids, client)
-	if err := cgroup2.Add(cg, client.Process.Pid); err != nil {
-		t.Fatal(err)
-	}
-	io.WriteString(stdin, "go\n")
-	server, err = ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.ReadFull(out, make([]byte, 10))
-	t.Cleanup(func() { stdin.Close(); server.Close() })
+	// The client joins the cgroup before it connects.
+	client, server = testutil.StartClient(t, func(pid int) {
+		if err := cgroup2.Add(cg, pid); err != nil {
+			t.Fatal(err)
+		}
+	})
 	return hook, cg, client, server
 }
 
@@ -129,21 +98,12 @@ func BenchmarkLookupHook(b *testing.B) {
 			defer r.Close()
 			r.WithConnHook(hook)
 			c, s := addrs(server)
-			lat := make([]time.Duration, 0, b.N)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				start := time.Now()
-				p, err := r.Lookup(c, s)
-				lat = append(lat, time.Since(start))
-				if err != nil || p.PID != client.Process.Pid {
+			r.Lookup(c, s) // hash the executables once: the cache is the steady state
+			testutil.Latencies(b, func(int) {
+				if p, err := r.Lookup(c, s); err != nil || p.PID != client.Process.Pid {
 					b.Fatalf("Lookup = %+v, %v", p, err)
 				}
-			}
-			b.StopTimer()
-			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			})
 		})
 	}
 }
