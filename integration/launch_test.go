@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
@@ -71,6 +72,12 @@ func TestLaunchDiesWithParent(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
+	// A killed launcher cannot remove its cgroup leaf; the test does.
+	defer func() {
+		if mnt, err := cgroup2.Mount(); err == nil {
+			cgroup2.Remove(filepath.Join(mnt, fmt.Sprintf("airlock-%d", cmd.Process.Pid)))
+		}
+	}()
 	for time.Now().Before(deadline) {
 		if !alive(child) {
 			return
