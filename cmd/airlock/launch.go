@@ -162,14 +162,22 @@ func newLaunchCmd() *cobra.Command {
 				}()
 			}
 			go func() {
-				<-ctx.Done()
-				syscall.Kill(proc.Pid, syscall.SIGTERM)
+				// Pass SIGINT/SIGTERM on, but never signal a pid the
+				// command no longer holds.
+				select {
+				case <-ctx.Done():
+					syscall.Kill(proc.Pid, syscall.SIGTERM)
+				case <-proc.Done():
+				}
 			}()
 			code, werr := proc.Wait()
 			if p != nil {
 				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				p.Shutdown(sctx)
 				cancel()
+				if err := <-served; err != nil {
+					log.Error("the sandbox's proxy stopped with an error", "err", err)
+				}
 			}
 			writeStatus(jsonStatus, map[string]any{"started": true, "pid": proc.Pid, "exit_code": code, "duration_ms": time.Since(start).Milliseconds()})
 			if werr != nil {
