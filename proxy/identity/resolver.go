@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netns"
@@ -211,6 +212,10 @@ func holds(pid int, target, buf []byte) bool {
 	return false
 }
 
+// procBufs are read buffers for /proc files: several per lookup, and the
+// lookup runs on every new connection.
+var procBufs = sync.Pool{New: func() any { return new([4096]byte) }}
+
 type procStat struct {
 	ppid  int
 	start time.Duration // since boot
@@ -223,7 +228,8 @@ const clockTicks = 100
 // readStat parses /proc/<pid>/stat after the comm field, which may itself
 // contain spaces and parentheses.
 func readStat(d procDir) (procStat, error) {
-	var buf [1024]byte
+	buf := procBufs.Get().(*[4096]byte)
+	defer procBufs.Put(buf)
 	raw, err := d.read("stat", buf[:])
 	if err != nil {
 		return procStat{}, err
@@ -245,7 +251,8 @@ func readStat(d procDir) (procStat, error) {
 }
 
 func readUID(d procDir) (int, error) {
-	var buf [4096]byte
+	buf := procBufs.Get().(*[4096]byte)
+	defer procBufs.Put(buf)
 	raw, err := d.read("status", buf[:])
 	if err != nil {
 		return 0, err
