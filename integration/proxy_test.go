@@ -107,6 +107,7 @@ rules := [
 	{"name": "nosecret", "binaries": [{"path": %[1]s}], "hosts": ["nosecret.test"], "ports": [%[2]d],
 	 "inject": {"authorization": {"env": "ITEST_NOT_SET"}}},
 	{"name": "ws", "binaries": %[6]s, "hosts": ["ws.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/echo"]},
+	{"name": "plain-upgrade", "binaries": %[6]s, "hosts": ["plain.test"], "ports": [%[3]d], "methods": ["GET"], "paths": ["/upgrade"]},
 	{"name": "git-refs", "binaries": [{"path": %[7]s}], "hosts": ["git.test"], "ports": [%[2]d], "methods": ["GET"],
 	 "paths": ["/*/info/refs"], "query": {"service": ["git-upload-pack"]}},
 	{"name": "git-fetch", "binaries": [{"path": %[7]s}], "hosts": ["git.test"], "ports": [%[2]d], "methods": ["POST"],
@@ -211,6 +212,20 @@ func (w *world) servePlain(t *testing.T) int {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/upgrade" && r.Header.Get("Upgrade") == "echo" {
+			// A protocol switch that echoes raw bytes: what a proxy must
+			// relay untouched after the 101.
+			rw.Header().Set("Upgrade", "echo")
+			rw.Header().Set("Connection", "Upgrade")
+			rw.WriteHeader(http.StatusSwitchingProtocols)
+			conn, brw, err := http.NewResponseController(rw).Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			io.Copy(conn, brw)
+			return
+		}
 		fmt.Fprintf(rw, "plain %s %s", r.Method, r.URL.Path)
 	})}
 	go srv.Serve(ln)
@@ -425,6 +440,40 @@ func TestProxy(t *testing.T) {
 		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "ws.test" && a.Status == 101 })
 		if a.Rule != "ws" || a.Up < 70000 || a.Down < 70000 {
 			t.Fatalf("websocket audit = %+v", a)
+		}
+	})
+
+	t.Run("plain-HTTP upgrade decided, bytes relayed both ways", func(t *testing.T) {
+		conn, err := net.Dial("tcp", w.proxy.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		target := fmt.Sprintf("plain.test:%d", w.plainPort)
+		fmt.Fprintf(conn, "GET http://%s/upgrade HTTP/1.1\r\nHost: %s\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n", target, target)
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 101 {
+			t.Fatalf("upgrade through the proxy: %v %v", resp, err)
+		}
+		msg := strings.Repeat("frame", 20000)
+		go io.WriteString(conn, msg)
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(br, got); err != nil || string(got) != msg {
+			t.Fatalf("echo through the upgraded connection: %v", err)
+		}
+		conn.Close()
+		a := w.proxy.audit(t, func(a auditLine) bool { return a.Path == "/upgrade" && a.Status == 101 })
+		if a.Rule != "plain-upgrade" || a.Up < int64(len(msg)) || a.Down < int64(len(msg)) {
+			t.Fatalf("upgrade audit = %+v", a)
+		}
+		// The same upgrade on a path the rule does not allow is denied.
+		c2, _ := net.Dial("tcp", w.proxy.addr)
+		defer c2.Close()
+		fmt.Fprintf(c2, "GET http://%s/other HTTP/1.1\r\nHost: %s\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n", target, target)
+		resp, err = http.ReadResponse(bufio.NewReader(c2), nil)
+		if err != nil || resp.StatusCode != 403 || resp.Header.Get("X-Airlock-Reason") != "path_not_allowed" {
+			t.Fatalf("denied upgrade: %v %v", resp, err)
 		}
 	})
 

@@ -184,7 +184,7 @@ func (p *Proxy) badRequest(w io.Writer, err error) {
 
 // upgrade completes a protocol switch (WebSocket): the 101 goes to the
 // client, then frames are relayed untouched in both directions.
-func (p *Proxy) upgrade(tc *tls.Conn, br *bufio.Reader, resp *http.Response, dc *decision, body *counter) {
+func (p *Proxy) upgrade(tc net.Conn, br io.Reader, resp *http.Response, dc *decision, body *counter) {
 	upstream, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok {
 		dc.deny(policies.ReasonUpstreamError, "101 response without a connection")
@@ -201,7 +201,9 @@ func (p *Proxy) upgrade(tc *tls.Conn, br *bufio.Reader, resp *http.Response, dc 
 	go func() {
 		defer wg.Done()
 		down, _ = io.Copy(tc, upstream)
-		tc.CloseWrite()
+		if cw, ok := tc.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
 	}()
 	up, _ := io.Copy(upstream, br) // br holds anything read past the request
 	upstream.Close()

@@ -1,18 +1,33 @@
 package proxy
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"strconv"
 
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/elazarl/goproxy"
+	"golang.org/x/net/http/httpguts"
 )
 
 // handlePlain decides an absolute-form request (GET http://host/path, or
 // https:// sent to the proxy as plain HTTP) exactly as a request inside an
 // inspected tunnel: the proxy sees it whole, so method and path rules apply.
 func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+	dc, status := p.decidePlain(r)
+	if !dc.d.Allow {
+		p.record(dc, status, 0, 0)
+		return r, dc.denialResponse(r, status)
+	}
+	body := p.forwardPlain(r, dc)
+	gctx.UserData = &plainState{dc: dc, body: body}
+	return r, nil
+}
+
+// decidePlain decides an absolute-form request, SSRF guard and credential
+// lookup included; status is the one a denial answers with.
+func (p *Proxy) decidePlain(r *http.Request) (*decision, int) {
 	ctx := r.Context()
 	cc := connFrom(ctx)
 	port := 80
@@ -44,19 +59,74 @@ func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Requ
 			dc.deny(policies.ReasonSecretUnavailable, err.Error())
 		}
 	}
-	if !dc.d.Allow {
-		p.record(dc, status, 0, 0)
-		return r, dc.denialResponse(r, status)
-	}
-	// Dial the canonical host the policy decided on; the Host header was
-	// checked to name the same host.
-	r.URL.Host = net.JoinHostPort(dc.in.Request.Host, strconv.Itoa(port))
+	return dc, status
+}
+
+// forwardPlain points an allowed request at the canonical host the policy
+// decided on (its Host header was checked to name the same host) and counts
+// its body.
+func (p *Proxy) forwardPlain(r *http.Request, dc *decision) *counter {
+	r.URL.Host = net.JoinHostPort(dc.in.Request.Host, strconv.Itoa(dc.in.Request.Port))
 	body := &counter{r: r.Body}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = body
 	}
-	gctx.UserData = &plainState{dc: dc, body: body}
-	return r, nil
+	return body
+}
+
+// isUpgrade reports a protocol-switch request (WebSocket).
+func isUpgrade(r *http.Request) bool {
+	return r.Header.Get("Upgrade") != "" && httpguts.HeaderValuesContainsToken(r.Header["Connection"], "upgrade")
+}
+
+// plainUpgrade serves an absolute-form upgrade request (ws:// through the
+// proxy): decided like any plain request, then, after the 101, frames are
+// relayed untouched. goproxy's handler would relay only one direction.
+func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
+	dc, status := p.decidePlain(r)
+	if !dc.d.Allow {
+		p.record(dc, status, 0, 0)
+		resp := dc.denialResponse(r, status)
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(status)
+		io.Copy(w, resp.Body)
+		return
+	}
+	body := p.forwardPlain(r, dc)
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	resp, err := p.transport.RoundTrip(out)
+	if err != nil {
+		dc.deny(policies.ReasonUpstreamError, err.Error())
+		p.record(dc, http.StatusBadGateway, body.n, 0)
+		resp := dc.denialResponse(r, http.StatusBadGateway)
+		w.WriteHeader(http.StatusBadGateway)
+		io.Copy(w, resp.Body)
+		return
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		n, _ := io.Copy(w, resp.Body)
+		p.record(dc, resp.StatusCode, body.n, n)
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		resp.Body.Close()
+		dc.deny(policies.ReasonUpstreamError, "cannot take over the client connection: "+err.Error())
+		p.record(dc, http.StatusBadGateway, body.n, 0)
+		return
+	}
+	defer p.track(conn)()
+	defer connFrom(r.Context()).sb.active.Add(-1) // hijacked: the slot is ours to release
+	defer conn.Close()
+	p.upgrade(conn, brw.Reader, resp, dc, body)
 }
 
 type plainState struct {

@@ -190,7 +190,13 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 	gp.OnResponse().DoFunc(p.handlePlainResponse)
 
 	srv := &http.Server{
-		Handler:           gp,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodConnect && r.URL.IsAbs() && isUpgrade(r) {
+				p.plainUpgrade(w, r)
+				return
+			}
+			gp.ServeHTTP(w, r)
+		}),
 		MaxHeaderBytes:    p.cfg.Limits.MaxHeaderBytes,
 		ReadHeaderTimeout: p.cfg.Limits.ReadHeaderTimeout,
 		IdleTimeout:       p.cfg.Limits.IdleTimeout,
