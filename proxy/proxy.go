@@ -48,6 +48,7 @@ type Limits struct {
 	ReadHeaderTimeout time.Duration // slowloris guard
 	IdleTimeout       time.Duration // idle keep-alive connections
 	HandshakeTimeout  time.Duration // TLS handshakes, both sides
+	TunnelIdleTimeout time.Duration // opaque tunnels that move no data
 }
 
 // DefaultLimits are used for zero fields.
@@ -57,6 +58,7 @@ var DefaultLimits = Limits{
 	ReadHeaderTimeout: 10 * time.Second,
 	IdleTimeout:       2 * time.Minute,
 	HandshakeTimeout:  10 * time.Second,
+	TunnelIdleTimeout: 10 * time.Minute,
 }
 
 // Config configures a Proxy.
@@ -154,6 +156,9 @@ func fillLimits(l *Limits) {
 	}
 	if l.HandshakeTimeout == 0 {
 		l.HandshakeTimeout = d.HandshakeTimeout
+	}
+	if l.TunnelIdleTimeout == 0 {
+		l.TunnelIdleTimeout = d.TunnelIdleTimeout
 	}
 }
 

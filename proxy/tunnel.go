@@ -32,7 +32,10 @@ func (p *Proxy) tunnel(client net.Conn, dc *decision, addrs []netip.Addr) {
 	}
 	p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
 	defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
+	done := make(chan struct{})
+	go watchIdle(client, upstream, p.cfg.Limits.TunnelIdleTimeout, done)
 	up, down := relay(client, upstream)
+	close(done)
 	p.record(dc, http.StatusOK, up, down)
 }
 

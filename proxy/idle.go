@@ -1,0 +1,53 @@
+package proxy
+
+import (
+	"net"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// watchIdle closes both ends of an opaque tunnel once neither socket has
+// sent or received data for idle. The relay splices in the kernel, so the
+// bytes never pass through code that could note the time; the kernel's own
+// TCP_INFO (last data sent/received) tells instead. It returns when done
+// is closed.
+func watchIdle(client, upstream net.Conn, idle time.Duration, done <-chan struct{}) {
+	tick := time.NewTicker(idle / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			if idleFor(client) >= idle && idleFor(upstream) >= idle {
+				client.Close()
+				upstream.Close()
+				return
+			}
+		}
+	}
+}
+
+// idleFor is how long the connection has moved no data; zero when unknown
+// (never close what cannot be measured).
+func idleFor(c net.Conn) time.Duration {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return 0
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var info *unix.TCPInfo
+	raw.Control(func(fd uintptr) {
+		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	})
+	if err != nil || info == nil {
+		return 0
+	}
+	ms := min(info.Last_data_sent, info.Last_data_recv)
+	return time.Duration(ms) * time.Millisecond
+}
