@@ -163,6 +163,9 @@ func (g *generation) evaluate(ctx context.Context, p *compiledPreset, in *Input)
 		return deny(ReasonPolicyError, preset, g.hash, fmt.Errorf("preset %q: %w", preset, err))
 	}
 	d.Preset, d.Policy = preset, g.hash
+	if in.Request.Phase != PhaseConnect {
+		d.Inspect = false // inspection is decided per connection, not per request
+	}
 	return d
 }
 
