@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -60,10 +59,8 @@ type generation struct {
 	hash       string
 	origin     string
 	bundle     *Bundle
-	compiler   *ast.Compiler
 	presets    map[string]*compiledPreset
 	quarantine error
-	loaded     time.Time
 	cache      *lru.Cache[cacheKey, Decision] // nil: caching disabled
 }
 
@@ -95,9 +92,6 @@ func (e *Engine) Hash() string { return e.gen.Load().hash }
 
 // Bundle is the bundle of the generation now serving.
 func (e *Engine) Bundle() *Bundle { return e.gen.Load().bundle }
-
-// Compiler is the compiled generation now serving (tests are not in it).
-func (e *Engine) Compiler() *ast.Compiler { return e.gen.Load().compiler }
 
 // Presets lists the preset names of the generation now serving.
 func (e *Engine) Presets() []string { return e.gen.Load().presetNames() }
@@ -293,7 +287,7 @@ func compile(ctx context.Context, b *Bundle) (*generation, error) {
 	if c.Compile(mods); c.Failed() {
 		return nil, fmt.Errorf("compile policy bundle %s: %w", b.Origin, c.Errors)
 	}
-	g := &generation{hash: b.Hash(), origin: b.Origin, bundle: b, compiler: c, presets: map[string]*compiledPreset{}, loaded: time.Now()}
+	g := &generation{hash: b.Hash(), origin: b.Origin, bundle: b, presets: map[string]*compiledPreset{}}
 	var errs []error
 	for _, name := range presetPackages(c) {
 		p, err := preparePreset(ctx, c, mods, name)

@@ -23,7 +23,9 @@ func (e *Engine) Reload(ctx context.Context) error {
 	g, err := e.load(ctx)
 	if err != nil {
 		if e.opts.Quarantine {
-			e.gen.Store(&generation{hash: cur.hash, origin: cur.origin, bundle: cur.bundle, compiler: cur.compiler, presets: cur.presets, quarantine: err, loaded: time.Now()})
+			q := *cur
+			q.quarantine = err
+			e.gen.Store(&q)
 			e.log.Error("policy reload rejected; engine quarantined, denying everything", "err", err, "policy", cur.hash)
 		} else {
 			e.log.Error("policy reload rejected; last good generation keeps serving", "err", err, "policy", cur.hash)

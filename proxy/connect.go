@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -23,13 +22,12 @@ func (p *Proxy) handleConnect(target string, gctx *goproxy.ProxyCtx) (*goproxy.C
 	port, perr := strconv.Atoi(portStr)
 	var dc *decision
 	if err != nil || perr != nil {
-		dc = p.invalid(cc, policies.Request{Phase: policies.PhaseConnect, Host: target}, "CONNECT target "+strconv.Quote(target)+" is not host:port")
+		dc = p.refused(cc, policies.Request{Phase: policies.PhaseConnect, Host: target}, policies.ReasonInvalidRequest, "CONNECT target "+strconv.Quote(target)+" is not host:port")
 	} else {
 		dc = p.decide(ctx, cc, policies.Request{Phase: policies.PhaseConnect, Scheme: "https", Host: host, Port: port})
 	}
-	var addrs []netip.Addr
 	if dc.d.Allow {
-		addrs = p.resolve(ctx, dc)
+		p.resolve(ctx, dc)
 	}
 	return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(req *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
 		defer p.track(client)()
@@ -37,32 +35,32 @@ func (p *Proxy) handleConnect(target string, gctx *goproxy.ProxyCtx) (*goproxy.C
 		defer client.Close()
 		switch {
 		case !dc.d.Allow:
-			dc.denialResponse(req, http.StatusForbidden).Write(client)
-			p.record(dc, http.StatusForbidden, 0, 0)
+			dc.denialResponse(req).Write(client)
+			p.record(dc, dc.status(), 0, 0)
 		case dc.d.Inspect:
 			p.inspect(cc, client, dc)
 		default:
-			p.tunnel(client, dc, addrs)
+			p.tunnel(client, dc)
 		}
 	}}, target
 }
 
 // resolve runs the SSRF guard for an allowed decision: every address the
-// name resolves to is checked, and the ones returned are the only ones the
-// tunnel will dial. A refusal turns the decision into a denial.
-func (p *Proxy) resolve(ctx context.Context, dc *decision) []netip.Addr {
+// name resolves to is checked, and they become dc.addrs, the only ones
+// dialled for it. A refusal turns the decision into a denial.
+func (p *Proxy) resolve(ctx context.Context, dc *decision) {
 	r := &dc.in.Request
 	addrs, err := p.cfg.Guard.Lookup(ctx, r.Host, r.Port)
 	switch {
 	case errors.Is(err, egress.ErrBlocked):
 		dc.deny(policies.ReasonSSRF, err.Error())
-		return nil
+		return
 	case err != nil:
 		dc.deny(policies.ReasonUpstreamError, err.Error())
-		return nil
+		return
 	}
+	dc.addrs = addrs
 	for _, a := range addrs {
 		dc.in.Destination.IPs = append(dc.in.Destination.IPs, a.String())
 	}
-	return addrs
 }

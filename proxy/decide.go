@@ -2,10 +2,11 @@ package proxy
 
 import (
 	"context"
-	"strings"
+	"net/netip"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/proxy/egress"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
 )
 
@@ -21,6 +22,14 @@ type decision struct {
 	// detail adds what the policy did not decide (SSRF range, upstream
 	// error, host mismatch). It never holds secrets.
 	detail string
+	// addrs are the upstream addresses the SSRF guard checked: the only
+	// ones dialled for this decision.
+	addrs []netip.Addr
+}
+
+// upstreamContext lets the transport dial exactly dc's checked addresses.
+func (dc *decision) upstreamContext(ctx context.Context) context.Context {
+	return egress.WithChecked(ctx, dc.in.Request.Host, dc.in.Request.Port, dc.addrs)
 }
 
 // begin attributes the connection. An identity failure is a denial that
@@ -39,12 +48,13 @@ func (p *Proxy) begin(cc *clientConn, req policies.Request) (dc *decision, ok bo
 	return dc, true
 }
 
-// invalid is the denial of a request that cannot be read well enough to ask
-// the policy.
-func (p *Proxy) invalid(cc *clientConn, req policies.Request, detail string) *decision {
+// refused is a denial the proxy makes without asking the policy (a request
+// it cannot read, a host that differs from its tunnel). An identity failure
+// still comes first: it is the reason the agent must see.
+func (p *Proxy) refused(cc *clientConn, req policies.Request, reason policies.Reason, detail string) *decision {
 	dc, ok := p.begin(cc, req)
 	if ok {
-		dc.d = policies.Decision{Reason: policies.ReasonInvalidRequest, Preset: cc.sb.Preset}
+		dc.d = policies.Decision{Reason: reason, Preset: cc.sb.Preset}
 		dc.detail = detail
 	}
 	return dc
@@ -97,11 +107,4 @@ func (dc *decision) hint() string {
 		return "the upstream could not be reached: " + dc.detail
 	}
 	return dc.d.Hint(&dc.in)
-}
-
-func hostOnly(hostport string) string {
-	if i := strings.LastIndexByte(hostport, ':'); i >= 0 && !strings.Contains(hostport[i:], "]") {
-		return hostport[:i]
-	}
-	return hostport
 }

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bytes"
+
 	"encoding/json"
+	"github.com/airlock-sandbox/airlock/policies"
 	"io"
 	"net/http"
 	"strconv"
@@ -40,8 +42,21 @@ func (dc *decision) denial() Denial {
 	}
 }
 
-// denialResponse is the 403 (or 421) for dc, as an http.Response.
-func (dc *decision) denialResponse(req *http.Request, status int) *http.Response {
+// status is the HTTP status of a denial: 421 when the request names another
+// host than its tunnel, 502 when the upstream failed, 403 otherwise.
+func (dc *decision) status() int {
+	switch dc.d.Reason {
+	case policies.ReasonHostMismatch:
+		return http.StatusMisdirectedRequest
+	case policies.ReasonUpstreamError:
+		return http.StatusBadGateway
+	}
+	return http.StatusForbidden
+}
+
+// denialResponse is dc's denial as an http.Response.
+func (dc *decision) denialResponse(req *http.Request) *http.Response {
+	status := dc.status()
 	body, _ := json.Marshal(dc.denial())
 	body = append(body, '\n')
 	h := http.Header{}

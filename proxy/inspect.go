@@ -50,7 +50,12 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, dc *decision) {
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) {
-				p.badRequest(tc, err)
+				req := policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: host, Port: dc.in.Request.Port, Inspected: true}
+				bad := p.refused(cc, req, policies.ReasonInvalidRequest, "malformed request: "+err.Error())
+				resp := bad.denialResponse(nil)
+				resp.Close = true
+				resp.Write(tc)
+				p.record(bad, resp.StatusCode, 0, 0)
 			}
 			return
 		}
@@ -64,20 +69,17 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, dc *decision) {
 // serveInner decides and forwards one request from an inspected tunnel. It
 // reports whether the connection may carry another request.
 func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, req *http.Request, tun *decision, sni string) bool {
-	ctx := context.Background()
+	// Upstream connections go to the addresses checked at CONNECT.
+	ctx := tun.upstreamContext(context.Background())
 	t := &tun.in.Request
 	target := policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: t.Host, Port: t.Port, Method: req.Method, Inspected: true}
 	var rdc *decision
 	if mismatch := pinnedHost(req, sni, t.Host, t.Port); mismatch != "" {
-		rdc = p.invalid(cc, target, mismatch)
-		if rdc.d.Reason == policies.ReasonInvalidRequest {
-			rdc.d.Reason = policies.ReasonHostMismatch
-		}
-		return p.refuse(tc, req, rdc, http.StatusMisdirectedRequest)
+		return p.refuse(tc, req, p.refused(cc, target, policies.ReasonHostMismatch, mismatch))
 	}
 	rdc = p.decideRequest(ctx, cc, req, target)
 	if !rdc.d.Allow {
-		return p.refuse(tc, req, rdc, http.StatusForbidden)
+		return p.refuse(tc, req, rdc)
 	}
 
 	// Forward exactly to the tunnel's host: the request line and Host header
@@ -91,7 +93,7 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, req *
 	}
 	if err := p.inject(out.Header, rdc.d.Inject); err != nil {
 		rdc.deny(policies.ReasonSecretUnavailable, err.Error())
-		return p.refuse(tc, req, rdc, http.StatusForbidden)
+		return p.refuse(tc, req, rdc)
 	}
 	body := &counter{r: req.Body}
 	if req.Body != nil && req.Body != http.NoBody {
@@ -100,7 +102,7 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, req *
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
 		rdc.deny(policies.ReasonUpstreamError, err.Error())
-		return p.refuse(tc, req, rdc, http.StatusBadGateway)
+		return p.refuse(tc, req, rdc)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		p.upgrade(tc, br, resp, rdc, body)
@@ -122,7 +124,7 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 	}
 	q, err := policies.CanonicalQuery(req.URL.RawQuery)
 	if err != nil {
-		return p.invalid(cc, target, err.Error())
+		return p.refused(cc, target, policies.ReasonInvalidRequest, err.Error())
 	}
 	target.Query = q
 	target.Headers = map[string]string{}
@@ -167,19 +169,15 @@ func sameHost(hostport, host string, port int) bool {
 
 // refuse answers a denied inner request and records it. The connection
 // stays usable unless the client asked to close it.
-func (p *Proxy) refuse(w io.Writer, req *http.Request, dc *decision, status int) bool {
+func (p *Proxy) refuse(w io.Writer, req *http.Request, dc *decision) bool {
 	if req.Body != nil {
 		io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20))
 	}
-	resp := dc.denialResponse(req, status)
+	resp := dc.denialResponse(req)
 	resp.Close = req.Close
 	err := resp.Write(w)
-	p.record(dc, status, 0, 0)
+	p.record(dc, resp.StatusCode, 0, 0)
 	return err == nil && !req.Close
-}
-
-func (p *Proxy) badRequest(w io.Writer, err error) {
-	io.WriteString(w, "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nmalformed request: "+err.Error()+"\n")
 }
 
 // upgrade completes a protocol switch (WebSocket): the 101 goes to the
@@ -188,7 +186,7 @@ func (p *Proxy) upgrade(tc net.Conn, br io.Reader, resp *http.Response, dc *deci
 	upstream, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok {
 		dc.deny(policies.ReasonUpstreamError, "101 response without a connection")
-		p.record(dc, http.StatusBadGateway, 0, 0)
+		p.record(dc, dc.status(), 0, 0)
 		return
 	}
 	defer upstream.Close()

@@ -15,19 +15,19 @@ import (
 // https:// sent to the proxy as plain HTTP) exactly as a request inside an
 // inspected tunnel: the proxy sees it whole, so method and path rules apply.
 func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
-	dc, status := p.decidePlain(r)
+	dc := p.decidePlain(r)
 	if !dc.d.Allow {
-		p.record(dc, status, 0, 0)
-		return r, dc.denialResponse(r, status)
+		p.record(dc, dc.status(), 0, 0)
+		return r, dc.denialResponse(r)
 	}
-	body := p.forwardPlain(r, dc)
+	r, body := p.forwardPlain(r, dc)
 	gctx.UserData = &plainState{dc: dc, body: body}
 	return r, nil
 }
 
 // decidePlain decides an absolute-form request, SSRF guard and credential
-// lookup included; status is the one a denial answers with.
-func (p *Proxy) decidePlain(r *http.Request) (*decision, int) {
+// lookup included.
+func (p *Proxy) decidePlain(r *http.Request) *decision {
 	ctx := r.Context()
 	cc := connFrom(ctx)
 	port := 80
@@ -39,39 +39,47 @@ func (p *Proxy) decidePlain(r *http.Request) (*decision, int) {
 	}
 	target := policies.Request{Phase: policies.PhaseRequest, Scheme: r.URL.Scheme, Host: r.URL.Hostname(), Port: port, Method: r.Method, Inspected: true}
 	var dc *decision
-	status := http.StatusForbidden
 	switch {
 	case r.URL.Scheme != "http" && r.URL.Scheme != "https":
-		dc = p.invalid(cc, target, "scheme "+strconv.Quote(r.URL.Scheme)+" is not http or https")
+		dc = p.refused(cc, target, policies.ReasonInvalidRequest, "scheme "+strconv.Quote(r.URL.Scheme)+" is not http or https")
 	case r.Host != "" && !sameHostAs(r.Host, r.URL):
-		dc = p.invalid(cc, target, "Host header "+strconv.Quote(r.Host)+" differs from the request URL host "+strconv.Quote(r.URL.Host))
-		if dc.d.Reason == policies.ReasonInvalidRequest {
-			dc.d.Reason, status = policies.ReasonHostMismatch, http.StatusMisdirectedRequest
-		}
+		dc = p.refused(cc, target, policies.ReasonHostMismatch, "Host header "+strconv.Quote(r.Host)+" differs from the request URL host "+strconv.Quote(r.URL.Host))
 	default:
 		dc = p.decideRequest(ctx, cc, r, target)
 	}
 	if dc.d.Allow {
-		p.resolve(ctx, dc) // the SSRF guard; the transport's dial checks again
+		p.resolve(ctx, dc)
 	}
 	if dc.d.Allow {
 		if err := p.inject(r.Header, dc.d.Inject); err != nil {
 			dc.deny(policies.ReasonSecretUnavailable, err.Error())
 		}
 	}
-	return dc, status
+	return dc
 }
 
 // forwardPlain points an allowed request at the canonical host the policy
-// decided on (its Host header was checked to name the same host) and counts
-// its body.
-func (p *Proxy) forwardPlain(r *http.Request, dc *decision) *counter {
+// decided on (its Host header was checked to name the same host) and the
+// addresses the guard checked, and counts its body.
+func (p *Proxy) forwardPlain(r *http.Request, dc *decision) (*http.Request, *counter) {
+	r = r.WithContext(dc.upstreamContext(r.Context()))
 	r.URL.Host = net.JoinHostPort(dc.in.Request.Host, strconv.Itoa(dc.in.Request.Port))
 	body := &counter{r: r.Body}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = body
 	}
-	return body
+	return r, body
+}
+
+// deny writes dc's denial through w and records it.
+func (p *Proxy) deny(w http.ResponseWriter, r *http.Request, dc *decision, up int64) {
+	resp := dc.denialResponse(r)
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+	p.record(dc, resp.StatusCode, up, 0)
 }
 
 // isUpgrade reports a protocol-switch request (WebSocket).
@@ -83,27 +91,18 @@ func isUpgrade(r *http.Request) bool {
 // proxy): decided like any plain request, then, after the 101, frames are
 // relayed untouched. goproxy's handler would relay only one direction.
 func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
-	dc, status := p.decidePlain(r)
+	dc := p.decidePlain(r)
 	if !dc.d.Allow {
-		p.record(dc, status, 0, 0)
-		resp := dc.denialResponse(r, status)
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(status)
-		io.Copy(w, resp.Body)
+		p.deny(w, r, dc, 0)
 		return
 	}
-	body := p.forwardPlain(r, dc)
+	r, body := p.forwardPlain(r, dc)
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
 		dc.deny(policies.ReasonUpstreamError, err.Error())
-		p.record(dc, http.StatusBadGateway, body.n, 0)
-		resp := dc.denialResponse(r, http.StatusBadGateway)
-		w.WriteHeader(http.StatusBadGateway)
-		io.Copy(w, resp.Body)
+		p.deny(w, r, dc, body.n)
 		return
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
@@ -120,7 +119,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		resp.Body.Close()
 		dc.deny(policies.ReasonUpstreamError, "cannot take over the client connection: "+err.Error())
-		p.record(dc, http.StatusBadGateway, body.n, 0)
+		p.record(dc, dc.status(), body.n, 0)
 		return
 	}
 	defer p.track(conn)()
@@ -147,8 +146,8 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 			detail = gctx.Error.Error()
 		}
 		st.dc.deny(policies.ReasonUpstreamError, detail)
-		p.record(st.dc, http.StatusBadGateway, st.body.n, 0)
-		return st.dc.denialResponse(gctx.Req, http.StatusBadGateway)
+		p.record(st.dc, st.dc.status(), st.body.n, 0)
+		return st.dc.denialResponse(gctx.Req)
 	}
 	resp.Body = &recordOnClose{counter: counter{r: resp.Body}, done: func(n int64) {
 		p.record(st.dc, resp.StatusCode, st.body.n, n)

@@ -142,23 +142,18 @@ func New(cfg Config) (*Proxy, error) {
 
 func fillLimits(l *Limits) {
 	d := DefaultLimits
-	if l.MaxConns == 0 {
-		l.MaxConns = d.MaxConns
-	}
-	if l.MaxHeaderBytes == 0 {
-		l.MaxHeaderBytes = d.MaxHeaderBytes
-	}
-	if l.ReadHeaderTimeout == 0 {
-		l.ReadHeaderTimeout = d.ReadHeaderTimeout
-	}
-	if l.IdleTimeout == 0 {
-		l.IdleTimeout = d.IdleTimeout
-	}
-	if l.HandshakeTimeout == 0 {
-		l.HandshakeTimeout = d.HandshakeTimeout
-	}
-	if l.TunnelIdleTimeout == 0 {
-		l.TunnelIdleTimeout = d.TunnelIdleTimeout
+	orDefault(&l.MaxConns, d.MaxConns)
+	orDefault(&l.MaxHeaderBytes, d.MaxHeaderBytes)
+	orDefault(&l.ReadHeaderTimeout, d.ReadHeaderTimeout)
+	orDefault(&l.IdleTimeout, d.IdleTimeout)
+	orDefault(&l.HandshakeTimeout, d.HandshakeTimeout)
+	orDefault(&l.TunnelIdleTimeout, d.TunnelIdleTimeout)
+}
+
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
 	}
 }
 

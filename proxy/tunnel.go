@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"sync"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -17,12 +16,12 @@ const established = "HTTP/1.1 200 Connection established\r\n\r\n"
 // tunnel relays an allowed, uninspected CONNECT to exactly the addresses the
 // guard checked. The relay is io.Copy between TCP connections, which Linux
 // turns into splice(2): the bytes never enter user space.
-func (p *Proxy) tunnel(client net.Conn, dc *decision, addrs []netip.Addr) {
-	upstream, err := p.cfg.Guard.Dial(context.Background(), addrs, dc.in.Request.Port)
+func (p *Proxy) tunnel(client net.Conn, dc *decision) {
+	upstream, err := p.cfg.Guard.Dial(context.Background(), dc.addrs, dc.in.Request.Port)
 	if err != nil {
 		dc.deny(policies.ReasonUpstreamError, err.Error())
-		dc.denialResponse(nil, http.StatusBadGateway).Write(client)
-		p.record(dc, http.StatusBadGateway, 0, 0)
+		dc.denialResponse(nil).Write(client)
+		p.record(dc, dc.status(), 0, 0)
 		return
 	}
 	defer upstream.Close()

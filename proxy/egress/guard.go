@@ -193,7 +193,21 @@ func (g *Guard) Dial(ctx context.Context, addrs []netip.Addr, port int) (net.Con
 	return nil, errors.Join(errs...)
 }
 
-// DialContext resolves, checks and dials "host:port"; it has the signature
+type checkedKey struct{}
+
+type checked struct {
+	hostport string
+	addrs    []netip.Addr
+}
+
+// WithChecked carries addresses Lookup already checked for host:port to
+// DialContext, which then dials exactly them instead of resolving again.
+func WithChecked(ctx context.Context, host string, port int, addrs []netip.Addr) context.Context {
+	return context.WithValue(ctx, checkedKey{}, checked{net.JoinHostPort(host, strconv.Itoa(port)), addrs})
+}
+
+// DialContext dials "host:port": the addresses WithChecked put in ctx for
+// it, or else it resolves and checks the name first. It has the signature
 // http.Transport wants.
 func (g *Guard) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, portStr, err := net.SplitHostPort(addr)
@@ -203,6 +217,9 @@ func (g *Guard) DialContext(ctx context.Context, network, addr string) (net.Conn
 	port, err := strconv.Atoi(portStr)
 	if err != nil {
 		return nil, fmt.Errorf("bad port in %q", addr)
+	}
+	if c, ok := ctx.Value(checkedKey{}).(checked); ok && c.hostport == addr {
+		return g.Dial(ctx, c.addrs, port)
 	}
 	addrs, err := g.Lookup(ctx, strings.ToLower(strings.TrimSuffix(host, ".")), port)
 	if err != nil {

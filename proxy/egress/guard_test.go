@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -104,4 +105,26 @@ func TestDialContextRefusesBeforeConnecting(t *testing.T) {
 		t.Fatalf("DialContext(loopback, allowed) = %v", err)
 	}
 	c.Close()
+}
+
+// Addresses checked once are what the dial uses: the name is not resolved
+// again (here it could not be: it is pinned nowhere and does not exist).
+func TestDialContextUsesCheckedAddresses(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	g, _ := New(Options{})
+	ctx := WithChecked(context.Background(), "nowhere.invalid", port, []netip.Addr{netip.MustParseAddr("127.0.0.1")})
+	c, err := g.DialContext(ctx, "tcp", net.JoinHostPort("nowhere.invalid", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatalf("DialContext with checked addresses: %v", err)
+	}
+	c.Close()
+	// For another host:port the carried addresses do not apply.
+	if _, err := g.DialContext(ctx, "tcp", "127.0.0.1:1"); !errors.Is(err, ErrBlocked) {
+		t.Fatalf("DialContext(127.0.0.1:1) = %v; want the guard to check it", err)
+	}
 }

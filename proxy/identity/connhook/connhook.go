@@ -8,7 +8,6 @@ package connhook
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -119,13 +118,4 @@ func (h *Hook) Close() error {
 	}
 	errs = append(errs, h.conns.Close())
 	return errors.Join(errs...)
-}
-
-// Supported reports whether this process can load and attach cgroup BPF
-// programs (root, CONFIG_CGROUP_BPF), so callers can say what is lost.
-func Supported() error {
-	if os.Geteuid() != 0 {
-		return errors.New("cgroup BPF needs root (CAP_BPF and CAP_NET_ADMIN)")
-	}
-	return nil
 }
