@@ -16,7 +16,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
-	"github.com/airlock-sandbox/airlock/proxy/identity/connhook"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/spf13/cobra"
 )
@@ -98,12 +97,9 @@ func newLaunchCmd() *cobra.Command {
 			if c.Net == sandbox.NetProxy && preset != "" {
 				// One command: the proxy for this sandbox, in-process,
 				// serving the listener inside its namespace.
-				engine, err := pf.engine(ctx)
+				engine, err := servingEngine(ctx, &pf, &xf, preset, log)
 				if err != nil {
 					return err
-				}
-				if _, ok := engine.Preset(preset); !ok {
-					return &exitError{ExitUsage, fmt.Errorf("--preset %q: the policy has %v", preset, engine.Presets())}
 				}
 				var closeAudit func()
 				if p, _, closeAudit, err = xf.build(engine, log); err != nil {
@@ -133,13 +129,9 @@ func newLaunchCmd() *cobra.Command {
 
 			var hook identity.ConnHook
 			if p != nil && leaf.V2 != "" {
-				h, err := connhook.Attach(leaf.V2)
-				if err != nil {
-					log.Warn("cgroup connect hook unavailable; connections are attributed by scanning the sandbox's processes", "err", err)
-				} else {
-					defer h.Close()
-					hook = h
-				}
+				var closeHook func()
+				hook, closeHook = attachHook(leaf.V2, log)
+				defer closeHook()
 			}
 			start := time.Now()
 			proc, err := sandbox.Start(c, network)

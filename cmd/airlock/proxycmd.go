@@ -159,22 +159,12 @@ func newProxyCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			log := slog.Default()
-			engine, err := pf.engine(ctx)
-			if err != nil {
-				return err
-			}
 			if preset == "" {
 				return &exitError{ExitUsage, errors.New("--preset is required")}
 			}
-			if _, ok := engine.Preset(preset); !ok {
-				return &exitError{ExitUsage, fmt.Errorf("--preset %q: the policy has %v", preset, engine.Presets())}
-			}
-			if pf.bundle != "" && xf.watch {
-				go func() {
-					if err := engine.Watch(ctx); err != nil {
-						log.Error("policy watch stopped", "err", err)
-					}
-				}()
+			engine, err := servingEngine(ctx, &pf, &xf, preset, log)
+			if err != nil {
+				return err
 			}
 			p, m, closeAudit, err := xf.build(engine, log)
 			if err != nil {
@@ -186,13 +176,9 @@ func newProxyCmd() *cobra.Command {
 			switch {
 			case cgroup != "":
 				cands = identity.Cgroup(cgroup)
-				h, err := connhook.Attach(cgroup)
-				if err != nil {
-					log.Warn("cgroup connect hook unavailable; each new connection scans the cgroup's processes (slower, same decisions)", "cgroup", cgroup, "err", err)
-				} else {
-					defer h.Close()
-					hook = h
-				}
+				var closeHook func()
+				hook, closeHook = attachHook(cgroup, log)
+				defer closeHook()
 			case pid != 0:
 				cands = identity.Tree(pid)
 			default:
@@ -236,6 +222,39 @@ func newProxyCmd() *cobra.Command {
 	cmd.Flags().StringVar(&cgroup, "cgroup", "", "cgroup v2 directory whose processes are the sandbox")
 	cmd.Flags().IntVar(&pid, "pid", 0, "root pid of the sandbox's process tree")
 	return cmd
+}
+
+// servingEngine is the engine a proxy serves preset with: loaded and
+// verified, the preset checked, and the bundle directory watched for
+// reloads.
+func servingEngine(ctx context.Context, pf *policyFlags, xf *proxyFlags, preset string, log *slog.Logger) (*policies.Engine, error) {
+	engine, err := pf.engine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := engine.Preset(preset); !ok {
+		return nil, &exitError{ExitUsage, fmt.Errorf("--preset %q: the policy has %v", preset, engine.Presets())}
+	}
+	if pf.bundle != "" && xf.watch {
+		go func() {
+			if err := engine.Watch(ctx); err != nil {
+				log.Error("policy watch stopped", "err", err)
+			}
+		}()
+	}
+	return engine, nil
+}
+
+// attachHook attaches the cgroup connect hook to dir. Without it (no root,
+// no cgroup BPF) attribution scans the cgroup's processes: slower, the same
+// decisions, and said in the log.
+func attachHook(dir string, log *slog.Logger) (identity.ConnHook, func()) {
+	h, err := connhook.Attach(dir)
+	if err != nil {
+		log.Warn("cgroup connect hook unavailable; each new connection scans the sandbox's processes (slower, same decisions)", "cgroup", dir, "err", err)
+		return nil, func() {}
+	}
+	return h, func() { h.Close() }
 }
 
 func serveMetrics(ctx context.Context, addr string, h http.Handler, log *slog.Logger) {
