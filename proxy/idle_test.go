@@ -2,34 +2,18 @@ package proxy
 
 import (
 	"io"
-	"net"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // An opaque tunnel that moves no data is closed after the idle timeout, and
 // one that keeps moving data is not: measured by the kernel, as the relay
 // splices.
 func TestWatchIdleClosesSilentTunnels(t *testing.T) {
-	pair := func() (net.Conn, net.Conn) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(); s.Close() })
-		return c, s
-	}
-	silentC, silentS := pair()
-	busyC, busyS := pair()
+	silentC, silentS := testutil.TCPPair(t)
+	busyC, busyS := testutil.TCPPair(t)
 	done := make(chan struct{})
 	defer close(done)
 	go watchIdle(silentS, silentS, 400*time.Millisecond, done)

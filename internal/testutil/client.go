@@ -62,3 +62,24 @@ func StartClient(t testing.TB, before func(pid int)) (*exec.Cmd, net.Conn) {
 	t.Cleanup(func() { stdin.Close(); cmd.Wait(); server.Close() })
 	return cmd, server
 }
+
+// TCPPair is a connected pair of loopback TCP connections, closed when the
+// test ends.
+func TCPPair(t testing.TB) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}

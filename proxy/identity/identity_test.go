@@ -73,20 +73,7 @@ func TestLookupOutsideCandidatesIsUnknown(t *testing.T) {
 }
 
 func TestLookupSharedSocketWithDifferentExeIsAmbiguous(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
+	client, server := testutil.TCPPair(t)
 	f, err := client.(*net.TCPConn).File()
 	if err != nil {
 		t.Fatal(err)
