@@ -34,6 +34,7 @@ var (
 	conc     = flag.Int("c", 8, "concurrent clients")
 	airlock  = flag.String("airlock", "bin/airlock", "airlock binary")
 	only     = flag.String("proxies", "direct,airlock,squid,tinyproxy", "which to measure")
+	which    = flag.String("scenarios", "plain,tunnels,bulk,mitm", "which scenarios to run")
 )
 
 func main() {
@@ -84,7 +85,7 @@ func run() error {
 	}
 	var airlockCA *x509.CertPool
 	for _, p := range proxies {
-		if !strings.Contains(","+*only+",", ","+p.name+",") {
+		if !listed(*only, p.name) {
 			continue
 		}
 		addr, stop, err := p.start(dir, up)
@@ -107,23 +108,31 @@ func run() error {
 			}
 			values[s][p.name], table[s][p.name] = v, fmt.Sprintf(f, v)
 		}
-		r := plainKeepAlive(addr, up.plainURL)
-		set("plain keep-alive req/s", r.rate(), "%.0f", r)
-		set("plain p50 latency", float64(r.p50.Microseconds()), "%.0f µs", r)
-		set("plain p99 latency", float64(r.p99.Microseconds()), "%.0f µs", r)
-		r = newTunnels(addr, up.tlsAddr, "127.0.0.2", up.roots)
-		set("new CONNECT+TLS tunnels/s", r.rate(), "%.0f", r)
-		r = bulk(addr, up.bulkAddr)
-		set("CONNECT bulk MB/s", r.mbps(), "%.0f", r)
-		switch p.name {
-		case "direct":
-			r = tlsKeepAlive("", up.tlsAddr, "mitm.bench", up.roots)
-			set("MITM keep-alive req/s", r.rate(), "%.0f", r)
-		case "airlock":
-			r = tlsKeepAlive(addr, fmt.Sprintf("mitm.bench:%s", port(up.tlsAddr)), "mitm.bench", airlockCA)
-			set("MITM keep-alive req/s", r.rate(), "%.0f", r)
-		default:
-			table["MITM keep-alive req/s"][p.name] = "n/a"
+		if wanted("plain") {
+			r := plainKeepAlive(addr, up.plainURL)
+			set("plain keep-alive req/s", r.rate(), "%.0f", r)
+			set("plain p50 latency", float64(r.p50.Microseconds()), "%.0f µs", r)
+			set("plain p99 latency", float64(r.p99.Microseconds()), "%.0f µs", r)
+		}
+		if wanted("tunnels") {
+			r := newTunnels(addr, up.tlsAddr, "127.0.0.2", up.roots)
+			set("new CONNECT+TLS tunnels/s", r.rate(), "%.0f", r)
+		}
+		if wanted("bulk") {
+			r := bulk(addr, up.bulkAddr)
+			set("CONNECT bulk MB/s", r.mbps(), "%.0f", r)
+		}
+		if wanted("mitm") {
+			switch p.name {
+			case "direct":
+				r := tlsKeepAlive("", up.tlsAddr, "mitm.bench", up.roots)
+				set("MITM keep-alive req/s", r.rate(), "%.0f", r)
+			case "airlock":
+				r := tlsKeepAlive(addr, fmt.Sprintf("mitm.bench:%s", port(up.tlsAddr)), "mitm.bench", airlockCA)
+				set("MITM keep-alive req/s", r.rate(), "%.0f", r)
+			default:
+				table["MITM keep-alive req/s"][p.name] = "n/a"
+			}
 		}
 		stop()
 	}
@@ -131,6 +140,10 @@ func run() error {
 	print(scenarios, table, values)
 	return nil
 }
+
+func wanted(scenario string) bool { return listed(*which, scenario) }
+
+func listed(list, name string) bool { return strings.Contains(","+list+",", ","+name+",") }
 
 func print(scenarios []string, table map[string]map[string]string, values map[string]map[string]float64) {
 	cols := []string{"direct", "airlock", "squid", "tinyproxy"}

@@ -37,17 +37,23 @@ func keyOf(st *unix.Stat_t) fileKey {
 	return fileKey{uint64(st.Dev), st.Ino, uint64(st.Size), st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec}
 }
 
-// Exe returns the sha256 (hex) of the executable the process is running. A
-// cache hit costs one fstatat(2) through the exe link; only a miss reads.
-func (h *HashCache) Exe(d procDir) (string, error) {
-	link := "/proc/" + strconv.Itoa(d.pid) + "/exe"
+// exeKey is the fileKey of the executable the process is running: one
+// fstatat(2) through the exe link.
+func exeKey(d procDir) (fileKey, error) {
 	var st unix.Stat_t
 	if err := unix.Fstatat(d.fd, "exe", &st, 0); err != nil {
-		return "", fmt.Errorf("stat %s: %w", link, err)
+		return fileKey{}, fmt.Errorf("stat /proc/%d/exe: %w", d.pid, err)
 	}
-	if sum, ok := h.cache.Get(keyOf(&st)); ok {
+	return keyOf(&st), nil
+}
+
+// Exe returns the sha256 (hex) of the executable the process is running,
+// whose key (exeKey) is k. A cache hit reads nothing.
+func (h *HashCache) Exe(d procDir, k fileKey) (string, error) {
+	if sum, ok := h.cache.Get(k); ok {
 		return sum, nil
 	}
+	link := "/proc/" + strconv.Itoa(d.pid) + "/exe"
 	fd, err := unix.Openat(d.fd, "exe", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", fmt.Errorf("open %s: %w", link, err)
@@ -56,10 +62,13 @@ func (h *HashCache) Exe(d procDir) (string, error) {
 	defer f.Close()
 	// Key what is actually read: the file behind the link may have
 	// changed between the stat and the open.
+	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return "", fmt.Errorf("fstat %s: %w", link, err)
 	}
-	k := keyOf(&st)
+	if keyOf(&st) != k {
+		return "", fmt.Errorf("%s changed while it was being identified", link)
+	}
 	digest := sha256.New()
 	if _, err := io.Copy(digest, f); err != nil {
 		return "", fmt.Errorf("hash %s: %w", link, err)

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/vishvananda/netns"
@@ -153,5 +154,46 @@ func BenchmarkLookup(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// A described process that then execs another binary is described afresh:
+// the cache must never name the executable a pid used to run.
+func TestDescribeSeesExec(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c", "read go; exec sleep 30")
+	stdin, _ := cmd.StdinPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	pid, uid := cmd.Process.Pid, os.Geteuid()
+	sh, _ := filepath.EvalSymlinks("/bin/sh")
+	before, err := r.describe(pid, 0, uid)
+	if err != nil || before.Exe != sh {
+		t.Fatalf("describe(sh) = %+v, %v; want %s", before, err, sh)
+	}
+	if again, _ := r.describe(pid, 0, uid); again != before {
+		t.Fatalf("a second describe of the same process = %+v; want the cached %+v", again, before)
+	}
+	io.WriteString(stdin, "go\n")
+	sleep, _ := exec.LookPath("sleep")
+	sleep, _ = filepath.EvalSymlinks(sleep)
+	for i := 0; ; i++ {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); exe == sleep {
+			break
+		}
+		if i == 500 {
+			t.Fatal("the shell did not exec sleep")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	after, err := r.describe(pid, 0, uid)
+	if err != nil || after.Exe != sleep || after.SHA256 != fileSHA(t, sleep) {
+		t.Fatalf("describe after exec = %+v, %v; want %s", after, err, sleep)
 	}
 }

@@ -23,8 +23,13 @@ type Resolver struct {
 	diag       *sockDiag
 	candidates Candidates
 	hashes     *HashCache
+	procs      *procCache
 	hook       ConnHook
 }
+
+// procCacheSize bounds the processes whose /proc directories a resolver
+// holds open: one descriptor each.
+const procCacheSize = 512
 
 // ConnHook knows which process connected a socket, and when (time since
 // boot), by the socket's cookie (the connhook package's cgroup BPF programs).
@@ -52,11 +57,14 @@ func NewResolver(ns netns.NsHandle, candidates Candidates, hashes *HashCache) (*
 	if err != nil {
 		return nil, err
 	}
-	return &Resolver{diag: d, candidates: candidates, hashes: hashes}, nil
+	return &Resolver{diag: d, candidates: candidates, hashes: hashes, procs: newProcCache(procCacheSize)}, nil
 }
 
-// Close releases the netlink socket.
-func (r *Resolver) Close() { r.diag.Close() }
+// Close releases the netlink socket and the cached processes' directories.
+func (r *Resolver) Close() {
+	r.diag.Close()
+	r.procs.purge()
+}
 
 // Lookup attributes the connection from client to server (the proxy's
 // listening address as the client dialled it) to its owning process.
@@ -72,7 +80,7 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 		if tgid, at, ok := r.hook.Lookup(sock.cookie); ok && tgid != os.Getpid() {
 			// A process that started after the connect is not the
 			// connector but a later owner of its pid: scan instead.
-			p, err := r.describe(tgid, at+startSlack)
+			p, err := r.describe(tgid, at+startSlack, int(sock.uid))
 			if err == nil && p.UID == int(sock.uid) {
 				return p, nil
 			}
@@ -94,7 +102,7 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 func (r *Resolver) owner(owners []int, sock diagSocket) (*Process, error) {
 	var p *Process
 	for _, pid := range owners {
-		q, err := r.describe(pid, 0)
+		q, err := r.describe(pid, 0, int(sock.uid))
 		if err != nil {
 			return nil, err
 		}
@@ -117,13 +125,23 @@ const startSlack = 20 * time.Millisecond
 // describe names a process and its ancestors, each read through its own
 // /proc/<pid> directory fd so that a pid reused mid-lookup fails the read
 // instead of describing another process. A non-zero startedBy refuses a
-// process that started later (time since boot).
-func (r *Resolver) describe(pid int, startedBy time.Duration) (*Process, error) {
+// process that started later (time since boot). A process already described
+// and still the same (procCache) costs two syscalls; uid is the socket's,
+// which a cached description must match to be used.
+func (r *Resolver) describe(pid int, startedBy time.Duration, uid int) (*Process, error) {
+	if p, ok := r.procs.get(pid, startedBy, uid); ok {
+		return p, nil
+	}
 	d, err := openProc(pid)
 	if err != nil {
 		return nil, unknown("pid %d: %v", pid, err)
 	}
-	defer d.close()
+	kept := false
+	defer func() {
+		if !kept {
+			d.close()
+		}
+	}()
 	st, err := readStat(d)
 	if err != nil {
 		return nil, unknown("pid %d: %v", pid, err)
@@ -131,22 +149,22 @@ func (r *Resolver) describe(pid int, startedBy time.Duration) (*Process, error) 
 	if startedBy != 0 && st.start > startedBy {
 		return nil, unknown("pid %d started after the connection was made", pid)
 	}
-	exe, sum, err := r.exe(d)
+	exe, key, sum, err := r.exe(d)
 	if err != nil {
 		return nil, unknown("pid %d: %v", pid, err)
 	}
-	uid, err := readUID(d)
+	puid, err := readUID(d)
 	if err != nil {
 		return nil, unknown("pid %d exited during lookup: %v", pid, err)
 	}
-	p := &Process{PID: pid, UID: uid, Exe: exe, SHA256: sum}
+	p := &Process{PID: pid, UID: puid, Exe: exe, SHA256: sum}
 	for ppid := st.ppid; ppid > 1 && len(p.Ancestors) < maxAncestors; {
 		a, err := openProc(ppid)
 		if err != nil {
 			break
 		}
 		pst, err1 := readStat(a)
-		aexe, asum, err2 := r.exe(a)
+		aexe, _, asum, err2 := r.exe(a)
 		a.close()
 		if err1 != nil || err2 != nil {
 			break // a parent we may not read ends the chain, it does not fail it
@@ -154,19 +172,27 @@ func (r *Resolver) describe(pid int, startedBy time.Duration) (*Process, error) 
 		p.Ancestors = append(p.Ancestors, Ancestor{PID: ppid, Exe: aexe, SHA256: asum})
 		ppid = pst.ppid
 	}
+	r.procs.add(d, st.start, key, p)
+	kept = true
 	return p, nil
 }
 
-func (r *Resolver) exe(d procDir) (string, string, error) {
+// exe names the executable the process runs: its path, the key of the file
+// behind it, and that file's digest.
+func (r *Resolver) exe(d procDir) (string, fileKey, string, error) {
+	key, err := exeKey(d)
+	if err != nil {
+		return "", key, "", err
+	}
 	exe, err := d.exe()
 	if err != nil {
-		return "", "", err
+		return "", key, "", err
 	}
-	sum, err := r.hashes.Exe(d)
+	sum, err := r.hashes.Exe(d, key)
 	if err != nil {
-		return "", "", err
+		return "", key, "", err
 	}
-	return exe, sum, nil
+	return exe, key, sum, nil
 }
 
 // findOwners returns the pids whose fd table holds socket:[inode]. It reads
