@@ -19,8 +19,9 @@ type sandboxState struct {
 	active   atomic.Int64 // connections held, hijacked tunnels included
 }
 
-// clientConn is one accepted connection. Its owner is looked up once, on
-// first use, and every request on the connection is attributed to it.
+// clientConn is one accepted connection. Its owner is looked up once, when
+// its first request is decided, and every request on the connection is
+// attributed to it.
 type clientConn struct {
 	sb             *sandboxState
 	remote, local  netip.AddrPort

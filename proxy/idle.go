@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net"
+	"sync"
 	"syscall"
 	"time"
 
@@ -11,22 +12,31 @@ import (
 // watchIdle closes both ends of an opaque tunnel once neither socket has
 // sent or received data for idle. The relay splices in the kernel, so the
 // bytes never pass through code that could note the time; the kernel's own
-// TCP_INFO (last data sent/received) tells instead. It returns when done
-// is closed.
-func watchIdle(client, upstream net.Conn, idle time.Duration, done <-chan struct{}) {
-	tick := time.NewTicker(idle / 4)
-	defer tick.Stop()
-	for {
-		select {
-		case <-done:
+// TCP_INFO (last data sent/received) tells instead. The check runs on a
+// timer, not a goroutine per tunnel; the returned stop ends it.
+func watchIdle(client, upstream net.Conn, idle time.Duration) (stop func()) {
+	var mu sync.Mutex
+	var t *time.Timer
+	stopped := false
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(idle/4, func() {
+		if idleFor(client) >= idle && idleFor(upstream) >= idle {
+			client.Close()
+			upstream.Close()
 			return
-		case <-tick.C:
-			if idleFor(client) >= idle && idleFor(upstream) >= idle {
-				client.Close()
-				upstream.Close()
-				return
-			}
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(idle / 4)
+		}
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
 	}
 }
 

@@ -14,10 +14,8 @@ import (
 func TestWatchIdleClosesSilentTunnels(t *testing.T) {
 	silentC, silentS := testutil.TCPPair(t)
 	busyC, busyS := testutil.TCPPair(t)
-	done := make(chan struct{})
-	defer close(done)
-	go watchIdle(silentS, silentS, 400*time.Millisecond, done)
-	go watchIdle(busyS, busyS, 400*time.Millisecond, done)
+	defer watchIdle(silentS, silentS, 400*time.Millisecond)()
+	defer watchIdle(busyS, busyS, 400*time.Millisecond)()
 	go io.Copy(io.Discard, busyS)
 	stop := time.After(1500 * time.Millisecond)
 	tick := time.NewTicker(50 * time.Millisecond)

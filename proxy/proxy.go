@@ -202,11 +202,11 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 		IdleTimeout:       p.cfg.Limits.IdleTimeout,
 		ErrorLog:          log.New(io.Discard, "", 0),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			cc := newClientConn(st, c)
-			// Attribute the connection while its first request is still
-			// being read: the lookup is done once, whoever asks first.
-			go cc.identity(p.cfg.Metrics)
-			return context.WithValue(ctx, ctxKey{}, cc)
+			// The owner is looked up when the first request is decided:
+			// the client is then waiting on its socket, and with the
+			// process cache a lookup costs less than a goroutine to
+			// overlap it with reading the request.
+			return context.WithValue(ctx, ctxKey{}, newClientConn(st, c))
 		},
 		// The connection cap is enforced here rather than by wrapping the
 		// listener: a wrapped net.Conn would stop io.Copy from splicing.
