@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -71,7 +72,9 @@ func newNetwork(port int) (n *Network, err error, restored bool) {
 	}
 	n = &Network{NS: ns}
 	if port != 0 {
-		ln, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
+		// Its clients are the sandbox's processes: no keepalive probes
+		// (four setsockopt calls per accept) for peers on the same host.
+		ln, err := (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp4", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			ns.Close()
 			return nil, fmt.Errorf("proxy listener in the sandbox namespace: %w", err), false

@@ -184,7 +184,10 @@ func newProxyCmd() *cobra.Command {
 			default:
 				log.Warn("no --cgroup or --pid: connections are attributed by scanning every process on the host")
 			}
-			ln, err := net.Listen("tcp", listen)
+			// Clients are local processes: keepalive probes would find
+			// nothing the kernel does not report, and cost four
+			// setsockopt calls on every accept.
+			ln, err := (&net.ListenConfig{KeepAlive: -1}).Listen(ctx, "tcp", listen)
 			if err != nil {
 				return err
 			}

@@ -35,6 +35,7 @@ var (
 	airlock  = flag.String("airlock", "bin/airlock", "airlock binary")
 	only     = flag.String("proxies", "direct,airlock,squid,tinyproxy", "which to measure")
 	which    = flag.String("scenarios", "plain,tunnels,bulk,mitm", "which scenarios to run")
+	rounds   = flag.Int("rounds", 3, "rounds, each measuring every proxy; the table shows medians")
 )
 
 func main() {
@@ -57,6 +58,20 @@ type result struct {
 func (r result) rate() float64 { return float64(r.ops) / r.elapsed.Seconds() }
 func (r result) mbps() float64 { return float64(r.bytes) / r.elapsed.Seconds() / (1 << 20) }
 
+// rows of the table, in order. The CPU rows are the proxy process's own
+// user+system time per operation, read from /proc: what it costs, apart
+// from how the machine's two sides (load and upstream) share the CPUs.
+var rows = []string{
+	"plain keep-alive req/s", "plain p50 latency", "plain p99 latency",
+	"new CONNECT+TLS tunnels/s", "CONNECT bulk MB/s", "MITM keep-alive req/s",
+	"proxy CPU per plain req", "proxy CPU per new tunnel", "proxy CPU per MB bulk", "proxy CPU per MITM req",
+}
+
+// lowerIsBetter marks the rows whose ratio reads the other way.
+func lowerIsBetter(row string) bool {
+	return strings.Contains(row, "latency") || strings.HasPrefix(row, "proxy CPU")
+}
+
 func run() error {
 	dir, err := os.MkdirTemp("", "airlock-bench-")
 	if err != nil {
@@ -70,100 +85,151 @@ func run() error {
 	}
 	proxies := []struct {
 		name  string
-		start func(string, *upstreams) (string, func(), error)
+		start func(string, *upstreams) (string, *exec.Cmd, func(), error)
 	}{
-		{"direct", func(string, *upstreams) (string, func(), error) { return "", func() {}, nil }},
+		{"direct", func(string, *upstreams) (string, *exec.Cmd, func(), error) { return "", nil, func() {}, nil }},
 		{"airlock", startAirlock},
 		{"squid", startSquid},
 		{"tinyproxy", startTinyproxy},
 	}
-	scenarios := []string{"plain keep-alive req/s", "plain p50 latency", "plain p99 latency", "new CONNECT+TLS tunnels/s", "CONNECT bulk MB/s", "MITM keep-alive req/s"}
-	table := map[string]map[string]string{}
-	values := map[string]map[string]float64{}
-	for _, s := range scenarios {
-		table[s], values[s] = map[string]string{}, map[string]float64{}
+	// samples[row][proxy] holds one value per round; rounds interleave the
+	// proxies so that a drift in the machine's speed lands on all of them.
+	samples := map[string]map[string][]float64{}
+	for _, r := range rows {
+		samples[r] = map[string][]float64{}
 	}
-	var airlockCA *x509.CertPool
-	for _, p := range proxies {
-		if !listed(*only, p.name) {
-			continue
-		}
-		addr, stop, err := p.start(dir, up)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "%s: not measured: %v\n", p.name, err)
-			continue
-		}
-		if p.name == "airlock" {
-			airlockCA, err = pool(filepath.Join(dir, "airlock-ca", "ca.pem"))
+	failed := map[string]map[string]bool{}
+	for round := 0; round < *rounds; round++ {
+		for _, p := range proxies {
+			if !listed(*only, p.name) {
+				continue
+			}
+			addr, cmd, stop, err := p.start(dir, up)
 			if err != nil {
-				stop()
-				return err
+				fmt.Fprintf(os.Stderr, "%s: not measured: %v\n", p.name, err)
+				continue
 			}
-		}
-		set := func(s string, v float64, f string, r result) {
-			if r.err != nil {
-				table[s][p.name] = "error"
-				fmt.Fprintf(os.Stderr, "%s %s: %v\n", p.name, s, r.err)
-				return
+			var airlockCA *x509.CertPool
+			if p.name == "airlock" {
+				if airlockCA, err = pool(filepath.Join(dir, "airlock-ca", "ca.pem")); err != nil {
+					stop()
+					return err
+				}
 			}
-			values[s][p.name], table[s][p.name] = v, fmt.Sprintf(f, v)
-		}
-		if wanted("plain") {
-			r := plainKeepAlive(addr, up.plainURL)
-			set("plain keep-alive req/s", r.rate(), "%.0f", r)
-			set("plain p50 latency", float64(r.p50.Microseconds()), "%.0f µs", r)
-			set("plain p99 latency", float64(r.p99.Microseconds()), "%.0f µs", r)
-		}
-		if wanted("tunnels") {
-			r := newTunnels(addr, up.tlsAddr, "127.0.0.2", up.roots)
-			set("new CONNECT+TLS tunnels/s", r.rate(), "%.0f", r)
-		}
-		if wanted("bulk") {
-			r := bulk(addr, up.bulkAddr)
-			set("CONNECT bulk MB/s", r.mbps(), "%.0f", r)
-		}
-		if wanted("mitm") {
-			switch p.name {
-			case "direct":
-				r := tlsKeepAlive("", up.tlsAddr, "mitm.bench", up.roots)
-				set("MITM keep-alive req/s", r.rate(), "%.0f", r)
-			case "airlock":
-				r := tlsKeepAlive(addr, fmt.Sprintf("mitm.bench:%s", port(up.tlsAddr)), "mitm.bench", airlockCA)
-				set("MITM keep-alive req/s", r.rate(), "%.0f", r)
-			default:
-				table["MITM keep-alive req/s"][p.name] = "n/a"
+			add := func(row string, v float64, r result) {
+				if r.err != nil {
+					if failed[row] == nil {
+						failed[row] = map[string]bool{}
+					}
+					failed[row][p.name] = true
+					fmt.Fprintf(os.Stderr, "%s %s: %v\n", p.name, row, r.err)
+					return
+				}
+				samples[row][p.name] = append(samples[row][p.name], v)
 			}
+			// cpu measures op and adds the proxy's CPU time per unit
+			// (operations, or MB for bulk) to row.
+			cpu := func(row string, op func() result, units func(result) float64) result {
+				before := cpuTime(cmd)
+				r := op()
+				if spent := cpuTime(cmd) - before; cmd != nil && r.err == nil && units(r) > 0 {
+					add(row, float64(spent.Microseconds())/units(r), r)
+				}
+				return r
+			}
+			ops := func(r result) float64 { return float64(r.ops) }
+			if wanted("plain") {
+				r := cpu("proxy CPU per plain req", func() result { return plainKeepAlive(addr, up.plainURL) }, ops)
+				add("plain keep-alive req/s", r.rate(), r)
+				add("plain p50 latency", float64(r.p50.Microseconds()), r)
+				add("plain p99 latency", float64(r.p99.Microseconds()), r)
+			}
+			if wanted("tunnels") {
+				r := cpu("proxy CPU per new tunnel", func() result { return newTunnels(addr, up.tlsAddr, "127.0.0.2", up.roots) }, ops)
+				add("new CONNECT+TLS tunnels/s", r.rate(), r)
+			}
+			if wanted("bulk") {
+				r := cpu("proxy CPU per MB bulk", func() result { return bulk(addr, up.bulkAddr) }, func(r result) float64 { return float64(r.bytes) / (1 << 20) })
+				add("CONNECT bulk MB/s", r.mbps(), r)
+			}
+			if wanted("mitm") {
+				switch p.name {
+				case "direct":
+					r := tlsKeepAlive("", up.tlsAddr, "mitm.bench", up.roots)
+					add("MITM keep-alive req/s", r.rate(), r)
+				case "airlock":
+					r := cpu("proxy CPU per MITM req", func() result {
+						return tlsKeepAlive(addr, fmt.Sprintf("mitm.bench:%s", port(up.tlsAddr)), "mitm.bench", airlockCA)
+					}, ops)
+					add("MITM keep-alive req/s", r.rate(), r)
+				}
+			}
+			stop()
 		}
-		stop()
 	}
 	leaveCgroup()
-	print(scenarios, table, values)
+	print(samples, failed)
 	return nil
+}
+
+// cpuTime is the user+system time cmd's process has used so far; zero
+// without a process (direct).
+func cpuTime(cmd *exec.Cmd) time.Duration {
+	if cmd == nil {
+		return 0
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	var ticks int64
+	for _, i := range []int{11, 12} { // utime, stime after the comm field
+		var t int64
+		fmt.Sscan(f[i], &t)
+		ticks += t
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }
 
 func wanted(scenario string) bool { return listed(*which, scenario) }
 
 func listed(list, name string) bool { return strings.Contains(","+list+",", ","+name+",") }
 
-func print(scenarios []string, table map[string]map[string]string, values map[string]map[string]float64) {
+func print(samples map[string]map[string][]float64, failed map[string]map[string]bool) {
 	cols := []string{"direct", "airlock", "squid", "tinyproxy"}
-	fmt.Printf("\n%-28s", fmt.Sprintf("loopback, %d clients, %s", *conc, *duration))
+	fmt.Printf("\n%-28s", fmt.Sprintf("median of %d rounds", *rounds))
 	for _, c := range cols {
 		fmt.Printf(" %12s", c)
 	}
 	fmt.Printf(" %14s %14s %14s\n", "airlock/direct", "airlock/squid", "airlock/tiny")
-	for _, s := range scenarios {
-		fmt.Printf("%-28s", s)
-		for _, c := range cols {
-			v := table[s][c]
-			if v == "" {
-				v = "-"
-			}
-			fmt.Printf(" %12s", v)
+	for _, row := range rows {
+		unit := ""
+		switch {
+		case strings.Contains(row, "latency"), strings.HasPrefix(row, "proxy CPU"):
+			unit = " µs"
 		}
-		a := values[s]["airlock"]
+		fmt.Printf("%-28s", row)
+		med := map[string]float64{}
+		for _, c := range cols {
+			cell := "-"
+			switch {
+			case failed[row][c]:
+				cell = "error"
+			case len(samples[row][c]) > 0:
+				med[c] = median(samples[row][c])
+				cell = fmt.Sprintf("%.0f%s", med[c], unit)
+			}
+			fmt.Printf(" %12s", cell)
+		}
 		for _, other := range []string{"direct", "squid", "tinyproxy"} {
-			o := values[s][other]
+			a, o := med["airlock"], med[other]
 			if a == 0 || o == 0 {
 				fmt.Printf(" %14s", "-")
 				continue
@@ -172,7 +238,7 @@ func print(scenarios []string, table map[string]map[string]string, values map[st
 		}
 		fmt.Println()
 	}
-	fmt.Println("(latency rows: lower is better, so a ratio below 1 means airlock is faster)")
+	fmt.Printf("(loopback, %d clients, %s per measurement; latency and CPU rows: lower is better, so a ratio below 1 means airlock is cheaper)\n", *conc, *duration)
 }
 
 // --- upstreams -------------------------------------------------------------
@@ -429,11 +495,11 @@ func waitListening(addr string, cmd *exec.Cmd) error {
 	return fmt.Errorf("%s not listening after 5s", addr)
 }
 
-func startCmd(addr string, name string, args ...string) (func(), error) {
+func startCmd(addr string, name string, args ...string) (*exec.Cmd, func(), error) {
 	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	go cmd.Wait()
 	stop := func() {
@@ -443,12 +509,12 @@ func startCmd(addr string, name string, args ...string) (func(), error) {
 	}
 	if err := waitListening(addr, cmd); err != nil {
 		stop()
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return stop, nil
+	return cmd, stop, nil
 }
 
-func startAirlock(dir string, up *upstreams) (string, func(), error) {
+func startAirlock(dir string, up *upstreams) (string, *exec.Cmd, func(), error) {
 	self, _ := os.Executable()
 	self, _ = filepath.EvalSymlinks(self)
 	bundle := filepath.Join(dir, "bundle")
@@ -467,7 +533,7 @@ denies := []
 decision := lib.decide(rules, denies)
 `, self, port(up.plainURL[len("http://"):len(up.plainURL)-1]), port(up.tlsAddr), port(up.bulkAddr), self, port(up.tlsAddr))
 	if err := os.WriteFile(filepath.Join(bundle, "bench.rego"), []byte(preset), 0o644); err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	// The load generator is the sandbox: in its own cgroup when it can make
 	// one (root, cgroup v2), which gives airlock the O(1) connect hook;
@@ -479,14 +545,14 @@ decision := lib.decide(rules, denies)
 		fmt.Fprintln(os.Stderr, "airlock: identity by process-tree scan:", err)
 	}
 	addr := freePort()
-	stop, err := startCmd(addr, *airlock, append(append([]string{"proxy", "--listen", addr, "--policy", bundle, "--preset", "bench"}, who...), "--allow-range", "127.0.0.2/32", "--resolve", "mitm.bench:"+port(up.tlsAddr)+":127.0.0.2",
+	cmd, stop, err := startCmd(addr, *airlock, append(append([]string{"proxy", "--listen", addr, "--policy", bundle, "--preset", "bench"}, who...), "--allow-range", "127.0.0.2/32", "--resolve", "mitm.bench:"+port(up.tlsAddr)+":127.0.0.2",
 		"--upstream-ca", up.caFile, "--ca-dir", filepath.Join(dir, "airlock-ca"), "--audit-log", filepath.Join(dir, "audit.log"), "--log-level", "error")...)
-	return addr, stop, err
+	return addr, cmd, stop, err
 }
 
-// benchCgroup moves the bench into a fresh cgroup v2 leaf; leaveCgroup
-// moves it back out and removes the leaf.
-func benchCgroup() (string, error) {
+// benchCgroup moves the bench into a fresh cgroup v2 leaf, once for all
+// rounds; leaveCgroup moves it back out and removes the leaf.
+var benchCgroup = sync.OnceValues(func() (string, error) {
 	mnt, err := cgroup2.Mount()
 	if err != nil {
 		return "", err
@@ -500,17 +566,19 @@ func benchCgroup() (string, error) {
 		cgroup2.Remove(cg)
 	}
 	return cg, cgroup2.Add(cg, os.Getpid())
-}
+})
 
 var leaveCgroup = func() {}
 
-func startSquid(dir string, _ *upstreams) (string, func(), error) {
+func startSquid(dir string, _ *upstreams) (string, *exec.Cmd, func(), error) {
 	if _, err := exec.LookPath("squid"); err != nil {
-		return "", nil, errors.New("squid not installed (apt-get install squid)")
+		return "", nil, nil, errors.New("squid not installed (apt-get install squid)")
 	}
 	addr := freePort()
-	sd := filepath.Join(dir, "squid")
-	os.MkdirAll(sd, 0o777)
+	sd, err := os.MkdirTemp(dir, "squid-") // squid drops to its own user: one fresh directory per start
+	if err != nil {
+		return "", nil, nil, err
+	}
 	os.Chmod(sd, 0o777)
 	conf := fmt.Sprintf(`http_port %s
 http_access allow all
@@ -531,9 +599,9 @@ via off
 	return startWith(addr, "squid", "-N", "-f", f)
 }
 
-func startTinyproxy(dir string, _ *upstreams) (string, func(), error) {
+func startTinyproxy(dir string, _ *upstreams) (string, *exec.Cmd, func(), error) {
 	if _, err := exec.LookPath("tinyproxy"); err != nil {
-		return "", nil, errors.New("tinyproxy not installed (apt-get install tinyproxy)")
+		return "", nil, nil, errors.New("tinyproxy not installed (apt-get install tinyproxy)")
 	}
 	addr := freePort()
 	host, p, _ := net.SplitHostPort(addr)
@@ -546,7 +614,7 @@ func startTinyproxy(dir string, _ *upstreams) (string, func(), error) {
 	return startWith(addr, "tinyproxy", "-d", "-c", f)
 }
 
-func startWith(addr, name string, args ...string) (string, func(), error) {
-	stop, err := startCmd(addr, name, args...)
-	return addr, stop, err
+func startWith(addr, name string, args ...string) (string, *exec.Cmd, func(), error) {
+	cmd, stop, err := startCmd(addr, name, args...)
+	return addr, cmd, stop, err
 }
