@@ -30,16 +30,20 @@ import (
 )
 
 var (
-	duration = flag.Duration("d", 3*time.Second, "duration of each measurement")
-	conc     = flag.Int("c", 8, "concurrent clients")
-	airlock  = flag.String("airlock", "bin/airlock", "airlock binary")
-	only     = flag.String("proxies", "direct,airlock,squid,tinyproxy", "which to measure")
-	which    = flag.String("scenarios", "plain,tunnels,bulk,mitm", "which scenarios to run")
-	rounds   = flag.Int("rounds", 3, "rounds, each measuring every proxy; the table shows medians")
+	duration  = flag.Duration("d", 3*time.Second, "duration of each measurement")
+	conc      = flag.Int("c", 8, "concurrent clients")
+	airlock   = flag.String("airlock", "bin/airlock", "airlock binary")
+	only      = flag.String("proxies", "direct,airlock,squid,tinyproxy,go-relay", "which to measure")
+	which     = flag.String("scenarios", "plain,tunnels,bulk,mitm", "which scenarios to run")
+	relayAddr = flag.String("relay", "", "run as the go-relay reference on this address (the bench starts it)")
+	rounds    = flag.Int("rounds", 3, "rounds, each measuring every proxy; the table shows medians")
 )
 
 func main() {
 	flag.Parse()
+	if *relayAddr != "" {
+		goRelay(*relayAddr)
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -91,6 +95,7 @@ func run() error {
 		{"airlock", startAirlock},
 		{"squid", startSquid},
 		{"tinyproxy", startTinyproxy},
+		{"go-relay", startGoRelay},
 	}
 	// samples[row][proxy] holds one value per round; rounds interleave the
 	// proxies so that a drift in the machine's speed lands on all of them.
@@ -138,7 +143,7 @@ func run() error {
 				return r
 			}
 			ops := func(r result) float64 { return float64(r.ops) }
-			if wanted("plain") {
+			if wanted("plain") && p.name != "go-relay" { // it relays CONNECT only
 				r := cpu("proxy CPU per plain req", func() result { return plainKeepAlive(addr, up.plainURL) }, ops)
 				add("plain keep-alive req/s", r.rate(), r)
 				add("plain p50 latency", float64(r.p50.Microseconds()), r)
@@ -203,12 +208,12 @@ func wanted(scenario string) bool { return listed(*which, scenario) }
 func listed(list, name string) bool { return strings.Contains(","+list+",", ","+name+",") }
 
 func print(samples map[string]map[string][]float64, failed map[string]map[string]bool) {
-	cols := []string{"direct", "airlock", "squid", "tinyproxy"}
+	cols := []string{"direct", "airlock", "squid", "tinyproxy", "go-relay"}
 	fmt.Printf("\n%-28s", fmt.Sprintf("median of %d rounds", *rounds))
 	for _, c := range cols {
 		fmt.Printf(" %12s", c)
 	}
-	fmt.Printf(" %14s %14s %14s\n", "airlock/direct", "airlock/squid", "airlock/tiny")
+	fmt.Printf(" %14s %14s %14s %14s\n", "airlock/direct", "airlock/squid", "airlock/tiny", "airlock/go-relay")
 	for _, row := range rows {
 		unit := ""
 		switch {
@@ -228,7 +233,7 @@ func print(samples map[string]map[string][]float64, failed map[string]map[string
 			}
 			fmt.Printf(" %12s", cell)
 		}
-		for _, other := range []string{"direct", "squid", "tinyproxy"} {
+		for _, other := range []string{"direct", "squid", "tinyproxy", "go-relay"} {
 			a, o := med["airlock"], med[other]
 			if a == 0 || o == 0 {
 				fmt.Printf(" %14s", "-")
