@@ -1,0 +1,83 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+)
+
+// relayed is a client and an upstream joined by relay, as a tunnel joins
+// them; it returns the two outer ends.
+func relayed(t testing.TB) (client, upstream net.Conn, done <-chan [2]int64) {
+	client, clientSide := testutil.TCPPair(t)
+	upstreamSide, upstream := testutil.TCPPair(t)
+	ch := make(chan [2]int64, 1)
+	go func() {
+		up, down := relay(clientSide, upstreamSide)
+		clientSide.Close()
+		upstreamSide.Close()
+		ch <- [2]int64{up, down}
+	}()
+	return client, upstream, ch
+}
+
+// A tunnel passes small messages and a bulk transfer (which switches the
+// relay to splice) both ways intact, passes a half-close on, and counts
+// the bytes of each direction.
+func TestRelayCarriesBothWaysAndHalfClose(t *testing.T) {
+	client, upstream, done := relayed(t)
+	client.SetDeadline(time.Now().Add(10 * time.Second))
+	upstream.SetDeadline(time.Now().Add(10 * time.Second))
+	bulk := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB: past the copy buffer
+	go func() {
+		client.Write([]byte("hello"))
+		client.Write(bulk)
+		client.(*net.TCPConn).CloseWrite()
+	}()
+	got, err := io.ReadAll(upstream)
+	if err != nil || !bytes.Equal(got, append([]byte("hello"), bulk...)) {
+		t.Fatalf("upstream read %d bytes, %v; want hello and 1 MiB then EOF", len(got), err)
+	}
+	// The client's half-close reached the upstream, which still answers.
+	upstream.Write([]byte("bye"))
+	upstream.Close()
+	back, err := io.ReadAll(client)
+	if err != nil || string(back) != "bye" {
+		t.Fatalf("client read %q, %v; want bye then EOF", back, err)
+	}
+	if n := <-done; n[0] != int64(len(bulk)+5) || n[1] != 3 {
+		t.Fatalf("relay counted up %d, down %d; want %d, 3", n[0], n[1], len(bulk)+5)
+	}
+}
+
+// BenchmarkRelayRoundTrip is one 1 KiB request and reply through the relay:
+// the small-message path most tunnels take.
+func BenchmarkRelayRoundTrip(b *testing.B) {
+	client, upstream, _ := relayed(b)
+	go io.Copy(upstream, upstream) // echo
+	msg, buf := make([]byte, 1024), make([]byte, 1024)
+	b.SetBytes(int64(len(msg)))
+	for b.Loop() {
+		client.Write(msg)
+		if _, err := io.ReadFull(client, buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRelayBulk streams through the relay one way: the spliced path.
+func BenchmarkRelayBulk(b *testing.B) {
+	client, upstream, _ := relayed(b)
+	go io.Copy(io.Discard, client)
+	chunk := make([]byte, 256<<10)
+	b.SetBytes(int64(len(chunk)))
+	for b.Loop() {
+		if _, err := upstream.Write(chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
