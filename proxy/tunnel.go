@@ -15,8 +15,8 @@ import (
 const established = "HTTP/1.1 200 Connection established\r\n\r\n"
 
 // tunnel relays an allowed, uninspected CONNECT to exactly the addresses the
-// guard checked. Bulk transfers are spliced (pump): their bytes never enter
-// user space.
+// guard checked. The relay is io.Copy between TCP connections, which Linux
+// turns into splice(2): the bytes never enter user space.
 func (p *Proxy) tunnel(client net.Conn, dc *decision) {
 	upstream, err := p.cfg.Guard.Dial(context.Background(), dc.addrs, dc.in.Request.Port)
 	if err != nil {
@@ -48,53 +48,14 @@ func relay(client, upstream net.Conn) (up, down int64) {
 	go func() {
 		defer wg.Done()
 		var err error
-		down, err = pump(client, upstream)
+		down, err = io.Copy(client, upstream)
 		finish(client, upstream, err, &ended)
 	}()
 	var err error
-	up, err = pump(upstream, client)
+	up, err = io.Copy(upstream, client)
 	finish(upstream, client, err, &ended)
 	wg.Wait()
 	return up, down
-}
-
-// pumpBuffer is the size of a read that marks a direction as bulk: a full
-// TLS record.
-const pumpBuffer = 16 << 10
-
-var pumpBuffers = sync.Pool{New: func() any { return new([pumpBuffer]byte) }}
-
-// pump copies src to dst. Most tunnels carry a handshake and a few small
-// messages, for which one read and one write cost less than splice's two
-// calls through a pipe; the first read that fills the buffer marks a bulk
-// transfer, and the rest goes to io.Copy, which splices.
-func pump(dst, src net.Conn) (int64, error) {
-	buf := pumpBuffers.Get().(*[pumpBuffer]byte)
-	var n int64
-	for {
-		m, err := src.Read(buf[:])
-		if m > 0 {
-			w, werr := dst.Write(buf[:m])
-			n += int64(w)
-			if werr != nil {
-				pumpBuffers.Put(buf)
-				return n, werr
-			}
-		}
-		if err != nil {
-			pumpBuffers.Put(buf)
-			if err == io.EOF {
-				return n, nil
-			}
-			return n, err
-		}
-		if m == len(buf) {
-			break
-		}
-	}
-	pumpBuffers.Put(buf)
-	rest, err := io.Copy(dst, src)
-	return n + rest, err
 }
 
 // finish ends one direction: an error closes both connections so the other

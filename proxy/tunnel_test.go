@@ -25,14 +25,14 @@ func relayed(t testing.TB) (client, upstream net.Conn, done <-chan [2]int64) {
 	return client, upstream, ch
 }
 
-// A tunnel passes small messages and a bulk transfer (which switches the
-// relay to splice) both ways intact, passes a half-close on, and counts
-// the bytes of each direction.
+// A tunnel passes a small message and a bulk transfer intact, passes a
+// half-close on and still carries the answer, and counts the bytes of each
+// direction.
 func TestRelayCarriesBothWaysAndHalfClose(t *testing.T) {
 	client, upstream, done := relayed(t)
 	client.SetDeadline(time.Now().Add(10 * time.Second))
 	upstream.SetDeadline(time.Now().Add(10 * time.Second))
-	bulk := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB: past the copy buffer
+	bulk := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
 	go func() {
 		client.Write([]byte("hello"))
 		client.Write(bulk)
@@ -55,7 +55,7 @@ func TestRelayCarriesBothWaysAndHalfClose(t *testing.T) {
 }
 
 // BenchmarkRelayRoundTrip is one 1 KiB request and reply through the relay:
-// the small-message path most tunnels take.
+// the small exchanges most tunnels carry.
 func BenchmarkRelayRoundTrip(b *testing.B) {
 	client, upstream, _ := relayed(b)
 	go io.Copy(upstream, upstream) // echo
@@ -69,7 +69,7 @@ func BenchmarkRelayRoundTrip(b *testing.B) {
 	}
 }
 
-// BenchmarkRelayBulk streams through the relay one way: the spliced path.
+// BenchmarkRelayBulk streams through the relay one way.
 func BenchmarkRelayBulk(b *testing.B) {
 	client, upstream, _ := relayed(b)
 	go io.Copy(io.Discard, client)
