@@ -101,7 +101,7 @@ rules := [
 	{"name": "plain", "binaries": [{"path": %[1]s}], "hosts": ["plain.test"], "ports": [%[3]d]},
 	{"name": "pinned", "binaries": [{"path": %[4]s, "sha256": %[5]s}], "hosts": ["plain.test"], "ports": [%[3]d]},
 	{"name": "api-read", "binaries": %[6]s, "hosts": ["api.test"], "ports": [%[2]d], "methods": "read-only", "paths": ["/v1/**"]},
-	{"name": "tunnel", "binaries": [{"path": %[1]s}], "hosts": ["tunnel.test"], "ports": [%[2]d]},
+	{"name": "tunnel", "binaries": %[6]s, "hosts": ["tunnel.test"], "ports": [%[2]d]},
 	{"name": "secret", "binaries": [{"path": %[1]s}], "hosts": ["secret.test"], "ports": [%[2]d],
 	 "inject": {"authorization": {"env": "ITEST_TOKEN", "format": "Bearer %%s"}}},
 	{"name": "nosecret", "binaries": [{"path": %[1]s}], "hosts": ["nosecret.test"], "ports": [%[2]d],
@@ -574,6 +574,39 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 		}
 	})
 
+	// A client may send its first bytes (the TLS ClientHello) in the same
+	// write as the CONNECT, before the 200: they belong to the tunnel.
+	t.Run("bytes sent with the CONNECT are relayed", func(t *testing.T) {
+		for _, c := range []struct {
+			host  string
+			roots *x509.CertPool
+			path  string
+			want  string
+		}{
+			{"tunnel.test", w.upstreamCA.Pool, "/", "tunnel-ok"},
+			{"api.test", poolOf(t, w.proxy.caFile), "/v1/hello", "hello from api.test"},
+		} {
+			raw, err := net.Dial("tcp", w.proxy.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw.SetDeadline(time.Now().Add(10 * time.Second))
+			target := fmt.Sprintf("%s:%d", c.host, w.tlsPort)
+			pc := &pipelinedConnect{Conn: raw, head: "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n"}
+			tc := tls.Client(pc, &tls.Config{ServerName: c.host, RootCAs: c.roots, NextProtos: []string{"http/1.1"}})
+			fmt.Fprintf(tc, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", c.path, c.host)
+			resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+			if err != nil {
+				t.Fatalf("%s: request sent with the CONNECT: %v", c.host, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			raw.Close()
+			if resp.StatusCode != 200 || string(body) != c.want {
+				t.Fatalf("%s: %d %q; want 200 %q", c.host, resp.StatusCode, body, c.want)
+			}
+		}
+	})
+
 	t.Run("metrics", func(t *testing.T) {
 		resp, err := http.Get("http://" + w.proxy.metrics + "/metrics")
 		if err != nil {
@@ -591,6 +624,40 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 			}
 		}
 	})
+}
+
+// pipelinedConnect sends a CONNECT in the same write as the first bytes
+// meant for the tunnel, and strips the proxy's 200 from what it reads.
+type pipelinedConnect struct {
+	net.Conn
+	head string
+	sent bool
+	br   *bufio.Reader
+}
+
+func (c *pipelinedConnect) Write(p []byte) (int, error) {
+	if c.sent {
+		return c.Conn.Write(p)
+	}
+	c.sent = true
+	if _, err := c.Conn.Write(append([]byte(c.head), p...)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (c *pipelinedConnect) Read(p []byte) (int, error) {
+	if c.br == nil {
+		c.br = bufio.NewReader(c.Conn)
+		resp, err := http.ReadResponse(c.br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			return 0, err
+		}
+		if resp.StatusCode != 200 {
+			return 0, fmt.Errorf("CONNECT: %s (%s)", resp.Status, resp.Header.Get("X-Airlock-Reason"))
+		}
+	}
+	return c.br.Read(p)
 }
 
 // connectThrough opens a CONNECT tunnel through the proxy and returns it.

@@ -1,23 +1,28 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
 
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
-	"github.com/elazarl/goproxy"
 )
 
-// handleConnect decides a CONNECT and hijacks the client connection for
-// whatever follows: a denial, an opaque tunnel or an inspected tunnel. No
-// CONNECT is ever handed to goproxy's own dialer or MITM.
-func (p *Proxy) handleConnect(target string, gctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
-	ctx := gctx.Req.Context()
+// serveConnect decides a CONNECT and takes the client connection over for
+// whatever follows: a denial, an opaque tunnel or an inspected tunnel.
+// goproxy never sees a CONNECT, so nothing reaches its own dialer or MITM.
+// A client may send its first tunnel bytes (a TLS ClientHello) with the
+// CONNECT, before the answer: the server read them with the request, and
+// they are the tunnel's first.
+func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
 	cc := connFrom(ctx)
+	target := r.URL.Host
 	host, portStr, err := net.SplitHostPort(target)
 	port, perr := strconv.Atoi(portStr)
 	var dc *decision
@@ -29,21 +34,40 @@ func (p *Proxy) handleConnect(target string, gctx *goproxy.ProxyCtx) (*goproxy.C
 	if dc.d.Allow {
 		p.resolve(ctx, dc)
 	}
-	return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(req *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
-		defer p.track(client)()
-		defer cc.sb.active.Add(-1)
-		defer client.Close()
-		switch {
-		case !dc.d.Allow:
-			dc.denialResponse(req).Write(client)
-			p.record(dc, dc.status(), 0, 0)
-		case dc.d.Inspect:
-			p.inspect(cc, client, dc)
-		default:
-			p.tunnel(client, dc)
+	client, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		dc.deny(policies.ReasonInvalidRequest, "cannot take over the client connection: "+err.Error())
+		p.record(dc, dc.status(), 0, 0)
+		return
+	}
+	defer p.track(client)()
+	defer cc.sb.active.Add(-1) // hijacked: the slot is ours to release
+	defer client.Close()
+	early, _ := brw.Reader.Peek(brw.Reader.Buffered())
+	switch {
+	case !dc.d.Allow:
+		dc.denialResponse(r).Write(client)
+		p.record(dc, dc.status(), 0, 0)
+	case dc.d.Inspect:
+		if len(early) > 0 {
+			client = &earlyConn{Conn: client, r: io.MultiReader(bytes.NewReader(early), client)}
 		}
-	}}, target
+		p.inspect(cc, client, dc)
+	default:
+		p.tunnel(client, early, dc)
+	}
 }
+
+// earlyConn reads the bytes that came with the CONNECT before the socket's.
+// Only the inspection loop, which reads through TLS anyway, sees it: an
+// opaque tunnel writes them ahead and keeps the bare connection, whose
+// relay splices.
+type earlyConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *earlyConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // resolve runs the SSRF guard for an allowed decision: every address the
 // name resolves to is checked, and they become dc.addrs, the only ones

@@ -182,20 +182,22 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = log.New(io.Discard, "", 0)
 	gp.Tr = p.transport   // our dialer, verification, no env proxy
-	gp.ConnectDial = nil  // never used: every CONNECT is hijacked
+	gp.ConnectDial = nil  // never used: CONNECT is served before goproxy
 	gp.KeepHeader = false // strip Proxy-Authorization upstream
 	gp.NonproxyHandler = http.HandlerFunc(p.nonProxy)
-	gp.OnRequest().HandleConnectFunc(p.handleConnect)
 	gp.OnRequest().DoFunc(p.handlePlain)
 	gp.OnResponse().DoFunc(p.handlePlainResponse)
 
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method != http.MethodConnect && r.URL.IsAbs() && isUpgrade(r) {
+			switch {
+			case r.Method == http.MethodConnect:
+				p.serveConnect(w, r)
+			case r.URL.IsAbs() && isUpgrade(r):
 				p.plainUpgrade(w, r)
-				return
+			default:
+				gp.ServeHTTP(w, r)
 			}
-			gp.ServeHTTP(w, r)
 		}),
 		MaxHeaderBytes:    p.cfg.Limits.MaxHeaderBytes,
 		ReadHeaderTimeout: p.cfg.Limits.ReadHeaderTimeout,

@@ -15,9 +15,10 @@ import (
 const established = "HTTP/1.1 200 Connection established\r\n\r\n"
 
 // tunnel relays an allowed, uninspected CONNECT to exactly the addresses the
-// guard checked. The relay is io.Copy between TCP connections, which Linux
-// turns into splice(2): the bytes never enter user space.
-func (p *Proxy) tunnel(client net.Conn, dc *decision) {
+// guard checked, early (what the client sent with the CONNECT) first. The
+// relay is io.Copy between TCP connections, which Linux turns into
+// splice(2): the bytes never enter user space.
+func (p *Proxy) tunnel(client net.Conn, early []byte, dc *decision) {
 	upstream, err := p.cfg.Guard.Dial(context.Background(), dc.addrs, dc.in.Request.Port)
 	if err != nil {
 		dc.deny(policies.ReasonUpstreamError, err.Error())
@@ -30,12 +31,17 @@ func (p *Proxy) tunnel(client net.Conn, dc *decision) {
 		p.record(dc, http.StatusOK, 0, 0)
 		return
 	}
+	if _, err := upstream.Write(early); err != nil {
+		dc.detail = "upstream write: " + err.Error()
+		p.record(dc, http.StatusOK, 0, 0)
+		return
+	}
 	p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
 	defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
 	stopIdle := watchIdle(client, upstream, p.cfg.Limits.TunnelIdleTimeout)
 	up, down := relay(client, upstream)
 	stopIdle()
-	p.record(dc, http.StatusOK, up, down)
+	p.record(dc, http.StatusOK, int64(len(early))+up, down)
 }
 
 // relay copies both ways until both directions end, passing a half-close
