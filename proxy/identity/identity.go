@@ -9,7 +9,8 @@ import (
 	"fmt"
 )
 
-// Process is the owner of a client socket.
+// Process is the owner of a client socket. Lookups of connections from the
+// same process return the same value: it is read-only.
 type Process struct {
 	PID       int
 	UID       int
