@@ -31,10 +31,12 @@ func (p *Proxy) tunnel(client net.Conn, early []byte, dc *decision) {
 		p.record(dc, http.StatusOK, 0, 0)
 		return
 	}
-	if _, err := upstream.Write(early); err != nil {
-		dc.detail = "upstream write: " + err.Error()
-		p.record(dc, http.StatusOK, 0, 0)
-		return
+	if len(early) > 0 {
+		if _, err := upstream.Write(early); err != nil {
+			dc.detail = "upstream write: " + err.Error()
+			p.record(dc, http.StatusOK, 0, 0)
+			return
+		}
 	}
 	p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
 	defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)

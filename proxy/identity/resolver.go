@@ -27,6 +27,10 @@ type Resolver struct {
 	hook       ConnHook
 }
 
+// self is the proxy's own pid: it holds the server end of every connection,
+// never the client's socket.
+var self = os.Getpid()
+
 // procCacheSize bounds the processes whose /proc directories a resolver
 // holds open: one descriptor each.
 const procCacheSize = 512
@@ -77,7 +81,7 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 		return nil, unknown("socket %s→%s has no inode (closed)", client, server)
 	}
 	if r.hook != nil {
-		if tgid, at, ok := r.hook.Lookup(sock.cookie); ok && tgid != os.Getpid() {
+		if tgid, at, ok := r.hook.Lookup(sock.cookie); ok && tgid != self {
 			// A process that started after the connect is not the
 			// connector but a later owner of its pid: scan instead.
 			p, err := r.describe(tgid, at+startSlack, int(sock.uid))
@@ -200,7 +204,6 @@ func (r *Resolver) exe(d procDir) (string, fileKey, string, error) {
 func findOwners(pids []int, inode uint32) []int {
 	target := socketLink(inode)
 	buf := make([]byte, 64)
-	self := os.Getpid()
 	var owners []int
 	for _, pid := range pids {
 		// The proxy holds the server end, never the client's socket; its
