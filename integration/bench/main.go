@@ -71,8 +71,8 @@ var rows = []string{
 	"proxy CPU per plain req", "proxy CPU per new tunnel", "proxy CPU per MB bulk", "proxy CPU per MITM req",
 }
 
-// lowerIsBetter marks the rows whose ratio reads the other way.
-func lowerIsBetter(row string) bool {
+// inMicros marks the rows measured in µs, where lower is better.
+func inMicros(row string) bool {
 	return strings.Contains(row, "latency") || strings.HasPrefix(row, "proxy CPU")
 }
 
@@ -216,8 +216,7 @@ func print(samples map[string]map[string][]float64, failed map[string]map[string
 	fmt.Printf(" %14s %14s %14s %14s\n", "airlock/direct", "airlock/squid", "airlock/tiny", "airlock/go-relay")
 	for _, row := range rows {
 		unit := ""
-		switch {
-		case strings.Contains(row, "latency"), strings.HasPrefix(row, "proxy CPU"):
+		if inMicros(row) {
 			unit = " µs"
 		}
 		fmt.Printf("%-28s", row)
