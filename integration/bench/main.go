@@ -82,6 +82,7 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	defer func() { leaveCgroup() }() // set once the bench has moved into its cgroup
 
 	up, err := startUpstreams(dir)
 	if err != nil {
@@ -172,7 +173,6 @@ func run() error {
 			stop()
 		}
 	}
-	leaveCgroup()
 	print(samples, failed)
 	return nil
 }
