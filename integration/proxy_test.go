@@ -41,10 +41,12 @@ type world struct {
 	git          string
 	gitRemote    string
 	python, node string
+	// streamGo releases the second event of api.test/v1/stream.
+	streamGo chan struct{}
 }
 
 func newWorld(t *testing.T) *world {
-	w := &world{dir: t.TempDir()}
+	w := &world{dir: t.TempDir(), streamGo: make(chan struct{})}
 	w.curl = testutil.RequireTool(t, "curl")
 	w.git = testutil.RequireTool(t, "git")
 	py := testutil.RequireTool(t, "python3")
@@ -162,6 +164,18 @@ func (w *world) serveTLS(t *testing.T) int {
 	mux := http.NewServeMux()
 	mux.HandleFunc("api.test/v1/hello", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "hello from api.test") })
 	mux.HandleFunc("api.test/", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "api.test other path") })
+	// A server-sent event stream whose second event waits until the test
+	// has seen the first: a proxy that held the first back would hang it.
+	mux.HandleFunc("api.test/v1/stream", func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(rw, "data: one\n\n")
+		rw.(http.Flusher).Flush()
+		select {
+		case <-w.streamGo:
+		case <-time.After(10 * time.Second):
+		}
+		io.WriteString(rw, "data: two\n\n")
+	})
 	mux.HandleFunc("tunnel.test/", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "tunnel-ok") })
 	check := func(rw http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == "Bearer "+secretValue {
@@ -574,6 +588,29 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 		}
 	})
 
+	t.Run("streamed response through the MITM arrives as it is sent", func(t *testing.T) {
+		pu, _ := url.Parse(w.proxy.url)
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			Proxy:           http.ProxyURL(pu),
+			TLSClientConfig: &tls.Config{RootCAs: poolOf(t, w.proxy.caFile)},
+		}}
+		resp, err := c.Get(api + "/v1/stream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		br := bufio.NewReader(resp.Body)
+		first, err := br.ReadString('\n')
+		if err != nil || first != "data: one\n" {
+			t.Fatalf("first event = %q, %v; want it before the upstream sends the second", first, err)
+		}
+		close(w.streamGo)
+		rest, _ := io.ReadAll(br)
+		if string(rest) != "\ndata: two\n\n" {
+			t.Fatalf("rest of the stream = %q", rest)
+		}
+	})
+
 	// A client may send its first bytes (the TLS ClientHello) in the same
 	// write as the CONNECT, before the 200: they belong to the tunnel.
 	t.Run("bytes sent with the CONNECT are relayed", func(t *testing.T) {
@@ -624,6 +661,27 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 			}
 		}
 	})
+}
+
+// Shutdown drains what is in flight, but an inspected tunnel that is only
+// waiting for its next request is closed at once: the proxy exits cleanly
+// (status 0) rather than at the end of its grace period with an error.
+func TestShutdownClosesIdleInspectedTunnels(t *testing.T) {
+	w := newWorld(t)
+	pu, _ := url.Parse(w.proxy.url)
+	tr := &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: poolOf(t, w.proxy.caFile)}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: tr}).Get(fmt.Sprintf("https://api.test:%d/v1/hello", w.tlsPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close() // the tunnel stays open, idle, in the client's pool
+	w.proxy.cmd.Process.Signal(os.Interrupt)
+	err = w.proxy.cmd.Wait()
+	if err != nil {
+		t.Fatalf("airlock proxy with an idle inspected tunnel exited with %v; want a clean drain", err)
+	}
 }
 
 // pipelinedConnect sends a CONNECT in the same write as the first bytes

@@ -40,7 +40,8 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 		p.record(dc, dc.status(), 0, 0)
 		return
 	}
-	defer p.track(client)()
+	t, release := p.track(client)
+	defer release()
 	defer cc.sb.active.Add(-1) // hijacked: the slot is ours to release
 	defer client.Close()
 	early, _ := brw.Reader.Peek(brw.Reader.Buffered())
@@ -52,7 +53,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 		if len(early) > 0 {
 			client = &earlyConn{Conn: client, r: io.MultiReader(bytes.NewReader(early), client)}
 		}
-		p.inspect(cc, client, dc)
+		p.inspect(cc, client, t, dc)
 	default:
 		p.tunnel(client, early, dc)
 	}

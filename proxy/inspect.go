@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -21,7 +22,7 @@ import (
 // decides every request inside it. The leaf certificate is for the CONNECT
 // host, and every request must name that same host (Host header,
 // absolute-form URL, SNI): an allowed tunnel never reaches another host.
-func (p *Proxy) inspect(cc *clientConn, client net.Conn, dc *decision) {
+func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decision) {
 	if _, err := io.WriteString(client, established); err != nil {
 		return
 	}
@@ -45,8 +46,14 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, dc *decision) {
 
 	sni := tc.ConnectionState().ServerName
 	br := bufio.NewReaderSize(tc, 16<<10)
+	// Responses are written through a buffer: written straight to the TLS
+	// connection, every header line would be a record and a syscall.
+	bw := bufio.NewWriterSize(tc, 16<<10)
 	for {
 		tc.SetReadDeadline(time.Now().Add(p.cfg.Limits.IdleTimeout))
+		if !p.awaitRequest(t, br) {
+			return // closed, idle too long, or the proxy is shutting down
+		}
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) {
@@ -54,32 +61,62 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, dc *decision) {
 				bad := p.refused(cc, req, policies.ReasonInvalidRequest, "malformed request: "+err.Error())
 				resp := bad.denialResponse(nil)
 				resp.Close = true
-				resp.Write(tc)
+				writeResponse(bw, resp)
 				p.record(bad, resp.StatusCode, 0, 0)
 			}
 			return
 		}
 		tc.SetReadDeadline(time.Time{})
-		if !p.serveInner(cc, tc, br, req, dc, sni) {
+		if !p.serveInner(cc, tc, br, bw, req, dc, sni) {
 			return
 		}
 	}
 }
 
+// writeResponse writes resp through bw and flushes it. The body is read
+// through flushFirst, so a streamed response (server-sent events, long
+// polls) reaches the client as the upstream produces it, not when the
+// buffer fills.
+func writeResponse(bw *bufio.Writer, resp *http.Response) error {
+	if resp.Body != nil {
+		resp.Body = flushFirst{ReadCloser: resp.Body, w: bw}
+	}
+	// Hide bufio.Writer's ReadFrom: it reads into the buffer that
+	// flushFirst would flush underneath it.
+	if err := resp.Write(struct{ io.Writer }{bw}); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// flushFirst flushes w before each read of the body: what the last read
+// produced goes out before the next can wait on the upstream.
+type flushFirst struct {
+	io.ReadCloser
+	w *bufio.Writer
+}
+
+func (f flushFirst) Read(p []byte) (int, error) {
+	if err := f.w.Flush(); err != nil {
+		return 0, err
+	}
+	return f.ReadCloser.Read(p)
+}
+
 // serveInner decides and forwards one request from an inspected tunnel. It
 // reports whether the connection may carry another request.
-func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, req *http.Request, tun *decision, sni string) bool {
+func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request, tun *decision, sni string) bool {
 	// Upstream connections go to the addresses checked at CONNECT.
 	ctx := tun.upstreamContext(context.Background())
 	t := &tun.in.Request
 	target := policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: t.Host, Port: t.Port, Method: req.Method, Inspected: true}
 	var rdc *decision
 	if mismatch := pinnedHost(req, sni, t.Host, t.Port); mismatch != "" {
-		return p.refuse(tc, req, p.refused(cc, target, policies.ReasonHostMismatch, mismatch))
+		return p.refuse(bw, req, p.refused(cc, target, policies.ReasonHostMismatch, mismatch))
 	}
 	rdc = p.decideRequest(ctx, cc, req, target)
 	if !rdc.d.Allow {
-		return p.refuse(tc, req, rdc)
+		return p.refuse(bw, req, rdc)
 	}
 
 	// Forward exactly to the tunnel's host: the request line and Host header
@@ -93,7 +130,7 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, req *
 	}
 	if err := p.inject(out.Header, rdc.d.Inject); err != nil {
 		rdc.deny(policies.ReasonSecretUnavailable, err.Error())
-		return p.refuse(tc, req, rdc)
+		return p.refuse(bw, req, rdc)
 	}
 	body := &counter{r: req.Body}
 	if req.Body != nil && req.Body != http.NoBody {
@@ -102,7 +139,7 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, req *
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
 		rdc.deny(policies.ReasonUpstreamError, err.Error())
-		return p.refuse(tc, req, rdc)
+		return p.refuse(bw, req, rdc)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		p.upgrade(tc, br, resp, rdc, body)
@@ -110,8 +147,8 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, req *
 	}
 	down := &counter{r: resp.Body}
 	resp.Body = down
-	err = resp.Write(tc)
-	resp.Body.Close()
+	err = writeResponse(bw, resp)
+	down.Close()
 	p.record(rdc, resp.StatusCode, body.n, down.n)
 	return err == nil && !req.Close && !resp.Close
 }
@@ -169,13 +206,13 @@ func sameHost(hostport, host string, port int) bool {
 
 // refuse answers a denied inner request and records it. The connection
 // stays usable unless the client asked to close it.
-func (p *Proxy) refuse(w io.Writer, req *http.Request, dc *decision) bool {
+func (p *Proxy) refuse(bw *bufio.Writer, req *http.Request, dc *decision) bool {
 	if req.Body != nil {
 		io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20))
 	}
 	resp := dc.denialResponse(req)
 	resp.Close = req.Close
-	err := resp.Write(w)
+	err := writeResponse(bw, resp)
 	p.record(dc, resp.StatusCode, 0, 0)
 	return err == nil && !req.Close
 }
@@ -190,9 +227,12 @@ func (p *Proxy) upgrade(tc net.Conn, br io.Reader, resp *http.Response, dc *deci
 		return
 	}
 	defer upstream.Close()
-	fmt.Fprintf(tc, "HTTP/1.1 101 %s\r\n", http.StatusText(http.StatusSwitchingProtocols))
-	resp.Header.Write(tc)
-	io.WriteString(tc, "\r\n")
+	// The 101 in one write: over TLS, one record.
+	var head bytes.Buffer
+	fmt.Fprintf(&head, "HTTP/1.1 101 %s\r\n", http.StatusText(http.StatusSwitchingProtocols))
+	resp.Header.Write(&head)
+	head.WriteString("\r\n")
+	tc.Write(head.Bytes())
 	var wg sync.WaitGroup
 	var down int64
 	wg.Add(1)

@@ -122,7 +122,8 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 		p.record(dc, dc.status(), body.n, 0)
 		return
 	}
-	defer p.track(conn)()
+	_, release := p.track(conn)
+	defer release()
 	defer connFrom(r.Context()).sb.active.Add(-1) // hijacked: the slot is ours to release
 	defer conn.Close()
 	p.upgrade(conn, brw.Reader, resp, dc, body)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -93,8 +95,18 @@ type Proxy struct {
 	mu       sync.Mutex
 	servers  map[*http.Server]struct{}
 	tunnels  sync.WaitGroup
-	hijacked map[net.Conn]struct{}
+	hijacked map[net.Conn]*tracked
 	closing  bool
+}
+
+// tracked is a hijacked client connection that Shutdown drains.
+type tracked struct {
+	conn net.Conn
+	// idle: an inspected tunnel waiting for its next request, which
+	// Shutdown closes at once (as http.Server closes idle connections)
+	// instead of waiting out the grace period for a request that may
+	// never come.
+	idle atomic.Bool
 }
 
 // New builds a Proxy. Upstream connections never consult HTTP(S)_PROXY: the
@@ -120,7 +132,7 @@ func New(cfg Config) (*Proxy, error) {
 		audit:    slog.New(slog.NewJSONHandler(cfg.Audit, nil)),
 		hashes:   identity.NewHashCache(1024),
 		servers:  map[*http.Server]struct{}{},
-		hijacked: map[net.Conn]struct{}{},
+		hijacked: map[net.Conn]*tracked{},
 	}
 	p.transport = &http.Transport{
 		Proxy:       nil,
@@ -249,6 +261,11 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	for s := range p.servers {
 		servers = append(servers, s)
 	}
+	for _, t := range p.hijacked {
+		if t.idle.Load() {
+			t.conn.Close()
+		}
+	}
 	p.mu.Unlock()
 	var errs []error
 	for _, s := range servers {
@@ -271,18 +288,37 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// track registers a hijacked client connection so Shutdown can drain it.
-func (p *Proxy) track(c net.Conn) func() {
+// track registers a hijacked client connection so Shutdown can drain it;
+// release unregisters it.
+func (p *Proxy) track(c net.Conn) (t *tracked, release func()) {
+	t = &tracked{conn: c}
 	p.tunnels.Add(1)
 	p.mu.Lock()
-	p.hijacked[c] = struct{}{}
+	p.hijacked[c] = t
 	p.mu.Unlock()
-	return func() {
+	return t, func() {
 		p.mu.Lock()
 		delete(p.hijacked, c)
 		p.mu.Unlock()
 		p.tunnels.Done()
 	}
+}
+
+// awaitRequest marks t idle until the next request's first byte arrives on
+// br. It reports false, without waiting, once Shutdown has begun: idle is
+// set before closing is read, and Shutdown sets closing before it reads
+// idle, so one of the two always sees the other.
+func (p *Proxy) awaitRequest(t *tracked, br *bufio.Reader) bool {
+	t.idle.Store(true)
+	defer t.idle.Store(false)
+	p.mu.Lock()
+	closing := p.closing
+	p.mu.Unlock()
+	if closing {
+		return false
+	}
+	_, err := br.Peek(1)
+	return err == nil
 }
 
 func (p *Proxy) nonProxy(w http.ResponseWriter, r *http.Request) {
