@@ -77,7 +77,7 @@ func newWorld(t *testing.T) *world {
 	os.WriteFile(filepath.Join(bundle, "itest.rego"), []byte(w.preset(self)), 0o644)
 
 	var resolve []string
-	for _, name := range []string{"api.test", "tunnel.test", "git.test", "ws.test", "secret.test", "plain.test", "nosecret.test"} {
+	for _, name := range []string{"api.test", "tunnel.test", "git.test", "ws.test", "secret.test", "plain.test", "nosecret.test", "upload.test"} {
 		for _, port := range []int{w.tlsPort, w.plainPort} {
 			resolve = append(resolve, "--resolve", fmt.Sprintf("%s:%d:127.0.0.2", name, port))
 		}
@@ -106,6 +106,7 @@ rules := [
 	{"name": "tunnel", "binaries": %[6]s, "hosts": ["tunnel.test"], "ports": [%[2]d]},
 	{"name": "secret", "binaries": [{"path": %[1]s}], "hosts": ["secret.test"], "ports": [%[2]d],
 	 "inject": {"authorization": {"env": "ITEST_TOKEN", "format": "Bearer %%s"}}},
+	{"name": "upload", "binaries": [{"path": %[1]s}], "hosts": ["upload.test"], "ports": [%[2]d], "methods": ["POST"], "paths": ["/upload"]},
 	{"name": "nosecret", "binaries": [{"path": %[1]s}], "hosts": ["nosecret.test"], "ports": [%[2]d],
 	 "inject": {"authorization": {"env": "ITEST_NOT_SET"}}},
 	{"name": "ws", "binaries": %[6]s, "hosts": ["ws.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/echo"]},
@@ -185,6 +186,10 @@ func (w *world) serveTLS(t *testing.T) int {
 		rw.WriteHeader(http.StatusUnauthorized)
 		io.WriteString(rw, "credential missing")
 	}
+	mux.HandleFunc("upload.test/upload", func(rw http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(rw, "received %d bytes", n)
+	})
 	mux.HandleFunc("secret.test/", check)
 	mux.HandleFunc("nosecret.test/", check)
 	mux.Handle("ws.test/echo", websocket.Handler(func(ws *websocket.Conn) {
@@ -200,7 +205,7 @@ func (w *world) serveTLS(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tlsConfig, err := w.upstreamCA.ServerConfig("api.test", "tunnel.test", "secret.test", "nosecret.test", "ws.test", "git.test")
+	tlsConfig, err := w.upstreamCA.ServerConfig("api.test", "tunnel.test", "secret.test", "nosecret.test", "ws.test", "git.test", "upload.test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,6 +590,25 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 		resp.Body.Close()
 		if resp.StatusCode != 403 || resp.Header.Get("X-Airlock-Reason") != "method_not_allowed" {
 			t.Fatalf("Go POST = %d %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"))
+		}
+	})
+
+	// curl asks for "100 Continue" before it sends a large body, and waits
+	// --expect100-timeout for it; --max-time fails the upload if the proxy
+	// holds the body back waiting for a client that is waiting for it.
+	t.Run("uploads with Expect: 100-continue go through, and denials come back", func(t *testing.T) {
+		payload := filepath.Join(t.TempDir(), "payload")
+		os.WriteFile(payload, bytes.Repeat([]byte("x"), 2<<20), 0o644)
+		upload := func(path string) (int, string) {
+			return w.curlCmd(t, w.curl, "--max-time", "10", "--expect100-timeout", "30", "-H", "Expect: 100-continue",
+				"--data-binary", "@"+payload, fmt.Sprintf("https://upload.test:%d%s", w.tlsPort, path))
+		}
+		if status, body := upload("/upload"); status != 200 || body != "received 2097152 bytes" {
+			t.Fatalf("upload = %d %q", status, body)
+		}
+		status, body := upload("/elsewhere")
+		if d := parseDenial(t, body); status != 403 || d.Reason != "path_not_allowed" {
+			t.Fatalf("denied upload = %d %+v", status, d)
 		}
 	})
 

@@ -132,14 +132,25 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 		rdc.deny(policies.ReasonSecretUnavailable, err.Error())
 		return p.refuse(bw, req, rdc)
 	}
+	var cont *continuer
+	if expectsContinue(req) {
+		cont = &continuer{bw: bw, body: req.Body}
+		req.Body = cont
+	}
 	body := &counter{r: req.Body}
 	if req.Body != nil && req.Body != http.NoBody {
 		out.Body = body
 	}
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
+		cont.final()
 		rdc.deny(policies.ReasonUpstreamError, err.Error())
 		return p.refuse(bw, req, rdc)
+	}
+	if !cont.final() {
+		// The upstream answered without asking for the body, which the
+		// client still holds: the connection cannot carry another request.
+		resp.Close = true
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		p.upgrade(tc, br, resp, rdc, body)
@@ -205,13 +216,15 @@ func sameHost(hostport, host string, port int) bool {
 }
 
 // refuse answers a denied inner request and records it. The connection
-// stays usable unless the client asked to close it.
+// stays usable unless the client asked to close it, or waits to be told to
+// send its body (Expect: 100-continue), which it now never will be.
 func (p *Proxy) refuse(bw *bufio.Writer, req *http.Request, dc *decision) bool {
-	if req.Body != nil {
+	pending := expectsContinue(req)
+	if req.Body != nil && !pending {
 		io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20))
 	}
 	resp := dc.denialResponse(req)
-	resp.Close = req.Close
+	resp.Close = req.Close || pending
 	err := writeResponse(bw, resp)
 	p.record(dc, resp.StatusCode, 0, 0)
 	return err == nil && !req.Close
@@ -247,6 +260,62 @@ func (p *Proxy) upgrade(tc net.Conn, br io.Reader, resp *http.Response, dc *deci
 	upstream.Close()
 	wg.Wait()
 	p.record(dc, http.StatusSwitchingProtocols, body.n+up, down)
+}
+
+// expectsContinue reports whether the client holds the request's body until
+// it is told "100 Continue" and has not been told yet.
+func expectsContinue(req *http.Request) bool {
+	if c, ok := req.Body.(*continuer); ok {
+		return !c.sent()
+	}
+	return req.Body != nil && req.Body != http.NoBody && strings.EqualFold(req.Header.Get("Expect"), "100-continue")
+}
+
+// continuer answers Expect: 100-continue for a forwarded request: "100
+// Continue" goes to the client when the upstream first reads the body (the
+// transport waits for the upstream's own 100 first), so the body moves only
+// once it is wanted. final marks the start of the response, after which no
+// 100 may be written.
+type continuer struct {
+	mu   sync.Mutex
+	bw   *bufio.Writer
+	body io.ReadCloser
+	told bool // "100 Continue" sent: the client sends its body
+	done bool // the final response has begun
+}
+
+func (c *continuer) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	if !c.told && !c.done {
+		c.told = true
+		c.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+		if err := c.bw.Flush(); err != nil {
+			c.mu.Unlock()
+			return 0, err
+		}
+	}
+	c.mu.Unlock()
+	return c.body.Read(p)
+}
+
+func (c *continuer) Close() error { return c.body.Close() }
+
+func (c *continuer) sent() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.told
+}
+
+// final reports whether the client was told to send its body; nil (no
+// expectation) counts as told.
+func (c *continuer) final() bool {
+	if c == nil {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.done = true
+	return c.told
 }
 
 // counter counts bytes read through it.

@@ -145,6 +145,9 @@ func New(cfg Config) (*Proxy, error) {
 		ForceAttemptHTTP2:     false,
 		TLSHandshakeTimeout:   cfg.Limits.HandshakeTimeout,
 		ResponseHeaderTimeout: 5 * time.Minute,
+		// Expect: 100-continue is honoured upstream: the body is sent
+		// once the origin asks for it, or after this long without a word.
+		ExpectContinueTimeout: time.Second,
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true, // pass encodings through untouched
