@@ -281,6 +281,16 @@ func (w *world) gitBackend(t *testing.T) http.Handler {
 	}
 }
 
+// goClient is a Go net/http client that goes through the proxy and trusts
+// its CA.
+func (w *world) goClient(t *testing.T) *http.Client {
+	pu, _ := url.Parse(w.proxy.url)
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		Proxy:           http.ProxyURL(pu),
+		TLSClientConfig: &tls.Config{RootCAs: poolOf(t, w.proxy.caFile)},
+	}}
+}
+
 // curlCmd runs curl through the proxy and returns status, body and stderr.
 func (w *world) curlCmd(t *testing.T, bin string, args ...string) (status int, body string) {
 	t.Helper()
@@ -569,11 +579,7 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 	})
 
 	t.Run("Go net/http client", func(t *testing.T) {
-		pu, _ := url.Parse(w.proxy.url)
-		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-			Proxy:           http.ProxyURL(pu),
-			TLSClientConfig: &tls.Config{RootCAs: poolOf(t, w.proxy.caFile)},
-		}}
+		c := w.goClient(t)
 		resp, err := c.Get(api + "/v1/hello")
 		if err != nil {
 			t.Fatal(err)
@@ -613,12 +619,7 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 	})
 
 	t.Run("streamed response through the MITM arrives as it is sent", func(t *testing.T) {
-		pu, _ := url.Parse(w.proxy.url)
-		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-			Proxy:           http.ProxyURL(pu),
-			TLSClientConfig: &tls.Config{RootCAs: poolOf(t, w.proxy.caFile)},
-		}}
-		resp, err := c.Get(api + "/v1/stream")
+		resp, err := w.goClient(t).Get(api + "/v1/stream")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -692,10 +693,9 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 // (status 0) rather than at the end of its grace period with an error.
 func TestShutdownClosesIdleInspectedTunnels(t *testing.T) {
 	w := newWorld(t)
-	pu, _ := url.Parse(w.proxy.url)
-	tr := &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: poolOf(t, w.proxy.caFile)}}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: tr}).Get(fmt.Sprintf("https://api.test:%d/v1/hello", w.tlsPort))
+	c := w.goClient(t)
+	defer c.CloseIdleConnections()
+	resp, err := c.Get(fmt.Sprintf("https://api.test:%d/v1/hello", w.tlsPort))
 	if err != nil {
 		t.Fatal(err)
 	}
