@@ -41,12 +41,13 @@ type world struct {
 	git          string
 	gitRemote    string
 	python, node string
-	// streamGo releases the second event of api.test/v1/stream.
-	streamGo chan struct{}
+	// streamGo releases the second event of api.test/v1/stream, plainGo
+	// the second line of plain.test/stream.
+	streamGo, plainGo chan struct{}
 }
 
 func newWorld(t *testing.T) *world {
-	w := &world{dir: t.TempDir(), streamGo: make(chan struct{})}
+	w := &world{dir: t.TempDir(), streamGo: make(chan struct{}), plainGo: make(chan struct{})}
 	w.curl = testutil.RequireTool(t, "curl")
 	w.git = testutil.RequireTool(t, "git")
 	py := testutil.RequireTool(t, "python3")
@@ -111,6 +112,7 @@ rules := [
 	 "inject": {"authorization": {"env": "ITEST_NOT_SET"}}},
 	{"name": "ws", "binaries": %[6]s, "hosts": ["ws.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/echo"]},
 	{"name": "plain-upgrade", "binaries": %[6]s, "hosts": ["plain.test"], "ports": [%[3]d], "methods": ["GET"], "paths": ["/upgrade"]},
+	{"name": "plain-stream", "binaries": %[6]s, "hosts": ["plain.test"], "ports": [%[3]d], "methods": ["GET"], "paths": ["/stream"]},
 	{"name": "git-refs", "binaries": [{"path": %[7]s}], "hosts": ["git.test"], "ports": [%[2]d], "methods": ["GET"],
 	 "paths": ["/*/info/refs"], "query": {"service": ["git-upload-pack"]}},
 	{"name": "git-fetch", "binaries": [{"path": %[7]s}], "hosts": ["git.test"], "ports": [%[2]d], "methods": ["POST"],
@@ -243,6 +245,19 @@ func (w *world) servePlain(t *testing.T) int {
 			}
 			defer conn.Close()
 			io.Copy(conn, brw)
+			return
+		}
+		if r.URL.Path == "/stream" {
+			// Newline-delimited JSON of unknown length, the second line
+			// held until the test has seen the first.
+			rw.Header().Set("Content-Type", "application/x-ndjson")
+			io.WriteString(rw, "{\"n\":1}\n")
+			rw.(http.Flusher).Flush()
+			select {
+			case <-w.plainGo:
+			case <-time.After(10 * time.Second):
+			}
+			io.WriteString(rw, "{\"n\":2}\n")
 			return
 		}
 		fmt.Fprintf(rw, "plain %s %s", r.Method, r.URL.Path)
@@ -632,6 +647,24 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 		close(w.streamGo)
 		rest, _ := io.ReadAll(br)
 		if string(rest) != "\ndata: two\n\n" {
+			t.Fatalf("rest of the stream = %q", rest)
+		}
+	})
+
+	t.Run("streamed plain-HTTP response arrives as it is sent", func(t *testing.T) {
+		resp, err := w.goClient(t).Get(plain + "/stream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		br := bufio.NewReader(resp.Body)
+		first, err := br.ReadString('\n')
+		if err != nil || first != "{\"n\":1}\n" {
+			t.Fatalf("first line = %q, %v; want it before the upstream sends the second", first, err)
+		}
+		close(w.plainGo)
+		rest, _ := io.ReadAll(br)
+		if string(rest) != "{\"n\":2}\n" {
 			t.Fatalf("rest of the stream = %q", rest)
 		}
 	})

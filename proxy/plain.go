@@ -184,3 +184,36 @@ func sameHostAs(hostHeader string, u interface {
 	b, err2 := policies.CanonicalHost(u.Hostname())
 	return err1 == nil && err2 == nil && a == b && (port == "" || u.Port() == "" || port == u.Port())
 }
+
+// streamWriter flushes after every write of a response whose length is not
+// known in advance. goproxy flushes server-sent events only; any other
+// stream (NDJSON, a long poll answered bit by bit) would wait in the
+// server's buffer for 4 KiB or for its end.
+type streamWriter struct {
+	http.ResponseWriter
+	started, stream bool
+}
+
+func (s *streamWriter) WriteHeader(code int) {
+	if !s.started && code >= 200 { // 1xx are interim: the final header decides
+		s.started = true
+		s.stream = s.Header().Get("Content-Length") == ""
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *streamWriter) Write(p []byte) (int, error) {
+	if !s.started {
+		s.WriteHeader(http.StatusOK)
+	}
+	n, err := s.ResponseWriter.Write(p)
+	if err == nil && s.stream {
+		err = http.NewResponseController(s.ResponseWriter).Flush()
+	}
+	return n, err
+}
+
+func (s *streamWriter) Flush() { http.NewResponseController(s.ResponseWriter).Flush() }
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (s *streamWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -211,7 +211,7 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 			case r.URL.IsAbs() && isUpgrade(r):
 				p.plainUpgrade(w, r)
 			default:
-				gp.ServeHTTP(w, r)
+				gp.ServeHTTP(&streamWriter{ResponseWriter: w}, r)
 			}
 		}),
 		MaxHeaderBytes:    p.cfg.Limits.MaxHeaderBytes,
