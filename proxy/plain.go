@@ -150,6 +150,9 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 		p.record(st.dc, st.dc.status(), st.body.n, 0)
 		return st.dc.denialResponse(gctx.Req)
 	}
+	if sw, ok := gctx.Req.Context().Value(streamKey{}).(*streamWriter); ok {
+		sw.stream = resp.ContentLength < 0
+	}
 	resp.Body = &recordOnClose{counter: counter{r: resp.Body}, done: func(n int64) {
 		p.record(st.dc, resp.StatusCode, st.body.n, n)
 	}}
@@ -185,32 +188,34 @@ func sameHostAs(hostHeader string, u interface {
 	return err1 == nil && err2 == nil && a == b && (port == "" || u.Port() == "" || port == u.Port())
 }
 
-// streamWriter flushes after every write of a response whose length is not
-// known in advance. goproxy flushes server-sent events only; any other
+// streamWriter flushes after every write of a response whose length the
+// upstream did not give. goproxy flushes server-sent events only; any other
 // stream (NDJSON, a long poll answered bit by bit) would wait in the
-// server's buffer for 4 KiB or for its end.
+// server's buffer for 4 KiB or for its end. goproxy drops Content-Length
+// once the body is wrapped for counting, so the response hook, which still
+// sees the upstream's length, sets stream.
 type streamWriter struct {
 	http.ResponseWriter
-	started, stream bool
+	stream bool
 }
 
-func (s *streamWriter) WriteHeader(code int) {
-	if !s.started && code >= 200 { // 1xx are interim: the final header decides
-		s.started = true
-		s.stream = s.Header().Get("Content-Length") == ""
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
+type streamKey struct{}
 
 func (s *streamWriter) Write(p []byte) (int, error) {
-	if !s.started {
-		s.WriteHeader(http.StatusOK)
-	}
 	n, err := s.ResponseWriter.Write(p)
 	if err == nil && s.stream {
 		err = http.NewResponseController(s.ResponseWriter).Flush()
 	}
 	return n, err
+}
+
+// ReadFrom keeps the server's own ReadFrom, with its pooled buffers, for a
+// body of known length; a stream is copied through Write, which flushes.
+func (s *streamWriter) ReadFrom(r io.Reader) (int64, error) {
+	if s.stream {
+		return io.Copy(struct{ io.Writer }{s}, r)
+	}
+	return io.Copy(s.ResponseWriter, r)
 }
 
 func (s *streamWriter) Flush() { http.NewResponseController(s.ResponseWriter).Flush() }

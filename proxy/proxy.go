@@ -211,7 +211,8 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 			case r.URL.IsAbs() && isUpgrade(r):
 				p.plainUpgrade(w, r)
 			default:
-				gp.ServeHTTP(&streamWriter{ResponseWriter: w}, r)
+				sw := &streamWriter{ResponseWriter: w}
+				gp.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), streamKey{}, sw)))
 			}
 		}),
 		MaxHeaderBytes:    p.cfg.Limits.MaxHeaderBytes,
