@@ -633,6 +633,30 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 		}
 	})
 
+	// As http.Server caps headers with MaxHeaderBytes, so does the loop
+	// that reads requests inside an inspected tunnel.
+	t.Run("oversized request header inside an inspected tunnel is refused", func(t *testing.T) {
+		conn := connectThrough(t, w.proxy.addr, fmt.Sprintf("api.test:%d", w.tlsPort))
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: poolOf(t, w.proxy.caFile)})
+		var req strings.Builder
+		fmt.Fprintf(&req, "GET /v1/hello HTTP/1.1\r\nHost: api.test:%d\r\n", w.tlsPort)
+		for i := 0; i < 2000; i++ { // 2000 headers of 100 bytes: past the 64 KiB default
+			fmt.Fprintf(&req, "X-Filler-%04d: %s\r\n", i, strings.Repeat("f", 84))
+		}
+		req.WriteString("\r\n")
+		go io.WriteString(tc, req.String()) // the proxy may answer before it has read it all
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if d := parseDenial(t, string(body)); resp.StatusCode != 403 || d.Reason != "invalid_request" || !resp.Close {
+			t.Fatalf("oversized header = %d close=%v %+v", resp.StatusCode, resp.Close, d)
+		}
+	})
+
 	t.Run("streamed response through the MITM arrives as it is sent", func(t *testing.T) {
 		resp, err := w.goClient(t).Get(api + "/v1/stream")
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -45,20 +46,30 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 	p.record(dc, http.StatusOK, 0, 0) // the CONNECT itself
 
 	sni := tc.ConnectionState().ServerName
-	br := bufio.NewReaderSize(tc, 16<<10)
+	// Request headers are read through a limit, as http.Server reads them
+	// with MaxHeaderBytes: a sandbox must not grow the proxy's memory at
+	// will. Bodies, and bytes after an upgrade, are not capped here.
+	lim := &io.LimitedReader{R: tc}
+	br := bufio.NewReaderSize(lim, 16<<10)
 	// Responses are written through a buffer: written straight to the TLS
 	// connection, every header line would be a record and a syscall.
 	bw := bufio.NewWriterSize(tc, 16<<10)
+	headerLimit := int64(p.cfg.Limits.MaxHeaderBytes) + 4096 // and the request line, as net/http allows
 	for {
 		tc.SetReadDeadline(time.Now().Add(p.cfg.Limits.IdleTimeout))
+		lim.N = headerLimit
 		if !p.awaitRequest(t, br) {
 			return // closed, idle too long, or the proxy is shutting down
 		}
 		req, err := http.ReadRequest(br)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) {
+			detail := "malformed request: " + err.Error()
+			if lim.N <= 0 {
+				detail = fmt.Sprintf("request header larger than %d bytes", p.cfg.Limits.MaxHeaderBytes)
+			}
+			if lim.N <= 0 || (!errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err)) {
 				req := policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: host, Port: dc.in.Request.Port, Inspected: true}
-				bad := p.refused(cc, req, policies.ReasonInvalidRequest, "malformed request: "+err.Error())
+				bad := p.refused(cc, req, policies.ReasonInvalidRequest, detail)
 				resp := bad.denialResponse(nil)
 				resp.Close = true
 				writeResponse(bw, resp)
@@ -67,6 +78,7 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 			return
 		}
 		tc.SetReadDeadline(time.Time{})
+		lim.N = math.MaxInt64
 		if !p.serveInner(cc, tc, br, bw, req, dc, sni) {
 			return
 		}
