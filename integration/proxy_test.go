@@ -167,18 +167,7 @@ func (w *world) serveTLS(t *testing.T) int {
 	mux := http.NewServeMux()
 	mux.HandleFunc("api.test/v1/hello", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "hello from api.test") })
 	mux.HandleFunc("api.test/", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "api.test other path") })
-	// A server-sent event stream whose second event waits until the test
-	// has seen the first: a proxy that held the first back would hang it.
-	mux.HandleFunc("api.test/v1/stream", func(rw http.ResponseWriter, r *http.Request) {
-		rw.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(rw, "data: one\n\n")
-		rw.(http.Flusher).Flush()
-		select {
-		case <-w.streamGo:
-		case <-time.After(10 * time.Second):
-		}
-		io.WriteString(rw, "data: two\n\n")
-	})
+	mux.HandleFunc("api.test/v1/stream", heldStream("text/event-stream", "data: one\n\n", "data: two\n\n", w.streamGo))
 	mux.HandleFunc("tunnel.test/", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "tunnel-ok") })
 	check := func(rw http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == "Bearer "+secretValue {
@@ -217,6 +206,22 @@ func (w *world) serveTLS(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// heldStream sends first, then holds second until release is closed (the
+// test closes it once it has read first): a proxy that kept first in a
+// buffer would hang the client waiting for it.
+func heldStream(contentType, first, second string, release <-chan struct{}) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", contentType)
+		io.WriteString(rw, first)
+		rw.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second):
+		}
+		io.WriteString(rw, second)
+	}
+}
+
 // hostRouter strips the port from Host so the mux can route by name.
 func hostRouter(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -247,17 +252,8 @@ func (w *world) servePlain(t *testing.T) int {
 			io.Copy(conn, brw)
 			return
 		}
-		if r.URL.Path == "/stream" {
-			// Newline-delimited JSON of unknown length, the second line
-			// held until the test has seen the first.
-			rw.Header().Set("Content-Type", "application/x-ndjson")
-			io.WriteString(rw, "{\"n\":1}\n")
-			rw.(http.Flusher).Flush()
-			select {
-			case <-w.plainGo:
-			case <-time.After(10 * time.Second):
-			}
-			io.WriteString(rw, "{\"n\":2}\n")
+		if r.URL.Path == "/stream" { // newline-delimited JSON of unknown length
+			heldStream("application/x-ndjson", "{\"n\":1}\n", "{\"n\":2}\n", w.plainGo)(rw, r)
 			return
 		}
 		fmt.Fprintf(rw, "plain %s %s", r.Method, r.URL.Path)
@@ -657,39 +653,29 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 		}
 	})
 
-	t.Run("streamed response through the MITM arrives as it is sent", func(t *testing.T) {
-		resp, err := w.goClient(t).Get(api + "/v1/stream")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		br := bufio.NewReader(resp.Body)
-		first, err := br.ReadString('\n')
-		if err != nil || first != "data: one\n" {
-			t.Fatalf("first event = %q, %v; want it before the upstream sends the second", first, err)
-		}
-		close(w.streamGo)
-		rest, _ := io.ReadAll(br)
-		if string(rest) != "\ndata: two\n\n" {
-			t.Fatalf("rest of the stream = %q", rest)
-		}
-	})
-
-	t.Run("streamed plain-HTTP response arrives as it is sent", func(t *testing.T) {
-		resp, err := w.goClient(t).Get(plain + "/stream")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		br := bufio.NewReader(resp.Body)
-		first, err := br.ReadString('\n')
-		if err != nil || first != "{\"n\":1}\n" {
-			t.Fatalf("first line = %q, %v; want it before the upstream sends the second", first, err)
-		}
-		close(w.plainGo)
-		rest, _ := io.ReadAll(br)
-		if string(rest) != "{\"n\":2}\n" {
-			t.Fatalf("rest of the stream = %q", rest)
+	t.Run("streamed responses arrive as they are sent", func(t *testing.T) {
+		for _, c := range []struct {
+			name, url, first, rest string
+			release                chan struct{}
+		}{
+			{"server-sent events through the MITM", api + "/v1/stream", "data: one\n", "\ndata: two\n\n", w.streamGo},
+			{"NDJSON over plain HTTP", plain + "/stream", "{\"n\":1}\n", "{\"n\":2}\n", w.plainGo},
+		} {
+			resp, err := w.goClient(t).Get(c.url)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			br := bufio.NewReader(resp.Body)
+			first, err := br.ReadString('\n')
+			if err != nil || first != c.first {
+				t.Fatalf("%s: first part = %q, %v; want it before the upstream sends the rest", c.name, first, err)
+			}
+			close(c.release)
+			rest, _ := io.ReadAll(br)
+			resp.Body.Close()
+			if string(rest) != c.rest {
+				t.Fatalf("%s: rest = %q", c.name, rest)
+			}
 		}
 	})
 
