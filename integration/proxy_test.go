@@ -46,7 +46,8 @@ type world struct {
 	streamGo, plainGo chan struct{}
 }
 
-func newWorld(t *testing.T) *world {
+// newWorld builds the fixture; extra are more `airlock proxy` flags.
+func newWorld(t *testing.T, extra ...string) *world {
 	w := &world{dir: t.TempDir(), streamGo: make(chan struct{}), plainGo: make(chan struct{})}
 	w.curl = testutil.RequireTool(t, "curl")
 	w.git = testutil.RequireTool(t, "git")
@@ -85,7 +86,7 @@ func newWorld(t *testing.T) *world {
 	}
 	resolve = append(resolve, "--resolve", fmt.Sprintf("internal.test:%d:10.0.0.1", w.plainPort))
 	args := append([]string{"--policy", bundle, "--preset", "itest", "--pid", strconv.Itoa(os.Getpid()),
-		"--allow-range", "127.0.0.2/32", "--upstream-ca", w.upstreamCA.File}, resolve...)
+		"--allow-range", "127.0.0.2/32", "--upstream-ca", w.upstreamCA.File}, append(resolve, extra...)...)
 	// The proxy's own environment points at a proxy that does not exist:
 	// its upstream dials must ignore HTTP(S)_PROXY, or every test fails.
 	w.proxy = startProxy(t, w.dir, cleanEnv("ITEST_TOKEN="+secretValue,

@@ -25,13 +25,15 @@ const (
 
 	// Decided by the proxy around the policy: who is asking, where the
 	// name leads, whether the request matches its tunnel, and whether a
-	// secret the policy asks to inject exists.
+	// secret the policy asks to inject exists; and whether the sandbox
+	// already holds as many connections as it may.
 	ReasonIdentityUnknown   Reason = "identity_unknown"
 	ReasonIdentityAmbiguous Reason = "identity_ambiguous"
 	ReasonSSRF              Reason = "ssrf_blocked"
 	ReasonHostMismatch      Reason = "host_mismatch"
 	ReasonSecretUnavailable Reason = "secret_unavailable"
 	ReasonUpstreamError     Reason = "upstream_error"
+	ReasonConnectionLimit   Reason = "connection_limit"
 )
 
 // policyReasons are the codes a preset's decision may carry; anything else

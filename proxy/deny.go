@@ -2,12 +2,12 @@ package proxy
 
 import (
 	"bytes"
-
 	"encoding/json"
-	"github.com/airlock-sandbox/airlock/policies"
 	"io"
 	"net/http"
 	"strconv"
+
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // Denial is the JSON body of every 403 (and 421): enough for an agent to
@@ -43,13 +43,16 @@ func (dc *decision) denial() Denial {
 }
 
 // status is the HTTP status of a denial: 421 when the request names another
-// host than its tunnel, 502 when the upstream failed, 403 otherwise.
+// host than its tunnel, 502 when the upstream failed, 503 when the sandbox
+// is at its connection limit, 403 otherwise.
 func (dc *decision) status() int {
 	switch dc.d.Reason {
 	case policies.ReasonHostMismatch:
 		return http.StatusMisdirectedRequest
 	case policies.ReasonUpstreamError:
 		return http.StatusBadGateway
+	case policies.ReasonConnectionLimit:
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusForbidden
 }

@@ -13,30 +13,34 @@ import (
 // sent or received data for idle. The relay splices in the kernel, so the
 // bytes never pass through code that could note the time; the kernel's own
 // TCP_INFO (last data sent/received) tells instead. The check runs on a
-// timer, not a goroutine per tunnel; the returned stop ends it.
-func watchIdle(client, upstream net.Conn, idle time.Duration) (stop func()) {
+// timer, not a goroutine per tunnel; the returned stop ends it and reports
+// whether the watcher closed the tunnel, which the audit line then says.
+func watchIdle(client, upstream net.Conn, idle time.Duration) (stop func() (closed bool)) {
 	var mu sync.Mutex
 	var t *time.Timer
-	stopped := false
+	stopped, closed := false, false
 	mu.Lock()
 	defer mu.Unlock()
 	t = time.AfterFunc(idle/4, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
 		if idleFor(client) >= idle && idleFor(upstream) >= idle {
+			closed = true
 			client.Close()
 			upstream.Close()
 			return
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			t.Reset(idle / 4)
-		}
+		t.Reset(idle / 4)
 	})
-	return func() {
+	return func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		stopped = true
 		t.Stop()
+		return closed
 	}
 }
 

@@ -14,8 +14,8 @@ import (
 func TestWatchIdleClosesSilentTunnels(t *testing.T) {
 	silentC, silentS := testutil.TCPPair(t)
 	busyC, busyS := testutil.TCPPair(t)
-	defer watchIdle(silentS, silentS, 400*time.Millisecond)()
-	defer watchIdle(busyS, busyS, 400*time.Millisecond)()
+	stopSilent := watchIdle(silentS, silentS, 400*time.Millisecond)
+	stopBusy := watchIdle(busyS, busyS, 400*time.Millisecond)
 	go io.Copy(io.Discard, busyS)
 	stop := time.After(1500 * time.Millisecond)
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -34,5 +34,11 @@ func TestWatchIdleClosesSilentTunnels(t *testing.T) {
 	}
 	if _, err := busyC.Write([]byte("still open")); err != nil {
 		t.Fatalf("busy tunnel was closed: %v", err)
+	}
+	if !stopSilent() {
+		t.Error("the watcher of the silent tunnel does not report closing it")
+	}
+	if stopBusy() {
+		t.Error("the watcher of the busy tunnel reports closing it")
 	}
 }

@@ -61,6 +61,10 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 		if !p.awaitRequest(t, br) {
 			return // closed, idle too long, or the proxy is shutting down
 		}
+		// Once a request has begun, its header must arrive as promptly as
+		// http.Server demands of plain requests: a client dribbling one
+		// header line a minute must not hold the tunnel for the idle time.
+		tc.SetReadDeadline(time.Now().Add(p.cfg.Limits.ReadHeaderTimeout))
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			detail := "malformed request: " + err.Error()

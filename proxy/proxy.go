@@ -91,6 +91,7 @@ type Proxy struct {
 	audit     *slog.Logger
 	transport *http.Transport
 	hashes    *identity.HashCache
+	refusing  atomic.Int64 // over-limit connections being answered
 
 	mu       sync.Mutex
 	servers  map[*http.Server]struct{}
@@ -226,19 +227,12 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 			// overlap it with reading the request.
 			return context.WithValue(ctx, ctxKey{}, newClientConn(st, c))
 		},
-		// The connection cap is enforced here rather than by wrapping the
-		// listener: a wrapped net.Conn would stop io.Copy from splicing.
+		// limitListener took the slot; a hijacked connection's tunnel
+		// releases it when it ends.
 		ConnState: func(c net.Conn, s http.ConnState) {
-			switch s {
-			case http.StateNew:
-				if st.active.Add(1) > int64(p.cfg.Limits.MaxConns) {
-					p.log.Warn("connection limit reached; closing new connection", "sandbox", sb.ID, "limit", p.cfg.Limits.MaxConns, "client", c.RemoteAddr().String())
-					c.Close()
-				}
-			case http.StateClosed:
+			if s == http.StateClosed {
 				st.active.Add(-1)
 			}
-			// StateHijacked: the tunnel releases its slot when it ends.
 		},
 	}
 	p.mu.Lock()
@@ -249,7 +243,7 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 	p.servers[srv] = struct{}{}
 	p.mu.Unlock()
 	p.log.Info("proxy serving", "sandbox", sb.ID, "kind", sb.Kind, "preset", sb.Preset, "listen", ln.Addr().String())
-	err = srv.Serve(ln)
+	err = srv.Serve(&limitListener{Listener: ln, p: p, st: st})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

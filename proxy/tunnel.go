@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -42,7 +43,9 @@ func (p *Proxy) tunnel(client net.Conn, early []byte, dc *decision) {
 	defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
 	stopIdle := watchIdle(client, upstream, p.cfg.Limits.TunnelIdleTimeout)
 	up, down := relay(client, upstream)
-	stopIdle()
+	if stopIdle() {
+		dc.detail = fmt.Sprintf("closed by the proxy after %s without data either way (--tunnel-idle-timeout)", p.cfg.Limits.TunnelIdleTimeout)
+	}
 	p.record(dc, http.StatusOK, int64(len(early))+up, down)
 }
 

@@ -35,6 +35,8 @@ type proxyFlags struct {
 	auditLog             string
 	metrics              string
 	watch                bool
+	limits               proxy.Limits
+	dialTimeout          time.Duration
 }
 
 func (f *proxyFlags) register(cmd *cobra.Command) {
@@ -48,6 +50,31 @@ func (f *proxyFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.auditLog, "audit-log", "-", "audit log file (one JSON line per decision), - for stdout, stderr for stderr")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus /metrics on this address")
 	fl.BoolVar(&f.watch, "policy-watch", true, "reload the policy bundle directory when it changes")
+	d := proxy.DefaultLimits
+	fl.IntVar(&f.limits.MaxConns, "max-conns", d.MaxConns, "connections one sandbox may hold through the proxy; more are answered 503 connection_limit")
+	fl.IntVar(&f.limits.MaxHeaderBytes, "max-header-bytes", d.MaxHeaderBytes, "largest request header, plain or inside an inspected tunnel")
+	fl.DurationVar(&f.limits.ReadHeaderTimeout, "read-header-timeout", d.ReadHeaderTimeout, "time a client has to send a whole request header")
+	fl.DurationVar(&f.limits.IdleTimeout, "idle-timeout", d.IdleTimeout, "keep-alive connections, plain or inspected, waiting this long for a request are closed")
+	fl.DurationVar(&f.limits.HandshakeTimeout, "handshake-timeout", d.HandshakeTimeout, "TLS handshakes with clients (inspected tunnels) and upstreams")
+	fl.DurationVar(&f.limits.TunnelIdleTimeout, "tunnel-idle-timeout", d.TunnelIdleTimeout, "opaque tunnels moving no data either way this long are closed")
+	fl.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "upstream TCP connect")
+}
+
+// checkLimits refuses limits that would disable a guard: a zero or negative
+// value is a mistake, not a way to turn the limit off.
+func (f *proxyFlags) checkLimits() error {
+	l := f.limits
+	for name, v := range map[string]int64{
+		"max-conns": int64(l.MaxConns), "max-header-bytes": int64(l.MaxHeaderBytes),
+		"read-header-timeout": int64(l.ReadHeaderTimeout), "idle-timeout": int64(l.IdleTimeout),
+		"handshake-timeout": int64(l.HandshakeTimeout), "tunnel-idle-timeout": int64(l.TunnelIdleTimeout),
+		"dial-timeout": int64(f.dialTimeout),
+	} {
+		if v <= 0 {
+			return fmt.Errorf("--%s must be positive", name)
+		}
+	}
+	return nil
 }
 
 func defaultCADir() string {
@@ -66,6 +93,9 @@ func defaultCADir() string {
 // build assembles a proxy from the flags. The returned closer flushes the
 // audit log.
 func (f *proxyFlags) build(decider *policies.Engine, log *slog.Logger) (*proxy.Proxy, *proxy.Metrics, func(), error) {
+	if err := f.checkLimits(); err != nil {
+		return nil, nil, nil, &exitError{ExitUsage, err}
+	}
 	var ca *certs.CA
 	var err error
 	switch {
@@ -102,7 +132,7 @@ func (f *proxyFlags) build(decider *policies.Engine, log *slog.Logger) (*proxy.P
 		log.Warn("UNSAFE: SSRF guard relaxed by --allow-range", "range", p.String())
 		allow = append(allow, p)
 	}
-	guard, err := egress.New(egress.Options{AllowRanges: allow, Resolve: f.resolve, Self: hostAddrs()})
+	guard, err := egress.New(egress.Options{AllowRanges: allow, Resolve: f.resolve, Self: hostAddrs(), DialTimeout: f.dialTimeout})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -111,7 +141,7 @@ func (f *proxyFlags) build(decider *policies.Engine, log *slog.Logger) (*proxy.P
 		return nil, nil, nil, err
 	}
 	m := proxy.NewMetrics(ca)
-	p, err := proxy.New(proxy.Config{Decider: decider, CA: ca, Guard: guard, UpstreamRoots: roots, Audit: audit, Metrics: m, Logger: log})
+	p, err := proxy.New(proxy.Config{Decider: decider, CA: ca, Guard: guard, UpstreamRoots: roots, Audit: audit, Metrics: m, Limits: f.limits, Logger: log})
 	if err != nil {
 		closeAudit()
 		return nil, nil, nil, err

@@ -56,9 +56,14 @@ type Options struct {
 	Self []netip.Addr
 	// Resolver looks names up; nil means the system resolver (the proxy's,
 	// never the sandbox's).
-	Resolver    *net.Resolver
+	Resolver *net.Resolver
+	// DialTimeout bounds an upstream TCP connect; zero means
+	// DefaultDialTimeout.
 	DialTimeout time.Duration
 }
+
+// DefaultDialTimeout is the upstream connect timeout when none is given.
+const DefaultDialTimeout = 10 * time.Second
 
 // New builds a Guard.
 func New(o Options) (*Guard, error) {
@@ -68,7 +73,7 @@ func New(o Options) (*Guard, error) {
 	}
 	g.dialer.Timeout = o.DialTimeout
 	if g.dialer.Timeout == 0 {
-		g.dialer.Timeout = 10 * time.Second
+		g.dialer.Timeout = DefaultDialTimeout
 	}
 	g.dialer.KeepAlive = 30 * time.Second
 	for _, a := range o.Self {

@@ -1,0 +1,107 @@
+package integration
+
+import (
+	"bufio"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A sandbox holding as many connections as --max-conns allows gets its next
+// one answered 503 connection_limit, with the JSON body and the audit line
+// of any refusal, and closed; once a connection ends, the next is served.
+func TestConnectionLimit(t *testing.T) {
+	w := newWorld(t, "--max-conns", "2")
+	tunnel := fmt.Sprintf("tunnel.test:%d", w.tlsPort)
+	first := connectThrough(t, w.proxy.addr, tunnel)
+	second := connectThrough(t, w.proxy.addr, tunnel)
+	defer second.Close()
+
+	c, err := net.Dial("tcp", w.proxy.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", tunnel, tunnel)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatalf("third connection: %v; want a 503 answer", err)
+	}
+	var body struct{ Reason, Hint string }
+	json.NewDecoder(resp.Body).Decode(&body)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("X-Airlock-Reason") != "connection_limit" ||
+		body.Reason != "connection_limit" || !strings.Contains(body.Hint, "--max-conns") {
+		t.Fatalf("third connection: %s %q %+v; want 503 connection_limit naming --max-conns", resp.Status, resp.Header.Get("X-Airlock-Reason"), body)
+	}
+	w.proxy.audit(t, func(a auditLine) bool {
+		return a.Reason == "connection_limit" && a.Decision == "deny" && a.Status == 503
+	})
+
+	// The slot comes back when the tunnel's relay has ended, a moment after
+	// the client closes it.
+	first.Close()
+	cl := w.goClient(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := cl.Get(fmt.Sprintf("https://api.test:%d/v1/hello", w.tlsPort))
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && string(b) == "hello from api.test" {
+				break
+			}
+			t.Logf("after a slot was freed: %s %s", resp.Status, b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no request served after a connection was released: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The flags of the other limits reach the proxy: an opaque tunnel moving no
+// data is closed after --tunnel-idle-timeout, and the audit line says so; a
+// request header dribbled inside an inspected tunnel is cut off after
+// --read-header-timeout, not left to the (two minute) idle timeout.
+func TestTimeoutFlags(t *testing.T) {
+	w := newWorld(t, "--tunnel-idle-timeout", "1s", "--read-header-timeout", "1s")
+
+	t.Run("tunnel idle", func(t *testing.T) {
+		c := connectThrough(t, w.proxy.addr, fmt.Sprintf("tunnel.test:%d", w.tlsPort))
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("silent tunnel read = %v; want EOF (closed by the proxy)", err)
+		}
+		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "tunnel.test" && strings.Contains(a.Detail, "without data") })
+		if !strings.Contains(a.Detail, "--tunnel-idle-timeout") {
+			t.Errorf("audit detail %q does not name the flag", a.Detail)
+		}
+	})
+
+	t.Run("slow header in an inspected tunnel", func(t *testing.T) {
+		raw := connectThrough(t, w.proxy.addr, fmt.Sprintf("api.test:%d", w.tlsPort))
+		defer raw.Close()
+		tc := tls.Client(raw, &tls.Config{ServerName: "api.test", RootCAs: poolOf(t, w.proxy.caFile)})
+		if _, err := io.WriteString(tc, "GET /v1/hello HTTP/1.1\r\nHost: api.test\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		tc.SetReadDeadline(time.Now().Add(20 * time.Second))
+		_, err := tc.Read(make([]byte, 1))
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatal("an unfinished request header held the inspected tunnel for 20s; want it closed after --read-header-timeout")
+		}
+		if err == nil {
+			t.Fatal("the proxy answered an unfinished request header")
+		}
+	})
+}

@@ -1,0 +1,75 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// limitListener enforces the sandbox's connection limit before http.Server
+// sees a connection: one beyond the limit is answered here and never
+// served. The connections it passes on are the listener's own, unwrapped,
+// so io.Copy still splices them.
+type limitListener struct {
+	net.Listener
+	p  *Proxy
+	st *sandboxState
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		n := l.st.active.Add(1)
+		if n <= int64(l.p.cfg.Limits.MaxConns) {
+			return c, nil
+		}
+		l.st.active.Add(-1)
+		go l.p.refuseOverLimit(c, l.st, n-1)
+	}
+}
+
+// A refusal in flight holds a descriptor for up to refuseLinger; beyond
+// maxRefusing of them (Proxy.refusing) a flood is closed unanswered, so
+// that being refused cannot exhaust descriptors either.
+const (
+	maxRefusing  = 64
+	refuseLinger = 500 * time.Millisecond
+)
+
+// refuseOverLimit answers a connection accepted beyond the sandbox's limit
+// with a 503 and the usual JSON body, and writes its audit line. Its owner
+// is not looked up: the limit guards the proxy's resources, and a lookup
+// per refused connection would spend them. The close lingers, as
+// http.Server's does, so the request the client sent meanwhile does not
+// turn the close into a reset that destroys the answer unread.
+func (p *Proxy) refuseOverLimit(c net.Conn, st *sandboxState, held int64) {
+	defer c.Close()
+	dc := &decision{start: time.Now()}
+	dc.in.Sandbox = policies.Sandbox{ID: st.ID, Kind: st.Kind, Preset: st.Preset}
+	dc.in.Request.Phase = policies.PhaseConnect
+	dc.d = policies.Decision{Reason: policies.ReasonConnectionLimit, Preset: st.Preset}
+	dc.detail = fmt.Sprintf("%d connections through the proxy, its limit", held)
+	defer p.record(dc, dc.status(), 0, 0)
+	if p.refusing.Add(1) > maxRefusing {
+		p.refusing.Add(-1)
+		return // a flood: closed at once, unanswered
+	}
+	defer p.refusing.Add(-1)
+	resp := dc.denialResponse(nil)
+	resp.Close = true
+	resp.Header.Set("Retry-After", "1")
+	c.SetDeadline(time.Now().Add(refuseLinger))
+	if resp.Write(c) != nil {
+		return
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+}
