@@ -88,7 +88,7 @@ type Config struct {
 type Proxy struct {
 	cfg       Config
 	log       *slog.Logger
-	audit     *slog.Logger
+	audit     *auditLog
 	transport *http.Transport
 	hashes    *identity.HashCache
 	refusing  atomic.Int64 // over-limit connections being answered
@@ -130,7 +130,7 @@ func New(cfg Config) (*Proxy, error) {
 	p := &Proxy{
 		cfg:      cfg,
 		log:      cfg.Logger,
-		audit:    slog.New(slog.NewJSONHandler(cfg.Audit, nil)),
+		audit:    newAuditLog(cfg.Audit),
 		hashes:   identity.NewHashCache(1024),
 		servers:  map[*http.Server]struct{}{},
 		hijacked: map[net.Conn]*tracked{},
