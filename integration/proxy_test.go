@@ -23,6 +23,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/testca"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/h2c"
 	"golang.org/x/net/websocket"
 )
 
@@ -201,7 +203,7 @@ func (w *world) serveTLS(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: hostRouter(mux), TLSConfig: tlsConfig}
+	srv := &http.Server{Handler: h2c.NewHandler(hostRouter(mux), &http2.Server{}), TLSConfig: tlsConfig}
 	go srv.ServeTLS(ln, "", "")
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().(*net.TCPAddr).Port
@@ -238,11 +240,11 @@ func (w *world) servePlain(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/upgrade" && r.Header.Get("Upgrade") == "echo" {
-			// A protocol switch that echoes raw bytes: what a proxy must
-			// relay untouched after the 101.
-			rw.Header().Set("Upgrade", "echo")
+	srv := &http.Server{Handler: h2c.NewHandler(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/upgrade" && r.Header.Get("Upgrade") == "websocket" {
+			// A WebSocket switch that then echoes raw bytes (frames, to
+			// the proxy, which must relay them untouched after the 101).
+			rw.Header().Set("Upgrade", "websocket")
 			rw.Header().Set("Connection", "Upgrade")
 			rw.WriteHeader(http.StatusSwitchingProtocols)
 			conn, brw, err := http.NewResponseController(rw).Hijack()
@@ -258,7 +260,7 @@ func (w *world) servePlain(t *testing.T) int {
 			return
 		}
 		fmt.Fprintf(rw, "plain %s %s", r.Method, r.URL.Path)
-	})}
+	}), &http2.Server{})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().(*net.TCPAddr).Port
@@ -457,6 +459,47 @@ func TestProxy(t *testing.T) {
 		if d := parseDenial(t, body); status != 403 || d.Reason != "secret_unavailable" || !strings.Contains(d.Hint, "ITEST_NOT_SET") {
 			t.Fatalf("missing secret = %d %+v", status, d)
 		}
+		// The rule names host and port, not scheme: the same request as
+		// plain http:// would carry the credential in clear. Refused.
+		status, body = w.curlCmd(t, w.curl, fmt.Sprintf("http://secret.test:%d/check", w.tlsPort))
+		if d := parseDenial(t, body); status != 403 || d.Reason != "secret_unavailable" || !strings.Contains(d.Hint, "TLS") {
+			t.Fatalf("credential over plain http = %d %q", status, body)
+		}
+	})
+
+	t.Run("h2c upgrade not relayed: requests stay decided one by one", func(t *testing.T) {
+		// Both upstreams honour h2c. Relayed, the upgrade would open HTTP/2
+		// streams no policy decides; the proxy strips it, so the request
+		// is answered as the HTTP/1.1 GET the policy allowed.
+		h2c := "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n"
+		conn, err := net.Dial("tcp", w.proxy.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		target := fmt.Sprintf("plain.test:%d", w.plainPort)
+		fmt.Fprintf(conn, "GET http://%s/upgrade HTTP/1.1\r\nHost: %s\r\n%s\r\n", target, target, h2c)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(b) != "plain GET /upgrade" {
+			t.Fatalf("plain h2c upgrade: %s %q; want the HTTP/1.1 answer", resp.Status, b)
+		}
+
+		raw := connectThrough(t, w.proxy.addr, fmt.Sprintf("api.test:%d", w.tlsPort))
+		defer raw.Close()
+		tc := tls.Client(raw, &tls.Config{ServerName: "api.test", RootCAs: poolOf(t, w.proxy.caFile)})
+		fmt.Fprintf(tc, "GET /v1/hello HTTP/1.1\r\nHost: api.test\r\n%s\r\n", h2c)
+		resp, err = http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ = io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(b) != "hello from api.test" {
+			t.Fatalf("inspected h2c upgrade: %s %q; want the HTTP/1.1 answer", resp.Status, b)
+		}
 	})
 
 	t.Run("websocket upgrade decided, frames relayed", func(t *testing.T) {
@@ -491,7 +534,7 @@ func TestProxy(t *testing.T) {
 		}
 		defer conn.Close()
 		target := fmt.Sprintf("plain.test:%d", w.plainPort)
-		fmt.Fprintf(conn, "GET http://%s/upgrade HTTP/1.1\r\nHost: %s\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n", target, target)
+		fmt.Fprintf(conn, "GET http://%s/upgrade HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", target, target)
 		br := bufio.NewReader(conn)
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil || resp.StatusCode != 101 {
@@ -511,7 +554,7 @@ func TestProxy(t *testing.T) {
 		// The same upgrade on a path the rule does not allow is denied.
 		c2, _ := net.Dial("tcp", w.proxy.addr)
 		defer c2.Close()
-		fmt.Fprintf(c2, "GET http://%s/other HTTP/1.1\r\nHost: %s\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n", target, target)
+		fmt.Fprintf(c2, "GET http://%s/other HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", target, target)
 		resp, err = http.ReadResponse(bufio.NewReader(c2), nil)
 		if err != nil || resp.StatusCode != 403 || resp.Header.Get("X-Airlock-Reason") != "path_not_allowed" {
 			t.Fatalf("denied upgrade: %v %v", resp, err)

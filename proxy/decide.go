@@ -102,7 +102,7 @@ func (dc *decision) hint() string {
 	case policies.ReasonHostMismatch:
 		return "the request names another host than its tunnel (" + dc.detail + "); open a new CONNECT to that host"
 	case policies.ReasonSecretUnavailable:
-		return "the policy injects a credential the proxy does not have (" + dc.detail + "); the request was not sent without it"
+		return "the policy injects a credential the proxy cannot send with this request (" + dc.detail + "); the request was not sent without it"
 	case policies.ReasonUpstreamError:
 		return "the upstream could not be reached: " + dc.detail
 	case policies.ReasonConnectionLimit:

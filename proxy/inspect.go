@@ -126,6 +126,7 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 	ctx := tun.upstreamContext(context.Background())
 	t := &tun.in.Request
 	target := policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: t.Host, Port: t.Port, Method: req.Method, Inspected: true}
+	websocket := hopByHop(req.Header)
 	var rdc *decision
 	if mismatch := pinnedHost(req, sni, t.Host, t.Port); mismatch != "" {
 		return p.refuse(bw, req, p.refused(cc, target, policies.ReasonHostMismatch, mismatch))
@@ -169,6 +170,12 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 		resp.Close = true
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if !websocket { // the request went without Upgrade: a switch nobody asked for
+			resp.Body.Close()
+			rdc.deny(policies.ReasonUpstreamError, unaskedSwitch)
+			p.refuse(bw, req, rdc)
+			return false
+		}
 		p.upgrade(tc, br, resp, rdc, body)
 		return false
 	}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/elazarl/goproxy"
@@ -50,7 +51,14 @@ func (p *Proxy) decidePlain(r *http.Request) *decision {
 	if dc.d.Allow {
 		p.resolve(ctx, dc)
 	}
-	if dc.d.Allow {
+	switch {
+	case !dc.d.Allow:
+	case len(dc.d.Inject) > 0 && r.URL.Scheme != "https":
+		// A rule names a host and port, not a scheme: the same rule
+		// matches http://host:443/. The credential would cross the
+		// network in clear, so the request is not sent at all.
+		dc.deny(policies.ReasonSecretUnavailable, "credentials are injected only into TLS connections, and this request is plain http://")
+	default:
 		if err := p.inject(r.Header, dc.d.Inject); err != nil {
 			dc.deny(policies.ReasonSecretUnavailable, err.Error())
 		}
@@ -82,12 +90,39 @@ func (p *Proxy) deny(w http.ResponseWriter, r *http.Request, dc *decision, up in
 	p.record(dc, resp.StatusCode, up, 0)
 }
 
-// isUpgrade reports a protocol-switch request (WebSocket).
-func isUpgrade(r *http.Request) bool {
-	return r.Header.Get("Upgrade") != "" && httpguts.HeaderValuesContainsToken(r.Header["Connection"], "upgrade")
+// unaskedSwitch is the detail of a 101 to a request hopByHop stripped.
+const unaskedSwitch = "101 Switching Protocols to a request that asked for no WebSocket"
+
+// hopByHop removes what belongs to the client's connection with the proxy
+// (RFC 9110 7.6.1) before a request is decided and forwarded, and reports
+// whether the request is a WebSocket upgrade, the one protocol switch the
+// proxy relays. After any other switch the bytes would be a protocol the
+// policy never sees: h2c would carry any method to any path in HTTP/2
+// streams decided by nobody. Such a request goes on as a plain request,
+// without its Upgrade, so no upstream switches.
+func hopByHop(h http.Header) (websocket bool) {
+	websocket = httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade") &&
+		len(h["Upgrade"]) == 1 && strings.EqualFold(strings.TrimSpace(h.Get("Upgrade")), "websocket")
+	for _, v := range h["Connection"] {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" && !(websocket && strings.EqualFold(name, "upgrade")) {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range []string{"Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Http2-Settings"} {
+		h.Del(name)
+	}
+	if websocket {
+		h.Set("Connection", "Upgrade")
+	} else {
+		h.Del("Connection")
+		h.Del("Upgrade")
+	}
+	return websocket
 }
 
-// plainUpgrade serves an absolute-form upgrade request (ws:// through the
+// plainUpgrade serves an absolute-form WebSocket upgrade (ws:// through the
 // proxy): decided like any plain request, then, after the 101, frames are
 // relayed untouched. goproxy's handler would relay only one direction.
 func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
@@ -147,6 +182,14 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 			detail = gctx.Error.Error()
 		}
 		st.dc.deny(policies.ReasonUpstreamError, detail)
+		p.record(st.dc, st.dc.status(), st.body.n, 0)
+		return st.dc.denialResponse(gctx.Req)
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The request went without Upgrade (hopByHop): a switch nobody
+		// asked for is not relayed.
+		resp.Body.Close()
+		st.dc.deny(policies.ReasonUpstreamError, unaskedSwitch)
 		p.record(st.dc, st.dc.status(), st.body.n, 0)
 		return st.dc.denialResponse(gctx.Req)
 	}

@@ -200,7 +200,6 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 	gp.Tr = p.transport   // our dialer, verification, no env proxy
 	gp.ConnectDial = nil  // never used: CONNECT is served before goproxy
 	gp.KeepHeader = false // strip Proxy-Authorization upstream
-	gp.NonproxyHandler = http.HandlerFunc(p.nonProxy)
 	gp.OnRequest().DoFunc(p.handlePlain)
 	gp.OnResponse().DoFunc(p.handlePlainResponse)
 
@@ -209,7 +208,9 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 			switch {
 			case r.Method == http.MethodConnect:
 				p.serveConnect(w, r)
-			case r.URL.IsAbs() && isUpgrade(r):
+			case !r.URL.IsAbs():
+				p.nonProxy(w, r)
+			case hopByHop(r.Header):
 				p.plainUpgrade(w, r)
 			default:
 				sw := &streamWriter{ResponseWriter: w}
