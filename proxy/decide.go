@@ -105,6 +105,8 @@ func (dc *decision) hint() string {
 		return "the policy injects a credential the proxy cannot send with this request (" + dc.detail + "); the request was not sent without it"
 	case policies.ReasonUpstreamError:
 		return "the upstream could not be reached: " + dc.detail
+	case policies.ReasonInvalidRequest:
+		return "the request cannot be read unambiguously: " + dc.detail
 	case policies.ReasonConnectionLimit:
 		return "the sandbox already holds " + dc.detail + "; close idle connections and retry, or an operator can raise --max-conns"
 	}

@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,7 +68,7 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 		tc.SetReadDeadline(time.Now().Add(p.cfg.Limits.ReadHeaderTimeout))
 		req, err := http.ReadRequest(br)
 		if err != nil {
-			detail := "malformed request: " + err.Error()
+			detail := "malformed request: " + unquoted(err)
 			if lim.N <= 0 {
 				detail = fmt.Sprintf("request header larger than %d bytes", p.cfg.Limits.MaxHeaderBytes)
 			}
@@ -187,11 +188,49 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 	return err == nil && !req.Close && !resp.Close
 }
 
+// unquoted is a parse error's message without what it quotes: net/http
+// quotes the request line (query values) or a header line (credentials),
+// neither of which may reach a denial or the audit log.
+func unquoted(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	msg := err.Error()
+	if i := strings.IndexAny(msg, `":`); i >= 0 {
+		msg = strings.TrimSpace(msg[:i])
+	}
+	return msg
+}
+
+// dotSegment returns a "." or ".." segment of an escaped path, however
+// spelled: %2e, %2F around it, or a ";param" after it (Tomcat reads "..;"
+// as ".."). The policy decides on the path with such segments resolved,
+// but the request goes upstream as sent, and servers resolve them each
+// their own way: /public/..%2Fadmin could be decided as /admin, or reach
+// /admin when /public was allowed. Clients resolve them before sending.
+func dotSegment(escaped string) string {
+	dec, err := url.PathUnescape(escaped)
+	if err != nil {
+		return "" // malformed escapes are the policy's to refuse
+	}
+	for _, seg := range strings.Split(dec, "/") {
+		if s, _, _ := strings.Cut(seg, ";"); s == "." || s == ".." {
+			return seg
+		}
+	}
+	return ""
+}
+
 // decideRequest canonicalises what the policy needs and asks it.
 func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Request, target policies.Request) *decision {
 	target.Path = req.URL.EscapedPath()
 	if req.URL.Opaque != "" {
 		target.Path = req.URL.Opaque
+	}
+	if seg := dotSegment(target.Path); seg != "" {
+		return p.refused(cc, target, policies.ReasonInvalidRequest, "path has the dot-segment "+strconv.Quote(seg)+
+			", which upstream servers resolve differently; send the path resolved")
 	}
 	q, err := policies.CanonicalQuery(req.URL.RawQuery)
 	if err != nil {

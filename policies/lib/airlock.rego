@@ -16,8 +16,9 @@
 #            "full" (any method), or an explicit list; default "full".
 #   paths    path globs: "*" is exactly one segment, "**" any number of
 #            segments (zero included); default ["/**"].
-#   query    {param: [allowed values]}; every listed param must be present
-#            with an allowed value.
+#   query    {param: [allowed values]}; every listed param must be present,
+#            and each of its values allowed (in a deny rule: any value named
+#            is enough to deny).
 #   inspect  true to terminate TLS even when nothing below requires it.
 #   inject   {header: {env|file, format?}}: the proxy adds the header.
 # In a deny rule an absent hosts, ports, binaries, methods or paths means any.
@@ -182,7 +183,9 @@ _deny_request(d) if {
 
 _deny_request(d) if {
 	input.request.phase == "request"
-	_request_ok(d)
+	_methods_ok(d.methods)
+	_paths_ok(d.paths)
+	_query_hit(d.query)
 }
 
 _ports_ok(null) := true
@@ -230,10 +233,26 @@ _paths_ok(ps) if {
 	_match(p, input.request.path)
 }
 
+# An allow rule's query condition holds when every listed param is present
+# and every one of its values is allowed: upstreams disagree on which of
+# ?scope=read&scope=admin counts, so one allowed value must not carry the
+# others through.
 _query_ok(q) if {
 	every k, allowed in q {
+		vs := object.get(input.request.query, k, [])
+		count(vs) > 0
+		every v in vs {
+			v in allowed
+		}
+	}
+}
+
+# A deny rule's query condition hits when any value of every listed param
+# is one it names, for the same reason.
+_query_hit(q) if {
+	every k, denied in q {
 		some v in object.get(input.request.query, k, [])
-		v in allowed
+		v in denied
 	}
 }
 

@@ -174,6 +174,18 @@ test_query_condition if {
 	bad.reason == "query_not_allowed"
 	none := lib.decide(rules, []) with input as base
 	none.reason == "query_not_allowed"
+	mixed := lib.decide(rules, []) with input as object.union(base, {"request": object.union(base.request, {"query": {"service": ["git-upload-pack", "git-receive-pack"]}})})
+	mixed.reason == "query_not_allowed"
+}
+
+test_deny_query_any_value if {
+	rules := [{"name": "git", "binaries": [{"path": "/usr/lib/git-core/git-remote-http"}], "hosts": ["git.example.com"]}]
+	denies := [{"name": "no-push", "hosts": ["git.example.com"], "query": {"service": ["git-receive-pack"]}}]
+	base := _req("/usr/lib/git-core/git-remote-http", "x", "git.example.com", 443, "GET", "/o/r/info/refs")
+	mixed := lib.decide(rules, denies) with input as object.union(base, {"request": object.union(base.request, {"query": {"service": ["git-upload-pack", "git-receive-pack"]}})})
+	mixed.reason == "denied_by_rule"
+	fetch := lib.decide(rules, denies) with input as object.union(base, {"request": object.union(base.request, {"query": {"service": ["git-upload-pack"]}})})
+	fetch.allow
 }
 
 test_sha256_list if {
