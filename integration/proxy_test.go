@@ -351,6 +351,26 @@ func TestProxy(t *testing.T) {
 		if d := parseDenial(t, body); status != 403 || d.Reason != "path_not_allowed" || d.Path != "/v2/admin" {
 			t.Fatalf("GET /v2/admin = %d %+v", status, d)
 		}
+		// A denied request whose body is too large to skip closes the
+		// connection: its unread rest must not be read as requests.
+		raw := connectThrough(t, w.proxy.addr, fmt.Sprintf("api.test:%d", w.tlsPort))
+		defer raw.Close()
+		tc := tls.Client(raw, &tls.Config{ServerName: "api.test", RootCAs: poolOf(t, w.proxy.caFile)})
+		const size = 2 << 20
+		go func() {
+			fmt.Fprintf(tc, "POST /v1/hello HTTP/1.1\r\nHost: api.test\r\nContent-Length: %d\r\n\r\n", size)
+			tc.Write(bytes.Repeat([]byte("GET /v1/hello HTTP/1.1\r\nHost: api.test\r\n\r\n"), size/43))
+		}()
+		br := bufio.NewReader(tc)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 403 || !resp.Close {
+			t.Fatalf("POST with a 2 MiB body = %v %v; want 403 and Connection: close", resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if next, err := http.ReadResponse(br, nil); err == nil {
+			t.Fatalf("the rest of a refused body was served as a request: %s", next.Status)
+		}
+
 		// A dot-segment, however spelled, is refused: the policy would
 		// decide on the resolved path while the upstream resolves the path
 		// as sent its own way (/v2/..%2Fv1/hello is /v1/hello to the

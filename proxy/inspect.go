@@ -282,15 +282,24 @@ func sameHost(hostport, host string, port int) bool {
 // send its body (Expect: 100-continue), which it now never will be.
 func (p *Proxy) refuse(bw *bufio.Writer, req *http.Request, dc *decision) bool {
 	pending := expectsContinue(req)
-	if req.Body != nil && !pending {
-		io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20))
+	// The next request starts where this body ends: a body left unread
+	// (held for a 100 Continue, or over the drain limit) would be read as
+	// requests, so the connection is closed instead.
+	framed := req.Body == nil || req.Body == http.NoBody
+	if !framed && !pending {
+		_, err := io.CopyN(io.Discard, req.Body, maxRefusedBody+1)
+		framed = err == io.EOF
 	}
 	resp := dc.denialResponse(req)
-	resp.Close = req.Close || pending
+	resp.Close = req.Close || !framed
 	err := writeResponse(bw, resp)
 	p.record(dc, resp.StatusCode, 0, 0)
-	return err == nil && !req.Close
+	return err == nil && !resp.Close
 }
+
+// maxRefusedBody is the most of a refused request's body read to keep its
+// connection.
+const maxRefusedBody = 1 << 20
 
 // upgrade completes a protocol switch (WebSocket): the 101 goes to the
 // client, then frames are relayed untouched in both directions.

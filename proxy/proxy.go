@@ -291,10 +291,16 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // release unregisters it.
 func (p *Proxy) track(c net.Conn) (t *tracked, release func()) {
 	t = &tracked{conn: c}
-	p.tunnels.Add(1)
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		// Taken over after Shutdown began, which may already be done
+		// waiting: it starts nothing, and its owner finds it closed.
+		c.Close()
+		return t, func() {}
+	}
+	p.tunnels.Add(1)
 	p.hijacked[c] = t
-	p.mu.Unlock()
 	return t, func() {
 		p.mu.Lock()
 		delete(p.hijacked, c)
