@@ -102,11 +102,21 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 }
 
 // owner describes the socket's holders, which must agree on the executable
-// and on the uid the socket was created with.
-func (r *Resolver) owner(owners []int, sock diagSocket) (*Process, error) {
+// and on the uid the socket was created with. Each is described through
+// the /proc directory its fd table was read through, so a holder that
+// exits and whose pid is reused in between fails the lookup rather than
+// naming the newcomer.
+func (r *Resolver) owner(owners []procDir, sock diagSocket) (*Process, error) {
+	defer func() {
+		for _, d := range owners {
+			if d.fd >= 0 {
+				d.close()
+			}
+		}
+	}()
 	var p *Process
-	for _, pid := range owners {
-		q, err := r.describe(pid, 0, int(sock.uid))
+	for i := range owners {
+		q, err := r.describeDir(&owners[i], 0, int(sock.uid))
 		if err != nil {
 			return nil, err
 		}
@@ -140,24 +150,40 @@ func (r *Resolver) describe(pid int, startedBy time.Duration, uid int) (*Process
 	if err != nil {
 		return nil, unknown("pid %d: %v", pid, err)
 	}
-	kept := false
 	defer func() {
-		if !kept {
+		if d.fd >= 0 {
 			d.close()
 		}
 	}()
-	st, err := readStat(d)
+	return r.read(&d, startedBy, uid)
+}
+
+// describeDir is describe for a process already open as d. A cached
+// description of the pid is that same process: the cache validates it
+// through its own open directory, which fails once the process is gone.
+func (r *Resolver) describeDir(d *procDir, startedBy time.Duration, uid int) (*Process, error) {
+	if p, ok := r.procs.get(d.pid, startedBy, uid); ok {
+		return p, nil
+	}
+	return r.read(d, startedBy, uid)
+}
+
+// read describes the process open as d and caches the description, which
+// then owns d (d.fd becomes -1); on error d stays the caller's to close.
+func (r *Resolver) read(d *procDir, startedBy time.Duration, uid int) (*Process, error) {
+	pid := d.pid
+	st, err := readStat(*d)
 	if err != nil {
 		return nil, unknown("pid %d: %v", pid, err)
 	}
 	if startedBy != 0 && st.start > startedBy {
 		return nil, unknown("pid %d started after the connection was made", pid)
 	}
-	exe, key, sum, err := r.exe(d)
+	exe, key, sum, err := r.exe(*d)
 	if err != nil {
 		return nil, unknown("pid %d: %v", pid, err)
 	}
-	puid, err := readUID(d)
+	puid, err := readUID(*d)
 	if err != nil {
 		return nil, unknown("pid %d exited during lookup: %v", pid, err)
 	}
@@ -176,8 +202,8 @@ func (r *Resolver) describe(pid int, startedBy time.Duration, uid int) (*Process
 		p.Ancestors = append(p.Ancestors, Ancestor{PID: ppid, Exe: aexe, SHA256: asum})
 		ppid = pst.ppid
 	}
-	r.procs.add(d, st.start, key, p)
-	kept = true
+	r.procs.add(*d, st.start, key, p)
+	d.fd = -1
 	return p, nil
 }
 
@@ -199,17 +225,27 @@ func (r *Resolver) exe(d procDir) (string, fileKey, string, error) {
 	return exe, key, sum, nil
 }
 
-// findOwners returns the pids whose fd table holds socket:[inode]. It reads
+// findOwners returns the processes whose fd table holds socket:[inode],
+// open as the /proc directories their tables were read through. It reads
 // the links with readlinkat on the fd directory: no per-entry path building.
-func findOwners(pids []int, inode uint32) []int {
+func findOwners(pids []int, inode uint32) []procDir {
 	target := socketLink(inode)
 	buf := make([]byte, 64)
-	var owners []int
+	var owners []procDir
 	for _, pid := range pids {
 		// The proxy holds the server end, never the client's socket; its
 		// fd table (every tunnel) is the largest there is to scan.
-		if pid != self && holds(pid, target, buf) {
-			owners = append(owners, pid)
+		if pid == self {
+			continue
+		}
+		d, err := openProc(pid)
+		if err != nil {
+			continue // exited
+		}
+		if d.holds(target, buf) {
+			owners = append(owners, d)
+		} else {
+			d.close()
 		}
 	}
 	return owners
@@ -219,11 +255,12 @@ func socketLink(inode uint32) []byte {
 	return []byte("socket:[" + strconv.FormatUint(uint64(inode), 10) + "]")
 }
 
-func holds(pid int, target, buf []byte) bool {
-	d, err := os.Open("/proc/" + strconv.Itoa(pid) + "/fd")
+func (p procDir) holds(target, buf []byte) bool {
+	fd, err := unix.Openat(p.fd, "fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false // exited, or a kernel thread
 	}
+	d := os.NewFile(uintptr(fd), "fd")
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
