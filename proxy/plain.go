@@ -27,7 +27,9 @@ func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Requ
 }
 
 // decidePlain decides an absolute-form request, SSRF guard and credential
-// lookup included.
+// lookup included. Its Host header needs no check against the URL: net/http,
+// as RFC 9112 3.2.2 requires of a proxy, takes the URL's host and drops the
+// header, so the upstream is sent the host decided.
 func (p *Proxy) decidePlain(r *http.Request) *decision {
 	ctx := r.Context()
 	cc := connFrom(ctx)
@@ -43,8 +45,6 @@ func (p *Proxy) decidePlain(r *http.Request) *decision {
 	switch {
 	case r.URL.Scheme != "http" && r.URL.Scheme != "https":
 		dc = p.refused(cc, target, policies.ReasonInvalidRequest, "scheme "+strconv.Quote(r.URL.Scheme)+" is not http or https")
-	case r.Host != "" && !sameHostAs(r.Host, r.URL):
-		dc = p.refused(cc, target, policies.ReasonHostMismatch, "Host header "+strconv.Quote(r.Host)+" differs from the request URL host "+strconv.Quote(r.URL.Host))
 	default:
 		dc = p.decideRequest(ctx, cc, r, target)
 	}
@@ -215,20 +215,6 @@ func (r *recordOnClose) Close() error {
 		r.done = nil
 	}
 	return err
-}
-
-// sameHostAs compares a Host header with an absolute request URL's host.
-func sameHostAs(hostHeader string, u interface {
-	Hostname() string
-	Port() string
-}) bool {
-	h, port, err := net.SplitHostPort(hostHeader)
-	if err != nil {
-		h, port = hostHeader, ""
-	}
-	a, err1 := policies.CanonicalHost(h)
-	b, err2 := policies.CanonicalHost(u.Hostname())
-	return err1 == nil && err2 == nil && a == b && (port == "" || u.Port() == "" || port == u.Port())
 }
 
 // streamWriter flushes after every write of a response whose length the
