@@ -82,10 +82,7 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 	}
 	if r.hook != nil {
 		if tgid, at, ok := r.hook.Lookup(sock.cookie); ok && tgid != self {
-			// A process that started after the connect is not the
-			// connector but a later owner of its pid: scan instead.
-			p, err := r.describe(tgid, at+startSlack, int(sock.uid))
-			if err == nil && p.UID == int(sock.uid) {
+			if p := r.connector(tgid, at, sock); p != nil {
 				return p, nil
 			}
 		}
@@ -99,6 +96,32 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 		return nil, unknown("no process among %d candidates holds socket inode %d (%s→%s)", len(pids), sock.inode, client, server)
 	}
 	return r.owner(owners, sock)
+}
+
+// connector describes the process the connect hook saw make the
+// connection, if it still holds the socket; nil sends the lookup to the
+// scan. A process that started after the connect is not the connector but
+// a later owner of its pid; one that handed the socket on and closed its
+// own copy is not the owner any more. The check and the description go
+// through one /proc directory, so both are of the same process.
+func (r *Resolver) connector(tgid int, at time.Duration, sock diagSocket) *Process {
+	d, err := openProc(tgid)
+	if err != nil {
+		return nil
+	}
+	defer func() {
+		if d.fd >= 0 {
+			d.close()
+		}
+	}()
+	if !d.holds(socketLink(sock.inode), make([]byte, 64)) {
+		return nil
+	}
+	p, err := r.describeDir(&d, at+startSlack, int(sock.uid))
+	if err != nil || p.UID != int(sock.uid) {
+		return nil
+	}
+	return p
 }
 
 // owner describes the socket's holders, which must agree on the executable

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,5 +107,78 @@ func BenchmarkLookupHook(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// A connector that hands its socket to another process and closes its own
+// copy is not the owner any more: the lookup finds the process that holds
+// the socket, not the one the hook saw connect.
+func TestHookFollowsAHandOff(t *testing.T) {
+	testutil.RequireRoot(t, "cgroup BPF connect hooks")
+	bash := testutil.RequireTool(t, "bash")
+	sleep, _ := exec.LookPath("sleep")
+	sleep, _ = filepath.EvalSymlinks(sleep)
+	mnt, err := cgroup2.Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := cgroup2.Create(mnt, fmt.Sprintf("airlock-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cgroup2.Remove(cg)
+	hook, err := connhook.Attach(cg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hook.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+
+	// bash connects, leaves the socket to a background sleep, closes its
+	// own copy and says so.
+	script := fmt.Sprintf(`read _; exec 3<>/dev/tcp/127.0.0.1/%d; %s 300 & exec 3>&-; echo $!; wait`, ln.Addr().(*net.TCPAddr).Port, sleep)
+	cmd := exec.Command(bash, "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }()
+	if err := cgroup2.Add(cg, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Write([]byte("go\n"))
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	var holder int
+	if _, err := fmt.Fscan(stdout, &holder); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) { // forked, then exec'd
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", holder)); exe == sleep {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d never ran %s", holder, sleep)
+		}
+	}
+
+	r, err := identity.NewResolver(netns.None(), identity.Cgroup(cg), identity.NewHashCache(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.WithConnHook(hook)
+	p, err := r.Lookup(addrs(server))
+	if err != nil || p.PID != holder || p.Exe != sleep {
+		t.Fatalf("Lookup after bash (pid %d) handed its socket to sleep (pid %d) = %+v, %v", cmd.Process.Pid, holder, p, err)
 	}
 }
