@@ -105,6 +105,10 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 // own copy is not the owner any more. The check and the description go
 // through one /proc directory, so both are of the same process.
 func (r *Resolver) connector(tgid int, at time.Duration, sock diagSocket) *Process {
+	socket := socketLink(sock.inode)
+	if p, ok := r.procs.get(tgid, at+startSlack, int(sock.uid), socket); ok {
+		return p
+	}
 	d, err := openProc(tgid)
 	if err != nil {
 		return nil
@@ -114,7 +118,7 @@ func (r *Resolver) connector(tgid int, at time.Duration, sock diagSocket) *Proce
 			d.close()
 		}
 	}()
-	if !d.holds(socketLink(sock.inode), make([]byte, 64)) {
+	if !d.holds(socket) {
 		return nil
 	}
 	p, err := r.describeDir(&d, at+startSlack, int(sock.uid))
@@ -166,7 +170,7 @@ const startSlack = 20 * time.Millisecond
 // and still the same (procCache) costs two syscalls; uid is the socket's,
 // which a cached description must match to be used.
 func (r *Resolver) describe(pid int, startedBy time.Duration, uid int) (*Process, error) {
-	if p, ok := r.procs.get(pid, startedBy, uid); ok {
+	if p, ok := r.procs.get(pid, startedBy, uid, nil); ok {
 		return p, nil
 	}
 	d, err := openProc(pid)
@@ -185,7 +189,7 @@ func (r *Resolver) describe(pid int, startedBy time.Duration, uid int) (*Process
 // description of the pid is that same process: the cache validates it
 // through its own open directory, which fails once the process is gone.
 func (r *Resolver) describeDir(d *procDir, startedBy time.Duration, uid int) (*Process, error) {
-	if p, ok := r.procs.get(d.pid, startedBy, uid); ok {
+	if p, ok := r.procs.get(d.pid, startedBy, uid, nil); ok {
 		return p, nil
 	}
 	return r.read(d, startedBy, uid)
@@ -252,8 +256,7 @@ func (r *Resolver) exe(d procDir) (string, fileKey, string, error) {
 // open as the /proc directories their tables were read through. It reads
 // the links with readlinkat on the fd directory: no per-entry path building.
 func findOwners(pids []int, inode uint32) []procDir {
-	target := socketLink(inode)
-	buf := make([]byte, 64)
+	socket := socketLink(inode)
 	var owners []procDir
 	for _, pid := range pids {
 		// The proxy holds the server end, never the client's socket; its
@@ -265,7 +268,7 @@ func findOwners(pids []int, inode uint32) []procDir {
 		if err != nil {
 			continue // exited
 		}
-		if d.holds(target, buf) {
+		if d.holds(socket) {
 			owners = append(owners, d)
 		} else {
 			d.close()
@@ -278,7 +281,10 @@ func socketLink(inode uint32) []byte {
 	return []byte("socket:[" + strconv.FormatUint(uint64(inode), 10) + "]")
 }
 
-func (p procDir) holds(target, buf []byte) bool {
+// holds reports whether the process has socket (a socketLink) open. Its fd
+// links are read with readlinkat on the fd directory, newest first: a
+// connection being attributed was usually opened last.
+func (p procDir) holds(socket []byte) bool {
 	fd, err := unix.Openat(p.fd, "fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false // exited, or a kernel thread
@@ -289,12 +295,10 @@ func (p procDir) holds(target, buf []byte) bool {
 	if err != nil {
 		return false
 	}
-	dfd := int(d.Fd())
-	// Newest descriptors first: a connection being attributed was usually
-	// opened last.
+	var buf [64]byte
 	for i := len(names) - 1; i >= 0; i-- {
-		n, err := unix.Readlinkat(dfd, names[i], buf)
-		if err == nil && bytes.Equal(buf[:n], target) {
+		n, err := unix.Readlinkat(fd, names[i], buf[:])
+		if err == nil && bytes.Equal(buf[:n], socket) {
 			return true
 		}
 	}
