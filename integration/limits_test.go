@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/websocket"
 )
 
 // A sandbox holding as many connections as --max-conns allows gets its next
@@ -68,8 +70,9 @@ func TestConnectionLimit(t *testing.T) {
 	}
 }
 
-// The flags of the other limits reach the proxy: an opaque tunnel moving no
-// data is closed after --tunnel-idle-timeout, and the audit line says so; a
+// The flags of the other limits reach the proxy: an opaque tunnel or a
+// WebSocket moving no data is closed after --tunnel-idle-timeout, and the
+// audit line says so; a
 // request header dribbled inside an inspected tunnel is cut off after
 // --read-header-timeout, not left to the (two minute) idle timeout.
 func TestTimeoutFlags(t *testing.T) {
@@ -86,6 +89,25 @@ func TestTimeoutFlags(t *testing.T) {
 		if !strings.Contains(a.Detail, "--tunnel-idle-timeout") {
 			t.Errorf("audit detail %q does not name the flag", a.Detail)
 		}
+	})
+
+	t.Run("quiet websocket", func(t *testing.T) {
+		conn := connectThrough(t, w.proxy.addr, fmt.Sprintf("ws.test:%d", w.tlsPort))
+		defer conn.Close()
+		tc := tls.Client(conn, &tls.Config{ServerName: "ws.test", RootCAs: poolOf(t, w.proxy.caFile)})
+		cfg, _ := websocket.NewConfig(fmt.Sprintf("wss://ws.test:%d/echo", w.tlsPort), fmt.Sprintf("https://ws.test:%d", w.tlsPort))
+		ws, err := websocket.NewClient(cfg, tc)
+		if err != nil {
+			t.Fatalf("websocket handshake through the proxy: %v", err)
+		}
+		conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		var msg string
+		if err := websocket.Message.Receive(ws, &msg); errors.Is(err, os.ErrDeadlineExceeded) || err == nil {
+			t.Fatalf("quiet websocket read = %q, %v; want it closed by the proxy", msg, err)
+		}
+		w.proxy.audit(t, func(a auditLine) bool {
+			return a.Host == "ws.test" && a.Status == 101 && strings.Contains(a.Detail, "--tunnel-idle-timeout")
+		})
 	})
 
 	t.Run("slow header in an inspected tunnel", func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
@@ -69,6 +70,15 @@ type earlyConn struct {
 }
 
 func (c *earlyConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// SyscallConn lets the idle watcher read the socket's TCP_INFO.
+func (c *earlyConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
+}
 
 // resolve runs the SSRF guard for an allowed decision: every address the
 // name resolves to is checked, and they become dc.addrs, the only ones

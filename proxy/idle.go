@@ -9,13 +9,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// watchIdle closes both ends of an opaque tunnel once neither socket has
-// sent or received data for idle. The relay splices in the kernel, so the
-// bytes never pass through code that could note the time; the kernel's own
-// TCP_INFO (last data sent/received) tells instead. The check runs on a
+// watchIdle closes conns (both ends of an opaque tunnel, or the client's
+// socket of a WebSocket, which carries its traffic both ways) once none
+// has sent or received data for idle. The relay splices in the kernel, so
+// the bytes never pass through code that could note the time; the kernel's
+// own TCP_INFO (last data sent/received) tells instead. The check runs on a
 // timer, not a goroutine per tunnel; the returned stop ends it and reports
-// whether the watcher closed the tunnel, which the audit line then says.
-func watchIdle(client, upstream net.Conn, idle time.Duration) (stop func() (closed bool)) {
+// whether the watcher closed conns, which the audit line then says.
+func watchIdle(idle time.Duration, conns ...net.Conn) (stop func() (closed bool)) {
 	var mu sync.Mutex
 	var t *time.Timer
 	stopped, closed := false, false
@@ -27,13 +28,16 @@ func watchIdle(client, upstream net.Conn, idle time.Duration) (stop func() (clos
 		if stopped {
 			return
 		}
-		if idleFor(client) >= idle && idleFor(upstream) >= idle {
-			closed = true
-			client.Close()
-			upstream.Close()
-			return
+		for _, c := range conns {
+			if idleFor(c) < idle {
+				t.Reset(idle / 4)
+				return
+			}
 		}
-		t.Reset(idle / 4)
+		closed = true
+		for _, c := range conns {
+			c.Close()
+		}
 	})
 	return func() bool {
 		mu.Lock()

@@ -14,8 +14,8 @@ import (
 func TestWatchIdleClosesSilentTunnels(t *testing.T) {
 	silentC, silentS := testutil.TCPPair(t)
 	busyC, busyS := testutil.TCPPair(t)
-	stopSilent := watchIdle(silentS, silentS, 400*time.Millisecond)
-	stopBusy := watchIdle(busyS, busyS, 400*time.Millisecond)
+	stopSilent := watchIdle(400*time.Millisecond, silentS)
+	stopBusy := watchIdle(400*time.Millisecond, busyS)
 	go io.Copy(io.Discard, busyS)
 	stop := time.After(1500 * time.Millisecond)
 	tick := time.NewTicker(50 * time.Millisecond)

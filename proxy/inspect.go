@@ -302,7 +302,8 @@ func (p *Proxy) refuse(bw *bufio.Writer, req *http.Request, dc *decision) bool {
 const maxRefusedBody = 1 << 20
 
 // upgrade completes a protocol switch (WebSocket): the 101 goes to the
-// client, then frames are relayed untouched in both directions.
+// client, then frames are relayed untouched in both directions until
+// either side ends or both are quiet for the tunnel idle timeout.
 func (p *Proxy) upgrade(tc net.Conn, br io.Reader, resp *http.Response, dc *decision, body *counter) {
 	upstream, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok {
@@ -317,6 +318,13 @@ func (p *Proxy) upgrade(tc net.Conn, br io.Reader, resp *http.Response, dc *deci
 	resp.Header.Write(&head)
 	head.WriteString("\r\n")
 	tc.Write(head.Bytes())
+	// A WebSocket may stay quiet for long, but not forever: its client
+	// socket carries its traffic both ways, so watching it alone is enough.
+	raw := tc
+	if c, ok := tc.(*tls.Conn); ok {
+		raw = c.NetConn()
+	}
+	stopIdle := watchIdle(p.cfg.Limits.TunnelIdleTimeout, raw)
 	var wg sync.WaitGroup
 	var down int64
 	wg.Add(1)
@@ -330,6 +338,9 @@ func (p *Proxy) upgrade(tc net.Conn, br io.Reader, resp *http.Response, dc *deci
 	up, _ := io.Copy(upstream, br) // br holds anything read past the request
 	upstream.Close()
 	wg.Wait()
+	if stopIdle() {
+		dc.detail = p.idleClosed()
+	}
 	p.record(dc, http.StatusSwitchingProtocols, body.n+up, down)
 }
 

@@ -41,12 +41,17 @@ func (p *Proxy) tunnel(client net.Conn, early []byte, dc *decision) {
 	}
 	p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
 	defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
-	stopIdle := watchIdle(client, upstream, p.cfg.Limits.TunnelIdleTimeout)
+	stopIdle := watchIdle(p.cfg.Limits.TunnelIdleTimeout, client, upstream)
 	up, down := relay(client, upstream)
 	if stopIdle() {
-		dc.detail = fmt.Sprintf("closed by the proxy after %s without data either way (--tunnel-idle-timeout)", p.cfg.Limits.TunnelIdleTimeout)
+		dc.detail = p.idleClosed()
 	}
 	p.record(dc, http.StatusOK, int64(len(early))+up, down)
+}
+
+// idleClosed is the audit detail of a tunnel the idle watcher closed.
+func (p *Proxy) idleClosed() string {
+	return fmt.Sprintf("closed by the proxy after %s without data either way (--tunnel-idle-timeout)", p.cfg.Limits.TunnelIdleTimeout)
 }
 
 // relay copies both ways until both directions end, passing a half-close

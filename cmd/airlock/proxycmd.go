@@ -56,7 +56,7 @@ func (f *proxyFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.limits.ReadHeaderTimeout, "read-header-timeout", d.ReadHeaderTimeout, "time a client has to send a whole request header")
 	fl.DurationVar(&f.limits.IdleTimeout, "idle-timeout", d.IdleTimeout, "keep-alive connections, plain or inspected, waiting this long for a request are closed")
 	fl.DurationVar(&f.limits.HandshakeTimeout, "handshake-timeout", d.HandshakeTimeout, "TLS handshakes with clients (inspected tunnels) and upstreams")
-	fl.DurationVar(&f.limits.TunnelIdleTimeout, "tunnel-idle-timeout", d.TunnelIdleTimeout, "opaque tunnels moving no data either way this long are closed")
+	fl.DurationVar(&f.limits.TunnelIdleTimeout, "tunnel-idle-timeout", d.TunnelIdleTimeout, "opaque tunnels and WebSockets moving no data either way this long are closed")
 	fl.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "upstream TCP connect")
 }
 
