@@ -111,6 +111,7 @@ rules := [
 	{"name": "secret", "binaries": [{"path": %[1]s}], "hosts": ["secret.test"], "ports": [%[2]d],
 	 "inject": {"authorization": {"env": "ITEST_TOKEN", "format": "Bearer %%s"}}},
 	{"name": "upload", "binaries": [{"path": %[1]s}], "hosts": ["upload.test"], "ports": [%[2]d], "methods": ["POST"], "paths": ["/upload"]},
+	{"name": "early", "binaries": %[6]s, "hosts": ["upload.test"], "ports": [%[2]d], "methods": ["POST"], "paths": ["/early"]},
 	{"name": "nosecret", "binaries": [{"path": %[1]s}], "hosts": ["nosecret.test"], "ports": [%[2]d],
 	 "inject": {"authorization": {"env": "ITEST_NOT_SET"}}},
 	{"name": "ws", "binaries": %[6]s, "hosts": ["ws.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/echo"]},
@@ -183,6 +184,17 @@ func (w *world) serveTLS(t *testing.T) int {
 	mux.HandleFunc("upload.test/upload", func(rw http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
 		fmt.Fprintf(rw, "received %d bytes", n)
+	})
+	// Answers at once, reading none of the body, and keeps the connection.
+	mux.HandleFunc("upload.test/early", func(rw http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(rw).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly")
+		brw.Flush()
+		time.Sleep(5 * time.Second)
 	})
 	mux.HandleFunc("secret.test/", check)
 	mux.HandleFunc("nosecret.test/", check)
@@ -369,6 +381,19 @@ func TestProxy(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		if next, err := http.ReadResponse(br, nil); err == nil {
 			t.Fatalf("the rest of a refused body was served as a request: %s", next.Status)
+		}
+
+		// An upstream that answers before reading the whole body leaves
+		// the rest to the transport, which may still be reading it from
+		// the tunnel: the connection ends with that request, or its next
+		// one would be read from the same bytes at the same time.
+		early := connectThrough(t, w.proxy.addr, fmt.Sprintf("upload.test:%d", w.tlsPort))
+		defer early.Close()
+		etc := tls.Client(early, &tls.Config{ServerName: "upload.test", RootCAs: poolOf(t, w.proxy.caFile)})
+		io.WriteString(etc, "POST /early HTTP/1.1\r\nHost: upload.test\r\nContent-Length: 44\r\n\r\n0123456789")
+		resp, err = http.ReadResponse(bufio.NewReader(etc), nil)
+		if err != nil || resp.StatusCode != 200 || !resp.Close {
+			t.Fatalf("early answer = %v %v; want 200 and Connection: close", resp, err)
 		}
 
 		// A dot-segment, however spelled, is refused: the policy would

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -180,11 +181,17 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 		p.upgrade(tc, br, resp, rdc, body)
 		return false
 	}
+	if out.Body != nil && !body.eof.Load() {
+		// The upstream answered before it read the whole body, which the
+		// transport may still be reading from br: the loop must not read
+		// its next request there, so this request is the last.
+		resp.Close = true
+	}
 	down := &counter{r: resp.Body}
 	resp.Body = down
 	err = writeResponse(bw, resp)
 	down.Close()
-	p.record(rdc, resp.StatusCode, body.n, down.n)
+	p.record(rdc, resp.StatusCode, body.n(), down.n())
 	return err == nil && !req.Close && !resp.Close
 }
 
@@ -341,7 +348,7 @@ func (p *Proxy) upgrade(tc net.Conn, br io.Reader, resp *http.Response, dc *deci
 	if stopIdle() {
 		dc.detail = p.idleClosed()
 	}
-	p.record(dc, http.StatusSwitchingProtocols, body.n+up, down)
+	p.record(dc, http.StatusSwitchingProtocols, body.n()+up, down)
 }
 
 // expectsContinue reports whether the client holds the request's body until
@@ -401,16 +408,25 @@ func (c *continuer) final() bool {
 }
 
 // counter counts bytes read through it.
+// counter counts what is read through it. The transport reads a request
+// body in its own goroutine, which may still run when the response is
+// written, so the count and the end are atomic.
 type counter struct {
-	r io.ReadCloser
-	n int64
+	r     io.ReadCloser
+	count atomic.Int64
+	eof   atomic.Bool // the body was read to its end
 }
 
 func (c *counter) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
-	c.n += int64(n)
+	c.count.Add(int64(n))
+	if err == io.EOF {
+		c.eof.Store(true)
+	}
 	return n, err
 }
+
+func (c *counter) n() int64 { return c.count.Load() }
 
 func (c *counter) Close() error { return c.r.Close() }
 

@@ -137,7 +137,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
 		dc.deny(policies.ReasonUpstreamError, err.Error())
-		p.deny(w, r, dc, body.n)
+		p.deny(w, r, dc, body.n())
 		return
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
@@ -147,14 +147,14 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(resp.StatusCode)
 		n, _ := io.Copy(w, resp.Body)
-		p.record(dc, resp.StatusCode, body.n, n)
+		p.record(dc, resp.StatusCode, body.n(), n)
 		return
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		resp.Body.Close()
 		dc.deny(policies.ReasonUpstreamError, "cannot take over the client connection: "+err.Error())
-		p.record(dc, dc.status(), body.n, 0)
+		p.record(dc, dc.status(), body.n(), 0)
 		return
 	}
 	_, release := p.track(conn)
@@ -182,7 +182,7 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 			detail = gctx.Error.Error()
 		}
 		st.dc.deny(policies.ReasonUpstreamError, detail)
-		p.record(st.dc, st.dc.status(), st.body.n, 0)
+		p.record(st.dc, st.dc.status(), st.body.n(), 0)
 		return st.dc.denialResponse(gctx.Req)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
@@ -190,14 +190,14 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 		// asked for is not relayed.
 		resp.Body.Close()
 		st.dc.deny(policies.ReasonUpstreamError, unaskedSwitch)
-		p.record(st.dc, st.dc.status(), st.body.n, 0)
+		p.record(st.dc, st.dc.status(), st.body.n(), 0)
 		return st.dc.denialResponse(gctx.Req)
 	}
 	if sw, ok := gctx.Req.Context().Value(streamKey{}).(*streamWriter); ok {
 		sw.stream = resp.ContentLength < 0
 	}
 	resp.Body = &recordOnClose{counter: counter{r: resp.Body}, done: func(n int64) {
-		p.record(st.dc, resp.StatusCode, st.body.n, n)
+		p.record(st.dc, resp.StatusCode, st.body.n(), n)
 	}}
 	return resp
 }
@@ -211,7 +211,7 @@ type recordOnClose struct {
 func (r *recordOnClose) Close() error {
 	err := r.counter.Close()
 	if r.done != nil {
-		r.done(r.n)
+		r.done(r.n())
 		r.done = nil
 	}
 	return err
