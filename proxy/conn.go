@@ -17,6 +17,7 @@ type sandboxState struct {
 	Sandbox
 	resolver *identity.Resolver
 	active   atomic.Int64 // connections held, hijacked tunnels included
+	refusing atomic.Int64 // over-limit connections being answered
 }
 
 // clientConn is one accepted connection. Its owner is looked up once, when

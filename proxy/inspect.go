@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -210,20 +211,41 @@ func unquoted(err error) string {
 	return msg
 }
 
-// dotSegment returns a "." or ".." segment of an escaped path, however
-// spelled: %2e, %2F around it, or a ";param" after it (Tomcat reads "..;"
-// as ".."). The policy decides on the path with such segments resolved,
-// but the request goes upstream as sent, and servers resolve them each
-// their own way: /public/..%2Fadmin could be decided as /admin, or reach
-// /admin when /public was allowed. Clients resolve them before sending.
-func dotSegment(escaped string) string {
+// ambiguousPath says why an escaped path may name one resource to the
+// policy and another to the upstream, or returns "". The policy decides on
+// the path decoded once, dot-segments resolved; the request goes upstream
+// as sent, and servers differ in what they do with:
+//   - dot-segments however spelled (%2e, ..%2F): /public/..%2Fadmin is
+//     /admin to the policy and may be /public/..%2Fadmin or /admin upstream;
+//   - ";params" in a segment, which Tomcat and Spring strip (/admin;x/users
+//     is /admin/users to them, and escapes a deny rule for /admin/**);
+//   - escapes of escapes for '.', '/' or '\' (%252e), which a server behind
+//     another decoding proxy decodes twice;
+//   - bytes that are not UTF-8 once decoded (overlong %c0%ae), which some
+//     servers map to ASCII.
+//
+// Clients resolve and encode paths before sending, so none of this comes
+// from an honest one.
+func ambiguousPath(escaped string) string {
 	dec, err := url.PathUnescape(escaped)
 	if err != nil {
 		return "" // malformed escapes are the policy's to refuse
 	}
+	if !utf8.ValidString(dec) {
+		return "path is not UTF-8 once decoded"
+	}
+	lower := strings.ToLower(escaped)
+	for _, double := range []string{"%252e", "%252f", "%255c"} {
+		if strings.Contains(lower, double) {
+			return "path has " + double + ", an escaped escape of '.', '/' or '\\'"
+		}
+	}
 	for _, seg := range strings.Split(dec, "/") {
 		if s, _, _ := strings.Cut(seg, ";"); s == "." || s == ".." {
-			return seg
+			return "path has the dot-segment " + strconv.Quote(seg) + ", which servers resolve differently; send the path resolved"
+		}
+		if strings.Contains(seg, ";") {
+			return "path has the parameter segment " + strconv.Quote(seg) + ", which servers strip differently"
 		}
 	}
 	return ""
@@ -235,9 +257,8 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 	if req.URL.Opaque != "" {
 		target.Path = req.URL.Opaque
 	}
-	if seg := dotSegment(target.Path); seg != "" {
-		return p.refused(cc, target, policies.ReasonInvalidRequest, "path has the dot-segment "+strconv.Quote(seg)+
-			", which upstream servers resolve differently; send the path resolved")
+	if why := ambiguousPath(target.Path); why != "" {
+		return p.refused(cc, target, policies.ReasonInvalidRequest, why)
 	}
 	q, err := policies.CanonicalQuery(req.URL.RawQuery)
 	if err != nil {

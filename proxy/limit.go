@@ -35,8 +35,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 }
 
 // A refusal in flight holds a descriptor for up to refuseLinger; beyond
-// maxRefusing of them (Proxy.refusing) a flood is closed unanswered, so
-// that being refused cannot exhaust descriptors either.
+// maxRefusing of them for one sandbox (sandboxState.refusing) its flood is
+// closed unanswered, so that being refused cannot exhaust descriptors
+// either, nor one sandbox's flood silence another's answers.
 const (
 	maxRefusing  = 64
 	refuseLinger = 500 * time.Millisecond
@@ -55,12 +56,15 @@ func (p *Proxy) refuseOverLimit(c net.Conn, st *sandboxState, held int64) {
 	dc.in.Request.Phase = policies.PhaseConnect
 	dc.d = policies.Decision{Reason: policies.ReasonConnectionLimit, Preset: st.Preset}
 	dc.detail = fmt.Sprintf("%d connections through the proxy, its limit", held)
-	defer p.record(dc, dc.status(), 0, 0)
-	if p.refusing.Add(1) > maxRefusing {
-		p.refusing.Add(-1)
-		return // a flood: closed at once, unanswered
+	if st.refusing.Add(1) > maxRefusing {
+		// A flood: closed at once, unanswered, and counted rather than
+		// written line by line into the audit log.
+		st.refusing.Add(-1)
+		p.cfg.Metrics.countDecision(st.ID, "deny", string(policies.ReasonConnectionLimit))
+		return
 	}
-	defer p.refusing.Add(-1)
+	defer st.refusing.Add(-1)
+	defer p.record(dc, dc.status(), 0, 0)
 	resp := dc.denialResponse(nil)
 	resp.Close = true
 	resp.Header.Set("Retry-After", "1")

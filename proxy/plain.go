@@ -110,7 +110,7 @@ func hopByHop(h http.Header) (websocket bool) {
 			}
 		}
 	}
-	for _, name := range []string{"Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Http2-Settings"} {
+	for _, name := range []string{"Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate", "Te", "Trailer", "Http2-Settings"} {
 		h.Del(name)
 	}
 	if websocket {

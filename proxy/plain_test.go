@@ -23,7 +23,7 @@ func TestHopByHop(t *testing.T) {
 		{"two Upgrade lines", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket", "h2c"}}, http.Header{}, false},
 		{"Upgrade without Connection", http.Header{"Upgrade": {"websocket"}}, http.Header{}, false},
 		{"named and standard hop-by-hop headers", http.Header{"Connection": {"X-Trace, close"}, "X-Trace": {"1"}, "Keep-Alive": {"timeout=5"},
-			"Proxy-Connection": {"keep-alive"}, "Te": {"trailers"}, "Authorization": {"Bearer x"}},
+			"Proxy-Connection": {"keep-alive"}, "Proxy-Authorization": {"Basic eDp5"}, "Te": {"trailers"}, "Authorization": {"Bearer x"}},
 			http.Header{"Authorization": {"Bearer x"}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -91,7 +91,6 @@ type Proxy struct {
 	audit     *auditLog
 	transport *http.Transport
 	hashes    *identity.HashCache
-	refusing  atomic.Int64 // over-limit connections being answered
 
 	mu       sync.Mutex
 	servers  map[*http.Server]struct{}

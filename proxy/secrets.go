@@ -46,8 +46,10 @@ func (EnvSecrets) Lookup(ref policies.SecretRef) (string, error) {
 }
 
 // inject sets every header the decision names, replacing whatever the
-// client sent. If any secret is missing the request must not be sent: the
-// error says which, without the value.
+// client sent, under any spelling a server may read as the same name (CGI,
+// WSGI and PHP map X_Api_Key and X-Api-Key alike to HTTP_X_API_KEY, and the
+// client's could win). If any secret is missing the request must not be
+// sent: the error says which, without the value.
 func (p *Proxy) inject(h http.Header, refs map[string]policies.SecretRef) error {
 	for name, ref := range refs {
 		v, err := p.cfg.Secrets.Lookup(ref)
@@ -56,6 +58,11 @@ func (p *Proxy) inject(h http.Header, refs map[string]policies.SecretRef) error 
 		}
 		if ref.Format != "" {
 			v = strings.Replace(ref.Format, "%s", v, 1)
+		}
+		for k := range h {
+			if strings.EqualFold(strings.ReplaceAll(k, "_", "-"), strings.ReplaceAll(name, "_", "-")) {
+				delete(h, k)
+			}
 		}
 		h.Set(name, v)
 	}
