@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 )
@@ -196,5 +197,24 @@ func CanonicalQuery(raw string) (map[string][]string, error) {
 	if err != nil {
 		return nil, invalid("query: %v", err)
 	}
+	// A NUL or another control character, or bytes that are not UTF-8,
+	// make a value one thing to a rule and another to a server that stops
+	// at the NUL or maps the bytes (service=git-receive-pack%00). The
+	// value is not quoted: query values stay out of logs.
+	for k, vs := range q {
+		for _, s := range append([]string{k}, vs...) {
+			if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+				return nil, invalid("query parameter %q has a control character or is not UTF-8", strings.ToValidUTF8(strings.Map(printable, k), "?"))
+			}
+		}
+	}
 	return q, nil
+}
+
+// printable replaces control characters, for naming a query key in an error.
+func printable(r rune) rune {
+	if r < ' ' || r == 0x7f {
+		return '?'
+	}
+	return r
 }

@@ -2,6 +2,7 @@ package policies
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -84,5 +85,14 @@ func TestCanonicalQuery(t *testing.T) {
 	}
 	if _, err := CanonicalQuery("service=git-upload-pack;service=git-receive-pack"); !errors.Is(err, ErrInvalidRequest) {
 		t.Errorf("CanonicalQuery with ';' error = %v; want ErrInvalidRequest", err)
+	}
+	for _, raw := range []string{"service=git-receive-pack%00", "service=x%0d%0a", "k%01=v", "service=%c0%ae", "a=%7f"} {
+		_, err := CanonicalQuery(raw)
+		if !errors.Is(err, ErrInvalidRequest) || strings.Contains(err.Error(), "receive") {
+			t.Errorf("CanonicalQuery(%q) error = %v; want ErrInvalidRequest without the value", raw, err)
+		}
+	}
+	if q, err := CanonicalQuery("q=caf%C3%A9+au+lait"); err != nil || q["q"][0] != "café au lait" {
+		t.Errorf("CanonicalQuery with UTF-8 and spaces = %v, %v", q, err)
 	}
 }

@@ -21,7 +21,8 @@
 #            is enough to deny).
 #   inspect  true to terminate TLS even when nothing below requires it.
 #   inject   {header: {env|file, format?}}: the proxy adds the header.
-# In a deny rule an absent hosts, ports, binaries, methods or paths means any.
+# In a deny rule an absent hosts, ports, binaries, methods or paths means any;
+# its paths match whatever the case, with or without a trailing slash.
 #
 # Inputs reach the policy already canonicalised by the engine (lower-case
 # host without trailing dot, IDNA, dot-segments resolved, method upper-case).
@@ -184,9 +185,28 @@ _deny_request(d) if {
 _deny_request(d) if {
 	input.request.phase == "request"
 	_methods_ok(d.methods)
-	_paths_ok(d.paths)
+	_deny_paths_hit(d.paths)
 	_query_hit(d.query)
 }
+
+# A deny rule's paths match whatever the case and with or without a
+# trailing slash: servers that fold case (IIS) or ignore the slash serve the
+# same resource under those spellings, and a deny must hold for them all.
+_deny_paths_hit(null) := true
+
+_deny_paths_hit(ps) if {
+	some p in ps
+	some x in _folded_paths
+	_match(_folded(p), x)
+}
+
+_folded_paths contains lower(input.request.path)
+
+_folded_paths contains lower(trim_suffix(input.request.path, "/")) if input.request.path != "/"
+
+_folded(e) := object.union(e, {"path": lower(e.path), "alt": lower(e.alt)}) if e.alt != null
+
+else := object.union(e, {"path": lower(e.path)})
 
 _ports_ok(null) := true
 

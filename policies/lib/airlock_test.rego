@@ -203,3 +203,14 @@ test_explain_lists_checks if {
 	not e.rules[0].checks.binary
 	e.rules[1].checks.host == false
 }
+
+test_deny_paths_fold_case_and_trailing_slash if {
+	rules := [{"name": "api", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["api.example.com"]}]
+	denies := [{"name": "no-admin", "hosts": ["api.example.com"], "paths": ["/admin/**", "/api/delete"]}]
+	every path in ["/admin/users", "/ADMIN/users", "/Admin", "/api/delete", "/api/delete/", "/API/Delete/"] {
+		d := lib.decide(rules, denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", path)
+		d.reason == "denied_by_rule"
+	}
+	ok := lib.decide(rules, denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", "/api/deleted")
+	ok.allow
+}
