@@ -114,8 +114,8 @@ rules := [
 	{"name": "early", "binaries": %[6]s, "hosts": ["upload.test"], "ports": [%[2]d], "methods": ["POST"], "paths": ["/early"]},
 	{"name": "nosecret", "binaries": [{"path": %[1]s}], "hosts": ["nosecret.test"], "ports": [%[2]d],
 	 "inject": {"authorization": {"env": "ITEST_NOT_SET"}}},
-	{"name": "ws", "binaries": %[6]s, "hosts": ["ws.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/echo"]},
-	{"name": "plain-upgrade", "binaries": %[6]s, "hosts": ["plain.test"], "ports": [%[3]d], "methods": ["GET"], "paths": ["/upgrade"]},
+	{"name": "ws", "binaries": %[6]s, "hosts": ["ws.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/echo"], "websocket": true},
+	{"name": "plain-upgrade", "binaries": %[6]s, "hosts": ["plain.test"], "ports": [%[3]d], "methods": ["GET"], "paths": ["/upgrade"], "websocket": true},
 	{"name": "plain-stream", "binaries": %[6]s, "hosts": ["plain.test"], "ports": [%[3]d], "methods": ["GET"], "paths": ["/stream"]},
 	{"name": "git-refs", "binaries": [{"path": %[7]s}], "hosts": ["git.test"], "ports": [%[2]d], "methods": ["GET"],
 	 "paths": ["/*/info/refs"], "query": {"service": ["git-upload-pack"]}},
@@ -574,6 +574,22 @@ func TestProxy(t *testing.T) {
 		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "ws.test" && a.Status == 101 })
 		if a.Rule != "ws" || a.Up < 70000 || a.Down < 70000 {
 			t.Fatalf("websocket audit = %+v", a)
+		}
+		// A rule that allows GET without "websocket": true (api-read) does
+		// not allow the upgrade: what follows it goes both ways unseen.
+		raw := connectThrough(t, w.proxy.addr, fmt.Sprintf("api.test:%d", w.tlsPort))
+		defer raw.Close()
+		tc = tls.Client(raw, &tls.Config{ServerName: "api.test", RootCAs: poolOf(t, w.proxy.caFile)})
+		io.WriteString(tc, "GET /v1/hello HTTP/1.1\r\nHost: api.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
+			"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		d := parseDenial(t, string(body))
+		if resp.StatusCode != 403 || d.Reason != "websocket_not_allowed" || d.Rule != "api-read" || !strings.Contains(d.Hint, `"websocket": true`) {
+			t.Fatalf("websocket on a read-only rule = %s %+v", resp.Status, d)
 		}
 	})
 

@@ -10,18 +10,19 @@ import (
 type Reason string
 
 const (
-	ReasonAllowed           Reason = "allowed"
-	ReasonBinaryNotAllowed  Reason = "binary_not_allowed"
-	ReasonHashMismatch      Reason = "hash_mismatch"
-	ReasonHostNotAllowed    Reason = "host_not_allowed"
-	ReasonPortNotAllowed    Reason = "port_not_allowed"
-	ReasonMethodNotAllowed  Reason = "method_not_allowed"
-	ReasonPathNotAllowed    Reason = "path_not_allowed"
-	ReasonQueryNotAllowed   Reason = "query_not_allowed"
-	ReasonDeniedByRule      Reason = "denied_by_rule"
-	ReasonInvalidRequest    Reason = "invalid_request"
-	ReasonPolicyError       Reason = "policy_error"
-	ReasonPolicyQuarantined Reason = "policy_quarantined"
+	ReasonAllowed             Reason = "allowed"
+	ReasonBinaryNotAllowed    Reason = "binary_not_allowed"
+	ReasonHashMismatch        Reason = "hash_mismatch"
+	ReasonHostNotAllowed      Reason = "host_not_allowed"
+	ReasonPortNotAllowed      Reason = "port_not_allowed"
+	ReasonMethodNotAllowed    Reason = "method_not_allowed"
+	ReasonPathNotAllowed      Reason = "path_not_allowed"
+	ReasonQueryNotAllowed     Reason = "query_not_allowed"
+	ReasonWebSocketNotAllowed Reason = "websocket_not_allowed"
+	ReasonDeniedByRule        Reason = "denied_by_rule"
+	ReasonInvalidRequest      Reason = "invalid_request"
+	ReasonPolicyError         Reason = "policy_error"
+	ReasonPolicyQuarantined   Reason = "policy_quarantined"
 
 	// Decided by the proxy around the policy: who is asking, where the
 	// name leads, whether the request matches its tunnel, and whether a
@@ -41,7 +42,7 @@ const (
 var policyReasons = map[Reason]bool{
 	ReasonAllowed: true, ReasonBinaryNotAllowed: true, ReasonHashMismatch: true,
 	ReasonHostNotAllowed: true, ReasonPortNotAllowed: true, ReasonMethodNotAllowed: true,
-	ReasonPathNotAllowed: true, ReasonQueryNotAllowed: true, ReasonDeniedByRule: true,
+	ReasonPathNotAllowed: true, ReasonQueryNotAllowed: true, ReasonWebSocketNotAllowed: true, ReasonDeniedByRule: true,
 }
 
 // Decision is the answer to one question. Its zero value denies.
@@ -101,6 +102,8 @@ func (d Decision) Hint(in *Input) string {
 		return fmt.Sprintf("path %s is not allowed on %s%s", r.Path, r.Host, closest)
 	case ReasonQueryNotAllowed:
 		return fmt.Sprintf("query parameters of %s %s do not satisfy the rule%s", r.Method, r.Path, closest)
+	case ReasonWebSocketNotAllowed:
+		return fmt.Sprintf("a WebSocket to %s is not allowed%s: after the upgrade frames go both ways unseen, so a rule must say \"websocket\": true", target, closest)
 	case ReasonDeniedByRule:
 		return fmt.Sprintf("deny rule %q matches %s; deny rules win over allow rules", d.Rule, target)
 	case ReasonInvalidRequest:

@@ -256,6 +256,7 @@ func TestInvalidPresetsAreRefused(t *testing.T) {
 		{"inspect false with paths", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "paths": ["/v1/**"], "inspect": false}]` + tail, "only inspection can enforce"},
 		{"bad digest", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl", "sha256": "abc"}], "hosts": ["a.example"]}]` + tail, "64 lower-case hex"},
 		{"duplicate names", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"]}, {"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["b.example"]}]` + tail, "used twice"},
+		{"deny allowing websockets", head + "rules := []\n\ndenies := [{\"name\": \"d\", \"hosts\": [\"a.example\"], \"websocket\": true}]\n\ndecision := lib.decide(rules, denies)\n", "cannot allow WebSockets"},
 		{"custom decision", head + "rules := []\n\ndenies := []\n\ndecision := {\"allow\": true}\n", "decision must be exactly"},
 		{"preset reads input", head + "rules := [] if input.x\n" + tail, "may not read input"},
 		{"syntax error", head + "rules := [\n", "rego_parse_error"},

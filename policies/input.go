@@ -2,6 +2,7 @@ package policies
 
 import (
 	"github.com/open-policy-agent/opa/v1/ast"
+	"strings"
 )
 
 // Phase says which question is asked: may this connection be opened
@@ -62,6 +63,10 @@ type Request struct {
 	Query     map[string][]string `json:"query,omitempty"`
 	Headers   map[string]string   `json:"headers,omitempty"`
 	Inspected bool                `json:"inspected"`
+	// Upgrade is "websocket" for a WebSocket upgrade, the one protocol
+	// switch the proxy relays: after it the connection carries frames both
+	// ways that no rule sees, so a rule must allow it by name.
+	Upgrade string `json:"upgrade,omitempty"`
 }
 
 // Destination holds the addresses the proxy resolved and will dial.
@@ -89,6 +94,9 @@ func (in *Input) Canonicalize() error {
 	}
 	if r.Method, err = CanonicalMethod(r.Method); err != nil {
 		return err
+	}
+	if r.Upgrade = strings.ToLower(r.Upgrade); r.Upgrade != "" && r.Upgrade != "websocket" {
+		return invalid("upgrade %q: only websocket is relayed", r.Upgrade)
 	}
 	r.Path, err = CanonicalPath(r.Path)
 	return err
@@ -138,6 +146,7 @@ func (in *Input) value() ast.Value {
 			item("query", ast.NewTerm(query)),
 			item("headers", ast.NewTerm(headers)),
 			item("inspected", ast.BooleanTerm(r.Inspected)),
+			item("upgrade", ast.StringTerm(r.Upgrade)),
 		)),
 		item("destination", ast.ObjectTerm(
 			item("ips", stringArray(in.Destination.IPs)),

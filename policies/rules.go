@@ -24,6 +24,9 @@ type Rule struct {
 	Query    map[string][]string  `json:"query,omitempty"`
 	Inspect  *bool                `json:"inspect,omitempty"`
 	Inject   map[string]SecretRef `json:"inject,omitempty"`
+	// WebSocket allows WebSocket upgrades: frames go both ways after them,
+	// unseen by any rule, so no rule allows one without saying so.
+	WebSocket bool `json:"websocket,omitempty"`
 }
 
 // Binary names an executable by path (exact or glob) and optionally pins its
@@ -137,6 +140,9 @@ func (r *Rule) validate(isDeny bool, seen map[string]bool) []error {
 		if ref.Format != "" && strings.Count(ref.Format, "%s") != 1 {
 			fail(`inject %q format must contain %%s once, e.g. "Bearer %%s"`, name)
 		}
+	}
+	if r.WebSocket && isDeny {
+		fail("deny rules cannot allow WebSockets (a deny rule with methods [\"GET\"] and the path denies them)")
 	}
 	if r.Inspect != nil && !*r.Inspect && r.requestLevel() {
 		fail("sets inspect: false but restricts methods, paths, query or injects headers, which only inspection can enforce")

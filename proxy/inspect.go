@@ -251,7 +251,8 @@ func ambiguousPath(escaped string) string {
 	return ""
 }
 
-// decideRequest canonicalises what the policy needs and asks it.
+// decideRequest canonicalises what the policy needs and asks it. Its
+// headers have been through hopByHop.
 func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Request, target policies.Request) *decision {
 	target.Path = req.URL.EscapedPath()
 	if req.URL.Opaque != "" {
@@ -259,6 +260,9 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 	}
 	if why := ambiguousPath(target.Path); why != "" {
 		return p.refused(cc, target, policies.ReasonInvalidRequest, why)
+	}
+	if req.Header.Get("Upgrade") != "" { // hopByHop left it: a WebSocket
+		target.Upgrade = "websocket"
 	}
 	q, err := policies.CanonicalQuery(req.URL.RawQuery)
 	if err != nil {

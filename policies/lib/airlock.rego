@@ -19,6 +19,10 @@
 #   query    {param: [allowed values]}; every listed param must be present,
 #            and each of its values allowed (in a deny rule: any value named
 #            is enough to deny).
+#   websocket true to allow WebSocket upgrades (a GET, then frames both ways
+#            that no rule sees); without it a rule refuses them where the
+#            proxy sees them (plain HTTP, inspected tunnels). An opaque
+#            tunnel carries whatever it carries.
 #   inspect  true to terminate TLS even when nothing below requires it.
 #   inject   {header: {env|file, format?}}: the proxy adds the header.
 # In a deny rule an absent hosts, ports, binaries, methods or paths means any;
@@ -76,6 +80,7 @@ _prep(r, is_deny) := {
 	"methods": _methods(object.get(r, "methods", "full")),
 	"paths": _paths(object.get(r, "paths", ["/**"])),
 	"query": object.get(r, "query", {}),
+	"websocket": object.get(r, "websocket", false),
 	"request_level": _request_level(r),
 	"inspect": _self_inspect(r),
 	"inject": object.get(r, "inject", {}),
@@ -240,7 +245,14 @@ _request_ok(r) if {
 	_methods_ok(r.methods)
 	_paths_ok(r.paths)
 	_query_ok(r.query)
+	_websocket_ok(r.websocket)
 }
+
+# A WebSocket upgrade is a GET, but what follows it goes both ways unseen:
+# only a rule that says "websocket": true allows one.
+_websocket_ok(_) if not input.request.upgrade == "websocket"
+
+_websocket_ok(true) if input.request.upgrade == "websocket"
 
 _methods_ok(null) := true
 
@@ -302,7 +314,7 @@ else := false
 
 # --- denial explanation ------------------------------------------------------
 # The conditions are narrowed in a fixed order (host, port, binary, hash,
-# method, path, query); the first one no remaining rule satisfies is the
+# method, path, query, websocket); the first one no remaining rule satisfies is the
 # reason, and the first rule that got furthest is named as the closest.
 
 _denial(ix) := d if {
@@ -312,6 +324,7 @@ _denial(ix) := d if {
 	s3 := [r | some r in s2; _bins_ok(r.bins)]
 	s4 := [r | some r in s3; _stage_ok("method", r)]
 	s5 := [r | some r in s4; _stage_ok("path", r)]
+	s6 := [r | some r in s5; _stage_ok("query", r)]
 	stages := [
 		["host_not_allowed", [], s0],
 		["port_not_allowed", s0, s1],
@@ -319,7 +332,8 @@ _denial(ix) := d if {
 		["hash_mismatch", s2, s3],
 		["method_not_allowed", s3, s4],
 		["path_not_allowed", s4, s5],
-		["query_not_allowed", s5, []],
+		["query_not_allowed", s5, s6],
+		["websocket_not_allowed", s6, []],
 	]
 	k := _first([i | some i, s in stages; count(s[2]) == 0])
 	d := {
@@ -339,11 +353,13 @@ _stage_ok("path", r) if _paths_ok(r.paths)
 
 _stage_ok("query", r) if _query_ok(r.query)
 
+_stage_ok("websocket", r) if _websocket_ok(r.websocket)
+
 _closest(rs) := rs[0].name if count(rs) > 0
 
 else := ""
 
-_check_names := ["host", "port", "binary", "sha256", "method", "path", "query"]
+_check_names := ["host", "port", "binary", "sha256", "method", "path", "query", "websocket"]
 
 _checks(r, orig) := checks if {
 	passed := {c | some c in _check_names; _check(c, r, orig)}
@@ -365,7 +381,7 @@ _check("binary", r, _) if _bins_path_ok(r.bins)
 _check("sha256", r, _) if _bins_ok(r.bins)
 
 _check(c, r, _) if {
-	c in {"method", "path", "query"}
+	c in {"method", "path", "query", "websocket"}
 	_stage_ok(c, r)
 }
 

@@ -214,3 +214,21 @@ test_deny_paths_fold_case_and_trailing_slash if {
 	ok := lib.decide(rules, denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", "/api/deleted")
 	ok.allow
 }
+
+_ws(host, path) := object.union(_req("/usr/bin/node", "x", host, 443, "GET", path), {"request": {"upgrade": "websocket"}})
+
+test_websocket_needs_a_rule_that_says_so if {
+	rules := [
+		{"name": "read", "binaries": [{"path": "/usr/bin/node"}], "hosts": ["api.example.com"], "methods": "read-only"},
+		{"name": "ws", "binaries": [{"path": "/usr/bin/node"}], "hosts": ["ws.example.com"], "methods": ["GET"], "paths": ["/socket"], "websocket": true},
+	]
+	read := lib.decide(rules, []) with input as _ws("api.example.com", "/v1")
+	read.reason == "websocket_not_allowed"
+	read.rule == "read"
+	plain := lib.decide(rules, []) with input as _req("/usr/bin/node", "x", "api.example.com", 443, "GET", "/v1")
+	plain.allow
+	ok := lib.decide(rules, []) with input as _ws("ws.example.com", "/socket")
+	ok.allow
+	connect := lib.decide(rules, []) with input as _conn("/usr/bin/node", "x", "ws.example.com", 443)
+	connect.inspect
+}
