@@ -44,6 +44,11 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 	t, release := p.track(client)
 	defer release()
 	defer cc.sb.active.Add(-1) // hijacked: the slot is ours to release
+	if t == nil {
+		dc.detail = shuttingDown
+		p.record(dc, 0, 0, 0)
+		return
+	}
 	defer client.Close()
 	early, _ := brw.Reader.Peek(brw.Reader.Buffered())
 	switch {

@@ -157,9 +157,15 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 		p.record(dc, dc.status(), body.n(), 0)
 		return
 	}
-	_, release := p.track(conn)
+	t, release := p.track(conn)
 	defer release()
 	defer connFrom(r.Context()).sb.active.Add(-1) // hijacked: the slot is ours to release
+	if t == nil {
+		resp.Body.Close()
+		dc.detail = shuttingDown
+		p.record(dc, 0, body.n(), 0)
+		return
+	}
 	defer conn.Close()
 	p.upgrade(conn, brw.Reader, resp, dc, body)
 }

@@ -286,17 +286,21 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// shuttingDown is the audit detail of a connection taken over too late.
+const shuttingDown = "not started: the proxy is shutting down"
+
 // track registers a hijacked client connection so Shutdown can drain it;
-// release unregisters it.
+// release unregisters it. Once Shutdown has begun it closes c and returns
+// a nil t.
 func (p *Proxy) track(c net.Conn) (t *tracked, release func()) {
 	t = &tracked{conn: c}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closing {
 		// Taken over after Shutdown began, which may already be done
-		// waiting: it starts nothing, and its owner finds it closed.
+		// waiting: closed, and nil tells the caller to start nothing.
 		c.Close()
-		return t, func() {}
+		return nil, func() {}
 	}
 	p.tunnels.Add(1)
 	p.hijacked[c] = t
