@@ -73,14 +73,20 @@ func addrs(c net.Conn) (netip.AddrPort, netip.AddrPort) {
 	return c.RemoteAddr().(*net.TCPAddr).AddrPort(), c.LocalAddr().(*net.TCPAddr).AddrPort()
 }
 
-func TestHookAttributesTheConnector(t *testing.T) {
-	hook, cg, client, server := sandbox(t, 3)
+// hookedResolver resolves the processes of cgroup cg with its hook.
+func hookedResolver(t testing.TB, hook *connhook.Hook, cg string) *identity.Resolver {
+	t.Helper()
 	r, err := identity.NewResolver(netns.None(), identity.Cgroup(cg), identity.NewHashCache(16))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	r.WithConnHook(hook)
+	t.Cleanup(r.Close)
+	return r.WithConnHook(hook)
+}
+
+func TestHookAttributesTheConnector(t *testing.T) {
+	hook, cg, client, server := sandbox(t, 3)
+	r := hookedResolver(t, hook, cg)
 	p, err := r.Lookup(addrs(server))
 	if err != nil || p.PID != client.Process.Pid {
 		t.Fatalf("Lookup through the hook = %+v, %v; want pid %d", p, err, client.Process.Pid)
@@ -93,12 +99,7 @@ func BenchmarkLookupHook(b *testing.B) {
 	for _, n := range []int{1, 500} {
 		b.Run(fmt.Sprintf("procs=%d", n), func(b *testing.B) {
 			hook, cg, client, server := sandbox(b, n)
-			r, err := identity.NewResolver(netns.None(), identity.Cgroup(cg), identity.NewHashCache(16))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer r.Close()
-			r.WithConnHook(hook)
+			r := hookedResolver(b, hook, cg)
 			c, s := addrs(server)
 			r.Lookup(c, s) // hash the executables once: the cache is the steady state
 			testutil.Latencies(b, func(int) {
@@ -171,12 +172,7 @@ func TestHookFollowsAHandOff(t *testing.T) {
 		}
 	}
 
-	r, err := identity.NewResolver(netns.None(), identity.Cgroup(cg), identity.NewHashCache(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	r.WithConnHook(hook)
+	r := hookedResolver(t, hook, cg)
 	p, err := r.Lookup(addrs(server))
 	if err != nil || p.PID != holder || p.Exe != sleep {
 		t.Fatalf("Lookup after bash (pid %d) handed its socket to sleep (pid %d) = %+v, %v", cmd.Process.Pid, holder, p, err)
