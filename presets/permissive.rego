@@ -1,6 +1,7 @@
-# permissive: any executable may open a tunnel to any public host on 80/443.
-# Nothing is inspected; the proxy's SSRF guard still refuses private, loopback
-# and metadata addresses. For trusted work only.
+# permissive: any executable may open a tunnel to any public host on 80/443,
+# WebSockets over plain HTTP included. Nothing is inspected; the proxy's SSRF
+# guard still refuses private, loopback and metadata addresses. For trusted
+# work only.
 package airlock.presets.permissive
 
 import data.airlock.lib
@@ -10,6 +11,7 @@ rules := [{
 	"binaries": [{"path": "/**"}],
 	"hosts": ["*"],
 	"ports": [80, 443],
+	"websocket": true,
 }]
 
 denies := []

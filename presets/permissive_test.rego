@@ -15,3 +15,9 @@ test_other_ports_denied if {
 	d := permissive.decision with input as t.conn(t.curl, "example.org", 22)
 	d.reason == "port_not_allowed"
 }
+
+test_plain_websocket_allowed if {
+	ws := object.union(t.req(t.node, "GET", "example.org", "/socket"), {"request": {"port": 80, "scheme": "http", "upgrade": "websocket"}})
+	d := permissive.decision with input as ws
+	d.allow
+}
