@@ -221,8 +221,8 @@ func unquoted(err error) string {
 //     is /admin/users to them, and escapes a deny rule for /admin/**);
 //   - escapes of escapes for '.', '/' or '\' (%252e), which a server behind
 //     another decoding proxy decodes twice;
-//   - bytes that are not UTF-8 once decoded (overlong %c0%ae), which some
-//     servers map to ASCII.
+//   - bytes that are not UTF-8 once decoded (overlong %c0%ae), and
+//     look-alike dots (fullwidth %EF%BC%8E), which some servers map to '.'.
 //
 // Clients resolve and encode paths before sending, so none of this comes
 // from an honest one.
@@ -241,7 +241,7 @@ func ambiguousPath(escaped string) string {
 		}
 	}
 	for _, seg := range strings.Split(dec, "/") {
-		if s, _, _ := strings.Cut(seg, ";"); s == "." || s == ".." {
+		if s, _, _ := strings.Cut(lookalikeDots.Replace(seg), ";"); s == "." || s == ".." {
 			return "path has the dot-segment " + strconv.Quote(seg) + ", which servers resolve differently; send the path resolved"
 		}
 		if strings.Contains(seg, ";") {
@@ -250,6 +250,10 @@ func ambiguousPath(escaped string) string {
 	}
 	return ""
 }
+
+// lookalikeDots are the characters Windows' best-fit mapping (IIS) and some
+// Java servers turn into '.': a segment of them is a dot-segment there.
+var lookalikeDots = strings.NewReplacer("\uff0e", ".", "\u2024", ".", "\ufe52", ".")
 
 // decideRequest canonicalises what the policy needs and asks it. Its
 // headers have been through hopByHop.

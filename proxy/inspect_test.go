@@ -15,6 +15,7 @@ func TestAmbiguousPath(t *testing.T) {
 		"/admin;x/users": "parameter", "/api/delete;x": "parameter", "/a/b%3Bc": "parameter",
 		"/p/%252e%252e/admin": "escaped escape", "/p/%252F": "escaped escape", "/p/%255C": "escaped escape",
 		"/p/%c0%ae%c0%ae/admin": "not UTF-8", "/p/%ff": "not UTF-8",
+		"/p/%EF%BC%8E%EF%BC%8E/admin": "dot-segment", "/p/\uff0e/x": "dot-segment", "/p/a\uff0eb": "",
 	} {
 		got := ambiguousPath(path)
 		if (want == "") != (got == "") || !strings.Contains(got, want) {

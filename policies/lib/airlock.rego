@@ -280,11 +280,15 @@ _query_ok(q) if {
 }
 
 # A deny rule's query condition hits when any value of every listed param
-# is one it names, for the same reason.
+# is one it names, for the same reason, and under every spelling a server
+# may read as that param and value: any case (ASP.NET), a "[]" suffix
+# (PHP), surrounding spaces.
 _query_hit(q) if {
 	every k, denied in q {
-		some v in object.get(input.request.query, k, [])
-		v in denied
+		some name, vs in input.request.query
+		lower(trim_suffix(name, "[]")) == lower(k)
+		some v in vs
+		lower(trim_space(v)) in {lower(d) | some d in denied}
 	}
 }
 

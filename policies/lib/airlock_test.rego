@@ -186,6 +186,10 @@ test_deny_query_any_value if {
 	mixed.reason == "denied_by_rule"
 	fetch := lib.decide(rules, denies) with input as object.union(base, {"request": object.union(base.request, {"query": {"service": ["git-upload-pack"]}})})
 	fetch.allow
+	every q in [{"Service": ["git-receive-pack"]}, {"service[]": ["git-receive-pack"]}, {"service": ["git-receive-pack "]}, {"SERVICE": ["Git-Receive-Pack"]}] {
+		d := lib.decide(rules, denies) with input as object.union(base, {"request": object.union(base.request, {"query": q})})
+		d.reason == "denied_by_rule"
+	}
 }
 
 test_sha256_list if {
