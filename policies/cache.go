@@ -23,7 +23,7 @@ const DefaultCacheSize = 8192
 var decidedFields = []string{
 	"input.request.phase", "input.request.host", "input.request.port",
 	"input.request.method", "input.request.path", "input.request.query",
-	"input.request.upgrade", "input.process.exe", "input.process.sha256",
+	"input.request.upgrade", "input.request.slash_path", "input.process.exe", "input.process.sha256",
 }
 
 type cacheKey struct {
@@ -31,13 +31,14 @@ type cacheKey struct {
 	port                         int
 	phase                        Phase
 	method, path, query, upgrade string
+	slashPath                    string
 }
 
 func keyOf(in *Input) cacheKey {
 	r := &in.Request
 	k := cacheKey{
 		preset: in.Sandbox.Preset, exe: in.Process.Exe, sha256: in.Process.SHA256,
-		host: r.Host, port: r.Port, phase: r.Phase, method: r.Method, path: r.Path, upgrade: r.Upgrade,
+		host: r.Host, port: r.Port, phase: r.Phase, method: r.Method, path: r.Path, upgrade: r.Upgrade, slashPath: r.SlashPath,
 	}
 	if len(r.Query) > 0 {
 		k.query = url.Values(r.Query).Encode() // sorted by key: canonical

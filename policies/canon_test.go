@@ -96,3 +96,22 @@ func TestCanonicalQuery(t *testing.T) {
 		t.Errorf("CanonicalQuery with UTF-8 and spaces = %v, %v", q, err)
 	}
 }
+
+// An encoded slash is read both ways: Path splits on it, SlashPath keeps it
+// inside its segment, as GitLab-style servers route it.
+func TestCanonicalizeSlashPath(t *testing.T) {
+	for raw, want := range map[string][2]string{
+		"/projects/a%2Fb/settings": {"/projects/a/b/settings", "/projects/a%2Fb/settings"},
+		"/projects/a%2fb/":         {"/projects/a/b/", "/projects/a%2Fb/"},
+		"/plain/path":              {"/plain/path", ""},
+	} {
+		in := Input{Request: Request{Phase: PhaseRequest, Host: "a.example", Port: 443, Method: "GET", Path: raw}}
+		err := in.Canonicalize()
+		if err == nil {
+			err = in.Canonicalize() // idempotent
+		}
+		if err != nil || in.Request.Path != want[0] || in.Request.SlashPath != want[1] {
+			t.Errorf("Canonicalize(%q) = %q, %q, %v; want %q, %q", raw, in.Request.Path, in.Request.SlashPath, err, want[0], want[1])
+		}
+	}
+}

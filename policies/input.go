@@ -67,6 +67,12 @@ type Request struct {
 	// switch the proxy relays: after it the connection carries frames both
 	// ways that no rule sees, so a rule must allow it by name.
 	Upgrade string `json:"upgrade,omitempty"`
+	// SlashPath is set by Canonicalize when the path has an encoded slash
+	// (%2F): Path with each %2F kept inside its segment, as servers that
+	// route a%2Fb as one segment (GitLab project ids) read it. Deny rules
+	// match it besides Path, so that neither reading escapes them. A
+	// second Canonicalize, of the decoded Path, keeps it.
+	SlashPath string `json:"slash_path,omitempty"`
 }
 
 // Destination holds the addresses the proxy resolved and will dial.
@@ -98,8 +104,17 @@ func (in *Input) Canonicalize() error {
 	if r.Upgrade = strings.ToLower(r.Upgrade); r.Upgrade != "" && r.Upgrade != "websocket" {
 		return invalid("upgrade %q: only websocket is relayed", r.Upgrade)
 	}
-	r.Path, err = CanonicalPath(r.Path)
-	return err
+	raw := r.Path
+	if r.Path, err = CanonicalPath(raw); err != nil {
+		return err
+	}
+	if strings.Contains(strings.ToLower(raw), "%2f") {
+		kept := strings.NewReplacer("%2F", "%252F", "%2f", "%252F").Replace(raw)
+		if r.SlashPath, err = CanonicalPath(kept); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // value builds the AST form of the input directly; going through
@@ -147,6 +162,7 @@ func (in *Input) value() ast.Value {
 			item("headers", ast.NewTerm(headers)),
 			item("inspected", ast.BooleanTerm(r.Inspected)),
 			item("upgrade", ast.StringTerm(r.Upgrade)),
+			item("slash_path", ast.StringTerm(r.SlashPath)),
 		)),
 		item("destination", ast.ObjectTerm(
 			item("ips", stringArray(in.Destination.IPs)),

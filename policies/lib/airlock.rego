@@ -194,9 +194,10 @@ _deny_request(d) if {
 	_query_hit(d.query)
 }
 
-# A deny rule's paths match whatever the case and with or without a
-# trailing slash: servers that fold case (IIS) or ignore the slash serve the
-# same resource under those spellings, and a deny must hold for them all.
+# A deny rule's paths match whatever the case, with or without a trailing
+# slash, and with an encoded slash read either way: servers that fold case
+# (IIS), ignore the slash or keep a%2Fb one segment serve the same resource
+# under those spellings, and a deny must hold for them all.
 _deny_paths_hit(null) := true
 
 _deny_paths_hit(ps) if {
@@ -208,6 +209,11 @@ _deny_paths_hit(ps) if {
 _folded_paths contains lower(input.request.path)
 
 _folded_paths contains lower(trim_suffix(input.request.path, "/")) if input.request.path != "/"
+
+# With an encoded slash, also as servers that keep a%2Fb one segment read it.
+_folded_paths contains lower(trim_suffix(input.request.slash_path, "/")) if input.request.slash_path != ""
+
+_folded_paths contains lower(input.request.slash_path) if input.request.slash_path != ""
 
 _folded(e) := object.union(e, {"path": lower(e.path), "alt": lower(e.alt)}) if e.alt != null
 

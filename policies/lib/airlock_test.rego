@@ -236,3 +236,14 @@ test_websocket_needs_a_rule_that_says_so if {
 	connect := lib.decide(rules, []) with input as _conn("/usr/bin/node", "x", "ws.example.com", 443)
 	connect.inspect
 }
+
+test_deny_paths_read_an_encoded_slash_either_way if {
+	rules := [{"name": "api", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["gitlab.example.com"]}]
+	denies := [{"name": "no-settings", "hosts": ["gitlab.example.com"], "paths": ["/projects/*/settings"]}]
+	both := object.union(_req("/usr/bin/curl", "x", "gitlab.example.com", 443, "GET", "/projects/a/b/settings"), {"request": {"slash_path": "/projects/a%2Fb/settings"}})
+	d := lib.decide(rules, denies) with input as both
+	d.reason == "denied_by_rule"
+	other := object.union(_req("/usr/bin/curl", "x", "gitlab.example.com", 443, "GET", "/projects/a/b/issues"), {"request": {"slash_path": "/projects/a%2Fb/issues"}})
+	ok := lib.decide(rules, denies) with input as other
+	ok.allow
+}
