@@ -244,6 +244,10 @@ func ambiguousPath(escaped string) string {
 		if s, _, _ := strings.Cut(lookalikeDots.Replace(seg), ";"); s == "." || s == ".." {
 			return "path has the dot-segment " + strconv.Quote(seg) + ", which servers resolve differently; send the path resolved"
 		}
+	}
+	// Only a literal ';' starts parameters: an escaped one (%3B) is data
+	// to every server, as in an object name.
+	for _, seg := range strings.Split(escaped, "/") {
 		if strings.Contains(seg, ";") {
 			return "path has the parameter segment " + strconv.Quote(seg) + ", which servers strip differently"
 		}
