@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/cgi"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"os/exec"
@@ -699,24 +701,38 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 		}
 	})
 
-	t.Run("Go net/http client", func(t *testing.T) {
+	// Every request after the first rides the same inspected tunnel: a
+	// client whose keep-alive connection the proxy closes after each
+	// answer pays a new CONNECT and TLS handshake per request.
+	t.Run("Go net/http client, requests kept alive in one inspected tunnel", func(t *testing.T) {
 		c := w.goClient(t)
-		resp, err := c.Get(api + "/v1/hello")
-		if err != nil {
-			t.Fatal(err)
+		send := func(method string, body io.Reader, wantReused bool) (int, string, string) {
+			t.Helper()
+			var reused bool
+			trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
+			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), method, api+"/v1/hello", body)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.Close {
+				t.Errorf("%s answered with Connection: close", method)
+			}
+			if wantReused && !reused {
+				t.Errorf("%s went over a new connection", method)
+			}
+			return resp.StatusCode, resp.Header.Get("X-Airlock-Reason"), string(b)
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || string(body) != "hello from api.test" {
-			t.Fatalf("Go GET = %d %q", resp.StatusCode, body)
+		if code, _, body := send(http.MethodGet, nil, false); code != 200 || body != "hello from api.test" {
+			t.Fatalf("Go GET = %d %q", code, body)
 		}
-		resp, err = c.Post(api+"/v1/hello", "text/plain", strings.NewReader("x"))
-		if err != nil {
-			t.Fatal(err)
+		if code, _, body := send(http.MethodGet, nil, true); code != 200 || body != "hello from api.test" {
+			t.Fatalf("second Go GET = %d %q", code, body)
 		}
-		resp.Body.Close()
-		if resp.StatusCode != 403 || resp.Header.Get("X-Airlock-Reason") != "method_not_allowed" {
-			t.Fatalf("Go POST = %d %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"))
+		if code, reason, _ := send(http.MethodPost, strings.NewReader("x"), true); code != 403 || reason != "method_not_allowed" {
+			t.Fatalf("Go POST = %d %s", code, reason)
 		}
 	})
 

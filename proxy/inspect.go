@@ -157,7 +157,11 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 		cont = &continuer{bw: bw, body: req.Body}
 		req.Body = cont
 	}
+	// Clone shared req.Body (http.NoBody when there is none): only the
+	// counted body goes upstream, and only when there is one, so that a
+	// bodiless request is never taken for a body left unread below.
 	body := &counter{r: req.Body}
+	out.Body = nil
 	if req.Body != nil && req.Body != http.NoBody {
 		out.Body = body
 	}

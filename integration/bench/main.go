@@ -317,7 +317,8 @@ func measure(op func(w int) (int64, error)) result {
 	var mu sync.Mutex
 	var lats []time.Duration
 	var total atomic.Int64
-	var firstErr atomic.Value
+	var errOnce sync.Once
+	var firstErr error
 	start := time.Now()
 	deadline := start.Add(*duration)
 	for w := 0; w < *conc; w++ {
@@ -329,7 +330,7 @@ func measure(op func(w int) (int64, error)) result {
 				t := time.Now()
 				n, err := op(w)
 				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					errOnce.Do(func() { firstErr = err })
 					return
 				}
 				mine = append(mine, time.Since(t))
@@ -341,10 +342,7 @@ func measure(op func(w int) (int64, error)) result {
 		}(w)
 	}
 	wg.Wait()
-	r := result{ops: len(lats), bytes: total.Load(), elapsed: time.Since(start)}
-	if e, ok := firstErr.Load().(error); ok {
-		r.err = e
-	}
+	r := result{ops: len(lats), bytes: total.Load(), elapsed: time.Since(start), err: firstErr}
 	if len(lats) > 0 {
 		sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
 		r.p50, r.p99 = lats[len(lats)/2], lats[len(lats)*99/100]
