@@ -48,11 +48,14 @@ type world struct {
 	// streamGo releases the second event of api.test/v1/stream, plainGo
 	// the second line of plain.test/stream.
 	streamGo, plainGo chan struct{}
+	// abandoned receives what api.test/v1/hold made of a request it held:
+	// "cancelled" when the proxy gave it up, else "held to the end".
+	abandoned chan string
 }
 
 // newWorld builds the fixture; extra are more `airlock proxy` flags.
 func newWorld(t *testing.T, extra ...string) *world {
-	w := &world{dir: t.TempDir(), streamGo: make(chan struct{}), plainGo: make(chan struct{})}
+	w := &world{dir: t.TempDir(), streamGo: make(chan struct{}), plainGo: make(chan struct{}), abandoned: make(chan string, 4)}
 	w.curl = testutil.RequireTool(t, "curl")
 	w.git = testutil.RequireTool(t, "git")
 	py := testutil.RequireTool(t, "python3")
@@ -174,6 +177,20 @@ func (w *world) serveTLS(t *testing.T) int {
 	mux.HandleFunc("api.test/v1/hello", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "hello from api.test") })
 	mux.HandleFunc("api.test/", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "api.test other path") })
 	mux.HandleFunc("api.test/v1/stream", heldStream("text/event-stream", "data: one\n\n", "data: two\n\n", w.streamGo))
+	// Holds the request, as a slow upstream or a quiet stream would, and
+	// tells whether the proxy gave it up.
+	mux.HandleFunc("api.test/v1/hold", func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("stream") != "" {
+			io.WriteString(rw, "data: first\n\n")
+			rw.(http.Flusher).Flush()
+		}
+		select {
+		case <-r.Context().Done():
+			w.abandoned <- "cancelled"
+		case <-time.After(20 * time.Second):
+			w.abandoned <- "held to the end"
+		}
+	})
 	mux.HandleFunc("tunnel.test/", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "tunnel-ok") })
 	check := func(rw http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == "Bearer "+secretValue {
@@ -803,6 +820,44 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 				t.Fatalf("%s: rest = %q", c.name, rest)
 			}
 		}
+	})
+
+	// A client that gives up on a slow answer or a quiet stream frees the
+	// upstream connection at once: the proxy does not hold it until the
+	// upstream next writes.
+	t.Run("a client that goes away cancels its inspected request upstream", func(t *testing.T) {
+		for _, c := range []struct{ name, query string }{{"waiting for the header", ""}, {"in a quiet stream", "?stream=1"}} {
+			conn := connectThrough(t, w.proxy.addr, fmt.Sprintf("api.test:%d", w.tlsPort))
+			tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: poolOf(t, w.proxy.caFile)})
+			fmt.Fprintf(tc, "GET /v1/hold%s HTTP/1.1\r\nHost: api.test\r\n\r\n", c.query)
+			if c.query != "" {
+				br := bufio.NewReader(tc)
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || line != "data: first\n" {
+					t.Fatalf("%s: first event = %q, %v", c.name, line, err)
+				}
+			} else {
+				time.Sleep(200 * time.Millisecond) // the request is upstream
+			}
+			tc.Close()
+			select {
+			case got := <-w.abandoned:
+				if got != "cancelled" {
+					t.Fatalf("%s: upstream request %s", c.name, got)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: upstream request still held 10s after the client left", c.name)
+			}
+		}
+		w.proxy.audit(t, func(a auditLine) bool {
+			return a.Path == "/v1/hold" && a.Reason == "upstream_error" && strings.Contains(a.Detail, "client closed")
+		})
+		w.proxy.audit(t, func(a auditLine) bool {
+			return a.Path == "/v1/hold" && a.Status == 200 && strings.Contains(a.Detail, "client closed")
+		})
 	})
 
 	// A client may send its first bytes (the TLS ClientHello) in the same

@@ -126,7 +126,8 @@ func (f flushFirst) Read(p []byte) (int, error) {
 // reports whether the connection may carry another request.
 func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request, tun *decision, sni string) bool {
 	// Upstream connections go to the addresses checked at CONNECT.
-	ctx := tun.upstreamContext(context.Background())
+	ctx, cancel := context.WithCancelCause(tun.upstreamContext(context.Background()))
+	defer cancel(nil)
 	t := &tun.in.Request
 	target := policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: t.Host, Port: t.Port, Method: req.Method, Inspected: true}
 	websocket := hopByHop(req.Header)
@@ -165,9 +166,15 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 	if req.Body != nil && req.Body != http.NoBody {
 		out.Body = body
 	}
+	if out.Body == nil && !websocket {
+		defer watchClient(tc, br, cancel)()
+	}
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
 		cont.final()
+		if cause := context.Cause(ctx); cause != nil {
+			err = cause
+		}
 		rdc.deny(policies.ReasonUpstreamError, err.Error())
 		return p.refuse(bw, req, rdc)
 	}
@@ -196,8 +203,38 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 	resp.Body = down
 	err = writeResponse(bw, resp)
 	down.Close()
+	if err != nil && errors.Is(context.Cause(ctx), errClientGone) {
+		rdc.detail = errClientGone.Error()
+	}
 	p.record(rdc, resp.StatusCode, body.n(), down.n())
 	return err == nil && !req.Close && !resp.Close
+}
+
+// errClientGone cancels an inner request whose client has closed its end.
+var errClientGone = errors.New("the client closed the connection before the response was complete")
+
+// watchClient cancels a bodiless inner request when its client goes away
+// while the upstream is slow to answer or pauses a stream: the upstream
+// connection is then released at once, not when the upstream next writes or
+// the response header timeout ends. As in http.Server's background read, a
+// client that half-closes its end counts as gone. Bytes the client sends
+// meanwhile (its next request) stay in br for the loop. The returned stop
+// ends the watch before the loop reads br again.
+func watchClient(tc *tls.Conn, br *bufio.Reader, cancel context.CancelCauseFunc) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := br.Peek(1); err != nil && !isTimeout(err) {
+			cancel(errClientGone)
+		}
+	}()
+	return func() {
+		// A deadline in the past wakes the read; crypto/tls keeps the
+		// connection usable after a timeout.
+		tc.SetReadDeadline(time.Unix(1, 0))
+		<-done
+		tc.SetReadDeadline(time.Time{})
+	}
 }
 
 // unquoted is a parse error's message without what it quotes: net/http
