@@ -191,6 +191,9 @@ func (w *world) serveTLS(t *testing.T) int {
 			w.abandoned <- "held to the end"
 		}
 	})
+	for path, h := range framing {
+		mux.HandleFunc("api.test/v1/framing"+path, h)
+	}
 	mux.HandleFunc("tunnel.test/", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "tunnel-ok") })
 	check := func(rw http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == "Bearer "+secretValue {
@@ -238,6 +241,49 @@ func (w *world) serveTLS(t *testing.T) int {
 	go srv.ServeTLS(ln, "", "")
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// framing are upstream answers whose framing a proxy must pass on as it
+// is: a known length, a body cut short of its length or of its last chunk,
+// a body of unknown length, and hop-by-hop headers of the upstream's own
+// connection.
+var framing = map[string]http.HandlerFunc{
+	"/big": func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Length", strconv.Itoa(len(bigBody)))
+		rw.Write(bigBody)
+	},
+	"/trunc":         rawAnswer("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + string(bigBody[:50000])),
+	"/trunc-chunked": rawAnswer("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1000\r\n" + string(bigBody[:4096]) + "\r\n10\r\nabc"),
+	"/flushed": func(rw http.ResponseWriter, r *http.Request) {
+		io.WriteString(rw, "streamed body")
+		rw.(http.Flusher).Flush()
+		io.WriteString(rw, " more")
+	},
+	"/connclose": func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Connection", "close")
+		io.WriteString(rw, "bye")
+	},
+	"/hop": func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Connection", "keep-alive, X-Hop")
+		rw.Header().Set("Keep-Alive", "timeout=5, max=1")
+		rw.Header().Set("X-Hop", "the upstream's connection only")
+		io.WriteString(rw, "ok")
+	},
+}
+
+var bigBody = bytes.Repeat([]byte("0123456789"), 10000)
+
+// rawAnswer writes raw as the whole answer, then closes the connection.
+func rawAnswer(raw string) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(rw).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString(raw)
+		brw.Flush()
+	}
 }
 
 // heldStream sends first, then holds second until release is closed (the
@@ -288,6 +334,10 @@ func (w *world) servePlain(t *testing.T) int {
 		}
 		if r.URL.Path == "/stream" { // newline-delimited JSON of unknown length
 			heldStream("application/x-ndjson", "{\"n\":1}\n", "{\"n\":2}\n", w.plainGo)(rw, r)
+			return
+		}
+		if h, ok := framing[r.URL.Path]; ok {
+			h(rw, r)
 			return
 		}
 		fmt.Fprintf(rw, "plain %s %s", r.Method, r.URL.Path)
@@ -750,6 +800,98 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 		}
 		if code, reason, _ := send(http.MethodPost, strings.NewReader("x"), true); code != 403 || reason != "method_not_allowed" {
 			t.Fatalf("Go POST = %d %s", code, reason)
+		}
+	})
+
+	t.Run("plain responses keep their length, and a body cut short stays an error", func(t *testing.T) {
+		plain := fmt.Sprintf("http://plain.test:%d", w.plainPort)
+		head := exec.Command(w.curl, "-sS", "-I", "-x", w.proxy.url, plain+"/big")
+		head.Env = cleanEnv()
+		if out, err := head.Output(); err != nil || !strings.Contains(strings.ToLower(string(out)), "content-length: 100000") {
+			t.Fatalf("HEAD /big through the proxy: %v\n%s", err, out)
+		}
+		for _, path := range []string{"/trunc", "/trunc-chunked"} {
+			get := exec.Command(w.curl, "-sS", "-o", os.DevNull, "-x", w.proxy.url, plain+path)
+			get.Env = cleanEnv()
+			if err := get.Run(); err == nil {
+				t.Errorf("GET %s through the proxy: curl exit 0 for a body the upstream cut short", path)
+			}
+		}
+		w.proxy.audit(t, func(a auditLine) bool {
+			return a.Path == "/trunc-chunked" && strings.Contains(a.Detail, "ended early")
+		})
+	})
+
+	// The client's connection is the proxy's: what the upstream says of
+	// its own (Connection: close, keep-alive limits) stays there, and a
+	// body of unknown length is chunked instead of ended by a close.
+	t.Run("inspected responses are framed for the client's connection", func(t *testing.T) {
+		c := w.goClient(t)
+		for i, step := range []struct{ method, path, body string }{
+			{"GET", "/connclose", "bye"},
+			{"GET", "/hop", "ok"},
+			{"HEAD", "/flushed", ""},
+			{"GET", "/flushed", "streamed body more"},
+			{"GET", "/big", string(bigBody)},
+		} {
+			var reused bool
+			trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
+			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), step.method, api+"/v1/framing"+step.path, nil)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			switch {
+			case resp.StatusCode != 200 || string(body) != step.body:
+				t.Errorf("%s %s = %d, %d bytes", step.method, step.path, resp.StatusCode, len(body))
+			case resp.Close:
+				t.Errorf("%s %s answered with Connection: close", step.method, step.path)
+			case i > 0 && !reused:
+				t.Errorf("%s %s went over a new tunnel", step.method, step.path)
+			case resp.Header.Get("X-Hop") != "" || resp.Header.Get("Keep-Alive") != "":
+				t.Errorf("%s %s passed on the upstream's hop-by-hop headers: %v", step.method, step.path, resp.Header)
+			}
+		}
+	})
+
+	t.Run("HTTP 1.0 clients in an inspected tunnel", func(t *testing.T) {
+		if code, body := w.curlCmd(t, w.curl, "-0", api+"/v1/hello"); code != 200 || body != "hello from api.test" {
+			t.Fatalf("curl -0 (ALPN http/1.0) = %d %q", code, body)
+		}
+		conn := connectThrough(t, w.proxy.addr, fmt.Sprintf("api.test:%d", w.tlsPort))
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: poolOf(t, w.proxy.caFile)})
+		io.WriteString(tc, "GET /v1/framing/flushed HTTP/1.0\r\nHost: api.test\r\n\r\n")
+		raw, err := io.ReadAll(tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(raw); strings.Contains(strings.ToLower(got), "chunked") || !strings.HasSuffix(got, "\r\n\r\nstreamed body more") {
+			t.Fatalf("answer to an HTTP/1.0 request (chunks are HTTP/1.1 only):\n%s", got)
+		}
+	})
+
+	// A client still sending a body the proxy refused, or the upstream
+	// answered without reading, must get the answer: a close with its
+	// bytes unread would be a reset that destroys the answer first.
+	t.Run("a refused upload is answered, not reset", func(t *testing.T) {
+		payload := filepath.Join(t.TempDir(), "payload")
+		os.WriteFile(payload, bytes.Repeat([]byte("x"), 20<<20), 0o644)
+		for _, c := range []struct {
+			url  string
+			want int
+		}{
+			{api + "/v1/hello", 403}, // POST is not allowed there
+			{fmt.Sprintf("https://upload.test:%d/early", w.tlsPort), 200},
+		} {
+			for i := 0; i < 5; i++ {
+				if code, _ := w.curlCmd(t, w.curl, "--max-time", "20", "-H", "Expect:", "--data-binary", "@"+payload, c.url); code != c.want {
+					t.Fatalf("20 MB POST to %s, try %d: status %d, want %d", c.url, i+1, code, c.want)
+				}
+			}
 		}
 	})
 

@@ -55,6 +55,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 	case !dc.d.Allow:
 		dc.denialResponse(r).Write(client)
 		p.record(dc, dc.status(), 0, 0)
+		linger(client, maxLinger) // the client may have sent its first tunnel bytes
 	case dc.d.Inspect:
 		if len(early) > 0 {
 			client = &earlyConn{Conn: client, r: io.MultiReader(bytes.NewReader(early), client)}
@@ -75,6 +76,14 @@ type earlyConn struct {
 }
 
 func (c *earlyConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// CloseWrite lets linger shut the socket's write side.
+func (c *earlyConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
 
 // SyscallConn lets the idle watcher read the socket's TCP_INFO.
 func (c *earlyConn) SyscallConn() (syscall.RawConn, error) {

@@ -34,7 +34,9 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 	tc := tls.Server(client, &tls.Config{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.cfg.CA.Leaf(host) },
 		// HTTP/2 would multiplex requests this loop decides one by one.
-		NextProtos: []string{"http/1.1"},
+		// A client offering only http/1.0 (curl -0) is served too: with
+		// no protocol in common, Go would fail its handshake.
+		NextProtos: []string{"http/1.1", "http/1.0"},
 		MinVersion: tls.VersionTLS12,
 	})
 	tc.SetDeadline(time.Now().Add(p.cfg.Limits.HandshakeTimeout))
@@ -81,15 +83,25 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 				resp.Close = true
 				writeResponse(bw, resp)
 				p.record(bad, resp.StatusCode, 0, 0)
+				closeAnswered(tc)
 			}
 			return
 		}
 		tc.SetReadDeadline(time.Time{})
 		lim.N = math.MaxInt64
 		if !p.serveInner(cc, tc, br, bw, req, dc, sni) {
+			closeAnswered(tc)
 			return
 		}
 	}
+}
+
+// closeAnswered readies an inspected tunnel for its close after the
+// proxy's last answer: TLS's close_notify, then linger on the socket.
+func closeAnswered(tc *tls.Conn) {
+	tc.SetWriteDeadline(time.Now().Add(refuseLinger))
+	tc.CloseWrite()
+	linger(tc.NetConn(), maxLinger)
 }
 
 // writeResponse writes resp through bw and flushes it. The body is read
@@ -178,11 +190,9 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 		rdc.deny(policies.ReasonUpstreamError, err.Error())
 		return p.refuse(bw, req, rdc)
 	}
-	if !cont.final() {
-		// The upstream answered without asking for the body, which the
-		// client still holds: the connection cannot carry another request.
-		resp.Close = true
-	}
+	// The upstream answered without asking for the body, which the client
+	// still holds: the connection cannot carry another request.
+	last := !cont.final()
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		if !websocket { // the request went without Upgrade: a switch nobody asked for
 			resp.Body.Close()
@@ -193,21 +203,58 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 		p.upgrade(tc, br, resp, rdc, body)
 		return false
 	}
-	if out.Body != nil && !body.eof.Load() {
-		// The upstream answered before it read the whole body, which the
-		// transport may still be reading from br: the loop must not read
-		// its next request there, so this request is the last.
-		resp.Close = true
-	}
+	// The upstream answered before it read the whole body, which the
+	// transport may still be reading from br: the loop must not read its
+	// next request there, so this request is the last.
+	last = last || (out.Body != nil && !body.eof.Load())
+	last = frame(req, resp, last)
 	down := &counter{r: resp.Body}
 	resp.Body = down
 	err = writeResponse(bw, resp)
 	down.Close()
-	if err != nil && errors.Is(context.Cause(ctx), errClientGone) {
+	switch {
+	case err != nil && errors.Is(context.Cause(ctx), errClientGone):
 		rdc.detail = errClientGone.Error()
+	case err != nil:
+		noteTruncated(rdc, down)
 	}
 	p.record(rdc, resp.StatusCode, body.n(), down.n())
-	return err == nil && !req.Close && !resp.Close
+	return err == nil && !last
+}
+
+// frame readies an upstream response for the client's connection, which
+// is the proxy's, not the upstream's: the upstream's hop-by-hop headers go,
+// its closing its own connection does not close the client's, and a body
+// of unknown length is chunked for an HTTP/1.1 client rather than ended by
+// a close. It reports whether the client's connection ends after this
+// response (last, or the client asked, or a body only a close can end),
+// and says so in the response.
+func frame(req *http.Request, resp *http.Response, last bool) bool {
+	hopByHopResponse(resp.Header)
+	// The status line is the proxy's: HTTP/1.1, whatever the upstream
+	// spoke, so that chunking is legal on it.
+	resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.1", 1, 1
+	switch {
+	case req.Method == http.MethodHead || !bodyAllowed(resp.StatusCode):
+		// No body follows, whatever the length says: nothing to frame.
+		if resp.ContentLength < 0 {
+			resp.ContentLength = 0
+		}
+		resp.TransferEncoding = nil
+	case resp.ContentLength >= 0:
+	case req.ProtoAtLeast(1, 1):
+		resp.TransferEncoding = []string{"chunked"}
+	default:
+		// An HTTP/1.0 client knows no chunks: the body ends with the
+		// connection.
+		resp.TransferEncoding = nil
+		last = true
+	}
+	// An HTTP/1.0 client closes unless told otherwise, which this proxy
+	// does not tell it.
+	last = last || req.Close || !req.ProtoAtLeast(1, 1)
+	resp.Close = last
+	return last
 }
 
 // errClientGone cancels an inner request whose client has closed its end.
@@ -481,26 +528,37 @@ func (c *continuer) final() bool {
 	return c.told
 }
 
-// counter counts bytes read through it.
 // counter counts what is read through it. The transport reads a request
 // body in its own goroutine, which may still run when the response is
 // written, so the count and the end are atomic.
 type counter struct {
 	r     io.ReadCloser
 	count atomic.Int64
-	eof   atomic.Bool // the body was read to its end
+	eof   atomic.Bool           // the body was read to its end
+	err   atomic.Pointer[error] // the first read error other than EOF
 }
 
 func (c *counter) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
 	c.count.Add(int64(n))
-	if err == io.EOF {
+	switch {
+	case err == io.EOF:
 		c.eof.Store(true)
+	case err != nil:
+		c.err.CompareAndSwap(nil, &err)
 	}
 	return n, err
 }
 
 func (c *counter) n() int64 { return c.count.Load() }
+
+// failed is the error that ended the body before its end, if one did.
+func (c *counter) failed() error {
+	if e := c.err.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
 
 func (c *counter) Close() error { return c.r.Close() }
 

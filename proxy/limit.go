@@ -72,8 +72,24 @@ func (p *Proxy) refuseOverLimit(c net.Conn, st *sandboxState, held int64) {
 	if resp.Write(c) != nil {
 		return
 	}
+	linger(c, 64<<10)
+}
+
+// linger readies a connection for its close after the proxy's last answer
+// on it. A close with the client's bytes unread in the socket sends a
+// reset, which can destroy the answer before the client has read it (a
+// refused upload still being sent), so the write side is shut first, which
+// tells the client the answer is whole, and what it still sends is read and
+// dropped until it closes too, for at most refuseLinger and max bytes, as
+// http.Server does before it closes a connection.
+func linger(c net.Conn, max int64) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
-	io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+	c.SetReadDeadline(time.Now().Add(refuseLinger))
+	io.Copy(io.Discard, io.LimitReader(c, max))
 }
+
+// maxLinger is the most linger drops of a client's unread bytes after a
+// refusal in a connection it may go on sending on.
+const maxLinger = 1 << 20

@@ -103,23 +103,40 @@ const unaskedSwitch = "101 Switching Protocols to a request that asked for no We
 func hopByHop(h http.Header) (websocket bool) {
 	websocket = httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade") &&
 		len(h["Upgrade"]) == 1 && strings.EqualFold(strings.TrimSpace(h.Get("Upgrade")), "websocket")
+	dropConnectionHeaders(h, websocket)
+	h.Del("Proxy-Authorization")
+	h.Del("Trailer")
+	h.Del("Http2-Settings")
+	if websocket {
+		h.Set("Connection", "Upgrade")
+	}
+	return websocket
+}
+
+// hopByHopResponse removes from a response (other than a 101) what
+// described the upstream's connection with the proxy: its Connection
+// header and the headers it names, Keep-Alive, Upgrade. Passed on, an
+// upstream's "Connection: close" would end the client's connection, and
+// its keep-alive limits would be taken for the proxy's.
+func hopByHopResponse(h http.Header) { dropConnectionHeaders(h, false) }
+
+// dropConnectionHeaders removes the Connection header, the headers it
+// names and the other hop-by-hop headers of RFC 9110 7.6.1; keepUpgrade
+// keeps Upgrade for a WebSocket handshake.
+func dropConnectionHeaders(h http.Header, keepUpgrade bool) {
 	for _, v := range h["Connection"] {
 		for _, name := range strings.Split(v, ",") {
-			if name = strings.TrimSpace(name); name != "" && !(websocket && strings.EqualFold(name, "upgrade")) {
+			if name = strings.TrimSpace(name); name != "" && !(keepUpgrade && strings.EqualFold(name, "upgrade")) {
 				h.Del(name)
 			}
 		}
 	}
-	for _, name := range []string{"Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate", "Te", "Trailer", "Http2-Settings"} {
+	for _, name := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Te"} {
 		h.Del(name)
 	}
-	if websocket {
-		h.Set("Connection", "Upgrade")
-	} else {
-		h.Del("Connection")
+	if !keepUpgrade {
 		h.Del("Upgrade")
 	}
-	return websocket
 }
 
 // plainUpgrade serves an absolute-form WebSocket upgrade (ws:// through the
@@ -142,12 +159,16 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		defer resp.Body.Close()
+		hopByHopResponse(resp.Header)
 		for k, v := range resp.Header {
 			w.Header()[k] = v
 		}
 		w.WriteHeader(resp.StatusCode)
-		n, _ := io.Copy(w, resp.Body)
-		p.record(dc, resp.StatusCode, body.n(), n)
+		down := &counter{r: resp.Body}
+		io.Copy(w, down)
+		noteTruncated(dc, down)
+		p.record(dc, resp.StatusCode, body.n(), down.n())
+		abortIfTruncated(down)
 		return
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
@@ -199,13 +220,37 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 		p.record(st.dc, st.dc.status(), st.body.n(), 0)
 		return st.dc.denialResponse(gctx.Req)
 	}
+	hopByHopResponse(resp.Header)
+	down := &recordOnClose{counter: counter{r: resp.Body}}
+	down.done = func(n int64) {
+		noteTruncated(st.dc, &down.counter)
+		p.record(st.dc, resp.StatusCode, st.body.n(), n)
+	}
 	if sw, ok := gctx.Req.Context().Value(streamKey{}).(*streamWriter); ok {
 		sw.stream = resp.ContentLength < 0
+		sw.length = resp.ContentLength
+		sw.body = &down.counter
 	}
-	resp.Body = &recordOnClose{counter: counter{r: resp.Body}, done: func(n int64) {
-		p.record(st.dc, resp.StatusCode, st.body.n(), n)
-	}}
+	resp.Body = down
 	return resp
+}
+
+// noteTruncated puts in dc's audit detail that the upstream ended the
+// response body early, if it did.
+func noteTruncated(dc *decision, body *counter) {
+	if err := body.failed(); err != nil {
+		dc.detail = "upstream response body ended early: " + err.Error()
+	}
+}
+
+// abortIfTruncated ends the client's connection without completing the
+// response when the upstream's body ended early: a chunked response closed
+// properly, or a close-delimited one, would hand the client a truncated
+// body as a whole one. http.Server recovers this panic by closing.
+func abortIfTruncated(body *counter) {
+	if body != nil && body.failed() != nil {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // recordOnClose calls done with the bytes read when the body is closed.
@@ -223,18 +268,37 @@ func (r *recordOnClose) Close() error {
 	return err
 }
 
-// streamWriter flushes after every write of a response whose length the
-// upstream did not give. goproxy flushes server-sent events only; any other
-// stream (NDJSON, a long poll answered bit by bit) would wait in the
-// server's buffer for 4 KiB or for its end. goproxy drops Content-Length
-// once the body is wrapped for counting, so the response hook, which still
-// sees the upstream's length, sets stream.
+// streamWriter writes a plain response to the client. goproxy drops
+// Content-Length once the body is wrapped for counting, so the response
+// hook, which still sees the upstream's length, tells it the length (put
+// back on the header: a HEAD answer keeps its size, and a body that ends
+// short of it is an error to the client) and whether the response is a
+// stream. A stream is flushed after every write: goproxy flushes
+// server-sent events only, and any other stream (NDJSON, a long poll
+// answered bit by bit) would wait in the server's buffer for 4 KiB or for
+// its end.
 type streamWriter struct {
 	http.ResponseWriter
 	stream bool
+	length int64    // the upstream's Content-Length; -1 unknown
+	body   *counter // the upstream's body, to tell a truncated one
 }
 
 type streamKey struct{}
+
+func (s *streamWriter) WriteHeader(code int) {
+	h := s.Header()
+	if s.length >= 0 && bodyAllowed(code) && h.Get("Transfer-Encoding") == "" {
+		h.Set("Content-Length", strconv.FormatInt(s.length, 10))
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// bodyAllowed reports whether a response with this status may have a body
+// (RFC 9110 6.4.1), and so a Content-Length.
+func bodyAllowed(code int) bool {
+	return code >= 200 && code != http.StatusNoContent && code != http.StatusNotModified
+}
 
 func (s *streamWriter) Write(p []byte) (int, error) {
 	n, err := s.ResponseWriter.Write(p)

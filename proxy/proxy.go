@@ -212,8 +212,9 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 			case hopByHop(r.Header):
 				p.plainUpgrade(w, r)
 			default:
-				sw := &streamWriter{ResponseWriter: w}
+				sw := &streamWriter{ResponseWriter: w, length: -1}
 				gp.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), streamKey{}, sw)))
+				abortIfTruncated(sw.body)
 			}
 		}),
 		MaxHeaderBytes:    p.cfg.Limits.MaxHeaderBytes,

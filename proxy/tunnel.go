@@ -25,6 +25,7 @@ func (p *Proxy) tunnel(client net.Conn, early []byte, dc *decision) {
 		dc.deny(policies.ReasonUpstreamError, err.Error())
 		dc.denialResponse(nil).Write(client)
 		p.record(dc, dc.status(), 0, 0)
+		linger(client, maxLinger)
 		return
 	}
 	defer upstream.Close()
