@@ -48,6 +48,9 @@ type world struct {
 	// streamGo releases the second event of api.test/v1/stream, plainGo
 	// the second line of plain.test/stream.
 	streamGo, plainGo chan struct{}
+	// quietPort is an upstream that reads what it is sent and never
+	// answers or closes.
+	quietPort int
 	// abandoned receives what api.test/v1/hold made of a request it held:
 	// "cancelled" when the proxy gave it up, else "held to the end".
 	abandoned chan string
@@ -80,6 +83,7 @@ func newWorld(t *testing.T, extra ...string) *world {
 	}
 	w.tlsPort = w.serveTLS(t)
 	w.plainPort = w.servePlain(t)
+	w.quietPort = serveQuiet(t)
 
 	bundle := filepath.Join(w.dir, "bundle")
 	os.MkdirAll(bundle, 0o755)
@@ -91,7 +95,8 @@ func newWorld(t *testing.T, extra ...string) *world {
 			resolve = append(resolve, "--resolve", fmt.Sprintf("%s:%d:127.0.0.2", name, port))
 		}
 	}
-	resolve = append(resolve, "--resolve", fmt.Sprintf("internal.test:%d:10.0.0.1", w.plainPort))
+	resolve = append(resolve, "--resolve", fmt.Sprintf("internal.test:%d:10.0.0.1", w.plainPort),
+		"--resolve", fmt.Sprintf("quiet.test:%d:127.0.0.2", w.quietPort))
 	args := append([]string{"--policy", bundle, "--preset", "itest", "--pid", strconv.Itoa(os.Getpid()),
 		"--allow-range", "127.0.0.2/32", "--upstream-ca", w.upstreamCA.File}, append(resolve, extra...)...)
 	// The proxy's own environment points at a proxy that does not exist:
@@ -113,6 +118,7 @@ rules := [
 	{"name": "pinned", "binaries": [{"path": %[4]s, "sha256": %[5]s}], "hosts": ["plain.test"], "ports": [%[3]d]},
 	{"name": "api-read", "binaries": %[6]s, "hosts": ["api.test"], "ports": [%[2]d], "methods": "read-only", "paths": ["/v1/**"]},
 	{"name": "tunnel", "binaries": %[6]s, "hosts": ["tunnel.test"], "ports": [%[2]d]},
+	{"name": "quiet", "binaries": %[6]s, "hosts": ["quiet.test"], "ports": [%[8]d]},
 	{"name": "secret", "binaries": [{"path": %[1]s}], "hosts": ["secret.test"], "ports": [%[2]d],
 	 "inject": {"authorization": {"env": "ITEST_TOKEN", "format": "Bearer %%s"}}},
 	{"name": "upload", "binaries": [{"path": %[1]s}], "hosts": ["upload.test"], "ports": [%[2]d], "methods": ["POST"], "paths": ["/upload"]},
@@ -135,7 +141,7 @@ denies := [
 ]
 
 decision := lib.decide(rules, denies)
-`, q(w.curl), w.tlsPort, w.plainPort, q(w.pinnedCurl), q(fileSHA(t0{}, w.pinnedCurl)), clients, q(w.gitRemote))
+`, q(w.curl), w.tlsPort, w.plainPort, q(w.pinnedCurl), q(fileSHA(t0{}, w.pinnedCurl)), clients, q(w.gitRemote), w.quietPort)
 }
 
 // t0 lets fileSHA be called where no *testing.T is at hand.
@@ -1071,6 +1077,49 @@ func TestShutdownClosesIdleInspectedTunnels(t *testing.T) {
 	err = w.proxy.cmd.Wait()
 	if err != nil {
 		t.Fatalf("airlock proxy with an idle inspected tunnel exited with %v; want a clean drain", err)
+	}
+}
+
+// serveQuiet runs an upstream that reads each connection to its end and
+// then holds it open, silent, until the test ends.
+func serveQuiet(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(io.Discard, c)
+				<-done
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// An opaque tunnel to an upstream that never speaks again must not keep the
+// proxy from exiting: once the grace period ends its client side is
+// closed, and that ends the tunnel, upstream side included.
+func TestShutdownEndsTunnelsToQuietUpstreams(t *testing.T) {
+	w := newWorld(t)
+	conn := connectThrough(t, w.proxy.addr, fmt.Sprintf("quiet.test:%d", w.quietPort))
+	defer conn.Close()
+	conn.Write([]byte("x"))
+	w.proxy.cmd.Process.Signal(os.Interrupt)
+	exited := make(chan error, 1)
+	go func() { exited <- w.proxy.cmd.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(25 * time.Second):
+		t.Fatal("airlock proxy still running 25s after SIGINT (its grace period is 10s) with a tunnel to a silent upstream")
 	}
 }
 

@@ -79,15 +79,19 @@ func (p *Proxy) refuseOverLimit(c net.Conn, st *sandboxState, held int64) {
 // on it. A close with the client's bytes unread in the socket sends a
 // reset, which can destroy the answer before the client has read it (a
 // refused upload still being sent), so the write side is shut first, which
-// tells the client the answer is whole, and what it still sends is read and
-// dropped until it closes too, for at most refuseLinger and max bytes, as
-// http.Server does before it closes a connection.
+// tells the client the answer is whole, and the close waits for the client
+// to close too, for at most refuseLinger, as http.Server does. Meanwhile up
+// to max bytes of what it still sends are read and dropped, which lets it
+// see the close sooner; past that it is left to read the answer unhurried.
 func linger(c net.Conn, max int64) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
-	c.SetReadDeadline(time.Now().Add(refuseLinger))
-	io.Copy(io.Discard, io.LimitReader(c, max))
+	deadline := time.Now().Add(refuseLinger)
+	c.SetReadDeadline(deadline)
+	if n, _ := io.Copy(io.Discard, io.LimitReader(c, max)); n == max {
+		time.Sleep(time.Until(deadline))
+	}
 }
 
 // maxLinger is the most linger drops of a client's unread bytes after a

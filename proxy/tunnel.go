@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -78,8 +77,11 @@ func relay(client, upstream net.Conn) (up, down int64) {
 // finish ends one direction: an error closes both connections so the other
 // direction ends too; a clean EOF becomes a half-close of dst, unless the
 // other direction has already ended, when the caller's close says as much.
+// A connection closed under the copy (Shutdown's grace ran out, the idle
+// watcher) is an error too: taken for an EOF, it would leave the other
+// direction waiting on an upstream that may never speak again.
 func finish(dst, src net.Conn, err error, ended *atomic.Int32) {
-	if err != nil && !errors.Is(err, net.ErrClosed) {
+	if err != nil {
 		dst.Close()
 		src.Close()
 		return

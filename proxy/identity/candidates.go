@@ -2,7 +2,9 @@ package identity
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,6 +25,9 @@ type Cgroup string
 func (c Cgroup) PIDs() ([]int, error) {
 	var pids []int
 	err := filepath.WalkDir(string(c), func(p string, d os.DirEntry, err error) error {
+		if gone(p, string(c), err) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -30,6 +35,9 @@ func (c Cgroup) PIDs() ([]int, error) {
 			return nil
 		}
 		raw, err := os.ReadFile(p)
+		if gone(filepath.Dir(p), string(c), err) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -44,6 +52,13 @@ func (c Cgroup) PIDs() ([]int, error) {
 		return nil, fmt.Errorf("cgroup %s: %w", c, err)
 	}
 	return pids, nil
+}
+
+// gone reports whether err says that a child cgroup of root was removed
+// while it was listed: its processes have left, and the rest of the
+// listing stands. The root itself gone is an error.
+func gone(dir, root string, err error) bool {
+	return errors.Is(err, fs.ErrNotExist) && filepath.Clean(dir) != filepath.Clean(root)
 }
 
 // Tree lists a root process and its descendants, through

@@ -20,6 +20,11 @@ const maxAncestors = 2
 
 // Resolver finds the process behind a client connection.
 type Resolver struct {
+	// mu is held for reading by every lookup and for writing by Close, so
+	// that no lookup uses the netlink socket or the cache after Close (a
+	// closed descriptor's number may already name another file).
+	mu         sync.RWMutex
+	closed     bool
 	diag       *sockDiag
 	candidates Candidates
 	hashes     *HashCache
@@ -64,8 +69,15 @@ func NewResolver(ns netns.NsHandle, candidates Candidates, hashes *HashCache) (*
 	return &Resolver{diag: d, candidates: candidates, hashes: hashes, procs: newProcCache(procCacheSize)}, nil
 }
 
-// Close releases the netlink socket and the cached processes' directories.
+// Close releases the netlink socket and the cached processes' directories,
+// once the lookups under way have ended; later lookups fail.
 func (r *Resolver) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.closed = true
 	r.diag.Close()
 	r.procs.purge()
 }
@@ -73,6 +85,11 @@ func (r *Resolver) Close() {
 // Lookup attributes the connection from client to server (the proxy's
 // listening address as the client dialled it) to its owning process.
 func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return nil, unknown("the sandbox's listener is closed")
+	}
 	sock, err := r.diag.lookup(client, server)
 	if err != nil {
 		return nil, unknown("sock_diag %s→%s: %v", client, server, err)
