@@ -866,17 +866,26 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 		if code, body := w.curlCmd(t, w.curl, "-0", api+"/v1/hello"); code != 200 || body != "hello from api.test" {
 			t.Fatalf("curl -0 (ALPN http/1.0) = %d %q", code, body)
 		}
-		conn := connectThrough(t, w.proxy.addr, fmt.Sprintf("api.test:%d", w.tlsPort))
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(10 * time.Second))
-		tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: poolOf(t, w.proxy.caFile)})
-		io.WriteString(tc, "GET /v1/framing/flushed HTTP/1.0\r\nHost: api.test\r\n\r\n")
-		raw, err := io.ReadAll(tc)
+		get10 := func(path string) (string, error) {
+			conn := connectThrough(t, w.proxy.addr, fmt.Sprintf("api.test:%d", w.tlsPort))
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: poolOf(t, w.proxy.caFile)})
+			io.WriteString(tc, "GET "+path+" HTTP/1.0\r\nHost: api.test\r\n\r\n")
+			raw, err := io.ReadAll(tc)
+			return string(raw), err
+		}
+		got, err := get10("/v1/framing/flushed")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := string(raw); strings.Contains(strings.ToLower(got), "chunked") || !strings.HasSuffix(got, "\r\n\r\nstreamed body more") {
+		if strings.Contains(strings.ToLower(got), "chunked") || !strings.HasSuffix(got, "\r\n\r\nstreamed body more") {
 			t.Fatalf("answer to an HTTP/1.0 request (chunks are HTTP/1.1 only):\n%s", got)
+		}
+		// Its body ends with the connection: one the upstream cut short
+		// must not end in an orderly close, which would make it whole.
+		if got, err := get10("/v1/framing/trunc-chunked"); err == nil {
+			t.Fatalf("a body the upstream cut short reached an HTTP/1.0 client as whole:\n%.200s", got)
 		}
 	})
 

@@ -16,10 +16,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/policies"
+	"golang.org/x/sys/unix"
 )
 
 // inspect terminates TLS for an allowed CONNECT to an inspected host and
@@ -217,9 +219,25 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 		rdc.detail = errClientGone.Error()
 	case err != nil:
 		noteTruncated(rdc, down)
+		// The answer was cut short: a reset, not the orderly close that
+		// ends a body an HTTP/1.0 client reads to the close, which would
+		// hand it the part as the whole.
+		reset(tc.NetConn())
 	}
 	p.record(rdc, resp.StatusCode, body.n(), down.n())
 	return err == nil && !last
+}
+
+// reset closes c with a TCP reset (SO_LINGER 0).
+func reset(c net.Conn) {
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) {
+				unix.SetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+			})
+		}
+	}
+	c.Close()
 }
 
 // frame readies an upstream response for the client's connection, which
