@@ -392,6 +392,21 @@ func (w *world) goClient(t *testing.T) *http.Client {
 	}}
 }
 
+// doTraced sends one request with c and reads its answer whole; reused
+// says whether it went over a connection the client already had open.
+func doTraced(t *testing.T, c *http.Client, method, url string, body io.Reader) (resp *http.Response, b []byte, reused bool) {
+	t.Helper()
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), method, url, body)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, b, reused
+}
+
 // curlCmd runs curl through the proxy and returns status, body and stderr.
 func (w *world) curlCmd(t *testing.T, bin string, args ...string) (status int, body string) {
 	t.Helper()
@@ -781,15 +796,7 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 		c := w.goClient(t)
 		send := func(method string, body io.Reader, wantReused bool) (int, string, string) {
 			t.Helper()
-			var reused bool
-			trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
-			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), method, api+"/v1/hello", body)
-			resp, err := c.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			resp, b, reused := doTraced(t, c, method, api+"/v1/hello", body)
 			if resp.Close {
 				t.Errorf("%s answered with Connection: close", method)
 			}
@@ -840,15 +847,7 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 			{"GET", "/flushed", "streamed body more"},
 			{"GET", "/big", string(bigBody)},
 		} {
-			var reused bool
-			trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
-			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), step.method, api+"/v1/framing"+step.path, nil)
-			resp, err := c.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			resp, body, reused := doTraced(t, c, step.method, api+"/v1/framing"+step.path, nil)
 			switch {
 			case resp.StatusCode != 200 || string(body) != step.body:
 				t.Errorf("%s %s = %d, %d bytes", step.method, step.path, resp.StatusCode, len(body))

@@ -53,9 +53,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 	early, _ := brw.Reader.Peek(brw.Reader.Buffered())
 	switch {
 	case !dc.d.Allow:
-		dc.denialResponse(r).Write(client)
-		p.record(dc, dc.status(), 0, 0)
-		linger(client, maxLinger) // the client may have sent its first tunnel bytes
+		p.refuseConn(client, dc, r) // the client may have sent its first tunnel bytes
 	case dc.d.Inspect:
 		if len(early) > 0 {
 			client = &earlyConn{Conn: client, r: io.MultiReader(bytes.NewReader(early), client)}

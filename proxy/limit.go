@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -92,6 +93,15 @@ func linger(c net.Conn, max int64) {
 	if n, _ := io.Copy(io.Discard, io.LimitReader(c, max)); n == max {
 		time.Sleep(time.Until(deadline))
 	}
+}
+
+// refuseConn answers dc's denial (of r, when there is one) on a
+// connection taken over from the server, records it, and lingers so that
+// the client reads it.
+func (p *Proxy) refuseConn(c net.Conn, dc *decision, r *http.Request) {
+	dc.denialResponse(r).Write(c)
+	p.record(dc, dc.status(), 0, 0)
+	linger(c, maxLinger)
 }
 
 // maxLinger is the most linger drops of a client's unread bytes after a

@@ -22,9 +22,7 @@ func (p *Proxy) tunnel(client net.Conn, early []byte, dc *decision) {
 	upstream, err := p.cfg.Guard.Dial(context.Background(), dc.addrs, dc.in.Request.Port)
 	if err != nil {
 		dc.deny(policies.ReasonUpstreamError, err.Error())
-		dc.denialResponse(nil).Write(client)
-		p.record(dc, dc.status(), 0, 0)
-		linger(client, maxLinger)
+		p.refuseConn(client, dc, nil)
 		return
 	}
 	defer upstream.Close()
