@@ -100,12 +100,12 @@ func TestLaunchSeesOnlyItsOwnProcesses(t *testing.T) {
 	testutil.RequireRoot(t, "airlock launch (PID and mount namespaces)")
 	marker := fmt.Sprintf("marker-%d", os.Getpid())
 	out, err := exec.Command(airlockBin, "launch", "--net", "none", "--sandbox-id", marker, "--log-level", "error", "--",
-		"/bin/sh", "-c", "echo pid=$$; ls /proc | grep -c '^[0-9]'; cat /proc/[0-9]*/cmdline | tr '\\0' ' '").CombinedOutput()
+		"/bin/sh", "-c", "echo pid=$$; ls /proc | grep -c '^[0-9]'; cat /proc/[0-9]*/cmdline | tr '\\0' ' '; echo; grep -E '^(Uid|CapEff|CapPrm|NoNewPrivs|Seccomp):' /proc/1/status").CombinedOutput()
 	if err != nil {
 		t.Fatalf("launch: %v\n%s", err, out)
 	}
-	lines := strings.SplitN(string(out), "\n", 3)
-	if len(lines) < 3 {
+	lines := strings.SplitN(string(out), "\n", 4)
+	if len(lines) < 4 {
 		t.Fatalf("output %q", out)
 	}
 	if lines[0] == fmt.Sprintf("pid=%d", os.Getpid()) || lines[0] == "pid=1" {
@@ -123,6 +123,12 @@ func TestLaunchSeesOnlyItsOwnProcesses(t *testing.T) {
 	}
 	if !strings.Contains(lines[2], "__airlock-sandbox-stage2 init") {
 		t.Errorf("PID 1 of the sandbox is not airlock's init: %s", lines[2])
+	}
+	// The init gave up root once the command stage was started.
+	for _, want := range []string{"Uid:\t998\t998\t998\t998", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(lines[3], want+"\n") {
+			t.Errorf("the init's status lacks %q:\n%s", want, lines[3])
+		}
 	}
 }
 
