@@ -14,10 +14,10 @@ func TestInjectReplacesEverySpelling(t *testing.T) {
 	t.Setenv("AIRLOCK_TEST_KEY", "operator")
 	p := &Proxy{cfg: Config{Secrets: EnvSecrets{}}}
 	h := http.Header{"X-Api-Key": {"mine"}, "X_api_key": {"mine"}, "X_Api-Key": {"mine"}, "Accept": {"*/*"}}
-	if err := p.inject(h, map[string]policies.SecretRef{"x-api-key": {Env: "AIRLOCK_TEST_KEY"}}); err != nil {
+	if _, err := p.inject(h, map[string]policies.SecretRef{"x-api-key": {Env: "AIRLOCK_TEST_KEY"}}); err != nil {
 		t.Fatal(err)
 	}
-	want := http.Header{"X-Api-Key": {"operator"}, "Accept": {"*/*"}}
+	want := http.Header{"X-Api-Key": {"operator"}, "Accept": {"*/*"}, "Accept-Encoding": {"identity"}}
 	if !reflect.DeepEqual(h, want) {
 		t.Fatalf("headers after inject = %v; want %v", h, want)
 	}
