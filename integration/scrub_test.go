@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"compress/gzip"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -222,4 +223,42 @@ func TestInjectedSecretIsScrubbed(t *testing.T) {
 			t.Fatalf("/gzip = %d %+v", resp.StatusCode, d)
 		}
 	})
+}
+
+// A preset injecting a secret the proxy does not have is refused at start,
+// naming the rule, the header and the variable; a file-backed one that is
+// present starts.
+func TestMissingInjectedSecretRefusesStart(t *testing.T) {
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "bundle")
+	os.MkdirAll(bundle, 0o755)
+	os.WriteFile(filepath.Join(bundle, "p.rego"), []byte(`package airlock.presets.p
+
+import data.airlock.lib
+
+rules := [{"name": "model", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["model.test"],
+	"inject": {"x-api-key": {"env": "ITEST_MISSING_KEY"}}}]
+
+denies := []
+
+decision := lib.decide(rules, denies)
+`), 0o644)
+	// Started, it would serve until killed: the deadline ends the test.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, airlockBin, "proxy", "--listen", "127.0.0.1:0", "--ca-dir", filepath.Join(dir, "ca"),
+		"--audit-log", filepath.Join(dir, "audit.log"), "--policy", bundle, "--preset", "p")
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	if exitCode(err) != 1 {
+		t.Fatalf("airlock proxy with a missing secret: exit %d (%v)\n%s", exitCode(err), err, out)
+	}
+	for _, want := range []string{`rule "model"`, "x-api-key", "ITEST_MISSING_KEY"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the refusal does not name %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "listening") {
+		t.Errorf("the proxy listened before refusing:\n%s", out)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -43,6 +44,28 @@ func (EnvSecrets) Lookup(ref policies.SecretRef) (string, error) {
 		return "", errors.New("secret contains a line break")
 	}
 	return v, nil
+}
+
+// CheckSecrets resolves every secret p's rules inject, so that a missing
+// one stops the proxy from starting (or a policy from being reloaded)
+// instead of being found by the first request that needs it, which is
+// still refused (secret_unavailable) should a secret go missing later. The
+// error names each rule, header and source, never a value.
+func CheckSecrets(src SecretSource, p policies.Preset) error {
+	var errs []error
+	for _, r := range p.Rules {
+		names := make([]string, 0, len(r.Inject))
+		for name := range r.Inject {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			if _, err := src.Lookup(r.Inject[name]); err != nil {
+				errs = append(errs, fmt.Errorf("preset %q rule %q injects header %s, and the proxy lacks its secret: %w", p.Name, r.Name, name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // inject sets every header the decision names, replacing whatever the
