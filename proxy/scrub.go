@@ -19,18 +19,20 @@ import (
 //
 // Each occurrence is replaced by as many '*' as it has bytes. The same
 // length keeps Content-Length true and streams streams: nothing is
-// re-framed, and a body is passed on as it arrives, less at most the
-// longest secret's length minus one bytes held back while they could still
-// be the start of one. It tells the secret's length, which its format
-// (sk-..., ghp_...) tells anyway.
+// re-framed, and a body is passed on as it arrives, less the bytes that
+// could still be the start of a secret (fewer than its longest form below),
+// held back until they are known. It tells the secret's length, which its
+// format (sk-..., ghp_...) tells anyway.
 //
 // What is matched: each secret exactly, which covers the header value sent
 // ("Bearer <secret>"), and the forms an echo commonly re-encodes it in:
-// JSON-escaped, percent-encoded, and for "Basic %s" the decoded user:pass.
-// Not matched: any other transformation (base64 of the whole header,
-// hashing, splitting, case changes), a response the proxy cannot read
-// (compressed: refused, see response), WebSocket frames (refused before
-// the upgrade), and responses to requests that carried no injected secret.
+// JSON-escaped, percent-encoded, base64 of the secret or of the header
+// value (standard or URL alphabet, padded or not), and for "Basic %s" the
+// decoded user:pass. Not matched: any other transformation (base64 of a
+// larger text, hashing, splitting, case changes), a response the proxy
+// cannot read (compressed: refused, see response), WebSocket frames
+// (refused before the upgrade), and responses to requests that carried no
+// injected secret.
 type scrubber struct {
 	needles [][]byte
 	longest int
@@ -45,9 +47,14 @@ const unscrubbableFrames = "the rule injects a credential, and WebSocket frames 
 // maskByte replaces every byte of a scrubbed secret.
 const maskByte = '*'
 
-// secretForms are the byte strings to mask for one injected secret.
+// secretForms are the byte strings to mask for one injected secret, sent
+// in the header value formatted from format.
 func secretForms(secret, format string) []string {
 	forms := []string{secret}
+	for _, v := range []string{secret, strings.Replace(format, "%s", secret, 1)} {
+		// Unpadded: the padded form begins with it.
+		forms = append(forms, base64.RawStdEncoding.EncodeToString([]byte(v)), base64.RawURLEncoding.EncodeToString([]byte(v)))
+	}
 	js, _ := json.Marshal(secret) // Go's escaping: \u003c for <, \u0026 for &
 	forms = append(forms, string(js[1:len(js)-1]))
 	// PHP's json_encode and others escape '/' too.

@@ -121,6 +121,8 @@ func TestScrubForms(t *testing.T) {
 		{testSecret, "", "/cb?t=s3cr3t-token%2F42", "/cb?t=*****************"},
 		{"a<b&c", "", `"a\u003cb\u0026c"`, `"` + strings.Repeat("*", len(`a\u003cb\u0026c`)) + `"`},
 		{"dXNlcjpodW50ZXIy", "Basic %s", "user:hunter2 / Basic dXNlcjpodW50ZXIy", "************ / Basic ****************"},
+		{"tok-1?>", "", "echo: dG9rLTE/Pg== dG9rLTE_Pg", "echo: **********== **********"},
+		{"tok-1", "Bearer %s", "QmVhcmVyIHRvay0x", "****************"},
 	} {
 		s := newScrubber(secretForms(tc.secret, tc.format))
 		if got := s.scrubString(tc.in); got != tc.want {
