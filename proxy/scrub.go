@@ -174,6 +174,7 @@ func (s *scrubber) response(req *http.Request, resp *http.Response) error {
 	}
 	resp.Status = s.scrubString(resp.Status)
 	s.header(resp.Header)
+	s.header(resp.Trailer) // the names announced before the body
 	if req.Method != http.MethodHead && bodyAllowed(resp.StatusCode) {
 		for _, v := range resp.Header.Values("Content-Encoding") {
 			for _, coding := range strings.Split(v, ",") {

@@ -137,13 +137,16 @@ func TestScrubResponse(t *testing.T) {
 	s := newScrubber([]string{testSecret})
 	resp := &http.Response{
 		Status: "200 " + testSecret, StatusCode: 200,
-		Header:  http.Header{"X-Echo": {"Bearer " + testSecret}, "X-" + testSecret: {"v"}, "Trailer": {"X-Sum"}},
-		Trailer: http.Header{"X-Sum": {testSecret}},
+		Header:  http.Header{"X-Echo": {"Bearer " + testSecret}, "X-" + testSecret: {"v"}, "Trailer": {"X-Sum, X-" + testSecret}},
+		Trailer: http.Header{"X-Sum": {testSecret}, "X-" + testSecret: nil},
 		Body:    io.NopCloser(strings.NewReader("body " + testSecret)),
 	}
 	req := &http.Request{Method: http.MethodGet}
 	if err := s.response(req, resp); err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := resp.Trailer["X-"+strings.Repeat("*", len(testSecret))]; !ok {
+		t.Fatalf("announced trailer names %v; want the secret's masked before the body", resp.Trailer)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	var all bytes.Buffer
@@ -151,7 +154,7 @@ func TestScrubResponse(t *testing.T) {
 	resp.Trailer.Write(&all)
 	all.WriteString(resp.Status)
 	all.Write(body)
-	if strings.Contains(all.String(), testSecret) || s.scrubbed() != 5 {
+	if strings.Contains(all.String(), testSecret) || s.scrubbed() != 7 {
 		t.Fatalf("scrubbed %d; response still holds the secret: %s", s.scrubbed(), all.String())
 	}
 
