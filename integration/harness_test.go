@@ -120,6 +120,7 @@ type auditLine struct {
 	Up       int64  `json:"bytes_up"`
 	Down     int64  `json:"bytes_down"`
 	Detail   string `json:"detail"`
+	Scrubbed int64  `json:"secret_scrubbed"`
 }
 
 // audit reads the audit log, waiting until pred matches a line (lines of

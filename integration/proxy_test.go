@@ -88,6 +88,7 @@ func newWorld(t *testing.T, extra ...string) *world {
 	bundle := filepath.Join(w.dir, "bundle")
 	os.MkdirAll(bundle, 0o755)
 	os.WriteFile(filepath.Join(bundle, "itest.rego"), []byte(w.preset(self)), 0o644)
+	os.WriteFile(w.goneSecret(), []byte("not for long\n"), 0o600)
 
 	var resolve []string
 	for _, name := range []string{"api.test", "tunnel.test", "git.test", "ws.test", "secret.test", "plain.test", "nosecret.test", "upload.test"} {
@@ -124,7 +125,7 @@ rules := [
 	{"name": "upload", "binaries": [{"path": %[1]s}], "hosts": ["upload.test"], "ports": [%[2]d], "methods": ["POST"], "paths": ["/upload"]},
 	{"name": "early", "binaries": %[6]s, "hosts": ["upload.test"], "ports": [%[2]d], "methods": ["POST"], "paths": ["/early"]},
 	{"name": "nosecret", "binaries": [{"path": %[1]s}], "hosts": ["nosecret.test"], "ports": [%[2]d],
-	 "inject": {"authorization": {"env": "ITEST_NOT_SET"}}},
+	 "inject": {"authorization": {"file": %[9]s}}},
 	{"name": "ws", "binaries": %[6]s, "hosts": ["ws.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/echo"], "websocket": true},
 	{"name": "plain-upgrade", "binaries": %[6]s, "hosts": ["plain.test"], "ports": [%[3]d], "methods": ["GET"], "paths": ["/upgrade"], "websocket": true},
 	{"name": "plain-stream", "binaries": %[6]s, "hosts": ["plain.test"], "ports": [%[3]d], "methods": ["GET"], "paths": ["/stream"]},
@@ -141,8 +142,13 @@ denies := [
 ]
 
 decision := lib.decide(rules, denies)
-`, q(w.curl), w.tlsPort, w.plainPort, q(w.pinnedCurl), q(fileSHA(t0{}, w.pinnedCurl)), clients, q(w.gitRemote), w.quietPort)
+`, q(w.curl), w.tlsPort, w.plainPort, q(w.pinnedCurl), q(fileSHA(t0{}, w.pinnedCurl)), clients, q(w.gitRemote), w.quietPort, q(w.goneSecret()))
 }
+
+// goneSecret is the file of the nosecret rule's secret: there when the
+// proxy starts, which refuses to start without it, and removed by the test
+// that shows a request is refused when its secret has gone missing since.
+func (w *world) goneSecret() string { return filepath.Join(w.dir, "gone-secret") }
 
 // t0 lets fileSHA be called where no *testing.T is at hand.
 type t0 struct{}
@@ -595,8 +601,10 @@ func TestProxy(t *testing.T) {
 		if bytes.Contains(raw, []byte(secretValue)) {
 			t.Fatal("the injected secret appears in the audit log")
 		}
+		// A secret gone missing after the start is refused per request.
+		os.Remove(w.goneSecret())
 		status, body = w.curlCmd(t, w.curl, fmt.Sprintf("https://nosecret.test:%d/check", w.tlsPort))
-		if d := parseDenial(t, body); status != 403 || d.Reason != "secret_unavailable" || !strings.Contains(d.Hint, "ITEST_NOT_SET") {
+		if d := parseDenial(t, body); status != 403 || d.Reason != "secret_unavailable" || !strings.Contains(d.Hint, w.goneSecret()) {
 			t.Fatalf("missing secret = %d %+v", status, d)
 		}
 		// The rule names host and port, not scheme: the same request as

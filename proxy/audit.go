@@ -28,7 +28,8 @@ func newAuditLog(w io.Writer) *auditLog {
 
 // record writes dc's audit line and counts it. Query values and secrets
 // never appear: the path is the canonical path without its query, and
-// injected headers are named by the rule, not shown.
+// injected headers are named by the rule, not shown; secrets masked in the
+// response are counted (secret_scrubbed).
 func (p *Proxy) record(dc *decision, status int, up, down int64) {
 	verdict, level := "deny", "WARN"
 	if dc.d.Allow {
@@ -37,6 +38,7 @@ func (p *Proxy) record(dc *decision, status int, up, down int64) {
 	p.audit.write(dc, level, verdict, status, up, down)
 	p.cfg.Metrics.countDecision(dc.in.Sandbox.ID, verdict, string(dc.d.Reason))
 	p.cfg.Metrics.addBytes(dc.in.Sandbox.ID, up, down)
+	p.cfg.Metrics.countScrubbed(dc.in.Sandbox.ID, dc.scrub.scrubbed())
 }
 
 func (l *auditLog) write(dc *decision, level, verdict string, status int, up, down int64) {
@@ -71,6 +73,9 @@ func (l *auditLog) write(dc *decision, level, verdict string, status int, up, do
 	b = jsonString(b, "policy", dc.d.Policy)
 	if dc.detail != "" {
 		b = jsonString(b, "detail", dc.detail)
+	}
+	if n := dc.scrub.scrubbed(); n > 0 {
+		b = jsonInt(b, "secret_scrubbed", n)
 	}
 	b = append(b, "}\n"...)
 	l.mu.Lock()

@@ -25,6 +25,9 @@ type decision struct {
 	// addrs are the upstream addresses the SSRF guard checked: the only
 	// ones dialled for this decision.
 	addrs []netip.Addr
+	// scrub masks the injected secrets in the response; its count goes
+	// to the audit line as secret_scrubbed.
+	scrub *scrubber
 }
 
 // upstreamContext lets the transport dial exactly dc's checked addresses.

@@ -163,8 +163,13 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 	if out.Host == "" {
 		out.Host = out.URL.Host
 	}
-	if err := p.inject(out.Header, rdc.d.Inject); err != nil {
+	var err error
+	if rdc.scrub, err = p.inject(out.Header, rdc.d.Inject); err != nil {
 		rdc.deny(policies.ReasonSecretUnavailable, err.Error())
+		return p.refuse(bw, req, rdc)
+	}
+	if websocket && rdc.scrub != nil {
+		rdc.deny(policies.ReasonWebSocketNotAllowed, unscrubbableFrames)
 		return p.refuse(bw, req, rdc)
 	}
 	var cont *continuer
@@ -203,6 +208,12 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 			return false
 		}
 		p.upgrade(tc, br, resp, rdc, body)
+		return false
+	}
+	if err := rdc.scrub.response(req, resp); err != nil {
+		resp.Body.Close()
+		rdc.deny(policies.ReasonUpstreamError, err.Error())
+		p.refuse(bw, req, rdc)
 		return false
 	}
 	// The upstream answered before it read the whole body, which the

@@ -258,10 +258,23 @@ func newProxyCmd() *cobra.Command {
 }
 
 // servingEngine is the engine a proxy serves preset with: loaded and
-// verified, the preset checked, and the bundle directory watched for
-// reloads.
+// verified, the preset checked, every secret it injects found in the
+// proxy's environment or files (in this generation and each reloaded one),
+// and the bundle directory watched for reloads.
 func servingEngine(ctx context.Context, pf *policyFlags, xf *proxyFlags, preset string, log *slog.Logger) (*policies.Engine, error) {
-	engine, err := pf.engine(ctx)
+	o, err := pf.options()
+	if err != nil {
+		return nil, err
+	}
+	o.Check = func(ps []policies.Preset) error {
+		for _, p := range ps {
+			if p.Name == preset {
+				return proxy.CheckSecrets(proxy.EnvSecrets{}, p)
+			}
+		}
+		return nil // a missing preset is refused below, or denies (policy_error) after a reload
+	}
+	engine, err := policies.New(ctx, o)
 	if err != nil {
 		return nil, err
 	}
