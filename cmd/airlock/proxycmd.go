@@ -258,9 +258,13 @@ func newProxyCmd() *cobra.Command {
 }
 
 // servingEngine is the engine a proxy serves preset with: loaded and
-// verified, the preset checked, every secret it injects found in the
-// proxy's environment or files (in this generation and each reloaded one),
-// and the bundle directory watched for reloads.
+// verified, the preset checked, and the bundle directory watched for
+// reloads. A secret the preset injects that the proxy's environment or
+// files lack is reported when the generation is loaded, naming the rule,
+// header and source, rather than found by the first request (which is
+// still refused, secret_unavailable). It does not stop the proxy: a preset
+// names every provider a kind may use (coder: Anthropic and NVIDIA), and
+// an operator holding one key must still be able to run it.
 func servingEngine(ctx context.Context, pf *policyFlags, xf *proxyFlags, preset string, log *slog.Logger) (*policies.Engine, error) {
 	o, err := pf.options()
 	if err != nil {
@@ -269,10 +273,12 @@ func servingEngine(ctx context.Context, pf *policyFlags, xf *proxyFlags, preset 
 	o.Check = func(ps []policies.Preset) error {
 		for _, p := range ps {
 			if p.Name == preset {
-				return proxy.CheckSecrets(proxy.EnvSecrets{}, p)
+				if err := proxy.CheckSecrets(proxy.EnvSecrets{}, p); err != nil {
+					log.Warn("requests that need these secrets will be refused (secret_unavailable)", "err", err)
+				}
 			}
 		}
-		return nil // a missing preset is refused below, or denies (policy_error) after a reload
+		return nil
 	}
 	engine, err := policies.New(ctx, o)
 	if err != nil {
