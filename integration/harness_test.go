@@ -105,6 +105,7 @@ func startProxy(t *testing.T, dir string, env []string, args ...string) *running
 // auditLine is the subset of an audit line the tests check.
 type auditLine struct {
 	Msg      string `json:"msg"`
+	ID       string `json:"id"`
 	Binary   string `json:"binary"`
 	SHA256   string `json:"sha256"`
 	Phase    string `json:"phase"`
@@ -120,18 +121,30 @@ type auditLine struct {
 	Up       int64  `json:"bytes_up"`
 	Down     int64  `json:"bytes_down"`
 	Detail   string `json:"detail"`
+	Count    int    `json:"count"`
 }
 
-// audit reads the audit log, waiting until pred matches a line (lines of
-// tunnels are written when they close).
+// audit reads the audit log, waiting until pred matches a decision line.
 func (rp *runningProxy) audit(t *testing.T, pred func(auditLine) bool) auditLine {
+	t.Helper()
+	return rp.auditMsg(t, "CANONICAL-PROXY-DECISION", pred)
+}
+
+// closed waits until pred matches a close line: the outcome of an allowed
+// decision (status, bytes), written when its request or tunnel ends.
+func (rp *runningProxy) closed(t *testing.T, pred func(auditLine) bool) auditLine {
+	t.Helper()
+	return rp.auditMsg(t, "CANONICAL-PROXY-CN-CLOSE", pred)
+}
+
+func (rp *runningProxy) auditMsg(t *testing.T, msg string, pred func(auditLine) bool) auditLine {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		raw, _ := os.ReadFile(rp.auditLog)
 		for _, l := range strings.Split(string(raw), "\n") {
 			var a auditLine
-			if json.Unmarshal([]byte(l), &a) == nil && a.Msg == "CANONICAL-PROXY-DECISION" && pred(a) {
+			if json.Unmarshal([]byte(l), &a) == nil && a.Msg == msg && pred(a) {
 				return a
 			}
 		}

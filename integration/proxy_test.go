@@ -435,9 +435,15 @@ func TestProxy(t *testing.T) {
 		if status != 200 || body != "plain GET /x" {
 			t.Fatalf("GET %s = %d %q", plain, status, body)
 		}
+		// The decision on record before the request went out, its outcome
+		// on a close line with the same id when it ended.
 		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "plain.test" && a.Path == "/x" })
-		if a.Decision != "allow" || a.Binary != w.curl || a.Rule != "plain" || a.Down == 0 {
+		if a.Decision != "allow" || a.Binary != w.curl || a.Rule != "plain" || a.Status != 0 || a.ID == "" {
 			t.Fatalf("audit = %+v", a)
+		}
+		c := w.proxy.closed(t, func(c auditLine) bool { return c.ID == a.ID })
+		if c.Decision != "allow" || c.Binary != w.curl || c.Path != "/x" || c.Status != 200 || c.Down == 0 {
+			t.Fatalf("close line = %+v", c)
 		}
 	})
 
@@ -503,7 +509,7 @@ func TestProxy(t *testing.T) {
 		if status != 200 || body != "tunnel-ok" {
 			t.Fatalf("tunnel = %d %q", status, body)
 		}
-		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "tunnel.test" && a.Phase == "connect" })
+		a := w.proxy.closed(t, func(a auditLine) bool { return a.Host == "tunnel.test" && a.Phase == "connect" })
 		if a.Inspect || a.Up == 0 || a.Down == 0 {
 			t.Fatalf("tunnel audit = %+v; want uninspected with bytes both ways", a)
 		}
@@ -661,7 +667,7 @@ func TestProxy(t *testing.T) {
 			}
 		}
 		ws.Close()
-		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "ws.test" && a.Status == 101 })
+		a := w.proxy.closed(t, func(a auditLine) bool { return a.Host == "ws.test" && a.Status == 101 })
 		if a.Rule != "ws" || a.Up < 70000 || a.Down < 70000 {
 			t.Fatalf("websocket audit = %+v", a)
 		}
@@ -703,7 +709,7 @@ func TestProxy(t *testing.T) {
 			t.Fatalf("echo through the upgraded connection: %v", err)
 		}
 		conn.Close()
-		a := w.proxy.audit(t, func(a auditLine) bool { return a.Path == "/upgrade" && a.Status == 101 })
+		a := w.proxy.closed(t, func(a auditLine) bool { return a.Path == "/upgrade" && a.Status == 101 })
 		if a.Rule != "plain-upgrade" || a.Up < int64(len(msg)) || a.Down < int64(len(msg)) {
 			t.Fatalf("upgrade audit = %+v", a)
 		}
@@ -830,7 +836,7 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 				t.Errorf("GET %s through the proxy: curl exit 0 for a body the upstream cut short", path)
 			}
 		}
-		w.proxy.audit(t, func(a auditLine) bool {
+		w.proxy.closed(t, func(a auditLine) bool {
 			return a.Path == "/trunc-chunked" && strings.Contains(a.Detail, "ended early")
 		})
 	})
@@ -1008,10 +1014,10 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 				t.Fatalf("%s: upstream request still held 10s after the client left", c.name)
 			}
 		}
-		w.proxy.audit(t, func(a auditLine) bool {
+		w.proxy.closed(t, func(a auditLine) bool {
 			return a.Path == "/v1/hold" && a.Reason == "upstream_error" && strings.Contains(a.Detail, "client closed")
 		})
-		w.proxy.audit(t, func(a auditLine) bool {
+		w.proxy.closed(t, func(a auditLine) bool {
 			return a.Path == "/v1/hold" && a.Status == 200 && strings.Contains(a.Detail, "client closed")
 		})
 	})

@@ -25,6 +25,14 @@ type decision struct {
 	// addrs are the upstream addresses the SSRF guard checked: the only
 	// ones dialled for this decision.
 	addrs []netip.Addr
+	// id ties the decision's audit lines together; set by its first line.
+	id uint64
+	// announced: the decision line is written, and the outcome goes on a
+	// close line (admit).
+	announced bool
+	// count is how many connections one line stands for (a flood
+	// summary); 0 for one.
+	count int64
 }
 
 // upstreamContext lets the transport dial exactly dc's checked addresses.
@@ -109,6 +117,8 @@ func (dc *decision) hint() string {
 		return "the request cannot be read unambiguously: " + dc.detail
 	case policies.ReasonConnectionLimit:
 		return "the sandbox already holds " + dc.detail + "; close idle connections and retry, or an operator can raise --max-conns"
+	case policies.ReasonAuditUnavailable:
+		return "the proxy sends nothing it cannot put on record, and its audit log cannot be written (" + dc.detail + "); an operator must repair the audit log"
 	}
 	return dc.d.Hint(&dc.in)
 }
