@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -41,10 +42,42 @@ type runningProxy struct {
 	auditLog string
 	metrics  string
 	cmd      *exec.Cmd
+
+	mu     sync.Mutex
+	stderr []string // what the proxy logged, line by line
+}
+
+// logged reports whether the proxy has logged a line containing all of
+// want, waiting for it a while.
+func (rp *runningProxy) logged(want ...string) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		rp.mu.Lock()
+		for _, l := range rp.stderr {
+			found := true
+			for _, w := range want {
+				found = found && strings.Contains(l, w)
+			}
+			if found {
+				rp.mu.Unlock()
+				return true
+			}
+		}
+		rp.mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
 }
 
 // startProxy runs the real binary with args and waits until it listens.
 func startProxy(t *testing.T, dir string, env []string, args ...string) *runningProxy {
+	t.Helper()
+	return startProxyTo(t, dir, env, nil, args...)
+}
+
+// startProxyTo is startProxy with the proxy's stdout on stdout (nil:
+// /dev/null).
+func startProxyTo(t *testing.T, dir string, env []string, stdout *os.File, args ...string) *runningProxy {
 	t.Helper()
 	rp := &runningProxy{caFile: filepath.Join(dir, "ca", "ca.pem"), auditLog: filepath.Join(dir, "audit.log")}
 	ml, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -54,6 +87,9 @@ func startProxy(t *testing.T, dir string, env []string, args ...string) *running
 		"--audit-log", rp.auditLog, "--metrics", rp.metrics, "--log-level", "warn"}, args...)
 	cmd := exec.Command(airlockBin, args...)
 	cmd.Env = env
+	if stdout != nil {
+		cmd.Stdout = stdout
+	}
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -74,6 +110,9 @@ func startProxy(t *testing.T, dir string, env []string, args ...string) *running
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			rp.mu.Lock()
+			rp.stderr = append(rp.stderr, sc.Text())
+			rp.mu.Unlock()
 			lines <- sc.Text()
 		}
 		close(lines)

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,10 +55,17 @@ type world struct {
 	// abandoned receives what api.test/v1/hold made of a request it held:
 	// "cancelled" when the proxy gave it up, else "held to the end".
 	abandoned chan string
+	// seen holds the paths api.test/v1/seen/ was asked for.
+	seen sync.Map
 }
 
 // newWorld builds the fixture; extra are more `airlock proxy` flags.
 func newWorld(t *testing.T, extra ...string) *world {
+	return newWorldTo(t, nil, extra...)
+}
+
+// newWorldTo is newWorld with the proxy's stdout on stdout.
+func newWorldTo(t *testing.T, stdout *os.File, extra ...string) *world {
 	w := &world{dir: t.TempDir(), streamGo: make(chan struct{}), plainGo: make(chan struct{}), abandoned: make(chan string, 4)}
 	w.curl = testutil.RequireTool(t, "curl")
 	w.git = testutil.RequireTool(t, "git")
@@ -101,8 +109,8 @@ func newWorld(t *testing.T, extra ...string) *world {
 		"--allow-range", "127.0.0.2/32", "--upstream-ca", w.upstreamCA.File}, append(resolve, extra...)...)
 	// The proxy's own environment points at a proxy that does not exist:
 	// its upstream dials must ignore HTTP(S)_PROXY, or every test fails.
-	w.proxy = startProxy(t, w.dir, cleanEnv("ITEST_TOKEN="+secretValue,
-		"HTTP_PROXY=http://127.0.0.1:9", "HTTPS_PROXY=http://127.0.0.1:9", "ALL_PROXY=http://127.0.0.1:9"), args...)
+	w.proxy = startProxyTo(t, w.dir, cleanEnv("ITEST_TOKEN="+secretValue,
+		"HTTP_PROXY=http://127.0.0.1:9", "HTTPS_PROXY=http://127.0.0.1:9", "ALL_PROXY=http://127.0.0.1:9"), stdout, args...)
 	return w
 }
 
@@ -196,6 +204,10 @@ func (w *world) serveTLS(t *testing.T) int {
 		case <-time.After(20 * time.Second):
 			w.abandoned <- "held to the end"
 		}
+	})
+	mux.HandleFunc("api.test/v1/seen/", func(rw http.ResponseWriter, r *http.Request) {
+		w.seen.Store(r.URL.Path, true)
+		io.WriteString(rw, "seen")
 	})
 	for path, h := range framing {
 		mux.HandleFunc("api.test/v1/framing"+path, h)
