@@ -311,3 +311,15 @@ func TestSIGHUPReloadsPolicy(t *testing.T) {
 		t.Fatalf("after SIGHUP: %d %q", status, body)
 	}
 }
+
+// --audit-failure=warn is the operator's choice to serve what cannot be
+// recorded: the request goes through, and the failure is still logged.
+func TestAuditFailureWarnServes(t *testing.T) {
+	w := newWorld(t, "--audit-log", "/dev/full", "--audit-failure", "warn")
+	if status, body := w.curlCmd(t, w.curl, fmt.Sprintf("http://plain.test:%d/x", w.plainPort)); status != 200 || body != "plain GET /x" {
+		t.Fatalf("with --audit-failure=warn and the audit log full = %d %q; want it served", status, body)
+	}
+	if !w.proxy.logged("audit log write failed", "no space left on device") {
+		t.Error("the proxy logged no audit write failure on stderr")
+	}
+}

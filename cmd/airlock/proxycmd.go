@@ -33,7 +33,7 @@ type proxyFlags struct {
 	upstreamCAs          []string
 	resolve, allowRanges []string
 	auditLog             string
-	auditFailure         string
+	auditFailure         auditFailure
 	metrics              string
 	watch                bool
 	limits               proxy.Limits
@@ -49,7 +49,8 @@ func (f *proxyFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.resolve, "resolve", nil, "pin HOST:PORT:ADDR[,ADDR] like curl (addresses are still SSRF-checked; repeatable)")
 	fl.StringArrayVar(&f.allowRanges, "allow-range", nil, "UNSAFE: allow upstream addresses in this CIDR despite the SSRF guard (repeatable)")
 	fl.StringVar(&f.auditLog, "audit-log", "-", "audit log file (JSON decision and close lines), - for stdout, stderr for stderr")
-	fl.StringVar(&f.auditFailure, "audit-failure", "closed", "when a decision cannot be written to the audit log: closed (refuse it, 503 audit_unavailable) or warn (UNSAFE: serve it, log the failure)")
+	f.auditFailure = "closed"
+	fl.Var(&f.auditFailure, "audit-failure", "when a decision cannot be written to the audit log: closed (refuse it, 503 audit_unavailable) or warn (UNSAFE: serve it, log the failure)")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus /metrics on this address")
 	fl.BoolVar(&f.watch, "policy-watch", true, "reload the policy bundle directory when it changes")
 	d := proxy.DefaultLimits
@@ -60,6 +61,20 @@ func (f *proxyFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.limits.HandshakeTimeout, "handshake-timeout", d.HandshakeTimeout, "TLS handshakes with clients (inspected tunnels) and upstreams")
 	fl.DurationVar(&f.limits.TunnelIdleTimeout, "tunnel-idle-timeout", d.TunnelIdleTimeout, "opaque tunnels and WebSockets moving no data either way this long are closed")
 	fl.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "upstream TCP connect")
+}
+
+// auditFailure is --audit-failure, checked as it is parsed: a value that is
+// neither is a usage error before anything is set up.
+type auditFailure string
+
+func (a *auditFailure) String() string { return string(*a) }
+func (a *auditFailure) Type() string   { return "closed|warn" }
+func (a *auditFailure) Set(s string) error {
+	if s != "closed" && s != "warn" {
+		return errors.New("want closed or warn")
+	}
+	*a = auditFailure(s)
+	return nil
 }
 
 // checkLimits refuses limits that would disable a guard: a zero or negative
@@ -97,9 +112,6 @@ func defaultCADir() string {
 func (f *proxyFlags) build(decider *policies.Engine, log *slog.Logger) (*proxy.Proxy, *proxy.Metrics, func(), error) {
 	if err := f.checkLimits(); err != nil {
 		return nil, nil, nil, &exitError{ExitUsage, err}
-	}
-	if f.auditFailure != "closed" && f.auditFailure != "warn" {
-		return nil, nil, nil, &exitError{ExitUsage, fmt.Errorf("--audit-failure %q: want closed or warn", f.auditFailure)}
 	}
 	var ca *certs.CA
 	var err error
