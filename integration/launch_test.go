@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -147,4 +148,70 @@ func exitCode(err error) int {
 		return -1
 	}
 	return 0
+}
+
+// SIGHUP to `airlock launch --preset` reloads its policy (the embedded
+// bundle: verified and compiled again) and neither kills the launcher nor
+// its sandboxed command.
+func TestLaunchReloadsOnSIGHUP(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (uid switch, network namespace)")
+	stdin, feed, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer feed.Close()
+	cmd := exec.Command(airlockBin, "launch", "--preset", "coder", "--ca-dir", t.TempDir(), "--log-level", "info",
+		"--", "/bin/sh", "-c", "read x; echo survived")
+	cmd.Env = cleanEnv()
+	cmd.Stdin = stdin
+	stderr, _ := cmd.StderrPipe()
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	defer cmd.Process.Kill()
+	lines := make(chan string, 256)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var child int
+	deadline := time.Now().Add(20 * time.Second)
+	for child == 0 && time.Now().Before(deadline) {
+		child = findChild(cmd.Process.Pid, realpath(t, "/bin/sh"))
+		time.Sleep(20 * time.Millisecond)
+	}
+	if child == 0 {
+		t.Fatal("the sandboxed command never started")
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	timeout := time.After(20 * time.Second)
+	for signalled := false; ; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("airlock launch ended after SIGHUP")
+			}
+			signalled = signalled || strings.Contains(l, "SIGHUP: reloading the policy")
+			if !signalled || !strings.Contains(l, "policy generation active") || !strings.Contains(l, `"previous"`) {
+				continue
+			}
+		case <-timeout:
+			t.Fatal("no new policy generation within 20s of SIGHUP")
+		}
+		break
+	}
+	feed.Close() // the command reads EOF and ends
+	go func() {
+		for range lines {
+		}
+	}()
+	if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), "survived") {
+		t.Fatalf("airlock launch after SIGHUP: %v, output %q; want the command to finish", err, out.String())
+	}
 }
