@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -30,6 +32,26 @@ func (c *servedConn) Write(b []byte) (int, error) {
 		c.p.recordServerRefusal(c.cc, b)
 	}
 	return c.Conn.Write(b)
+}
+
+// CloseWrite lets the server half-close the connection after its last
+// answer, as it does a bare TCP connection: the client sees the end at
+// once, not after the server's wait before the close.
+func (c *servedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
+// ReadFrom keeps the server's copy of a response body into the socket as it
+// is on a bare TCP connection (its ReadFrom). Only a handler's answers go
+// this way, so there is nothing here to audit.
+func (c *servedConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
 }
 
 // serverStateHook, as http.Server's ConnState, marks a connection
