@@ -145,8 +145,9 @@ func TestAuditToClosedStdout(t *testing.T) {
 
 // Requests http.Server refuses itself, before the proxy's handler sees them,
 // are audited like any refusal, attributed to the client's binary, also
-// when one comes pipelined after a request the proxy answered.
-func TestServerRefusalsAudited(t *testing.T) {
+// when one comes pipelined after a request the proxy answered; and so is a
+// request that is not for a proxy at all.
+func TestRefusalsAudited(t *testing.T) {
 	w := newWorld(t)
 	self, _ := os.Executable()
 	self = realpath(t, self)
@@ -161,6 +162,7 @@ func TestServerRefusalsAudited(t *testing.T) {
 		{"bad Host", "GET http://plain.test/ HTTP/1.1\r\nHost: a b\r\n\r\n", 400, "malformed Host header"},
 		{"unknown transfer coding", "POST http://plain.test/ HTTP/1.1\r\nHost: plain.test\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "501 Not Implemented"},
 		{"unknown expectation", "GET http://plain.test/ HTTP/1.1\r\nHost: plain.test\r\nExpect: magic\r\n\r\n", 417, "417"},
+		{"origin-form request", "GET /x HTTP/1.1\r\nHost: plain.test\r\n\r\n", 400, "origin-form request"},
 		{"pipelined after an answered request", fmt.Sprintf("GET http://plain.test:%d/pipelined HTTP/1.1\r\nHost: plain.test:%[1]d\r\n\r\nNOT-HTTP-EITHER\r\n\r\n", w.plainPort),
 			400, "400 Bad Request"},
 	} {
