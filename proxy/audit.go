@@ -31,7 +31,7 @@ const AuditCloseMessage = "CANONICAL-PROXY-CN-CLOSE"
 
 // auditLog writes audit lines in the shape slog's JSON handler gives the
 // proxy's other logs (time, level, msg, then the fields), encoded straight
-// into a pooled buffer: every request and tunnel writes one, and through
+// into a pooled buffer: every request and tunnel writes one or two, and through
 // slog the line cost 7 µs, several times its write.
 //
 // A line is written whole or not at all. Each line is one write(2). On a

@@ -59,8 +59,8 @@ func (p *Proxy) refuseOverLimit(c net.Conn, st *sandboxState, held int64) {
 	dc.d = policies.Decision{Reason: policies.ReasonConnectionLimit, Preset: st.Preset}
 	dc.detail = fmt.Sprintf("%d connections through the proxy, its limit", held)
 	if st.refusing.Add(1) > maxRefusing {
-		// A flood: closed at once, unanswered, and counted rather than
-		// written line by line into the audit log.
+		// A flood: closed at once, unanswered, and summed up in one
+		// audit line per floodInterval rather than one line each.
 		st.refusing.Add(-1)
 		p.cfg.Metrics.countDecision(st.ID, "deny", string(policies.ReasonConnectionLimit))
 		if st.flooded.Add(1) == 1 {
@@ -80,10 +80,10 @@ func (p *Proxy) refuseOverLimit(c net.Conn, st *sandboxState, held int64) {
 	linger(c, 64<<10)
 }
 
-// floodInterval is how often the connections of a flood, closed unanswered,
-// are summed up in one audit line: the first starts the interval, and its
-// line, which its count makes one of the interval's, follows at its end
-// (or when the listener stops).
+// floodInterval is how often a flood's connections, closed unanswered, are
+// summed up in one audit line: the first of them starts an interval, at
+// whose end (or when the listener stops) the line is written with the
+// count.
 const floodInterval = time.Second
 
 // recordFlood writes the audit line of the connections closed unanswered
