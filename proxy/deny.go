@@ -44,14 +44,15 @@ func (dc *decision) denial() Denial {
 
 // status is the HTTP status of a denial: 421 when the request names another
 // host than its tunnel, 502 when the upstream failed, 503 when the sandbox
-// is at its connection limit, 403 otherwise.
+// is at its connection limit or its decision could not be audited, 403
+// otherwise.
 func (dc *decision) status() int {
 	switch dc.d.Reason {
 	case policies.ReasonHostMismatch:
 		return http.StatusMisdirectedRequest
 	case policies.ReasonUpstreamError:
 		return http.StatusBadGateway
-	case policies.ReasonConnectionLimit:
+	case policies.ReasonConnectionLimit, policies.ReasonAuditUnavailable:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusForbidden

@@ -29,9 +29,15 @@ import (
 // host, and every request must name that same host (Host header,
 // absolute-form URL, SNI): an allowed tunnel never reaches another host.
 func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decision) {
+	// The CONNECT's close line, when the tunnel ends; each request in it
+	// has its own lines.
+	status := 0
+	defer func() { p.record(dc, status, 0, 0) }()
 	if _, err := io.WriteString(client, established); err != nil {
+		dc.detail = "client write: " + err.Error()
 		return
 	}
+	status = http.StatusOK
 	host := dc.in.Request.Host
 	tc := tls.Server(client, &tls.Config{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.cfg.CA.Leaf(host) },
@@ -44,13 +50,11 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 	tc.SetDeadline(time.Now().Add(p.cfg.Limits.HandshakeTimeout))
 	if err := tc.Handshake(); err != nil {
 		dc.detail = "client TLS handshake: " + err.Error()
-		p.record(dc, 0, 0, 0)
 		return
 	}
 	tc.SetDeadline(time.Time{})
 	p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
 	defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
-	p.record(dc, http.StatusOK, 0, 0) // the CONNECT itself
 
 	sni := tc.ConnectionState().ServerName
 	// Request headers are read through a limit, as http.Server reads them
@@ -170,6 +174,9 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 	}
 	if websocket && rdc.scrub != nil {
 		rdc.deny(policies.ReasonWebSocketNotAllowed, unscrubbableFrames)
+		return p.refuse(bw, req, rdc)
+	}
+	if !p.admit(rdc) { // on record before the upstream is dialled
 		return p.refuse(bw, req, rdc)
 	}
 	var cont *continuer

@@ -20,6 +20,7 @@ type Metrics struct {
 	scrubbed  *prometheus.CounterVec
 	identity  prometheus.Histogram
 	eval      prometheus.Histogram
+	audit     prometheus.Counter
 }
 
 // NewMetrics registers the proxy's metrics, including the CA's leaf cache.
@@ -47,8 +48,11 @@ func NewMetrics(ca *certs.CA) *Metrics {
 			Name: "airlock_proxy_policy_eval_seconds", Help: "Time to decide one question.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 16),
 		}),
+		audit: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "airlock_proxy_audit_write_errors_total", Help: "Audit lines that could not be written (each also logged on stderr).",
+		}),
 	}
-	r.MustRegister(m.decisions, m.tunnels, m.bytes, m.scrubbed, m.identity, m.eval,
+	r.MustRegister(m.decisions, m.tunnels, m.bytes, m.scrubbed, m.identity, m.eval, m.audit,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_proxy_cert_cache_hits_total", Help: "Leaf certificates served from the cache."},
 			func() float64 { h, _ := ca.CacheStats(); return float64(h) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_proxy_cert_cache_misses_total", Help: "Leaf certificates signed."},
@@ -65,6 +69,12 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) countDecision(sandbox, decision, reason string) {
 	if m != nil {
 		m.decisions.WithLabelValues(sandbox, decision, reason).Inc()
+	}
+}
+
+func (m *Metrics) auditFailed() {
+	if m != nil {
+		m.audit.Inc()
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 // inspected tunnel: the proxy sees it whole, so method and path rules apply.
 func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
 	dc := p.decidePlain(r)
-	if !dc.d.Allow {
+	if !p.admit(dc) { // on record before goproxy dials the upstream
 		p.record(dc, dc.status(), 0, 0)
 		return r, dc.denialResponse(r)
 	}
@@ -148,7 +148,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 	if dc.d.Allow && dc.scrub != nil {
 		dc.deny(policies.ReasonWebSocketNotAllowed, unscrubbableFrames)
 	}
-	if !dc.d.Allow {
+	if !p.admit(dc) { // on record before the upstream is dialled
 		p.deny(w, r, dc, 0)
 		return
 	}
@@ -182,6 +182,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 		p.record(dc, dc.status(), body.n(), 0)
 		return
 	}
+	conn = bareConn(conn)
 	t, release := p.track(conn)
 	defer release()
 	defer connFrom(r.Context()).sb.active.Add(-1) // hijacked: the slot is ours to release

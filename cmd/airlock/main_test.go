@@ -170,3 +170,17 @@ func TestProxyRefusesNonPositiveLimits(t *testing.T) {
 		}
 	}
 }
+
+// --audit-failure is closed or warn; anything else is a usage error, named,
+// before anything is set up, for the proxy and the launcher alike.
+func TestAuditFailureFlag(t *testing.T) {
+	for _, args := range [][]string{
+		{"proxy", "--preset", "reviewer", "--listen", "127.0.0.1:0", "--ca-dir", t.TempDir(), "--audit-failure", "open"},
+		{"launch", "--preset", "reviewer", "--audit-failure", "open", "--", "/bin/true"},
+	} {
+		code, _, errs := airlock(t, "", args...)
+		if code != ExitUsage || !strings.Contains(errs, "--audit-failure") || !strings.Contains(errs, "closed or warn") {
+			t.Errorf("airlock %s = %d %q; want exit %d naming --audit-failure", args[0], code, errs, ExitUsage)
+		}
+	}
+}
