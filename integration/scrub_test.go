@@ -158,9 +158,9 @@ func TestInjectedSecretIsScrubbed(t *testing.T) {
 				t.Errorf("curl -i /cl lacks %q:\n%s", want, out)
 			}
 		}
-		a := w.proxy.audit(t, func(a auditLine) bool { return a.Path == "/cl" && a.Phase == "request" })
+		a := w.proxy.closed(t, func(a auditLine) bool { return a.Path == "/cl" && a.Phase == "request" })
 		if a.Scrubbed != 2 || a.Status != 200 {
-			t.Fatalf("audit line for /cl: %+v; want secret_scrubbed 2", a)
+			t.Fatalf("close line for /cl: %+v; want secret_scrubbed 2", a)
 		}
 	})
 
