@@ -170,3 +170,29 @@ func TestProxyRefusesNonPositiveLimits(t *testing.T) {
 		}
 	}
 }
+
+// A malformed pin could never match a bundle: it is a usage error naming
+// the flag (or its variable), found before any bundle is read, not an
+// integrity failure. Both spellings of a good pin are accepted.
+func TestPolicySHA256Malformed(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-bundle")
+	for _, pin := range []string{"abc", "sha256:" + strings.Repeat("0", 63), "sha256:" + strings.Repeat("g", 64), "md5:" + strings.Repeat("0", 64)} {
+		code, _, errs := airlock(t, "", "policy", "verify", missing, "--policy-sha256", pin)
+		if code != ExitUsage || !strings.Contains(errs, "--policy-sha256") {
+			t.Errorf("policy verify --policy-sha256 %q = %d %q; want exit %d naming the flag", pin, code, errs, ExitUsage)
+		}
+	}
+	t.Run("env", func(t *testing.T) {
+		t.Setenv("AIRLOCK_POLICY_SHA256", "sha256:nothex")
+		if code, _, errs := airlock(t, "", "policy", "verify", missing); code != ExitUsage || !strings.Contains(errs, "AIRLOCK_POLICY_SHA256") {
+			t.Errorf("AIRLOCK_POLICY_SHA256 malformed = %d %q; want exit %d naming it", code, errs, ExitUsage)
+		}
+	})
+	_, hash, _ := airlock(t, "", "policy", "hash")
+	hex := strings.TrimPrefix(strings.TrimSpace(hash), "sha256:")
+	for _, pin := range []string{"sha256:" + hex, hex, strings.ToUpper(hex)} {
+		if code, _, errs := airlock(t, "", "policy", "verify", "--policy-sha256", pin); code != ExitOK {
+			t.Errorf("policy verify --policy-sha256 %q = %d %s", pin, code, errs)
+		}
+	}
+}

@@ -258,15 +258,16 @@ func newProxyCmd() *cobra.Command {
 }
 
 // servingEngine is the engine a proxy serves preset with: loaded and
-// verified, the preset checked, and the bundle directory watched for
+// verified, the preset checked and kept through reloads, and the bundle directory watched for
 // reloads.
 func servingEngine(ctx context.Context, pf *policyFlags, xf *proxyFlags, preset string, log *slog.Logger) (*policies.Engine, error) {
 	engine, err := pf.engine(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := engine.Preset(preset); !ok {
-		return nil, &exitError{ExitUsage, fmt.Errorf("--preset %q: the policy has %v", preset, engine.Presets())}
+	// Served from now on: a reload that drops it is rejected.
+	if err := engine.RequirePreset(preset); err != nil {
+		return nil, &exitError{ExitUsage, fmt.Errorf("--preset: %w", err)}
 	}
 	if pf.bundle != "" && xf.watch {
 		go func() {
