@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -126,4 +127,42 @@ func TestTimeoutFlags(t *testing.T) {
 			t.Fatal("the proxy answered an unfinished request header")
 		}
 	})
+}
+
+// A client that stops reading a response (curl writing into a pipe nobody
+// reads, as `curl URL | less` left alone) is cut after --write-timeout
+// without progress, plain and inside an inspected tunnel, where it would
+// hold its connection and the upstream's for ever; the audit line says
+// why, and the client, once it reads again, finds its answer cut short,
+// never whole.
+func TestWriteTimeoutCutsClientsThatStopReading(t *testing.T) {
+	w := newWorld(t, "--write-timeout", "1s")
+	for _, tc := range []struct{ name, host, url string }{
+		{"plain", "plain.test", fmt.Sprintf("http://plain.test:%d/endless", w.plainPort)},
+		{"inspected", "api.test", fmt.Sprintf("https://api.test:%d/v1/framing/endless", w.tlsPort)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, in, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			cmd := exec.Command(w.curl, "-sS", "-o", "-", "-x", w.proxy.url, "--cacert", w.proxy.caFile, tc.url)
+			cmd.Env = cleanEnv()
+			cmd.Stdout = in
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			in.Close()
+			defer cmd.Process.Kill()
+			a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == tc.host && strings.Contains(a.Detail, "--write-timeout") })
+			if a.Decision != "allow" || a.Down == 0 {
+				t.Errorf("audit line of the stalled client: %+v", a)
+			}
+			io.Copy(io.Discard, out)
+			if err := cmd.Wait(); exitCode(err) == 0 {
+				t.Fatal("curl read the endless response to a clean end after the proxy cut it")
+			}
+		})
+	}
 }

@@ -219,6 +219,7 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 		rdc.detail = errClientGone.Error()
 	case err != nil:
 		noteTruncated(rdc, down)
+		p.noteStalled(rdc, cc)
 		// The answer was cut short: a reset, not the orderly close that
 		// ends a body an HTTP/1.0 client reads to the close, which would
 		// hand it the part as the whole.

@@ -12,8 +12,9 @@ import (
 
 // limitListener enforces the sandbox's connection limit before http.Server
 // sees a connection: one beyond the limit is answered here and never
-// served. The connections it passes on are the listener's own, unwrapped,
-// so io.Copy still splices them.
+// served. The connections it passes on are wrapped to cut clients that
+// stop reading (stallConn); an opaque tunnel unwraps its own, so io.Copy
+// still splices it.
 type limitListener struct {
 	net.Listener
 	p  *Proxy
@@ -28,7 +29,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		n := l.st.active.Add(1)
 		if n <= int64(l.p.cfg.Limits.MaxConns) {
-			return c, nil
+			return &stallConn{Conn: c, timeout: l.p.cfg.Limits.WriteTimeout}, nil
 		}
 		l.st.active.Add(-1)
 		go l.p.refuseOverLimit(c, l.st, n-1)

@@ -167,6 +167,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 		down := &counter{r: resp.Body}
 		io.Copy(w, down)
 		noteTruncated(dc, down)
+		p.noteStalled(dc, connFrom(r.Context()))
 		p.record(dc, resp.StatusCode, body.n(), down.n())
 		abortIfTruncated(down)
 		return
@@ -224,6 +225,7 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 	down := &recordOnClose{counter: counter{r: resp.Body}}
 	down.done = func(n int64) {
 		noteTruncated(st.dc, &down.counter)
+		p.noteStalled(st.dc, connFrom(gctx.Req.Context()))
 		p.record(st.dc, resp.StatusCode, st.body.n(), n)
 	}
 	if sw, ok := gctx.Req.Context().Value(streamKey{}).(*streamWriter); ok {

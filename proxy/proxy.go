@@ -51,6 +51,12 @@ type Limits struct {
 	IdleTimeout       time.Duration // idle keep-alive connections
 	HandshakeTimeout  time.Duration // TLS handshakes, both sides
 	TunnelIdleTimeout time.Duration // opaque tunnels that move no data
+	// WriteTimeout cuts a plain or inspected client that accepts none of
+	// a response for this long (stallConn).
+	WriteTimeout time.Duration
+	// UpstreamHeaderTimeout is how long an upstream may take to start
+	// its answer once the request is sent.
+	UpstreamHeaderTimeout time.Duration
 }
 
 // DefaultLimits are used for zero fields.
@@ -61,6 +67,10 @@ var DefaultLimits = Limits{
 	IdleTimeout:       2 * time.Minute,
 	HandshakeTimeout:  10 * time.Second,
 	TunnelIdleTimeout: 10 * time.Minute,
+	// nginx's send_timeout: long enough for a client busy between reads,
+	// short enough that stalled ones do not pile up.
+	WriteTimeout:          time.Minute,
+	UpstreamHeaderTimeout: 5 * time.Minute,
 }
 
 // Config configures a Proxy.
@@ -144,7 +154,7 @@ func New(cfg Config) (*Proxy, error) {
 		},
 		ForceAttemptHTTP2:     false,
 		TLSHandshakeTimeout:   cfg.Limits.HandshakeTimeout,
-		ResponseHeaderTimeout: 5 * time.Minute,
+		ResponseHeaderTimeout: cfg.Limits.UpstreamHeaderTimeout,
 		// Expect: 100-continue is honoured upstream: the body is sent
 		// once the origin asks for it, or after this long without a word.
 		ExpectContinueTimeout: time.Second,
@@ -163,6 +173,8 @@ func fillLimits(l *Limits) {
 	orDefault(&l.IdleTimeout, d.IdleTimeout)
 	orDefault(&l.HandshakeTimeout, d.HandshakeTimeout)
 	orDefault(&l.TunnelIdleTimeout, d.TunnelIdleTimeout)
+	orDefault(&l.WriteTimeout, d.WriteTimeout)
+	orDefault(&l.UpstreamHeaderTimeout, d.UpstreamHeaderTimeout)
 }
 
 func orDefault[T comparable](v *T, d T) {
@@ -226,7 +238,7 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 			// the client is then waiting on its socket, and with the
 			// process cache a lookup costs less than a goroutine to
 			// overlap it with reading the request.
-			return context.WithValue(ctx, ctxKey{}, newClientConn(st, c))
+			return context.WithValue(ctx, ctxKey{}, newClientConn(st, c.(*stallConn)))
 		},
 		// limitListener took the slot; a hijacked connection's tunnel
 		// releases it when it ends.

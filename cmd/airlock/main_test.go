@@ -162,7 +162,7 @@ func TestDemo(t *testing.T) {
 // named, before anything listens.
 func TestProxyRefusesNonPositiveLimits(t *testing.T) {
 	for _, flag := range []string{"--max-conns=0", "--max-header-bytes=-1", "--read-header-timeout=0s", "--idle-timeout=-1s",
-		"--handshake-timeout=0s", "--tunnel-idle-timeout=0s", "--dial-timeout=0s"} {
+		"--handshake-timeout=0s", "--tunnel-idle-timeout=0s", "--dial-timeout=0s", "--write-timeout=0s", "--upstream-header-timeout=-1m"} {
 		code, _, errs := airlock(t, "", "proxy", "--preset", "reviewer", "--listen", "127.0.0.1:0", "--ca-dir", t.TempDir(), flag)
 		name, _, _ := strings.Cut(flag, "=")
 		if code != ExitUsage || !strings.Contains(errs, name+" must be positive") {

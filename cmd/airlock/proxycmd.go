@@ -57,6 +57,8 @@ func (f *proxyFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.limits.IdleTimeout, "idle-timeout", d.IdleTimeout, "keep-alive connections, plain or inspected, waiting this long for a request are closed")
 	fl.DurationVar(&f.limits.HandshakeTimeout, "handshake-timeout", d.HandshakeTimeout, "TLS handshakes with clients (inspected tunnels) and upstreams")
 	fl.DurationVar(&f.limits.TunnelIdleTimeout, "tunnel-idle-timeout", d.TunnelIdleTimeout, "opaque tunnels and WebSockets moving no data either way this long are closed")
+	fl.DurationVar(&f.limits.WriteTimeout, "write-timeout", d.WriteTimeout, "a client (plain or inspected) that accepts none of a response this long is cut")
+	fl.DurationVar(&f.limits.UpstreamHeaderTimeout, "upstream-header-timeout", d.UpstreamHeaderTimeout, "time an upstream has to start its answer once a request is sent")
 	fl.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "upstream TCP connect")
 }
 
@@ -68,6 +70,7 @@ func (f *proxyFlags) checkLimits() error {
 		"max-conns": int64(l.MaxConns), "max-header-bytes": int64(l.MaxHeaderBytes),
 		"read-header-timeout": int64(l.ReadHeaderTimeout), "idle-timeout": int64(l.IdleTimeout),
 		"handshake-timeout": int64(l.HandshakeTimeout), "tunnel-idle-timeout": int64(l.TunnelIdleTimeout),
+		"write-timeout": int64(l.WriteTimeout), "upstream-header-timeout": int64(l.UpstreamHeaderTimeout),
 		"dial-timeout": int64(f.dialTimeout),
 	} {
 		if v <= 0 {
