@@ -136,7 +136,14 @@ func TestTimeoutFlags(t *testing.T) {
 // why, and the client, once it reads again, finds its answer cut short,
 // never whole.
 func TestWriteTimeoutCutsClientsThatStopReading(t *testing.T) {
-	w := newWorld(t, "--write-timeout", "1s")
+	w := newWorld(t, "--write-timeout", "1s", "--upstream-header-timeout", "1s")
+
+	// The other end: an upstream that does not answer is given up after
+	// --upstream-header-timeout, with a 502 that says so.
+	status, body := w.curlCmd(t, w.curl, fmt.Sprintf("https://api.test:%d/v1/hold", w.tlsPort))
+	if d := parseDenial(t, body); status != http.StatusBadGateway || d.Reason != "upstream_error" || !strings.Contains(d.Hint, "awaiting response headers") {
+		t.Fatalf("request to an upstream that never answers = %d %+v; want 502 upstream_error after --upstream-header-timeout", status, d)
+	}
 	for _, tc := range []struct{ name, host, url string }{
 		{"plain", "plain.test", fmt.Sprintf("http://plain.test:%d/endless", w.plainPort)},
 		{"inspected", "api.test", fmt.Sprintf("https://api.test:%d/v1/framing/endless", w.tlsPort)},
