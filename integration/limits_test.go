@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -11,10 +12,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"golang.org/x/net/websocket"
 )
 
@@ -172,4 +175,44 @@ func TestWriteTimeoutCutsClientsThatStopReading(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A proxy whose --max-conns needs more file descriptors than RLIMIT_NOFILE
+// allows would fail connections (as identity_unknown) before the limit
+// answered 503: it refuses to start, naming the numbers and the fix. One
+// whose --max-conns fits starts.
+func TestMaxConnsCheckedAgainstFileLimit(t *testing.T) {
+	prlimit := testutil.RequireTool(t, "prlimit")
+	dir := t.TempDir()
+	// A proxy that started anyway is stopped after a while, and fails the
+	// test.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	proxy := func(maxConns string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, prlimit, "--nofile=2048:2048", "--", airlockBin, "proxy", "--listen", "127.0.0.1:0", "--preset", "strict",
+			"--ca-dir", filepath.Join(dir, "ca"), "--audit-log", filepath.Join(dir, "audit.log"), "--max-conns", maxConns)
+		cmd.Env = cleanEnv()
+		return cmd
+	}
+	out, err := proxy("5000").CombinedOutput()
+	if exitCode(err) != 1 || !strings.Contains(string(out), "--max-conns 5000") || !strings.Contains(string(out), "RLIMIT_NOFILE allows 2048") ||
+		!strings.Contains(string(out), "lower --max-conns to at most 138") {
+		t.Fatalf("airlock proxy --max-conns 5000 under ulimit -n 2048 = %v\n%s\nwant exit 1 naming the numbers and the fix", err, out)
+	}
+
+	cmd := proxy("100")
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Signal(os.Interrupt)
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "airlock proxy listening on ") {
+			return
+		}
+		t.Log(sc.Text())
+	}
+	t.Fatal("airlock proxy --max-conns 100 under ulimit -n 2048 did not start")
 }

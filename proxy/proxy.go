@@ -159,6 +159,7 @@ func New(cfg Config) (*Proxy, error) {
 		// once the origin asks for it, or after this long without a word.
 		ExpectContinueTimeout: time.Second,
 		MaxIdleConnsPerHost:   64,
+		MaxIdleConns:          maxIdleUpstream, // counted in EnsureFDs
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true, // pass encodings through untouched
 	}
@@ -252,6 +253,11 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 	if p.closing {
 		p.mu.Unlock()
 		return http.ErrServerClosed
+	}
+	// Every sandbox served at once may hold its --max-conns.
+	if err := EnsureFDs(p.cfg.Limits.MaxConns, len(p.servers)+1); err != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
 	}
 	p.servers[srv] = struct{}{}
 	p.mu.Unlock()
