@@ -29,7 +29,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		n := l.st.active.Add(1)
 		if n <= int64(l.p.cfg.Limits.MaxConns) {
-			return &stallConn{Conn: c, timeout: l.p.cfg.Limits.WriteTimeout}, nil
+			return &stallConn{Conn: c, timeout: l.p.cfg.Limits.WriteTimeout,
+				frames: &frameTracker{maxHeader: l.p.cfg.Limits.MaxHeaderBytes + 4096}}, nil
 		}
 		l.st.active.Add(-1)
 		go l.p.refuseOverLimit(c, l.st, n-1)

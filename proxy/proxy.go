@@ -217,6 +217,10 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if why := connFrom(r.Context()).conn.frames.next(); why != "" {
+				p.refuseFraming(w, r, why)
+				return
+			}
 			switch {
 			case r.Method == http.MethodConnect:
 				p.serveConnect(w, r)
@@ -230,10 +234,13 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 				abortIfTruncated(sw.body)
 			}
 		}),
-		MaxHeaderBytes:    p.cfg.Limits.MaxHeaderBytes,
-		ReadHeaderTimeout: p.cfg.Limits.ReadHeaderTimeout,
-		IdleTimeout:       p.cfg.Limits.IdleTimeout,
-		ErrorLog:          log.New(io.Discard, "", 0),
+		// Every request reaches the handler, "OPTIONS *" too: each takes
+		// its header's framing verdict in turn (frameTracker).
+		DisableGeneralOptionsHandler: true,
+		MaxHeaderBytes:               p.cfg.Limits.MaxHeaderBytes,
+		ReadHeaderTimeout:            p.cfg.Limits.ReadHeaderTimeout,
+		IdleTimeout:                  p.cfg.Limits.IdleTimeout,
+		ErrorLog:                     log.New(io.Discard, "", 0),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			// The owner is looked up when the first request is decided:
 			// the client is then waiting on its socket, and with the

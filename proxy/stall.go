@@ -9,7 +9,8 @@ import (
 	"time"
 )
 
-// stallConn is a client connection whose writes must make progress: a
+// stallConn is a client connection whose writes must make progress (and
+// whose requests' framing is followed: frameTracker): a
 // client that accepts none of what the proxy writes it (it stopped reading
 // a response, and the socket buffers are full) for timeout is cut, where
 // it would otherwise pin its connection, and the upstream's, for as long
@@ -28,6 +29,15 @@ type stallConn struct {
 	// which bounds a write as given: a lingering close keeps its bound.
 	own     atomic.Int64
 	stalled atomic.Bool
+	// frames follows the requests read from the connection, whose
+	// framing http.Server does not let the handler see.
+	frames *frameTracker
+}
+
+func (c *stallConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.frames.feed(b[:n])
+	return n, err
 }
 
 func (c *stallConn) Write(b []byte) (int, error) {
