@@ -132,13 +132,14 @@ func TestTimeoutFlags(t *testing.T) {
 	})
 }
 
-// A client that stops reading a response (curl writing into a pipe nobody
-// reads, as `curl URL | less` left alone) is cut after --write-timeout
-// without progress, plain and inside an inspected tunnel, where it would
-// hold its connection and the upstream's for ever; the audit line says
-// why, and the client, once it reads again, finds its answer cut short,
-// never whole.
-func TestWriteTimeoutCutsClientsThatStopReading(t *testing.T) {
+// An upstream that does not answer is given up after
+// --upstream-header-timeout. A client that stops reading a response (curl
+// writing into a pipe nobody reads, as `curl URL | less` left alone) is
+// cut after --write-timeout without progress, plain and inside an
+// inspected tunnel, where it would hold its connection and the upstream's
+// for ever; the audit line says why, and the client, once it reads again,
+// finds its answer cut short, never whole.
+func TestWriteAndUpstreamHeaderTimeouts(t *testing.T) {
 	w := newWorld(t, "--write-timeout", "1s", "--upstream-header-timeout", "1s")
 
 	// The other end: an upstream that does not answer is given up after

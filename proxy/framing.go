@@ -33,13 +33,15 @@ type framing struct {
 
 // parseFraming reads the framing of a raw request header.
 func parseFraming(header []byte) (f framing) {
-	lines := bytes.Split(header, []byte("\n"))
-	first := bytes.TrimRight(lines[0], "\r")
+	first, rest, _ := bytes.Cut(header, []byte("\n"))
+	first = bytes.TrimRight(first, "\r")
 	http10 := bytes.HasSuffix(first, []byte(" HTTP/1.0"))
 	f.connect = bytes.HasPrefix(first, []byte("CONNECT "))
 	var cls, tes [][]byte
 	var prev []byte // the name of the field on the previous line
-	for _, line := range lines[1:] {
+	for len(rest) > 0 {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
 		line = bytes.TrimRight(line, "\r")
 		if len(line) == 0 {
 			break
