@@ -13,7 +13,7 @@ import (
 // limitListener enforces the sandbox's connection limit before http.Server
 // sees a connection: one beyond the limit is answered here and never
 // served. The connections it passes on are wrapped to cut clients that
-// stop reading (stallConn); an opaque tunnel unwraps its own, so io.Copy
+// stop reading (stallConn); an opaque tunnel unwraps its own, so its relay
 // still splices it.
 type limitListener struct {
 	net.Listener
