@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -41,10 +42,42 @@ type runningProxy struct {
 	auditLog string
 	metrics  string
 	cmd      *exec.Cmd
+
+	mu     sync.Mutex
+	stderr []string // what the proxy logged, line by line
+}
+
+// logged reports whether the proxy has logged a line containing all of
+// want, waiting for it a while.
+func (rp *runningProxy) logged(want ...string) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		rp.mu.Lock()
+		for _, l := range rp.stderr {
+			found := true
+			for _, w := range want {
+				found = found && strings.Contains(l, w)
+			}
+			if found {
+				rp.mu.Unlock()
+				return true
+			}
+		}
+		rp.mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
 }
 
 // startProxy runs the real binary with args and waits until it listens.
 func startProxy(t *testing.T, dir string, env []string, args ...string) *runningProxy {
+	t.Helper()
+	return startProxyTo(t, dir, env, nil, args...)
+}
+
+// startProxyTo is startProxy with the proxy's stdout on stdout (nil:
+// /dev/null).
+func startProxyTo(t *testing.T, dir string, env []string, stdout *os.File, args ...string) *runningProxy {
 	t.Helper()
 	rp := &runningProxy{caFile: filepath.Join(dir, "ca", "ca.pem"), auditLog: filepath.Join(dir, "audit.log")}
 	ml, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -54,6 +87,9 @@ func startProxy(t *testing.T, dir string, env []string, args ...string) *running
 		"--audit-log", rp.auditLog, "--metrics", rp.metrics, "--log-level", "warn"}, args...)
 	cmd := exec.Command(airlockBin, args...)
 	cmd.Env = env
+	if stdout != nil {
+		cmd.Stdout = stdout
+	}
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -74,6 +110,9 @@ func startProxy(t *testing.T, dir string, env []string, args ...string) *running
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			rp.mu.Lock()
+			rp.stderr = append(rp.stderr, sc.Text())
+			rp.mu.Unlock()
 			lines <- sc.Text()
 		}
 		close(lines)
@@ -105,6 +144,7 @@ func startProxy(t *testing.T, dir string, env []string, args ...string) *running
 // auditLine is the subset of an audit line the tests check.
 type auditLine struct {
 	Msg      string `json:"msg"`
+	ID       string `json:"id"`
 	Binary   string `json:"binary"`
 	SHA256   string `json:"sha256"`
 	Phase    string `json:"phase"`
@@ -120,18 +160,31 @@ type auditLine struct {
 	Up       int64  `json:"bytes_up"`
 	Down     int64  `json:"bytes_down"`
 	Detail   string `json:"detail"`
+	Scrubbed int64  `json:"secret_scrubbed"`
+	Count    int    `json:"count"`
 }
 
-// audit reads the audit log, waiting until pred matches a line (lines of
-// tunnels are written when they close).
+// audit reads the audit log, waiting until pred matches a decision line.
 func (rp *runningProxy) audit(t *testing.T, pred func(auditLine) bool) auditLine {
+	t.Helper()
+	return rp.auditMsg(t, "CANONICAL-PROXY-DECISION", pred)
+}
+
+// closed waits until pred matches a close line: the outcome of an allowed
+// decision (status, bytes), written when its request or tunnel ends.
+func (rp *runningProxy) closed(t *testing.T, pred func(auditLine) bool) auditLine {
+	t.Helper()
+	return rp.auditMsg(t, "CANONICAL-PROXY-CN-CLOSE", pred)
+}
+
+func (rp *runningProxy) auditMsg(t *testing.T, msg string, pred func(auditLine) bool) auditLine {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		raw, _ := os.ReadFile(rp.auditLog)
 		for _, l := range strings.Split(string(raw), "\n") {
 			var a auditLine
-			if json.Unmarshal([]byte(l), &a) == nil && a.Msg == "CANONICAL-PROXY-DECISION" && pred(a) {
+			if json.Unmarshal([]byte(l), &a) == nil && a.Msg == msg && pred(a) {
 				return a
 			}
 		}

@@ -6,13 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
@@ -36,7 +32,7 @@ func TestLaunchWithInProcessProxy(t *testing.T) {
 	}
 	args = append(args, "--", "/bin/sh", "-c", script)
 	cmd := exec.Command(airlockBin, args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = cleanEnv("ITEST_TOKEN=" + secretValue)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("airlock launch: %v\n%s", err, out)
@@ -51,55 +47,6 @@ func TestLaunchWithInProcessProxy(t *testing.T) {
 	if !strings.Contains(string(audit), `"binary":"`+w.curl+`"`) || !strings.Contains(string(audit), `"reason":"method_not_allowed"`) {
 		t.Errorf("launch audit log:\n%s", audit)
 	}
-}
-
-// Killing the launcher kills the sandboxed command.
-func TestLaunchDiesWithParent(t *testing.T) {
-	testutil.RequireRoot(t, "airlock launch")
-	cmd := exec.Command(airlockBin, "launch", "--net", "none", "--log-level", "warn", "--", "/bin/sleep", "300")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	var child int
-	deadline := time.Now().Add(10 * time.Second)
-	for child == 0 && time.Now().Before(deadline) {
-		child = findChild(cmd.Process.Pid, realpath(t, "/bin/sleep"))
-		time.Sleep(20 * time.Millisecond)
-	}
-	if child == 0 {
-		t.Fatal("the sandboxed sleep never started")
-	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
-	// A killed launcher cannot remove its cgroup leaf; the test does.
-	defer func() {
-		if mnt, err := cgroup2.Mount(); err == nil {
-			cgroup2.Remove(filepath.Join(mnt, fmt.Sprintf("airlock-%d", cmd.Process.Pid)))
-		}
-	}()
-	for time.Now().Before(deadline) {
-		if !alive(child) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("sandboxed sleep (pid %d) survived its launcher", child)
-}
-
-// findChild finds a child of pid running exe.
-func findChild(pid int, exe string) int {
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	for _, task := range tasks {
-		raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-		for _, f := range strings.Fields(string(raw)) {
-			c, _ := strconv.Atoi(f)
-			if p, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", c)); p == exe {
-				return c
-			}
-		}
-	}
-	return 0
 }
 
 func alive(pid int) bool {

@@ -89,7 +89,7 @@ func TestTimeoutFlags(t *testing.T) {
 		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
 			t.Fatalf("silent tunnel read = %v; want EOF (closed by the proxy)", err)
 		}
-		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "tunnel.test" && strings.Contains(a.Detail, "without data") })
+		a := w.proxy.closed(t, func(a auditLine) bool { return a.Host == "tunnel.test" && strings.Contains(a.Detail, "without data") })
 		if !strings.Contains(a.Detail, "--tunnel-idle-timeout") {
 			t.Errorf("audit detail %q does not name the flag", a.Detail)
 		}
@@ -109,7 +109,7 @@ func TestTimeoutFlags(t *testing.T) {
 		if err := websocket.Message.Receive(ws, &msg); errors.Is(err, os.ErrDeadlineExceeded) || err == nil {
 			t.Fatalf("quiet websocket read = %q, %v; want it closed by the proxy", msg, err)
 		}
-		w.proxy.audit(t, func(a auditLine) bool {
+		w.proxy.closed(t, func(a auditLine) bool {
 			return a.Host == "ws.test" && a.Status == 101 && strings.Contains(a.Detail, "--tunnel-idle-timeout")
 		})
 	})

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,10 +55,17 @@ type world struct {
 	// abandoned receives what api.test/v1/hold made of a request it held:
 	// "cancelled" when the proxy gave it up, else "held to the end".
 	abandoned chan string
+	// seen holds the paths api.test/v1/seen/ was asked for.
+	seen sync.Map
 }
 
 // newWorld builds the fixture; extra are more `airlock proxy` flags.
 func newWorld(t *testing.T, extra ...string) *world {
+	return newWorldTo(t, nil, extra...)
+}
+
+// newWorldTo is newWorld with the proxy's stdout on stdout.
+func newWorldTo(t *testing.T, stdout *os.File, extra ...string) *world {
 	w := &world{dir: t.TempDir(), streamGo: make(chan struct{}), plainGo: make(chan struct{}), abandoned: make(chan string, 4)}
 	w.curl = testutil.RequireTool(t, "curl")
 	w.git = testutil.RequireTool(t, "git")
@@ -88,6 +96,7 @@ func newWorld(t *testing.T, extra ...string) *world {
 	bundle := filepath.Join(w.dir, "bundle")
 	os.MkdirAll(bundle, 0o755)
 	os.WriteFile(filepath.Join(bundle, "itest.rego"), []byte(w.preset(self)), 0o644)
+	os.WriteFile(w.goneSecret(), []byte("not for long\n"), 0o600)
 
 	var resolve []string
 	for _, name := range []string{"api.test", "tunnel.test", "git.test", "ws.test", "secret.test", "plain.test", "nosecret.test", "upload.test"} {
@@ -101,8 +110,8 @@ func newWorld(t *testing.T, extra ...string) *world {
 		"--allow-range", "127.0.0.2/32", "--upstream-ca", w.upstreamCA.File}, append(resolve, extra...)...)
 	// The proxy's own environment points at a proxy that does not exist:
 	// its upstream dials must ignore HTTP(S)_PROXY, or every test fails.
-	w.proxy = startProxy(t, w.dir, cleanEnv("ITEST_TOKEN="+secretValue,
-		"HTTP_PROXY=http://127.0.0.1:9", "HTTPS_PROXY=http://127.0.0.1:9", "ALL_PROXY=http://127.0.0.1:9"), args...)
+	w.proxy = startProxyTo(t, w.dir, cleanEnv("ITEST_TOKEN="+secretValue,
+		"HTTP_PROXY=http://127.0.0.1:9", "HTTPS_PROXY=http://127.0.0.1:9", "ALL_PROXY=http://127.0.0.1:9"), stdout, args...)
 	return w
 }
 
@@ -124,7 +133,7 @@ rules := [
 	{"name": "upload", "binaries": [{"path": %[1]s}], "hosts": ["upload.test"], "ports": [%[2]d], "methods": ["POST"], "paths": ["/upload"]},
 	{"name": "early", "binaries": %[6]s, "hosts": ["upload.test"], "ports": [%[2]d], "methods": ["POST"], "paths": ["/early"]},
 	{"name": "nosecret", "binaries": [{"path": %[1]s}], "hosts": ["nosecret.test"], "ports": [%[2]d],
-	 "inject": {"authorization": {"env": "ITEST_NOT_SET"}}},
+	 "inject": {"authorization": {"file": %[9]s}}},
 	{"name": "ws", "binaries": %[6]s, "hosts": ["ws.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/echo"], "websocket": true},
 	{"name": "plain-upgrade", "binaries": %[6]s, "hosts": ["plain.test"], "ports": [%[3]d], "methods": ["GET"], "paths": ["/upgrade"], "websocket": true},
 	{"name": "plain-stream", "binaries": %[6]s, "hosts": ["plain.test"], "ports": [%[3]d], "methods": ["GET"], "paths": ["/stream"]},
@@ -141,8 +150,13 @@ denies := [
 ]
 
 decision := lib.decide(rules, denies)
-`, q(w.curl), w.tlsPort, w.plainPort, q(w.pinnedCurl), q(fileSHA(t0{}, w.pinnedCurl)), clients, q(w.gitRemote), w.quietPort)
+`, q(w.curl), w.tlsPort, w.plainPort, q(w.pinnedCurl), q(fileSHA(t0{}, w.pinnedCurl)), clients, q(w.gitRemote), w.quietPort, q(w.goneSecret()))
 }
+
+// goneSecret is the file of the nosecret rule's secret: there when the
+// proxy starts, which refuses to start without it, and removed by the test
+// that shows a request is refused when its secret has gone missing since.
+func (w *world) goneSecret() string { return filepath.Join(w.dir, "gone-secret") }
 
 // t0 lets fileSHA be called where no *testing.T is at hand.
 type t0 struct{}
@@ -196,6 +210,10 @@ func (w *world) serveTLS(t *testing.T) int {
 		case <-time.After(20 * time.Second):
 			w.abandoned <- "held to the end"
 		}
+	})
+	mux.HandleFunc("api.test/v1/seen/", func(rw http.ResponseWriter, r *http.Request) {
+		w.seen.Store(r.URL.Path, true)
+		io.WriteString(rw, "seen")
 	})
 	for path, h := range framing {
 		mux.HandleFunc("api.test/v1/framing"+path, h)
@@ -443,9 +461,15 @@ func TestProxy(t *testing.T) {
 		if status != 200 || body != "plain GET /x" {
 			t.Fatalf("GET %s = %d %q", plain, status, body)
 		}
+		// The decision on record before the request went out, its outcome
+		// on a close line with the same id when it ended.
 		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "plain.test" && a.Path == "/x" })
-		if a.Decision != "allow" || a.Binary != w.curl || a.Rule != "plain" || a.Down == 0 {
+		if a.Decision != "allow" || a.Binary != w.curl || a.Rule != "plain" || a.Status != 0 || a.ID == "" {
 			t.Fatalf("audit = %+v", a)
+		}
+		c := w.proxy.closed(t, func(c auditLine) bool { return c.ID == a.ID })
+		if c.Decision != "allow" || c.Binary != w.curl || c.Path != "/x" || c.Status != 200 || c.Down == 0 {
+			t.Fatalf("close line = %+v", c)
 		}
 	})
 
@@ -511,7 +535,7 @@ func TestProxy(t *testing.T) {
 		if status != 200 || body != "tunnel-ok" {
 			t.Fatalf("tunnel = %d %q", status, body)
 		}
-		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "tunnel.test" && a.Phase == "connect" })
+		a := w.proxy.closed(t, func(a auditLine) bool { return a.Host == "tunnel.test" && a.Phase == "connect" })
 		if a.Inspect || a.Up == 0 || a.Down == 0 {
 			t.Fatalf("tunnel audit = %+v; want uninspected with bytes both ways", a)
 		}
@@ -603,8 +627,10 @@ func TestProxy(t *testing.T) {
 		if bytes.Contains(raw, []byte(secretValue)) {
 			t.Fatal("the injected secret appears in the audit log")
 		}
+		// A secret gone missing after the start is refused per request.
+		os.Remove(w.goneSecret())
 		status, body = w.curlCmd(t, w.curl, fmt.Sprintf("https://nosecret.test:%d/check", w.tlsPort))
-		if d := parseDenial(t, body); status != 403 || d.Reason != "secret_unavailable" || !strings.Contains(d.Hint, "ITEST_NOT_SET") {
+		if d := parseDenial(t, body); status != 403 || d.Reason != "secret_unavailable" || !strings.Contains(d.Hint, w.goneSecret()) {
 			t.Fatalf("missing secret = %d %+v", status, d)
 		}
 		// The rule names host and port, not scheme: the same request as
@@ -669,7 +695,7 @@ func TestProxy(t *testing.T) {
 			}
 		}
 		ws.Close()
-		a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == "ws.test" && a.Status == 101 })
+		a := w.proxy.closed(t, func(a auditLine) bool { return a.Host == "ws.test" && a.Status == 101 })
 		if a.Rule != "ws" || a.Up < 70000 || a.Down < 70000 {
 			t.Fatalf("websocket audit = %+v", a)
 		}
@@ -711,7 +737,7 @@ func TestProxy(t *testing.T) {
 			t.Fatalf("echo through the upgraded connection: %v", err)
 		}
 		conn.Close()
-		a := w.proxy.audit(t, func(a auditLine) bool { return a.Path == "/upgrade" && a.Status == 101 })
+		a := w.proxy.closed(t, func(a auditLine) bool { return a.Path == "/upgrade" && a.Status == 101 })
 		if a.Rule != "plain-upgrade" || a.Up < int64(len(msg)) || a.Down < int64(len(msg)) {
 			t.Fatalf("upgrade audit = %+v", a)
 		}
@@ -838,7 +864,7 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 				t.Errorf("GET %s through the proxy: curl exit 0 for a body the upstream cut short", path)
 			}
 		}
-		w.proxy.audit(t, func(a auditLine) bool {
+		w.proxy.closed(t, func(a auditLine) bool {
 			return a.Path == "/trunc-chunked" && strings.Contains(a.Detail, "ended early")
 		})
 	})
@@ -1016,10 +1042,10 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 				t.Fatalf("%s: upstream request still held 10s after the client left", c.name)
 			}
 		}
-		w.proxy.audit(t, func(a auditLine) bool {
+		w.proxy.closed(t, func(a auditLine) bool {
 			return a.Path == "/v1/hold" && a.Reason == "upstream_error" && strings.Contains(a.Detail, "client closed")
 		})
-		w.proxy.audit(t, func(a auditLine) bool {
+		w.proxy.closed(t, func(a auditLine) bool {
 			return a.Path == "/v1/hold" && a.Status == 200 && strings.Contains(a.Detail, "client closed")
 		})
 	})

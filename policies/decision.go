@@ -26,8 +26,9 @@ const (
 
 	// Decided by the proxy around the policy: who is asking, where the
 	// name leads, whether the request matches its tunnel, and whether a
-	// secret the policy asks to inject exists; and whether the sandbox
-	// already holds as many connections as it may.
+	// secret the policy asks to inject exists; whether the sandbox
+	// already holds as many connections as it may; and whether the
+	// decision could be put on record before anything was dialled for it.
 	ReasonIdentityUnknown   Reason = "identity_unknown"
 	ReasonIdentityAmbiguous Reason = "identity_ambiguous"
 	ReasonSSRF              Reason = "ssrf_blocked"
@@ -35,6 +36,7 @@ const (
 	ReasonSecretUnavailable Reason = "secret_unavailable"
 	ReasonUpstreamError     Reason = "upstream_error"
 	ReasonConnectionLimit   Reason = "connection_limit"
+	ReasonAuditUnavailable  Reason = "audit_unavailable"
 )
 
 // policyReasons are the codes a preset's decision may carry; anything else

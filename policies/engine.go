@@ -40,6 +40,11 @@ type Options struct {
 	Logger     *slog.Logger
 	// OnReload, if set, is called after every reload attempt.
 	OnReload func(hash string, err error)
+	// Check, if set, vets each generation's validated presets before it
+	// serves (the proxy checks that it holds every secret its preset
+	// injects). Its error rejects the generation like any load error: New
+	// fails, and a reload keeps the last good generation (or quarantines).
+	Check func(presets []Preset) error
 	// CacheSize bounds the decision cache of each generation; 0 means
 	// DefaultCacheSize and a negative size disables caching.
 	CacheSize int
@@ -266,6 +271,15 @@ func (e *Engine) load(ctx context.Context) (*generation, error) {
 	g, err := compile(ctx, b)
 	if err != nil {
 		return nil, err
+	}
+	if e.opts.Check != nil {
+		ps := make([]Preset, 0, len(g.presets))
+		for _, name := range g.presetNames() {
+			ps = append(ps, g.presets[name].Preset)
+		}
+		if err := e.opts.Check(ps); err != nil {
+			return nil, fmt.Errorf("policy bundle %s: %w", b.Origin, err)
+		}
 	}
 	if size := e.opts.CacheSize; size >= 0 {
 		if size == 0 {

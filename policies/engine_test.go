@@ -257,6 +257,7 @@ func TestInvalidPresetsAreRefused(t *testing.T) {
 		{"bad digest", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl", "sha256": "abc"}], "hosts": ["a.example"]}]` + tail, "64 lower-case hex"},
 		{"duplicate names", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"]}, {"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["b.example"]}]` + tail, "used twice"},
 		{"deny allowing websockets", head + "rules := []\n\ndenies := [{\"name\": \"d\", \"hosts\": [\"a.example\"], \"websocket\": true}]\n\ndecision := lib.decide(rules, denies)\n", "cannot allow WebSockets"},
+		{"inject with websockets", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "websocket": true, "inject": {"authorization": {"env": "T"}}}]` + tail, "cannot both inject headers and allow WebSockets"},
 		{"custom decision", head + "rules := []\n\ndenies := []\n\ndecision := {\"allow\": true}\n", "decision must be exactly"},
 		{"preset reads input", head + "rules := [] if input.x\n" + tail, "may not read input"},
 		{"syntax error", head + "rules := [\n", "rego_parse_error"},

@@ -2,6 +2,7 @@ package policies_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -185,5 +186,43 @@ func TestReloadRejectsBundleLackingServedPreset(t *testing.T) {
 	}
 	if d := e.Decide(ctx, writerModel()); !d.Allow || d.Policy != good || e.Hash() != good {
 		t.Fatalf("after the preset was removed: %+v (hash %s); want the last good generation %s serving", d, e.Hash(), good)
+	}
+}
+
+// Options.Check vets every generation: its error refuses New, and rejects
+// a reload while the last good generation keeps serving. The proxy uses it
+// to report a preset injecting a secret it does not hold.
+func TestCheckVetsEveryGeneration(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bundle")
+	writeBundle(t, dir, nil)
+	missing := errors.New("the proxy lacks ANTHROPIC_API_KEY")
+	var refuse bool
+	var saw []string
+	opts := policies.Options{Source: policies.Source{Path: dir}, Logger: discard(), Check: func(ps []policies.Preset) error {
+		saw = saw[:0]
+		for _, p := range ps {
+			if p.Name == "writer" && len(p.Rules) > 0 {
+				saw = append(saw, p.Rules[0].Inject["x-api-key"].Env)
+			}
+		}
+		if refuse {
+			return missing
+		}
+		return nil
+	}}
+	ctx := context.Background()
+	e, err := policies.New(ctx, opts)
+	if err != nil || len(saw) != 1 || saw[0] != "ANTHROPIC_API_KEY" {
+		t.Fatalf("New = %v; Check saw the writer's injected env %v", err, saw)
+	}
+	refuse = true
+	if err := e.Reload(ctx); !errors.Is(err, missing) {
+		t.Fatalf("Reload = %v; want the check's error", err)
+	}
+	if d := e.Decide(ctx, writerModel()); !d.Allow {
+		t.Fatalf("after a rejected reload: %+v; want the last good generation serving", d)
+	}
+	if _, err := policies.New(ctx, opts); !errors.Is(err, missing) {
+		t.Fatalf("New = %v; want the check's error", err)
 	}
 }

@@ -144,6 +144,11 @@ func (r *Rule) validate(isDeny bool, seen map[string]bool) []error {
 	if r.WebSocket && isDeny {
 		fail("deny rules cannot allow WebSockets (a deny rule with methods [\"GET\"] and the path denies them)")
 	}
+	if r.WebSocket && len(r.Inject) > 0 {
+		// The proxy masks injected secrets an upstream echoes back in
+		// responses; frames pass untouched, so it could not there.
+		fail("cannot both inject headers and allow WebSockets: an upstream echoing the credential in a frame would hand it to the agent")
+	}
 	if r.Inspect != nil && !*r.Inspect && r.requestLevel() {
 		fail("sets inspect: false but restricts methods, paths, query or injects headers, which only inspection can enforce")
 	}

@@ -1,52 +1,170 @@
 package proxy
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // AuditMessage is the message of the one canonical line written per
-// decision, allowed or denied (smokescreen's CANONICAL-PROXY-DECISION).
+// decision, allowed or denied (smokescreen's CANONICAL-PROXY-DECISION). An
+// allowed decision's line is written before anything is dialled for it
+// (admit); its outcome follows on a close line.
 const AuditMessage = "CANONICAL-PROXY-DECISION"
+
+// AuditCloseMessage is the message of the line that ends an allowed
+// decision (smokescreen's CANONICAL-PROXY-CN-CLOSE): the same fields, with
+// the same id, and the outcome: final decision and reason (an upstream
+// failure turns an allow into a deny), status, bytes each way, duration.
+const AuditCloseMessage = "CANONICAL-PROXY-CN-CLOSE"
 
 // auditLog writes audit lines in the shape slog's JSON handler gives the
 // proxy's other logs (time, level, msg, then the fields), encoded straight
-// into a pooled buffer: every request and tunnel writes one, and through
+// into a pooled buffer: every request and tunnel writes one or two, and through
 // slog the line cost 7 µs, several times its write.
+//
+// A line is written whole or not at all. Each line is one write(2). On a
+// regular file (opened O_APPEND) a write cut short, which is how a full
+// disk ends one, is truncated back to where the line began, so the next
+// line does not start inside it. On a pipe the kernel writes a line of up
+// to PIPE_BUF (4096) bytes whole, and cuts a longer one only when the
+// reader has gone, after which nothing more is read anyway; on any other
+// writer a cut line is ended with a newline, so the next line stands on
+// its own.
 type auditLog struct {
-	mu  sync.Mutex // one Write per line, lines never interleaved
-	w   io.Writer
-	buf sync.Pool
+	mu   sync.Mutex // one Write per line, lines never interleaved
+	w    io.Writer
+	file *os.File // w, when it is a regular file: a cut line is truncated away
+	buf  sync.Pool
+	// run tells this process's ids from another's in the same log; seq
+	// numbers its decisions.
+	run string
+	seq atomic.Uint64
 }
 
 func newAuditLog(w io.Writer) *auditLog {
-	return &auditLog{w: w, buf: sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}}
-}
-
-// record writes dc's audit line and counts it. Query values and secrets
-// never appear: the path is the canonical path without its query, and
-// injected headers are named by the rule, not shown.
-func (p *Proxy) record(dc *decision, status int, up, down int64) {
-	verdict, level := "deny", "WARN"
-	if dc.d.Allow {
-		verdict, level = "allow", "INFO"
+	l := &auditLog{w: w, buf: sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}}
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			l.file = f
+		}
 	}
-	p.audit.write(dc, level, verdict, status, up, down)
-	p.cfg.Metrics.countDecision(dc.in.Sandbox.ID, verdict, string(dc.d.Reason))
-	p.cfg.Metrics.addBytes(dc.in.Sandbox.ID, up, down)
+	var r [4]byte
+	rand.Read(r[:])
+	l.run = hex.EncodeToString(r[:])
+	return l
 }
 
-func (l *auditLog) write(dc *decision, level, verdict string, status int, up, down int64) {
+// admit writes an allowed decision's line before anything is dialled for
+// it: no connection leaves that is not on record. When the line cannot be
+// written the decision becomes a denial (503 audit_unavailable), unless the
+// operator chose --audit-failure=warn. admit reports whether dc still
+// allows; a caller that gets false answers dc's denial.
+func (p *Proxy) admit(dc *decision) bool {
+	if !dc.d.Allow {
+		return false
+	}
+	err := p.writeLine(dc, AuditMessage, 0, 0, 0)
+	if err == nil {
+		dc.announced = true
+		return true
+	}
+	if p.cfg.AuditFailOpen {
+		return true // its outcome is tried as a decision line at the end
+	}
+	dc.deny(policies.ReasonAuditUnavailable, "audit log write failed: "+errnoText(err))
+	return false
+}
+
+// errnoText is the system's word for err (no space left on device, broken
+// pipe), without the audit log's path, which a denial must not show the
+// sandbox.
+func errnoText(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	return "write error"
+}
+
+// record writes dc's last line and counts it: the close line of an
+// admitted decision, or else the decision line of one that ends where it is
+// decided (a denial). Query values and secrets never appear: the path is
+// the canonical path without its query, and injected headers are named by
+// the rule, not shown; secrets masked in the response are counted
+// (secret_scrubbed).
+func (p *Proxy) record(dc *decision, status int, up, down int64) {
+	msg := AuditMessage
+	if dc.announced {
+		msg = AuditCloseMessage
+	}
+	p.writeLine(dc, msg, status, up, down)
+	p.cfg.Metrics.countDecision(dc.in.Sandbox.ID, verdict(dc), string(dc.d.Reason))
+	p.cfg.Metrics.addBytes(dc.in.Sandbox.ID, up, down)
+	p.cfg.Metrics.countScrubbed(dc.in.Sandbox.ID, dc.scrub.scrubbed())
+}
+
+func verdict(dc *decision) string {
+	if dc.d.Allow {
+		return "allow"
+	}
+	return "deny"
+}
+
+// writeLine writes one line; a failure is counted and logged on stderr
+// with what the line was about.
+func (p *Proxy) writeLine(dc *decision, msg string, status int, up, down int64) error {
+	err := p.audit.write(dc, msg, status, up, down)
+	if err != nil {
+		p.cfg.Metrics.auditFailed()
+		p.log.Error("audit log write failed", "err", err, "line", msg, "id", p.audit.id(dc),
+			"sandbox", dc.in.Sandbox.ID, "host", dc.in.Request.Host, "port", dc.in.Request.Port,
+			"decision", verdict(dc), "reason", string(dc.d.Reason), "fail_open", p.cfg.AuditFailOpen)
+	}
+	return err
+}
+
+// id is dc's audit id, given on its first line.
+func (l *auditLog) id(dc *decision) string {
+	return string(l.appendID(nil, dc))
+}
+
+func (l *auditLog) appendID(b []byte, dc *decision) []byte {
+	if dc.id == 0 {
+		dc.id = l.seq.Add(1)
+	}
+	b = append(b, l.run...)
+	b = append(b, '-')
+	return strconv.AppendUint(b, dc.id, 10)
+}
+
+func (l *auditLog) write(dc *decision, msg string, status int, up, down int64) error {
+	level := "WARN"
+	if dc.d.Allow {
+		level = "INFO"
+	}
 	r := &dc.in.Request
 	bp := l.buf.Get().(*[]byte)
 	b := append((*bp)[:0], `{"time":"`...)
 	b = time.Now().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","level":"`...)
 	b = append(b, level...)
-	b = append(b, `","msg":"`+AuditMessage+`"`...)
+	b = append(b, `","msg":"`...)
+	b = append(b, msg...)
+	b = append(b, `","id":"`...)
+	b = l.appendID(b, dc)
+	b = append(b, '"')
 	b = jsonString(b, "sandbox", dc.in.Sandbox.ID)
 	b = jsonString(b, "kind", dc.in.Sandbox.Kind)
 	b = jsonString(b, "preset", dc.in.Sandbox.Preset)
@@ -58,7 +176,7 @@ func (l *auditLog) write(dc *decision, level, verdict string, status int, up, do
 	b = jsonInt(b, "port", int64(r.Port))
 	b = jsonString(b, "method", r.Method)
 	b = jsonString(b, "path", r.Path)
-	b = jsonString(b, "decision", verdict)
+	b = jsonString(b, "decision", verdict(dc))
 	b = jsonString(b, "reason", string(dc.d.Reason))
 	b = jsonString(b, "rule", dc.d.Rule)
 	b = append(b, `,"inspect":`...)
@@ -72,14 +190,42 @@ func (l *auditLog) write(dc *decision, level, verdict string, status int, up, do
 	if dc.detail != "" {
 		b = jsonString(b, "detail", dc.detail)
 	}
+	if n := dc.scrub.scrubbed(); n > 0 {
+		b = jsonInt(b, "secret_scrubbed", n)
+	}
+	if dc.count > 0 {
+		b = jsonInt(b, "count", dc.count)
+	}
 	b = append(b, "}\n"...)
-	l.mu.Lock()
-	l.w.Write(b)
-	l.mu.Unlock()
+	err := l.put(b)
 	if cap(b) <= 64<<10 { // an outsized line's buffer is not kept
 		*bp = b
 		l.buf.Put(bp)
 	}
+	return err
+}
+
+// put writes one line whole or not at all (see auditLog).
+func (l *auditLog) put(b []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, err := l.w.Write(b)
+	if err == nil || n == 0 || n >= len(b) {
+		return err
+	}
+	if l.file != nil {
+		// O_APPEND left the offset at the end of the n bytes written.
+		end, serr := l.file.Seek(0, io.SeekCurrent)
+		if serr == nil {
+			serr = l.file.Truncate(end - int64(n))
+		}
+		if serr != nil {
+			return fmt.Errorf("%w; the %d bytes written of the line could not be removed: %v", err, n, serr)
+		}
+		return err
+	}
+	l.w.Write([]byte{'\n'})
+	return err
 }
 
 func jsonInt(b []byte, key string, v int64) []byte {

@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -38,6 +41,11 @@ func TestAuditLineMatchesSlog(t *testing.T) {
 		dc := auditDecision(allow)
 		var got bytes.Buffer
 		(&Proxy{audit: newAuditLog(&got)}).record(dc, 403, 12, 34)
+		var fields map[string]any
+		if err := json.Unmarshal(got.Bytes(), &fields); err != nil {
+			t.Fatal(err)
+		}
+		id, _ := fields["id"].(string)
 
 		var want bytes.Buffer
 		level, verdict := slog.LevelWarn, "deny"
@@ -45,7 +53,7 @@ func TestAuditLineMatchesSlog(t *testing.T) {
 			level, verdict = slog.LevelInfo, "allow"
 		}
 		r := &dc.in.Request
-		slog.New(slog.NewJSONHandler(&want, nil)).LogAttrs(context.Background(), level, AuditMessage,
+		slog.New(slog.NewJSONHandler(&want, nil)).LogAttrs(context.Background(), level, AuditMessage, slog.String("id", id),
 			slog.String("sandbox", dc.in.Sandbox.ID), slog.String("kind", dc.in.Sandbox.Kind), slog.String("preset", dc.in.Sandbox.Preset),
 			slog.Int("pid", dc.in.Process.PID), slog.String("binary", dc.in.Process.Exe), slog.String("sha256", dc.in.Process.SHA256),
 			slog.String("phase", string(r.Phase)), slog.String("host", r.Host), slog.Int("port", r.Port),
@@ -60,10 +68,6 @@ func TestAuditLineMatchesSlog(t *testing.T) {
 		}
 		if strings.Count(got.String(), "\n") != 1 {
 			t.Fatalf("audit line is not one line: %q", got.String())
-		}
-		var fields map[string]any
-		if err := json.Unmarshal(got.Bytes(), &fields); err != nil {
-			t.Fatal(err)
 		}
 		if fields["host"] != r.Host || fields["decision"] != verdict || fields["msg"] != AuditMessage {
 			t.Fatalf("decoded fields %v", fields)
@@ -80,5 +84,146 @@ func BenchmarkAuditLine(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		p.record(dc, 200, 1000, 2000)
+	}
+}
+
+// auditLines decodes every line of raw, failing on one that is not a whole
+// JSON object.
+func auditLines(t *testing.T, raw []byte) []map[string]any {
+	t.Helper()
+	if len(raw) > 0 && raw[len(raw)-1] != '\n' {
+		t.Fatalf("audit log ends inside a line: %q", raw[max(0, len(raw)-80):])
+	}
+	var out []map[string]any
+	for _, l := range bytes.Split(bytes.TrimSuffix(raw, []byte("\n")), []byte("\n")) {
+		if len(l) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			t.Fatalf("audit line %q: %v", l, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// An allowed decision is on record before anything is dialled for it, and
+// its outcome follows on a close line with the same id; a denial is one
+// decision line.
+func TestAdmitThenClose(t *testing.T) {
+	var buf bytes.Buffer
+	p := &Proxy{audit: newAuditLog(&buf), log: slog.New(slog.DiscardHandler)}
+	allowed := auditDecision(true)
+	if !p.admit(allowed) {
+		t.Fatalf("admit refused: %s", allowed.detail)
+	}
+	if n := len(auditLines(t, buf.Bytes())); n != 1 {
+		t.Fatalf("after admit: %d lines, want the decision line", n)
+	}
+	p.record(allowed, 200, 5, 7)
+	denied := auditDecision(false)
+	if p.admit(denied) {
+		t.Fatal("admit let a denial through")
+	}
+	p.record(denied, 403, 0, 0)
+
+	lines := auditLines(t, buf.Bytes())
+	want := []struct {
+		msg, decision string
+		status, down  float64
+	}{{AuditMessage, "allow", 0, 0}, {AuditCloseMessage, "allow", 200, 7}, {AuditMessage, "deny", 403, 0}}
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), buf.String())
+	}
+	for i, w := range want {
+		l := lines[i]
+		if l["msg"] != w.msg || l["decision"] != w.decision || l["status"] != w.status || l["bytes_down"] != w.down {
+			t.Errorf("line %d = %v; want msg %s decision %s status %v bytes_down %v", i, l, w.msg, w.decision, w.status, w.down)
+		}
+	}
+	if lines[0]["id"] != lines[1]["id"] || lines[0]["id"] == lines[2]["id"] || lines[0]["id"] == "" {
+		t.Errorf("ids %v %v %v: want the decision and its close line to share one, the denial its own", lines[0]["id"], lines[1]["id"], lines[2]["id"])
+	}
+}
+
+// A decision whose line cannot be written is refused with
+// audit_unavailable, naming the error but not the log's path, whether the
+// disk is full or the reader of a pipe has gone (EPIPE is an error like
+// any other); --audit-failure=warn serves it.
+func TestAdmitFailsClosed(t *testing.T) {
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Close()
+	r, closedPipe, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	defer closedPipe.Close()
+	for _, tc := range []struct {
+		name  string
+		w     io.Writer
+		errno string
+	}{{"disk full", full, "no space left on device"}, {"reader gone", closedPipe, "broken pipe"}} {
+		for _, failOpen := range []bool{false, true} {
+			var logs bytes.Buffer
+			p := &Proxy{audit: newAuditLog(tc.w), log: slog.New(slog.NewTextHandler(&logs, nil)), cfg: Config{AuditFailOpen: failOpen}}
+			dc := auditDecision(true)
+			if got := p.admit(dc); got != failOpen {
+				t.Fatalf("%s, fail open %v: admit = %v", tc.name, failOpen, got)
+			}
+			if !strings.Contains(logs.String(), "audit log write failed") || !strings.Contains(logs.String(), tc.errno) {
+				t.Errorf("%s: stderr log %q does not say the audit write failed with %q", tc.name, logs.String(), tc.errno)
+			}
+			if failOpen {
+				continue
+			}
+			if dc.d.Allow || dc.d.Reason != policies.ReasonAuditUnavailable || dc.status() != 503 || dc.detail != "audit log write failed: "+tc.errno {
+				t.Errorf("%s: decision %+v detail %q status %d; want 503 audit_unavailable naming %q", tc.name, dc.d, dc.detail, dc.status(), tc.errno)
+			}
+		}
+	}
+}
+
+// On a filesystem that fills up, a line is written whole or not at all: the
+// part of a line the disk had room for is removed, so once there is room
+// again the next line starts on a line of its own.
+func TestAuditLineWholeOrNothing(t *testing.T) {
+	dir := testutil.Tmpfs(t, 32<<10)
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, make([]byte, 16<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "audit.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p := &Proxy{audit: newAuditLog(f), log: slog.New(slog.DiscardHandler)}
+	dc := auditDecision(true)
+	written := 0
+	for ; written < 1000; written++ {
+		if p.writeLine(dc, AuditMessage, 200, 0, 0) != nil {
+			break
+		}
+	}
+	if written == 1000 {
+		t.Fatal("a 32 KiB tmpfs took 1000 lines")
+	}
+	raw, _ := os.ReadFile(f.Name())
+	if n := len(auditLines(t, raw)); n != written {
+		t.Fatalf("%d lines in the log, %d written", n, written)
+	}
+	os.Remove(filler)
+	if err := p.writeLine(dc, AuditCloseMessage, 200, 0, 0); err != nil {
+		t.Fatalf("with room again: %v", err)
+	}
+	raw, _ = os.ReadFile(f.Name())
+	lines := auditLines(t, raw)
+	if len(lines) != written+1 || lines[written]["msg"] != AuditCloseMessage {
+		t.Fatalf("after the disk had room again: %d lines, last %v; want %d, the last the close line", len(lines), lines[len(lines)-1], written+1)
 	}
 }

@@ -17,6 +17,7 @@ type sandboxState struct {
 	resolver *identity.Resolver
 	active   atomic.Int64 // connections held, hijacked tunnels included
 	refusing atomic.Int64 // over-limit connections being answered
+	flooded  atomic.Int64 // over-limit connections closed unanswered, not yet on record
 }
 
 // clientConn is one accepted connection. Its owner is looked up once, when
@@ -30,6 +31,9 @@ type clientConn struct {
 	proc           *identity.Process
 	err            error
 	lookupDuration time.Duration
+	// handled: a handler has the connection's current request. Until one
+	// does, whatever http.Server writes is its own refusal (servedConn).
+	handled atomic.Bool
 }
 
 func newClientConn(sb *sandboxState, c *stallConn) *clientConn {

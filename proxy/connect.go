@@ -35,12 +35,16 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 	if dc.d.Allow {
 		p.resolve(ctx, dc)
 	}
+	// On record before the tunnel is dialled, or inspected; refused
+	// (audit_unavailable) when it cannot be.
+	p.admit(dc)
 	client, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		dc.deny(policies.ReasonInvalidRequest, "cannot take over the client connection: "+err.Error())
 		p.record(dc, dc.status(), 0, 0)
 		return
 	}
+	client = bareConn(client)
 	t, release := p.track(client)
 	defer release()
 	defer cc.sb.active.Add(-1) // hijacked: the slot is ours to release

@@ -27,6 +27,17 @@ type decision struct {
 	addrs []netip.Addr
 	// badRequest: the request's framing cannot be trusted (malformed).
 	badRequest bool
+	// scrub masks the injected secrets in the response; its count goes
+	// to the audit line as secret_scrubbed.
+	scrub *scrubber
+	// id ties the decision's audit lines together; set by its first line.
+	id uint64
+	// announced: the decision line is written, and the outcome goes on a
+	// close line (admit).
+	announced bool
+	// count is how many connections one line stands for (a flood
+	// summary); 0 for one.
+	count int64
 }
 
 // upstreamContext lets the transport dial exactly dc's checked addresses.
@@ -111,6 +122,8 @@ func (dc *decision) hint() string {
 		return "the request cannot be read unambiguously: " + dc.detail
 	case policies.ReasonConnectionLimit:
 		return "the sandbox already holds " + dc.detail + "; close idle connections and retry, or an operator can raise --max-conns"
+	case policies.ReasonAuditUnavailable:
+		return "the proxy sends nothing it cannot put on record, and its audit log cannot be written (" + dc.detail + "); an operator must repair the audit log"
 	}
 	return dc.d.Hint(&dc.in)
 }

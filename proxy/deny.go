@@ -45,7 +45,7 @@ func (dc *decision) denial() Denial {
 // status is the HTTP status of a denial: 400 when the request's framing
 // cannot be trusted, 421 when the request names another host than its
 // tunnel, 502 when the upstream failed, 503 when the sandbox is at its
-// connection limit, 403 otherwise.
+// connection limit or its decision could not be audited, 403 otherwise.
 func (dc *decision) status() int {
 	if dc.badRequest {
 		return http.StatusBadRequest
@@ -55,7 +55,7 @@ func (dc *decision) status() int {
 		return http.StatusMisdirectedRequest
 	case policies.ReasonUpstreamError:
 		return http.StatusBadGateway
-	case policies.ReasonConnectionLimit:
+	case policies.ReasonConnectionLimit, policies.ReasonAuditUnavailable:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusForbidden

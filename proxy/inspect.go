@@ -29,9 +29,15 @@ import (
 // host, and every request must name that same host (Host header,
 // absolute-form URL, SNI): an allowed tunnel never reaches another host.
 func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decision) {
+	// The CONNECT's close line, when the tunnel ends; each request in it
+	// has its own lines.
+	status := 0
+	defer func() { p.record(dc, status, 0, 0) }()
 	if _, err := io.WriteString(client, established); err != nil {
+		dc.detail = "client write: " + err.Error()
 		return
 	}
+	status = http.StatusOK
 	host := dc.in.Request.Host
 	tc := tls.Server(client, &tls.Config{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.cfg.CA.Leaf(host) },
@@ -44,13 +50,11 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 	tc.SetDeadline(time.Now().Add(p.cfg.Limits.HandshakeTimeout))
 	if err := tc.Handshake(); err != nil {
 		dc.detail = "client TLS handshake: " + err.Error()
-		p.record(dc, 0, 0, 0)
 		return
 	}
 	tc.SetDeadline(time.Time{})
 	p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
 	defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
-	p.record(dc, http.StatusOK, 0, 0) // the CONNECT itself
 
 	sni := tc.ConnectionState().ServerName
 	// Request headers are read through a limit, as http.Server reads them
@@ -171,8 +175,16 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 	if out.Host == "" {
 		out.Host = out.URL.Host
 	}
-	if err := p.inject(out.Header, rdc.d.Inject); err != nil {
+	var err error
+	if rdc.scrub, err = p.inject(out.Header, rdc.d.Inject); err != nil {
 		rdc.deny(policies.ReasonSecretUnavailable, err.Error())
+		return p.refuse(bw, req, rdc)
+	}
+	if websocket && rdc.scrub != nil {
+		rdc.deny(policies.ReasonWebSocketNotAllowed, unscrubbableFrames)
+		return p.refuse(bw, req, rdc)
+	}
+	if !p.admit(rdc) { // on record before the upstream is dialled
 		return p.refuse(bw, req, rdc)
 	}
 	var cont *continuer
@@ -214,6 +226,12 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 			return false
 		}
 		p.upgrade(tc, br, resp, rdc, body)
+		return false
+	}
+	if err := rdc.scrub.response(req, resp); err != nil {
+		resp.Body.Close()
+		rdc.deny(policies.ReasonUpstreamError, err.Error())
+		p.refuse(bw, req, rdc)
 		return false
 	}
 	// The upstream answered before it read the whole body, which the

@@ -12,9 +12,11 @@ import (
 
 // limitListener enforces the sandbox's connection limit before http.Server
 // sees a connection: one beyond the limit is answered here and never
-// served. The connections it passes on are wrapped to cut clients that
-// stop reading (stallConn); an opaque tunnel unwraps its own, so its relay
-// still splices it.
+// served. The connections it passes on are wrapped twice: a stallConn,
+// which cuts clients that stop reading and follows their requests'
+// framing, inside a servedConn, which audits the server's own refusals. A
+// connection taken over from the server is unwrapped again (bareConn, then
+// rawConn for an opaque tunnel), so its relay still splices it.
 type limitListener struct {
 	net.Listener
 	p  *Proxy
@@ -29,8 +31,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		n := l.st.active.Add(1)
 		if n <= int64(l.p.cfg.Limits.MaxConns) {
-			return &stallConn{Conn: c, timeout: l.p.cfg.Limits.WriteTimeout,
-				frames: &frameTracker{maxHeader: l.p.cfg.Limits.MaxHeaderBytes + 4096}}, nil
+			stall := &stallConn{Conn: c, timeout: l.p.cfg.Limits.WriteTimeout,
+				frames: &frameTracker{maxHeader: l.p.cfg.Limits.MaxHeaderBytes + 4096}}
+			return &servedConn{Conn: stall, p: l.p, cc: newClientConn(l.st, stall)}, nil
 		}
 		l.st.active.Add(-1)
 		go l.p.refuseOverLimit(c, l.st, n-1)
@@ -60,10 +63,13 @@ func (p *Proxy) refuseOverLimit(c net.Conn, st *sandboxState, held int64) {
 	dc.d = policies.Decision{Reason: policies.ReasonConnectionLimit, Preset: st.Preset}
 	dc.detail = fmt.Sprintf("%d connections through the proxy, its limit", held)
 	if st.refusing.Add(1) > maxRefusing {
-		// A flood: closed at once, unanswered, and counted rather than
-		// written line by line into the audit log.
+		// A flood: closed at once, unanswered, and summed up in one
+		// audit line per floodInterval rather than one line each.
 		st.refusing.Add(-1)
 		p.cfg.Metrics.countDecision(st.ID, "deny", string(policies.ReasonConnectionLimit))
+		if st.flooded.Add(1) == 1 {
+			time.AfterFunc(floodInterval, func() { p.recordFlood(st) })
+		}
 		return
 	}
 	defer st.refusing.Add(-1)
@@ -76,6 +82,28 @@ func (p *Proxy) refuseOverLimit(c net.Conn, st *sandboxState, held int64) {
 		return
 	}
 	linger(c, 64<<10)
+}
+
+// floodInterval is how often a flood's connections, closed unanswered, are
+// summed up in one audit line: the first of them starts an interval, at
+// whose end (or when the listener stops) the line is written with the
+// count.
+const floodInterval = time.Second
+
+// recordFlood writes the audit line of the connections closed unanswered
+// since the last one, if there were any. Their decisions are counted in the
+// metrics one by one as they happen.
+func (p *Proxy) recordFlood(st *sandboxState) {
+	n := st.flooded.Swap(0)
+	if n == 0 {
+		return
+	}
+	dc := &decision{start: time.Now(), count: n}
+	dc.in.Sandbox = policies.Sandbox{ID: st.ID, Kind: st.Kind, Preset: st.Preset}
+	dc.in.Request.Phase = policies.PhaseConnect
+	dc.d = policies.Decision{Reason: policies.ReasonConnectionLimit, Preset: st.Preset}
+	dc.detail = fmt.Sprintf("%d connections over the limit closed unanswered within %s: %d refusals were being answered already", n, floodInterval, maxRefusing)
+	p.writeLine(dc, AuditMessage, 0, 0, 0)
 }
 
 // linger readies a connection for its close after the proxy's last answer

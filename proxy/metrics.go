@@ -17,8 +17,10 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	tunnels   *prometheus.GaugeVec
 	bytes     *prometheus.CounterVec
+	scrubbed  *prometheus.CounterVec
 	identity  prometheus.Histogram
 	eval      prometheus.Histogram
+	audit     prometheus.Counter
 }
 
 // NewMetrics registers the proxy's metrics, including the CA's leaf cache.
@@ -35,6 +37,9 @@ func NewMetrics(ca *certs.CA) *Metrics {
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_proxy_bytes_total", Help: "Bytes relayed, up (client to upstream) and down.",
 		}, []string{"sandbox", "direction"}),
+		scrubbed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_proxy_secrets_scrubbed_total", Help: "Injected secrets masked in responses (an upstream echoed them).",
+		}, []string{"sandbox"}),
 		identity: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "airlock_proxy_identity_lookup_seconds", Help: "Time to attribute a connection to a process.",
 			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 14),
@@ -43,8 +48,11 @@ func NewMetrics(ca *certs.CA) *Metrics {
 			Name: "airlock_proxy_policy_eval_seconds", Help: "Time to decide one question.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 16),
 		}),
+		audit: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "airlock_proxy_audit_write_errors_total", Help: "Audit lines that could not be written (each also logged on stderr).",
+		}),
 	}
-	r.MustRegister(m.decisions, m.tunnels, m.bytes, m.identity, m.eval,
+	r.MustRegister(m.decisions, m.tunnels, m.bytes, m.scrubbed, m.identity, m.eval, m.audit,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_proxy_cert_cache_hits_total", Help: "Leaf certificates served from the cache."},
 			func() float64 { h, _ := ca.CacheStats(); return float64(h) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_proxy_cert_cache_misses_total", Help: "Leaf certificates signed."},
@@ -64,10 +72,22 @@ func (m *Metrics) countDecision(sandbox, decision, reason string) {
 	}
 }
 
+func (m *Metrics) auditFailed() {
+	if m != nil {
+		m.audit.Inc()
+	}
+}
+
 func (m *Metrics) addBytes(sandbox string, up, down int64) {
 	if m != nil && (up > 0 || down > 0) {
 		m.bytes.WithLabelValues(sandbox, "up").Add(float64(up))
 		m.bytes.WithLabelValues(sandbox, "down").Add(float64(down))
+	}
+}
+
+func (m *Metrics) countScrubbed(sandbox string, n int64) {
+	if m != nil && n > 0 {
+		m.scrubbed.WithLabelValues(sandbox).Add(float64(n))
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 // inspected tunnel: the proxy sees it whole, so method and path rules apply.
 func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
 	dc := p.decidePlain(r)
-	if !dc.d.Allow {
+	if !p.admit(dc) { // on record before goproxy dials the upstream
 		p.record(dc, dc.status(), 0, 0)
 		return r, dc.denialResponse(r)
 	}
@@ -52,7 +52,8 @@ func (p *Proxy) decidePlain(r *http.Request) *decision {
 		// network in clear, so the request is not sent at all.
 		dc.deny(policies.ReasonSecretUnavailable, "credentials are injected only into TLS connections, and this request is plain http://")
 	default:
-		if err := p.inject(r.Header, dc.d.Inject); err != nil {
+		var err error
+		if dc.scrub, err = p.inject(r.Header, dc.d.Inject); err != nil {
 			dc.deny(policies.ReasonSecretUnavailable, err.Error())
 		}
 	}
@@ -158,7 +159,10 @@ func dropConnectionHeaders(h http.Header, keepUpgrade bool) {
 // relayed untouched. goproxy's handler would relay only one direction.
 func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 	dc := p.decidePlain(r)
-	if !dc.d.Allow {
+	if dc.d.Allow && dc.scrub != nil {
+		dc.deny(policies.ReasonWebSocketNotAllowed, unscrubbableFrames)
+	}
+	if !p.admit(dc) { // on record before the upstream is dialled
 		p.deny(w, r, dc, 0)
 		return
 	}
@@ -193,6 +197,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 		p.record(dc, dc.status(), body.n(), 0)
 		return
 	}
+	conn = bareConn(conn)
 	t, release := p.track(conn)
 	defer release()
 	cc := connFrom(r.Context())
@@ -241,6 +246,12 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 		// asked for is not relayed.
 		resp.Body.Close()
 		st.dc.deny(policies.ReasonUpstreamError, unaskedSwitch)
+		p.record(st.dc, st.dc.status(), st.body.n(), 0)
+		return st.dc.denialResponse(gctx.Req)
+	}
+	if err := st.dc.scrub.response(gctx.Req, resp); err != nil {
+		resp.Body.Close()
+		st.dc.deny(policies.ReasonUpstreamError, err.Error())
 		p.record(st.dc, st.dc.status(), st.body.n(), 0)
 		return st.dc.denialResponse(gctx.Req)
 	}

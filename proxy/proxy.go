@@ -85,8 +85,12 @@ type Config struct {
 	UpstreamRoots *x509.CertPool
 	// Secrets resolves the credentials the policy injects.
 	Secrets SecretSource
-	// Audit receives one JSON line per decision; nil discards.
+	// Audit receives the JSON decision and close lines; nil discards.
 	Audit io.Writer
+	// AuditFailOpen serves a decision whose audit line cannot be written
+	// (--audit-failure=warn); by default it is refused, 503
+	// audit_unavailable, and nothing is dialled for it.
+	AuditFailOpen bool
 	// Metrics, nil for none.
 	Metrics *Metrics
 	Limits  Limits
@@ -217,7 +221,9 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if why := connFrom(r.Context()).conn.frames.next(); why != "" {
+			cc := connFrom(r.Context())
+			cc.handled.Store(true) // ours to answer and audit
+			if why := cc.conn.frames.next(); why != "" {
 				p.refuseFraming(w, r, why)
 				return
 			}
@@ -246,11 +252,12 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 			// the client is then waiting on its socket, and with the
 			// process cache a lookup costs less than a goroutine to
 			// overlap it with reading the request.
-			return context.WithValue(ctx, ctxKey{}, newClientConn(st, c.(*stallConn)))
+			return context.WithValue(ctx, ctxKey{}, c.(*servedConn).cc)
 		},
 		// limitListener took the slot; a hijacked connection's tunnel
 		// releases it when it ends.
 		ConnState: func(c net.Conn, s http.ConnState) {
+			serverStateHook(c, s)
 			if s == http.StateClosed {
 				st.active.Add(-1)
 			}
@@ -270,6 +277,7 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 	p.mu.Unlock()
 	p.log.Info("proxy serving", "sandbox", sb.ID, "kind", sb.Kind, "preset", sb.Preset, "listen", ln.Addr().String())
 	err = srv.Serve(&limitListener{Listener: ln, p: p, st: st})
+	p.recordFlood(st) // what the last interval counted
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -356,10 +364,10 @@ func (p *Proxy) awaitRequest(t *tracked, br *bufio.Reader) bool {
 }
 
 func (p *Proxy) nonProxy(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusBadRequest, map[string]string{
-		"error":  "this is airlock's egress proxy; send absolute-form (GET http://host/path) or CONNECT requests",
-		"reason": string(policies.ReasonInvalidRequest),
-	})
+	const why = "this is airlock's egress proxy; send absolute-form (GET http://host/path) or CONNECT requests"
+	writeJSON(w, http.StatusBadRequest, map[string]string{"error": why, "reason": string(policies.ReasonInvalidRequest)})
+	dc := p.refused(connFrom(r.Context()), policies.Request{Phase: policies.PhaseRequest, Method: r.Method}, policies.ReasonInvalidRequest, "origin-form request: "+why)
+	p.record(dc, http.StatusBadRequest, 0, 0)
 }
 
 // CACert is the PEM certificate clients must trust for inspected hosts.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -45,19 +46,45 @@ func (EnvSecrets) Lookup(ref policies.SecretRef) (string, error) {
 	return v, nil
 }
 
+// CheckSecrets resolves every secret p's rules inject, so that a missing
+// one stops the proxy from starting (or a policy from being reloaded)
+// instead of being found by the first request that needs it, which is
+// still refused (secret_unavailable) should a secret go missing later. The
+// error names each rule, header and source, never a value.
+func CheckSecrets(src SecretSource, p policies.Preset) error {
+	var errs []error
+	for _, r := range p.Rules {
+		names := make([]string, 0, len(r.Inject))
+		for name := range r.Inject {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			if _, err := src.Lookup(r.Inject[name]); err != nil {
+				errs = append(errs, fmt.Errorf("preset %q rule %q injects header %s, and the proxy lacks its secret: %w", p.Name, r.Name, name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // inject sets every header the decision names, replacing whatever the
 // client sent, under any spelling a server may read as the same name (CGI,
 // WSGI and PHP map X_Api_Key and X-Api-Key alike to HTTP_X_API_KEY, and the
 // client's could win). If any secret is missing the request must not be
-// sent: the error says which, without the value.
-func (p *Proxy) inject(h http.Header, refs map[string]policies.SecretRef) error {
+// sent: the error says which, without the value. The returned scrubber
+// (nil when nothing was injected) masks the secrets in the response; the
+// request asks for it uncompressed, so that they can be found there.
+func (p *Proxy) inject(h http.Header, refs map[string]policies.SecretRef) (*scrubber, error) {
+	var forms []string
 	for name, ref := range refs {
-		v, err := p.cfg.Secrets.Lookup(ref)
+		secret, err := p.cfg.Secrets.Lookup(ref)
 		if err != nil {
-			return fmt.Errorf("header %s: %v", name, err)
+			return nil, fmt.Errorf("header %s: %v", name, err)
 		}
+		v := secret
 		if ref.Format != "" {
-			v = strings.Replace(ref.Format, "%s", v, 1)
+			v = strings.Replace(ref.Format, "%s", secret, 1)
 		}
 		for k := range h {
 			if strings.EqualFold(strings.ReplaceAll(k, "_", "-"), strings.ReplaceAll(name, "_", "-")) {
@@ -65,6 +92,10 @@ func (p *Proxy) inject(h http.Header, refs map[string]policies.SecretRef) error 
 			}
 		}
 		h.Set(name, v)
+		forms = append(forms, secretForms(secret, ref.Format)...)
 	}
-	return nil
+	if len(forms) > 0 {
+		h.Set("Accept-Encoding", "identity")
+	}
+	return newScrubber(forms), nil
 }

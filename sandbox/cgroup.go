@@ -1,33 +1,61 @@
 package sandbox
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 )
 
 // Leaf is the sandbox's cgroup: a v2 leaf (for the proxy's candidate list
-// and connect hook) and the groups that enforce memory.max and pids.max,
-// which are the v2 leaf when its controllers are enabled and v1 groups on a
-// hybrid host.
+// and connect hook, and cgroup.kill) and the groups that enforce memory.max
+// and pids.max, which are the v2 leaf when its controllers are enabled and
+// v1 groups on a hybrid host. Without a v2 leaf, a v1 freezer group lets
+// Kill stop the sandbox's processes before killing them, so none can fork
+// past the kill.
 type Leaf struct {
-	V2     string   // "" when cgroup v2 is not writable
-	Joined []string // every directory whose cgroup.procs the sandbox joins
+	V2      string   // "" when cgroup v2 is not writable
+	Joined  []string // every directory whose cgroup.procs the sandbox joins
+	freezer string   // v1 freezer group, only without a v2 leaf
+
+	reaper *reaper
 }
 
-// NewLeaf creates the sandbox's groups, airlock-<id>, under parent (a
-// cgroup v2 directory; "" means the root of the v2 hierarchy). Limits that
-// cannot be enforced are an error: a limit asked for is never dropped
-// silently. warn reports what is lost without a v2 leaf.
-func NewLeaf(parent, id string, memoryMax, pidsMax int64, warn func(string)) (*Leaf, error) {
+// LeafConfig says where the sandbox's groups go and what they enforce.
+type LeafConfig struct {
+	// Parent is a cgroup v2 directory; "" means the root of the v2
+	// hierarchy.
+	Parent string
+	// ID names the groups: airlock-<ID>.
+	ID string
+	// MemoryMax and PidsMax are limits; 0 means none. A limit asked for
+	// is never dropped silently: one that cannot be enforced is an error.
+	MemoryMax, PidsMax int64
+	// Reap starts a process outside the sandbox that kills and removes
+	// the groups if the launcher dies without doing it (SIGKILL), so no
+	// exit path leaks them. Off for a sandbox meant to outlive its
+	// launcher (DieWithParent false).
+	Reap bool
+	// Warn reports what is lost without a v2 leaf.
+	Warn func(string)
+}
+
+// NewLeaf creates the sandbox's groups, airlock-<id>.
+func NewLeaf(lc LeafConfig) (*Leaf, error) {
+	if lc.MemoryMax < 0 || lc.PidsMax < 0 {
+		return nil, fmt.Errorf("cgroup limits must not be negative (memory.max %d, pids.max %d)", lc.MemoryMax, lc.PidsMax)
+	}
 	l := &Leaf{}
-	name := "airlock-" + id
-	var err error
+	name := "airlock-" + lc.ID
+	parent, err := lc.Parent, error(nil)
 	if parent == "" {
 		parent, err = cgroup2.Mount()
 	}
@@ -35,14 +63,18 @@ func NewLeaf(parent, id string, memoryMax, pidsMax int64, warn func(string)) (*L
 		l.V2, err = cgroup2.Create(parent, name)
 	}
 	if err != nil {
-		warn(fmt.Sprintf("cgroup v2 not writable (%v): the proxy finds the sandbox's processes by scanning its process tree, and there is no connect hook", err))
+		lc.Warn(fmt.Sprintf("cgroup v2 not writable (%v): the proxy finds the sandbox's processes by scanning its process tree, and there is no connect hook", err))
+		if l.freezer, err = createV1("freezer", name); err != nil {
+			return nil, fmt.Errorf("without a cgroup v2 leaf the sandbox needs a v1 freezer group, to kill all of its processes: %w", err)
+		}
+		l.Joined = append(l.Joined, l.freezer)
 	} else {
 		l.Joined = append(l.Joined, l.V2)
 	}
-	limits := map[string]int64{"memory": memoryMax, "pids": pidsMax}
+	limits := map[string]int64{"memory": lc.MemoryMax, "pids": lc.PidsMax}
 	for _, ctrl := range []string{"memory", "pids"} {
 		v := limits[ctrl]
-		if v <= 0 {
+		if v == 0 {
 			continue
 		}
 		dir, err := l.limitDir(ctrl, name)
@@ -50,8 +82,12 @@ func NewLeaf(parent, id string, memoryMax, pidsMax int64, warn func(string)) (*L
 			err = writeLimit(dir, ctrl, v)
 		}
 		if err != nil {
-			l.Remove()
-			return nil, fmt.Errorf("cannot enforce %s.max=%d: %w", ctrl, v, err)
+			return nil, errors.Join(fmt.Errorf("cannot enforce %s.max=%d: %w", ctrl, v, err), l.Destroy())
+		}
+	}
+	if lc.Reap {
+		if l.reaper, err = startReaper(l.V2, l.freezer, l.Joined); err != nil {
+			return nil, errors.Join(err, l.Destroy())
 		}
 	}
 	return l, nil
@@ -68,16 +104,20 @@ func (l *Leaf) limitDir(ctrl, name string) (string, error) {
 			}
 		}
 	}
-	v1 := filepath.Join("/sys/fs/cgroup", ctrl)
-	if _, err := os.Stat(filepath.Join(v1, "cgroup.procs")); err != nil {
-		return "", errors.New("neither cgroup v2 nor v1 offers the controller")
-	}
-	dir, err := cgroup2.Create(v1, name)
+	dir, err := createV1(ctrl, name)
 	if err != nil {
 		return "", err
 	}
 	l.Joined = append(l.Joined, dir)
 	return dir, nil
+}
+
+func createV1(ctrl, name string) (string, error) {
+	v1 := filepath.Join("/sys/fs/cgroup", ctrl)
+	if _, err := os.Stat(filepath.Join(v1, "cgroup.procs")); err != nil {
+		return "", fmt.Errorf("neither cgroup v2 nor v1 offers the %s controller", ctrl)
+	}
+	return cgroup2.Create(v1, name)
 }
 
 func writeLimit(dir, ctrl string, v int64) error {
@@ -94,9 +134,117 @@ func writeLimit(dir, ctrl string, v int64) error {
 	return fmt.Errorf("%s has no %s limit file", dir, ctrl)
 }
 
-// Remove deletes the groups; their processes must have exited.
-func (l *Leaf) Remove() {
+// OOMKills is how many processes the kernel's OOM killer has killed in the
+// sandbox's groups: v2 memory.events and v1 memory.oom_control both count
+// them as oom_kill.
+func (l *Leaf) OOMKills() int64 {
+	var n int64
 	for _, d := range l.Joined {
-		os.Remove(d)
+		for _, f := range []string{"memory.events", "memory.oom_control"} {
+			raw, err := os.ReadFile(filepath.Join(d, f))
+			if err != nil {
+				continue
+			}
+			sc := bufio.NewScanner(bytes.NewReader(raw))
+			for sc.Scan() {
+				if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
+					k, _ := strconv.ParseInt(v, 10, 64)
+					n += k
+				}
+			}
+		}
 	}
+	return n
+}
+
+// Kill kills every process in the sandbox's groups, forks in flight
+// included: cgroup.kill on v2 does it atomically; on v1 the freezer stops
+// them first, so none forks between the listing and the kill.
+func (l *Leaf) Kill() error {
+	return killGroups(l.V2, l.freezer, l.Joined)
+}
+
+func killGroups(v2, freezer string, joined []string) error {
+	if v2 != "" {
+		err := os.WriteFile(filepath.Join(v2, "cgroup.kill"), []byte("1"), 0)
+		if err == nil || errors.Is(err, os.ErrNotExist) && !exists(v2) {
+			return nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("kill cgroup %s: %w", v2, err)
+		}
+		// A kernel before 5.14 has no cgroup.kill: kill pid by pid.
+	}
+	if freezer != "" && exists(freezer) {
+		if err := os.WriteFile(filepath.Join(freezer, "freezer.state"), []byte("FROZEN"), 0); err != nil {
+			return fmt.Errorf("freeze cgroup %s: %w", freezer, err)
+		}
+		defer os.WriteFile(filepath.Join(freezer, "freezer.state"), []byte("THAWED"), 0)
+	}
+	for _, d := range joined {
+		for _, pid := range procs(d) {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
+				return fmt.Errorf("kill pid %d of cgroup %s: %w", pid, d, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Destroy kills what is left in the groups and removes them. A group the
+// kernel will not remove (a process that would not die) is an error that
+// names it, never ignored.
+func (l *Leaf) Destroy() error {
+	err := destroyGroups(l.V2, l.freezer, l.Joined)
+	if l.reaper != nil {
+		l.reaper.release()
+	}
+	return err
+}
+
+// cgroupRemoveWait bounds how long Destroy waits for killed processes to
+// leave their groups: the kernel frees a group only once its last process
+// has been reaped.
+const cgroupRemoveWait = 10 * time.Second
+
+func destroyGroups(v2, freezer string, joined []string) error {
+	killErr := killGroups(v2, freezer, joined)
+	var errs []error
+	deadline := time.Now().Add(cgroupRemoveWait)
+	// Children before parents would matter for nested groups; these are
+	// siblings in different hierarchies, so any order removes them.
+	for _, d := range joined {
+		for {
+			err := os.Remove(d)
+			if err == nil || errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+				errs = append(errs, fmt.Errorf("remove cgroup %s (processes left: %v): %w", d, procs(d), err))
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if len(errs) > 0 && killErr != nil {
+		errs = append(errs, killErr)
+	}
+	return errors.Join(errs...)
+}
+
+// procs lists a group's processes.
+func procs(dir string) []int {
+	raw, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	var out []int
+	for _, f := range strings.Fields(string(raw)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

@@ -101,6 +101,10 @@ var rlimitNames = map[string]int{
 	"nproc": unix.RLIMIT_NPROC, "stack": unix.RLIMIT_STACK,
 }
 
+// maxID is the largest uid or gid a process can hold; 4294967295 is
+// (uid_t)-1.
+const maxID = 1<<32 - 2
+
 // Validate runs every check before anything is created, and reports all
 // problems at once.
 func (c *Config) Validate() error {
@@ -112,8 +116,15 @@ func (c *Config) Validate() error {
 	if c.UID == 0 || c.GID == 0 {
 		fail("refusing to run the sandbox as uid/gid 0; use --user")
 	}
-	if c.UID < 0 || c.GID < 0 {
-		fail("uid and gid must be set")
+	for _, id := range []struct {
+		name string
+		v    int
+	}{{"uid", c.UID}, {"gid", c.GID}} {
+		// (uid_t)-1 is "leave unchanged" to setresuid and chown: a
+		// sandbox asked to run as it would keep the launcher's root.
+		if id.v < 0 || id.v > maxID {
+			fail("%s %d is out of range: want 1 to %d", id.name, id.v, maxID)
+		}
 	}
 	if _, err := keptCaps(c.KeepCaps); err != nil {
 		fail("%v", err)

@@ -12,12 +12,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Process is a running sandbox.
+// Process is a running sandbox: Pid is its init (PID 1 of the sandbox's
+// PID namespace, seen from the host), whose exit takes every process of
+// the sandbox with it.
 type Process struct {
 	Pid  int
+	proc *os.Process
 	done chan struct{}
 	err  error
 	ps   *os.ProcessState
+	// life is the write end of the pipe the init watches: held, never
+	// written, for the launcher's whole life.
+	life *os.File
 }
 
 // SetupError is a failure of one of stage 2's ordered steps; the command
@@ -31,11 +37,13 @@ func (e *SetupError) Error() string {
 	return fmt.Sprintf("sandbox setup step %q failed: %s", e.Step, e.Err)
 }
 
-// Start launches c: it re-executes this binary as stage 2 (which runs the
-// ordered steps and execs the command) and returns once the command is
-// running or setup has failed. netNS must be set unless c.Net is host. The
-// process is started from a goroutine that holds its OS thread for the
-// child's whole life: the parent-death signal fires when that thread exits.
+// Start launches c: it re-executes this binary as the sandbox's init, in
+// new PID and mount namespaces, which starts the command stage (the
+// ordered restrictions, then exec of the command), and returns once the
+// command is running or setup has failed. net must be set unless c.Net is
+// host. The init is started from a goroutine that holds its OS thread for
+// the child's whole life: the parent-death signal fires when that thread
+// exits, and the init's death ends the namespace.
 func Start(c Config, net *Network) (*Process, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -51,21 +59,30 @@ func Start(c Config, net *Network) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	lifeR, lifeW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer lifeR.Close()
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := &exec.Cmd{
 		Path:   self,
-		Args:   []string{"airlock", Stage2Arg},
-		Env:    []string{}, // stage 2 execs the command with c.Env, never this
+		Args:   []string{"airlock", Stage2Arg, modeInit},
+		Env:    []string{}, // the command gets c.Env, never this
 		Stdin:  os.Stdin,
 		Stdout: os.Stdout,
 		Stderr: os.Stderr,
-		// fdConfig, fdStatus, fdNetNS.
-		ExtraFiles: []*os.File{cfgR, statW},
+		// fdConfig, fdStatus, fdLife, fdNetNS.
+		ExtraFiles: []*os.File{cfgR, statW, lifeR},
 		SysProcAttr: &syscall.SysProcAttr{
-			Setpgid: false,
+			// Its own PID namespace: the init is PID 1, and when it
+			// exits the kernel kills whatever the command left
+			// behind. Its own mount namespace, for a /proc that shows
+			// only the sandbox.
+			Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
 		},
 	}
 	if c.DieWithParent {
@@ -83,7 +100,7 @@ func Start(c Config, net *Network) (*Process, error) {
 		defer nsFile.Close()
 		cmd.ExtraFiles = append(cmd.ExtraFiles, nsFile)
 	}
-	p := &Process{done: make(chan struct{})}
+	p := &Process{done: make(chan struct{}), life: lifeW}
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
@@ -102,9 +119,10 @@ func Start(c Config, net *Network) (*Process, error) {
 		cfgW.Close()
 		statR.Close()
 		statW.Close()
+		lifeW.Close()
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
-	p.Pid = cmd.Process.Pid
+	p.Pid, p.proc = cmd.Process.Pid, cmd.Process
 	cfgR.Close()
 	statW.Close()
 	err = json.NewEncoder(cfgW).Encode(c)
@@ -120,15 +138,27 @@ func Start(c Config, net *Network) (*Process, error) {
 	statR.Close()
 	if derr == nil {
 		<-p.done
+		lifeW.Close()
 		return nil, &SetupError{Step: se.Step, Err: se.Error}
 	}
 	return p, nil
 }
 
+// Signal sends sig to the sandbox's init, which passes it on to the
+// command; never to a pid the init no longer holds.
+func (p *Process) Signal(sig syscall.Signal) error {
+	// os.Process signals through a pidfd: a reaped init's pid, reused,
+	// is never hit.
+	return p.proc.Signal(sig)
+}
+
 // Wait waits for the command and returns its exit code: its status, or
-// 128+N when killed by signal N.
+// 128+N when killed by signal N. Every process of the sandbox is gone when
+// it returns: the kernel empties a PID namespace before its init is
+// reaped.
 func (p *Process) Wait() (int, error) {
 	<-p.done
+	p.life.Close()
 	if p.ps == nil {
 		return 125, p.err
 	}

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"golang.org/x/sys/unix"
 )
@@ -20,7 +22,7 @@ import (
 // TestMain is also stage 2 (the test binary re-executes itself, as the
 // airlock binary does) and the escape attempts run inside the sandbox.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == Stage2Arg {
+	if len(os.Args) > 1 && os.Args[1] == Stage2Arg { // the init, the command stage, the reaper
 		RunStage2()
 	}
 	if name := os.Getenv("AIRLOCK_ESCAPE"); name != "" {
@@ -376,11 +378,11 @@ func TestEnvironmentIsExplicit(t *testing.T) {
 
 func TestForkBombStoppedByPidsMax(t *testing.T) {
 	testutil.RequireRoot(t, "cgroup pids.max")
-	leaf, err := NewLeaf("", fmt.Sprintf("test-%d", os.Getpid()), 0, 24, func(msg string) { t.Log(msg) })
+	leaf, err := NewLeaf(LeafConfig{ID: fmt.Sprintf("test-%d", os.Getpid()), PidsMax: 24, Warn: func(msg string) { t.Log(msg) }})
 	if err != nil {
 		t.Fatalf("cgroup with pids.max: %v", err)
 	}
-	defer leaf.Remove()
+	defer leaf.Destroy()
 	dir := openDir(t)
 	selfCopy := filepath.Join(dir, "sandbox.test")
 	self, _ := os.Executable()
@@ -428,4 +430,65 @@ func BenchmarkLaunch(b *testing.B) {
 			n.Close()
 		}
 	})
+}
+
+// Destroy kills whatever is in the groups, forks in flight included, and
+// removes them: through cgroup.kill on v2, and by freezing before killing
+// on a v1 freezer (a host without a v2 leaf).
+func TestDestroyKillsAndRemoves(t *testing.T) {
+	testutil.RequireRoot(t, "cgroups")
+	name := fmt.Sprintf("airlock-destroy-%d", os.Getpid())
+	for _, tc := range []struct {
+		hierarchy string
+		leaf      func(dir string) *Leaf
+	}{
+		{"v2", func(dir string) *Leaf { return &Leaf{V2: dir, Joined: []string{dir}} }},
+		{"v1 freezer", func(dir string) *Leaf { return &Leaf{freezer: dir, Joined: []string{dir}} }},
+	} {
+		t.Run(tc.hierarchy, func(t *testing.T) {
+			var dir string
+			var err error
+			if tc.hierarchy == "v2" {
+				mnt, merr := cgroup2.Mount()
+				if merr != nil {
+					t.Fatal(merr)
+				}
+				dir, err = cgroup2.Create(mnt, name)
+			} else {
+				dir, err = createV1("freezer", name)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := tc.leaf(dir)
+			// A shell that keeps forking: whatever it has started when
+			// the kill comes must die too.
+			sh := exec.Command("/bin/sh", "-c", "while :; do sleep 300 & done")
+			if err := sh.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if err := cgroup2.Add(dir, sh.Process.Pid); err != nil {
+				sh.Process.Kill()
+				t.Fatal(err)
+			}
+			for len(procs(dir)) < 5 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			left := procs(dir)
+			if err := l.Destroy(); err != nil {
+				t.Fatalf("Destroy: %v", err)
+			}
+			sh.Wait()
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("%s still exists", dir)
+			}
+			for _, pid := range left {
+				if err := syscall.Kill(pid, 0); err == nil {
+					if raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !strings.Contains(string(raw), ") Z") {
+						t.Errorf("pid %d of the group survived", pid)
+					}
+				}
+			}
+		})
+	}
 }

@@ -1,12 +1,10 @@
 package sandbox
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -14,16 +12,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Stage2Arg is argv[1] of the re-executed airlock binary that becomes the
-// sandboxed process. main must call RunStage2 before anything else when it
-// sees it.
+// Stage2Arg is argv[1] of the airlock binary re-executed as one of the
+// sandbox's own processes; argv[2] says which (see RunStage2). main must
+// call RunStage2 before anything else when it sees it.
 const Stage2Arg = "__airlock-sandbox-stage2"
 
-// File descriptors the launcher hands to stage 2.
+// The processes the launcher starts from its own binary.
+const (
+	modeInit    = "init"    // PID 1 of the sandbox (init.go)
+	modeCommand = "command" // the ordered restrictions, then exec of the command
+	modeReaper  = "reaper"  // removes the cgroups of a launcher that died (reaper.go)
+)
+
+// File descriptors the launcher hands to the init, and the init to the
+// command stage (config and status only).
 const (
 	fdConfig = 3 // JSON Config, read once
 	fdStatus = 4 // setup error report; closed by a successful exec
-	fdNetNS  = 5 // the sandbox's network namespace (absent for --net host)
+	fdLife   = 5 // read end of a pipe only the launcher writes: EOF when it is gone
+	fdNetNS  = 6 // the sandbox's network namespace (absent for --net host)
 )
 
 // stepError names the step that failed; the launcher prints it.
@@ -32,34 +39,47 @@ type stepError struct {
 	Error string `json:"error"`
 }
 
-// RunStage2 runs the ordered setup steps in the new process and execs the
-// command. It only returns on failure, after reporting which step failed.
+// RunStage2 runs the sandbox process argv[2] names. It never returns.
 func RunStage2() {
+	mode := ""
+	if len(os.Args) > 2 {
+		mode = os.Args[2]
+	}
+	switch mode {
+	case modeInit:
+		runInit()
+	case modeCommand:
+		runCommandStage()
+	case modeReaper:
+		runReaper(os.Args[3:])
+	}
+	fmt.Fprintf(os.Stderr, "airlock: unknown sandbox stage %q\n", mode)
+	os.Exit(125)
+}
+
+// runCommandStage runs the ordered per-process restrictions and execs the
+// command. It only returns on failure, after reporting which step failed.
+func runCommandStage() {
 	// Credentials, capabilities, no_new_privs, Landlock and seccomp are
 	// per thread: do everything on this one and exec from it.
 	runtime.LockOSThread()
-	step := "read config"
-	fail := func(err error) {
-		b, _ := json.Marshal(stepError{Step: step, Error: err.Error()})
-		os.NewFile(fdStatus, "status").Write(b)
-		os.Exit(125)
-	}
-	var c Config
-	if err := json.NewDecoder(os.NewFile(fdConfig, "config")).Decode(&c); err != nil {
-		fail(err)
-	}
-	unix.Close(fdConfig)
+	c, report := readConfig()
+	step := ""
+	fail := func(err error) { report(step, err) }
 	parent := os.Getppid()
 
 	steps := []struct {
 		name string
 		run  func(*Config) error
 	}{
-		// Privileged setup first: joining the namespace and the cgroup
-		// needs root, and Landlock's paths must be opened before the uid
-		// switch can make them unreadable.
-		{"join network namespace", joinNetNS},
+		// The init has joined the network namespace and mounted the
+		// sandbox's /proc. The cgroups are joined here, before anything
+		// forks, so that everything the command starts is in them, and
+		// the init is not: its threads would count against pids.max
+		// and the OOM killer could pick it.
 		{"join cgroup", joinCgroup},
+		// Landlock's paths must be opened before the uid switch can make
+		// them unreadable.
 		{"open landlock paths", openLandlock},
 		// The bounding set caps what any later exec can gain; dropping
 		// it needs CAP_SETPCAP, so it goes before the uid switch.
@@ -72,8 +92,8 @@ func RunStage2() {
 		{"set capabilities", setCaps},
 		{"disable core dumps", noDumps},
 		{"set rlimits", setRlimits},
-		// The parent-death signal is reset by the uid change: set it
-		// again, then make sure the launcher did not die meanwhile.
+		// The parent (the init) dying kills this process with the
+		// namespace anyway; the signal covers the gap until exec.
 		{"die with parent", func(c *Config) error { return dieWithParent(c, parent) }},
 		// no_new_privs: setuid binaries and file capabilities cannot
 		// raise privileges again; Landlock and seccomp require it.
@@ -87,7 +107,7 @@ func RunStage2() {
 	}
 	for _, s := range steps {
 		step = s.name
-		if err := s.run(&c); err != nil {
+		if err := s.run(c); err != nil {
 			fail(err)
 		}
 	}
@@ -104,20 +124,11 @@ func RunStage2() {
 	fail(syscall.Exec(path, c.Command, c.Env))
 }
 
-func joinNetNS(c *Config) error {
-	if c.Net == NetHost {
-		return nil
-	}
-	if err := unix.Setns(fdNetNS, unix.CLONE_NEWNET); err != nil {
-		return &os.SyscallError{Syscall: "setns(CLONE_NEWNET)", Err: err}
-	}
-	return unix.Close(fdNetNS)
-}
-
 func joinCgroup(c *Config) error {
 	for _, dir := range c.Cgroups {
-		if err := os.WriteFile(dir+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
-			return err
+		// "0" is the writer itself, whatever its pid in this namespace.
+		if err := os.WriteFile(dir+"/cgroup.procs", []byte("0"), 0); err != nil {
+			return fmt.Errorf("join cgroup %s: %w", dir, err)
 		}
 	}
 	return nil

@@ -11,9 +11,11 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -33,19 +35,32 @@ func newLaunchCmd() *cobra.Command {
 		proxyPort                                                                                  int
 		memoryMax, pidsMax                                                                         int64
 		dieWithParent, noDefaultPaths                                                              bool
+		stopTimeout                                                                                time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "launch [flags] -- CMD [ARGS...]",
 		Short: "Run CMD in a sandbox: unprivileged uid, no capabilities, Landlock, seccomp, and a network whose only way out is the proxy",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return &exitError{ExitUsage, errors.New("no command to run: airlock launch [flags] -- CMD [ARGS...]")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			log := slog.Default()
+			// Everything past validation that fails is a setup failure:
+			// the command never ran.
+			defer func() {
+				var ee *exitError
+				if err != nil && !errors.As(err, &ee) && !errors.Is(err, policies.ErrIntegrity) {
+					err = &exitError{ExitLaunch, err}
+				}
+			}()
 			c := sandbox.Defaults()
 			if noDefaultPaths {
 				c.RO, c.RW, c.Exec = nil, nil, nil
 			}
 			c.Command, c.Dir = args, cwd
-			var err error
 			if c.UID, c.GID, err = parseUser(userSpec); err != nil {
 				return &exitError{ExitUsage, err}
 			}
@@ -65,19 +80,49 @@ func newLaunchCmd() *cobra.Command {
 				return &exitError{ExitUsage, err}
 			}
 			c.DieWithParent = dieWithParent
+			// Validation before anything is created: a usage error
+			// leaves nothing behind.
+			if err := checkLimitFlags(cmd, memoryMax, pidsMax); err != nil {
+				return &exitError{ExitUsage, err}
+			}
+			if stopTimeout <= 0 {
+				return &exitError{ExitUsage, fmt.Errorf("--stop-timeout %v: want a positive duration", stopTimeout)}
+			}
+			if err := c.Validate(); err != nil {
+				return &exitError{ExitUsage, err}
+			}
+			status, err := openStatus(jsonStatus)
+			if err != nil {
+				return &exitError{ExitUsage, err}
+			}
+			defer status.Close()
+			warnHostAccount(c.UID, log)
 			if sandboxID == "" {
 				sandboxID = fmt.Sprintf("%d", os.Getpid())
 			}
 
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
+			// Signals are kept from here on and passed to the sandbox
+			// once it runs: a ^C during setup still reaches the command.
+			sigs := make(chan os.Signal, 8)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+			defer signal.Stop(sigs)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
 
 			// The sandbox's groups, before the process exists.
-			leaf, err := sandbox.NewLeaf(cgroupParent, sandboxID, memoryMax, pidsMax, func(msg string) { log.Warn(msg) })
+			leaf, err := sandbox.NewLeaf(sandbox.LeafConfig{
+				Parent: cgroupParent, ID: sandboxID, MemoryMax: memoryMax, PidsMax: pidsMax,
+				Reap: dieWithParent, Warn: func(msg string) { log.Warn(msg) },
+			})
 			if err != nil {
 				return &exitError{ExitLaunch, err}
 			}
-			defer leaf.Remove()
+			destroy := sync.OnceValue(leaf.Destroy)
+			defer func() {
+				if derr := destroy(); derr != nil {
+					log.Error("the sandbox's cgroups could not be removed", "err", derr)
+				}
+			}()
 			c.Cgroups = leaf.Joined
 
 			envOpts := sandbox.EnvOptions{Set: envs, Keep: keepEnv}
@@ -138,8 +183,7 @@ func newLaunchCmd() *cobra.Command {
 			if err != nil {
 				var se *sandbox.SetupError
 				if errors.As(err, &se) {
-					writeStatus(jsonStatus, map[string]any{"started": false, "step": se.Step, "error": se.Err, "exit_code": ExitLaunch})
-					return &exitError{ExitLaunch, err}
+					status.write(map[string]any{"started": false, "step": se.Step, "error": se.Err, "exit_code": ExitLaunch}, log)
 				}
 				return &exitError{ExitLaunch, err}
 			}
@@ -153,15 +197,7 @@ func newLaunchCmd() *cobra.Command {
 					served <- p.Serve(network.Listener, proxy.Sandbox{ID: sandboxID, Kind: preset, Preset: preset, Candidates: cands, NetNS: network.NS, Hook: hook})
 				}()
 			}
-			go func() {
-				// Pass SIGINT/SIGTERM on, but never signal a pid the
-				// command no longer holds.
-				select {
-				case <-ctx.Done():
-					syscall.Kill(proc.Pid, syscall.SIGTERM)
-				case <-proc.Done():
-				}
-			}()
+			go forwardSignals(sigs, proc, leaf, stopTimeout, log)
 			code, werr := proc.Wait()
 			if p != nil {
 				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -171,9 +207,28 @@ func newLaunchCmd() *cobra.Command {
 					log.Error("the sandbox's proxy stopped with an error", "err", err)
 				}
 			}
-			writeStatus(jsonStatus, map[string]any{"started": true, "pid": proc.Pid, "exit_code": code, "duration_ms": time.Since(start).Milliseconds()})
+			// Every process is gone (the PID namespace died with its
+			// init); the groups go now, so the status can say whether
+			// they did.
+			oomKills := leaf.OOMKills()
+			cleanupErr := destroy()
+			outcome := map[string]any{"started": true, "pid": proc.Pid, "exit_code": code, "duration_ms": time.Since(start).Milliseconds(), "oom_killed": oomKills > 0}
+			if oomKills > 0 {
+				outcome["oom_kills"] = oomKills
+			}
+			if cleanupErr != nil {
+				outcome["cleanup_error"] = cleanupErr.Error()
+			}
+			status.write(outcome, log)
 			if werr != nil {
 				return &exitError{ExitLaunch, werr}
+			}
+			if oomKills > 0 {
+				msg := fmt.Errorf("the kernel's OOM killer killed %d process(es) of the sandbox: it reached its memory limit (--memory-max %d)", oomKills, memoryMax)
+				if code == 128+int(syscall.SIGKILL) {
+					return &exitError{code, fmt.Errorf("the command was killed: %w", msg)}
+				}
+				log.Warn(msg.Error())
 			}
 			if code != 0 {
 				return &exitError{code, errSilent}
@@ -198,6 +253,7 @@ func newLaunchCmd() *cobra.Command {
 	fl.StringVar(&cgroupParent, "cgroup", "", "cgroup v2 directory under which the sandbox's leaf airlock-<id> is made (default: the v2 root)")
 	fl.Int64Var(&memoryMax, "memory-max", 0, "memory.max of the sandbox's cgroup, in bytes")
 	fl.Int64Var(&pidsMax, "pids-max", 0, "pids.max of the sandbox's cgroup")
+	fl.DurationVar(&stopTimeout, "stop-timeout", 10*time.Second, "after SIGINT, SIGTERM or SIGHUP, how long the command may take to exit before the whole sandbox is killed")
 	fl.BoolVar(&dieWithParent, "die-with-parent", true, "kill the command when the launcher dies")
 	fl.StringVar(&jsonStatus, "json-status", "", "write the outcome (started, pid, exit_code, failed step) as JSON to FILE")
 	fl.StringVar(&cwd, "cwd", "", "working directory of the command")
@@ -249,10 +305,95 @@ func parseRlimits(specs []string) (map[string]uint64, error) {
 	return out, nil
 }
 
-func writeStatus(file string, v map[string]any) {
-	if file == "" {
+// checkLimitFlags refuses cgroup limits that would enforce nothing, or
+// everything: a limit the operator typed is applied as typed or not at all.
+func checkLimitFlags(cmd *cobra.Command, memoryMax, pidsMax int64) error {
+	if cmd.Flags().Changed("memory-max") && memoryMax <= 0 {
+		return fmt.Errorf("--memory-max %d: want a positive number of bytes", memoryMax)
+	}
+	if cmd.Flags().Changed("pids-max") && pidsMax <= 0 {
+		return fmt.Errorf("--pids-max %d: want a positive number of processes", pidsMax)
+	}
+	return nil
+}
+
+// warnHostAccount says when the sandbox's uid is a host account's: files
+// that account owns on the host (Landlock permitting) are the sandbox's,
+// and its processes share signals and /proc access with the sandbox's.
+func warnHostAccount(uid int, log *slog.Logger) {
+	u, err := user.LookupId(strconv.Itoa(uid))
+	if err != nil {
+		return
+	}
+	log.Warn(fmt.Sprintf("the sandbox's uid %d is the host account %q: the sandbox shares that account's files and processes; choose an unused uid with --user (e.g. --user 61000)", uid, u.Username))
+}
+
+// statusFile is --json-status, opened before anything is created so that
+// an unwritable path is a usage error rather than an outcome lost at the
+// end.
+type statusFile struct{ f *os.File }
+
+func openStatus(path string) (*statusFile, error) {
+	if path == "" {
+		return &statusFile{}, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("--json-status: %w", err)
+	}
+	return &statusFile{f}, nil
+}
+
+func (s *statusFile) write(v map[string]any, log *slog.Logger) {
+	if s.f == nil {
 		return
 	}
 	raw, _ := json.Marshal(v)
-	os.WriteFile(file, append(raw, '\n'), 0o644)
+	if _, err := s.f.Write(append(raw, '\n')); err != nil {
+		log.Error("--json-status could not be written", "path", s.f.Name(), "err", err)
+	}
+}
+
+func (s *statusFile) Close() {
+	if s.f != nil {
+		s.f.Close()
+	}
+}
+
+// forwardSignals passes the launcher's signals to the sandbox. A stop
+// signal (SIGINT, SIGTERM, SIGHUP) is the command's to act on for up to
+// stopTimeout, as docker stop allows; after that, or at a second SIGINT or
+// SIGTERM, the whole sandbox is killed: a command that ignores or defers it
+// (a shell waiting on its foreground job defers SIGINT) cannot keep the
+// sandbox alive after the launcher was told to stop.
+func forwardSignals(sigs <-chan os.Signal, proc *sandbox.Process, leaf *sandbox.Leaf, stopTimeout time.Duration, log *slog.Logger) {
+	kill := func(why string) {
+		log.Warn("killing the sandbox: "+why, "stop_timeout", stopTimeout.String())
+		if err := leaf.Kill(); err != nil {
+			log.Error("kill the sandbox's cgroup", "err", err)
+		}
+		proc.Signal(syscall.SIGKILL)
+	}
+	var deadline <-chan time.Time
+	stops := 0
+	for {
+		select {
+		case <-proc.Done():
+			return
+		case <-deadline:
+			kill("the command did not stop within --stop-timeout")
+			deadline = nil
+		case s := <-sigs:
+			sig := s.(syscall.Signal)
+			proc.Signal(sig)
+			if sig == syscall.SIGQUIT {
+				continue
+			}
+			if stops++; stops == 1 {
+				deadline = time.After(stopTimeout)
+			} else if sig != syscall.SIGHUP {
+				kill("a second stop signal")
+			}
+		}
+	}
 }

@@ -163,7 +163,7 @@ func TestDemo(t *testing.T) {
 func TestProxyRefusesNonPositiveLimits(t *testing.T) {
 	for _, flag := range []string{"--max-conns=0", "--max-header-bytes=-1", "--read-header-timeout=0s", "--idle-timeout=-1s",
 		"--handshake-timeout=0s", "--tunnel-idle-timeout=0s", "--dial-timeout=0s", "--write-timeout=0s", "--upstream-header-timeout=-1m"} {
-		code, _, errs := airlock(t, "", "proxy", "--preset", "reviewer", "--listen", "127.0.0.1:0", "--ca-dir", t.TempDir(), flag)
+		code, _, errs := airlock(t, "", "proxy", "--preset", "strict", "--listen", "127.0.0.1:0", "--ca-dir", t.TempDir(), flag)
 		name, _, _ := strings.Cut(flag, "=")
 		if code != ExitUsage || !strings.Contains(errs, name+" must be positive") {
 			t.Errorf("airlock proxy %s = %d %q; want exit %d naming %s", flag, code, errs, ExitUsage, name)
@@ -193,6 +193,20 @@ func TestPolicySHA256Malformed(t *testing.T) {
 	for _, pin := range []string{"sha256:" + hex, hex, strings.ToUpper(hex)} {
 		if code, _, errs := airlock(t, "", "policy", "verify", "--policy-sha256", pin); code != ExitOK {
 			t.Errorf("policy verify --policy-sha256 %q = %d %s", pin, code, errs)
+		}
+	}
+}
+
+// --audit-failure is closed or warn; anything else is a usage error, named,
+// before anything is set up, for the proxy and the launcher alike.
+func TestAuditFailureFlag(t *testing.T) {
+	for _, args := range [][]string{
+		{"proxy", "--preset", "reviewer", "--listen", "127.0.0.1:0", "--ca-dir", t.TempDir(), "--audit-failure", "open"},
+		{"launch", "--preset", "reviewer", "--audit-failure", "open", "--", "/bin/true"},
+	} {
+		code, _, errs := airlock(t, "", args...)
+		if code != ExitUsage || !strings.Contains(errs, "--audit-failure") || !strings.Contains(errs, "closed or warn") {
+			t.Errorf("airlock %s = %d %q; want exit %d naming --audit-failure", args[0], code, errs, ExitUsage)
 		}
 	}
 }

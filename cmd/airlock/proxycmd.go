@@ -33,6 +33,7 @@ type proxyFlags struct {
 	upstreamCAs          []string
 	resolve, allowRanges []string
 	auditLog             string
+	auditFailure         auditFailure
 	metrics              string
 	watch                bool
 	limits               proxy.Limits
@@ -47,7 +48,9 @@ func (f *proxyFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.upstreamCAs, "upstream-ca", nil, "extra PEM CA file trusted for upstream TLS, besides the system roots (repeatable)")
 	fl.StringArrayVar(&f.resolve, "resolve", nil, "pin HOST:PORT:ADDR[,ADDR] like curl (addresses are still SSRF-checked; repeatable)")
 	fl.StringArrayVar(&f.allowRanges, "allow-range", nil, "UNSAFE: allow upstream addresses in this CIDR despite the SSRF guard (repeatable)")
-	fl.StringVar(&f.auditLog, "audit-log", "-", "audit log file (one JSON line per decision), - for stdout, stderr for stderr")
+	fl.StringVar(&f.auditLog, "audit-log", "-", "audit log file (JSON decision and close lines), - for stdout, stderr for stderr")
+	f.auditFailure = "closed"
+	fl.Var(&f.auditFailure, "audit-failure", "when a decision cannot be written to the audit log: closed (refuse it, 503 audit_unavailable) or warn (UNSAFE: serve it, log the failure)")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus /metrics on this address")
 	fl.BoolVar(&f.watch, "policy-watch", true, "reload the policy bundle directory when it changes")
 	d := proxy.DefaultLimits
@@ -60,6 +63,20 @@ func (f *proxyFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.limits.WriteTimeout, "write-timeout", d.WriteTimeout, "a client (plain or inspected) that accepts none of a response this long is cut")
 	fl.DurationVar(&f.limits.UpstreamHeaderTimeout, "upstream-header-timeout", d.UpstreamHeaderTimeout, "time an upstream has to start its answer once a request is sent")
 	fl.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "upstream TCP connect")
+}
+
+// auditFailure is --audit-failure, checked as it is parsed: a value that is
+// neither is a usage error before anything is set up.
+type auditFailure string
+
+func (a *auditFailure) String() string { return string(*a) }
+func (a *auditFailure) Type() string   { return "closed|warn" }
+func (a *auditFailure) Set(s string) error {
+	if s != "closed" && s != "warn" {
+		return errors.New("want closed or warn")
+	}
+	*a = auditFailure(s)
+	return nil
 }
 
 // checkLimits refuses limits that would disable a guard: a zero or negative
@@ -148,8 +165,13 @@ func (f *proxyFlags) build(decider *policies.Engine, log *slog.Logger) (*proxy.P
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	failOpen := f.auditFailure == "warn"
+	if failOpen {
+		log.Warn("UNSAFE: --audit-failure=warn: a decision the audit log cannot take is served anyway, with only an error logged")
+	}
 	m := proxy.NewMetrics(ca)
-	p, err := proxy.New(proxy.Config{Decider: decider, CA: ca, Guard: guard, UpstreamRoots: roots, Audit: audit, Metrics: m, Limits: f.limits, Logger: log})
+	p, err := proxy.New(proxy.Config{Decider: decider, CA: ca, Guard: guard, UpstreamRoots: roots, Audit: audit, AuditFailOpen: failOpen,
+		Metrics: m, Limits: f.limits, Logger: log})
 	if err != nil {
 		closeAudit()
 		return nil, nil, nil, err
@@ -157,7 +179,14 @@ func (f *proxyFlags) build(decider *policies.Engine, log *slog.Logger) (*proxy.P
 	return p, m, closeAudit, nil
 }
 
+// openAudit opens the audit log. A write to a closed stdout or stderr pipe
+// (--audit-log -, stderr) is made an EPIPE error like any other, on which
+// the proxy refuses what it cannot record, instead of the death by SIGPIPE
+// Go gives a program that does not ask for the signal. The signal is asked
+// for, never ignored: an ignored SIGPIPE would be inherited by the command
+// `airlock launch` runs, and a handled one is reset by its execve.
 func openAudit(path string) (io.Writer, func(), error) {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	switch path {
 	case "-", "":
 		return os.Stdout, func() {}, nil
@@ -204,6 +233,9 @@ func newProxyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// A daemon's SIGHUP: reload. (`airlock launch` passes its
+			// SIGHUP, a terminal's hangup, to the sandbox instead.)
+			reloadOnHUP(ctx, engine, log)
 			p, m, closeAudit, err := xf.build(engine, log)
 			if err != nil {
 				return err
@@ -267,9 +299,28 @@ func newProxyCmd() *cobra.Command {
 
 // servingEngine is the engine a proxy serves preset with: loaded and
 // verified, the preset checked and kept through reloads, and the bundle directory watched for
-// reloads.
+// reloads. A secret the preset injects that the proxy's environment or
+// files lack is reported when the generation is loaded, naming the rule,
+// header and source, rather than found by the first request (which is
+// still refused, secret_unavailable). It does not stop the proxy: a preset
+// names every provider a kind may use (coder: Anthropic and NVIDIA), and
+// an operator holding one key must still be able to run it.
 func servingEngine(ctx context.Context, pf *policyFlags, xf *proxyFlags, preset string, log *slog.Logger) (*policies.Engine, error) {
-	engine, err := pf.engine(ctx)
+	o, err := pf.options()
+	if err != nil {
+		return nil, err
+	}
+	o.Check = func(ps []policies.Preset) error {
+		for _, p := range ps {
+			if p.Name == preset {
+				if err := proxy.CheckSecrets(proxy.EnvSecrets{}, p); err != nil {
+					log.Warn("requests that need these secrets will be refused (secret_unavailable)", "err", err)
+				}
+			}
+		}
+		return nil
+	}
+	engine, err := policies.New(ctx, o)
 	if err != nil {
 		return nil, err
 	}
@@ -285,6 +336,27 @@ func servingEngine(ctx context.Context, pf *policyFlags, xf *proxyFlags, preset 
 		}()
 	}
 	return engine, nil
+}
+
+// reloadOnHUP reloads the policy on SIGHUP, as nginx and OPA do: the
+// bundle is read, verified and compiled again (the embedded one too) and
+// swapped in whole, or rejected with the last good generation serving
+// (Engine.Reload); nothing in flight is cut. The signal stays caught after
+// ctx ends, so a SIGHUP during the shutdown drain cannot kill the proxy.
+func reloadOnHUP(ctx context.Context, engine *policies.Engine, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reloading the policy")
+				engine.Reload(ctx) // logs the new generation, or why it was rejected
+			}
+		}
+	}()
 }
 
 // attachHook attaches the cgroup connect hook to dir. Without it (no root,

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+)
+
+// A launch that cannot mean what it says is a usage error (exit 2) found
+// before anything is created: no limit is dropped, no outcome is lost.
+func TestLaunchUsageErrors(t *testing.T) {
+	unwritable := filepath.Join(t.TempDir(), "missing-dir", "status.json")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--memory-max", "-1", "--", "/bin/true"}, "--memory-max -1"},
+		{[]string{"--memory-max", "0", "--", "/bin/true"}, "--memory-max 0"},
+		{[]string{"--pids-max", "0", "--", "/bin/true"}, "--pids-max 0"},
+		{[]string{"--pids-max", "-5", "--", "/bin/true"}, "--pids-max -5"},
+		{[]string{"--user", "4294967295", "--", "/bin/true"}, "uid 4294967295 is out of range"},
+		{[]string{"--user", "1000:4294967295", "--", "/bin/true"}, "gid 4294967295 is out of range"},
+		{[]string{"--json-status", unwritable, "--", "/bin/true"}, "--json-status"},
+		{[]string{"--net", "bogus", "--", "/bin/true"}, `--net "bogus"`},
+		{[]string{"--stop-timeout", "0s", "--", "/bin/true"}, "--stop-timeout"},
+		{nil, "no command to run"},
+	} {
+		id := "usage-" + strings.NewReplacer("-", "", " ", "").Replace(tc.want)
+		args := append([]string{"launch", "--sandbox-id", id}, tc.args...)
+		code, _, stderr := airlock(t, "", args...)
+		if code != ExitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("airlock %v: exit %d, %q; want %d naming %q", args, code, stderr, ExitUsage, tc.want)
+		}
+		if mnt, err := cgroup2.Mount(); err == nil {
+			if _, err := os.Stat(filepath.Join(mnt, "airlock-"+id)); err == nil {
+				t.Errorf("airlock %v created its cgroup before refusing", args)
+				os.Remove(filepath.Join(mnt, "airlock-"+id))
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Dir(unwritable)); err == nil {
+		t.Error("--json-status created a directory")
+	}
+}
+
+// A sandbox uid that is a host account's is said, with the way out.
+func TestLaunchWarnsOfAHostAccount(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch")
+	code, _, stderr := airlock(t, "", "launch", "--net", "none", "--user", "65534", "--", "/bin/true")
+	if code != ExitOK || !strings.Contains(stderr, `uid 65534 is the host account \"nobody\"`) || !strings.Contains(stderr, "--user") {
+		t.Fatalf("exit %d, stderr %s", code, stderr)
+	}
+}

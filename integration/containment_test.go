@@ -1,0 +1,207 @@
+package integration
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+)
+
+// Nothing outlives its sandbox: on every way the launcher ends (the
+// command exits and leaves background processes, or the launcher gets
+// SIGTERM, SIGINT, SIGHUP or SIGKILL), every process the command started
+// is gone and the sandbox's cgroups are removed, a fork bomb under
+// --pids-max included.
+func TestLaunchLeavesNothingBehind(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID namespace, cgroups)")
+	for i, tc := range []struct {
+		name   string
+		signal syscall.Signal // 0: the command exits by itself
+		script string         // SLEEP is sleep for a unique duration, to find survivors by
+		flags  []string
+		again  bool // the command ignores the signal: send it once more
+	}{
+		{"command exits, background left", 0, "SLEEP & (SLEEP &); echo ready; read go; exit 0", nil, false},
+		{"fork bomb under pids-max", 0, "(for i in $(seq 120); do SLEEP & done) 2>/dev/null; echo ready; read go; exit 0", []string{"--pids-max", "50"}, false},
+		{"SIGTERM", syscall.SIGTERM, "SLEEP & (SLEEP &); echo ready; SLEEP", nil, false},
+		// sh defers SIGINT until its foreground job ends: the stop
+		// timeout kills it.
+		{"SIGINT", syscall.SIGINT, "SLEEP & echo ready; SLEEP", nil, false},
+		{"SIGTERM ignored, then the stop timeout", syscall.SIGTERM, "trap '' TERM; SLEEP & echo ready; while :; do sleep 1; done", nil, false},
+		{"SIGHUP", syscall.SIGHUP, "SLEEP & echo ready; SLEEP", []string{"--pids-max", "50"}, false},
+		{"SIGKILL", syscall.SIGKILL, "SLEEP & (SLEEP &); echo ready; SLEEP", []string{"--pids-max", "50"}, false},
+		{"SIGTERM ignored, then a second one", syscall.SIGTERM, "trap '' TERM; SLEEP & echo ready; while :; do sleep 1; done", []string{"--stop-timeout", "1h"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			marker := fmt.Sprintf("%d.%d%02d", 4000+i, os.Getpid(), i)
+			id := fmt.Sprintf("contain-%d-%d", os.Getpid(), i)
+			args := append([]string{"launch", "--net", "none", "--sandbox-id", id, "--stop-timeout", "1s", "--log-level", "error"}, tc.flags...) // a later flag wins
+			args = append(args, "--", "/bin/sh", "-c", strings.ReplaceAll(tc.script, "SLEEP", "sleep "+marker))
+			cmd := exec.Command(airlockBin, args...)
+			out, _ := cmd.StdoutPipe()
+			// Commands that exit by themselves wait for a line, so the
+			// test sees their processes before they are left behind.
+			in, _ := cmd.StdinPipe()
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+				cmd.Process.Kill()
+				t.Fatalf("the sandboxed script did not start: %q %s", line, stderr.String())
+			}
+			if len(withArg(marker)) == 0 {
+				t.Fatal("no sandboxed process found by its marker: the test would prove nothing")
+			}
+			in.Write([]byte("go\n"))
+			if tc.signal != 0 {
+				cmd.Process.Signal(tc.signal)
+				if tc.again {
+					// The command ignores the first: the launcher
+					// waits for it, then kills on the second.
+					time.Sleep(200 * time.Millisecond)
+					if len(withArg(marker)) == 0 {
+						t.Fatal("an ignored SIGTERM ended the sandbox anyway")
+					}
+					cmd.Process.Signal(tc.signal)
+				}
+			}
+			cmd.Wait()
+			groups := cgroupsOf(id)
+			if tc.signal == syscall.SIGKILL {
+				// The kernel kills the namespace and the reaper removes
+				// the groups after the launcher is gone: wait for both.
+				waitFor(t, 10*time.Second, func() bool { return len(withArg(marker)) == 0 && len(cgroupsOf(id)) == 0 })
+				return
+			}
+			if left := withArg(marker); len(left) > 0 {
+				t.Errorf("processes outlived the launcher: %v", left)
+			}
+			if len(groups) > 0 {
+				t.Errorf("cgroups left behind: %v", groups)
+			}
+		})
+	}
+}
+
+// The sandbox has its own /proc: it sees its own processes only, never the
+// host's, nor the launcher's command line.
+func TestLaunchSeesOnlyItsOwnProcesses(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID and mount namespaces)")
+	marker := fmt.Sprintf("marker-%d", os.Getpid())
+	out, err := exec.Command(airlockBin, "launch", "--net", "none", "--sandbox-id", marker, "--log-level", "error", "--",
+		"/bin/sh", "-c", "echo pid=$$; ls /proc | grep -c '^[0-9]'; cat /proc/[0-9]*/cmdline | tr '\\0' ' '; echo; grep -E '^(Uid|CapEff|CapPrm|NoNewPrivs|Seccomp):' /proc/1/status").CombinedOutput()
+	if err != nil {
+		t.Fatalf("launch: %v\n%s", err, out)
+	}
+	lines := strings.SplitN(string(out), "\n", 4)
+	if len(lines) < 4 {
+		t.Fatalf("output %q", out)
+	}
+	if lines[0] == fmt.Sprintf("pid=%d", os.Getpid()) || lines[0] == "pid=1" {
+		t.Errorf("%s: the command should be a child of the sandbox's init", lines[0])
+	}
+	// init, sh, ls, grep (cat may or may not have started): a handful,
+	// where the host has hundreds.
+	var n int
+	fmt.Sscan(lines[1], &n)
+	if n == 0 || n > 8 {
+		t.Errorf("the sandbox sees %d processes: want only its own", n)
+	}
+	if strings.Contains(lines[2], marker) {
+		t.Errorf("the sandbox read the launcher's command line: %s", lines[2])
+	}
+	if !strings.Contains(lines[2], "__airlock-sandbox-stage2 init") {
+		t.Errorf("PID 1 of the sandbox is not airlock's init: %s", lines[2])
+	}
+	// The init gave up root once the command stage was started.
+	for _, want := range []string{"Uid:\t998\t998\t998\t998", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(lines[3], want+"\n") {
+			t.Errorf("the init's status lacks %q:\n%s", want, lines[3])
+		}
+	}
+}
+
+// An OOM kill says so, in the exit message and in --json-status.
+func TestLaunchReportsOOMKill(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (memory cgroup)")
+	// The system's python3 (CI installs it): one the sandbox's uid may
+	// execute, unlike a per-user install under /root.
+	python := "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		testutil.RequireTool(t, "/usr/bin/python3")
+	}
+	status := filepath.Join(t.TempDir(), "status.json")
+	cmd := exec.Command(airlockBin, "launch", "--net", "none", "--memory-max", "40000000", "--json-status", status, "--log-level", "error",
+		"--", python, "-c", "x = []\nwhile True: x.append(bytearray(1 << 20))")
+	msg, err := cmd.CombinedOutput()
+	if code := exitCode(err); code != 137 || !strings.Contains(string(msg), "OOM killer") {
+		t.Fatalf("exit %d, %s; want 137 and the OOM killer named", code, msg)
+	}
+	var st struct {
+		ExitCode  int   `json:"exit_code"`
+		OOMKilled bool  `json:"oom_killed"`
+		OOMKills  int64 `json:"oom_kills"`
+	}
+	raw, _ := os.ReadFile(status)
+	if err := json.Unmarshal(raw, &st); err != nil || !st.OOMKilled || st.OOMKills < 1 || st.ExitCode != 137 {
+		t.Fatalf("json status %s (%v)", raw, err)
+	}
+	// A command that is killed by a plain SIGKILL is not an OOM kill.
+	cmd = exec.Command(airlockBin, "launch", "--net", "none", "--memory-max", "40000000", "--json-status", status, "--log-level", "error",
+		"--", "/bin/sh", "-c", "kill -KILL $$")
+	msg, err = cmd.CombinedOutput()
+	raw, _ = os.ReadFile(status)
+	if code := exitCode(err); code != 137 || strings.Contains(string(msg), "OOM") || !strings.Contains(string(raw), `"oom_killed":false`) {
+		t.Fatalf("plain SIGKILL: exit %d, %s, status %s", code, msg, raw)
+	}
+}
+
+// withArg lists the processes with arg in their command line.
+func withArg(arg string) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+			continue
+		}
+		raw, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.Contains(string(raw), arg) && alive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// cgroupsOf lists the groups of sandbox id, v2 and v1 alike.
+func cgroupsOf(id string) []string {
+	found, _ := filepath.Glob("/sys/fs/cgroup/*/airlock-" + id)
+	if mnt, err := cgroup2.Mount(); err == nil && mnt == "/sys/fs/cgroup" { // a unified host
+		if _, err := os.Stat(filepath.Join(mnt, "airlock-"+id)); err == nil {
+			found = append(found, filepath.Join(mnt, "airlock-"+id))
+		}
+	}
+	return found
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

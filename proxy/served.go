@@ -1,0 +1,96 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// servedConn is an accepted connection as http.Server holds it. The server
+// answers some requests itself, before any handler sees them: a malformed
+// request line or header, a header over --max-header-bytes (431), a bad or
+// missing Host, a transfer coding it does not know (501), an Expect it
+// does not (417). Such an answer is a refusal like any other, so servedConn
+// audits it as it goes out: a write while no handler has the connection's
+// current request is the server's own. A taken-over connection is used
+// bare (bareConn), so tunnels still splice.
+type servedConn struct {
+	net.Conn
+	p  *Proxy
+	cc *clientConn
+}
+
+// Write audits a refusal of the server's own, once per request.
+func (c *servedConn) Write(b []byte) (int, error) {
+	if c.cc.handled.CompareAndSwap(false, true) {
+		c.p.recordServerRefusal(c.cc, b)
+	}
+	return c.Conn.Write(b)
+}
+
+// CloseWrite lets the server half-close the connection after its last
+// answer, as it does a bare TCP connection: the client sees the end at
+// once, not after the server's wait before the close.
+func (c *servedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
+// ReadFrom keeps the server's copy of a response body into the socket as it
+// is on a bare TCP connection (its ReadFrom). Only a handler's answers go
+// this way, so there is nothing here to audit.
+func (c *servedConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+}
+
+// serverStateHook, as http.Server's ConnState, marks a connection
+// unhandled again once a request's answer is written whole: the server
+// reports the connection idle then, before it reads the next request, even
+// one already buffered (pipelined). A new connection starts unhandled.
+func serverStateHook(c net.Conn, s http.ConnState) {
+	if s == http.StateIdle {
+		if sc, ok := c.(*servedConn); ok {
+			sc.cc.handled.Store(false)
+		}
+	}
+}
+
+// bareConn is the accepted connection itself, for a connection taken over
+// from the server.
+func bareConn(c net.Conn) net.Conn {
+	if sc, ok := c.(*servedConn); ok {
+		return sc.Conn
+	}
+	return c
+}
+
+// recordServerRefusal audits the answer the server wrote in b (its status
+// line, which names no value the client sent) as an invalid_request
+// refusal, attributed like any other.
+func (p *Proxy) recordServerRefusal(cc *clientConn, b []byte) {
+	line, _, _ := bytes.Cut(b, []byte("\r\n"))
+	status := 0
+	if len(line) >= 12 && bytes.HasPrefix(line, []byte("HTTP/1.")) {
+		status, _ = strconv.Atoi(string(line[9:12]))
+	}
+	if status < 400 {
+		return // not a refusal
+	}
+	detail := "refused by the proxy's HTTP server before the request was read: " + string(line[9:])
+	if status == http.StatusRequestHeaderFieldsTooLarge {
+		detail = fmt.Sprintf("request header larger than %d bytes (--max-header-bytes)", p.cfg.Limits.MaxHeaderBytes)
+	}
+	dc := p.refused(cc, policies.Request{Phase: policies.PhaseRequest}, policies.ReasonInvalidRequest, detail)
+	p.record(dc, status, 0, 0)
+}

@@ -1,0 +1,215 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// forwarded are the signals the sandbox's init passes on to the command:
+// what a terminal, a supervisor or an operator sends to stop, reload or
+// resize it. The Go runtime's own (SIGURG, SIGCHLD) are not among them.
+var forwarded = []os.Signal{
+	syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT,
+}
+
+// runInit is PID 1 of the sandbox's PID namespace: it prepares what the
+// whole sandbox shares (mounts, network namespace), starts the
+// command stage, gives up its own privileges and then only reaps, forwards
+// signals and exits with the command's status. When it exits, or dies
+// with the launcher, the kernel kills every process left in the namespace:
+// nothing the command started outlives the sandbox.
+func runInit() {
+	// Signals that arrive before the command exists are kept for it
+	// rather than left to their default action.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded...)
+	// setns(CLONE_NEWNET) is per thread: join on this one and start the
+	// command stage from it, so the command inherits the namespace.
+	runtime.LockOSThread()
+	c, fail := readConfig()
+	steps := []struct {
+		name string
+		run  func(*Config) error
+	}{
+		// The launcher may have died between the clone and the
+		// parent-death signal taking effect, which the kernel would
+		// then never send.
+		{"check the launcher", launcherAlive},
+		// A new mount namespace starts with the host's mounts, shared:
+		// without making them private, the /proc mounted next would
+		// appear on the host too.
+		{"make mounts private", privateMounts},
+		// A /proc of the sandbox's own PID namespace: the sandbox sees
+		// only its own processes, not the host's or their command lines.
+		{"mount /proc", mountProc},
+		{"join network namespace", joinNetNS},
+	}
+	for _, s := range steps {
+		if err := s.run(c); err != nil {
+			fail(s.name, err)
+		}
+	}
+	child, err := startCommandStage(c)
+	if err != nil {
+		fail("start the command stage", err)
+	}
+	// The command stage reports its own failures on the status pipe, and
+	// the pipe must close when its exec succeeds: this copy goes now.
+	unix.Close(fdStatus)
+	// From here the init is one of the sandbox's processes: no root, no
+	// capabilities, the same filter. A failure now cannot be reported as
+	// a step (the command may be running): it stops the sandbox.
+	if err := dropInitPrivileges(c); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: sandbox init: %v\n", err)
+		syscall.Kill(child, syscall.SIGKILL)
+		os.Exit(125)
+	}
+	go func() {
+		for s := range sigs {
+			syscall.Kill(child, s.(syscall.Signal))
+		}
+	}()
+	os.Exit(reap(child))
+}
+
+// readConfig reads the sandbox's Config from the launcher and returns a
+// fail that reports a step's error on the status pipe and exits 125.
+func readConfig() (*Config, func(step string, err error)) {
+	fail := func(step string, err error) {
+		b, _ := json.Marshal(stepError{Step: step, Error: err.Error()})
+		os.NewFile(fdStatus, "status").Write(b)
+		os.Exit(125)
+	}
+	var c Config
+	if err := json.NewDecoder(os.NewFile(fdConfig, "config")).Decode(&c); err != nil {
+		fail("read config", err)
+	}
+	unix.Close(fdConfig)
+	return &c, fail
+}
+
+// launcherAlive checks the launcher still holds its end of the life pipe:
+// EOF means it has exited. Only a sandbox that dies with its launcher
+// cares.
+func launcherAlive(c *Config) error {
+	if !c.DieWithParent {
+		return nil
+	}
+	fds := []unix.PollFd{{Fd: fdLife, Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	if err != nil {
+		return &os.SyscallError{Syscall: "poll(life pipe)", Err: err}
+	}
+	if n > 0 {
+		return fmt.Errorf("the launcher exited during setup")
+	}
+	return nil
+}
+
+func privateMounts(*Config) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return &os.SyscallError{Syscall: "mount(/, MS_REC|MS_PRIVATE)", Err: err}
+	}
+	return nil
+}
+
+func mountProc(*Config) error {
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return &os.SyscallError{Syscall: "mount(proc, /proc)", Err: err}
+	}
+	return nil
+}
+
+func joinNetNS(c *Config) error {
+	if c.Net == NetHost {
+		return nil
+	}
+	if err := unix.Setns(fdNetNS, unix.CLONE_NEWNET); err != nil {
+		return &os.SyscallError{Syscall: "setns(CLONE_NEWNET)", Err: err}
+	}
+	return unix.Close(fdNetNS)
+}
+
+// startCommandStage re-executes this binary as the command stage, which
+// runs the per-process restrictions and execs the command. It is started
+// from this locked thread (in the sandbox's network namespace) and given
+// the config on a fresh pipe, the status pipe and the standard streams:
+// nothing else.
+func startCommandStage(c *Config) (int, error) {
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer cfgR.Close()
+	p, err := os.StartProcess("/proc/self/exe", []string{"airlock", Stage2Arg, modeCommand}, &os.ProcAttr{
+		Env:   []string{},
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, cfgR, os.NewFile(fdStatus, "status")},
+	})
+	if err != nil {
+		cfgW.Close()
+		return 0, err
+	}
+	err = json.NewEncoder(cfgW).Encode(c)
+	cfgW.Close()
+	if err != nil {
+		syscall.Kill(p.Pid, syscall.SIGKILL)
+		return 0, fmt.Errorf("send the config to the command stage: %w", err)
+	}
+	return p.Pid, nil
+}
+
+// dropInitPrivileges makes the init as unprivileged as the command: the
+// sandbox's uid and gid (which clears every capability), the parent-death
+// signal again (a uid change resets it), no_new_privs and the seccomp
+// filter. It never execs, so Landlock and the bounding set add nothing.
+func dropInitPrivileges(c *Config) error {
+	if err := switchIDs(c); err != nil {
+		return err
+	}
+	if c.DieWithParent {
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+			return &os.SyscallError{Syscall: "prctl(PR_SET_PDEATHSIG)", Err: err}
+		}
+		if err := launcherAlive(c); err != nil {
+			return err
+		}
+	}
+	if err := noNewPrivs(c); err != nil {
+		return err
+	}
+	if !c.Seccomp {
+		return nil
+	}
+	return loadSeccomp()
+}
+
+// reap waits for every child the namespace hands the init, and returns the
+// command's status once the command exits: its exit code, or 128+N for
+// signal N.
+func reap(child int) int {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock: sandbox init: wait: %v\n", err)
+			return 125
+		}
+		if pid != child {
+			continue
+		}
+		if ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ws.ExitStatus()
+	}
+}
