@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -10,10 +11,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"golang.org/x/net/websocket"
 )
 
@@ -126,4 +130,90 @@ func TestTimeoutFlags(t *testing.T) {
 			t.Fatal("the proxy answered an unfinished request header")
 		}
 	})
+}
+
+// An upstream that does not answer is given up after
+// --upstream-header-timeout. A client that stops reading a response (curl
+// writing into a pipe nobody reads, as `curl URL | less` left alone) is
+// cut after --write-timeout without progress, plain and inside an
+// inspected tunnel, where it would hold its connection and the upstream's
+// for ever; the audit line says why, and the client, once it reads again,
+// finds its answer cut short, never whole.
+func TestWriteAndUpstreamHeaderTimeouts(t *testing.T) {
+	w := newWorld(t, "--write-timeout", "1s", "--upstream-header-timeout", "1s")
+
+	// The other end: an upstream that does not answer is given up after
+	// --upstream-header-timeout, with a 502 that says so.
+	status, body := w.curlCmd(t, w.curl, fmt.Sprintf("https://api.test:%d/v1/hold", w.tlsPort))
+	if d := parseDenial(t, body); status != http.StatusBadGateway || d.Reason != "upstream_error" || !strings.Contains(d.Hint, "awaiting response headers") {
+		t.Fatalf("request to an upstream that never answers = %d %+v; want 502 upstream_error after --upstream-header-timeout", status, d)
+	}
+	for _, tc := range []struct{ name, host, url string }{
+		{"plain", "plain.test", fmt.Sprintf("http://plain.test:%d/endless", w.plainPort)},
+		{"inspected", "api.test", fmt.Sprintf("https://api.test:%d/v1/framing/endless", w.tlsPort)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, in, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			cmd := exec.Command(w.curl, "-sS", "-o", "-", "-x", w.proxy.url, "--cacert", w.proxy.caFile, tc.url)
+			cmd.Env = cleanEnv()
+			cmd.Stdout = in
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			in.Close()
+			defer cmd.Process.Kill()
+			a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == tc.host && strings.Contains(a.Detail, "--write-timeout") })
+			if a.Decision != "allow" || a.Down == 0 {
+				t.Errorf("audit line of the stalled client: %+v", a)
+			}
+			io.Copy(io.Discard, out)
+			if err := cmd.Wait(); exitCode(err) == 0 {
+				t.Fatal("curl read the endless response to a clean end after the proxy cut it")
+			}
+		})
+	}
+}
+
+// A proxy whose --max-conns needs more file descriptors than RLIMIT_NOFILE
+// allows would fail connections (as identity_unknown) before the limit
+// answered 503: it refuses to start, naming the numbers and the fix. One
+// whose --max-conns fits starts.
+func TestMaxConnsCheckedAgainstFileLimit(t *testing.T) {
+	prlimit := testutil.RequireTool(t, "prlimit")
+	dir := t.TempDir()
+	// A proxy that started anyway is stopped after a while, and fails the
+	// test.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	proxy := func(maxConns string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, prlimit, "--nofile=2048:2048", "--", airlockBin, "proxy", "--listen", "127.0.0.1:0", "--preset", "strict",
+			"--ca-dir", filepath.Join(dir, "ca"), "--audit-log", filepath.Join(dir, "audit.log"), "--max-conns", maxConns)
+		cmd.Env = cleanEnv()
+		return cmd
+	}
+	out, err := proxy("5000").CombinedOutput()
+	if exitCode(err) != 1 || !strings.Contains(string(out), "--max-conns 5000") || !strings.Contains(string(out), "RLIMIT_NOFILE allows 2048") ||
+		!strings.Contains(string(out), "lower --max-conns to at most 138") {
+		t.Fatalf("airlock proxy --max-conns 5000 under ulimit -n 2048 = %v\n%s\nwant exit 1 naming the numbers and the fix", err, out)
+	}
+
+	cmd := proxy("100")
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Signal(os.Interrupt)
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "airlock proxy listening on ") {
+			return
+		}
+		t.Log(sc.Text())
+	}
+	t.Fatal("airlock proxy --max-conns 100 under ulimit -n 2048 did not start")
 }

@@ -287,6 +287,14 @@ var framing = map[string]http.HandlerFunc{
 		rw.Header().Set("Connection", "close")
 		io.WriteString(rw, "bye")
 	},
+	// A body without end, for a client that stops reading it.
+	"/endless": func(rw http.ResponseWriter, r *http.Request) {
+		for {
+			if _, err := rw.Write(bigBody); err != nil {
+				return
+			}
+		}
+	},
 	"/hop": func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Connection", "keep-alive, X-Hop")
 		rw.Header().Set("Keep-Alive", "timeout=5, max=1")

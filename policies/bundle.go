@@ -67,6 +67,21 @@ type Verification struct {
 // operator pinned or signed. Callers refuse to start on it.
 var ErrIntegrity = errors.New("policy bundle integrity check failed")
 
+// ParsePin reads a bundle hash as an operator writes it, `sha256:<64 hex>`
+// or the 64 hex digits alone, and returns it as Hash spells it. A malformed
+// pin is a mistake in the configuration, not an integrity failure: it
+// could never match any bundle.
+func ParsePin(s string) (string, error) {
+	h := strings.TrimPrefix(s, "sha256:")
+	if len(h) != sha256.Size*2 {
+		return "", fmt.Errorf("policy pin %q: want sha256:<64 hex digits> (see `airlock policy hash`)", s)
+	}
+	if _, err := hex.DecodeString(h); err != nil {
+		return "", fmt.Errorf("policy pin %q: want sha256:<64 hex digits> (see `airlock policy hash`)", s)
+	}
+	return "sha256:" + strings.ToLower(h), nil
+}
+
 // IntegrityError says how the bundle differs from what was expected.
 type IntegrityError struct {
 	Origin string

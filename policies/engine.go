@@ -56,7 +56,10 @@ type Engine struct {
 	opts   Options
 	log    *slog.Logger
 	gen    atomic.Pointer[generation]
-	reload sync.Mutex
+	reload sync.Mutex // serialises reloads and served
+	// served are the presets something serves (RequirePreset); a reload
+	// whose bundle lacks one is rejected.
+	served map[string]bool
 }
 
 // generation is one compiled bundle. Quarantine, when non-nil, overrides it.
@@ -79,7 +82,14 @@ type compiledPreset struct {
 // integrity mismatch (errors.Is(err, ErrIntegrity)), refuses to build the
 // engine: there is no fallback policy.
 func New(ctx context.Context, opts Options) (*Engine, error) {
-	e := &Engine{opts: opts, log: opts.Logger}
+	if opts.PinnedSHA256 != "" {
+		pin, err := ParsePin(opts.PinnedSHA256)
+		if err != nil {
+			return nil, err
+		}
+		opts.PinnedSHA256 = pin
+	}
+	e := &Engine{opts: opts, log: opts.Logger, served: map[string]bool{}}
 	if e.log == nil {
 		e.log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
@@ -108,6 +118,36 @@ func (e *Engine) Preset(name string) (Preset, bool) {
 		return Preset{}, false
 	}
 	return p.Preset, true
+}
+
+// RequirePreset checks that the generation now serving has preset and
+// registers it as served: from then on a reload whose bundle lacks it is
+// rejected like any broken bundle, since every decision for its sandboxes
+// would otherwise be a policy_error.
+func (e *Engine) RequirePreset(name string) error {
+	e.reload.Lock()
+	defer e.reload.Unlock()
+	g := e.gen.Load()
+	if _, ok := g.presets[name]; !ok {
+		return fmt.Errorf("no preset %q in policy %s; it has %v", name, g.hash, g.presetNames())
+	}
+	e.served[name] = true
+	return nil
+}
+
+// lacksServed names the served presets g does not have.
+func (e *Engine) lacksServed(g *generation) error {
+	var missing []string
+	for name := range e.served {
+		if _, ok := g.presets[name]; !ok {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	sort.Strings(missing)
+	return fmt.Errorf("policy %s (%s) lacks served preset(s) %v", g.hash, g.origin, missing)
 }
 
 func (g *generation) presetNames() []string {

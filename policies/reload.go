@@ -13,7 +13,8 @@ import (
 )
 
 // Reload builds a new generation from the source and swaps it in whole. A
-// bundle that fails to load, verify or compile is rejected and logged; the
+// bundle that fails to load, verify or compile, or lacks a preset being
+// served (RequirePreset), is rejected and logged; the
 // last good generation keeps serving, or, with Options.Quarantine, a
 // generation that denies everything takes over until a good bundle arrives.
 func (e *Engine) Reload(ctx context.Context) error {
@@ -21,6 +22,9 @@ func (e *Engine) Reload(ctx context.Context) error {
 	defer e.reload.Unlock()
 	cur := e.gen.Load()
 	g, err := e.load(ctx)
+	if err == nil {
+		err = e.lacksServed(g)
+	}
 	if err != nil {
 		if e.opts.Quarantine {
 			q := *cur

@@ -164,9 +164,34 @@ func TestReloadRefusesEditThatBreaksTheLock(t *testing.T) {
 	}
 }
 
+// A preset being served is part of what a reload must keep: a bundle that
+// no longer has it is rejected as it would be at start-up, and the last
+// good generation keeps deciding that preset's traffic.
+func TestReloadRejectsBundleLackingServedPreset(t *testing.T) {
+	e, dir, events := watched(t, false)
+	ctx := context.Background()
+	if err := e.RequirePreset("nosuch"); err == nil || !strings.Contains(err.Error(), `no preset "nosuch"`) {
+		t.Fatalf("RequirePreset of a preset the policy lacks = %v", err)
+	}
+	if err := e.RequirePreset("writer"); err != nil {
+		t.Fatal(err)
+	}
+	good := e.Hash()
+	ev := waitReload(t, events, func() {
+		os.Remove(filepath.Join(dir, "writer.rego"))
+		os.Remove(filepath.Join(dir, "writer_test.rego"))
+	}, failed)
+	if !strings.Contains(ev.err.Error(), "lacks served preset(s) [writer]") {
+		t.Fatalf("reload without the served preset reported %v; want it named", ev.err)
+	}
+	if d := e.Decide(ctx, writerModel()); !d.Allow || d.Policy != good || e.Hash() != good {
+		t.Fatalf("after the preset was removed: %+v (hash %s); want the last good generation %s serving", d, e.Hash(), good)
+	}
+}
+
 // Options.Check vets every generation: its error refuses New, and rejects
 // a reload while the last good generation keeps serving. The proxy uses it
-// to refuse a preset injecting a secret it does not hold.
+// to report a preset injecting a secret it does not hold.
 func TestCheckVetsEveryGeneration(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "bundle")
 	writeBundle(t, dir, nil)

@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -26,6 +25,7 @@ type sandboxState struct {
 // attributed to it.
 type clientConn struct {
 	sb             *sandboxState
+	conn           *stallConn
 	remote, local  netip.AddrPort
 	once           sync.Once
 	proc           *identity.Process
@@ -36,8 +36,8 @@ type clientConn struct {
 	handled atomic.Bool
 }
 
-func newClientConn(sb *sandboxState, c net.Conn) *clientConn {
-	return &clientConn{sb: sb, remote: addrPort(c.RemoteAddr()), local: addrPort(c.LocalAddr())}
+func newClientConn(sb *sandboxState, c *stallConn) *clientConn {
+	return &clientConn{sb: sb, conn: c, remote: addrPort(c.RemoteAddr()), local: addrPort(c.LocalAddr())}
 }
 
 func connFrom(ctx context.Context) *clientConn {

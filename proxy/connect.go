@@ -64,7 +64,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 		}
 		p.inspect(cc, client, t, dc)
 	default:
-		p.tunnel(client, early, dc)
+		p.tunnel(rawConn(client), early, dc)
 	}
 }
 

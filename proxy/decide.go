@@ -25,6 +25,8 @@ type decision struct {
 	// addrs are the upstream addresses the SSRF guard checked: the only
 	// ones dialled for this decision.
 	addrs []netip.Addr
+	// badRequest: the request's framing cannot be trusted (malformed).
+	badRequest bool
 	// scrub masks the injected secrets in the response; its count goes
 	// to the audit line as secret_scrubbed.
 	scrub *scrubber

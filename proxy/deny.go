@@ -42,11 +42,14 @@ func (dc *decision) denial() Denial {
 	}
 }
 
-// status is the HTTP status of a denial: 421 when the request names another
-// host than its tunnel, 502 when the upstream failed, 503 when the sandbox
-// is at its connection limit or its decision could not be audited, 403
-// otherwise.
+// status is the HTTP status of a denial: 400 when the request's framing
+// cannot be trusted, 421 when the request names another host than its
+// tunnel, 502 when the upstream failed, 503 when the sandbox is at its
+// connection limit or its decision could not be audited, 403 otherwise.
 func (dc *decision) status() int {
+	if dc.badRequest {
+		return http.StatusBadRequest
+	}
 	switch dc.d.Reason {
 	case policies.ReasonHostMismatch:
 		return http.StatusMisdirectedRequest

@@ -61,7 +61,8 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 	// with MaxHeaderBytes: a sandbox must not grow the proxy's memory at
 	// will. Bodies, and bytes after an upgrade, are not capped here.
 	lim := &io.LimitedReader{R: tc}
-	br := bufio.NewReaderSize(lim, 16<<10)
+	tap := &headerTap{r: lim}
+	br := bufio.NewReaderSize(tap, 16<<10)
 	// Responses are written through a buffer: written straight to the TLS
 	// connection, every header line would be a record and a syscall.
 	bw := bufio.NewWriterSize(tc, 16<<10)
@@ -76,21 +77,28 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 		// http.Server demands of plain requests: a client dribbling one
 		// header line a minute must not hold the tunnel for the idle time.
 		tc.SetReadDeadline(time.Now().Add(p.cfg.Limits.ReadHeaderTimeout))
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			detail := "malformed request: " + unquoted(err)
-			if lim.N <= 0 {
-				detail = fmt.Sprintf("request header larger than %d bytes", p.cfg.Limits.MaxHeaderBytes)
+		req, raw, err := tap.readRequest(br)
+		var bad *decision
+		target := policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: host, Port: dc.in.Request.Port, Inspected: true}
+		switch {
+		case err == nil:
+			if why := framingError(raw); why != "" {
+				target.Method = req.Method
+				bad = p.malformed(cc, target, why)
 			}
-			if lim.N <= 0 || (!errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err)) {
-				req := policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: host, Port: dc.in.Request.Port, Inspected: true}
-				bad := p.refused(cc, req, policies.ReasonInvalidRequest, detail)
-				resp := bad.denialResponse(nil)
-				resp.Close = true
-				writeResponse(bw, resp)
-				p.record(bad, resp.StatusCode, 0, 0)
-				closeAnswered(tc)
-			}
+		case lim.N <= 0:
+			bad = p.refused(cc, target, policies.ReasonInvalidRequest, fmt.Sprintf("request header larger than %d bytes", p.cfg.Limits.MaxHeaderBytes))
+		case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isTimeout(err):
+			return
+		default:
+			bad = p.refused(cc, target, policies.ReasonInvalidRequest, "malformed request: "+unquoted(err))
+		}
+		if bad != nil {
+			resp := bad.denialResponse(nil)
+			resp.Close = true
+			writeResponse(bw, resp)
+			p.record(bad, resp.StatusCode, 0, 0)
+			closeAnswered(tc)
 			return
 		}
 		tc.SetReadDeadline(time.Time{})
@@ -201,6 +209,9 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 		if cause := context.Cause(ctx); cause != nil {
 			err = cause
 		}
+		if badBody(rdc, body) {
+			return p.refuse(bw, req, rdc)
+		}
 		rdc.deny(policies.ReasonUpstreamError, err.Error())
 		return p.refuse(bw, req, rdc)
 	}
@@ -237,6 +248,7 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 		rdc.detail = errClientGone.Error()
 	case err != nil:
 		noteTruncated(rdc, down)
+		p.noteStalled(rdc, cc)
 		// The answer was cut short: a reset, not the orderly close that
 		// ends a body an HTTP/1.0 client reads to the close, which would
 		// hand it the part as the whole.

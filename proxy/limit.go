@@ -12,9 +12,11 @@ import (
 
 // limitListener enforces the sandbox's connection limit before http.Server
 // sees a connection: one beyond the limit is answered here and never
-// served. The connections it passes on are servedConns, which audit the
-// server's own refusals; a connection taken over from the server is
-// unwrapped again (bareConn), so io.Copy still splices it.
+// served. The connections it passes on are wrapped twice: a stallConn,
+// which cuts clients that stop reading and follows their requests'
+// framing, inside a servedConn, which audits the server's own refusals. A
+// connection taken over from the server is unwrapped again (bareConn, then
+// rawConn for an opaque tunnel), so its relay still splices it.
 type limitListener struct {
 	net.Listener
 	p  *Proxy
@@ -29,7 +31,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		n := l.st.active.Add(1)
 		if n <= int64(l.p.cfg.Limits.MaxConns) {
-			return &servedConn{Conn: c, p: l.p, cc: newClientConn(l.st, c)}, nil
+			stall := &stallConn{Conn: c, timeout: l.p.cfg.Limits.WriteTimeout,
+				frames: &frameTracker{maxHeader: l.p.cfg.Limits.MaxHeaderBytes + 4096}}
+			return &servedConn{Conn: stall, p: l.p, cc: newClientConn(l.st, stall)}, nil
 		}
 		l.st.active.Add(-1)
 		go l.p.refuseOverLimit(c, l.st, n-1)

@@ -33,14 +33,7 @@ func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Requ
 func (p *Proxy) decidePlain(r *http.Request) *decision {
 	ctx := r.Context()
 	cc := connFrom(ctx)
-	port := 80
-	if r.URL.Scheme == "https" {
-		port = 443
-	}
-	if ps := r.URL.Port(); ps != "" {
-		port, _ = strconv.Atoi(ps)
-	}
-	target := policies.Request{Phase: policies.PhaseRequest, Scheme: r.URL.Scheme, Host: r.URL.Hostname(), Port: port, Method: r.Method, Inspected: true}
+	target := plainTarget(r)
 	var dc *decision
 	switch {
 	case r.URL.Scheme != "http" && r.URL.Scheme != "https":
@@ -65,6 +58,27 @@ func (p *Proxy) decidePlain(r *http.Request) *decision {
 		}
 	}
 	return dc
+}
+
+// plainTarget is what an absolute-form request asks for.
+func plainTarget(r *http.Request) policies.Request {
+	port := 80
+	if r.URL.Scheme == "https" {
+		port = 443
+	}
+	if ps := r.URL.Port(); ps != "" {
+		port, _ = strconv.Atoi(ps)
+	}
+	return policies.Request{Phase: policies.PhaseRequest, Scheme: r.URL.Scheme, Host: r.URL.Hostname(), Port: port, Method: r.Method, Inspected: true}
+}
+
+// refuseFraming answers a request whose framing cannot be trusted
+// (framingError) with a 400, and closes the connection: where its body
+// ends, and so where the next request starts, is in doubt.
+func (p *Proxy) refuseFraming(w http.ResponseWriter, r *http.Request, why string) {
+	dc := p.malformed(connFrom(r.Context()), plainTarget(r), why)
+	w.Header().Set("Connection", "close")
+	p.deny(w, r, dc, 0)
 }
 
 // forwardPlain points an allowed request at the canonical host the policy
@@ -171,6 +185,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 		down := &counter{r: resp.Body}
 		io.Copy(w, down)
 		noteTruncated(dc, down)
+		p.noteStalled(dc, connFrom(r.Context()))
 		p.record(dc, resp.StatusCode, body.n(), down.n())
 		abortIfTruncated(down)
 		return
@@ -185,7 +200,9 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 	conn = bareConn(conn)
 	t, release := p.track(conn)
 	defer release()
-	defer connFrom(r.Context()).sb.active.Add(-1) // hijacked: the slot is ours to release
+	cc := connFrom(r.Context())
+	defer cc.sb.active.Add(-1) // hijacked: the slot is ours to release
+	cc.conn.frames.stop()      // frames follow, not requests
 	if t == nil {
 		resp.Body.Close()
 		dc.detail = shuttingDown
@@ -209,6 +226,13 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 		return resp // a denial this proxy wrote itself: already recorded
 	}
 	if resp == nil {
+		if badBody(st.dc, st.body) {
+			// The rest of the body cannot be told from a next request.
+			p.record(st.dc, st.dc.status(), st.body.n(), 0)
+			resp := st.dc.denialResponse(gctx.Req)
+			resp.Header.Set("Connection", "close")
+			return resp
+		}
 		detail := "no response"
 		if gctx.Error != nil {
 			detail = gctx.Error.Error()
@@ -235,6 +259,7 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 	down := &recordOnClose{counter: counter{r: resp.Body}}
 	down.done = func(n int64) {
 		noteTruncated(st.dc, &down.counter)
+		p.noteStalled(st.dc, connFrom(gctx.Req.Context()))
 		p.record(st.dc, resp.StatusCode, st.body.n(), n)
 	}
 	if sw, ok := gctx.Req.Context().Value(streamKey{}).(*streamWriter); ok {

@@ -51,6 +51,12 @@ type Limits struct {
 	IdleTimeout       time.Duration // idle keep-alive connections
 	HandshakeTimeout  time.Duration // TLS handshakes, both sides
 	TunnelIdleTimeout time.Duration // opaque tunnels that move no data
+	// WriteTimeout cuts a plain or inspected client that accepts none of
+	// a response for this long (stallConn).
+	WriteTimeout time.Duration
+	// UpstreamHeaderTimeout is how long an upstream may take to start
+	// its answer once the request is sent.
+	UpstreamHeaderTimeout time.Duration
 }
 
 // DefaultLimits are used for zero fields.
@@ -61,6 +67,10 @@ var DefaultLimits = Limits{
 	IdleTimeout:       2 * time.Minute,
 	HandshakeTimeout:  10 * time.Second,
 	TunnelIdleTimeout: 10 * time.Minute,
+	// nginx's send_timeout: long enough for a client busy between reads,
+	// short enough that stalled ones do not pile up.
+	WriteTimeout:          time.Minute,
+	UpstreamHeaderTimeout: 5 * time.Minute,
 }
 
 // Config configures a Proxy.
@@ -148,11 +158,12 @@ func New(cfg Config) (*Proxy, error) {
 		},
 		ForceAttemptHTTP2:     false,
 		TLSHandshakeTimeout:   cfg.Limits.HandshakeTimeout,
-		ResponseHeaderTimeout: 5 * time.Minute,
+		ResponseHeaderTimeout: cfg.Limits.UpstreamHeaderTimeout,
 		// Expect: 100-continue is honoured upstream: the body is sent
 		// once the origin asks for it, or after this long without a word.
 		ExpectContinueTimeout: time.Second,
 		MaxIdleConnsPerHost:   64,
+		MaxIdleConns:          maxIdleUpstream, // counted in EnsureFDs
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true, // pass encodings through untouched
 	}
@@ -167,6 +178,8 @@ func fillLimits(l *Limits) {
 	orDefault(&l.IdleTimeout, d.IdleTimeout)
 	orDefault(&l.HandshakeTimeout, d.HandshakeTimeout)
 	orDefault(&l.TunnelIdleTimeout, d.TunnelIdleTimeout)
+	orDefault(&l.WriteTimeout, d.WriteTimeout)
+	orDefault(&l.UpstreamHeaderTimeout, d.UpstreamHeaderTimeout)
 }
 
 func orDefault[T comparable](v *T, d T) {
@@ -208,7 +221,12 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			connFrom(r.Context()).handled.Store(true) // ours to answer and audit
+			cc := connFrom(r.Context())
+			cc.handled.Store(true) // ours to answer and audit
+			if why := cc.conn.frames.next(); why != "" {
+				p.refuseFraming(w, r, why)
+				return
+			}
 			switch {
 			case r.Method == http.MethodConnect:
 				p.serveConnect(w, r)
@@ -222,10 +240,13 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 				abortIfTruncated(sw.body)
 			}
 		}),
-		MaxHeaderBytes:    p.cfg.Limits.MaxHeaderBytes,
-		ReadHeaderTimeout: p.cfg.Limits.ReadHeaderTimeout,
-		IdleTimeout:       p.cfg.Limits.IdleTimeout,
-		ErrorLog:          log.New(io.Discard, "", 0),
+		// Every request reaches the handler, "OPTIONS *" too: each takes
+		// its header's framing verdict in turn (frameTracker).
+		DisableGeneralOptionsHandler: true,
+		MaxHeaderBytes:               p.cfg.Limits.MaxHeaderBytes,
+		ReadHeaderTimeout:            p.cfg.Limits.ReadHeaderTimeout,
+		IdleTimeout:                  p.cfg.Limits.IdleTimeout,
+		ErrorLog:                     log.New(io.Discard, "", 0),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			// The owner is looked up when the first request is decided:
 			// the client is then waiting on its socket, and with the
@@ -246,6 +267,11 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 	if p.closing {
 		p.mu.Unlock()
 		return http.ErrServerClosed
+	}
+	// Every sandbox served at once may hold its --max-conns.
+	if err := EnsureFDs(p.cfg.Limits.MaxConns, len(p.servers)+1); err != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
 	}
 	p.servers[srv] = struct{}{}
 	p.mu.Unlock()

@@ -16,8 +16,7 @@ const established = "HTTP/1.1 200 Connection established\r\n\r\n"
 
 // tunnel relays an allowed, uninspected CONNECT to exactly the addresses the
 // guard checked, early (what the client sent with the CONNECT) first. The
-// relay is io.Copy between TCP connections, which Linux turns into
-// splice(2): the bytes never enter user space.
+// relay splices (spliceCopy): the bytes never enter user space.
 func (p *Proxy) tunnel(client net.Conn, early []byte, dc *decision) {
 	upstream, err := p.cfg.Guard.Dial(context.Background(), dc.addrs, dc.in.Request.Port)
 	if err != nil {
@@ -62,14 +61,25 @@ func relay(client, upstream net.Conn) (up, down int64) {
 	go func() {
 		defer wg.Done()
 		var err error
-		down, err = io.Copy(client, upstream)
+		down, err = copyConn(client, upstream)
 		finish(client, upstream, err, &ended)
 	}()
 	var err error
-	up, err = io.Copy(upstream, client)
+	up, err = copyConn(upstream, client)
 	finish(upstream, client, err, &ended)
 	wg.Wait()
 	return up, down
+}
+
+// copyConn copies src to dst until src's EOF: spliced between TCP
+// connections, else through a buffer.
+func copyConn(dst, src net.Conn) (int64, error) {
+	d, ok1 := dst.(*net.TCPConn)
+	s, ok2 := src.(*net.TCPConn)
+	if ok1 && ok2 {
+		return spliceCopy(d, s)
+	}
+	return io.Copy(dst, src)
 }
 
 // finish ends one direction: an error closes both connections so the other

@@ -162,11 +162,37 @@ func TestDemo(t *testing.T) {
 // named, before anything listens.
 func TestProxyRefusesNonPositiveLimits(t *testing.T) {
 	for _, flag := range []string{"--max-conns=0", "--max-header-bytes=-1", "--read-header-timeout=0s", "--idle-timeout=-1s",
-		"--handshake-timeout=0s", "--tunnel-idle-timeout=0s", "--dial-timeout=0s"} {
+		"--handshake-timeout=0s", "--tunnel-idle-timeout=0s", "--dial-timeout=0s", "--write-timeout=0s", "--upstream-header-timeout=-1m"} {
 		code, _, errs := airlock(t, "", "proxy", "--preset", "strict", "--listen", "127.0.0.1:0", "--ca-dir", t.TempDir(), flag)
 		name, _, _ := strings.Cut(flag, "=")
 		if code != ExitUsage || !strings.Contains(errs, name+" must be positive") {
 			t.Errorf("airlock proxy %s = %d %q; want exit %d naming %s", flag, code, errs, ExitUsage, name)
+		}
+	}
+}
+
+// A malformed pin could never match a bundle: it is a usage error naming
+// the flag (or its variable), found before any bundle is read, not an
+// integrity failure. Both spellings of a good pin are accepted.
+func TestPolicySHA256Malformed(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-bundle")
+	for _, pin := range []string{"abc", "sha256:" + strings.Repeat("0", 63), "sha256:" + strings.Repeat("g", 64), "md5:" + strings.Repeat("0", 64)} {
+		code, _, errs := airlock(t, "", "policy", "verify", missing, "--policy-sha256", pin)
+		if code != ExitUsage || !strings.Contains(errs, "--policy-sha256") {
+			t.Errorf("policy verify --policy-sha256 %q = %d %q; want exit %d naming the flag", pin, code, errs, ExitUsage)
+		}
+	}
+	t.Run("env", func(t *testing.T) {
+		t.Setenv("AIRLOCK_POLICY_SHA256", "sha256:nothex")
+		if code, _, errs := airlock(t, "", "policy", "verify", missing); code != ExitUsage || !strings.Contains(errs, "AIRLOCK_POLICY_SHA256") {
+			t.Errorf("AIRLOCK_POLICY_SHA256 malformed = %d %q; want exit %d naming it", code, errs, ExitUsage)
+		}
+	})
+	_, hash, _ := airlock(t, "", "policy", "hash")
+	hex := strings.TrimPrefix(strings.TrimSpace(hash), "sha256:")
+	for _, pin := range []string{"sha256:" + hex, hex, strings.ToUpper(hex)} {
+		if code, _, errs := airlock(t, "", "policy", "verify", "--policy-sha256", pin); code != ExitOK {
+			t.Errorf("policy verify --policy-sha256 %q = %d %s", pin, code, errs)
 		}
 	}
 }

@@ -26,8 +26,25 @@ import (
 // policyFlags are the engine options every command that loads a policy
 // shares; they mirror `airlock up` and `airlock proxy`.
 type policyFlags struct {
-	bundle, sha256, lock, publicKey, keyID, alg string
-	quarantine                                  bool
+	bundle, lock, publicKey, keyID, alg string
+	sha256                              pinFlag
+	quarantine                          bool
+}
+
+// pinFlag is --policy-sha256, checked as it is parsed: a malformed pin is
+// a usage error naming the flag (or its AIRLOCK_ variable), before any
+// bundle is read, rather than an integrity failure against every bundle.
+type pinFlag string
+
+func (p *pinFlag) String() string { return string(*p) }
+func (p *pinFlag) Type() string   { return "sha256:HEX" }
+func (p *pinFlag) Set(s string) error {
+	pin, err := policies.ParsePin(s)
+	if err != nil {
+		return err
+	}
+	*p = pinFlag(pin)
+	return nil
 }
 
 func (f *policyFlags) register(cmd *cobra.Command, withBundle bool) {
@@ -35,7 +52,7 @@ func (f *policyFlags) register(cmd *cobra.Command, withBundle bool) {
 	if withBundle {
 		fl.StringVar(&f.bundle, "policy", "", "policy bundle: a directory or a .tar.gz from `opa build` (default: the embedded presets)")
 	}
-	fl.StringVar(&f.sha256, "policy-sha256", "", "refuse to start unless the bundle hash is this sha256:<hex> (see `airlock policy hash`)")
+	fl.Var(&f.sha256, "policy-sha256", "refuse to start unless the bundle hash is this sha256:<hex> (see `airlock policy hash`)")
 	fl.StringVar(&f.lock, "policy-lock", "", "lock file to enforce (default: <bundle>/airlock.lock when it exists)")
 	fl.StringVar(&f.publicKey, "policy-public-key", "", "PEM public key file: require a valid OPA bundle signature (.signatures.json)")
 	fl.StringVar(&f.keyID, "policy-key-id", "default", "key id of --policy-public-key, as given to `opa build --signing-key`")
@@ -53,7 +70,7 @@ func (f *policyFlags) source() policies.Source {
 func (f *policyFlags) options() (policies.Options, error) {
 	o := policies.Options{
 		Source:       f.source(),
-		PinnedSHA256: f.sha256,
+		PinnedSHA256: string(f.sha256),
 		LockFile:     f.lock,
 		Quarantine:   f.quarantine,
 		Logger:       slog.Default(),

@@ -60,6 +60,8 @@ func (f *proxyFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.limits.IdleTimeout, "idle-timeout", d.IdleTimeout, "keep-alive connections, plain or inspected, waiting this long for a request are closed")
 	fl.DurationVar(&f.limits.HandshakeTimeout, "handshake-timeout", d.HandshakeTimeout, "TLS handshakes with clients (inspected tunnels) and upstreams")
 	fl.DurationVar(&f.limits.TunnelIdleTimeout, "tunnel-idle-timeout", d.TunnelIdleTimeout, "opaque tunnels and WebSockets moving no data either way this long are closed")
+	fl.DurationVar(&f.limits.WriteTimeout, "write-timeout", d.WriteTimeout, "a client (plain or inspected) that accepts none of a response this long is cut")
+	fl.DurationVar(&f.limits.UpstreamHeaderTimeout, "upstream-header-timeout", d.UpstreamHeaderTimeout, "time an upstream has to start its answer once a request is sent")
 	fl.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "upstream TCP connect")
 }
 
@@ -85,6 +87,7 @@ func (f *proxyFlags) checkLimits() error {
 		"max-conns": int64(l.MaxConns), "max-header-bytes": int64(l.MaxHeaderBytes),
 		"read-header-timeout": int64(l.ReadHeaderTimeout), "idle-timeout": int64(l.IdleTimeout),
 		"handshake-timeout": int64(l.HandshakeTimeout), "tunnel-idle-timeout": int64(l.TunnelIdleTimeout),
+		"write-timeout": int64(l.WriteTimeout), "upstream-header-timeout": int64(l.UpstreamHeaderTimeout),
 		"dial-timeout": int64(f.dialTimeout),
 	} {
 		if v <= 0 {
@@ -112,6 +115,11 @@ func defaultCADir() string {
 func (f *proxyFlags) build(decider *policies.Engine, log *slog.Logger) (*proxy.Proxy, *proxy.Metrics, func(), error) {
 	if err := f.checkLimits(); err != nil {
 		return nil, nil, nil, &exitError{ExitUsage, err}
+	}
+	// Before anything listens: short of descriptors, connections would
+	// fail (as identity_unknown) before --max-conns is reached.
+	if err := proxy.EnsureFDs(f.limits.MaxConns, 1); err != nil {
+		return nil, nil, nil, err
 	}
 	var ca *certs.CA
 	var err error
@@ -290,7 +298,7 @@ func newProxyCmd() *cobra.Command {
 }
 
 // servingEngine is the engine a proxy serves preset with: loaded and
-// verified, the preset checked, and the bundle directory watched for
+// verified, the preset checked and kept through reloads, and the bundle directory watched for
 // reloads. A secret the preset injects that the proxy's environment or
 // files lack is reported when the generation is loaded, naming the rule,
 // header and source, rather than found by the first request (which is
@@ -316,8 +324,9 @@ func servingEngine(ctx context.Context, pf *policyFlags, xf *proxyFlags, preset 
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := engine.Preset(preset); !ok {
-		return nil, &exitError{ExitUsage, fmt.Errorf("--preset %q: the policy has %v", preset, engine.Presets())}
+	// Served from now on: a reload that drops it is rejected.
+	if err := engine.RequirePreset(preset); err != nil {
+		return nil, &exitError{ExitUsage, fmt.Errorf("--preset: %w", err)}
 	}
 	if pf.bundle != "" && xf.watch {
 		go func() {

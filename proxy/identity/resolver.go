@@ -36,9 +36,9 @@ type Resolver struct {
 // never the client's socket.
 var self = os.Getpid()
 
-// procCacheSize bounds the processes whose /proc directories a resolver
+// ProcCacheSize bounds the processes whose /proc directories a resolver
 // holds open: one descriptor each.
-const procCacheSize = 512
+const ProcCacheSize = 512
 
 // ConnHook knows which process connected a socket, and when (time since
 // boot), by the socket's cookie (the connhook package's cgroup BPF programs).
@@ -66,7 +66,7 @@ func NewResolver(ns netns.NsHandle, candidates Candidates, hashes *HashCache) (*
 	if err != nil {
 		return nil, err
 	}
-	return &Resolver{diag: d, candidates: candidates, hashes: hashes, procs: newProcCache(procCacheSize)}, nil
+	return &Resolver{diag: d, candidates: candidates, hashes: hashes, procs: newProcCache(ProcCacheSize)}, nil
 }
 
 // Close releases the netlink socket and the cached processes' directories,

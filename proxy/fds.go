@@ -1,0 +1,64 @@
+package proxy
+
+import (
+	"fmt"
+
+	"github.com/airlock-sandbox/airlock/proxy/identity"
+	"golang.org/x/sys/unix"
+)
+
+// fdsPerConn is the most descriptors one client connection holds: an
+// opaque tunnel's two sockets and, while both directions move bytes, a
+// splice pipe (two ends) each. A plain or inspected connection holds its
+// socket and one upstream connection at a time.
+const fdsPerConn = 6
+
+// What the proxy holds besides its sandboxes' connections: idle upstream
+// connections, spare pipes, and a margin for listeners, the audit log,
+// metrics, netlink and BPF.
+const (
+	maxIdleUpstream = 256
+	fdMargin        = 256
+)
+
+// fdsNeeded is the most descriptors `sandboxes` sandboxes of maxConns
+// connections each can hold: their connections, the refusals lingering
+// past the limit, the /proc directories each identity resolver keeps
+// open, and the proxy's own.
+func fdsNeeded(maxConns, sandboxes int) uint64 {
+	per := uint64(maxConns)*fdsPerConn + maxRefusing + identity.ProcCacheSize
+	return uint64(sandboxes)*per + 2*maxSparePipes + maxIdleUpstream + fdMargin
+}
+
+// EnsureFDs checks that the process may open the descriptors sandboxes
+// sandboxes at maxConns connections each can hold, raising the soft
+// RLIMIT_NOFILE toward the hard one if it must (Go already raises it at
+// start-up, to one below the hard limit). Short of them, the proxy would
+// fail its connections before --max-conns answers 503, and fail them as
+// identity_unknown (the lookup cannot open /proc), which names the wrong
+// cause: so it refuses, naming the numbers and the fix.
+func EnsureFDs(maxConns, sandboxes int) error {
+	need := fdsNeeded(maxConns, sandboxes)
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("getrlimit(RLIMIT_NOFILE): %w", err)
+	}
+	if lim.Cur >= need {
+		return nil
+	}
+	if lim.Max >= need {
+		raised := lim
+		raised.Cur = need
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &raised); err != nil {
+			return fmt.Errorf("setrlimit(RLIMIT_NOFILE, %d): %w", need, err)
+		}
+		return nil
+	}
+	fixed := fdsNeeded(0, sandboxes)
+	fits := 0
+	if lim.Max > fixed {
+		fits = int((lim.Max - fixed) / (uint64(sandboxes) * fdsPerConn))
+	}
+	return fmt.Errorf("--max-conns %d for %d sandbox(es) needs %d file descriptors (%d per connection, plus %d for the proxy), but RLIMIT_NOFILE allows %d (hard limit): raise it (ulimit -n %d, systemd LimitNOFILE=%d) or lower --max-conns to at most %d",
+		maxConns, sandboxes, need, fdsPerConn, fixed, lim.Max, need, need, fits)
+}
