@@ -71,7 +71,7 @@ func TestAmbiguousFramingIsRefused(t *testing.T) {
 				if n, err := br.Read(make([]byte, 1)); n != 0 || err == nil {
 					t.Errorf("after the answer: read %d bytes, %v; want the connection closed", n, err)
 				}
-				w.proxy.audit(t, func(a auditLine) bool {
+				w.proxy.outcome(t, func(a auditLine) bool {
 					return a.Host == pt.host && a.Reason == "invalid_request" && a.Status == 400 && strings.Contains(a.Detail, tc.detail)
 				})
 			})

@@ -177,6 +177,15 @@ func (rp *runningProxy) closed(t *testing.T, pred func(auditLine) bool) auditLin
 	return rp.auditMsg(t, "CANONICAL-PROXY-CN-CLOSE", pred)
 }
 
+// outcome waits until pred matches the line that says how a request ended:
+// the decision line of a denial made up front, or the close line of an
+// allowed one that failed later (its body turned out malformed).
+func (rp *runningProxy) outcome(t *testing.T, pred func(auditLine) bool) auditLine {
+	t.Helper()
+	return rp.auditMsg(t, "", pred)
+}
+
+// auditMsg waits for a line with message msg ("" for either) matching pred.
 func (rp *runningProxy) auditMsg(t *testing.T, msg string, pred func(auditLine) bool) auditLine {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -184,7 +193,7 @@ func (rp *runningProxy) auditMsg(t *testing.T, msg string, pred func(auditLine) 
 		raw, _ := os.ReadFile(rp.auditLog)
 		for _, l := range strings.Split(string(raw), "\n") {
 			var a auditLine
-			if json.Unmarshal([]byte(l), &a) == nil && a.Msg == msg && pred(a) {
+			if json.Unmarshal([]byte(l), &a) == nil && (a.Msg == msg || msg == "" && a.Msg != "") && pred(a) {
 				return a
 			}
 		}

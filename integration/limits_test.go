@@ -166,7 +166,7 @@ func TestWriteAndUpstreamHeaderTimeouts(t *testing.T) {
 			}
 			in.Close()
 			defer cmd.Process.Kill()
-			a := w.proxy.audit(t, func(a auditLine) bool { return a.Host == tc.host && strings.Contains(a.Detail, "--write-timeout") })
+			a := w.proxy.closed(t, func(a auditLine) bool { return a.Host == tc.host && strings.Contains(a.Detail, "--write-timeout") })
 			if a.Decision != "allow" || a.Down == 0 {
 				t.Errorf("audit line of the stalled client: %+v", a)
 			}
