@@ -78,7 +78,8 @@ func TestConnectionLimit(t *testing.T) {
 // WebSocket moving no data is closed after --tunnel-idle-timeout, and the
 // audit line says so; a
 // request header dribbled inside an inspected tunnel is cut off after
-// --read-header-timeout, not left to the (two minute) idle timeout.
+// --read-header-timeout, not left to the (two minute) idle timeout, and
+// the cut is audited, plain and inspected.
 func TestTimeoutFlags(t *testing.T) {
 	w := newWorld(t, "--tunnel-idle-timeout", "1s", "--read-header-timeout", "1s")
 
@@ -128,6 +129,30 @@ func TestTimeoutFlags(t *testing.T) {
 		}
 		if err == nil {
 			t.Fatal("the proxy answered an unfinished request header")
+		}
+		w.proxy.audit(t, func(a auditLine) bool {
+			return a.Host == "api.test" && a.Reason == "invalid_request" && strings.Contains(a.Detail, "--read-header-timeout")
+		})
+	})
+
+	// The same on the plain path, where http.Server cuts the header off
+	// and closes without a word: the cut is a refusal on record.
+	t.Run("slow plain header", func(t *testing.T) {
+		c, err := net.Dial("tcp", w.proxy.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, "GET http://plain.test/slow-header HTTP/1.1\r\nHost: plain.test\r\n")
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatal("an unfinished request header held the connection for 20s")
+		}
+		a := w.proxy.audit(t, func(a auditLine) bool {
+			return a.Reason == "invalid_request" && a.Phase == "request" && a.Host == "" && strings.Contains(a.Detail, "--read-header-timeout")
+		})
+		if a.Decision != "deny" || a.Binary == "" {
+			t.Errorf("audit line %+v; want a denial attributed to the test binary", a)
 		}
 	})
 }

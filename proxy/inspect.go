@@ -88,7 +88,12 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 			}
 		case lim.N <= 0:
 			bad = p.refused(cc, target, policies.ReasonInvalidRequest, fmt.Sprintf("request header larger than %d bytes", p.cfg.Limits.MaxHeaderBytes))
-		case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isTimeout(err):
+		case isTimeout(err):
+			// A header begun and not finished in time (slowloris): the
+			// connection is cut, and that is a refusal on record.
+			p.record(p.refused(cc, target, policies.ReasonInvalidRequest, headerTimeoutDetail(p.cfg.Limits.ReadHeaderTimeout)), 0, 0, 0)
+			return
+		case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
 			return
 		default:
 			bad = p.refused(cc, target, policies.ReasonInvalidRequest, "malformed request: "+unquoted(err))

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -24,6 +26,29 @@ type servedConn struct {
 	net.Conn
 	p  *Proxy
 	cc *clientConn
+	// begun: bytes of a request have arrived that no handler has yet.
+	begun atomic.Bool
+}
+
+// Read notes a request begun while no handler has it, so that a header the
+// server gives up on (--read-header-timeout: the server closes the
+// connection without a word) is audited as a refusal too. A keep-alive
+// connection that times out with nothing begun is only idle.
+func (c *servedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && !c.cc.handled.Load() {
+		c.begun.Store(true)
+	}
+	if err != nil && isTimeout(err) && c.begun.Load() && c.cc.handled.CompareAndSwap(false, true) {
+		dc := c.p.refused(c.cc, policies.Request{Phase: policies.PhaseRequest}, policies.ReasonInvalidRequest, headerTimeoutDetail(c.p.cfg.Limits.ReadHeaderTimeout))
+		c.p.record(dc, 0, 0, 0)
+	}
+	return n, err
+}
+
+// headerTimeoutDetail says why a begun request header was cut off.
+func headerTimeoutDetail(d time.Duration) string {
+	return fmt.Sprintf("request header not complete within %s (--read-header-timeout): connection closed", d)
 }
 
 // Write audits a refusal of the server's own, once per request.
@@ -61,6 +86,7 @@ func (c *servedConn) ReadFrom(r io.Reader) (int64, error) {
 func serverStateHook(c net.Conn, s http.ConnState) {
 	if s == http.StateIdle {
 		if sc, ok := c.(*servedConn); ok {
+			sc.begun.Store(false)
 			sc.cc.handled.Store(false)
 		}
 	}
