@@ -166,6 +166,6 @@ echo "$ curl --noproxy '*' http://127.0.0.1:%[1]d/  (straight to the upstream, b
 		return fmt.Errorf("sandbox demo: %w", err)
 	}
 	audit, _ := os.ReadFile(filepath.Join(dir, "audit.log"))
-	fmt.Fprintf(out, "\naudit log (one line per decision):\n%s", audit)
+	fmt.Fprintf(out, "\naudit log (a line per decision, before anything is dialled; an allowed one's outcome on its close line):\n%s", audit)
 	return nil
 }
