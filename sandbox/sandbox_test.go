@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
@@ -154,6 +155,12 @@ func attempt(name string) int {
 	case "ptrace":
 		pid, _ := strconv.Atoi(arg)
 		err = unix.PtraceAttach(pid)
+	case "tiocsti":
+		c := byte('x')
+		_, _, errno := unix.Syscall(unix.SYS_IOCTL, 0, unix.TIOCSTI, uintptr(unsafe.Pointer(&c)))
+		if errno != 0 {
+			err = errno
+		}
 	case "userns":
 		err = unix.Unshare(unix.CLONE_NEWUSER)
 	case "mount":
@@ -265,6 +272,7 @@ func TestEscapesFail(t *testing.T) {
 		{"netlink-audit", "", unix.EPERM, NetNone},
 		{"ptrace", strconv.Itoa(os.Getpid()), unix.EPERM, NetNone},
 		{"userns", "", unix.EPERM, NetNone},
+		{"tiocsti", "", unix.EPERM, NetNone}, // without the filter: ENOTTY, stdin is no terminal here
 		{"mount", "", unix.EPERM, NetNone},
 		{"write", "/etc/airlock-escape", unix.EACCES, NetNone},
 		{"read", secret, unix.EACCES, NetNone},

@@ -65,6 +65,19 @@ func seccompProgram() ([]bpf.Instruction, error) {
 			bpf.LoadAbsolute{Off: offNr, Size: 4},
 		)
 	}
+	// ioctl: no TIOCSTI or TIOCLINUX, which push keystrokes into the
+	// terminal the sandbox shares with the user's shell: the shell would
+	// read and run them after the sandbox exits. The kernel reads the
+	// request as 32 bits, so only those are compared.
+	p = append(p,
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_IOCTL, SkipFalse: 6},
+		bpf.LoadAbsolute{Off: offArg(1), Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.TIOCSTI, SkipFalse: 1},
+		errno(unix.EPERM),
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.TIOCLINUX, SkipFalse: 1},
+		errno(unix.EPERM),
+		bpf.LoadAbsolute{Off: offNr, Size: 4},
+	)
 	// socket: no packet, vsock or MPTCP sockets; netlink only for routing.
 	p = append(p,
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_SOCKET, SkipFalse: 12},
