@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // Nothing outlives its sandbox: on every way the launcher ends (the
@@ -204,4 +205,77 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// ^C in the terminal reaches the sandboxed command once (the terminal sends
+// it to the whole foreground group: the launcher and the init pass on
+// nothing of it), and the command that handles it keeps running: the
+// launcher does not take it for an order to stop the sandbox.
+func TestLaunchTerminalInterruptOnce(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+	master, slave := openPty(t)
+	cmd := exec.Command(airlockBin, "launch", "--net", "none", "--stop-timeout", "1s", "--log-level", "error", "--",
+		"/bin/sh", "-c", `trap "echo INT" INT; echo ready; i=0; while [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; echo done`)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	var out strings.Builder
+	read := make(chan struct{})
+	ready := make(chan struct{})
+	go func() {
+		defer close(read)
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			out.Write(buf[:n])
+			if strings.Contains(out.String(), "ready") {
+				select {
+				case <-ready:
+				default:
+					close(ready)
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("the sandboxed shell never started")
+	}
+	master.Write([]byte{3}) // ^C
+	err := cmd.Wait()
+	<-read
+	got := out.String()
+	if n := strings.Count(got, "INT"); n != 1 || exitCode(err) != 0 || !strings.Contains(got, "done") {
+		t.Fatalf("one ^C: the command saw SIGINT %d times, launcher exit %d, output %q; want once, 0, and the command running to its end", n, exitCode(err), got)
+	}
+}
+
+// openPty opens a pseudo-terminal pair.
+func openPty(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, s
 }

@@ -11,14 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// forwarded are the signals the sandbox's init passes on to the command:
-// what a terminal, a supervisor or an operator sends to stop, reload or
-// resize it. The Go runtime's own (SIGURG, SIGCHLD) are not among them.
-var forwarded = []os.Signal{
-	syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
-	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT,
-}
-
 // runInit is PID 1 of the sandbox's PID namespace: it prepares what the
 // whole sandbox shares (mounts, network namespace), starts the
 // command stage, gives up its own privileges and then only reaps, forwards
@@ -26,10 +18,14 @@ var forwarded = []os.Signal{
 // with the launcher, the kernel kills every process left in the namespace:
 // nothing the command started outlives the sandbox.
 func runInit() {
-	// Signals that arrive before the command exists are kept for it
-	// rather than left to their default action.
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, forwarded...)
+	// The init takes no orders from signals: every catchable one is
+	// caught and dropped. What reaches it directly came to the command
+	// too (a terminal's ^C goes to the whole foreground group), or came
+	// from inside the sandbox, which must not be able to make the init
+	// crash or dump (SIGABRT, SIGSEGV) where Landlock cannot scope
+	// signals. The launcher's signals for the command arrive on the life
+	// pipe instead, so each reaches the command once.
+	signal.Notify(make(chan os.Signal, 1))
 	// setns(CLONE_NEWNET) is per thread: join on this one and start the
 	// command stage from it, so the command inherits the namespace.
 	runtime.LockOSThread()
@@ -71,11 +67,7 @@ func runInit() {
 		syscall.Kill(child, syscall.SIGKILL)
 		os.Exit(125)
 	}
-	go func() {
-		for s := range sigs {
-			syscall.Kill(child, s.(syscall.Signal))
-		}
-	}()
+	go relaySignals(child)
 	os.Exit(reap(child))
 }
 
@@ -96,21 +88,33 @@ func readConfig() (*Config, func(step string, err error)) {
 }
 
 // launcherAlive checks the launcher still holds its end of the life pipe:
-// EOF means it has exited. Only a sandbox that dies with its launcher
-// cares.
+// a hang-up means it has exited (a signal it wrote is only readable data).
+// Only a sandbox that dies with its launcher cares.
 func launcherAlive(c *Config) error {
 	if !c.DieWithParent {
 		return nil
 	}
 	fds := []unix.PollFd{{Fd: fdLife, Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
-	if err != nil {
+	if _, err := unix.Poll(fds, 0); err != nil {
 		return &os.SyscallError{Syscall: "poll(life pipe)", Err: err}
 	}
-	if n > 0 {
+	if fds[0].Revents&unix.POLLHUP != 0 {
 		return fmt.Errorf("the launcher exited during setup")
 	}
 	return nil
+}
+
+// relaySignals passes each signal the launcher writes on the life pipe (one
+// byte, its number) to the command. It ends when the launcher is gone.
+func relaySignals(child int) {
+	life := os.NewFile(fdLife, "life")
+	var b [1]byte
+	for {
+		if n, err := life.Read(b[:]); n == 0 || err != nil {
+			return
+		}
+		syscall.Kill(child, syscall.Signal(b[0]))
+	}
 }
 
 func privateMounts(*Config) error {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -21,9 +22,11 @@ type Process struct {
 	done chan struct{}
 	err  error
 	ps   *os.ProcessState
-	// life is the write end of the pipe the init watches: held, never
-	// written, for the launcher's whole life.
-	life *os.File
+	// life is the write end of the pipe the init watches: held for the
+	// launcher's whole life (its hang-up tells the init the launcher is
+	// gone), and written only with signals for the command.
+	life   *os.File
+	lifeMu sync.Mutex
 }
 
 // SetupError is a failure of one of stage 2's ordered steps; the command
@@ -144,12 +147,24 @@ func Start(c Config, net *Network) (*Process, error) {
 	return p, nil
 }
 
-// Signal sends sig to the sandbox's init, which passes it on to the
-// command; never to a pid the init no longer holds.
+// Signal sends sig to the command, through the init (on the life pipe:
+// the init takes no signals as orders). SIGKILL goes to the init itself,
+// whose death ends the whole sandbox.
 func (p *Process) Signal(sig syscall.Signal) error {
-	// os.Process signals through a pidfd: a reaped init's pid, reused,
-	// is never hit.
-	return p.proc.Signal(sig)
+	if sig == syscall.SIGKILL {
+		// os.Process signals through a pidfd: a reaped init's pid,
+		// reused, is never hit.
+		return p.proc.Signal(sig)
+	}
+	select {
+	case <-p.done:
+		return os.ErrProcessDone
+	default:
+	}
+	p.lifeMu.Lock()
+	defer p.lifeMu.Unlock()
+	_, err := p.life.Write([]byte{byte(sig)})
+	return err
 }
 
 // Wait waits for the command and returns its exit code: its status, or
@@ -158,7 +173,9 @@ func (p *Process) Signal(sig syscall.Signal) error {
 // reaped.
 func (p *Process) Wait() (int, error) {
 	<-p.done
+	p.lifeMu.Lock()
 	p.life.Close()
+	p.lifeMu.Unlock()
 	if p.ps == nil {
 		return 125, p.err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/proxy/identity"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 // ExitLaunch is the exit code when the sandbox could not be set up (the
@@ -360,6 +361,14 @@ func (s *statusFile) Close() {
 	}
 }
 
+// terminalForeground reports whether the launcher holds the foreground of
+// the terminal on its stdin, where ^C and ^\ reach every process of the
+// group, the sandboxed command among them.
+func terminalForeground() bool {
+	pgrp, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
+	return err == nil && pgrp == unix.Getpgrp()
+}
+
 // forwardSignals passes the launcher's signals to the sandbox. A stop
 // signal (SIGINT, SIGTERM, SIGHUP) is the command's to act on for up to
 // stopTimeout, as docker stop allows; after that, or at a second SIGINT or
@@ -385,6 +394,11 @@ func forwardSignals(sigs <-chan os.Signal, proc *sandbox.Process, leaf *sandbox.
 			deadline = nil
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
+			if (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && terminalForeground() {
+				// The terminal sent it to its whole foreground group,
+				// the command included: the command decides, once.
+				continue
+			}
 			proc.Signal(sig)
 			if sig == syscall.SIGQUIT {
 				continue
