@@ -226,6 +226,9 @@ func newLaunchCmd() *cobra.Command {
 			}
 			if oomKills > 0 {
 				msg := fmt.Errorf("the kernel's OOM killer killed %d process(es) of the sandbox: it reached its memory limit (--memory-max %d)", oomKills, memoryMax)
+				if memoryMax == 0 {
+					msg = fmt.Errorf("the kernel's OOM killer killed %d process(es) of the sandbox: the host ran out of memory (the sandbox has no --memory-max)", oomKills)
+				}
 				if code == 128+int(syscall.SIGKILL) {
 					return &exitError{code, fmt.Errorf("the command was killed: %w", msg)}
 				}
