@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testca"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -110,7 +111,10 @@ func newFuzzFixture(tb testing.TB) *fuzzFixture {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	fx.p, err = New(Config{Decider: engine, CA: fx.roots, Guard: guard, UpstreamRoots: upCA.Pool, Logger: quiet})
+	// Short timeouts: whatever a fuzzed client leaves half-said ends in
+	// a second, well inside the fuzzer's limit for one input.
+	limits := Limits{ReadHeaderTimeout: time.Second, IdleTimeout: time.Second, HandshakeTimeout: time.Second, TunnelIdleTimeout: time.Second}
+	fx.p, err = New(Config{Decider: engine, CA: fx.roots, Guard: guard, UpstreamRoots: upCA.Pool, Logger: quiet, Limits: limits})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -36,9 +36,10 @@ func FuzzInspectLoop(f *testing.F) {
 			defer server.Close()
 			fx.p.inspect(fx.cc, server, &tracked{conn: server}, dc)
 		}()
-		// No input may hold the loop: every wait in it is bounded by a
-		// timeout far below this one once the client has closed its side.
-		client.SetDeadline(time.Now().Add(30 * time.Second))
+		// No input may hold the loop: every wait in it is bounded by one of
+		// the fixture's one-second timeouts once the client has closed its
+		// side. The fuzzer calls an input that runs for 10 s a hang.
+		client.SetDeadline(time.Now().Add(8 * time.Second))
 		if _, err := io.ReadFull(client, make([]byte, len(established))); err != nil {
 			t.Fatalf("CONNECT answer: %v", err)
 		}
@@ -47,12 +48,18 @@ func FuzzInspectLoop(f *testing.F) {
 			t.Fatalf("handshake: %v", err)
 		}
 		read := make(chan struct{})
-		go func() { io.Copy(io.Discard, tc); close(read) }()
+		go func() {
+			// Closed once the proxy has closed its side: a refusal
+			// lingers until the client's end is gone.
+			io.Copy(io.Discard, tc)
+			client.Close()
+			close(read)
+		}()
 		tc.Write(raw)
 		tc.CloseWrite()
 		select {
 		case <-done:
-		case <-time.After(30 * time.Second):
+		case <-time.After(8 * time.Second):
 			t.Fatalf("the inspection loop did not end after the client closed its side")
 		}
 		client.Close()
