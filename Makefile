@@ -8,7 +8,7 @@ REGO_DIRS := policies/lib presets
 # Tests exec the opa CLI (signed-bundle test): find the one `make tools` installs.
 export PATH := $(GOBIN):$(PATH)
 
-.PHONY: build run test lint bench fuzz tools clean
+.PHONY: build run test lint bench fuzz soak tools clean
 
 build: bin/airlock
 
@@ -55,6 +55,11 @@ fuzz:
 		pkg=$${t%%:*}; name=$${t#*:}; echo "== $$name ($$pkg, $(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./$$pkg/; \
 	done
+
+# 10,000 concurrent connections and a million requests through the real
+# proxy on loopback: RSS, fds and goroutines before, at peak and after.
+soak: build
+	$(GO) run ./integration/soak -airlock bin/airlock
 
 clean:
 	rm -rf bin
