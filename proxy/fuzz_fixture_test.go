@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -81,7 +82,7 @@ func newFuzzFixture(tb testing.TB) *fuzzFixture {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	up := &http.Server{Handler: http.HandlerFunc(fx.upstream), TLSConfig: tlsConfig, ErrorLog: nil}
+	up := &http.Server{Handler: http.HandlerFunc(fx.upstream), TLSConfig: tlsConfig, ErrorLog: log.New(io.Discard, "", 0)}
 	go up.ServeTLS(ln, "", "")
 	tb.Cleanup(func() { up.Close() })
 	fx.port = ln.Addr().(*net.TCPAddr).Port

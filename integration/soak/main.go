@@ -38,9 +38,8 @@ var (
 	requests   = flag.Int("requests", 1000000, "requests pushed while they are open")
 	workers    = flag.Int("workers", 64, "connections the requests are spread over")
 	timeout    = flag.Duration("timeout", 20*time.Minute, "the whole run")
-	settle     = flag.Duration("settle", 4*time.Minute, "longest wait for the proxy to come back to its baseline")
+	settle     = flag.Duration("settle", 6*time.Minute, "longest wait for the proxy to come back to its baseline (pooled buffers go at the second of the runtime's 2-minute forced GCs, then pages are returned gradually)")
 	maxIdleRSS = flag.Int("max-idle-rss", 64, "KiB of resident memory an idle connection may cost")
-	rssSlack   = flag.Int("rss-slack", 8192, "KiB above the baseline the resident memory may settle at")
 )
 
 func main() {
@@ -51,9 +50,12 @@ func main() {
 	}
 }
 
-// sample is what the proxy holds at one moment.
+// sample is what the proxy holds at one moment. heapKiB (the runtime's
+// live and not yet collected heap objects) and stackKiB (its goroutine
+// stacks) say where resident memory goes.
 type sample struct {
 	rssKiB, fds, goroutines int
+	heapKiB, stackKiB       int
 }
 
 func run() error {
@@ -105,7 +107,7 @@ func run() error {
 	if err := openIdle(ctx, px.addr, up.Addr, 16, nil); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	base, err := px.settled(ctx, up, nil)
+	base, err := px.settled(ctx, up, nil, sample{})
 	if err != nil {
 		return err
 	}
@@ -143,18 +145,18 @@ func run() error {
 	}
 	idleConns = nil
 	start = time.Now()
-	after, err := px.settled(ctx, up, &base)
+	after, err := px.settled(ctx, up, &base, peak)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("settled in %s\n\n", time.Since(start).Round(time.Second))
 
-	fmt.Printf("%-24s %12s %8s %11s\n", "", "RSS (KiB)", "fds", "goroutines")
+	fmt.Printf("%-24s %10s %8s %11s %11s %12s\n", "", "RSS (KiB)", "fds", "goroutines", "heap (KiB)", "stacks (KiB)")
 	for _, row := range []struct {
 		name string
 		s    sample
 	}{{"baseline", base}, {fmt.Sprintf("%d idle conns", *conns), idle}, {"peak under load", peak}, {"after", after}} {
-		fmt.Printf("%-24s %12d %8d %11d\n", row.name, row.s.rssKiB, row.s.fds, row.s.goroutines)
+		fmt.Printf("%-24s %10d %8d %11d %11d %12d\n", row.name, row.s.rssKiB, row.s.fds, row.s.goroutines, row.s.heapKiB, row.s.stackKiB)
 	}
 	perConn := float64(idle.rssKiB-base.rssKiB) / float64(*conns)
 	fmt.Printf("\nper idle connection: %.1f KiB RSS, %.2f fds, %.2f goroutines\n", perConn,
@@ -167,7 +169,7 @@ func run() error {
 	if perConn > float64(*maxIdleRSS) {
 		failed = append(failed, fmt.Sprintf("an idle connection costs %.1f KiB, over %d KiB", perConn, *maxIdleRSS))
 	}
-	if !back(base, after) {
+	if !back(base, peak, after) {
 		failed = append(failed, fmt.Sprintf("not back to the baseline after %s: %+v, baseline %+v", *settle, after, base))
 	}
 	if len(failed) > 0 {
@@ -178,11 +180,15 @@ func run() error {
 }
 
 // back reports whether s is the baseline again: the same descriptors and
-// goroutines (a couple of the runtime's own may come and go), and resident
-// memory within -rss-slack of it (the runtime returns freed pages to the
-// OS gradually).
-func back(base, s sample) bool {
-	return s.fds <= base.fds+2 && s.goroutines <= base.goroutines+2 && s.rssKiB <= base.rssKiB+*rssSlack
+// goroutines (a couple of the runtime's own may come and go), and the heap
+// and resident memory back within a tenth of what the peak added (at least
+// 8 MiB): the runtime keeps its bookkeeping sized for the peak and returns
+// freed pages gradually, but anything kept per connection or per request
+// would be many times that.
+func back(base, peak, s sample) bool {
+	near := func(now, was, top int) bool { return now-was <= max(8<<10, (top-was)/10) }
+	return s.fds <= base.fds+2 && s.goroutines <= base.goroutines+2 &&
+		near(s.heapKiB, base.heapKiB, peak.heapKiB) && near(s.rssKiB, base.rssKiB, peak.rssKiB)
 }
 
 // --- the proxy ---------------------------------------------------------------
@@ -289,16 +295,25 @@ func (p *proxy) sample() (sample, error) {
 		return s, err
 	}
 	defer resp.Body.Close()
+	// The scrape's own connection is counted in each sample alike.
+	s.goroutines = -1
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
-			// The scrape's own connection is counted in each
-			// sample alike.
-			s.goroutines, err = strconv.Atoi(v)
-			return s, err
+		name, v, _ := strings.Cut(sc.Text(), " ")
+		f, _ := strconv.ParseFloat(v, 64)
+		switch name {
+		case "go_goroutines":
+			s.goroutines = int(f)
+		case "go_memstats_heap_alloc_bytes":
+			s.heapKiB = int(f) >> 10
+		case "go_memstats_stack_inuse_bytes":
+			s.stackKiB = int(f) >> 10
 		}
 	}
-	return s, errors.New("/metrics has no go_goroutines")
+	if s.goroutines < 0 {
+		return s, errors.New("/metrics has no go_goroutines")
+	}
+	return s, sc.Err()
 }
 
 // watchPeak keeps the largest of each figure in *peak until stopped.
@@ -318,6 +333,8 @@ func (p *proxy) watchPeak(peak *sample) (stop func()) {
 				peak.rssKiB = max(peak.rssKiB, s.rssKiB)
 				peak.fds = max(peak.fds, s.fds)
 				peak.goroutines = max(peak.goroutines, s.goroutines)
+				peak.heapKiB = max(peak.heapKiB, s.heapKiB)
+				peak.stackKiB = max(peak.stackKiB, s.stackKiB)
 			}
 		}
 	}()
@@ -329,7 +346,7 @@ func (p *proxy) watchPeak(peak *sample) (stop func()) {
 // its idle connections, so that the proxy's pool of them empties too
 // (net/http spares a connection that has not carried a request for 5 s:
 // the proxy's transport dials spares under load).
-func (p *proxy) settled(ctx context.Context, up *upstream, base *sample) (sample, error) {
+func (p *proxy) settled(ctx context.Context, up *upstream, base *sample, peak sample) (sample, error) {
 	deadline := time.Now().Add(*settle)
 	var last sample
 	steady := 0
@@ -339,7 +356,7 @@ func (p *proxy) settled(ctx context.Context, up *upstream, base *sample) (sample
 		if err != nil {
 			return s, err
 		}
-		if base != nil && back(*base, s) {
+		if base != nil && back(*base, peak, s) {
 			return s, nil
 		}
 		if s.fds == last.fds && s.goroutines == last.goroutines {
