@@ -1094,9 +1094,10 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 			`airlock_proxy_decisions_total{decision="deny",reason="method_not_allowed",sandbox="itest"}`,
 			"airlock_proxy_identity_lookup_seconds_count", "airlock_proxy_policy_eval_seconds_count",
 			"airlock_proxy_cert_cache_hits_total", `airlock_proxy_bytes_total{direction="down",sandbox="itest"}`,
+			"\ngo_goroutines ", "\nprocess_resident_memory_bytes ", "\nprocess_open_fds ",
 		} {
 			if !bytes.Contains(raw, []byte(want)) {
-				t.Errorf("/metrics lacks %s", want)
+				t.Errorf("/metrics lacks %q", want)
 			}
 		}
 	})

@@ -39,6 +39,11 @@ func CanonicalHost(host string) (string, error) {
 	if host == "" {
 		return "", invalid("empty host")
 	}
+	// IDNA would map the bytes to U+FFFD and punycode that: a name the
+	// client never sent, and one that does not canonicalise again.
+	if !utf8.ValidString(host) {
+		return "", invalid("host %q is not UTF-8", host)
+	}
 	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
 		host = host[1 : len(host)-1]
 	}
@@ -72,6 +77,12 @@ func CanonicalHost(host string) (string, error) {
 	for _, label := range labels {
 		if label == "" || len(label) > 63 {
 			return "", invalid("host %q has an empty or over-long label", host)
+		}
+		// The IDNA profile lets through ASCII a hostname never holds
+		// ('!', '*', ':', '=' ...): "a:1" or "*" would be matched as
+		// names, and mean something else to a rule or a dialer.
+		if strings.Trim(label, "abcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
+			return "", invalid("host %q has a character that is not a letter, digit, '-' or '_'", host)
 		}
 	}
 	// A name ending in a number is read as an IPv4 address by browsers and

@@ -32,6 +32,7 @@ func TestCanonicalHost(t *testing.T) {
 	for _, in := range []string{
 		"", "a b.com", "evil.com\r\nX: y", "evil.com%2f", "a..b", ".", "user@host",
 		"256.1.1.1", "1.2.3.4.5", "0x1g.0.0.1", "fe80::1%eth0", "a/b", "host\x00",
+		"0!", "*", "api.github.com:443", "a=b.test", "0\xb8",
 	} {
 		if got, err := CanonicalHost(in); !errors.Is(err, ErrInvalidRequest) {
 			t.Errorf("CanonicalHost(%q) = %q, %v; want ErrInvalidRequest", in, got, err)

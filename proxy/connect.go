@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -23,14 +24,11 @@ import (
 func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	cc := connFrom(ctx)
-	target := r.URL.Host
-	host, portStr, err := net.SplitHostPort(target)
-	port, perr := strconv.Atoi(portStr)
 	var dc *decision
-	if err != nil || perr != nil {
-		dc = p.refused(cc, policies.Request{Phase: policies.PhaseConnect, Host: target}, policies.ReasonInvalidRequest, "CONNECT target "+strconv.Quote(target)+" is not host:port")
+	if req, why := connectTarget(r.RequestURI); why != "" {
+		dc = p.refused(cc, req, policies.ReasonInvalidRequest, why)
 	} else {
-		dc = p.decide(ctx, cc, policies.Request{Phase: policies.PhaseConnect, Scheme: "https", Host: host, Port: port})
+		dc = p.decide(ctx, cc, req)
 	}
 	if dc.d.Allow {
 		p.resolve(ctx, dc)
@@ -66,6 +64,21 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 	default:
 		p.tunnel(rawConn(client), early, dc)
 	}
+}
+
+// connectTarget reads a CONNECT's request-target as RFC 9110 spells it,
+// host ":" port with a port of digits only, or says why it cannot. It reads
+// the target as sent: net/http's URL would take "user@host:443" for host,
+// a spelling no client sends.
+func connectTarget(target string) (req policies.Request, why string) {
+	req = policies.Request{Phase: policies.PhaseConnect, Scheme: "https", Host: target}
+	host, portStr, err := net.SplitHostPort(target)
+	port, perr := strconv.Atoi(portStr)
+	if err != nil || perr != nil || strings.Trim(portStr, "0123456789") != "" {
+		return req, "CONNECT target " + strconv.Quote(target) + " is not host:port"
+	}
+	req.Host, req.Port = host, port
+	return req, ""
 }
 
 // earlyConn reads the bytes that came with the CONNECT before the socket's.

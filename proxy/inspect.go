@@ -360,7 +360,7 @@ func unquoted(err error) string {
 //     /admin to the policy and may be /public/..%2Fadmin or /admin upstream;
 //   - ";params" in a segment, which Tomcat and Spring strip (/admin;x/users
 //     is /admin/users to them, and escapes a deny rule for /admin/**);
-//   - escapes of escapes for '.', '/' or '\' (%252e), which a server behind
+//   - escapes of escapes (%252e, %25%32%65, %2561), which a server behind
 //     another decoding proxy decodes twice;
 //   - bytes that are not UTF-8 once decoded (overlong %c0%ae), and
 //     look-alike dots (fullwidth %EF%BC%8E), which some servers map to '.'.
@@ -375,11 +375,12 @@ func ambiguousPath(escaped string) string {
 	if !utf8.ValidString(dec) {
 		return "path is not UTF-8 once decoded"
 	}
-	lower := strings.ToLower(escaped)
-	for _, double := range []string{"%252e", "%252f", "%255c"} {
-		if strings.Contains(lower, double) {
-			return "path has " + double + ", an escaped escape of '.', '/' or '\\'"
-		}
+	// An escape left after one decoding, however spelled (%252e,
+	// %25%32%65), is an escape to a server behind another decoding hop:
+	// of '.' or '/' it makes a dot-segment there, of a letter a path no
+	// rule saw (%2561dmin is /admin).
+	if i := escapeAt(dec); i >= 0 {
+		return "path has " + strconv.Quote(dec[i:i+3]) + " once decoded, an escaped escape that a second decoding reads differently"
 	}
 	for _, seg := range strings.Split(dec, "/") {
 		if s, _, _ := strings.Cut(lookalikeDots.Replace(seg), ";"); s == "." || s == ".." {
@@ -394,6 +395,20 @@ func ambiguousPath(escaped string) string {
 		}
 	}
 	return ""
+}
+
+// escapeAt is the index of the first percent-escape (%XX) in s, or -1.
+func escapeAt(s string) int {
+	for i := 0; i+2 < len(s); i++ {
+		if s[i] == '%' && isHex(s[i+1]) && isHex(s[i+2]) {
+			return i
+		}
+	}
+	return -1
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // lookalikeDots are the characters Windows' best-fit mapping (IIS) and some

@@ -6,6 +6,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -52,6 +53,10 @@ func NewMetrics(ca *certs.CA) *Metrics {
 			Name: "airlock_proxy_audit_write_errors_total", Help: "Audit lines that could not be written (each also logged on stderr).",
 		}),
 	}
+	// The runtime's and the process's own figures (go_goroutines,
+	// process_resident_memory_bytes, process_open_fds): a leak of
+	// connections shows there first.
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	r.MustRegister(m.decisions, m.tunnels, m.bytes, m.scrubbed, m.identity, m.eval, m.audit,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_proxy_cert_cache_hits_total", Help: "Leaf certificates served from the cache."},
 			func() float64 { h, _ := ca.CacheStats(); return float64(h) }),

@@ -576,19 +576,11 @@ decision := lib.decide(rules, denies)
 // benchCgroup moves the bench into a fresh cgroup v2 leaf, once for all
 // rounds; leaveCgroup moves it back out and removes the leaf.
 var benchCgroup = sync.OnceValues(func() (string, error) {
-	mnt, err := cgroup2.Mount()
-	if err != nil {
-		return "", err
+	cg, leave, err := cgroup2.Enter(fmt.Sprintf("airlock-bench-%d", os.Getpid()))
+	if err == nil {
+		leaveCgroup = leave
 	}
-	cg, err := cgroup2.Create(mnt, fmt.Sprintf("airlock-bench-%d", os.Getpid()))
-	if err != nil {
-		return "", err
-	}
-	leaveCgroup = func() {
-		cgroup2.Add(mnt, os.Getpid())
-		cgroup2.Remove(cg)
-	}
-	return cg, cgroup2.Add(cg, os.Getpid())
+	return cg, err
 })
 
 var leaveCgroup = func() {}

@@ -61,3 +61,26 @@ func Remove(dir string) error {
 	}
 	return nil
 }
+
+// Enter moves the calling process into a new group named name at the top of
+// the hierarchy, so that a proxy can attribute its connections with the
+// connect hook (benchmarks, soak tests). leave moves it back and removes
+// the group.
+func Enter(name string) (dir string, leave func(), err error) {
+	mnt, err := Mount()
+	if err != nil {
+		return "", nil, err
+	}
+	if dir, err = Create(mnt, name); err != nil {
+		return "", nil, err
+	}
+	leave = func() {
+		Add(mnt, os.Getpid())
+		Remove(dir)
+	}
+	if err := Add(dir, os.Getpid()); err != nil {
+		Remove(dir)
+		return "", nil, err
+	}
+	return dir, leave, nil
+}
