@@ -33,32 +33,35 @@ func fdsNeeded(maxConns, sandboxes int) uint64 {
 // EnsureFDs checks that the process may open the descriptors sandboxes
 // sandboxes at maxConns connections each can hold, raising the soft
 // RLIMIT_NOFILE toward the hard one if it must (Go already raises it at
-// start-up, to one below the hard limit). Short of them, the proxy would
-// fail its connections before --max-conns answers 503, and fail them as
-// identity_unknown (the lookup cannot open /proc), which names the wrong
-// cause: so it refuses, naming the numbers and the fix.
-func EnsureFDs(maxConns, sandboxes int) error {
+// start-up, to one below the hard limit). When even the hard limit is
+// short, it returns a warning naming the numbers and the fix: past it the
+// proxy fails new connections before --max-conns answers 503 (closed, but
+// as identity_unknown or an upstream error, which names the wrong cause).
+// It is a warning, not a refusal, because the count is a worst case (every
+// connection an opaque tunnel moving bytes both ways); a plain or
+// inspected connection holds two descriptors. err is a failed syscall.
+func EnsureFDs(maxConns, sandboxes int) (warning string, err error) {
 	need := fdsNeeded(maxConns, sandboxes)
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		return fmt.Errorf("getrlimit(RLIMIT_NOFILE): %w", err)
+		return "", fmt.Errorf("getrlimit(RLIMIT_NOFILE): %w", err)
 	}
 	if lim.Cur >= need {
-		return nil
+		return "", nil
 	}
 	if lim.Max >= need {
 		raised := lim
 		raised.Cur = need
 		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &raised); err != nil {
-			return fmt.Errorf("setrlimit(RLIMIT_NOFILE, %d): %w", need, err)
+			return "", fmt.Errorf("setrlimit(RLIMIT_NOFILE, %d): %w", need, err)
 		}
-		return nil
+		return "", nil
 	}
 	fixed := fdsNeeded(0, sandboxes)
 	fits := 0
 	if lim.Max > fixed {
 		fits = int((lim.Max - fixed) / (uint64(sandboxes) * fdsPerConn))
 	}
-	return fmt.Errorf("--max-conns %d for %d sandbox(es) needs %d file descriptors (%d per connection, plus %d for the proxy), but RLIMIT_NOFILE allows %d (hard limit): raise it (ulimit -n %d, systemd LimitNOFILE=%d) or lower --max-conns to at most %d",
-		maxConns, sandboxes, need, fdsPerConn, fixed, lim.Max, need, need, fits)
+	return fmt.Sprintf("--max-conns %d for %d sandbox(es) may need %d file descriptors (%d per connection, plus %d for the proxy), but RLIMIT_NOFILE allows %d (hard limit): past that, new connections fail before --max-conns answers 503; raise it (ulimit -n %d, systemd LimitNOFILE=%d) or lower --max-conns to at most %d",
+		maxConns, sandboxes, need, fdsPerConn, fixed, lim.Max, need, need, fits), nil
 }

@@ -269,9 +269,13 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 		return http.ErrServerClosed
 	}
 	// Every sandbox served at once may hold its --max-conns.
-	if err := EnsureFDs(p.cfg.Limits.MaxConns, len(p.servers)+1); err != nil {
+	warning, err := EnsureFDs(p.cfg.Limits.MaxConns, len(p.servers)+1)
+	if err != nil {
 		p.mu.Unlock()
 		return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
+	}
+	if warning != "" {
+		p.log.Warn(warning, "sandbox", sb.ID)
 	}
 	p.servers[srv] = struct{}{}
 	p.mu.Unlock()

@@ -118,8 +118,10 @@ func (f *proxyFlags) build(decider *policies.Engine, log *slog.Logger) (*proxy.P
 	}
 	// Before anything listens: short of descriptors, connections would
 	// fail (as identity_unknown) before --max-conns is reached.
-	if err := proxy.EnsureFDs(f.limits.MaxConns, 1); err != nil {
+	if warning, err := proxy.EnsureFDs(f.limits.MaxConns, 1); err != nil {
 		return nil, nil, nil, err
+	} else if warning != "" {
+		log.Warn(warning)
 	}
 	var ca *certs.CA
 	var err error
