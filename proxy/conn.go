@@ -3,9 +3,11 @@ package proxy
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -61,4 +63,24 @@ func identityReason(err error) policies.Reason {
 		return policies.ReasonIdentityAmbiguous
 	}
 	return policies.ReasonIdentityUnknown
+}
+
+// closeWrite half-closes c when its socket can: the wrappers around a
+// client's socket (early bytes, write progress, the server's refusals)
+// pass it through, so a lingering close still reaches the socket.
+func closeWrite(c net.Conn) error {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
+// syscallConn is c's socket for the idle watcher and resets, through the
+// same wrappers.
+func syscallConn(c net.Conn) (syscall.RawConn, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
 }

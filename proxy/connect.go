@@ -93,21 +93,10 @@ type earlyConn struct {
 func (c *earlyConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // CloseWrite lets linger shut the socket's write side.
-func (c *earlyConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
-}
+func (c *earlyConn) CloseWrite() error { return closeWrite(c.Conn) }
 
 // SyscallConn lets the idle watcher read the socket's TCP_INFO.
-func (c *earlyConn) SyscallConn() (syscall.RawConn, error) {
-	sc, ok := c.Conn.(syscall.Conn)
-	if !ok {
-		return nil, errors.ErrUnsupported
-	}
-	return sc.SyscallConn()
-}
+func (c *earlyConn) SyscallConn() (syscall.RawConn, error) { return syscallConn(c.Conn) }
 
 // resolve runs the SSRF guard for an allowed decision: every address the
 // name resolves to is checked, and they become dc.addrs, the only ones

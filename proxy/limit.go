@@ -115,9 +115,7 @@ func (p *Proxy) recordFlood(st *sandboxState) {
 // to max bytes of what it still sends are read and dropped, which lets it
 // see the close sooner; past that it is left to read the answer unhurried.
 func linger(c net.Conn, max int64) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-	}
+	closeWrite(c)
 	deadline := time.Now().Add(refuseLinger)
 	c.SetReadDeadline(deadline)
 	if n, _ := io.Copy(io.Discard, io.LimitReader(c, max)); n == max {

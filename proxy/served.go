@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -62,12 +61,7 @@ func (c *servedConn) Write(b []byte) (int, error) {
 // CloseWrite lets the server half-close the connection after its last
 // answer, as it does a bare TCP connection: the client sees the end at
 // once, not after the server's wait before the close.
-func (c *servedConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
-}
+func (c *servedConn) CloseWrite() error { return closeWrite(c.Conn) }
 
 // ReadFrom keeps the server's copy of a response body into the socket as it
 // is on a bare TCP connection (its ReadFrom). Only a handler's answers go

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -82,21 +81,10 @@ func unixNano(t time.Time) int64 {
 }
 
 // CloseWrite lets linger shut the socket's write side.
-func (c *stallConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
-}
+func (c *stallConn) CloseWrite() error { return closeWrite(c.Conn) }
 
 // SyscallConn lets the idle watcher and reset reach the socket.
-func (c *stallConn) SyscallConn() (syscall.RawConn, error) {
-	sc, ok := c.Conn.(syscall.Conn)
-	if !ok {
-		return nil, errors.ErrUnsupported
-	}
-	return sc.SyscallConn()
-}
+func (c *stallConn) SyscallConn() (syscall.RawConn, error) { return syscallConn(c.Conn) }
 
 // rawConn is the socket under c, for a relay that splices.
 func rawConn(c net.Conn) net.Conn {

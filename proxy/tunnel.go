@@ -97,9 +97,7 @@ func finish(dst, src net.Conn, err error, ended *atomic.Int32) {
 	if ended.Add(1) == 2 {
 		return
 	}
-	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-	} else {
+	if closeWrite(dst) != nil {
 		dst.Close()
 	}
 }
