@@ -188,7 +188,7 @@ func (l *auditLog) write(dc *decision, msg string, status int, up, down int64) e
 	b = strconv.AppendFloat(b, float64(time.Since(dc.start).Microseconds())/1000, 'f', -1, 64)
 	b = jsonString(b, "policy", dc.d.Policy)
 	if dc.detail != "" {
-		b = jsonString(b, "detail", dc.detail)
+		b = jsonString(b, "detail", dc.scrubbed(dc.detail))
 	}
 	if n := dc.scrub.scrubbed(); n > 0 {
 		b = jsonInt(b, "secret_scrubbed", n)

@@ -100,7 +100,18 @@ func processInput(proc *identity.Process) policies.Process {
 // policy (SSRF, host mismatch, missing secret, upstream failure).
 func (dc *decision) deny(reason policies.Reason, detail string) {
 	dc.d.Allow, dc.d.Inspect, dc.d.Reason, dc.d.Inject = false, false, reason, nil
-	dc.detail = detail
+	dc.detail = dc.scrubbed(detail)
+}
+
+// scrubbed is s with the secrets injected into dc's request masked: an
+// error of the upstream's (a header net/http could not parse) quotes its
+// bytes, which may echo one, and the detail goes into the 403/502 body and
+// the audit log.
+func (dc *decision) scrubbed(s string) string {
+	if dc.scrub == nil {
+		return s
+	}
+	return dc.scrub.scrubString(s)
 }
 
 // hint is the denial hint: the policy's, or the proxy's for its own reasons.

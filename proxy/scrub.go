@@ -139,6 +139,44 @@ func (s *scrubber) scrubString(v string) string {
 	return string(out)
 }
 
+// scrubName is a header name with every secret in it masked, whatever the
+// case: net/http canonicalises the names it reads (x-tok-abc becomes
+// X-Tok-Abc), so an echoed secret comes back with its case changed.
+func (s *scrubber) scrubName(k string) string {
+	lower := asciiLower([]byte(k))
+	out := []byte(k)
+	n0 := s.count.Load()
+	for _, n := range s.needles {
+		ln := asciiLower(n)
+		for i := 0; ; i++ {
+			j := bytes.Index(lower[i:], ln)
+			if j < 0 {
+				break
+			}
+			i += j
+			for k := i; k < i+len(ln); k++ {
+				out[k] = maskByte
+			}
+			s.count.Add(1)
+		}
+	}
+	if s.count.Load() == n0 {
+		return k
+	}
+	return string(out)
+}
+
+func asciiLower(b []byte) []byte {
+	out := make([]byte, len(b))
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		out[i] = c
+	}
+	return out
+}
+
 // header scrubs names and values of h in place.
 func (s *scrubber) header(h http.Header) {
 	type entry struct {
@@ -147,7 +185,7 @@ func (s *scrubber) header(h http.Header) {
 	}
 	var changed []entry
 	for k, vs := range h {
-		nk, nvs, diff := s.scrubString(k), make([]string, len(vs)), false
+		nk, nvs, diff := s.scrubName(k), make([]string, len(vs)), false
 		for i, v := range vs {
 			nvs[i] = s.scrubString(v)
 			diff = diff || nvs[i] != v
@@ -171,6 +209,9 @@ func (s *scrubber) header(h http.Header) {
 func (s *scrubber) response(req *http.Request, resp *http.Response) error {
 	if s == nil {
 		return nil
+	}
+	if resp.StatusCode == http.StatusPartialContent {
+		return fmt.Errorf("the upstream answered a request carrying an injected credential with a part of a body (206), in which an echoed credential could be cut where no match sees it (the proxy asked for the whole)")
 	}
 	resp.Status = s.scrubString(resp.Status)
 	s.header(resp.Header)
