@@ -98,7 +98,11 @@ func (s *scrubber) scrubbed() int64 {
 // that ends after from, and counts them. Matching reads orig, so that
 // overlapping occurrences are all found.
 func (s *scrubber) mark(orig, out []byte, from int) {
-	for _, n := range s.needles {
+	s.markNeedles(s.needles, orig, out, from)
+}
+
+func (s *scrubber) markNeedles(needles [][]byte, orig, out []byte, from int) {
+	for _, n := range needles {
 		for i := 0; ; i++ {
 			j := bytes.Index(orig[i:], n)
 			if j < 0 {
@@ -143,23 +147,13 @@ func (s *scrubber) scrubString(v string) string {
 // case: net/http canonicalises the names it reads (x-tok-abc becomes
 // X-Tok-Abc), so an echoed secret comes back with its case changed.
 func (s *scrubber) scrubName(k string) string {
-	lower := asciiLower([]byte(k))
-	out := []byte(k)
 	n0 := s.count.Load()
-	for _, n := range s.needles {
-		ln := asciiLower(n)
-		for i := 0; ; i++ {
-			j := bytes.Index(lower[i:], ln)
-			if j < 0 {
-				break
-			}
-			i += j
-			for k := i; k < i+len(ln); k++ {
-				out[k] = maskByte
-			}
-			s.count.Add(1)
-		}
+	lowered := make([][]byte, len(s.needles))
+	for i, n := range s.needles {
+		lowered[i] = asciiLower(n)
 	}
+	out := []byte(k)
+	s.markNeedles(lowered, asciiLower(out), out, 0)
 	if s.count.Load() == n0 {
 		return k
 	}
