@@ -254,6 +254,11 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 	case err != nil:
 		noteTruncated(rdc, down)
 		p.noteStalled(rdc, cc)
+		if rdc.detail == "" {
+			// The upstream's body was whole and the client was not
+			// stalled: the write to it failed before the watch saw it go.
+			rdc.detail = errClientGone.Error()
+		}
 		// The answer was cut short: a reset, not the orderly close that
 		// ends a body an HTTP/1.0 client reads to the close, which would
 		// hand it the part as the whole.
