@@ -176,9 +176,10 @@ func killGroups(v2, freezer string, joined []string) error {
 		// A kernel before 5.14 has no cgroup.kill: kill pid by pid.
 	}
 	if freezer != "" && exists(freezer) {
-		if err := os.WriteFile(filepath.Join(freezer, "freezer.state"), []byte("FROZEN"), 0); err != nil {
-			return fmt.Errorf("freeze cgroup %s: %w", freezer, err)
+		if err := freeze(freezer); err != nil {
+			return err
 		}
+		// Killed while frozen, they die when thawed.
 		defer os.WriteFile(filepath.Join(freezer, "freezer.state"), []byte("THAWED"), 0)
 	}
 	for _, d := range joined {
@@ -189,6 +190,30 @@ func killGroups(v2, freezer string, joined []string) error {
 		}
 	}
 	return nil
+}
+
+// freezeWait bounds how long a v1 freezer may take to stop every task.
+const freezeWait = 5 * time.Second
+
+// freeze stops every task of a v1 freezer group and waits until the
+// kernel says FROZEN: while it says FREEZING a task may still fork, and a
+// child listed after the kill would survive it.
+func freeze(dir string) error {
+	state := filepath.Join(dir, "freezer.state")
+	if err := os.WriteFile(state, []byte("FROZEN"), 0); err != nil {
+		return fmt.Errorf("freeze cgroup %s: %w", dir, err)
+	}
+	deadline := time.Now().Add(freezeWait)
+	for {
+		raw, err := os.ReadFile(state)
+		if err == nil && strings.TrimSpace(string(raw)) == "FROZEN" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("freeze cgroup %s: still %q after %v", dir, strings.TrimSpace(string(raw)), freezeWait)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // Destroy kills what is left in the groups and removes them. A group the
