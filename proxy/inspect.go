@@ -249,7 +249,9 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 	err = writeResponse(bw, resp)
 	down.Close()
 	switch {
-	case err != nil && errors.Is(context.Cause(ctx), errClientGone):
+	case errors.Is(context.Cause(ctx), errClientGone):
+		// Whatever the write said: the cancellation can close the
+		// upstream gracefully, and its body then ends clean.
 		rdc.detail = errClientGone.Error()
 	case err != nil:
 		noteTruncated(rdc, down)
