@@ -167,7 +167,23 @@ func New(cfg Config) (*Proxy, error) {
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true, // pass encodings through untouched
 	}
+	// Before anything listens: short of descriptors, connections would
+	// fail (as identity_unknown) before --max-conns is reached. Serve
+	// checks again as further sandboxes are served.
+	if err := p.checkFDs(1); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// checkFDs warns when sandboxes sandboxes at their --max-conns may need
+// more descriptors than RLIMIT_NOFILE allows (EnsureFDs).
+func (p *Proxy) checkFDs(sandboxes int) error {
+	warning, err := EnsureFDs(p.cfg.Limits.MaxConns, sandboxes)
+	if warning != "" {
+		p.log.Warn(warning)
+	}
+	return err
 }
 
 func fillLimits(l *Limits) {
@@ -268,14 +284,13 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 		p.mu.Unlock()
 		return http.ErrServerClosed
 	}
-	// Every sandbox served at once may hold its --max-conns.
-	warning, err := EnsureFDs(p.cfg.Limits.MaxConns, len(p.servers)+1)
-	if err != nil {
-		p.mu.Unlock()
-		return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
-	}
-	if warning != "" {
-		p.log.Warn(warning, "sandbox", sb.ID)
+	// Every sandbox served at once may hold its --max-conns; New checked
+	// for the first.
+	if n := len(p.servers) + 1; n > 1 {
+		if err := p.checkFDs(n); err != nil {
+			p.mu.Unlock()
+			return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
+		}
 	}
 	p.servers[srv] = struct{}{}
 	p.mu.Unlock()

@@ -35,6 +35,7 @@ import (
 // injected secret.
 type scrubber struct {
 	needles [][]byte
+	lowered [][]byte // needles in ASCII lower case, for header names
 	longest int
 	count   atomic.Int64 // occurrences masked so far
 }
@@ -78,6 +79,7 @@ func newScrubber(forms []string) *scrubber {
 		}
 		seen[f] = true
 		s.needles = append(s.needles, []byte(f))
+		s.lowered = append(s.lowered, asciiLower([]byte(f)))
 		s.longest = max(s.longest, len(f))
 	}
 	if len(s.needles) == 0 {
@@ -148,12 +150,8 @@ func (s *scrubber) scrubString(v string) string {
 // X-Tok-Abc), so an echoed secret comes back with its case changed.
 func (s *scrubber) scrubName(k string) string {
 	n0 := s.count.Load()
-	lowered := make([][]byte, len(s.needles))
-	for i, n := range s.needles {
-		lowered[i] = asciiLower(n)
-	}
 	out := []byte(k)
-	s.markNeedles(lowered, asciiLower(out), out, 0)
+	s.markNeedles(s.lowered, asciiLower(out), out, 0)
 	if s.count.Load() == n0 {
 		return k
 	}

@@ -468,6 +468,8 @@ func TestDestroyKillsAndRemoves(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// A failing run must not leave its group behind either.
+			t.Cleanup(func() { destroyGroups("", "", []string{dir}) })
 			l := tc.leaf(dir)
 			// A shell that keeps forking: whatever it has started when
 			// the kill comes must die too.

@@ -116,13 +116,6 @@ func (f *proxyFlags) build(decider *policies.Engine, log *slog.Logger) (*proxy.P
 	if err := f.checkLimits(); err != nil {
 		return nil, nil, nil, &exitError{ExitUsage, err}
 	}
-	// Before anything listens: short of descriptors, connections would
-	// fail (as identity_unknown) before --max-conns is reached.
-	if warning, err := proxy.EnsureFDs(f.limits.MaxConns, 1); err != nil {
-		return nil, nil, nil, err
-	} else if warning != "" {
-		log.Warn(warning)
-	}
 	var ca *certs.CA
 	var err error
 	switch {
