@@ -120,6 +120,9 @@ func (e *Engine) Preset(name string) (Preset, bool) {
 	return p.Preset, true
 }
 
+// ErrNoPreset: a preset something must serve is not in the bundle.
+var ErrNoPreset = errors.New("no preset")
+
 // RequirePreset checks that the generation now serving has preset and
 // registers it as served: from then on a reload whose bundle lacks it is
 // rejected like any broken bundle, since every decision for its sandboxes
@@ -129,7 +132,7 @@ func (e *Engine) RequirePreset(name string) error {
 	defer e.reload.Unlock()
 	g := e.gen.Load()
 	if _, ok := g.presets[name]; !ok {
-		return fmt.Errorf("no preset %q in policy %s; it has %v", name, g.hash, g.presetNames())
+		return fmt.Errorf("%w %q in policy %s; it has %v", ErrNoPreset, name, g.hash, g.presetNames())
 	}
 	e.served[name] = true
 	return nil

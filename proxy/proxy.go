@@ -105,6 +105,9 @@ type Proxy struct {
 	audit     *auditLog
 	transport *http.Transport
 	hashes    *identity.HashCache
+	// closeAudit closes the audit file Build opened; nil for a Proxy
+	// made with New, whose caller owns its writer.
+	closeAudit func() error
 
 	mu       sync.Mutex
 	servers  map[*http.Server]struct{}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,8 +45,8 @@ type LeafConfig struct {
 	// exit path leaks them. Off for a sandbox meant to outlive its
 	// launcher (DieWithParent false).
 	Reap bool
-	// Warn reports what is lost without a v2 leaf.
-	Warn func(string)
+	// Logger says what is lost without a v2 leaf; slog.Default() when nil.
+	Logger *slog.Logger
 }
 
 // NewLeaf creates the sandbox's groups, airlock-<id>.
@@ -63,7 +64,11 @@ func NewLeaf(lc LeafConfig) (*Leaf, error) {
 		l.V2, err = cgroup2.Create(parent, name)
 	}
 	if err != nil {
-		lc.Warn(fmt.Sprintf("cgroup v2 not writable (%v): the proxy finds the sandbox's processes by scanning its process tree, and there is no connect hook", err))
+		log := lc.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("cgroup v2 not writable: the proxy finds the sandbox's processes by scanning its process tree, and there is no connect hook", "err", err)
 		if l.freezer, err = createV1("freezer", name); err != nil {
 			return nil, fmt.Errorf("without a cgroup v2 leaf the sandbox needs a v1 freezer group, to kill all of its processes: %w", err)
 		}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,6 +69,12 @@ type Config struct {
 	Cgroups []string `json:"cgroups,omitempty"`
 
 	DieWithParent bool `json:"die_with_parent"`
+
+	// The command's standard streams; nil is /dev/null. They are the
+	// launcher's to give (a terminal, a log pipe), never sent to stage 2.
+	Stdin  io.Reader `json:"-"`
+	Stdout io.Writer `json:"-"`
+	Stderr io.Writer `json:"-"`
 }
 
 // Defaults are what `airlock launch` starts from.

@@ -75,9 +75,9 @@ func Start(c Config, net *Network) (*Process, error) {
 		Path:   self,
 		Args:   []string{"airlock", Stage2Arg, modeInit},
 		Env:    []string{}, // the command gets c.Env, never this
-		Stdin:  os.Stdin,
-		Stdout: os.Stdout,
-		Stderr: os.Stderr,
+		Stdin:  c.Stdin,
+		Stdout: c.Stdout,
+		Stderr: c.Stderr,
 		// fdConfig, fdStatus, fdLife, fdNetNS.
 		ExtraFiles: []*os.File{cfgR, statW, lifeR},
 		SysProcAttr: &syscall.SysProcAttr{

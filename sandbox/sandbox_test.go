@@ -53,10 +53,8 @@ func run(t testing.TB, c Config) (string, int, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout := os.Stdout
-	os.Stdout = out // Start hands its own stdout to the sandbox
+	c.Stdout, c.Stderr = out, os.Stderr
 	p, err := Start(c, network)
-	os.Stdout = stdout
 	if err != nil {
 		return "", 0, err
 	}
@@ -386,7 +384,7 @@ func TestEnvironmentIsExplicit(t *testing.T) {
 
 func TestForkBombStoppedByPidsMax(t *testing.T) {
 	testutil.RequireRoot(t, "cgroup pids.max")
-	leaf, err := NewLeaf(LeafConfig{ID: fmt.Sprintf("test-%d", os.Getpid()), PidsMax: 24, Warn: func(msg string) { t.Log(msg) }})
+	leaf, err := NewLeaf(LeafConfig{ID: fmt.Sprintf("test-%d", os.Getpid()), PidsMax: 24})
 	if err != nil {
 		t.Fatalf("cgroup with pids.max: %v", err)
 	}

@@ -8,17 +8,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"os/user"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
-	"github.com/airlock-sandbox/airlock/proxy"
-	"github.com/airlock-sandbox/airlock/proxy/identity"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
@@ -62,7 +59,8 @@ func newLaunchCmd() *cobra.Command {
 				c.RO, c.RW, c.Exec = nil, nil, nil
 			}
 			c.Command, c.Dir = args, cwd
-			if c.UID, c.GID, err = parseUser(userSpec); err != nil {
+			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
+			if c.UID, c.GID, err = sandbox.ParseUser(userSpec); err != nil {
 				return &exitError{ExitUsage, err}
 			}
 			c.KeepCaps = keepCaps
@@ -110,77 +108,29 @@ func newLaunchCmd() *cobra.Command {
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 
-			// The sandbox's groups, before the process exists.
-			leaf, err := sandbox.NewLeaf(sandbox.LeafConfig{
-				Parent: cgroupParent, ID: sandboxID, MemoryMax: memoryMax, PidsMax: pidsMax,
-				Reap: dieWithParent, Warn: func(msg string) { log.Warn(msg) },
-			})
-			if err != nil {
-				return &exitError{ExitLaunch, err}
-			}
-			destroy := sync.OnceValue(leaf.Destroy)
-			defer func() {
-				if derr := destroy(); derr != nil {
-					log.Error("the sandbox's cgroups could not be removed", "err", derr)
-				}
-			}()
-			c.Cgroups = leaf.Joined
-
-			envOpts := sandbox.EnvOptions{Set: envs, Keep: keepEnv}
-			var network *sandbox.Network
-			var served chan error
-			var p *proxy.Proxy
-			if c.Net != sandbox.NetHost {
-				port := 0
-				if c.Net == sandbox.NetProxy {
-					port = proxyPort
-				}
-				if network, err = sandbox.NewNetwork(port); err != nil {
-					return &exitError{ExitLaunch, err}
-				}
-				defer network.Close()
+			o := supervisor.SandboxOptions{
+				ID: sandboxID, Config: c, Env: sandbox.EnvOptions{Set: envs, Keep: keepEnv},
+				CgroupParent: cgroupParent, MemoryMax: memoryMax, PidsMax: pidsMax, Logger: log,
 			}
 			if c.Net == sandbox.NetProxy && preset != "" {
 				// One command: the proxy for this sandbox, in-process,
 				// serving the listener inside its namespace.
-				engine, err := servingEngine(ctx, &pf, &xf, preset, log)
+				_, p, err := buildProxy(ctx, &pf, &xf, preset, log)
 				if err != nil {
 					return err
 				}
-				var closeAudit func()
-				if p, _, closeAudit, err = xf.build(engine, log); err != nil {
-					return err
-				}
-				defer closeAudit()
+				defer p.Close()
 				dir, err := os.MkdirTemp("", "airlock-launch-")
 				if err != nil {
 					return err
 				}
 				defer os.RemoveAll(dir)
 				os.Chmod(dir, 0o755)
-				bundle, err := sandbox.WriteCABundle(dir, p.CACert())
-				if err != nil {
-					return err
-				}
-				c.RO = append(c.RO, dir)
-				envOpts.ProxyURL = fmt.Sprintf("http://127.0.0.1:%d", proxyPort)
-				envOpts.CABundle = bundle
+				o.Proxy = &supervisor.OwnProxy{Proxy: p, Preset: preset, CADir: dir}
 			} else if c.Net == sandbox.NetProxy {
-				envOpts.ProxyURL = fmt.Sprintf("http://127.0.0.1:%d", proxyPort)
 				log.Warn("--net proxy without --preset: nothing serves the proxy port inside the sandbox; pass the listener to a proxy or use --preset")
 			}
-			if c.Env, err = sandbox.Environment(envOpts); err != nil {
-				return &exitError{ExitUsage, err}
-			}
-
-			var hook identity.ConnHook
-			if p != nil && leaf.V2 != "" {
-				var closeHook func()
-				hook, closeHook = attachHook(leaf.V2, log)
-				defer closeHook()
-			}
-			start := time.Now()
-			proc, err := sandbox.Start(c, network)
+			sb, err := supervisor.Launch(ctx, o)
 			if err != nil {
 				var se *sandbox.SetupError
 				if errors.As(err, &se) {
@@ -188,46 +138,24 @@ func newLaunchCmd() *cobra.Command {
 				}
 				return &exitError{ExitLaunch, err}
 			}
-			if p != nil {
-				var cands identity.Candidates = identity.Tree(proc.Pid)
-				if leaf.V2 != "" {
-					cands = identity.Cgroup(leaf.V2)
-				}
-				served = make(chan error, 1)
-				go func() {
-					served <- p.Serve(network.Listener, proxy.Sandbox{ID: sandboxID, Kind: preset, Preset: preset, Candidates: cands, NetNS: network.NS, Hook: hook})
-				}()
+			go forwardSignals(sigs, sb, stopTimeout, log)
+			out, werr := sb.Wait()
+			code := out.ExitCode
+			outcome := map[string]any{"started": true, "pid": out.Pid, "exit_code": code, "duration_ms": out.Duration.Milliseconds(), "oom_killed": out.OOMKills > 0}
+			if out.OOMKills > 0 {
+				outcome["oom_kills"] = out.OOMKills
 			}
-			go forwardSignals(sigs, proc, leaf, stopTimeout, log)
-			code, werr := proc.Wait()
-			if p != nil {
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				p.Shutdown(sctx)
-				cancel()
-				if err := <-served; err != nil {
-					log.Error("the sandbox's proxy stopped with an error", "err", err)
-				}
-			}
-			// Every process is gone (the PID namespace died with its
-			// init); the groups go now, so the status can say whether
-			// they did.
-			oomKills := leaf.OOMKills()
-			cleanupErr := destroy()
-			outcome := map[string]any{"started": true, "pid": proc.Pid, "exit_code": code, "duration_ms": time.Since(start).Milliseconds(), "oom_killed": oomKills > 0}
-			if oomKills > 0 {
-				outcome["oom_kills"] = oomKills
-			}
-			if cleanupErr != nil {
-				outcome["cleanup_error"] = cleanupErr.Error()
+			if out.CleanupErr != nil {
+				outcome["cleanup_error"] = out.CleanupErr.Error()
 			}
 			status.write(outcome, log)
 			if werr != nil {
 				return &exitError{ExitLaunch, werr}
 			}
-			if oomKills > 0 {
-				msg := fmt.Errorf("the kernel's OOM killer killed %d process(es) of the sandbox: it reached its memory limit (--memory-max %d)", oomKills, memoryMax)
+			if out.OOMKills > 0 {
+				msg := fmt.Errorf("the kernel's OOM killer killed %d process(es) of the sandbox: it reached its memory limit (--memory-max %d)", out.OOMKills, memoryMax)
 				if memoryMax == 0 {
-					msg = fmt.Errorf("the kernel's OOM killer killed %d process(es) of the sandbox: the host ran out of memory (the sandbox has no --memory-max)", oomKills)
+					msg = fmt.Errorf("the kernel's OOM killer killed %d process(es) of the sandbox: the host ran out of memory (the sandbox has no --memory-max)", out.OOMKills)
 				}
 				if code == 128+int(syscall.SIGKILL) {
 					return &exitError{code, fmt.Errorf("the command was killed: %w", msg)}
@@ -272,30 +200,6 @@ func newLaunchCmd() *cobra.Command {
 	return cmd
 }
 
-func parseUser(spec string) (uid, gid int, err error) {
-	name, group, hasGroup := strings.Cut(spec, ":")
-	if uid, err = strconv.Atoi(name); err != nil {
-		u, lerr := user.Lookup(name)
-		if lerr != nil {
-			return 0, 0, fmt.Errorf("--user %q: %w", spec, lerr)
-		}
-		uid, _ = strconv.Atoi(u.Uid)
-		gid, _ = strconv.Atoi(u.Gid)
-	} else {
-		gid = uid
-	}
-	if hasGroup {
-		if gid, err = strconv.Atoi(group); err != nil {
-			g, lerr := user.LookupGroup(group)
-			if lerr != nil {
-				return 0, 0, fmt.Errorf("--user %q: %w", spec, lerr)
-			}
-			gid, _ = strconv.Atoi(g.Gid)
-		}
-	}
-	return uid, gid, nil
-}
-
 func parseRlimits(specs []string) (map[string]uint64, error) {
 	out := map[string]uint64{}
 	for _, s := range specs {
@@ -325,11 +229,9 @@ func checkLimitFlags(cmd *cobra.Command, memoryMax, pidsMax int64) error {
 // that account owns on the host (Landlock permitting) are the sandbox's,
 // and its processes share signals and /proc access with the sandbox's.
 func warnHostAccount(uid int, log *slog.Logger) {
-	u, err := user.LookupId(strconv.Itoa(uid))
-	if err != nil {
-		return
+	if name, ok := sandbox.HostAccount(uid); ok {
+		log.Warn(fmt.Sprintf("the sandbox's uid %d is the host account %q: the sandbox shares that account's files and processes; choose an unused uid with --user (e.g. --user 61000)", uid, name))
 	}
-	log.Warn(fmt.Sprintf("the sandbox's uid %d is the host account %q: the sandbox shares that account's files and processes; choose an unused uid with --user (e.g. --user 61000)", uid, u.Username))
 }
 
 // statusFile is --json-status, opened before anything is created so that
@@ -378,13 +280,12 @@ func terminalForeground() bool {
 // SIGTERM, the whole sandbox is killed: a command that ignores or defers it
 // (a shell waiting on its foreground job defers SIGINT) cannot keep the
 // sandbox alive after the launcher was told to stop.
-func forwardSignals(sigs <-chan os.Signal, proc *sandbox.Process, leaf *sandbox.Leaf, stopTimeout time.Duration, log *slog.Logger) {
+func forwardSignals(sigs <-chan os.Signal, proc *supervisor.Sandbox, stopTimeout time.Duration, log *slog.Logger) {
 	kill := func(why string) {
 		log.Warn("killing the sandbox: "+why, "stop_timeout", stopTimeout.String())
-		if err := leaf.Kill(); err != nil {
-			log.Error("kill the sandbox's cgroup", "err", err)
+		if err := proc.Kill(); err != nil {
+			log.Error("kill the sandbox", "err", err)
 		}
-		proc.Signal(syscall.SIGKILL)
 	}
 	var deadline <-chan time.Time
 	stops := 0

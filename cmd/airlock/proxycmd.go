@@ -2,26 +2,21 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy"
-	"github.com/airlock-sandbox/airlock/proxy/certs"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
-	"github.com/airlock-sandbox/airlock/proxy/identity/connhook"
+	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/spf13/cobra"
 	"github.com/vishvananda/netns"
 )
@@ -42,7 +37,7 @@ type proxyFlags struct {
 
 func (f *proxyFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.caDir, "ca-dir", defaultCADir(), "directory of the airlock CA (ca.pem, ca-key.pem); generated on first start")
+	fl.StringVar(&f.caDir, "ca-dir", proxy.DefaultCADir(), "directory of the airlock CA (ca.pem, ca-key.pem); generated on first start")
 	fl.StringVar(&f.caCert, "ca-cert", "", "operator-supplied CA certificate (with --ca-key) instead of --ca-dir")
 	fl.StringVar(&f.caKey, "ca-key", "", "operator-supplied CA key (mode 0600)")
 	fl.StringArrayVar(&f.upstreamCAs, "upstream-ca", nil, "extra PEM CA file trusted for upstream TLS, besides the system roots (repeatable)")
@@ -79,133 +74,39 @@ func (a *auditFailure) Set(s string) error {
 	return nil
 }
 
-// checkLimits refuses limits that would disable a guard: a zero or negative
-// value is a mistake, not a way to turn the limit off.
-func (f *proxyFlags) checkLimits() error {
-	l := f.limits
-	for name, v := range map[string]int64{
-		"max-conns": int64(l.MaxConns), "max-header-bytes": int64(l.MaxHeaderBytes),
-		"read-header-timeout": int64(l.ReadHeaderTimeout), "idle-timeout": int64(l.IdleTimeout),
-		"handshake-timeout": int64(l.HandshakeTimeout), "tunnel-idle-timeout": int64(l.TunnelIdleTimeout),
-		"write-timeout": int64(l.WriteTimeout), "upstream-header-timeout": int64(l.UpstreamHeaderTimeout),
-		"dial-timeout": int64(f.dialTimeout),
-	} {
-		if v <= 0 {
-			return fmt.Errorf("--%s must be positive", name)
-		}
+// options are the proxy's options from the flags.
+func (f *proxyFlags) options(log *slog.Logger) proxy.Options {
+	return proxy.Options{
+		CADir: f.caDir, CACert: f.caCert, CAKey: f.caKey, UpstreamCAs: f.upstreamCAs,
+		Resolve: f.resolve, AllowRanges: f.allowRanges, AuditLog: f.auditLog, AuditFailOpen: f.auditFailure == "warn",
+		Limits: f.limits, DialTimeout: f.dialTimeout, Logger: log,
 	}
-	return nil
 }
 
-func defaultCADir() string {
-	if d := os.Getenv("STATE_DIRECTORY"); d != "" { // systemd StateDirectory=
-		return filepath.Join(d, "ca")
+// buildProxy is the engine serving preset and a proxy deciding with it.
+// Limits are checked as typed, before anything is set up: a zero or
+// negative value is a mistake, not a way to turn a guard off.
+func buildProxy(ctx context.Context, pf *policyFlags, xf *proxyFlags, preset string, log *slog.Logger) (*policies.Engine, *proxy.Proxy, error) {
+	var le *proxy.LimitError
+	if err := proxy.CheckLimits(xf.limits, xf.dialTimeout); errors.As(err, &le) {
+		return nil, nil, &exitError{ExitUsage, fmt.Errorf("--%s must be positive", le.Name)}
 	}
-	if os.Geteuid() == 0 {
-		return "/var/lib/airlock/ca"
+	o, err := pf.options()
+	if err != nil {
+		return nil, nil, err
 	}
-	if d, err := os.UserConfigDir(); err == nil {
-		return filepath.Join(d, "airlock", "ca")
-	}
-	return ".airlock-ca"
-}
-
-// build assembles a proxy from the flags. The returned closer flushes the
-// audit log.
-func (f *proxyFlags) build(decider *policies.Engine, log *slog.Logger) (*proxy.Proxy, *proxy.Metrics, func(), error) {
-	if err := f.checkLimits(); err != nil {
-		return nil, nil, nil, &exitError{ExitUsage, err}
-	}
-	var ca *certs.CA
-	var err error
-	switch {
-	case f.caCert != "" || f.caKey != "":
-		if f.caCert == "" || f.caKey == "" {
-			return nil, nil, nil, errors.New("--ca-cert and --ca-key go together")
-		}
-		ca, err = certs.Load(f.caCert, f.caKey, 4096)
-	default:
-		ca, err = certs.LoadOrCreate(f.caDir, 4096)
+	engine, err := supervisor.OpenEngine(ctx, supervisor.PolicyOptions{Options: o, Presets: []string{preset}, Watch: pf.bundle != "" && xf.watch}, log)
+	if errors.Is(err, policies.ErrNoPreset) {
+		return nil, nil, &exitError{ExitUsage, fmt.Errorf("--preset: %w", err)}
 	}
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	roots, err := x509.SystemCertPool()
+	p, err := proxy.Build(engine, xf.options(log))
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("system roots: %w", err)
+		return nil, nil, err
 	}
-	for _, file := range f.upstreamCAs {
-		pem, err := os.ReadFile(file)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("--upstream-ca: %w", err)
-		}
-		if !roots.AppendCertsFromPEM(pem) {
-			return nil, nil, nil, fmt.Errorf("--upstream-ca %s: no PEM certificates", file)
-		}
-	}
-	var allow []netip.Prefix
-	for _, r := range f.allowRanges {
-		p, err := egress.ParseAllowRange(r)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		log.Warn("UNSAFE: SSRF guard relaxed by --allow-range", "range", p.String())
-		allow = append(allow, p)
-	}
-	guard, err := egress.New(egress.Options{AllowRanges: allow, Resolve: f.resolve, Self: hostAddrs(), DialTimeout: f.dialTimeout})
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	audit, closeAudit, err := openAudit(f.auditLog)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	failOpen := f.auditFailure == "warn"
-	if failOpen {
-		log.Warn("UNSAFE: --audit-failure=warn: a decision the audit log cannot take is served anyway, with only an error logged")
-	}
-	m := proxy.NewMetrics(ca)
-	p, err := proxy.New(proxy.Config{Decider: decider, CA: ca, Guard: guard, UpstreamRoots: roots, Audit: audit, AuditFailOpen: failOpen,
-		Metrics: m, Limits: f.limits, Logger: log})
-	if err != nil {
-		closeAudit()
-		return nil, nil, nil, err
-	}
-	return p, m, closeAudit, nil
-}
-
-// openAudit opens the audit log. A write to a closed stdout or stderr pipe
-// (--audit-log -, stderr) is made an EPIPE error like any other, on which
-// the proxy refuses what it cannot record, instead of the death by SIGPIPE
-// Go gives a program that does not ask for the signal. The signal is asked
-// for, never ignored: an ignored SIGPIPE would be inherited by the command
-// `airlock launch` runs, and a handled one is reset by its execve.
-func openAudit(path string) (io.Writer, func(), error) {
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	switch path {
-	case "-", "":
-		return os.Stdout, func() {}, nil
-	case "stderr":
-		return os.Stderr, func() {}, nil
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--audit-log: %w", err)
-	}
-	return f, func() { f.Close() }, nil
-}
-
-// hostAddrs are the proxy host's own interface addresses, which the SSRF
-// guard refuses (loopback and private ones are refused anyway).
-func hostAddrs() []netip.Addr {
-	var out []netip.Addr
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil {
-			out = append(out, p.Addr())
-		}
-	}
-	return out
+	return engine, p, nil
 }
 
 func newProxyCmd() *cobra.Command {
@@ -224,26 +125,23 @@ func newProxyCmd() *cobra.Command {
 			if preset == "" {
 				return &exitError{ExitUsage, errors.New("--preset is required")}
 			}
-			engine, err := servingEngine(ctx, &pf, &xf, preset, log)
+			engine, p, err := buildProxy(ctx, &pf, &xf, preset, log)
 			if err != nil {
 				return err
 			}
+			defer p.Close()
 			// A daemon's SIGHUP: reload. (`airlock launch` passes its
 			// SIGHUP, a terminal's hangup, to the sandbox instead.)
 			reloadOnHUP(ctx, engine, log)
-			p, m, closeAudit, err := xf.build(engine, log)
-			if err != nil {
-				return err
-			}
-			defer closeAudit()
 			var cands identity.Candidates = identity.AllProcesses{}
 			var hook identity.ConnHook
 			switch {
 			case cgroup != "":
 				cands = identity.Cgroup(cgroup)
-				var closeHook func()
-				hook, closeHook = attachHook(cgroup, log)
-				defer closeHook()
+				if h := supervisor.AttachHook(cgroup, log); h != nil {
+					hook = h
+					defer h.Close()
+				}
 			case pid != 0:
 				cands = identity.Tree(pid)
 			default:
@@ -257,7 +155,7 @@ func newProxyCmd() *cobra.Command {
 				return err
 			}
 			if xf.metrics != "" {
-				go serveMetrics(ctx, xf.metrics, m.Handler(), log)
+				go serveMetrics(ctx, xf.metrics, p.Metrics().Handler(), log)
 			}
 			if sandboxID == "" {
 				sandboxID = preset
@@ -292,47 +190,6 @@ func newProxyCmd() *cobra.Command {
 	return cmd
 }
 
-// servingEngine is the engine a proxy serves preset with: loaded and
-// verified, the preset checked and kept through reloads, and the bundle directory watched for
-// reloads. A secret the preset injects that the proxy's environment or
-// files lack is reported when the generation is loaded, naming the rule,
-// header and source, rather than found by the first request (which is
-// still refused, secret_unavailable). It does not stop the proxy: a preset
-// names every provider a kind may use (coder: Anthropic and NVIDIA), and
-// an operator holding one key must still be able to run it.
-func servingEngine(ctx context.Context, pf *policyFlags, xf *proxyFlags, preset string, log *slog.Logger) (*policies.Engine, error) {
-	o, err := pf.options()
-	if err != nil {
-		return nil, err
-	}
-	o.Check = func(ps []policies.Preset) error {
-		for _, p := range ps {
-			if p.Name == preset {
-				if err := proxy.CheckSecrets(proxy.EnvSecrets{}, p); err != nil {
-					log.Warn("requests that need these secrets will be refused (secret_unavailable)", "err", err)
-				}
-			}
-		}
-		return nil
-	}
-	engine, err := policies.New(ctx, o)
-	if err != nil {
-		return nil, err
-	}
-	// Served from now on: a reload that drops it is rejected.
-	if err := engine.RequirePreset(preset); err != nil {
-		return nil, &exitError{ExitUsage, fmt.Errorf("--preset: %w", err)}
-	}
-	if pf.bundle != "" && xf.watch {
-		go func() {
-			if err := engine.Watch(ctx); err != nil {
-				log.Error("policy watch stopped", "err", err)
-			}
-		}()
-	}
-	return engine, nil
-}
-
 // reloadOnHUP reloads the policy on SIGHUP, as nginx and OPA do: the
 // bundle is read, verified and compiled again (the embedded one too) and
 // swapped in whole, or rejected with the last good generation serving
@@ -352,18 +209,6 @@ func reloadOnHUP(ctx context.Context, engine *policies.Engine, log *slog.Logger)
 			}
 		}
 	}()
-}
-
-// attachHook attaches the cgroup connect hook to dir. Without it (no root,
-// no cgroup BPF) attribution scans the cgroup's processes: slower, the same
-// decisions, and said in the log.
-func attachHook(dir string, log *slog.Logger) (identity.ConnHook, func()) {
-	h, err := connhook.Attach(dir)
-	if err != nil {
-		log.Warn("cgroup connect hook unavailable; each new connection scans the sandbox's processes (slower, same decisions)", "cgroup", dir, "err", err)
-		return nil, func() {}
-	}
-	return h, func() { h.Close() }
 }
 
 func serveMetrics(ctx context.Context, addr string, h http.Handler, log *slog.Logger) {

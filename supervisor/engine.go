@@ -1,0 +1,70 @@
+package supervisor
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/proxy"
+)
+
+// PolicyOptions are the policy a proxy serves: the engine's options, the
+// presets it must keep serving, and whether to follow edits of its bundle
+// directory.
+type PolicyOptions struct {
+	policies.Options
+	// Presets are served: each must be in the bundle at boot
+	// (policies.ErrNoPreset otherwise), and a reload that drops one is
+	// rejected with the last good generation serving.
+	Presets []string
+	// Watch reloads a bundle directory when it changes.
+	Watch bool
+}
+
+// OpenEngine loads, verifies and compiles the policy. A secret a served
+// preset injects that this process's environment or files lack is
+// reported when each generation loads, naming the rule, header and source,
+// rather than found by the first request (which is still refused,
+// secret_unavailable). It does not stop the proxy: a preset names every
+// provider a kind may use, and an operator holding one key must still be
+// able to run it.
+func OpenEngine(ctx context.Context, o PolicyOptions, log *slog.Logger) (*policies.Engine, error) {
+	served := map[string]bool{}
+	for _, p := range o.Presets {
+		served[p] = true
+	}
+	check := o.Check
+	o.Check = func(ps []policies.Preset) error {
+		for _, p := range ps {
+			if served[p.Name] {
+				if err := proxy.CheckSecrets(proxy.EnvSecrets{}, p); err != nil {
+					log.Warn("requests that need these secrets will be refused (secret_unavailable)", "preset", p.Name, "err", err)
+				}
+			}
+		}
+		if check != nil {
+			return check(ps)
+		}
+		return nil
+	}
+	if o.Logger == nil {
+		o.Logger = log
+	}
+	engine, err := policies.New(ctx, o.Options)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range o.Presets {
+		if err := engine.RequirePreset(p); err != nil {
+			return nil, err
+		}
+	}
+	if o.Watch && o.Source.Path != "" {
+		go func() {
+			if err := engine.Watch(ctx); err != nil {
+				log.Error("policy watch stopped", "err", err)
+			}
+		}()
+	}
+	return engine, nil
+}

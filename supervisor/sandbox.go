@@ -1,0 +1,264 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/proxy"
+	"github.com/airlock-sandbox/airlock/proxy/identity"
+	"github.com/airlock-sandbox/airlock/proxy/identity/connhook"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// SandboxOptions are one sandboxed command and what contains it: its
+// cgroups, its network, and, for a sandbox of its own, its proxy.
+type SandboxOptions struct {
+	// ID names the sandbox in decisions, audit lines and its cgroup
+	// (airlock-<ID>).
+	ID string
+	// Config is the command and its restrictions, standard streams
+	// included; Cgroups and Env are filled in here.
+	Config sandbox.Config
+	// Env is the command's environment; ProxyURL and CABundle are set
+	// here when the sandbox has a proxy.
+	Env sandbox.EnvOptions
+	// CgroupParent is the cgroup v2 directory the sandbox's leaf goes
+	// under ("" for the root); MemoryMax and PidsMax its limits (0: none).
+	CgroupParent       string
+	MemoryMax, PidsMax int64
+	// Network, when set, is shared (a pod's): the sandbox joins it and
+	// leaves it open. Otherwise one is made for the sandbox alone.
+	Network *sandbox.Network
+	// Proxy, when set, serves this sandbox's own proxy in-process on the
+	// proxy port of its network (Config.Net must be proxy).
+	Proxy *OwnProxy
+	// ProxyDrain is how long the proxy's tunnels may finish once the
+	// command has exited; 5s when 0.
+	ProxyDrain time.Duration
+	Logger     *slog.Logger
+}
+
+// OwnProxy is the proxy of a lone sandbox (`airlock launch --preset`).
+type OwnProxy struct {
+	Proxy  *proxy.Proxy
+	Preset string
+	// CADir holds the CA bundle the command's clients trust; it must be
+	// readable by the sandbox (it is added to Config.RO).
+	CADir string
+}
+
+// Sandbox is a running sandboxed command: runc's libcontainer Process, with
+// the cgroups and proxy that go with it.
+type Sandbox struct {
+	ID      string
+	log     *slog.Logger
+	leaf    *sandbox.Leaf
+	proc    *sandbox.Process
+	network *sandbox.Network // owned; nil when shared
+	proxy   *proxy.Proxy
+	served  chan error
+	closers []func()
+	drain   time.Duration
+	started time.Time
+
+	waitOnce   sync.Once
+	outcome    Outcome
+	waitErr    error
+	cleanupErr error
+}
+
+// Outcome is how a sandbox ended.
+type Outcome struct {
+	Pid      int
+	ExitCode int // the command's status, or 128+N when killed by signal N
+	Duration time.Duration
+	// OOMKills counts processes the kernel's OOM killer killed in the
+	// sandbox's groups.
+	OOMKills int64
+	// CleanupErr is a cgroup that could not be removed.
+	CleanupErr error
+}
+
+// Launch starts o's command. On error nothing it made is left behind; a
+// failed setup step of the sandbox is a *sandbox.SetupError.
+func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
+	s := &Sandbox{ID: o.ID, log: o.Logger, drain: o.ProxyDrain}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.drain == 0 {
+		s.drain = 5 * time.Second
+	}
+	defer func() {
+		if err != nil {
+			s.release()
+		}
+	}()
+	c := o.Config
+	if o.Proxy != nil && c.Net != sandbox.NetProxy {
+		return nil, errors.New("a sandbox's own proxy needs its proxy network")
+	}
+	// The groups exist before the process, which joins them before it
+	// runs anything.
+	s.leaf, err = sandbox.NewLeaf(sandbox.LeafConfig{
+		Parent: o.CgroupParent, ID: o.ID, MemoryMax: o.MemoryMax, PidsMax: o.PidsMax,
+		Reap: c.DieWithParent, Logger: s.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.destroyLeaf)
+	c.Cgroups = s.leaf.Joined
+
+	network := o.Network
+	if network == nil && c.Net != sandbox.NetHost {
+		port := 0
+		if c.Net == sandbox.NetProxy {
+			port = c.ProxyPort
+		}
+		if network, err = sandbox.NewNetwork(port); err != nil {
+			return nil, err
+		}
+		s.network = network
+	}
+	env := o.Env
+	if c.Net == sandbox.NetProxy {
+		env.ProxyURL = fmt.Sprintf("http://127.0.0.1:%d", c.ProxyPort)
+	}
+	var hook *connhook.Hook
+	if o.Proxy != nil {
+		bundle, err := sandbox.WriteCABundle(o.Proxy.CADir, o.Proxy.Proxy.CACert())
+		if err != nil {
+			return nil, err
+		}
+		c.RO = append(c.RO, o.Proxy.CADir)
+		env.CABundle = bundle
+		if s.leaf.V2 != "" {
+			hook = AttachHook(s.leaf.V2, s.log)
+		}
+	} else if c.Net == sandbox.NetProxy && o.Network == nil {
+		s.log.Warn("a proxy network without a proxy: nothing serves the proxy port inside the sandbox")
+	}
+	if c.Env, err = sandbox.Environment(env); err != nil {
+		return nil, err
+	}
+	s.started = time.Now()
+	if s.proc, err = sandbox.Start(c, network); err != nil {
+		if hook != nil {
+			hook.Close()
+		}
+		return nil, err
+	}
+	if o.Proxy != nil {
+		s.proxy = o.Proxy.Proxy
+		sb := proxy.Sandbox{ID: o.ID, Kind: o.Proxy.Preset, Preset: o.Proxy.Preset, Candidates: identity.Tree(s.proc.Pid), NetNS: network.NS}
+		if s.leaf.V2 != "" {
+			sb.Candidates = identity.Cgroup(s.leaf.V2)
+		}
+		if hook != nil {
+			sb.Hook = hook
+			s.closers = append(s.closers, func() { hook.Close() })
+		}
+		s.served = make(chan error, 1)
+		go func() { s.served <- s.proxy.Serve(network.Listener, sb) }()
+	}
+	return s, nil
+}
+
+// AttachHook attaches the cgroup connect hook to dir. Without it (no
+// cgroup BPF) attribution scans the cgroup's processes: slower, the same
+// decisions, and said in the log. A nil hook is returned then.
+func AttachHook(dir string, log *slog.Logger) *connhook.Hook {
+	h, err := connhook.Attach(dir)
+	if err != nil {
+		log.Warn("cgroup connect hook unavailable; each new connection scans the sandbox's processes (slower, same decisions)", "cgroup", dir, "err", err)
+		return nil
+	}
+	return h
+}
+
+// Pid is the host pid of the sandbox's init.
+func (s *Sandbox) Pid() int { return s.proc.Pid }
+
+// Done is closed when the command has exited.
+func (s *Sandbox) Done() <-chan struct{} { return s.proc.Done() }
+
+// Signal sends sig to the command (SIGKILL: to the whole sandbox).
+func (s *Sandbox) Signal(sig syscall.Signal) error { return s.proc.Signal(sig) }
+
+// Kill kills every process of the sandbox now: its cgroups, then its init,
+// whose death empties the PID namespace.
+func (s *Sandbox) Kill() error {
+	err := s.leaf.Kill()
+	if serr := s.proc.Signal(syscall.SIGKILL); serr != nil && !errors.Is(serr, os.ErrProcessDone) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+// Shutdown asks the command to stop (SIGTERM) and kills the sandbox if it
+// has not exited when ctx ends; it returns once the command has exited.
+func (s *Sandbox) Shutdown(ctx context.Context) error {
+	if err := s.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		s.log.Warn("stop signal not delivered; killing the sandbox", "sandbox", s.ID, "err", err)
+		return s.Kill()
+	}
+	select {
+	case <-s.Done():
+		return nil
+	case <-ctx.Done():
+	}
+	s.log.Warn("the sandbox did not stop within its grace period: killing it", "sandbox", s.ID)
+	err := s.Kill()
+	<-s.Done()
+	return err
+}
+
+// Wait waits for the command, then stops the sandbox's own proxy (letting
+// its tunnels drain) and removes its cgroups. Every process is gone when it
+// returns; it may be called more than once.
+func (s *Sandbox) Wait() (Outcome, error) {
+	s.waitOnce.Do(func() {
+		code, err := s.proc.Wait()
+		s.outcome = Outcome{Pid: s.proc.Pid, ExitCode: code, Duration: time.Since(s.started)}
+		if s.proxy != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), s.drain)
+			s.proxy.Shutdown(ctx)
+			cancel()
+			if err := <-s.served; err != nil {
+				s.log.Error("the sandbox's proxy stopped with an error", "sandbox", s.ID, "err", err)
+			}
+		}
+		// Read before the groups go.
+		s.outcome.OOMKills = s.leaf.OOMKills()
+		s.release()
+		s.outcome.CleanupErr = s.cleanupErr
+		s.waitErr = err
+	})
+	return s.outcome, s.waitErr
+}
+
+// release closes what Launch made, in reverse.
+func (s *Sandbox) release() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+	if s.network != nil {
+		s.network.Close()
+		s.network = nil
+	}
+}
+
+func (s *Sandbox) destroyLeaf() {
+	if err := s.leaf.Destroy(); err != nil {
+		s.cleanupErr = err
+		s.log.Error("the sandbox's cgroups could not be removed", "sandbox", s.ID, "err", err)
+	}
+}
