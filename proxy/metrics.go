@@ -67,6 +67,17 @@ func NewMetrics(ca *certs.CA) *Metrics {
 }
 
 // Handler serves /metrics.
+// Register adds collectors of what the proxy serves (a pod's services) to
+// the same registry, so one /metrics shows both.
+func (m *Metrics) Register(cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := m.registry.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
 }

@@ -218,3 +218,7 @@ func (p *Proxy) Close() error {
 	}
 	return p.closeAudit()
 }
+
+// AuditWriter is where the proxy writes its audit lines: the pod's ingress
+// writes its own there, so that one log holds every way in and out.
+func (p *Proxy) AuditWriter() io.Writer { return p.cfg.Audit }

@@ -278,3 +278,26 @@ func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
+
+// RemoveTree kills every process in the cgroup v2 directory dir and its
+// descendants (cgroup.kill covers them) and removes the groups, deepest
+// first: a pod's group, with its services' leaves.
+func RemoveTree(dir string) error {
+	if err := killGroups(dir, "", nil); err != nil {
+		return err
+	}
+	var dirs []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	var errs []error
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := destroyGroups("", "", []string{dirs[i]}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

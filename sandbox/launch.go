@@ -107,13 +107,13 @@ func Start(c Config, net *Network) (*Process, error) {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		if err := cmd.Start(); err != nil {
+		if err := startManaged(cmd); err != nil {
 			started <- err
 			close(p.done)
 			return
 		}
 		started <- nil
-		p.err = cmd.Wait()
+		p.err = waitManaged(cmd)
 		p.ps = cmd.ProcessState
 		close(p.done)
 	}()

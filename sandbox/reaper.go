@@ -41,7 +41,7 @@ func startReaper(v2, freezer string, dirs []string) (*reaper, error) {
 		// group must not take the reaper along before it has run.
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startManaged(cmd); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("start the cgroup reaper: %w", err)
 	}
@@ -52,7 +52,7 @@ func startReaper(v2, freezer string, dirs []string) (*reaper, error) {
 // the groups gone and exits.
 func (r *reaper) release() {
 	r.life.Close()
-	r.cmd.Wait()
+	waitManaged(r.cmd)
 }
 
 func orDash(s string) string {

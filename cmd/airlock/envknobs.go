@@ -22,6 +22,7 @@ var envKnobs = map[string]string{
 	"AIRLOCK_POLICY_SIGNING_ALG": "policy-signing-alg",
 	"AIRLOCK_POLICY_QUARANTINE":  "policy-quarantine",
 	"AIRLOCK_LOG_LEVEL":          "log-level",
+	"AIRLOCK_ADMIN_SOCKET":       "socket",
 }
 
 // applyEnvKnobs sets unset flags of cmd from their AIRLOCK_* variables.

@@ -84,3 +84,16 @@ func Enter(name string) (dir string, leave func(), err error) {
 	}
 	return dir, leave, nil
 }
+
+// EnableControllers enables controllers for dir's children (its
+// cgroup.subtree_control), each on its own so that one the parent lacks
+// does not keep the others off; the error names those that failed.
+func EnableControllers(dir string, controllers ...string) error {
+	var errs []error
+	for _, c := range controllers {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+"+c), 0); err != nil {
+			errs = append(errs, fmt.Errorf("enable %s below %s: %w", c, dir, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/supervisor"
+	"github.com/airlock-sandbox/airlock/supervisor/events"
+	"github.com/spf13/cobra"
+)
+
+// defaultAdminSocket is the demo pod's; a manifest's pod names its own
+// (admin.socket, default <state_dir>/admin.sock).
+const defaultAdminSocket = "/var/lib/airlock/demo/admin.sock"
+
+// adminClient speaks HTTP to a pod's admin socket.
+func adminClient(socket string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		},
+	}}
+}
+
+// adminDo sends one request to the pod and returns its answer, or an error
+// naming the socket when no pod answers.
+func adminDo(cmd *cobra.Command, socket, method, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(cmd.Context(), method, "http://pod"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := adminClient(socket).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("no pod answers on %s (is `airlock up` running? --socket or AIRLOCK_ADMIN_SOCKET names another): %w", socket, err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		var e struct{ Error string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		return nil, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, e.Error)
+	}
+	return resp, nil
+}
+
+func socketFlag(cmd *cobra.Command, socket *string) {
+	cmd.Flags().StringVar(socket, "socket", defaultAdminSocket, "the pod's admin socket")
+}
+
+func newStatusCmd() *cobra.Command {
+	var socket string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the pod and its services",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			resp, err := adminDo(cmd, socket, http.MethodGet, "/v1/status")
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			var st supervisor.Status
+			if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return json.NewEncoder(out).Encode(st)
+			}
+			printStatus(out, st)
+			return nil
+		},
+	}
+	socketFlag(cmd, &socket)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	return cmd
+}
+
+func printStatus(w io.Writer, st supervisor.Status) {
+	ready := "no"
+	if st.Ready {
+		ready = "yes"
+	}
+	fmt.Fprintf(w, "pod %s  ready: %s  up: %v  policy: %s\n\n", st.Pod, ready, (time.Duration(st.Uptime) * time.Second).Round(time.Second), st.Policy)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tSTATE\tPID\tRESTARTS\tLAST EXIT\tPRESET\tSINCE\tDETAIL")
+	for _, s := range st.Services {
+		pid, exit := "-", "-"
+		if s.Pid != 0 {
+			pid = fmt.Sprint(s.Pid)
+		}
+		if s.LastExit != nil {
+			exit = fmt.Sprint(*s.LastExit)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", s.Name, s.State, pid, s.Restarts, exit, s.Preset,
+			s.Since.Local().Format(time.TimeOnly), oneLine(s.Detail))
+	}
+	tw.Flush()
+	if len(st.Ingress) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "INGRESS\tLISTEN\tSERVICE")
+		for _, r := range st.Ingress {
+			fmt.Fprintf(tw, "%s\thttp://%s\t%s:%d\n", r.Name, r.Listen, r.Service, r.Port)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(w, "\nevents: %s\naudit:  %s\n", st.Events, st.Audit)
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 100 {
+		s = s[:97] + "..."
+	}
+	return s
+}
+
+func newRestartCmd() *cobra.Command {
+	var socket string
+	cmd := &cobra.Command{
+		Use:   "restart SERVICE",
+		Short: "Restart one service of the pod (at once, not counted as a crash)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := adminDo(cmd, socket, http.MethodPost, "/v1/services/"+url.PathEscape(args[0])+"/restart")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			fmt.Fprintf(cmd.OutOrStdout(), "restarting %s\n", args[0])
+			return nil
+		},
+	}
+	socketFlag(cmd, &socket)
+	return cmd
+}
+
+func newEventsCmd() *cobra.Command {
+	var socket, since, file string
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Print the pod's events (agent-inbox.jsonl), one JSON line each",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var t time.Time
+			if since != "" {
+				var err error
+				if t, err = parseSince(since); err != nil {
+					return &exitError{ExitUsage, fmt.Errorf("--since %q: %w", since, err)}
+				}
+			}
+			out := cmd.OutOrStdout()
+			enc := json.NewEncoder(out)
+			if file != "" {
+				// The pod may be gone: read its file directly.
+				if follow {
+					return events.Follow(cmd.Context(), file, t, func(e events.Event) { enc.Encode(e) })
+				}
+				evs, err := events.Read(file, t)
+				for _, e := range evs {
+					enc.Encode(e)
+				}
+				return err
+			}
+			q := url.Values{}
+			if !t.IsZero() {
+				q.Set("since", t.Format(time.RFC3339Nano))
+			}
+			if follow {
+				q.Set("follow", "1")
+			}
+			resp, err := adminDo(cmd, socket, http.MethodGet, "/v1/events?"+q.Encode())
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(make([]byte, 64<<10), 4<<20)
+			for sc.Scan() {
+				fmt.Fprintln(out, sc.Text())
+			}
+			return nil
+		},
+	}
+	socketFlag(cmd, &socket)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events as they are written")
+	cmd.Flags().StringVar(&since, "since", "", "only events at or after T: an RFC 3339 time or a duration ago (10m)")
+	cmd.Flags().StringVar(&file, "file", "", "read this events file directly instead of asking the pod")
+	return cmd
+}
+
+// parseSince reads an RFC 3339 time or a duration back from now.
+func parseSince(s string) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		return time.Now().Add(-d), nil
+	}
+	return time.Parse(time.RFC3339Nano, s)
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/supervisor"
+	"github.com/airlock-sandbox/airlock/supervisor/manifest"
+	"github.com/spf13/cobra"
+)
+
+func newUpCmd() *cobra.Command {
+	var stateDir string
+	cmd := &cobra.Command{
+		Use:   "up [MANIFEST]",
+		Short: "Boot the pod a manifest describes (without one: the demo pod) and supervise it until SIGTERM or SIGINT",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log := slog.Default()
+			stderr := cmd.ErrOrStderr()
+			var m *manifest.Pod
+			var demo *demoPod
+			var err error
+			if len(args) == 1 {
+				if m, err = manifest.Load(args[0]); err != nil {
+					return &exitError{ExitUsage, err}
+				}
+			} else {
+				if os.Geteuid() != 0 {
+					return notRoot(stderr)
+				}
+				if demo, err = newDemoPod(stateDir, log); err != nil {
+					return err
+				}
+				defer demo.Close()
+				m = demo.manifest
+			}
+			if os.Geteuid() != 0 {
+				return notRoot(stderr)
+			}
+			stopReaping := reapOrphans(log)
+			defer stopReaping()
+
+			// A stop signal during boot ends the boot; after it, the pod.
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			pod, err := supervisor.Up(ctx, m, supervisor.Options{Logger: log, Output: stderr})
+			if err != nil {
+				if errors.Is(err, policies.ErrIntegrity) {
+					return &exitError{ExitIntegrity, err}
+				}
+				return err
+			}
+			st := pod.Status()
+			fmt.Fprintf(stderr, "airlock: pod %s READY (policy %s)\n", st.Pod, st.Policy)
+			for _, r := range st.Ingress {
+				fmt.Fprintf(stderr, "  ingress %s: http://%s → %s:%d\n", r.Name, r.Listen, r.Service, r.Port)
+			}
+			fmt.Fprintf(stderr, "  events: %s\n  audit:  %s\n  admin:  %s\n", st.Events, st.Audit, m.Admin.Socket)
+			if demo != nil {
+				demo.show(ctx, stderr, pod)
+			}
+			<-ctx.Done()
+			fmt.Fprintln(stderr, "airlock: stopping the pod")
+			pod.Stop()
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&stateDir, "state-dir", "/var/lib/airlock/demo", "the demo pod's state directory (without a manifest)")
+	return cmd
+}
+
+// notRoot says what the pod needs and would do: it is not a degraded mode.
+func notRoot(w io.Writer) error {
+	fmt.Fprintln(w, `airlock up needs root. It would:
+  - verify the policy bundle against its pin, and compile it;
+  - create the pod's network namespace, whose only way out is the proxy listening inside it;
+  - create a cgroup for the pod and one per service (memory and pids limits, cgroup.kill);
+  - launch each service as its unprivileged uid with no capabilities, no_new_privs, Landlock and seccomp;
+  - serve ingress routes behind per-operator API keys, and the admin API on a unix socket.
+Run it as root (sudo airlock up), or under systemd as a root service.`)
+	return &exitError{ExitError, errSilent}
+}
+
+// reapOrphans makes the supervisor a child subreaper (PID 1 in a container
+// is one already) and reaps the orphans reparented to it, which would
+// otherwise stay zombies.
+func reapOrphans(log *slog.Logger) func() {
+	if err := sandbox.BecomeSubreaper(); err != nil {
+		log.Warn("orphans of the services are reaped by the host's init instead", "err", err)
+	}
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-chld:
+				sandbox.ReapOrphans()
+			}
+		}
+	}()
+	return func() { signal.Stop(chld); cancel() }
+}

@@ -1,0 +1,636 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testca"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/supervisor"
+	"github.com/airlock-sandbox/airlock/supervisor/events"
+)
+
+// podEnv is what a pod test's manifest refers to: a bundle with two
+// presets, an HTTPS upstream on 127.0.0.2, the service script, an
+// operator key. Everything is under a directory the services' uid can
+// traverse.
+type podEnv struct {
+	dir, bundle, python, script, keys, key string
+	upstreamCA                             string
+	tlsPort                                int
+}
+
+func newPodEnv(t *testing.T) *podEnv {
+	testutil.RequireRoot(t, "airlock up (network namespace, cgroups, uid switch)")
+	dir, err := os.MkdirTemp("", "airlock-pod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	e := &podEnv{dir: dir, bundle: filepath.Join(dir, "bundle")}
+	// The system's python3: the services' uid can execute it.
+	e.python = realpath(t, "/usr/bin/python3")
+	e.script = filepath.Join(dir, "podsvc.py")
+	raw, err := os.ReadFile("testdata/podsvc.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(e.script, raw, 0o644)
+
+	ca, err := testca.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.upstreamCA = ca.File
+	cfg, err := ca.ServerConfig("api.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello from api.test")
+	}), TLSConfig: cfg}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	e.tlsPort = ln.Addr().(*net.TCPAddr).Port
+
+	os.MkdirAll(e.bundle, 0o755)
+	e.writePreset(t, "egress_ok", true)
+	e.writePreset(t, "egress_none", false)
+
+	e.keys = filepath.Join(dir, "operators.keys")
+	out, err := exec.Command(airlockBin, "ingress", "key", "--operator", "itest", "--keys", e.keys).Output()
+	if err != nil {
+		t.Fatalf("airlock ingress key: %v", err)
+	}
+	e.key = strings.TrimSpace(string(out))
+	return e
+}
+
+// writePreset writes a preset that lets python3 GET api.test's /v1/**, or
+// one with no rules.
+func (e *podEnv) writePreset(t *testing.T, name string, allow bool) {
+	rules := "[]"
+	if allow {
+		rules = fmt.Sprintf(`[{"name": "api", "binaries": [{"path": %q}], "hosts": ["api.test"], "ports": [%d], "methods": ["GET"], "paths": ["/v1/**"]}]`, e.python, e.tlsPort)
+	}
+	src := fmt.Sprintf("package airlock.presets.%s\n\nimport data.airlock.lib\n\nrules := %s\n\ndenies := []\n\ndecision := lib.decide(rules, denies)\n", name, rules)
+	if err := os.WriteFile(filepath.Join(e.bundle, name+".rego"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// manifest is a pod of the given services with the test's proxy settings.
+func (e *podEnv) manifest(name, extra, services string) string {
+	return fmt.Sprintf(`name: %s
+state_dir: %s
+stop_grace: 3s
+policy:
+  bundle: %s
+proxy:
+  port: 3128
+  ca_dir: %s
+  upstream_ca: [%s]
+  resolve: ["api.test:%d:127.0.0.2"]
+  allow_range: ["127.0.0.2/32"]
+%s
+services:
+%s`, name, filepath.Join(e.dir, "state-"+name), e.bundle, filepath.Join(e.dir, "ca"), e.upstreamCA, e.tlsPort, extra, services)
+}
+
+// pyService is a podsvc.py service block.
+func (e *podEnv) pyService(name string, port int, preset, more string) string {
+	return fmt.Sprintf(`  - name: %s
+    command: [%s, %s, "%d", %s]
+    user: "61000"
+    preset: %s
+    ports: [%d]
+    landlock: {ro: [%s]}
+    health: {http: {port: %d, path: /healthz}, interval: 200ms, timeout: 1s, threshold: 2}
+    restart: {policy: always, backoff: {initial: 50ms, max: 1s}, give_up: {restarts: 5, window: 60s}}
+%s`, name, e.python, e.script, port, name, preset, port, e.script, port, more)
+}
+
+// runningPod is an `airlock up` process.
+type runningPod struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	stderr  *syncBuffer
+	notify  chan string
+	socket  string
+	events  string
+	state   string
+	exited  chan struct{}
+	exitErr error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startPod writes the manifest and runs `airlock up` on it with a
+// NOTIFY_SOCKET the test reads, as systemd would.
+func startPod(t *testing.T, e *podEnv, name, manifest string) *runningPod {
+	path := filepath.Join(e.dir, name+".yaml")
+	os.WriteFile(path, []byte(manifest), 0o644)
+	notifyPath := filepath.Join(e.dir, name+".notify")
+	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(e.dir, "state-"+name)
+	p := &runningPod{t: t, stderr: &syncBuffer{}, notify: make(chan string, 64), exited: make(chan struct{}),
+		socket: filepath.Join(state, "admin.sock"), events: filepath.Join(state, "agent-inbox.jsonl"), state: state}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := nc.Read(buf)
+			if err != nil {
+				close(p.notify)
+				return
+			}
+			p.notify <- string(buf[:n])
+		}
+	}()
+	p.cmd = exec.Command(airlockBin, "up", path)
+	p.cmd.Env = cleanEnv("NOTIFY_SOCKET=" + notifyPath)
+	p.cmd.Stdout, p.cmd.Stderr = p.stderr, p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exitErr = p.cmd.Wait(); nc.Close(); close(p.exited) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(30 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			t.Logf("airlock up output:\n%s", p.stderr.String())
+		}
+	})
+	return p
+}
+
+// awaitReady waits for READY=1 on the notify socket.
+func (p *runningPod) awaitReady() {
+	p.t.Helper()
+	deadline := time.After(90 * time.Second)
+	for {
+		select {
+		case msg, ok := <-p.notify:
+			if !ok {
+				p.t.Fatalf("airlock up ended before READY=1 (%v):\n%s", p.exitErr, p.stderr.String())
+			}
+			if strings.Contains(msg, "READY=1") {
+				return
+			}
+		case <-deadline:
+			p.t.Fatalf("no READY=1 within 90s:\n%s", p.stderr.String())
+		}
+	}
+}
+
+func (p *runningPod) status() supervisor.Status {
+	p.t.Helper()
+	out, err := exec.Command(airlockBin, "status", "--json", "--socket", p.socket).Output()
+	if err != nil {
+		p.t.Fatalf("airlock status: %v", err)
+	}
+	var st supervisor.Status
+	if err := json.Unmarshal(out, &st); err != nil {
+		p.t.Fatalf("airlock status --json: %v: %s", err, out)
+	}
+	return st
+}
+
+func (p *runningPod) service(name string) supervisor.ServiceStatus {
+	for _, s := range p.status().Services {
+		if s.Name == name {
+			return s
+		}
+	}
+	p.t.Fatalf("no service %s in the status", name)
+	return supervisor.ServiceStatus{}
+}
+
+// awaitEvent waits for an event of kind about service (any service when
+// empty) after the n first events, and returns it with its index.
+func (p *runningPod) awaitEvent(kind, service string, after int) (events.Event, int) {
+	p.t.Helper()
+	var found events.Event
+	idx := -1
+	waitFor(p.t, 60*time.Second, func() bool {
+		evs, _ := events.Read(p.events, time.Time{})
+		for i := after; i < len(evs); i++ {
+			if evs[i].Kind == kind && (service == "" || evs[i].Service == service) {
+				found, idx = evs[i], i
+				return true
+			}
+		}
+		return false
+	}, "event %s of %q", kind, service)
+	return found, idx
+}
+
+func (p *runningPod) eventCount() int {
+	evs, _ := events.Read(p.events, time.Time{})
+	return len(evs)
+}
+
+// awaitState waits until service is in state.
+func (p *runningPod) awaitState(service, state string) supervisor.ServiceStatus {
+	p.t.Helper()
+	var s supervisor.ServiceStatus
+	waitFor(p.t, 60*time.Second, func() bool { s = p.service(service); return s.State == state }, "service %s %s", service, state)
+	return s
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *runningPod) stop(within time.Duration) {
+	p.t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(within):
+		p.t.Fatalf("airlock up did not stop within %v:\n%s", within, p.stderr.String())
+	}
+	if p.exitErr != nil {
+		p.t.Fatalf("airlock up exited with %v:\n%s", p.exitErr, p.stderr.String())
+	}
+}
+
+// call sends GET path to an ingress route with the key (none when empty).
+func call(t *testing.T, addr, key, path string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}).Do(req)
+	if err != nil {
+		t.Fatalf("GET %s%s: %v", addr, path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// answer decodes a podsvc.py JSON answer.
+func answer(t *testing.T, body string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(body), &m); err != nil {
+		t.Fatalf("service answer %q: %v", body, err)
+	}
+	return m
+}
+
+// commandPid is the pid of the service's command (the init's child): the
+// process in the service's cgroup whose executable is python.
+func commandPid(t *testing.T, st supervisor.ServiceStatus) int {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", st.Pid, st.Pid))
+	if err != nil {
+		t.Fatalf("service %s (init %d): %v", st.Name, st.Pid, err)
+	}
+	f := strings.Fields(string(raw))
+	if len(f) != 1 {
+		t.Fatalf("service %s: init %d has children %q", st.Name, st.Pid, f)
+	}
+	pid, _ := strconv.Atoi(f[0])
+	return pid
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func netnsOf(pid int) string {
+	s, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+	return s
+}
+
+// TestPod boots a real pod of two services and walks through what an
+// operator relies on: boot order and READY, loopback between services,
+// egress decided per service, ingress keys, restarts after a crash and a
+// hang, an operator's restart, live policy edits, and a clean stop.
+func TestPod(t *testing.T) {
+	e := newPodEnv(t)
+	alphaIn, betaIn, httpPort := freePort(t), freePort(t), freePort(t)
+	m := e.manifest("itest", fmt.Sprintf(`admin:
+  http: 127.0.0.1:%d
+ingress:
+  - {name: alpha, listen: "127.0.0.1:%d", service: alpha, port: 8001, keys: %s}
+  - {name: beta, listen: "127.0.0.1:%d", service: beta, port: 8002, keys: %s}`, httpPort, alphaIn, e.keys, betaIn, e.keys),
+		e.pyService("alpha", 8001, "egress_ok", "")+e.pyService("beta", 8002, "egress_none", "    after: [alpha]\n"))
+	pod := startPod(t, e, "itest", m)
+	pod.awaitReady()
+	alpha, beta := fmt.Sprintf("127.0.0.1:%d", alphaIn), fmt.Sprintf("127.0.0.1:%d", betaIn)
+
+	t.Run("boot order and readiness", func(t *testing.T) {
+		evs, err := events.Read(pod.events, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var steps []string
+		started := map[string]int{}
+		ready := -1
+		for i, ev := range evs {
+			switch ev.Kind {
+			case "boot_step":
+				steps = append(steps, strings.Fields(ev.Detail)[0])
+			case "started":
+				started[ev.Service] = i
+			case "ready":
+				ready = i
+			}
+		}
+		want := "state policy proxy network cgroups serve ingress admin services health"
+		if strings.Join(steps, " ") != want {
+			t.Errorf("boot steps %q, want %q", steps, want)
+		}
+		if started["alpha"] == 0 || started["beta"] < started["alpha"] || ready < started["beta"] {
+			t.Errorf("alpha started at event %d, beta (after alpha) at %d, ready at %d", started["alpha"], started["beta"], ready)
+		}
+		st := pod.status()
+		if !st.Ready || len(st.Services) != 2 || st.Services[0].State != "healthy" || st.Services[1].State != "healthy" {
+			t.Errorf("status %+v, want both services healthy and the pod ready", st)
+		}
+		code, body := call(t, fmt.Sprintf("127.0.0.1:%d", httpPort), "", "/readyz")
+		if code != 200 || !strings.Contains(body, `"alpha":"healthy"`) || !strings.Contains(body, `"beta":"healthy"`) {
+			t.Errorf("/readyz: %d %s", code, body)
+		}
+		code, body = call(t, fmt.Sprintf("127.0.0.1:%d", httpPort), "", "/metrics")
+		for _, want := range []string{`airlock_service_state{service="alpha",state="healthy"} 1`, "airlock_service_health_check_seconds", "airlock_proxy_decisions_total", "airlock_pod_uptime_seconds"} {
+			if code != 200 || !strings.Contains(body, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+		out, err := exec.Command(airlockBin, "status", "--socket", pod.socket).Output()
+		if err != nil || !strings.Contains(string(out), "ready: yes") || !strings.Contains(string(out), "alpha") {
+			t.Errorf("airlock status: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("services reach each other on loopback", func(t *testing.T) {
+		code, body := call(t, alpha, e.key, "/peer?port=8002")
+		if a := answer(t, body); code != 200 || a["status"] != 200.0 || !strings.Contains(fmt.Sprint(a["body"]), `"beta"`) {
+			t.Errorf("alpha → beta: %d %s", code, body)
+		}
+	})
+
+	url := fmt.Sprintf("/fetch?url=https://api.test:%d/v1/hello", e.tlsPort)
+	t.Run("egress decided by each service's own preset", func(t *testing.T) {
+		_, body := call(t, alpha, e.key, url)
+		if a := answer(t, body); a["status"] != 200.0 || a["body"] != "hello from api.test" {
+			t.Errorf("alpha (egress_ok): %s", body)
+		}
+		_, body = call(t, beta, e.key, url)
+		a := answer(t, body)
+		if a["status"] != 403.0 {
+			t.Fatalf("beta (egress_none): %s, want 403", body)
+		}
+		var d struct{ Reason, Preset, Sandbox string }
+		json.Unmarshal([]byte(fmt.Sprint(a["body"])), &d)
+		if d.Preset != "egress_none" || d.Reason == "" {
+			t.Errorf("beta's denial names preset %q reason %q, want egress_none: %s", d.Preset, d.Reason, a["body"])
+		}
+	})
+
+	t.Run("no way out but the proxy", func(t *testing.T) {
+		for _, addr := range []string{fmt.Sprintf("127.0.0.2:%d", e.tlsPort), "10.1.2.3:443", fmt.Sprintf("127.0.0.1:%d", httpPort)} {
+			_, body := call(t, alpha, e.key, "/direct?addr="+addr)
+			if a := answer(t, body); a["connected"] == true || a["errno"] == nil {
+				t.Errorf("a direct connect to %s from the pod: %s", addr, body)
+			}
+		}
+	})
+
+	t.Run("ingress needs an operator key", func(t *testing.T) {
+		for _, key := range []string{"", "alk_wrong"} {
+			code, body := call(t, alpha, key, "/whoami")
+			if code != 401 || !strings.Contains(body, "ingress_key_") {
+				t.Errorf("key %q: %d %s, want 401", key, code, body)
+			}
+		}
+		raw, _ := os.ReadFile(filepath.Join(pod.state, "audit.jsonl"))
+		if !strings.Contains(string(raw), `"operator":"itest"`) || !strings.Contains(string(raw), `"operator":"unknown"`) || strings.Contains(string(raw), e.key) {
+			t.Errorf("the audit log must name the operator (or unknown) and never hold the key")
+		}
+	})
+
+	t.Run("a killed service is restarted, its dependents are told", func(t *testing.T) {
+		before := pod.service("alpha")
+		n := pod.eventCount()
+		syscall.Kill(commandPid(t, before), syscall.SIGKILL)
+		ev, _ := pod.awaitEvent("restart", "alpha", n)
+		if ev.Severity != events.Warning {
+			t.Errorf("restart event %+v", ev)
+		}
+		pod.awaitEvent("dependency_restarted", "beta", n)
+		after := pod.awaitState("alpha", "healthy")
+		if after.Restarts != before.Restarts+1 || after.Pid == before.Pid {
+			t.Errorf("alpha after the kill: %+v (before %+v)", after, before)
+		}
+		if b := pod.service("beta"); b.Restarts != 0 {
+			t.Errorf("beta was restarted needlessly: %+v", b)
+		}
+	})
+
+	t.Run("a hung service fails its health check and is restarted", func(t *testing.T) {
+		before := pod.service("alpha")
+		n := pod.eventCount()
+		syscall.Kill(commandPid(t, before), syscall.SIGSTOP)
+		ev, _ := pod.awaitEvent("health", "alpha", n)
+		if ev.Severity != events.Critical || !strings.Contains(ev.Detail, "unhealthy") {
+			t.Errorf("health event %+v", ev)
+		}
+		after := pod.awaitState("alpha", "healthy")
+		if after.Restarts != before.Restarts+1 {
+			t.Errorf("alpha: %+v", after)
+		}
+	})
+
+	t.Run("an operator restarts a service", func(t *testing.T) {
+		before := pod.service("beta")
+		if out, err := exec.Command(airlockBin, "restart", "beta", "--socket", pod.socket).CombinedOutput(); err != nil {
+			t.Fatalf("airlock restart: %v %s", err, out)
+		}
+		waitFor(t, 30*time.Second, func() bool { s := pod.service("beta"); return s.Restarts == before.Restarts+1 && s.State == "healthy" }, "beta restarted")
+		out, err := exec.Command(airlockBin, "restart", "nosuch", "--socket", pod.socket).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), `no service "nosuch"`) {
+			t.Errorf("restart of an unknown service: %v %s", err, out)
+		}
+	})
+
+	t.Run("a live policy edit applies, a broken one is rejected", func(t *testing.T) {
+		n := pod.eventCount()
+		e.writePreset(t, "egress_none", true)
+		pod.awaitEvent("policy_reload", "", n)
+		waitFor(t, 10*time.Second, func() bool {
+			_, body := call(t, beta, e.key, url)
+			return answer(t, body)["status"] == 200.0
+		}, "beta allowed after the edit")
+		n = pod.eventCount()
+		os.WriteFile(filepath.Join(e.bundle, "egress_none.rego"), []byte("package airlock.presets.egress_none\n\nthis is not rego\n"), 0o644)
+		pod.awaitEvent("policy_reject", "", n)
+		if _, body := call(t, beta, e.key, url); answer(t, body)["status"] != 200.0 {
+			t.Errorf("after a rejected edit the last good policy must keep serving: %s", body)
+		}
+	})
+
+	t.Run("SIGTERM stops everything within the grace period", func(t *testing.T) {
+		var pids []int
+		var ns string
+		for _, s := range pod.status().Services {
+			pids = append(pids, s.Pid, commandPid(t, s))
+			ns = netnsOf(s.Pid)
+		}
+		group := "/sys/fs/cgroup/airlock-pod-itest"
+		if _, err := os.Stat(group); err != nil {
+			t.Fatalf("the pod's cgroup: %v", err)
+		}
+		pod.stop(10 * time.Second)
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, 0); err == nil {
+				t.Errorf("pid %d outlived the pod", pid)
+			}
+		}
+		if _, err := os.Stat(group); err == nil {
+			t.Errorf("the pod's cgroup %s was left behind", group)
+		}
+		ents, _ := os.ReadDir("/proc")
+		for _, d := range ents {
+			if pid, err := strconv.Atoi(d.Name()); err == nil && netnsOf(pid) == ns {
+				t.Errorf("pid %d is still in the pod's network namespace %s", pid, ns)
+			}
+		}
+		if _, err := os.Stat(pod.socket); err == nil {
+			t.Errorf("the admin socket was left behind")
+		}
+		pod.awaitEvent("stop", "", 0)
+	})
+}
+
+// TestPodCrashLoopIsGivenUp: a service that keeps dying is restarted with
+// backoff, then given up on with a critical event; the rest of the pod
+// stays up, not ready.
+func TestPodCrashLoopIsGivenUp(t *testing.T) {
+	e := newPodEnv(t)
+	m := e.manifest("crashloop", "", e.pyService("steady", 8001, "egress_none", "")+`  - name: crasher
+    command: [/bin/sh, -c, "sleep 0.3; exit 3"]
+    user: "61000"
+    preset: egress_none
+    restart: {policy: always, backoff: {initial: 20ms, max: 100ms}, give_up: {restarts: 3, window: 60s}}
+`)
+	pod := startPod(t, e, "crashloop", m)
+	pod.awaitReady()
+	ev, _ := pod.awaitEvent("give_up", "crasher", 0)
+	if ev.Severity != events.Critical || !strings.Contains(ev.Detail, "crash loop") || !strings.Contains(ev.Detail, "exit code 3") {
+		t.Errorf("give_up event %+v", ev)
+	}
+	evs, _ := events.Read(pod.events, time.Time{})
+	restarts := 0
+	for _, ev := range evs {
+		if ev.Kind == "restart" && ev.Service == "crasher" {
+			restarts++
+		}
+	}
+	if restarts != 3 {
+		t.Errorf("%d restarts before giving up, want 3", restarts)
+	}
+	st := pod.status()
+	if st.Ready || pod.service("crasher").State != "given_up" || pod.service("steady").State != "healthy" {
+		t.Errorf("status after the give-up: %+v", st)
+	}
+}
+
+// TestPodRefusesATamperedBundle: a bundle that fails its pin refuses to
+// boot, exit 10, with the mismatch on record.
+func TestPodRefusesATamperedBundle(t *testing.T) {
+	e := newPodEnv(t)
+	m := e.manifest("tampered", "", e.pyService("alpha", 8001, "egress_ok", ""))
+	m = strings.Replace(m, "policy:\n", "policy:\n  sha256: sha256:"+strings.Repeat("ab", 32)+"\n", 1)
+	pod := startPod(t, e, "tampered", m)
+	select {
+	case <-pod.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("airlock up booted a tampered bundle")
+	}
+	if code := exitCode(pod.exitErr); code != 10 {
+		t.Errorf("exit %d, want 10:\n%s", code, pod.stderr.String())
+	}
+	ev, _ := pod.awaitEvent("pin_mismatch", "", 0)
+	if ev.Severity != events.Critical {
+		t.Errorf("pin_mismatch event %+v", ev)
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/airlock-pod-tampered"); err == nil {
+		t.Errorf("a refused boot left its cgroup behind")
+	}
+}
+
+// TestPodDiesWithItsSupervisor: a supervisor killed outright takes every
+// service with it (nothing runs unsupervised, and without the proxy there
+// is no way out), and the events file it was writing stays readable.
+func TestPodDiesWithItsSupervisor(t *testing.T) {
+	e := newPodEnv(t)
+	pod := startPod(t, e, "orphan", e.manifest("orphan", "", e.pyService("alpha", 8001, "egress_ok", "")))
+	pod.awaitReady()
+	st := pod.service("alpha")
+	pids := []int{st.Pid, commandPid(t, st)}
+	pod.cmd.Process.Kill()
+	<-pod.exited
+	waitFor(t, 10*time.Second, func() bool {
+		for _, pid := range pids {
+			if syscall.Kill(pid, 0) == nil {
+				return false
+			}
+		}
+		return true
+	}, "the services die with the supervisor")
+	if _, err := events.Read(pod.events, time.Time{}); err != nil {
+		t.Errorf("the events file after the writer was killed: %v", err)
+	}
+	// The next boot of the same pod clears what the killed one left.
+	pod2 := startPod(t, e, "orphan", e.manifest("orphan", "", e.pyService("alpha", 8001, "egress_ok", "")))
+	pod2.awaitReady()
+	pod2.stop(10 * time.Second)
+}

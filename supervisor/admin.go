@@ -1,0 +1,214 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/supervisor/events"
+)
+
+// Status is the pod as the admin API, `airlock status` and /readyz show it.
+type Status struct {
+	Pod      string          `json:"pod"`
+	Ready    bool            `json:"ready"`
+	Policy   string          `json:"policy"`
+	Uptime   float64         `json:"uptime_seconds"`
+	Services []ServiceStatus `json:"services"`
+	Ingress  []IngressStatus `json:"ingress,omitempty"`
+	Events   string          `json:"events_file"`
+	Audit    string          `json:"audit_log"`
+}
+
+// ServiceStatus is one service's state.
+type ServiceStatus struct {
+	Name     string    `json:"name"`
+	State    string    `json:"state"`
+	Since    time.Time `json:"since"`
+	Preset   string    `json:"preset"`
+	Pid      int       `json:"pid,omitempty"`
+	Restarts int       `json:"restarts"`
+	LastExit *int      `json:"last_exit,omitempty"`
+	Detail   string    `json:"detail,omitempty"`
+}
+
+// IngressStatus is one ingress route.
+type IngressStatus struct {
+	Name    string `json:"name"`
+	Listen  string `json:"listen"`
+	Service string `json:"service"`
+	Port    int    `json:"port"`
+}
+
+func (s *service) status() ServiceStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return ServiceStatus{Name: s.name, State: s.state, Since: s.since, Preset: s.spec.Preset, Pid: s.pid,
+		Restarts: s.restarts, LastExit: s.lastExit, Detail: s.detail}
+}
+
+// Status reports the pod's state now.
+func (p *Pod) Status() Status {
+	st := Status{Pod: p.m.Name, Ready: p.Ready(), Uptime: time.Since(p.booted).Seconds(), Events: p.m.Events.File, Audit: p.m.Proxy.AuditLog}
+	if p.engine != nil {
+		st.Policy = p.engine.Hash()
+	}
+	for _, s := range p.services {
+		st.Services = append(st.Services, s.status())
+	}
+	for i, r := range p.m.Ingress {
+		listen := r.Listen
+		if i < len(p.ingress) {
+			listen = p.ingress[i].Addr().String()
+		}
+		st.Ingress = append(st.Ingress, IngressStatus{Name: r.Name, Listen: listen, Service: r.Service, Port: r.Port})
+	}
+	return st
+}
+
+// admin serves the admin API on a unix socket only its owner may use
+// (there is no TCP admin port: restarting services is not for the
+// network), and, when the manifest asks, /healthz, /readyz and /metrics on
+// a loopback address.
+type admin struct {
+	sock, http *http.Server
+}
+
+func newAdmin(p *Pod) (*admin, error) {
+	a := &admin{}
+	path := p.m.Admin.Socket
+	// A socket left by a pod that was killed: nothing listens on it.
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("admin socket %s: another supervisor is serving it", path)
+	}
+	os.Remove(path)
+	// The umask covers the window between bind and chmod.
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, p.Status()) })
+	mux.HandleFunc("POST /v1/services/{name}/restart", func(w http.ResponseWriter, r *http.Request) {
+		s, ok := p.byName[r.PathValue("name")]
+		if !ok {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no service %q in pod %s", r.PathValue("name"), p.m.Name)})
+			return
+		}
+		if err := s.restart(); err != nil {
+			writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusAccepted, map[string]string{"restarting": s.name})
+	})
+	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) { serveEvents(p, w, r) })
+	a.sock = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go a.sock.Serve(ln)
+
+	if p.m.Admin.HTTP != "" {
+		hl, err := net.Listen("tcp", p.m.Admin.HTTP)
+		if err != nil {
+			a.close()
+			return nil, fmt.Errorf("admin http: %w", err)
+		}
+		hm := http.NewServeMux()
+		hm.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+		})
+		hm.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+			st := p.Status()
+			code := http.StatusOK
+			if !st.Ready {
+				code = http.StatusServiceUnavailable
+			}
+			services := map[string]string{}
+			for _, s := range st.Services {
+				services[s.Name] = s.State
+			}
+			writeJSON(w, code, map[string]any{"ready": st.Ready, "services": services})
+		})
+		hm.Handle("GET /metrics", p.proxy.Metrics().Handler())
+		a.http = &http.Server{Handler: hm, ReadHeaderTimeout: 5 * time.Second}
+		go a.http.Serve(hl)
+	}
+	return a, nil
+}
+
+func (a *admin) close() {
+	for _, s := range []*http.Server{a.sock, a.http} {
+		if s != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			s.Shutdown(ctx)
+			cancel()
+			s.Close()
+		}
+	}
+}
+
+// serveEvents streams the events file as JSON lines: those since ?since=
+// (RFC 3339), then, with ?follow=1, new ones as they are written.
+func serveEvents(p *Pod, w http.ResponseWriter, r *http.Request) {
+	var since time.Time
+	if s := r.URL.Query().Get("since"); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "since: want an RFC 3339 time: " + err.Error()})
+			return
+		}
+		since = t
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	enc := json.NewEncoder(w)
+	flush := func() {
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+	if r.URL.Query().Get("follow") == "" {
+		evs, err := events.Read(p.m.Events.File, since)
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		for _, e := range evs {
+			enc.Encode(e)
+		}
+		return
+	}
+	flush()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-p.ctx.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := events.Follow(ctx, p.m.Events.File, since, func(e events.Event) {
+		enc.Encode(e)
+		flush()
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		p.log.Error("events follow", "err", err)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}

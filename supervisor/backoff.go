@@ -1,0 +1,51 @@
+package supervisor
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// backoff spaces a service's restarts: initial, then multiplied by mult
+// each time up to max, each delay spread by ±jitter so that services
+// failing together (a shared dependency went away) do not restart in
+// lockstep.
+type backoff struct {
+	initial, max time.Duration
+	mult, jitter float64
+	next         time.Duration
+}
+
+func (b *backoff) delay() time.Duration {
+	if b.next == 0 {
+		b.next = b.initial
+	}
+	d := b.next
+	b.next = min(time.Duration(float64(b.next)*b.mult), b.max)
+	if b.jitter > 0 {
+		d = time.Duration(float64(d) * (1 + b.jitter*(2*rand.Float64()-1)))
+	}
+	return d
+}
+
+// reset starts over at initial: the service ran healthy again.
+func (b *backoff) reset() { b.next = 0 }
+
+// crashLoop gives up on a service restarted more than max times within
+// window: restarting it again would only burn the host.
+type crashLoop struct {
+	max    int
+	window time.Duration
+	times  []time.Time
+}
+
+// restart records a restart at now and reports whether it is one too many.
+func (c *crashLoop) restart(now time.Time) bool {
+	keep := c.times[:0]
+	for _, t := range c.times {
+		if now.Sub(t) < c.window {
+			keep = append(keep, t)
+		}
+	}
+	c.times = append(keep, now)
+	return len(c.times) > c.max
+}

@@ -1,0 +1,85 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/airlock-sandbox/airlock/supervisor/manifest"
+)
+
+// checker probes a service once; nil is healthy. ctx carries the check's
+// timeout.
+type checker func(ctx context.Context) error
+
+// newChecker builds the service's probe. HTTP and TCP probes are made
+// from inside the pod's network namespace, where the service listens on
+// its loopback; an exec probe runs in a sandbox like the service's own.
+func newChecker(p *Pod, s *service, h *manifest.Health) checker {
+	switch {
+	case h.HTTP != nil:
+		url := "http://127.0.0.1:" + strconv.Itoa(h.HTTP.Port) + h.HTTP.Path
+		client := &http.Client{Transport: &http.Transport{
+			Proxy:             nil,
+			DialContext:       p.network.DialContext,
+			DisableKeepAlives: true,
+		}}
+		return func(ctx context.Context) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode >= 400 {
+				return fmt.Errorf("GET %s: %s", url, resp.Status)
+			}
+			return nil
+		}
+	case h.TCP != nil:
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(h.TCP.Port))
+		return func(ctx context.Context) error {
+			c, err := p.network.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		}
+	default:
+		return func(ctx context.Context) error { return s.execProbe(ctx, h.Exec) }
+	}
+}
+
+// execProbe runs argv with the service's identity and restrictions, in
+// its own cgroup under the pod's (so a probe that hangs is killed whole at
+// its timeout, and its connections, belonging to no service, get nothing).
+func (s *service) execProbe(ctx context.Context, argv []string) error {
+	c := s.cfg
+	c.Command = argv
+	c.Stdin, c.Stdout, c.Stderr = nil, nil, nil
+	sb, err := Launch(ctx, SandboxOptions{ID: s.leafID() + "-probe", Config: c, Env: s.env, CgroupParent: s.pod.group, Network: s.pod.network, Logger: s.pod.log})
+	if err != nil {
+		return fmt.Errorf("exec probe: %w", err)
+	}
+	select {
+	case <-sb.Done():
+	case <-ctx.Done():
+		sb.Kill()
+	}
+	out, err := sb.Wait()
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("exec probe %v: timed out", argv)
+	}
+	if out.ExitCode != 0 {
+		return fmt.Errorf("exec probe %v: %s", argv, exitDetail(out.ExitCode))
+	}
+	return nil
+}

@@ -1,0 +1,410 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/presets"
+	"github.com/airlock-sandbox/airlock/proxy"
+	"github.com/airlock-sandbox/airlock/proxy/identity"
+	"github.com/airlock-sandbox/airlock/proxy/identity/connhook"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/supervisor/events"
+	"github.com/airlock-sandbox/airlock/supervisor/ingress"
+	"github.com/airlock-sandbox/airlock/supervisor/manifest"
+)
+
+// Options are what `airlock up` hands the supervisor besides the manifest.
+type Options struct {
+	Logger *slog.Logger
+	// Output receives the services' stdout and stderr, each line
+	// prefixed with its service's name; os.Stderr when nil.
+	Output io.Writer
+}
+
+// Pod is a booted pod: its services share one network namespace whose only
+// way out is the proxy, each in its own cgroup under its own preset.
+type Pod struct {
+	m      *manifest.Pod
+	log    *slog.Logger
+	out    io.Writer
+	events *events.Log
+
+	engine  *policies.Engine
+	proxy   *proxy.Proxy
+	network *sandbox.Network
+	group   string // the pod's cgroup v2 directory
+	hook    *connhook.Hook
+	served  chan error
+
+	services []*service // in dependency order
+	byName   map[string]*service
+	ingress  []*ingress.Server
+	admin    *admin
+	metrics  *podMetrics
+
+	ctx    context.Context // ends at Stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	ready  atomic.Bool
+	booted time.Time
+	// cleanup undoes boot, in reverse.
+	cleanup []func()
+}
+
+// Up boots the pod m describes, step by step, each logged with its
+// duration and written as a boot_step event, and returns once every service
+// is healthy (READY) or boot failed. A failed boot leaves nothing behind.
+// A bundle that fails its pin is policies.ErrIntegrity.
+func Up(ctx context.Context, m *manifest.Pod, o Options) (_ *Pod, err error) {
+	p := &Pod{m: m, log: o.Logger, out: o.Output, byName: map[string]*service{}, booted: time.Now()}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	if p.out == nil {
+		p.out = os.Stderr
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			p.event("boot_failed", events.Critical, "", err.Error())
+			p.teardown()
+		}
+	}()
+	steps := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"state", p.openState},
+		{"policy", p.openPolicy},
+		{"proxy", p.buildProxy},
+		{"network", p.openNetwork},
+		{"cgroups", p.openGroup},
+		{"serve", p.serveProxy},
+		{"ingress", p.openIngress},
+		{"admin", p.openAdmin},
+		{"services", p.startServices},
+		{"health", p.awaitHealthy},
+	}
+	for _, s := range steps {
+		start := time.Now()
+		if err := s.run(ctx); err != nil {
+			return nil, fmt.Errorf("boot step %s: %w", s.name, err)
+		}
+		d := time.Since(start)
+		p.log.Info("boot step done", "step", s.name, "duration_ms", float64(d.Microseconds())/1000)
+		p.event("boot_step", events.Info, "", fmt.Sprintf("%s done in %v", s.name, d.Round(time.Microsecond)))
+	}
+	p.ready.Store(true)
+	p.event("ready", events.Info, "", fmt.Sprintf("every service is healthy, %v after boot began", time.Since(p.booted).Round(time.Millisecond)))
+	notifyReady(p)
+	return p, nil
+}
+
+// openState makes the state directory and opens the events file first, so
+// that every later step, a pin mismatch included, is on record. The
+// directory is traversable but not listable by the services' uids: the
+// files they need (the CA bundle) sit in a readable directory inside.
+func (p *Pod) openState(context.Context) error {
+	if err := os.MkdirAll(p.m.StateDir, 0o711); err != nil {
+		return err
+	}
+	if err := os.Chmod(p.m.StateDir, 0o711); err != nil {
+		return err
+	}
+	ev, err := events.Open(p.m.Events.File, events.Options{MaxBytes: p.m.Events.MaxBytes, Keep: p.m.Events.Keep})
+	if err != nil {
+		return err
+	}
+	p.events = ev
+	p.cleanup = append(p.cleanup, func() { ev.Close() })
+	return nil
+}
+
+// openPolicy verifies the bundle against its pin before anything can
+// connect: a mismatch refuses to boot (ErrIntegrity, exit 10).
+func (p *Pod) openPolicy(ctx context.Context) error {
+	pol := p.m.Policy
+	o := policies.Options{Source: policies.Source{Path: pol.Bundle}, PinnedSHA256: pol.SHA256, LockFile: pol.Lock, Quarantine: pol.Quarantine, Logger: p.log}
+	if pol.Bundle == "" {
+		o.Source = policies.Source{FS: presets.FS}
+	}
+	if pol.PublicKey != "" {
+		key, err := os.ReadFile(pol.PublicKey)
+		if err != nil {
+			return fmt.Errorf("policy public key: %w", err)
+		}
+		o.Verify = &policies.Verification{PublicKey: string(key), KeyID: pol.KeyID, Algorithm: pol.SigningAlg}
+	}
+	o.OnReload = func(hash string, err error) {
+		if err != nil {
+			p.event("policy_reject", events.Warning, "", "the edited policy was rejected, the last good one keeps serving: "+err.Error())
+			return
+		}
+		p.event("policy_reload", events.Info, "", "policy "+hash+" now decides new connections")
+	}
+	var names []string
+	for _, s := range p.m.Services {
+		names = append(names, s.Preset)
+	}
+	engine, err := OpenEngine(p.ctx, PolicyOptions{Options: o, Presets: names, Watch: pol.Watch}, p.log)
+	if errors.Is(err, policies.ErrIntegrity) {
+		p.event("pin_mismatch", events.Critical, "", err.Error())
+	}
+	if err != nil {
+		return err
+	}
+	p.engine = engine
+	return nil
+}
+
+func (p *Pod) buildProxy(context.Context) error {
+	x := p.m.Proxy
+	px, err := proxy.Build(p.engine, proxy.Options{
+		CADir: x.CADir, CACert: x.CACert, CAKey: x.CAKey, UpstreamCAs: x.UpstreamCA,
+		Resolve: x.Resolve, AllowRanges: x.AllowRange, AuditLog: x.AuditLog, AuditFailOpen: x.AuditFailure == "warn",
+		Limits: proxy.Limits{
+			MaxConns: x.Limits.MaxConns, MaxHeaderBytes: x.Limits.MaxHeaderBytes, ReadHeaderTimeout: x.Limits.ReadHeaderTimeout,
+			IdleTimeout: x.Limits.IdleTimeout, HandshakeTimeout: x.Limits.HandshakeTimeout, TunnelIdleTimeout: x.Limits.TunnelIdleTimeout,
+			WriteTimeout: x.Limits.WriteTimeout, UpstreamHeaderTimeout: x.Limits.UpstreamHeaderTimeout,
+		},
+		DialTimeout: x.Limits.DialTimeout, Logger: p.log,
+	})
+	if err != nil {
+		return err
+	}
+	p.proxy = px
+	p.cleanup = append(p.cleanup, func() { px.Close() })
+	if p.metrics, err = newPodMetrics(p); err != nil {
+		return err
+	}
+	return px.Metrics().Register(p.metrics.collectors()...)
+}
+
+// openNetwork makes the pod's network namespace, with the proxy's listener
+// already inside: from the first instant a service runs, its only way out
+// is the proxy.
+func (p *Pod) openNetwork(context.Context) error {
+	n, err := sandbox.NewNetwork(p.m.Proxy.Port)
+	if err != nil {
+		return err
+	}
+	p.network = n
+	p.cleanup = append(p.cleanup, n.Close)
+	return nil
+}
+
+// openGroup makes the pod's cgroup, under which each service gets its
+// leaf. A group left by a pod that was killed (SIGKILL leaves no chance to
+// clean up) is killed and removed first.
+func (p *Pod) openGroup(context.Context) error {
+	mnt, err := cgroup2.Mount()
+	if err != nil {
+		return fmt.Errorf("the pod needs cgroup v2: %w", err)
+	}
+	dir := filepath.Join(mnt, "airlock-pod-"+p.m.Name)
+	if _, err := os.Stat(dir); err == nil {
+		p.log.Warn("removing the cgroup of a previous run of this pod", "cgroup", dir)
+		if err := sandbox.RemoveTree(dir); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("create the pod's cgroup: %w", err)
+	}
+	p.group = dir
+	p.cleanup = append(p.cleanup, func() {
+		if err := sandbox.RemoveTree(dir); err != nil {
+			p.log.Error("the pod's cgroup could not be removed", "err", err)
+		}
+	})
+	// The services' limits are enforced in their leaves: the controllers
+	// must be enabled below the pod's group.
+	if err := cgroup2.EnableControllers(dir, "memory", "pids"); err != nil {
+		p.log.Warn("cgroup controllers not enabled below the pod; a service's limits fall back to cgroup v1 or fail", "err", err)
+	}
+	for _, s := range p.m.Services {
+		svc, err := newService(p, s)
+		if err != nil {
+			return err
+		}
+		p.byName[s.Name] = svc
+	}
+	order, err := dependencyOrder(p.m.Services)
+	if err != nil {
+		return err
+	}
+	for _, name := range order {
+		p.services = append(p.services, p.byName[name])
+	}
+	return nil
+}
+
+// serveProxy serves the pod's listener: a connection is decided by the
+// preset of the service whose cgroup the connecting process is in, and a
+// process in no service's cgroup gets nothing.
+func (p *Pod) serveProxy(context.Context) error {
+	members := map[string]proxy.Service{}
+	for _, s := range p.services {
+		path, err := identity.CgroupPath(s.leafDir())
+		if err != nil {
+			return err
+		}
+		members[path] = proxy.Service{ID: s.name, Kind: s.spec.Preset, Preset: s.spec.Preset}
+	}
+	p.hook = AttachHook(p.group, p.log)
+	sb := proxy.Sandbox{ID: p.m.Name, Kind: "pod", Candidates: identity.Cgroup(p.group), NetNS: p.network.NS, Route: proxy.ByCgroup(members)}
+	if p.hook != nil {
+		sb.Hook = p.hook
+	}
+	p.served = make(chan error, 1)
+	go func() { p.served <- p.proxy.Serve(p.network.Listener, sb) }()
+	return nil
+}
+
+func (p *Pod) openIngress(context.Context) error {
+	for _, r := range p.m.Ingress {
+		keys, err := ingress.LoadKeys(r.Keys)
+		if err != nil {
+			return fmt.Errorf("ingress %s: %w", r.Name, err)
+		}
+		srv, err := ingress.Listen(ingress.Route{Name: r.Name, Listen: r.Listen, Service: r.Service, Port: r.Port, Keys: keys},
+			ingress.Options{Dial: p.network.DialContext, Audit: p.proxy.AuditWriter(), Logger: p.log})
+		if err != nil {
+			return err
+		}
+		p.ingress = append(p.ingress, srv)
+		go func() {
+			if err := srv.Serve(); err != nil {
+				p.log.Error("ingress stopped", "route", r.Name, "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
+func (p *Pod) openAdmin(context.Context) error {
+	a, err := newAdmin(p)
+	if err != nil {
+		return err
+	}
+	p.admin = a
+	return nil
+}
+
+// startServices starts every service's supervision loop; each waits for
+// the services it comes after to be healthy before it launches.
+func (p *Pod) startServices(context.Context) error {
+	for _, s := range p.services {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			s.run()
+		}()
+	}
+	return nil
+}
+
+// awaitHealthy waits until every service is healthy; a service given up on
+// during boot fails it.
+func (p *Pod) awaitHealthy(ctx context.Context) error {
+	for _, s := range p.services {
+		if err := s.awaitHealthy(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Ready reports whether every service is healthy.
+func (p *Pod) Ready() bool {
+	if !p.ready.Load() {
+		return false
+	}
+	for _, s := range p.services {
+		if !s.healthy() {
+			return false
+		}
+	}
+	return true
+}
+
+// Wait blocks until the pod is stopped.
+func (p *Pod) Wait() { <-p.ctx.Done(); p.wg.Wait() }
+
+// Stop stops the services in reverse dependency order, each given the
+// manifest's grace period before its cgroup is killed, then the ingress,
+// the proxy, the network and the cgroups. Nothing the pod made is left.
+func (p *Pod) Stop() {
+	p.event("stop", events.Info, "", "stopping the pod")
+	p.ready.Store(false)
+	notifyStopping()
+	for i := len(p.services) - 1; i >= 0; i-- {
+		p.services[i].stop()
+	}
+	p.teardown()
+	p.log.Info("pod stopped", "pod", p.m.Name)
+}
+
+// teardown undoes what boot made, in reverse. Services must be stopped.
+func (p *Pod) teardown() {
+	p.cancel()
+	for _, s := range p.services {
+		s.stop()
+	}
+	p.wg.Wait()
+	for _, srv := range p.ingress {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		srv.Shutdown(ctx)
+		cancel()
+	}
+	if p.admin != nil {
+		p.admin.close()
+	}
+	if p.served != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		p.proxy.Shutdown(ctx)
+		cancel()
+		<-p.served
+	}
+	if p.hook != nil {
+		p.hook.Close()
+	}
+	for i := len(p.cleanup) - 1; i >= 0; i-- {
+		p.cleanup[i]()
+	}
+	p.cleanup = nil
+}
+
+// event records a lifecycle change: one line in the events file, and the
+// same in the log.
+func (p *Pod) event(kind string, sev events.Severity, service, detail string) {
+	p.eventRecovered(kind, sev, service, detail, false)
+}
+
+func (p *Pod) eventRecovered(kind string, sev events.Severity, service, detail string, recovered bool) {
+	level := slog.LevelInfo
+	switch sev {
+	case events.Warning:
+		level = slog.LevelWarn
+	case events.Critical:
+		level = slog.LevelError
+	}
+	p.log.Log(context.Background(), level, detail, "event", kind, "service", service, "recovered", recovered)
+	if p.events == nil {
+		return
+	}
+	if err := p.events.Append(events.Event{Source: "supervisor", Kind: kind, Severity: sev, Service: service, Detail: detail, Recovered: recovered}); err != nil {
+		p.log.Error("event not recorded", "err", err)
+	}
+}

@@ -1,0 +1,450 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/supervisor/events"
+	"github.com/airlock-sandbox/airlock/supervisor/manifest"
+)
+
+// Service states, as status and /readyz show them.
+const (
+	statePending   = "pending"   // waiting for the services it comes after
+	stateStarting  = "starting"  // launched, not yet healthy
+	stateHealthy   = "healthy"   // passing its health check (or running, without one)
+	stateUnhealthy = "unhealthy" // failing its health check, about to be restarted
+	stateBackoff   = "backoff"   // exited, waiting to be restarted
+	stateExited    = "exited"    // exited and not to be restarted (policy)
+	stateGivenUp   = "given_up"  // crash loop: no more restarts
+	stateStopped   = "stopped"   // stopped with the pod
+)
+
+// service supervises one service of the pod: launch, health, restart.
+type service struct {
+	pod  *Pod
+	spec manifest.Service
+	name string
+	cfg  sandbox.Config
+	env  sandbox.EnvOptions
+
+	backoff backoff
+	loop    crashLoop
+	check   checker
+
+	restartReq chan struct{}
+	stopReq    chan struct{}
+	stopOnce   sync.Once
+	done       chan struct{}
+
+	mu         sync.Mutex
+	state      string
+	since      time.Time
+	pid        int
+	restarts   int
+	lastExit   *int
+	detail     string
+	healthFail int
+	up         chan struct{} // closed at the first healthy state
+	upOnce     sync.Once
+	failed     chan struct{} // closed when given up on
+	failOnce   sync.Once
+}
+
+func newService(p *Pod, s manifest.Service) (*service, error) {
+	svc := &service{
+		pod: p, spec: s, name: s.Name,
+		restartReq: make(chan struct{}, 1), stopReq: make(chan struct{}), done: make(chan struct{}),
+		up: make(chan struct{}), failed: make(chan struct{}),
+		state: statePending, since: time.Now(),
+	}
+	r := s.Restart
+	svc.backoff = backoff{initial: r.Initial, max: r.Max, mult: r.Multiplier, jitter: r.Jitter}
+	svc.loop = crashLoop{max: r.GiveUpAfter, window: r.GiveUpWindow}
+	c := sandbox.Defaults()
+	uid, gid, err := sandbox.ParseUser(s.User)
+	if err != nil {
+		return nil, fmt.Errorf("service %s: %w", s.Name, err)
+	}
+	c.UID, c.GID, c.KeepCaps, c.Dir = uid, gid, s.KeepCaps, s.Dir
+	c.Command = append([]string(nil), s.Command...)
+	if !filepath.IsAbs(c.Command[0]) {
+		path, err := exec.LookPath(c.Command[0])
+		if err != nil {
+			return nil, fmt.Errorf("service %s: command: %w", s.Name, err)
+		}
+		c.Command[0] = path
+	}
+	c.Net, c.ProxyPort = sandbox.NetProxy, p.m.Proxy.Port
+	// Its peers' ports on the pod's loopback: services reach each other
+	// as in a Kubernetes pod, and nothing else but the proxy.
+	for _, other := range p.m.Services {
+		c.ConnectPorts = append(c.ConnectPorts, other.Ports...)
+	}
+	c.RO = append(c.RO, s.Landlock.RO...)
+	c.RW = append(c.RW, s.Landlock.RW...)
+	c.Exec = append(c.Exec, s.Landlock.Exec...)
+	if s.Landlock.Mode != "" {
+		c.Landlock = sandbox.LandlockMode(s.Landlock.Mode)
+	}
+	out := &lineWriter{prefix: s.Name, w: p.out}
+	c.Stdout, c.Stderr = out, out
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("service %s: %w", s.Name, err)
+	}
+	svc.cfg = c
+	svc.env = sandbox.EnvOptions{}
+	for k, v := range s.Env {
+		svc.env.Set = append(svc.env.Set, k+"="+v)
+	}
+	secrets, err := readSecrets(s.Secrets)
+	if err != nil {
+		return nil, fmt.Errorf("service %s: %w", s.Name, err)
+	}
+	svc.env.Set = append(svc.env.Set, secrets...)
+	sort.Strings(svc.env.Set)
+	if s.Health != nil {
+		svc.check = newChecker(p, svc, s.Health)
+	}
+	return svc, nil
+}
+
+// leafDir is the service's cgroup, made anew at each launch.
+func (s *service) leafDir() string {
+	return filepath.Join(s.pod.group, "airlock-"+s.leafID())
+}
+
+func (s *service) leafID() string { return s.pod.m.Name + "-" + s.name }
+
+func (s *service) setState(state, detail string) {
+	s.mu.Lock()
+	s.state, s.since, s.detail = state, time.Now(), detail
+	s.mu.Unlock()
+	s.pod.metrics.setState(s.name, state)
+	if state == stateHealthy {
+		s.upOnce.Do(func() { close(s.up) })
+	}
+	if state == stateGivenUp {
+		s.failOnce.Do(func() { close(s.failed) })
+	}
+}
+
+func (s *service) healthy() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state == stateHealthy
+}
+
+// awaitHealthy waits for the service's first healthy state.
+func (s *service) awaitHealthy(ctx context.Context) error {
+	select {
+	case <-s.up:
+		return nil
+	case <-s.failed:
+		return fmt.Errorf("service %s was given up on: %s", s.name, s.status().Detail)
+	case <-s.done:
+		return fmt.Errorf("service %s ended before it was healthy: %s", s.name, s.status().Detail)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run is the service's supervision loop: wait for its dependencies, then
+// launch, watch, and restart per its policy until the pod stops or the
+// service is given up on.
+func (s *service) run() {
+	defer close(s.done)
+	for _, dep := range s.spec.After {
+		d := s.pod.byName[dep]
+		select {
+		case <-d.up:
+		case <-d.failed:
+			s.setState(stateGivenUp, "the service it comes after, "+dep+", was given up on")
+			s.pod.event("dependency_failed", events.Critical, s.name, "not started: "+dep+" was given up on")
+			return
+		case <-s.stopReq:
+			s.setState(stateStopped, "stopped before it started")
+			return
+		}
+	}
+	for {
+		why, failed := s.once()
+		if s.stopping() {
+			s.setState(stateStopped, "stopped with the pod")
+			return
+		}
+		switch {
+		case why == "restart":
+			// An operator's restart: at once, and not a crash.
+		case s.spec.Restart.Policy == "never", s.spec.Restart.Policy == "on-failure" && !failed:
+			s.setState(stateExited, s.detailNow())
+			s.pod.event("exited", events.Warning, s.name, "not restarted (restart policy "+s.spec.Restart.Policy+"): "+s.detailNow())
+			return
+		default:
+			if s.loop.restart(time.Now()) {
+				msg := fmt.Sprintf("crash loop: more than %d restarts within %v; giving up (last: %s)", s.loop.max, s.loop.window, s.detailNow())
+				s.setState(stateGivenUp, msg)
+				s.pod.event("give_up", events.Critical, s.name, msg)
+				s.tellDependents("dependency_failed", events.Critical, s.name+" was given up on; this service keeps running but may fail")
+				return
+			}
+			d := s.backoff.delay()
+			s.setState(stateBackoff, fmt.Sprintf("restarting in %v: %s", d.Round(time.Millisecond), s.detailNow()))
+			select {
+			case <-time.After(d):
+			case <-s.restartReq:
+			case <-s.stopReq:
+				s.setState(stateStopped, "stopped with the pod")
+				return
+			}
+		}
+		s.mu.Lock()
+		s.restarts++
+		s.mu.Unlock()
+		s.pod.metrics.restarted(s.name)
+		s.pod.event("restart", events.Warning, s.name, fmt.Sprintf("restart %d: %s", s.restarts, s.detailNow()))
+		s.tellDependents("dependency_restarted", events.Info, s.name+" restarted; dependents are left running")
+	}
+}
+
+// once launches the service and watches it until it exits, fails its
+// health check (then it is stopped), an operator restarts it, or the pod
+// stops. failed tells a crash from a clean exit.
+func (s *service) once() (why string, failed bool) {
+	s.setState(stateStarting, "")
+	env := s.env
+	sb, err := Launch(s.pod.ctx, SandboxOptions{
+		ID: s.leafID(), Config: s.cfg, Env: env, CgroupParent: s.pod.group,
+		MemoryMax: s.spec.MemoryMax, PidsMax: s.spec.PidsMax, Network: s.pod.network, Logger: s.pod.log,
+	})
+	if err != nil {
+		s.setDetail("launch failed: " + err.Error())
+		s.pod.event("launch_failed", events.Critical, s.name, err.Error())
+		return "launch", true
+	}
+	s.mu.Lock()
+	s.pid = sb.Pid()
+	s.mu.Unlock()
+	s.pod.event("started", events.Info, s.name, fmt.Sprintf("pid %d", sb.Pid()))
+	unhealthy := make(chan string, 1)
+	hctx, hcancel := context.WithCancel(s.pod.ctx)
+	if s.check != nil {
+		go s.watchHealth(hctx, sb, unhealthy)
+	} else {
+		s.setState(stateHealthy, "running (no health check)")
+	}
+	var stopWhy string
+	select {
+	case <-sb.Done():
+	case msg := <-unhealthy:
+		stopWhy = "unhealthy"
+		s.setState(stateUnhealthy, msg)
+		s.pod.event("health", events.Critical, s.name, "unhealthy, restarting: "+msg)
+		s.shutdown(sb)
+	case <-s.restartReq:
+		stopWhy = "restart"
+		s.pod.event("restart_requested", events.Info, s.name, "restart requested by an operator")
+		s.shutdown(sb)
+	case <-s.stopReq:
+		stopWhy = "stop"
+		s.shutdown(sb)
+	}
+	hcancel()
+	out, werr := sb.Wait()
+	s.mu.Lock()
+	code := out.ExitCode
+	s.lastExit, s.pid = &code, 0
+	s.mu.Unlock()
+	detail := exitDetail(code)
+	if werr != nil {
+		detail = "wait: " + werr.Error()
+	}
+	if out.OOMKills > 0 {
+		detail += fmt.Sprintf("; the OOM killer killed %d process(es) (memory_max %d)", out.OOMKills, s.spec.MemoryMax)
+		s.pod.event("oom_kill", events.Critical, s.name, detail)
+	}
+	if out.CleanupErr != nil {
+		s.pod.event("cleanup_failed", events.Critical, s.name, out.CleanupErr.Error())
+	}
+	if stopWhy == "" || stopWhy == "unhealthy" {
+		sev := events.Warning
+		if code == 0 && stopWhy == "" {
+			sev = events.Info
+		}
+		s.pod.event("exit", sev, s.name, detail)
+	}
+	s.setDetail(detail)
+	if stopWhy == "unhealthy" {
+		return stopWhy, true
+	}
+	return stopWhy, code != 0
+}
+
+// shutdown stops a running instance: SIGTERM, then after the manifest's
+// grace period SIGKILL of its whole cgroup.
+func (s *service) shutdown(sb *Sandbox) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.pod.m.StopGrace)
+	defer cancel()
+	if err := sb.Shutdown(ctx); err != nil {
+		s.pod.log.Error("stop service", "service", s.name, "err", err)
+	}
+}
+
+// watchHealth probes the running instance: quickly until its first
+// success (boot waits on it), then every interval. threshold consecutive
+// failures past the start period make it unhealthy.
+func (s *service) watchHealth(ctx context.Context, sb *Sandbox, unhealthy chan<- string) {
+	h := s.spec.Health
+	started := time.Now()
+	fails := 0
+	wasHealthy := false
+	delay := 10 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sb.Done():
+			return
+		case <-time.After(delay):
+		}
+		pctx, cancel := context.WithTimeout(ctx, h.Timeout)
+		start := time.Now()
+		err := s.check(pctx)
+		cancel()
+		s.pod.metrics.observeHealth(s.name, time.Since(start), err == nil)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			fails = 0
+			if !wasHealthy {
+				wasHealthy = true
+				s.backoff.reset()
+				s.setState(stateHealthy, "")
+				s.pod.eventRecovered("health", events.Info, s.name, "healthy", true)
+			}
+			delay = h.Interval
+			continue
+		}
+		if !wasHealthy {
+			// Not up yet: probe again soon, doubling up to the interval.
+			delay = min(delay*2, h.Interval)
+			if time.Since(started) < h.StartPeriod {
+				continue
+			}
+		}
+		fails++
+		s.setDetail("health check failed: " + err.Error())
+		if fails >= h.Threshold {
+			unhealthy <- fmt.Sprintf("%d consecutive health checks failed, the last: %v", fails, err)
+			return
+		}
+	}
+}
+
+// tellDependents writes an event for each service that comes after this
+// one. They are not restarted: a dependency's restart is not theirs.
+func (s *service) tellDependents(kind string, sev events.Severity, detail string) {
+	for _, other := range s.pod.services {
+		for _, dep := range other.spec.After {
+			if dep == s.name {
+				s.pod.event(kind, sev, other.name, detail)
+			}
+		}
+	}
+}
+
+// restart asks the loop for a restart now (an operator's request).
+func (s *service) restart() error {
+	select {
+	case <-s.done:
+		return fmt.Errorf("service %s is not running (%s)", s.name, s.status().State)
+	default:
+	}
+	select {
+	case s.restartReq <- struct{}{}:
+	default: // one is already pending
+	}
+	return nil
+}
+
+// stop ends the loop, stopping the running instance; it returns once the
+// service has exited.
+func (s *service) stop() {
+	s.stopOnce.Do(func() { close(s.stopReq) })
+	<-s.done
+}
+
+func (s *service) stopping() bool {
+	select {
+	case <-s.stopReq:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *service) setDetail(d string) {
+	s.mu.Lock()
+	s.detail = d
+	s.mu.Unlock()
+}
+
+func (s *service) detailNow() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.detail
+}
+
+func exitDetail(code int) string {
+	if code > 128 && code < 128+65 {
+		return fmt.Sprintf("killed by %v (exit %d)", syscall.Signal(code-128), code)
+	}
+	return fmt.Sprintf("exit code %d", code)
+}
+
+// dependencyOrder orders services so that each comes after those it names
+// in after: (the manifest has refused cycles and unknown names).
+func dependencyOrder(svcs []manifest.Service) ([]string, error) {
+	byName := map[string]manifest.Service{}
+	for _, s := range svcs {
+		byName[s.Name] = s
+	}
+	var order []string
+	state := map[string]int{} // 1 visiting, 2 done
+	var visit func(name string, path []string) error
+	visit = func(name string, path []string) error {
+		switch state[name] {
+		case 1:
+			return fmt.Errorf("services depend on each other in a cycle: %s", strings.Join(append(path, name), " → "))
+		case 2:
+			return nil
+		}
+		state[name] = 1
+		for _, dep := range byName[name].After {
+			if _, ok := byName[dep]; !ok {
+				return fmt.Errorf("service %s comes after %q, which is no service", name, dep)
+			}
+			if err := visit(dep, append(path, name)); err != nil {
+				return err
+			}
+		}
+		state[name] = 2
+		order = append(order, name)
+		return nil
+	}
+	for _, s := range svcs {
+		if err := visit(s.Name, nil); err != nil {
+			return nil, err
+		}
+	}
+	return order, nil
+}
