@@ -17,8 +17,9 @@ import (
 )
 
 // Read returns the events with TS at or after since (the zero time: all),
-// from the rotated files oldest first, then the live one. It takes no lock:
-// it reads the files as they all were at one moment, while writers go on.
+// from the rotated files oldest first, then the live one, as they all were
+// at one moment, while writers go on: it does not hold their lock (but see
+// snapshot).
 // A line that does not parse is skipped: the torn line a writer killed
 // mid-write leaves, or a line still being written. A missing file is an
 // error that errors.Is fs.ErrNotExist.
@@ -107,33 +108,84 @@ func parse(line []byte, since time.Time, emit func(Event)) {
 // name, then looks again: a rename between the two looks changes what at
 // least one name is (a rotated file never comes back to a name it left,
 // and the files it holds open cannot be replaced by a file with the same
-// inode), and it tries again.
+// inode), and it tries again. Rotations that come faster than it can look
+// (tiny files, a disk where fsync is free) would starve it: after a few
+// tries it holds a shared flock of the live file while it opens, which no
+// rotation can take from it, and which holds writers back only as long as
+// the opens take.
 func snapshot(path string) ([]*os.File, error) {
-	for range 100 {
-		names, err := chain(path)
-		if err != nil {
-			return nil, err
-		}
-		files := make([]*os.File, len(names))
-		for i, name := range names {
-			f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				closeAll(files)
+	const unlockedTries = 10
+	for try := range 100 {
+		var held *os.File
+		if try >= unlockedTries {
+			var err error
+			if held, err = holdLive(path); err != nil {
 				return nil, err
 			}
-			files[i] = f
 		}
-		again, err := chain(path)
-		if err == nil && slices.Equal(names, again) && same(names, files) {
-			files = slices.DeleteFunc(files, func(f *os.File) bool { return f == nil })
-			if len(files) == 0 {
-				return nil, &os.PathError{Op: "read events", Path: path, Err: fs.ErrNotExist}
-			}
-			return files, nil
+		files, ok, err := look(path)
+		if held != nil {
+			held.Close() // drops the flock
 		}
-		closeAll(files)
+		if err != nil || ok {
+			return files, err
+		}
 	}
-	return nil, fmt.Errorf("read events %s: the files were renamed at every look (100): rotating faster than they can be read", path)
+	return nil, fmt.Errorf("read events %s: the files were renamed at every look (100)", path)
+}
+
+// holdLive returns the live file with a shared flock on it, or nil when
+// there is none at the moment (mid-rotation).
+func holdLive(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, &os.PathError{Op: "flock", Path: path, Err: err}
+	}
+	if !same([]string{path}, []*os.File{f}) { // rotated while it waited
+		f.Close()
+		return nil, nil
+	}
+	return f, nil
+}
+
+// look makes one try of snapshot: ok is false when a name changed.
+func look(path string) (files []*os.File, ok bool, err error) {
+	names, err := chain(path)
+	if err != nil {
+		return nil, false, err
+	}
+	files = make([]*os.File, len(names))
+	for i, name := range names {
+		f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			closeAll(files)
+			return nil, false, err
+		}
+		files[i] = f
+	}
+	again, err := chain(path)
+	if err != nil || !slices.Equal(names, again) || !same(names, files) {
+		closeAll(files)
+		return nil, false, err
+	}
+	files = slices.DeleteFunc(files, func(f *os.File) bool { return f == nil })
+	if len(files) == 0 {
+		return nil, false, &os.PathError{Op: "read events", Path: path, Err: fs.ErrNotExist}
+	}
+	return files, true, nil
 }
 
 // chain lists path's rotated files, oldest (highest number) first, then
