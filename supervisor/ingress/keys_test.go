@@ -66,13 +66,18 @@ func TestLoadKeysAndOperator(t *testing.T) {
 	alice, _ := NewKey()
 	alice2, _ := NewKey()
 	bob, _ := NewKey()
-	p := writeKeys(t, "# operators\nalice "+HashKey(alice)+"\n  bob\t"+HashKey(bob)+"  \nalice "+HashKey(alice2)+"\n", 0o640)
+	// carol's line holds her hash with its last hex digit changed: a
+	// comparison that stopped short of the end would take her key.
+	carol, _ := NewKey()
+	near := []byte(HashKey(carol))
+	near[len(near)-1] = "10"[near[len(near)-1]&1]
+	p := writeKeys(t, "# operators\nalice "+HashKey(alice)+"\n  bob\t"+HashKey(bob)+"  \nalice "+HashKey(alice2)+"\ncarol "+string(near)+"\n", 0o640)
 	k, err := LoadKeys(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.Len() != 3 || k.Path() != p {
-		t.Fatalf("LoadKeys = %d keys from %s; want 3 from %s", k.Len(), k.Path(), p)
+	if k.Len() != 4 || k.Path() != p {
+		t.Fatalf("LoadKeys = %d keys from %s; want 4 from %s", k.Len(), k.Path(), p)
 	}
 	// A key of the right length that is not stored, and stored keys with
 	// their last byte changed: none names anyone.
@@ -80,7 +85,7 @@ func TestLoadKeysAndOperator(t *testing.T) {
 	lastByte := func(s string) string { b := []byte(s); b[len(b)-1] ^= 1; return string(b) }
 	for _, tc := range []struct{ key, want string }{
 		{alice, "alice"}, {alice2, "alice"}, {bob, "bob"},
-		{other, ""}, {lastByte(alice), ""}, {lastByte(bob), ""},
+		{other, ""}, {lastByte(alice), ""}, {lastByte(bob), ""}, {carol, ""},
 		{"", ""}, {HashKey(alice), ""}, {alice + " ", ""},
 	} {
 		op, ok := k.Operator(tc.key)
