@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
@@ -24,13 +25,14 @@ type sandboxState struct {
 
 // clientConn is one accepted connection. Its owner is looked up once, when
 // its first request is decided, and every request on the connection is
-// attributed to it.
+// attributed to it, as the service it is placed in.
 type clientConn struct {
 	sb             *sandboxState
 	conn           *stallConn
 	remote, local  netip.AddrPort
 	once           sync.Once
 	proc           *identity.Process
+	svc            Service // valid when err is nil
 	err            error
 	lookupDuration time.Duration
 	// handled: a handler has the connection's current request. Until one
@@ -51,10 +53,31 @@ func (c *clientConn) identity(m *Metrics) (*identity.Process, error) {
 	c.once.Do(func() {
 		start := time.Now()
 		c.proc, c.err = c.sb.resolver.Lookup(c.remote, c.local)
+		if c.err == nil {
+			c.svc, c.err = c.sb.service(c.proc)
+		}
 		c.lookupDuration = time.Since(start)
 		m.observeIdentity(c.lookupDuration)
 	})
 	return c.proc, c.err
+}
+
+// service is who a connection of p is decided as: the listener's own
+// sandbox, or on a pod's listener the service Route places p in. A process
+// placed nowhere, or in a service without a preset, is not attributed.
+func (st *sandboxState) service(p *identity.Process) (Service, error) {
+	if st.Route == nil {
+		return Service{ID: st.ID, Kind: st.Kind, Preset: st.Preset}, nil
+	}
+	s, err := st.Route(p)
+	if err == nil && (s.ID == "" || s.Preset == "") {
+		err = fmt.Errorf("pid %d (%s) is placed in service %q, which has no preset", p.PID, p.Exe, s.ID)
+	}
+	if err != nil {
+		// %v: whatever Route wraps, the reason is identity_unknown.
+		return Service{}, fmt.Errorf("%w: %v", identity.ErrUnknown, err)
+	}
+	return s, nil
 }
 
 // identityReason maps a lookup failure to its reason code.

@@ -45,18 +45,21 @@ func (dc *decision) upstreamContext(ctx context.Context) context.Context {
 	return egress.WithChecked(ctx, dc.in.Request.Host, dc.in.Request.Port, dc.addrs)
 }
 
-// begin attributes the connection. An identity failure is a denial that
-// never reaches the policy; ok reports whether the policy may be asked.
+// begin attributes the connection, to a process and the service it is
+// decided as. An identity failure is a denial that never reaches the
+// policy, in the listener's own name (a pod's listener: the pod's); ok
+// reports whether the policy may be asked.
 func (p *Proxy) begin(cc *clientConn, req policies.Request) (dc *decision, ok bool) {
 	dc = &decision{start: time.Now()}
-	dc.in.Sandbox = policies.Sandbox{ID: cc.sb.ID, Kind: cc.sb.Kind, Preset: cc.sb.Preset}
 	dc.in.Request = req
 	proc, err := cc.identity(p.cfg.Metrics)
 	if err != nil {
+		dc.in.Sandbox = policies.Sandbox{ID: cc.sb.ID, Kind: cc.sb.Kind, Preset: cc.sb.Preset}
 		dc.d = policies.Decision{Reason: identityReason(err), Preset: cc.sb.Preset}
 		dc.detail = err.Error()
 		return dc, false
 	}
+	dc.in.Sandbox = policies.Sandbox{ID: cc.svc.ID, Kind: cc.svc.Kind, Preset: cc.svc.Preset}
 	dc.in.Process = processInput(proc)
 	return dc, true
 }
@@ -67,7 +70,7 @@ func (p *Proxy) begin(cc *clientConn, req policies.Request) (dc *decision, ok bo
 func (p *Proxy) refused(cc *clientConn, req policies.Request, reason policies.Reason, detail string) *decision {
 	dc, ok := p.begin(cc, req)
 	if ok {
-		dc.d = policies.Decision{Reason: reason, Preset: cc.sb.Preset}
+		dc.d = policies.Decision{Reason: reason, Preset: dc.in.Sandbox.Preset}
 		dc.detail = detail
 	}
 	return dc

@@ -22,6 +22,11 @@ type Denial struct {
 	Method string `json:"method,omitempty"`
 	Path   string `json:"path,omitempty"`
 	Hint   string `json:"hint"`
+	// Sandbox and Preset say who the connection was decided as: on a
+	// pod's shared listener, the service its process is in (the pod
+	// itself when the process is in none).
+	Sandbox string `json:"sandbox,omitempty"`
+	Preset  string `json:"preset,omitempty"`
 }
 
 // ReasonHeader carries the reason code on every denial.
@@ -30,15 +35,17 @@ const ReasonHeader = "X-Airlock-Reason"
 func (dc *decision) denial() Denial {
 	r := &dc.in.Request
 	return Denial{
-		Error:  "airlock denied this " + map[bool]string{true: "connection", false: "request"}[r.Phase == "connect"],
-		Reason: string(dc.d.Reason),
-		Rule:   dc.d.Rule,
-		Binary: dc.in.Process.Exe,
-		Host:   r.Host,
-		Port:   r.Port,
-		Method: r.Method,
-		Path:   r.Path,
-		Hint:   dc.hint(),
+		Error:   "airlock denied this " + map[bool]string{true: "connection", false: "request"}[r.Phase == "connect"],
+		Reason:  string(dc.d.Reason),
+		Rule:    dc.d.Rule,
+		Binary:  dc.in.Process.Exe,
+		Host:    r.Host,
+		Port:    r.Port,
+		Method:  r.Method,
+		Path:    r.Path,
+		Hint:    dc.hint(),
+		Sandbox: dc.in.Sandbox.ID,
+		Preset:  dc.in.Sandbox.Preset,
 	}
 }
 

@@ -122,7 +122,7 @@ func newFuzzFixture(tb testing.TB) *fuzzFixture {
 	tb.Cleanup(fx.p.transport.CloseIdleConnections)
 	// Attributed once, as the first request on a connection would be.
 	fx.cc = &clientConn{sb: &sandboxState{Sandbox: Sandbox{ID: "fuzz", Kind: "fuzz", Preset: "fuzz"}},
-		proc: &identity.Process{PID: 1, Exe: "/usr/bin/curl", UID: 998}}
+		proc: &identity.Process{PID: 1, Exe: "/usr/bin/curl", UID: 998}, svc: Service{ID: "fuzz", Kind: "fuzz", Preset: "fuzz"}}
 	fx.cc.once.Do(func() {})
 	return fx
 }

@@ -41,6 +41,13 @@ type Sandbox struct {
 	// Hook, when set, names the connecting process of each socket (the
 	// cgroup connect hook): lookups cost O(1) instead of a scan.
 	Hook identity.ConnHook
+	// Route, when set, makes the listener a pod's, shared by its
+	// services: each connection is decided as the service Route names
+	// for its process (by its cgroup, ByCgroup), with that service's ID,
+	// kind and preset. A process Route cannot place (in no service's
+	// cgroup) is denied, identity_unknown, with Route's error as the
+	// detail. Preset may then be empty.
+	Route func(p *identity.Process) (Service, error)
 }
 
 // Limits bound what one client can hold.
@@ -214,7 +221,7 @@ type ctxKey struct{}
 // listener may live in another network namespace (created there by the
 // launcher); upstream dials happen from the proxy's namespace.
 func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
-	if sb.Preset == "" {
+	if sb.Preset == "" && sb.Route == nil {
 		return errors.New("proxy: sandbox has no preset")
 	}
 	if sb.Candidates == nil {
@@ -297,7 +304,7 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 	}
 	p.servers[srv] = struct{}{}
 	p.mu.Unlock()
-	p.log.Info("proxy serving", "sandbox", sb.ID, "kind", sb.Kind, "preset", sb.Preset, "listen", ln.Addr().String())
+	p.log.Info("proxy serving", "sandbox", sb.ID, "kind", sb.Kind, "preset", sb.Preset, "pod", sb.Route != nil, "listen", ln.Addr().String())
 	err = srv.Serve(&limitListener{Listener: ln, p: p, st: st})
 	p.recordFlood(st) // what the last interval counted
 	if errors.Is(err, http.ErrServerClosed) {

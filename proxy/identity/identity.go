@@ -12,10 +12,16 @@ import (
 // Process is the owner of a client socket. Lookups of connections from the
 // same process return the same value: it is read-only.
 type Process struct {
-	PID       int
-	UID       int
-	Exe       string // the /proc/<pid>/exe target
-	SHA256    string // of the file /proc/<pid>/exe opens, not of the path
+	PID    int
+	UID    int
+	Exe    string // the /proc/<pid>/exe target
+	SHA256 string // of the file /proc/<pid>/exe opens, not of the path
+	// Cgroup is the process's cgroup v2 path as /proc/<pid>/cgroup shows
+	// it ("/airlock-pod/agent"; "" on a host without cgroup v2), read
+	// when the process is first described: only root can move a process
+	// between cgroups, and a moved process keeps the path it was
+	// described with until it execs or its pid is reused.
+	Cgroup    string
 	Ancestors []Ancestor
 }
 

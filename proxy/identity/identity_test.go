@@ -197,3 +197,22 @@ func TestDescribeSeesExec(t *testing.T) {
 		t.Fatalf("describe after exec = %+v, %v; want %s", after, err, sleep)
 	}
 }
+
+// BenchmarkDescribeFresh describes a process that is not in the process
+// cache (a new connection from a new process): every /proc read of the
+// description is paid, the executable's hash is not (the hash cache).
+func BenchmarkDescribeFresh(b *testing.B) {
+	child, _ := clientProcess(b)
+	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	pid, uid := child.Process.Pid, os.Geteuid()
+	testutil.Latencies(b, func(int) {
+		r.procs.purge()
+		if p, err := r.describe(pid, 0, uid); err != nil || p.PID != pid {
+			b.Fatalf("describe = %+v, %v", p, err)
+		}
+	})
+}

@@ -231,7 +231,11 @@ func (r *Resolver) read(d *procDir, startedBy time.Duration, uid int) (*Process,
 	if err != nil {
 		return nil, unknown("pid %d exited during lookup: %v", pid, err)
 	}
-	p := &Process{PID: pid, UID: puid, Exe: exe, SHA256: sum}
+	cgroup, err := readCgroup(*d)
+	if err != nil {
+		return nil, unknown("pid %d exited during lookup: %v", pid, err)
+	}
+	p := &Process{PID: pid, UID: puid, Exe: exe, SHA256: sum, Cgroup: cgroup}
 	for ppid := st.ppid; ppid > 1 && len(p.Ancestors) < maxAncestors; {
 		a, err := openProc(ppid)
 		if err != nil {

@@ -1,0 +1,74 @@
+package identity
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/vishvananda/netns"
+)
+
+// A process placed in a cgroup leaf is described with that leaf's path, in
+// the form CgroupPath gives for the leaf's directory.
+func TestDescribeReadsTheCgroup(t *testing.T) {
+	testutil.RequireRoot(t, "cgroup v2 leaves")
+	mnt, err := cgroup2.Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "airlock-test-cgroup-" + strconv.Itoa(os.Getpid())
+	leaf, err := cgroup2.Create(mnt, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait(); cgroup2.Remove(leaf) }()
+	if err := cgroup2.Add(leaf, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p, err := r.describe(cmd.Process.Pid, 0, os.Geteuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := CgroupPath(leaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Cgroup != "/"+name || p.Cgroup != want {
+		t.Fatalf("describe(pid in %s).Cgroup = %q; want %q (CgroupPath %q)", leaf, p.Cgroup, "/"+name, want)
+	}
+}
+
+func TestCgroupPath(t *testing.T) {
+	mnt, err := cgroup2.Mount()
+	if err != nil {
+		t.Skipf("no cgroup v2 mount: %v", err)
+	}
+	for _, tc := range []struct {
+		dir, want string
+	}{
+		{mnt, "/"},
+		{mnt + "/", "/"},
+		{filepath.Join(mnt, "airlock-pod", "agent"), "/airlock-pod/agent"},
+		{filepath.Join(mnt, "a", "..", "b"), "/b"},
+		{filepath.Join(mnt, ".."), ""},
+		{"/tmp", ""},
+	} {
+		got, err := CgroupPath(tc.dir)
+		if got != tc.want || (err != nil) != (tc.want == "") {
+			t.Errorf("CgroupPath(%q) = %q, %v; want %q", tc.dir, got, err, tc.want)
+		}
+	}
+}

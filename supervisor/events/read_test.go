@@ -1,0 +1,127 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+)
+
+func TestSince(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	l, err := Open(path, Options{MaxBytes: 400, Keep: 10}) // rotated every two events
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	t0 := time.Date(2026, 11, 23, 13, 0, 0, 0, time.UTC)
+	for i, kind := range []string{"boot_step", "ready", "exit", "restart", "ready", "stop"} {
+		if err := l.Append(Event{TS: t0.Add(time.Duration(i) * time.Second), Source: "supervisor", Kind: kind, Severity: Info, Service: "gateway"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name  string
+		since time.Time
+		want  string
+	}{
+		{"zero: all", time.Time{}, "boot_step ready exit restart ready stop"},
+		{"the first", t0, "boot_step ready exit restart ready stop"},
+		{"at an event: it is in", t0.Add(2 * time.Second), "exit restart ready stop"},
+		{"between two", t0.Add(2*time.Second + 1), "restart ready stop"},
+		{"the last", t0.Add(5 * time.Second), "stop"},
+		{"after all", t0.Add(time.Hour), ""},
+		{"in another zone", t0.Add(3 * time.Second).In(time.FixedZone("PST", -8*3600)), "restart ready stop"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Read(path, tt.since)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kinds(got) != tt.want {
+				t.Errorf("Read(since %v) = %q, want %q", tt.since, kinds(got), tt.want)
+			}
+			// Follow starts with what Read returns.
+			if tt.want == "" {
+				return
+			}
+			c := newCollector()
+			ctx, cancel := context.WithCancel(t.Context())
+			errc := make(chan error, 1)
+			go func() { errc <- Follow(ctx, path, tt.since, c.add) }()
+			got = c.waitFor(t, errc, func(e Event) bool { return e.Kind == "stop" })
+			cancel()
+			if err := <-errc; !errors.Is(err, context.Canceled) {
+				t.Errorf("Follow after cancel = %v, want context.Canceled", err)
+			}
+			if kinds(got) != tt.want {
+				t.Errorf("Follow(since %v) = %q, want %q", tt.since, kinds(got), tt.want)
+			}
+		})
+	}
+}
+
+func kinds(events []Event) string {
+	var k []string
+	for _, e := range events {
+		k = append(k, e.Kind)
+	}
+	return strings.Join(k, " ")
+}
+
+func TestReadMissingFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, path := range []string{filepath.Join(dir, "events.jsonl"), filepath.Join(dir, "no", "events.jsonl")} {
+		if _, err := Read(path, time.Time{}); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), path) {
+			t.Errorf("Read(%s) = %v, want fs.ErrNotExist naming the path", path, err)
+		}
+		if err := Follow(t.Context(), path, time.Time{}, func(Event) {}); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), path) {
+			t.Errorf("Follow(%s) = %v, want fs.ErrNotExist naming the path", path, err)
+		}
+	}
+}
+
+// Read while the files are renamed under it returns the chain as it was at
+// one moment: a run of consecutive events, none missing, none twice. On a
+// tmpfs, where fsync costs nothing, rotations come every few microseconds.
+func TestReadDuringRotationIsConsistent(t *testing.T) {
+	path := filepath.Join(testutil.Tmpfs(t, 64<<20), "events.jsonl")
+	const n, pad = 4000, 100
+	l, err := Open(path, Options{MaxBytes: 512, Keep: 20}) // two lines a file
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := appendSeq(l, "a", 1, pad, nil); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- appendSeq(l, "a", n, pad, nil) }()
+	reads := 0
+	for writing := true; writing; reads++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			writing = false
+		default:
+		}
+		got, err := Read(path, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i < len(got); i++ {
+			if prev, cur := seq(t, got[i-1]), seq(t, got[i]); cur != prev+1 && !(cur == 0 && prev == 0) {
+				t.Fatalf("read %d: seq %d follows %d: not the chain at one moment", reads, cur, prev)
+			}
+		}
+	}
+	t.Logf("%d reads during %d appends", reads, n)
+}

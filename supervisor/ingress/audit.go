@@ -1,0 +1,62 @@
+package ingress
+
+import (
+	"encoding/json"
+	"io"
+	"sync"
+	"time"
+)
+
+// AuditMessage is the msg of the one line each request writes, allowed or
+// refused (as the proxy's CANONICAL-PROXY-DECISION is for egress).
+const AuditMessage = "CANONICAL-INGRESS"
+
+// Reasons, shared by the 401/502 bodies and the audit lines.
+const (
+	ReasonAllowed       = "ingress_allowed"
+	ReasonKeyMissing    = "ingress_key_missing"
+	ReasonKeyUnknown    = "ingress_key_unknown"
+	ReasonUpstreamError = "ingress_upstream_error"
+)
+
+// UnknownOperator is the operator of a request whose key named none.
+const UnknownOperator = "unknown"
+
+// auditLine is one request. It has no field a key could reach: the key
+// headers are read only to find the operator, and the path is logged
+// without its query.
+type auditLine struct {
+	Msg        string  `json:"msg"`
+	TS         string  `json:"ts"`
+	Route      string  `json:"route"`
+	Service    string  `json:"service"`
+	Operator   string  `json:"operator"`
+	Remote     string  `json:"remote"`
+	Method     string  `json:"method"`
+	Path       string  `json:"path"`
+	Status     int     `json:"status"`
+	Allowed    bool    `json:"allowed"`
+	Reason     string  `json:"reason"`
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// auditLog writes each line with one Write, never interleaved.
+type auditLog struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *auditLog) write(a *auditLine, start time.Time) error {
+	a.Msg = AuditMessage
+	a.TS = start.UTC().Format(time.RFC3339Nano)
+	a.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, err = l.w.Write(b)
+	return err
+}

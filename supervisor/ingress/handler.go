@@ -1,0 +1,195 @@
+package ingress
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// OperatorHeader tells the service which operator called. A client's own
+// is removed: only the ingress sets it.
+const OperatorHeader = "X-Airlock-Operator"
+
+// keyHeaders carry an operator's key; they never reach the service.
+var keyHeaders = []string{"Authorization", "X-Api-Key"}
+
+// Refusal is the JSON body of a 401 or 502.
+type Refusal struct {
+	Error  string `json:"error"`
+	Reason string `json:"reason"`
+	Route  string `json:"route"`
+}
+
+type lineKey struct{}
+
+// ServeHTTP authenticates the request, forwards it, and audits it: one
+// line, written when the request ends, whatever way it ends (a refusal, an
+// upstream failure, a stream the client left).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	line := &auditLine{
+		Route: s.route.Name, Service: s.route.Service, Operator: UnknownOperator,
+		Remote: r.RemoteAddr, Method: r.Method, Path: r.URL.Path,
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	counted := s.begin()
+	defer func() {
+		line.Status = sw.final()
+		if err := s.audit.write(line, start); err != nil {
+			s.log.Error("ingress audit write failed", "err", err, "operator", line.Operator,
+				"method", line.Method, "path", line.Path, "status", line.Status, "reason", line.Reason)
+		}
+		if counted {
+			s.reqs.Done()
+		}
+	}()
+	if !counted {
+		line.Reason = "ingress_shutting_down"
+		s.refuse(sw, http.StatusServiceUnavailable, line.Reason, "the ingress is shutting down")
+		return
+	}
+
+	key, reason, msg := presentedKey(r.Header)
+	if reason == "" {
+		if op, ok := s.route.Keys.Operator(key); ok {
+			line.Operator, line.Allowed, line.Reason = op, true, ReasonAllowed
+		} else {
+			reason, msg = ReasonKeyUnknown, "the key is not one of this route's operator keys"
+		}
+	}
+	if !line.Allowed {
+		line.Reason = reason
+		sw.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+		s.refuse(sw, http.StatusUnauthorized, reason, msg)
+		return
+	}
+	s.proxy.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), lineKey{}, line)))
+}
+
+// presentedKey finds the key in `Authorization: Bearer KEY` or
+// `X-Api-Key: KEY`. Both may be sent if they carry the same key; anything
+// ambiguous (two different keys, a header given twice) is refused rather
+// than guessed at.
+func presentedKey(h http.Header) (key, reason, msg string) {
+	auth, api := h.Values("Authorization"), h.Values("X-Api-Key")
+	if len(auth) > 1 || len(api) > 1 {
+		return "", ReasonKeyUnknown, "more than one Authorization or X-Api-Key header"
+	}
+	var bearer, apiKey string
+	if len(auth) == 1 {
+		scheme, token, _ := strings.Cut(strings.TrimSpace(auth[0]), " ")
+		if !strings.EqualFold(scheme, "Bearer") {
+			return "", ReasonKeyMissing, "Authorization is not a Bearer token; send `Authorization: Bearer KEY` or `X-Api-Key: KEY`"
+		}
+		bearer = strings.TrimSpace(token)
+	}
+	if len(api) == 1 {
+		apiKey = strings.TrimSpace(api[0])
+	}
+	switch {
+	case bearer != "" && apiKey != "" && bearer != apiKey:
+		return "", ReasonKeyUnknown, "Authorization and X-Api-Key carry different keys"
+	case bearer != "":
+		return bearer, "", ""
+	case apiKey != "":
+		return apiKey, "", ""
+	}
+	return "", ReasonKeyMissing, "this route needs an operator key: `Authorization: Bearer KEY` or `X-Api-Key: KEY`"
+}
+
+func (s *Server) refuse(w http.ResponseWriter, status int, reason, msg string) {
+	body, _ := json.Marshal(Refusal{Error: msg, Reason: reason, Route: s.route.Name})
+	body = append(body, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// newProxy forwards to the service's port on the pod's loopback through
+// dial, passing streams on as they come (server-sent events) and switching
+// protocols (WebSocket) as the service answers.
+func (s *Server) newProxy(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *httputil.ReverseProxy {
+	target := &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.route.Port))}
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+			for _, h := range keyHeaders {
+				pr.Out.Header.Del(h)
+			}
+			pr.Out.Header.Set(OperatorHeader, pr.In.Context().Value(lineKey{}).(*auditLine).Operator)
+		},
+		Transport: &http.Transport{
+			Proxy:               nil, // never an HTTP(S)_PROXY from the environment
+			DialContext:         dial,
+			DisableCompression:  true, // pass the service's encoding through untouched
+			MaxIdleConnsPerHost: 16,
+			IdleConnTimeout:     90 * time.Second,
+		},
+		FlushInterval: -1,
+		ErrorLog:      s.srv.ErrorLog,
+		ErrorHandler:  s.upstreamError,
+	}
+}
+
+func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	line := r.Context().Value(lineKey{}).(*auditLine)
+	line.Reason = ReasonUpstreamError
+	if errors.Is(r.Context().Err(), context.Canceled) {
+		line.Reason = "ingress_client_gone"
+	}
+	s.log.Warn("ingress upstream failed", "err", err, "operator", line.Operator, "method", line.Method, "path", line.Path, "reason", line.Reason)
+	s.refuse(w, http.StatusBadGateway, ReasonUpstreamError, "service "+s.route.Service+" on port "+strconv.Itoa(s.route.Port)+" did not answer: "+err.Error())
+}
+
+// statusWriter records the status the client got. A protocol switch does
+// not go through WriteHeader: the proxy hijacks the connection and writes
+// the 101 itself, so a hijack is what records it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Hijack hands the connection to the proxy for a switched protocol. The
+// request is then no longer one http.Server.Shutdown waits for; it stays
+// counted until its handler returns (the WebSocket closed or cut).
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.status = http.StatusSwitchingProtocols
+	}
+	return c, rw, err
+}
+
+// Unwrap lets http.ResponseController flush each event through.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) final() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}

@@ -1,0 +1,163 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"sync"
+	"time"
+)
+
+// Route is one door: a host address that reaches one service's port
+// inside the pod.
+type Route struct {
+	Name    string // route name in logs and audit lines
+	Listen  string // host address, e.g. 127.0.0.1:18789
+	Service string // service name inside the pod
+	Port    int    // the service's port on 127.0.0.1 inside the pod
+	Keys    *Keys
+}
+
+// Options are what the supervisor supplies.
+type Options struct {
+	// Dial dials inside the pod's network namespace. Required: the
+	// service's 127.0.0.1 is the pod's, and a dialer of the host's would
+	// reach whatever listens on the host's loopback instead.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Audit receives one CANONICAL-INGRESS JSON line per request. Required.
+	Audit io.Writer
+	// Logger is for errors (a failed upstream, a failed audit write);
+	// slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+// Server timeouts. There is no write timeout and no read timeout: either
+// would cut a server-sent event stream or a WebSocket, which may last as
+// long as the operator's session.
+const (
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 1 << 20
+)
+
+// Server serves one route.
+type Server struct {
+	route Route
+	ln    net.Listener
+	srv   *http.Server
+	proxy *httputil.ReverseProxy
+	audit *auditLog
+	log   *slog.Logger
+
+	// stop cancels every request's context at Shutdown: that is what ends
+	// a WebSocket, whose hijacked connection http.Server no longer tracks.
+	stop context.CancelFunc
+	// mu guards closed; reqs counts the handlers Shutdown waits for, so
+	// that every audit line is written when it returns.
+	mu     sync.Mutex
+	closed bool
+	reqs   sync.WaitGroup
+}
+
+// Listen checks the route and binds its address; Serve then serves it.
+// The supervisor binds every route at boot, so that a taken address fails
+// the boot before READY.
+func Listen(r Route, o Options) (*Server, error) {
+	if err := r.check(o); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", r.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("ingress route %q: listen %s: %w", r.Name, r.Listen, err)
+	}
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger = logger.With("route", r.Name, "service", r.Service)
+	base, stop := context.WithCancel(context.Background())
+	s := &Server{route: r, ln: ln, audit: &auditLog{w: o.Audit}, log: logger, stop: stop}
+	s.srv = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	s.proxy = s.newProxy(o.Dial)
+	return s, nil
+}
+
+// check refuses a route that could not authenticate, audit or reach its
+// service, before anything is bound.
+func (r Route) check(o Options) error {
+	var errs []error
+	if r.Name == "" {
+		errs = append(errs, errors.New("no name"))
+	}
+	if r.Service == "" {
+		errs = append(errs, errors.New("no service"))
+	}
+	if r.Port < 1 || r.Port > 65535 {
+		errs = append(errs, fmt.Errorf("port %d is not 1-65535", r.Port))
+	}
+	if r.Keys.Len() == 0 {
+		errs = append(errs, errors.New("no operator keys: there is no unauthenticated mode"))
+	}
+	if o.Dial == nil {
+		errs = append(errs, errors.New("no dialer into the pod"))
+	}
+	if o.Audit == nil {
+		errs = append(errs, errors.New("no audit log"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ingress route %q: %w", r.Name, err)
+	}
+	return nil
+}
+
+// Addr is the bound address (the port chosen when Listen asked for :0).
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Serve serves until Shutdown; it returns nil after Shutdown.
+func (s *Server) Serve() error {
+	if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("ingress route %q on %s: %w", s.route.Name, s.route.Listen, err)
+	}
+	return nil
+}
+
+// Shutdown stops listening and lets requests in flight finish until ctx
+// ends; then it cuts what is left (streams, WebSockets: they never end by
+// themselves) and returns once every request's audit line is written.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	s.stop()
+	if err != nil {
+		s.srv.Close()
+		err = fmt.Errorf("ingress route %q: requests cut at shutdown: %w", s.route.Name, err)
+	}
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.reqs.Wait()
+	return err
+}
+
+// begin counts a request Shutdown must wait for, unless Shutdown is
+// already waiting (a straggler of a connection it closed).
+func (s *Server) begin() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.reqs.Add(1)
+	return true
+}

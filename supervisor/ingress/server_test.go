@@ -1,0 +1,418 @@
+package ingress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+)
+
+// syncBuffer is an audit log the test reads after Shutdown.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// ingress is one route under test, with the keys of its two operators.
+type ingress struct {
+	srv        *Server
+	url        string
+	audit      *syncBuffer
+	alice, bob string
+	dialed     chan string // every address the route dialled
+}
+
+// startIngress serves a route to port on loopback. Its dialer is a plain
+// one standing in for the supervisor's dialer into the pod, and records
+// what it is asked to dial.
+func startIngress(t *testing.T, port int) *ingress {
+	t.Helper()
+	in := &ingress{audit: &syncBuffer{}, dialed: make(chan string, 100)}
+	in.alice, _ = NewKey()
+	in.bob, _ = NewKey()
+	keys, err := LoadKeys(writeKeys(t, "alice "+HashKey(in.alice)+"\nbob "+HashKey(in.bob)+"\n", 0o600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d net.Dialer
+	in.srv, err = Listen(Route{Name: "gateway", Listen: "127.0.0.1:0", Service: "gw", Port: port, Keys: keys}, Options{
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			in.dialed <- addr
+			return d.DialContext(ctx, network, addr)
+		},
+		Audit: in.audit,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.url = "http://" + in.srv.Addr().String()
+	served := make(chan error, 1)
+	go func() { served <- in.srv.Serve() }()
+	t.Cleanup(func() {
+		in.shutdown(t)
+		if err := <-served; err != nil {
+			t.Errorf("Serve() = %v", err)
+		}
+	})
+	return in
+}
+
+// shutdown stops the route; every audit line is written when it returns.
+func (in *ingress) shutdown(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := in.srv.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown() = %v", err)
+	}
+}
+
+// lines parses the audit log, by path: each test request has its own.
+func (in *ingress) lines(t *testing.T) map[string]auditLine {
+	t.Helper()
+	out := map[string]auditLine{}
+	for _, l := range strings.Split(strings.TrimSpace(in.audit.String()), "\n") {
+		var a auditLine
+		if err := json.Unmarshal([]byte(l), &a); err != nil {
+			t.Fatalf("audit line %q: %v", l, err)
+		}
+		if a.Msg != AuditMessage || a.Route != "gateway" || a.Service != "gw" || a.TS == "" || !strings.HasPrefix(a.Remote, "127.0.0.1:") {
+			t.Errorf("audit line %q lacks its constant fields", l)
+		}
+		out[a.Path] = a
+	}
+	return out
+}
+
+func port(t *testing.T, rawURL string) int {
+	t.Helper()
+	_, p, _ := net.SplitHostPort(strings.TrimPrefix(rawURL, "http://"))
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// curl runs curl with args and returns the status, headers and body.
+func curl(t *testing.T, args ...string) (int, http.Header, string) {
+	t.Helper()
+	bin := testutil.RequireTool(t, "curl")
+	out, err := exec.Command(bin, append([]string{"-sS", "-i", "--noproxy", "*", "--max-time", "30"}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("curl %q: %v", args, err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(out)), nil)
+	if err != nil {
+		t.Fatalf("curl %q output %q: %v", args, out, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(body)
+}
+
+// echoHeaders is a service that answers with the request headers it got.
+func echoHeaders() *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(r.Header)
+	}))
+}
+
+func TestHTTPKeysWithCurl(t *testing.T) {
+	backend := echoHeaders()
+	defer backend.Close()
+	in := startIngress(t, port(t, backend.URL))
+	wrong, _ := NewKey() // the right length, stored nowhere
+	lastByte := []byte(in.alice)
+	lastByte[len(lastByte)-1] ^= 1
+
+	for _, tc := range []struct {
+		path     string
+		headers  []string
+		operator string // "" when refused
+		reason   string
+	}{
+		{"/bearer", []string{"Authorization: Bearer " + in.alice}, "alice", ReasonAllowed},
+		{"/bearer-lower", []string{"authorization: bearer " + in.alice}, "alice", ReasonAllowed},
+		{"/api-key", []string{"X-Api-Key: " + in.bob, "X-Airlock-Operator: alice"}, "bob", ReasonAllowed},
+		{"/both-same", []string{"Authorization: Bearer " + in.bob, "X-Api-Key: " + in.bob}, "bob", ReasonAllowed},
+		{"/none", nil, "", ReasonKeyMissing},
+		{"/basic", []string{"Authorization: Basic " + in.alice}, "", ReasonKeyMissing},
+		{"/empty-bearer", []string{"Authorization: Bearer "}, "", ReasonKeyMissing},
+		{"/wrong", []string{"Authorization: Bearer " + wrong}, "", ReasonKeyUnknown},
+		{"/last-byte", []string{"X-Api-Key: " + string(lastByte)}, "", ReasonKeyUnknown},
+		{"/hash", []string{"X-Api-Key: " + HashKey(in.alice)}, "", ReasonKeyUnknown},
+		{"/both-different", []string{"Authorization: Bearer " + in.alice, "X-Api-Key: " + in.bob}, "", ReasonKeyUnknown},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			args := []string{in.url + tc.path + "?q=1"}
+			for _, h := range tc.headers {
+				args = append(args, "-H", h)
+			}
+			status, h, body := curl(t, args...)
+			if tc.operator == "" {
+				var ref Refusal
+				if err := json.Unmarshal([]byte(body), &ref); err != nil || status != http.StatusUnauthorized ||
+					ref.Reason != tc.reason || ref.Route != "gateway" || ref.Error == "" ||
+					h.Get("WWW-Authenticate") != `Bearer realm="airlock"` || h.Get("Content-Type") != "application/json" {
+					t.Fatalf("curl %s = %d %v %q (%v); want 401 %s with WWW-Authenticate", tc.path, status, h, body, err, tc.reason)
+				}
+				return
+			}
+			var seen http.Header
+			if err := json.Unmarshal([]byte(body), &seen); err != nil || status != http.StatusOK {
+				t.Fatalf("curl %s = %d %q (%v); want 200", tc.path, status, body, err)
+			}
+			if got := seen.Values(OperatorHeader); len(got) != 1 || got[0] != tc.operator {
+				t.Errorf("service saw %s: %q; want [%s]", OperatorHeader, got, tc.operator)
+			}
+			for _, k := range keyHeaders {
+				if v := seen.Get(k); v != "" {
+					t.Errorf("service saw %s: %q; key headers must not reach it", k, v)
+				}
+			}
+			if seen.Get("X-Forwarded-For") != "127.0.0.1" {
+				t.Errorf("service saw X-Forwarded-For %q; want the client, 127.0.0.1", seen.Get("X-Forwarded-For"))
+			}
+		})
+	}
+
+	in.shutdown(t)
+	log := in.audit.String()
+	for _, key := range []string{in.alice, in.bob, wrong, string(lastByte), "?q=1"} {
+		if strings.Contains(log, key) {
+			t.Errorf("audit log contains %q:\n%s", key, log)
+		}
+	}
+	lines := in.lines(t)
+	for path, want := range map[string]auditLine{
+		"/bearer":         {Operator: "alice", Allowed: true, Reason: ReasonAllowed, Status: 200},
+		"/api-key":        {Operator: "bob", Allowed: true, Reason: ReasonAllowed, Status: 200},
+		"/none":           {Operator: UnknownOperator, Reason: ReasonKeyMissing, Status: 401},
+		"/wrong":          {Operator: UnknownOperator, Reason: ReasonKeyUnknown, Status: 401},
+		"/last-byte":      {Operator: UnknownOperator, Reason: ReasonKeyUnknown, Status: 401},
+		"/both-different": {Operator: UnknownOperator, Reason: ReasonKeyUnknown, Status: 401},
+	} {
+		got := lines[path]
+		if got.Operator != want.Operator || got.Allowed != want.Allowed || got.Reason != want.Reason || got.Status != want.Status || got.Method != "GET" {
+			t.Errorf("audit line for %s = %+v; want %+v", path, got, want)
+		}
+	}
+	if len(lines) != 11 {
+		t.Errorf("audit log has %d paths, want one line per request (11):\n%s", len(lines), log)
+	}
+	// The route dials the service's port on the pod's loopback, through
+	// the dialer it was given, and only when a key was valid.
+	close(in.dialed)
+	for addr := range in.dialed {
+		if addr != "127.0.0.1:"+strconv.Itoa(port(t, backend.URL)) {
+			t.Errorf("dialled %s; want the service port on 127.0.0.1", addr)
+		}
+	}
+}
+
+// A stream's events reach the client as the service sends them, before
+// the stream ends: server-sent events, and any other streamed body (a chat
+// completion streamed as NDJSON has no event-stream type to be recognised by).
+func TestStreamWithCurl(t *testing.T) {
+	for _, ctype := range []string{"text/event-stream", "application/x-ndjson"} {
+		t.Run(ctype, func(t *testing.T) {
+			release := make(chan struct{})
+			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", ctype)
+				fmt.Fprint(w, "data: one\n\n")
+				w.(http.Flusher).Flush()
+				select {
+				case <-release:
+				case <-r.Context().Done():
+					return
+				}
+				fmt.Fprint(w, "data: two\n\n")
+			}))
+			defer backend.Close()
+			in := startIngress(t, port(t, backend.URL))
+
+			cmd := exec.Command(testutil.RequireTool(t, "curl"), "-sS", "-N", "--noproxy", "*", "--max-time", "30",
+				"-H", "X-Api-Key: "+in.alice, in.url+"/events")
+			stdout, _ := cmd.StdoutPipe()
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			r := bufio.NewReader(stdout)
+			first, err := r.ReadString('\n')
+			if first != "data: one\n" {
+				t.Fatalf("first line of the stream = %q, %v (%s); want it before the stream ends", first, err, stderr.String())
+			}
+			close(release)
+			rest, _ := io.ReadAll(r)
+			if err := cmd.Wait(); err != nil || string(rest) != "\ndata: two\n\n" {
+				t.Fatalf("rest of the stream = %q, curl %v %s", rest, err, stderr.String())
+			}
+			in.shutdown(t)
+			if got := in.lines(t)["/events"]; got.Operator != "alice" || got.Status != 200 || !got.Allowed {
+				t.Errorf("audit line = %+v", got)
+			}
+		})
+	}
+}
+
+// startWSEcho starts testdata/ws_echo.js and returns its port.
+func startWSEcho(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command(testutil.RequireTool(t, "node"), "testdata/ws_echo.js")
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = &testWriter{t}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var ready struct{ Port int }
+	if err := json.NewDecoder(stdout).Decode(&ready); err != nil || ready.Port == 0 {
+		t.Fatalf("ws_echo.js did not say its port: %v", err)
+	}
+	return ready.Port
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w *testWriter) Write(p []byte) (int, error) { w.t.Logf("%s", p); return len(p), nil }
+
+type wsResult struct {
+	Status  int
+	Headers map[string]string
+	Body    string
+	Echo    string
+}
+
+// wsClient runs testdata/ws_client.py against addr.
+func wsClient(t *testing.T, addr, message string, headers ...string) wsResult {
+	t.Helper()
+	cmd := exec.Command(testutil.RequireTool(t, "python3"), append([]string{"testdata/ws_client.py", addr, message}, headers...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var res wsResult
+	if err != nil || json.Unmarshal(out, &res) != nil {
+		t.Fatalf("ws_client.py = %v %q %s", err, out, stderr.String())
+	}
+	return res
+}
+
+func TestWebSocketRoundTrip(t *testing.T) {
+	in := startIngress(t, startWSEcho(t))
+	addr := in.srv.Addr().String()
+	for _, h := range []string{"X-Api-Key: " + in.alice, "Authorization: Bearer " + in.alice} {
+		res := wsClient(t, addr, "hello through the ingress", h, "X-Airlock-Operator: mallory")
+		if res.Status != 101 || res.Echo != "hello through the ingress" {
+			t.Fatalf("WebSocket with %s = %+v; want 101 and the echo", strings.SplitN(h, ":", 2)[0], res)
+		}
+		if res.Headers["x-echo-operator"] != "alice" || res.Headers["x-echo-key-headers"] != "none" {
+			t.Errorf("service saw operator %q and key headers %q; want alice and none", res.Headers["x-echo-operator"], res.Headers["x-echo-key-headers"])
+		}
+	}
+	wrong, _ := NewKey()
+	res := wsClient(t, addr, "x", "X-Api-Key: "+wrong)
+	if res.Status != 401 || !strings.Contains(res.Body, ReasonKeyUnknown) {
+		t.Fatalf("WebSocket with a wrong key = %+v; want 401 %s", res, ReasonKeyUnknown)
+	}
+	in.shutdown(t)
+	log := in.audit.String()
+	if strings.Contains(log, in.alice) || strings.Contains(log, wrong) {
+		t.Errorf("audit log contains a key:\n%s", log)
+	}
+	var statuses []string
+	for _, l := range strings.Split(strings.TrimSpace(log), "\n") {
+		var a auditLine
+		json.Unmarshal([]byte(l), &a)
+		statuses = append(statuses, fmt.Sprintf("%s %d %s", a.Operator, a.Status, a.Reason))
+	}
+	if want := []string{"alice 101 ingress_allowed", "alice 101 ingress_allowed", "unknown 401 ingress_key_unknown"}; strings.Join(statuses, "|") != strings.Join(want, "|") {
+		t.Errorf("audit lines = %q; want %q", statuses, want)
+	}
+}
+
+func TestUpstreamDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := port(t, "http://"+ln.Addr().String())
+	ln.Close()
+	in := startIngress(t, closed)
+	status, _, body := curl(t, "-H", "X-Api-Key: "+in.bob, in.url+"/down")
+	var ref Refusal
+	if err := json.Unmarshal([]byte(body), &ref); err != nil || status != http.StatusBadGateway || ref.Reason != ReasonUpstreamError || !strings.Contains(ref.Error, "service gw on port") {
+		t.Fatalf("curl to a down service = %d %q; want 502 %s", status, body, ReasonUpstreamError)
+	}
+	in.shutdown(t)
+	if got := in.lines(t)["/down"]; got.Operator != "bob" || got.Status != 502 || got.Reason != ReasonUpstreamError || !got.Allowed {
+		t.Errorf("audit line = %+v", got)
+	}
+}
+
+func TestListenRefuses(t *testing.T) {
+	key, _ := NewKey()
+	keys, err := LoadKeys(writeKeys(t, "alice "+HashKey(key)+"\n", 0o600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	var d net.Dialer
+	good := Route{Name: "r", Listen: "127.0.0.1:0", Service: "s", Port: 80, Keys: keys}
+	opts := Options{Dial: d.DialContext, Audit: io.Discard}
+	for _, tc := range []struct {
+		name   string
+		change func(r *Route, o *Options)
+		want   string
+	}{
+		{"no keys", func(r *Route, o *Options) { r.Keys = nil }, "no operator keys"},
+		{"empty keys", func(r *Route, o *Options) { r.Keys = &Keys{} }, "no operator keys"},
+		{"no dialer", func(r *Route, o *Options) { o.Dial = nil }, "no dialer into the pod"},
+		{"no audit", func(r *Route, o *Options) { o.Audit = nil }, "no audit log"},
+		{"no port", func(r *Route, o *Options) { r.Port = 0 }, "port 0 is not 1-65535"},
+		{"no service", func(r *Route, o *Options) { r.Service = "" }, "no service"},
+		{"taken", func(r *Route, o *Options) { r.Listen = taken.Addr().String() }, "listen " + taken.Addr().String()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, o := good, opts
+			tc.change(&r, &o)
+			if s, err := Listen(r, o); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `route "r"`) {
+				if s != nil {
+					s.Shutdown(context.Background())
+				}
+				t.Fatalf("Listen = %v; want an error naming route r and %q", err, tc.want)
+			}
+		})
+	}
+}
