@@ -48,6 +48,10 @@ type Config struct {
 
 	Net       Net `json:"net"`
 	ProxyPort int `json:"proxy_port,omitempty"`
+	// ConnectPorts are further TCP ports the sandbox may connect to,
+	// besides ProxyPort: its pod's other services on the namespace's
+	// loopback. Landlock network rules enforce them, per port.
+	ConnectPorts []int `json:"connect_ports,omitempty"`
 
 	// Landlock paths: read-only, read-write, read-and-execute.
 	RO       []string     `json:"ro,omitempty"`
@@ -144,6 +148,16 @@ func (c *Config) Validate() error {
 		}
 	default:
 		fail("--net %q: want none, proxy or host", c.Net)
+	}
+	for _, port := range c.ConnectPorts {
+		if port < 1 || port > 65535 {
+			fail("connect port %d is out of range: want 1 to 65535", port)
+		}
+	}
+	if len(c.ConnectPorts) > 0 && c.Net == NetHost {
+		// On the host's network Landlock's connect rules are not
+		// applied: the ports would read as a limit that is not there.
+		fail("connect ports %v need the sandbox's own network (--net proxy or none), not --net host", c.ConnectPorts)
 	}
 	switch c.Landlock {
 	case LandlockHard, LandlockBestEffort, LandlockOff:

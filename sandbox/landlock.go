@@ -111,13 +111,34 @@ func buildRuleset(c *Config) (*ruleset, error) {
 	if err := add(c.RW, attr.Access_fs); err != nil {
 		return nil, err
 	}
-	if attr.Access_net != 0 && c.Net == NetProxy {
-		port := portRule{AllowedAccess: unix.LANDLOCK_ACCESS_NET_CONNECT_TCP, Port: uint64(c.ProxyPort)}
-		if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rs.fd), landlockRuleNetPort, uintptr(unsafe.Pointer(&port)), 0, 0, 0); errno != 0 {
-			return nil, fmt.Errorf("landlock_add_rule(port %d): %w", c.ProxyPort, errno)
+	if attr.Access_net != 0 {
+		if err := rs.allowConnect(connectPorts(c)); err != nil {
+			return nil, err
 		}
 	}
 	return rs, nil
+}
+
+// connectPorts are the TCP ports the sandbox may connect to: the proxy's
+// (--net proxy) and its pod's services' (ConnectPorts), on its own
+// namespace's loopback.
+func connectPorts(c *Config) []int {
+	var ports []int
+	if c.Net == NetProxy {
+		ports = append(ports, c.ProxyPort)
+	}
+	return append(ports, c.ConnectPorts...)
+}
+
+// allowConnect allows TCP connects to each port.
+func (rs *ruleset) allowConnect(ports []int) error {
+	for _, p := range ports {
+		rule := portRule{AllowedAccess: unix.LANDLOCK_ACCESS_NET_CONNECT_TCP, Port: uint64(p)}
+		if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rs.fd), landlockRuleNetPort, uintptr(unsafe.Pointer(&rule)), 0, 0, 0); errno != 0 {
+			return fmt.Errorf("landlock_add_rule(port %d): %w", p, errno)
+		}
+	}
+	return nil
 }
 
 const landlockRuleNetPort = 2 // LANDLOCK_RULE_NET_PORT

@@ -2,8 +2,10 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
 
@@ -25,42 +27,29 @@ type Network struct {
 // proxy serves the listener from the host namespace's goroutines, so its
 // upstream dials leave from the host, and the sandbox has no route at all.
 func NewNetwork(port int) (*Network, error) {
-	type result struct {
-		n   *Network
-		err error
+	var n *Network
+	err := inNamespace(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return &os.SyscallError{Syscall: "unshare(CLONE_NEWNET)", Err: err}
+		}
+		return nil
+	}, func() (err error) {
+		n, err = setUpNetwork(port)
+		return err
+	})
+	if err != nil && n != nil {
+		n.Close() // made, but the thread could not leave it
+		n = nil
 	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		n, err, restored := newNetwork(port)
-		if restored {
-			runtime.UnlockOSThread()
-		} // else: the thread stays locked and dies with the goroutine
-		ch <- result{n, err}
-	}()
-	r := <-ch
-	return r.n, r.err
+	return n, err
 }
 
-func newNetwork(port int) (n *Network, err error, restored bool) {
-	orig, err := netns.Get()
-	if err != nil {
-		return nil, fmt.Errorf("current netns: %w", err), true
-	}
-	defer orig.Close()
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		return nil, &os.SyscallError{Syscall: "unshare(CLONE_NEWNET)", Err: err}, true
-	}
-	defer func() {
-		if e := netns.Set(orig); e != nil {
-			err, restored = fmt.Errorf("setns back to the host namespace: %w", e), false
-			return
-		}
-		restored = true
-	}()
+// setUpNetwork runs in the new namespace: loopback up, and the proxy's
+// listener on it.
+func setUpNetwork(port int) (*Network, error) {
 	ns, err := netns.Get()
 	if err != nil {
-		return nil, fmt.Errorf("sandbox netns: %w", err), false
+		return nil, fmt.Errorf("sandbox netns: %w", err)
 	}
 	lo, err := netlink.LinkByName("lo")
 	if err == nil {
@@ -68,20 +57,96 @@ func newNetwork(port int) (n *Network, err error, restored bool) {
 	}
 	if err != nil {
 		ns.Close()
-		return nil, fmt.Errorf("bring up lo in the sandbox namespace: %w", err), false
+		return nil, fmt.Errorf("bring up lo in the sandbox namespace: %w", err)
 	}
-	n = &Network{NS: ns}
+	n := &Network{NS: ns}
 	if port != 0 {
 		// Its clients are the sandbox's processes: no keepalive probes
 		// (four setsockopt calls per accept) for peers on the same host.
 		ln, err := (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp4", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			ns.Close()
-			return nil, fmt.Errorf("proxy listener in the sandbox namespace: %w", err), false
+			return nil, fmt.Errorf("proxy listener in the sandbox namespace: %w", err)
 		}
 		n.Listener = ln
 	}
-	return n, nil, false
+	return n, nil
+}
+
+// DialContext dials addr inside the namespace: the supervisor's health
+// checks and ingress reach a service on the pod's 127.0.0.1 this way. The
+// socket is made on a thread that has entered the namespace, and a socket
+// stays in the namespace it was made in. addr's host must be an IP
+// address: nothing resolves names inside the namespace, and a lookup made
+// for it would run in the host's.
+func (n *Network) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s in the sandbox namespace: %w", addr, err)
+	}
+	if _, err := netip.ParseAddr(host); err != nil {
+		return nil, fmt.Errorf("dial %s in the sandbox namespace: %q is not an IP address (names are not resolved there)", addr, host)
+	}
+	var c net.Conn
+	err = inNamespace(n.enter, func() (err error) {
+		// One IP address: the dialer makes its one socket on this
+		// goroutine, so on this thread.
+		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	if err != nil && c != nil {
+		c.Close() // made, but the thread could not leave the namespace
+		c = nil
+	}
+	return c, err
+}
+
+// enter moves the calling thread into the namespace (inNamespace).
+func (n *Network) enter() error {
+	if err := netns.Set(n.NS); err != nil {
+		return fmt.Errorf("setns into the sandbox namespace: %w", err)
+	}
+	return nil
+}
+
+// inNamespace runs enter, then f, on one locked OS thread, and returns the
+// thread to the namespace it came from before releasing it: enter moves it
+// into a network namespace (unshare or setns), and what f makes there (a
+// listener, a socket) stays there. A thread that cannot return stays
+// locked and dies with its goroutine, so no other goroutine ever runs in
+// the namespace by mistake.
+func inNamespace(enter, f func() error) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		restored, err := enterRunLeave(enter, f)
+		if restored {
+			runtime.UnlockOSThread()
+		} // else: the thread stays locked and dies with the goroutine
+		ch <- err
+	}()
+	return <-ch
+}
+
+func enterRunLeave(enter, f func() error) (restored bool, err error) {
+	orig, err := netns.Get()
+	if err != nil {
+		return true, fmt.Errorf("current netns: %w", err)
+	}
+	defer orig.Close()
+	defer func() {
+		// Also after a failed enter: setns to where the thread is
+		// already is harmless, and proves it.
+		if e := netns.Set(orig); e != nil {
+			restored, err = false, errors.Join(err, fmt.Errorf("setns back to the host namespace: %w", e))
+			return
+		}
+		restored = true
+	}()
+	if err := enter(); err != nil {
+		return false, err
+	}
+	return false, f()
 }
 
 // Close releases the namespace handle and the listener.

@@ -35,6 +35,13 @@ func TestMain(m *testing.M) {
 // run starts the sandbox and returns the command's output and exit code.
 func run(t testing.TB, c Config) (string, int, error) {
 	t.Helper()
+	return runWith(t, c, nil)
+}
+
+// runWith is run with setup called on the sandbox's network (when it has
+// its own) before the sandbox starts.
+func runWith(t testing.TB, c Config, setup func(*Network)) (string, int, error) {
+	t.Helper()
 	testutil.RequireRoot(t, "the sandbox launcher (uid switch, namespaces, Landlock)")
 	var network *Network
 	if c.Net != NetHost {
@@ -48,6 +55,9 @@ func run(t testing.TB, c Config) (string, int, error) {
 		}
 		defer n.Close()
 		network = n
+		if setup != nil {
+			setup(n)
+		}
 	}
 	out, err := os.CreateTemp(t.TempDir(), "out")
 	if err != nil {
@@ -248,11 +258,7 @@ func TestEscapesFail(t *testing.T) {
 	os.Chown(suid, 0, 0)
 	os.Chmod(suid, 0o4755)
 
-	// The test binary, where uid 998 may execute it.
-	selfCopy := filepath.Join(suidDir, "sandbox.test")
-	self, _ := os.Executable()
-	bin, _ := os.ReadFile(self)
-	os.WriteFile(selfCopy, bin, 0o755)
+	selfCopy := copySelf(t, suidDir)
 
 	for _, tc := range []struct {
 		name, arg string
@@ -299,6 +305,85 @@ func TestEscapesFail(t *testing.T) {
 			}
 			t.Logf("%s: %s", tc.name, strings.TrimSpace(out))
 		})
+	}
+}
+
+// copySelf copies the test binary into dir, where uid 998 may execute it.
+func copySelf(t *testing.T, dir string) string {
+	selfCopy := filepath.Join(dir, "sandbox.test")
+	self, _ := os.Executable()
+	bin, _ := os.ReadFile(self)
+	os.WriteFile(selfCopy, bin, 0o755)
+	return selfCopy
+}
+
+// ConnectPorts open those ports of the pod's loopback, and only those, to
+// the sandbox: a service listening on a port not given is as closed to it
+// as the host.
+func TestConnectPorts(t *testing.T) {
+	testutil.RequireRoot(t, "Landlock network rules")
+	const allowed, other = 8901, 18789
+	dir := openDir(t)
+	self := copySelf(t, dir)
+	for _, tc := range []struct {
+		net  Net
+		port int
+		want string // "" connects
+	}{
+		{NetProxy, allowed, ""},
+		{NetProxy, 3128, ""}, // the proxy's port stays open
+		{NetProxy, other, unix.EACCES.Error()},
+		{NetNone, allowed, ""},
+		{NetNone, other, unix.EACCES.Error()},
+	} {
+		t.Run(fmt.Sprintf("%s/%d", tc.net, tc.port), func(t *testing.T) {
+			c := base(t, self)
+			c.Exec = append(c.Exec, dir)
+			c.Net = tc.net
+			if tc.net == NetProxy {
+				c.ProxyPort = 3128
+			}
+			c.ConnectPorts = []int{allowed}
+			c.Env = append(c.Env, "AIRLOCK_ESCAPE=tcp", fmt.Sprintf("AIRLOCK_ESCAPE_ARG=127.0.0.1:%d", tc.port))
+			out, code, err := runWith(t, c, func(n *Network) {
+				// Both ports are served, so only Landlock can refuse.
+				listenIn(t, n, allowed, "")
+				listenIn(t, n, other, "")
+			})
+			if err != nil {
+				t.Fatalf("launch: %v", err)
+			}
+			out = strings.TrimSpace(out)
+			switch {
+			case tc.want == "" && (code != 1 || out != "ESCAPED"): // the attempt connected
+				t.Fatalf("connect to port %d with ConnectPorts %v: exit %d, %q; want connected", tc.port, c.ConnectPorts, code, out)
+			case tc.want != "" && (code != 0 || !strings.Contains(out, tc.want)):
+				t.Fatalf("connect to port %d with ConnectPorts %v: exit %d, %q; want %s", tc.port, c.ConnectPorts, code, out, tc.want)
+			}
+		})
+	}
+}
+
+func TestValidateConnectPorts(t *testing.T) {
+	for _, tc := range []struct {
+		net   Net
+		ports []int
+		want  string // "" is valid
+	}{
+		{NetProxy, []int{1, 8901, 65535}, ""},
+		{NetNone, []int{8901}, ""},
+		{NetProxy, []int{0}, "connect port 0 is out of range"},
+		{NetProxy, []int{65536}, "connect port 65536 is out of range"},
+		{NetNone, []int{-1}, "connect port -1 is out of range"},
+		{NetHost, []int{8901}, "need the sandbox's own network"},
+	} {
+		c := Defaults()
+		c.Command = []string{"/bin/true"}
+		c.Net, c.ProxyPort, c.ConnectPorts = tc.net, 3128, tc.ports
+		err := c.Validate()
+		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("Validate(net %s, connect ports %v) = %v; want %q", tc.net, tc.ports, err, tc.want)
+		}
 	}
 }
 
