@@ -189,6 +189,7 @@ func TestTornLinesAreSkipped(t *testing.T) {
 		{"two torn in a row", torn + "\n" + torn + "\n" + whole("a") + "\n" + torn, 1, []string{"a", "next"}, "", 0},
 		{"whole but unterminated", whole("a"), 0, []string{"a", "next"}, whole("a") + "\n" + whole("next") + "\n", 0},
 		{"torn last line, then rotation", whole("a") + "\n" + torn, 1, []string{"a", "next"}, whole("next") + "\n", 200},
+		{"whole but unterminated, then rotation", whole("a"), 0, []string{"a", "next"}, whole("next") + "\n", 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
