@@ -38,7 +38,7 @@ test: lint tools
 # airlock side by side with direct, squid and tinyproxy on loopback.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 20000x ./policies/
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./proxy/... ./sandbox/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./proxy/... ./sandbox/ ./supervisor/events/
 	$(GO) run ./integration/bench -airlock bin/airlock
 
 # Each fuzz target for FUZZTIME, one after another; `make test` runs their

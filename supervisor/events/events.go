@@ -17,6 +17,9 @@ import (
 	"time"
 )
 
+// DefaultFile is the events file's name in the pod's state directory.
+const DefaultFile = "agent-inbox.jsonl"
+
 // Severity says how much an event needs a human.
 type Severity string
 

@@ -13,9 +13,9 @@ import (
 )
 
 // ErrFellBehind is returned by Follow when the file it was reading was
-// rotated out of the chain (deleted, with path.Keep) before it got to the
+// rotated out of the chain (past path.Keep, deleted) before it got to the
 // files after it: lines may be missing, and it says so rather than skip.
-var ErrFellBehind = errors.New("fell behind rotation: files after the one being read were deleted first; lines may be missing")
+var ErrFellBehind = errors.New("fell behind: the file being read left the chain (rotated out, or removed) before the files after it were read; lines may be missing")
 
 // Follow passes fn every event Read would return, then every event
 // appended after, in file order, each once, across rotations, until ctx

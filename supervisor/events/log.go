@@ -91,8 +91,10 @@ func openLive(path string) (int, error) {
 	return fd, nil
 }
 
-// Append writes e as one line and returns once it is on disk. TS is set to
-// now when zero, and written in UTC.
+// Append writes e as one line and returns once it is on disk (fsync'd).
+// TS is set to now when zero, and written in UTC. It is safe for
+// concurrent use, and with other Logs (in other processes too) on the same
+// path. Its errors name the path.
 func (l *Log) Append(e Event) error {
 	if err := e.check(); err != nil {
 		return fmt.Errorf("append to %s: %w", l.path, err)
@@ -141,6 +143,14 @@ func (l *Log) append(b []byte) error {
 			line = b[1:]
 		}
 		if size > 0 && size+int64(len(line)) > l.max {
+			// The file is ended before it is rotated: a line a writer
+			// died just before the newline of is whole, and readable.
+			if len(line) == len(b) {
+				if err := l.write(b[:1], size); err != nil {
+					l.unlock()
+					return err
+				}
+			}
 			// rotate leaves l.fd on a new live file, unlocked: another
 			// process may have created it and written first, so lock and
 			// measure again.

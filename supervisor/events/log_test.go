@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 func TestAppendWritesOneLinePerEvent(t *testing.T) {
@@ -186,6 +189,7 @@ func TestTornLinesAreSkipped(t *testing.T) {
 		{"two torn in a row", torn + "\n" + torn + "\n" + whole("a") + "\n" + torn, 1, []string{"a", "next"}, "", 0},
 		{"whole but unterminated", whole("a"), 0, []string{"a", "next"}, whole("a") + "\n" + whole("next") + "\n", 0},
 		{"torn last line, then rotation", whole("a") + "\n" + torn, 1, []string{"a", "next"}, whole("next") + "\n", 200},
+		{"whole but unterminated, then rotation", whole("a"), 0, []string{"a", "next"}, whole("next") + "\n", 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -342,4 +346,48 @@ func TestConcurrentAppendersLoseNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A write the full disk cuts short is taken back: the file keeps only
+// whole lines, the error names the file, and once there is room again the
+// next Append is whole.
+func TestFullDiskLeavesNoPartialLine(t *testing.T) {
+	dir := testutil.Tmpfs(t, 1<<20)
+	path := filepath.Join(dir, "events.jsonl")
+	l, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := appendSeq(l, "a", 3, 100, nil); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, make([]byte, 800<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := seqEvent("a", 3, 400<<10) // more than is left, less than the disk
+	err = l.Append(big)
+	if !errors.Is(err, io.ErrShortWrite) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Append on a full disk = %v, want a short write naming %s", err, path)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {
+		t.Fatalf("the cut line was left: file grew from %d to %d bytes", len(before), len(after))
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(big); err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, path, DefaultMaxBytes)
+	got, err := Read(path, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, got, map[string]int{"a": 4})
 }

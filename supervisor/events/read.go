@@ -46,16 +46,19 @@ type tail struct {
 	file    *os.File
 	off     int64
 	partial []byte // bytes after the last newline read
+	buf     []byte
 }
 
 // drain reads the file from the last offset to its end and passes every
 // whole line that is an event at or after since to emit.
 func (t *tail) drain(since time.Time, emit func(Event)) error {
-	buf := make([]byte, 64<<10)
+	if t.buf == nil {
+		t.buf = make([]byte, 64<<10)
+	}
 	for {
-		n, err := t.file.ReadAt(buf, t.off)
+		n, err := t.file.ReadAt(t.buf, t.off)
 		t.off += int64(n)
-		t.feed(buf[:n], since, emit)
+		t.feed(t.buf[:n], since, emit)
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
