@@ -196,11 +196,16 @@ func cgroupsOf(id string) []string {
 	return found
 }
 
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+// waitFor polls cond until it holds; what, when given, says what was
+// awaited (a format and its arguments).
+func waitFor(t *testing.T, d time.Duration, cond func() bool, what ...any) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if len(what) > 0 {
+				t.Fatalf("not within %v: %s", d, fmt.Sprintf(what[0].(string), what[1:]...))
+			}
 			t.Fatalf("not within %v", d)
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -17,10 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testca"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/airlock-sandbox/airlock/supervisor/events"
+	"github.com/airlock-sandbox/airlock/supervisor/ingress"
 )
 
 // podEnv is what a pod test's manifest refers to: a bundle with two
@@ -76,11 +78,10 @@ func newPodEnv(t *testing.T) *podEnv {
 	e.writePreset(t, "egress_none", false)
 
 	e.keys = filepath.Join(dir, "operators.keys")
-	out, err := exec.Command(airlockBin, "ingress", "key", "--operator", "itest", "--keys", e.keys).Output()
-	if err != nil {
-		t.Fatalf("airlock ingress key: %v", err)
+	if e.key, err = ingress.NewKey(); err != nil {
+		t.Fatal(err)
 	}
-	e.key = strings.TrimSpace(string(out))
+	os.WriteFile(e.keys, []byte("itest "+ingress.HashKey(e.key)+"\n"), 0o600)
 	return e
 }
 
@@ -123,7 +124,7 @@ func (e *podEnv) pyService(name string, port int, preset, more string) string {
     preset: %s
     ports: [%d]
     landlock: {ro: [%s]}
-    health: {http: {port: %d, path: /healthz}, interval: 200ms, timeout: 1s, threshold: 2}
+    health: {http: {port: %d, path: /healthz}, interval: 300ms, timeout: 300ms, threshold: 2}
     restart: {policy: always, backoff: {initial: 50ms, max: 1s}, give_up: {restarts: 5, window: 60s}}
 %s`, name, e.python, e.script, port, name, preset, port, e.script, port, more)
 }
@@ -322,11 +323,13 @@ func answer(t *testing.T, body string) map[string]any {
 // process in the service's cgroup whose executable is python.
 func commandPid(t *testing.T, st supervisor.ServiceStatus) int {
 	t.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", st.Pid, st.Pid))
-	if err != nil {
-		t.Fatalf("service %s (init %d): %v", st.Name, st.Pid, err)
+	// The init's threads: a child is listed under the one that forked it.
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", st.Pid))
+	var f []string
+	for _, task := range tasks {
+		raw, _ := os.ReadFile(task)
+		f = append(f, strings.Fields(string(raw))...)
 	}
-	f := strings.Fields(string(raw))
 	if len(f) != 1 {
 		t.Fatalf("service %s: init %d has children %q", st.Name, st.Pid, f)
 	}
@@ -341,6 +344,15 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// podGroup is the pod's cgroup v2 directory.
+func podGroup(t *testing.T, name string) string {
+	mnt, err := cgroup2.Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(mnt, "airlock-pod-"+name)
 }
 
 func netnsOf(pid int) string {
@@ -399,7 +411,7 @@ ingress:
 			t.Errorf("/readyz: %d %s", code, body)
 		}
 		code, body = call(t, fmt.Sprintf("127.0.0.1:%d", httpPort), "", "/metrics")
-		for _, want := range []string{`airlock_service_state{service="alpha",state="healthy"} 1`, "airlock_service_health_check_seconds", "airlock_proxy_decisions_total", "airlock_pod_uptime_seconds"} {
+		for _, want := range []string{`airlock_service_state{service="alpha",state="healthy"} 1`, "airlock_service_health_check_seconds", "process_resident_memory_bytes", "airlock_pod_uptime_seconds"} {
 			if code != 200 || !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %s", want)
 			}
@@ -418,20 +430,31 @@ ingress:
 	})
 
 	url := fmt.Sprintf("/fetch?url=https://api.test:%d/v1/hello", e.tlsPort)
+	connect := fmt.Sprintf("/connect?target=api.test:%d", e.tlsPort)
 	t.Run("egress decided by each service's own preset", func(t *testing.T) {
 		_, body := call(t, alpha, e.key, url)
 		if a := answer(t, body); a["status"] != 200.0 || a["body"] != "hello from api.test" {
 			t.Errorf("alpha (egress_ok): %s", body)
 		}
-		_, body = call(t, beta, e.key, url)
+		_, body = call(t, beta, e.key, connect)
 		a := answer(t, body)
 		if a["status"] != 403.0 {
 			t.Fatalf("beta (egress_none): %s, want 403", body)
 		}
 		var d struct{ Reason, Preset, Sandbox string }
 		json.Unmarshal([]byte(fmt.Sprint(a["body"])), &d)
-		if d.Preset != "egress_none" || d.Reason == "" {
-			t.Errorf("beta's denial names preset %q reason %q, want egress_none: %s", d.Preset, d.Reason, a["body"])
+		if d.Preset != "egress_none" || d.Sandbox != "beta" || d.Reason == "" {
+			t.Errorf("beta's denial names sandbox %q preset %q reason %q, want beta and egress_none: %s", d.Sandbox, d.Preset, d.Reason, a["body"])
+		}
+		// The same CONNECT from alpha is allowed.
+		if _, body = call(t, alpha, e.key, connect); answer(t, body)["status"] != 200.0 {
+			t.Errorf("alpha's CONNECT: %s", body)
+		}
+		_, metrics := call(t, fmt.Sprintf("127.0.0.1:%d", httpPort), "", "/metrics")
+		for _, sb := range []string{"alpha", "beta"} {
+			if !strings.Contains(metrics, `airlock_proxy_decisions_total{decision=`) || !strings.Contains(metrics, `sandbox="`+sb+`"`) {
+				t.Errorf("/metrics lacks the decisions of %s", sb)
+			}
 		}
 	})
 
@@ -521,10 +544,11 @@ ingress:
 		var pids []int
 		var ns string
 		for _, s := range pod.status().Services {
-			pids = append(pids, s.Pid, commandPid(t, s))
-			ns = netnsOf(s.Pid)
+			cmd := commandPid(t, s)
+			pids = append(pids, s.Pid, cmd)
+			ns = netnsOf(cmd)
 		}
-		group := "/sys/fs/cgroup/airlock-pod-itest"
+		group := podGroup(t, "itest")
 		if _, err := os.Stat(group); err != nil {
 			t.Fatalf("the pod's cgroup: %v", err)
 		}
@@ -602,7 +626,7 @@ func TestPodRefusesATamperedBundle(t *testing.T) {
 	if ev.Severity != events.Critical {
 		t.Errorf("pin_mismatch event %+v", ev)
 	}
-	if _, err := os.Stat("/sys/fs/cgroup/airlock-pod-tampered"); err == nil {
+	if _, err := os.Stat(podGroup(t, "tampered")); err == nil {
 		t.Errorf("a refused boot left its cgroup behind")
 	}
 }

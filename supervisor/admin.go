@@ -212,3 +212,6 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v)
 }
+
+// AdminSocket is the path of the pod's admin socket.
+func (p *Pod) AdminSocket() string { return p.m.Admin.Socket }

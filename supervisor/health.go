@@ -62,7 +62,7 @@ func (s *service) execProbe(ctx context.Context, argv []string) error {
 	c := s.cfg
 	c.Command = argv
 	c.Stdin, c.Stdout, c.Stderr = nil, nil, nil
-	sb, err := Launch(ctx, SandboxOptions{ID: s.leafID() + "-probe", Config: c, Env: s.env, CgroupParent: s.pod.group, Network: s.pod.network, Logger: s.pod.log})
+	sb, err := Launch(ctx, SandboxOptions{ID: s.leafID() + "-probe", Config: c, Env: s.env, CgroupParent: s.pod.group, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log})
 	if err != nil {
 		return fmt.Errorf("exec probe: %w", err)
 	}

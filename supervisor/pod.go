@@ -46,6 +46,8 @@ type Pod struct {
 	group   string // the pod's cgroup v2 directory
 	hook    *connhook.Hook
 	served  chan error
+	// caBundle is the trust bundle of the services' clients.
+	caBundle string
 
 	services []*service // in dependency order
 	byName   map[string]*service
@@ -185,6 +187,15 @@ func (p *Pod) buildProxy(context.Context) error {
 	}
 	p.proxy = px
 	p.cleanup = append(p.cleanup, func() { px.Close() })
+	// What the services' clients trust: the system roots and the proxy's
+	// CA, in a directory their uids may read.
+	dir := filepath.Join(p.m.StateDir, "trust")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if p.caBundle, err = sandbox.WriteCABundle(dir, px.CACert()); err != nil {
+		return err
+	}
 	if p.metrics, err = newPodMetrics(p); err != nil {
 		return err
 	}
@@ -231,7 +242,7 @@ func (p *Pod) openGroup(context.Context) error {
 	// The services' limits are enforced in their leaves: the controllers
 	// must be enabled below the pod's group.
 	if err := cgroup2.EnableControllers(dir, "memory", "pids"); err != nil {
-		p.log.Warn("cgroup controllers not enabled below the pod; a service's limits fall back to cgroup v1 or fail", "err", err)
+		p.log.Debug("cgroup v2 controllers not enabled below the pod; the services' limits are enforced in cgroup v1 groups, or refused", "err", err)
 	}
 	for _, s := range p.m.Services {
 		svc, err := newService(p, s)

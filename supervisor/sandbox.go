@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -38,6 +39,10 @@ type SandboxOptions struct {
 	// Proxy, when set, serves this sandbox's own proxy in-process on the
 	// proxy port of its network (Config.Net must be proxy).
 	Proxy *OwnProxy
+	// CABundle, for a sandbox behind a proxy it does not own (a pod's),
+	// is the bundle its clients trust: the system roots and the proxy's
+	// CA (sandbox.WriteCABundle). Its directory is made readable.
+	CABundle string
 	// ProxyDrain is how long the proxy's tunnels may finish once the
 	// command has exited; 5s when 0.
 	ProxyDrain time.Duration
@@ -132,18 +137,20 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 		env.ProxyURL = fmt.Sprintf("http://127.0.0.1:%d", c.ProxyPort)
 	}
 	var hook *connhook.Hook
+	bundle := o.CABundle
 	if o.Proxy != nil {
-		bundle, err := sandbox.WriteCABundle(o.Proxy.CADir, o.Proxy.Proxy.CACert())
-		if err != nil {
+		if bundle, err = sandbox.WriteCABundle(o.Proxy.CADir, o.Proxy.Proxy.CACert()); err != nil {
 			return nil, err
 		}
-		c.RO = append(c.RO, o.Proxy.CADir)
-		env.CABundle = bundle
 		if s.leaf.V2 != "" {
 			hook = AttachHook(s.leaf.V2, s.log)
 		}
 	} else if c.Net == sandbox.NetProxy && o.Network == nil {
 		s.log.Warn("a proxy network without a proxy: nothing serves the proxy port inside the sandbox")
+	}
+	if bundle != "" {
+		c.RO = append(c.RO, filepath.Dir(bundle))
+		env.CABundle = bundle
 	}
 	if c.Env, err = sandbox.Environment(env); err != nil {
 		return nil, err

@@ -223,7 +223,7 @@ func (s *service) once() (why string, failed bool) {
 	env := s.env
 	sb, err := Launch(s.pod.ctx, SandboxOptions{
 		ID: s.leafID(), Config: s.cfg, Env: env, CgroupParent: s.pod.group,
-		MemoryMax: s.spec.MemoryMax, PidsMax: s.spec.PidsMax, Network: s.pod.network, Logger: s.pod.log,
+		MemoryMax: s.spec.MemoryMax, PidsMax: s.spec.PidsMax, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log,
 	})
 	if err != nil {
 		s.setDetail("launch failed: " + err.Error())
@@ -306,6 +306,7 @@ func (s *service) watchHealth(ctx context.Context, sb *Sandbox, unhealthy chan<-
 	started := time.Now()
 	fails := 0
 	wasHealthy := false
+	lastCounted := started
 	delay := 10 * time.Millisecond
 	for {
 		select {
@@ -335,11 +336,15 @@ func (s *service) watchHealth(ctx context.Context, sb *Sandbox, unhealthy chan<-
 			continue
 		}
 		if !wasHealthy {
-			// Not up yet: probe again soon, doubling up to the interval.
+			// Not up yet: probe again soon, doubling up to the interval,
+			// but count at most one failure per interval, so that a
+			// service has threshold intervals (after its start period)
+			// to come up, however often it is probed meanwhile.
 			delay = min(delay*2, h.Interval)
-			if time.Since(started) < h.StartPeriod {
+			if time.Since(started) < h.StartPeriod || time.Since(lastCounted) < h.Interval {
 				continue
 			}
+			lastCounted = time.Now()
 		}
 		fails++
 		s.setDetail("health check failed: " + err.Error())

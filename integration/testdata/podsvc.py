@@ -5,6 +5,7 @@ argv: PORT NAME. Listens on 127.0.0.1:PORT inside the pod and answers:
   /whoami               {"name", "pid"}
   /fetch?url=U          U fetched through the proxy (HTTPS_PROXY): {"status", "body"} or {"error"}
   /peer?port=P          GET http://127.0.0.1:P/healthz directly (a pod peer): {"status", "body"} or {"error"}
+  /connect?target=H:P   a CONNECT to the proxy, by hand (urllib hides a refusal's body): {"status", "body"}
   /direct?addr=H:P      a TCP connect to H:P without the proxy: {"connected": true} or {"errno"}
 """
 import errno
@@ -32,6 +33,23 @@ def get(url, proxied):
         return {"error": str(e)}
 
 
+def connect(target):
+    proxy = urlparse(os.environ["HTTPS_PROXY"])
+    with socket.create_connection((proxy.hostname, proxy.port), timeout=10) as s:
+        s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
+        f = s.makefile("rb")
+        status = int(f.readline().split()[1])
+        length = 0
+        while True:
+            line = f.readline().strip()
+            if not line:
+                break
+            k, _, v = line.decode().partition(":")
+            if k.lower() == "content-length":
+                length = int(v)
+        return {"status": status, "body": f.read(length).decode() if length else ""}
+
+
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         u = urlparse(self.path)
@@ -44,6 +62,8 @@ class Handler(BaseHTTPRequestHandler):
             out = get(q["url"], True)
         elif u.path == "/peer":
             out = get("http://127.0.0.1:%s/whoami" % q["port"], False)
+        elif u.path == "/connect":
+            out = connect(q["target"])
         elif u.path == "/direct":
             host, port = q["addr"].rsplit(":", 1)
             try:
