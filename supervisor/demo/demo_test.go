@@ -69,7 +69,7 @@ func TestManifestParses(t *testing.T) {
 func TestScriptsCompile(t *testing.T) {
 	dir := extract(t)
 	node := testutil.RequireTool(t, "node")
-	python := testutil.RequireTool(t, "python3")
+	python := testutil.RequireTool(t, "/usr/bin/python3")
 	for _, argv := range [][]string{{node, "--check", "gateway.js"}, {python, "-m", "py_compile", "shim.py"}} {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = dir
@@ -103,12 +103,9 @@ type apiError struct {
 
 func TestShimAndGateway(t *testing.T) {
 	dir := extract(t)
-	node := testutil.RequireTool(t, "node")
-	python := testutil.RequireTool(t, "python3")
 	api, cert := serveModelAPI(t)
-	shim := "http://" + start(t, "shim", []string{"SHIM_PORT=0", "MODEL_API=" + api, "SSL_CERT_FILE=" + cert},
-		python, filepath.Join(dir, "shim.py"))
-	gw := "http://" + start(t, "gateway", []string{"GATEWAY_PORT=0", "SHIM_URL=" + shim}, node, filepath.Join(dir, "gateway.js"))
+	shim := "http://" + start(t, dir, "shim", "SHIM_PORT=0", "MODEL_API="+api, "SSL_CERT_FILE="+cert)
+	gw := "http://" + start(t, dir, "gateway", "GATEWAY_PORT=0", "SHIM_URL="+shim)
 
 	t.Run("health", func(t *testing.T) {
 		for _, u := range []string{shim + "/healthz", gw + "/healthz"} {
@@ -313,8 +310,6 @@ func readFrame(t *testing.T, br *bufio.Reader) (byte, []byte) {
 
 func TestFailures(t *testing.T) {
 	dir := extract(t)
-	node := testutil.RequireTool(t, "node")
-	python := testutil.RequireTool(t, "python3")
 	// A port nothing listens on: a listener closed at once.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -323,12 +318,12 @@ func TestFailures(t *testing.T) {
 	closed := ln.Addr().String()
 	ln.Close()
 
-	shim := "http://" + start(t, "shim", []string{"SHIM_PORT=0", "MODEL_API=https://" + closed}, python, filepath.Join(dir, "shim.py"))
+	shim := "http://" + start(t, dir, "shim", "SHIM_PORT=0", "MODEL_API=https://"+closed)
 	var e apiError
 	if code := call(t, "GET", shim+"/v1/models", nil, "", &e); code != 502 || e.Error.Type != "upstream_unreachable" {
 		t.Errorf("shim models with the model API down = %d %+v, want 502 upstream_unreachable", code, e)
 	}
-	gw := "http://" + start(t, "gateway", []string{"GATEWAY_PORT=0", "SHIM_URL=http://" + closed}, node, filepath.Join(dir, "gateway.js"))
+	gw := "http://" + start(t, dir, "gateway", "GATEWAY_PORT=0", "SHIM_URL=http://"+closed)
 	var g struct{ Error, Shim string }
 	if code := call(t, "GET", gw+"/models", nil, "", &g); code != 502 || g.Error != "shim unreachable" {
 		t.Errorf("gateway models with the shim down = %d %+v, want 502 shim unreachable", code, g)

@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 )
 
 // extract writes the embedded files into a fresh directory, as `airlock up`
@@ -36,21 +39,38 @@ func extract(t *testing.T) string {
 	return dir
 }
 
-// start runs a demo service as a plain process with exactly env, waits
-// for the line it prints once it listens ("NAME listening on ADDR..."),
-// and returns ADDR. At the end of the test it is stopped with SIGTERM,
-// as the supervisor stops it, and must exit 0.
-func start(t *testing.T, name string, env []string, argv ...string) string {
+// start runs the demo's service name, its command as the manifest gives
+// it, in dir (where extract wrote the files) as a plain process with
+// exactly env; it waits for the line the service prints once it listens
+// ("NAME listening on ADDR...") and returns ADDR. At the end of the test
+// it is stopped with SIGTERM, as the supervisor stops it, and must exit 0.
+func start(t *testing.T, dir, name string, env ...string) string {
 	t.Helper()
+	p, err := manifest.Parse("pod.yaml", Manifest, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var argv []string
+	for _, s := range p.Services {
+		if s.Name == name {
+			argv = s.Command
+		}
+	}
+	if len(argv) == 0 {
+		t.Fatalf("the demo has no service %q", name)
+	}
+	testutil.RequireTool(t, argv[0])
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
-	cmd.Dir = filepath.Dir(argv[len(argv)-1])
+	cmd.Dir = dir
 	stdout, _ := cmd.StdoutPipe()
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	logged := make(chan struct{})
 	go func() {
+		defer close(logged)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			t.Logf("%s: %s", name, sc.Text())
@@ -78,6 +98,7 @@ func start(t *testing.T, name string, env []string, argv ...string) string {
 			}
 		}
 		io.Copy(io.Discard, stdout)
+		<-logged // Wait closes the pipes: read them to the end first
 		exited <- cmd.Wait()
 	}()
 	select {
