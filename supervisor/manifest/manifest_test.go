@@ -442,3 +442,28 @@ func TestAliasesAreFollowed(t *testing.T) {
 		t.Errorf("services[1].env.A = %q, want b", got)
 	}
 }
+
+// TestReadmeExample keeps the README's complete example a manifest that
+// loads.
+func TestReadmeExample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "### The manifest\n")
+	if !ok {
+		t.Fatal("README.md has no \"### The manifest\" section")
+	}
+	_, example, ok := strings.Cut(section, "```yaml\n")
+	example, _, closed := strings.Cut(example, "```")
+	if !ok || !closed {
+		t.Fatal("the manifest section has no ```yaml example")
+	}
+	p, err := Parse("README.md", []byte(example), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Services) != 2 || len(p.Ingress) != 1 {
+		t.Errorf("the example has %d services and %d routes, want 2 and 1", len(p.Services), len(p.Ingress))
+	}
+}
