@@ -216,6 +216,9 @@ ingress:
 			`pod.yaml:12: ingress[3].port: missing: the field is required`,
 			`pod.yaml:12: ingress[3].listen: "127.0.0.1:0": want a port from 1 to 65535`,
 		}},
+		{"ingress on admin", minimal + "    ports: [80]\nadmin: {http: 127.0.0.1:9090}\ningress: [{name: a, listen: 127.0.0.1:9090, service: web, port: 80, keys: k}]\n", []string{
+			`pod.yaml:9: ingress[0].listen: "127.0.0.1:9090" is also admin.http`,
+		}},
 		{"many at once", "name: x\nstate_dir: /s\nservices:\n  - name: a\n    command: [x]\n    preset: p\n    ports: [1]\n    health: {tcp: {port: 1}, interval: soon}\n    restart: {policy: maybe}\n    bogus: 1\n", []string{
 			`pod.yaml:8: services[0].health.interval: "soon" is not a duration (want e.g. "200ms", "2s", "1m")`,
 			`pod.yaml:9: services[0].restart.policy: "maybe": want always, on-failure or never`,
