@@ -26,6 +26,7 @@ func TestErrors(t *testing.T) {
 		want       []string // every error, in order
 	}{
 		{"empty", ``, []string{`pod.yaml: the manifest is empty`}},
+		{"only comments", "# nothing yet\n", []string{`pod.yaml: the manifest is empty`}},
 		{"syntax", "name: [a\n", []string{`pod.yaml:1: did not find expected ',' or ']'`}},
 		{"not a mapping", "- a\n", []string{`pod.yaml:1: want a mapping, got a list`}},
 		{"two documents", minimal + "---\nname: b\n", []string{`pod.yaml:7: a second YAML document: a manifest is one document`}},
@@ -469,4 +470,35 @@ func TestReadmeExample(t *testing.T) {
 	if len(p.Services) != 2 || len(p.Ingress) != 1 {
 		t.Errorf("the example has %d services and %d routes, want 2 and 1", len(p.Services), len(p.Ingress))
 	}
+}
+
+// FuzzParse: whatever the bytes, Parse returns a pod or errors, never
+// both, never panics, and every error is placed inside the file.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(minimal))
+	f.Add([]byte(full))
+	f.Add([]byte("a: &x [*x]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := Parse("pod.yaml", data, "/base")
+		if (p == nil) == (err == nil) {
+			t.Fatalf("Parse = %v, %v: want exactly one", p, err)
+		}
+		lines := strings.Count(string(data), "\n") + 2
+		for _, e := range unwrap(err) {
+			var fe *FieldError
+			if !errors.As(e, &fe) || fe.Line < 0 || fe.Line > lines {
+				t.Fatalf("error %v is not placed in the file's %d lines", e, lines)
+			}
+		}
+	})
+}
+
+func unwrap(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
