@@ -150,6 +150,12 @@ func TestShimAndGateway(t *testing.T) {
 			t.Errorf("POST / = %d %+v, want 405", code, e)
 		}
 	})
+	t.Run("direct without a proxy", func(t *testing.T) {
+		var e struct{ Error string }
+		if code := call(t, "GET", gw+"/models/direct", nil, "", &e); code != 502 || !strings.Contains(e.Error, "no HTTPS_PROXY") {
+			t.Errorf("GET /models/direct with no proxy = %d %+v, want 502 saying there is no way out", code, e)
+		}
+	})
 	t.Run("websocket", func(t *testing.T) { testWebSocket(t, strings.TrimPrefix(gw, "http://")) })
 }
 

@@ -9,15 +9,22 @@
 //   GET /         a hello naming the operator (X-Airlock-Operator, set by
 //                 the ingress)
 //   GET /models   the shim's /v1/models, status and body as the shim gave
+//   GET /models/direct
+//                 the same list asked of the model API ($MODEL_API) by the
+//                 gateway itself, through the proxy ($HTTPS_PROXY): decided
+//                 by the gateway's own preset, which in the demo (strict)
+//                 denies it; the answer is then a 502 with the proxy's JSON
 //   GET /ws       WebSocket (RFC 6455): text and binary messages echoed
 'use strict';
 
 const crypto = require('node:crypto');
 const http = require('node:http');
+const tls = require('node:tls');
 
 const host = process.env.GATEWAY_HOST || '127.0.0.1';
 const port = Number(process.env.GATEWAY_PORT || 18789);
 const shimURL = new URL(process.env.SHIM_URL || 'http://127.0.0.1:8901');
+const modelAPI = new URL(process.env.MODEL_API || 'https://api.model.test:18443');
 
 function sendJSON(res, status, body) {
   const data = JSON.stringify(body) + '\n';
@@ -47,6 +54,79 @@ function models(res) {
   });
 }
 
+// readAll collects a message's body: what came with the headers (head),
+// then the rest of stream, up to length bytes or its end.
+function readAll(stream, head, length, done) {
+  const chunks = head && head.length ? [head] : [];
+  let size = chunks.length ? head.length : 0;
+  if (size >= length) return done(Buffer.concat(chunks));
+  stream.on('data', (c) => {
+    chunks.push(c);
+    size += c.length;
+    if (size >= length) stream.destroy();
+  });
+  stream.on('close', () => done(Buffer.concat(chunks)));
+  return undefined;
+}
+
+function parseJSON(buf) {
+  try {
+    return JSON.parse(buf.toString('utf8'));
+  } catch {
+    return buf.toString('utf8');
+  }
+}
+
+// denied answers with the proxy's refusal: its reason, and its JSON.
+function denied(res, up, body) {
+  sendJSON(res, 502, {
+    error: "airlock denied the gateway's own request to the model API",
+    reason: up.headers['x-airlock-reason'] || `proxy answered ${up.statusCode}`,
+    airlock: parseJSON(body),
+  });
+}
+
+// direct asks the model API for its models as the gateway's own egress:
+// a CONNECT through the proxy (Node's http client ignores HTTPS_PROXY), TLS
+// inside it trusting the CAs in NODE_EXTRA_CA_CERTS (the sandbox points it
+// at the airlock CA), and a refusal at either step passed on with its
+// reason.
+function direct(res) {
+  const proxy = process.env.HTTPS_PROXY || process.env.https_proxy;
+  if (!proxy) return sendJSON(res, 502, { error: 'no HTTPS_PROXY: the gateway has no way out' });
+  const p = new URL(proxy);
+  const target = `${modelAPI.hostname}:${modelAPI.port || 443}`;
+  const fail = (err) => {
+    if (!res.headersSent) sendJSON(res, 502, { error: 'model API unreachable', detail: err.message });
+  };
+  const tunnel = http.request({
+    host: p.hostname, port: p.port || 80, method: 'CONNECT', path: target, headers: { host: target }, timeout: 10000,
+  });
+  tunnel.on('timeout', () => tunnel.destroy(new Error('the proxy did not answer within 10s')));
+  tunnel.on('error', fail);
+  tunnel.on('connect', (up, socket, head) => {
+    if (up.statusCode !== 200) {
+      return readAll(socket, head, Number(up.headers['content-length'] || 0), (body) => denied(res, up, body));
+    }
+    const secure = tls.connect({ socket, servername: modelAPI.hostname });
+    secure.on('error', fail);
+    const path = `${modelAPI.pathname.replace(/\/$/, '')}/v1/models`;
+    const req = http.request({ createConnection: () => secure, path, headers: { host: target, accept: 'application/json' } }, (ans) => {
+      readAll(ans, null, Number(ans.headers['content-length'] || Infinity), (body) => {
+        secure.destroy();
+        if (ans.headers['x-airlock-reason']) return denied(res, ans, body); // refused inside the tunnel
+        res.writeHead(ans.statusCode < 300 ? 200 : 502, { 'Content-Type': 'application/json', 'Content-Length': body.length });
+        return res.end(body);
+      });
+    });
+    req.on('error', fail);
+    req.end();
+    return undefined;
+  });
+  tunnel.end();
+  return undefined;
+}
+
 const server = http.createServer((req, res) => {
   const path = new URL(req.url, 'http://gateway').pathname;
   if (req.method !== 'GET' && req.method !== 'HEAD') {
@@ -60,10 +140,12 @@ const server = http.createServer((req, res) => {
       return sendJSON(res, 200, {
         hello: req.headers['x-airlock-operator'] || 'unknown operator',
         service: 'gateway',
-        routes: ['/healthz', '/models', '/ws'],
+        routes: ['/healthz', '/models', '/models/direct', '/ws'],
       });
     case '/models':
       return models(res);
+    case '/models/direct':
+      return direct(res);
     default:
       return sendJSON(res, 404, { error: 'not found', path });
   }

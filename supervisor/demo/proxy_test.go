@@ -37,7 +37,7 @@ func TestShimThroughProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ca.ServerConfig(ModelHost)
+	cfg, err := ca.ServerConfig(ModelHost, "node.model.test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +50,11 @@ func TestShimThroughProxy(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	port := ln.Addr().(*net.TCPAddr).Port
 
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("no node")
+	}
+	node, _ = filepath.EvalSymlinks(node)
 	bundle := t.TempDir()
 	for _, f := range []string{"common.rego", "demo.rego"} {
 		src, err := presets.FS.ReadFile(f)
@@ -62,6 +67,13 @@ func TestShimThroughProxy(t *testing.T) {
 				t.Fatalf("demo.rego has no %s to move to the test's port", pinned)
 			}
 			src = bytes.ReplaceAll(src, []byte(pinned), fmt.Appendf(nil, `"ports": [%d]`, port))
+			// And one rule for node, on another name, so that the
+			// gateway's own path through the proxy is seen allowed too.
+			rule := fmt.Sprintf(`rules := [{"name": "test-node", "binaries": [{"path": %q}], "hosts": ["node.model.test"], "ports": [%d], "methods": ["GET"], "paths": ["/v1/models"]}, {`, node, port)
+			if !bytes.Contains(src, []byte("rules := [{")) {
+				t.Fatal("demo.rego has no `rules := [{` to add a rule to")
+			}
+			src = bytes.Replace(src, []byte("rules := [{"), []byte(rule), 1)
 		}
 		os.WriteFile(filepath.Join(bundle, f), src, 0o644)
 	}
@@ -70,7 +82,8 @@ func TestShimThroughProxy(t *testing.T) {
 	proxyAddr := startProxy(t, bin, "--listen", "127.0.0.1:0", "--ca-dir", filepath.Join(state, "ca"),
 		"--audit-log", filepath.Join(state, "audit.jsonl"), "--policy", bundle, "--policy-watch=false", "--preset", "demo",
 		"--pid", strconv.Itoa(os.Getpid()), "--allow-range", "127.0.0.1/32", "--upstream-ca", ca.File,
-		"--resolve", fmt.Sprintf("%s:%d:127.0.0.1", ModelHost, port), "--resolve", fmt.Sprintf("other.model.test:%d:127.0.0.1", port))
+		"--resolve", fmt.Sprintf("%s:%d:127.0.0.1", ModelHost, port), "--resolve", fmt.Sprintf("other.model.test:%d:127.0.0.1", port),
+		"--resolve", fmt.Sprintf("node.model.test:%d:127.0.0.1", port))
 
 	shim := func(api string) string {
 		return "http://" + start(t, dir, "shim", "SHIM_PORT=0", "MODEL_API="+api,
@@ -91,6 +104,35 @@ func TestShimThroughProxy(t *testing.T) {
 	if code := call(t, "POST", allowed+"/v1/chat/completions", nil, `{"model":"m","messages":[{"role":"user","content":"ping"}]}`, &c); code != 200 ||
 		len(c.Choices) != 1 || c.Choices[0].Message.Content != "echo: ping" {
 		t.Errorf("chat through the proxy = %d %+v, want 200 and the echo", code, c)
+	}
+
+	// The same request from the gateway, as its own egress: node is not a
+	// binary the demo preset lets reach the model API.
+	gateway := func(api string) string {
+		return "http://" + start(t, dir, "gateway", "GATEWAY_PORT=0", "SHIM_URL="+allowed, "MODEL_API="+api,
+			"HTTPS_PROXY=http://"+proxyAddr, "NODE_EXTRA_CA_CERTS="+filepath.Join(state, "ca", "ca.pem"))
+	}
+	gw := gateway(fmt.Sprintf("https://%s:%d", ModelHost, port))
+	if code := call(t, "GET", gw+"/models", nil, "", &m); code != 200 || len(m.Data) != 1 || m.Data[0].ID != ModelID {
+		t.Errorf("gateway models, from the shim = %d %+v, want 200 and the model API's list", code, m)
+	}
+	var d struct {
+		Error, Reason string
+		Airlock       struct{ Reason, Binary string }
+	}
+	if code := call(t, "GET", gw+"/models/direct", nil, "", &d); code != 502 || d.Reason != "binary_not_allowed" ||
+		d.Airlock.Reason != "binary_not_allowed" || d.Airlock.Binary != node {
+		t.Errorf("gateway models, directly = %d %+v, want 502 carrying the proxy's binary_not_allowed for %s", code, d, node)
+	}
+	m = models{}
+	if code := call(t, "GET", gateway(fmt.Sprintf("https://node.model.test:%d", port))+"/models/direct", nil, "", &m); code != 200 ||
+		len(m.Data) != 1 || m.Data[0].ID != ModelID {
+		t.Errorf("gateway models, directly where a rule allows node = %d %+v, want 200 and the list", code, m)
+	}
+	d.Reason, d.Airlock.Reason = "", ""
+	if code := call(t, "GET", gateway(fmt.Sprintf("https://node.model.test:%d/admin", port))+"/models/direct", nil, "", &d); code != 502 ||
+		d.Reason != "path_not_allowed" || d.Airlock.Reason != "path_not_allowed" {
+		t.Errorf("gateway models, directly on a path no rule allows = %d %+v, want 502 carrying path_not_allowed", code, d)
 	}
 
 	for _, tc := range []struct {
