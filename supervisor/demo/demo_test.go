@@ -61,8 +61,10 @@ func TestManifestParses(t *testing.T) {
 	if !reflect.DeepEqual(p.Proxy.Resolve, []string{pin}) || !reflect.DeepEqual(p.Proxy.AllowRange, []string{"127.0.0.1/32"}) {
 		t.Errorf("proxy resolve %v allow_range %v, want [%s] [127.0.0.1/32]", p.Proxy.Resolve, p.Proxy.AllowRange, pin)
 	}
-	if got, want := p.Services[0].Env["MODEL_API"], fmt.Sprintf("https://%s:%d", ModelHost, ModelPort); got != want {
-		t.Errorf("shim MODEL_API %q, want %q", got, want)
+	for _, s := range p.Services {
+		if got, want := s.Env["MODEL_API"], fmt.Sprintf("https://%s:%d", ModelHost, ModelPort); got != want {
+			t.Errorf("%s MODEL_API %q, want %q", s.Name, got, want)
+		}
 	}
 }
 
