@@ -26,6 +26,7 @@ func TestErrors(t *testing.T) {
 		want       []string // every error, in order
 	}{
 		{"empty", ``, []string{`pod.yaml: the manifest is empty`}},
+		{"only comments", "# nothing yet\n", []string{`pod.yaml: the manifest is empty`}},
 		{"syntax", "name: [a\n", []string{`pod.yaml:1: did not find expected ',' or ']'`}},
 		{"not a mapping", "- a\n", []string{`pod.yaml:1: want a mapping, got a list`}},
 		{"two documents", minimal + "---\nname: b\n", []string{`pod.yaml:7: a second YAML document: a manifest is one document`}},
@@ -215,6 +216,9 @@ ingress:
 			`pod.yaml:11: ingress[2].service: no service named "db"`,
 			`pod.yaml:12: ingress[3].port: missing: the field is required`,
 			`pod.yaml:12: ingress[3].listen: "127.0.0.1:0": want a port from 1 to 65535`,
+		}},
+		{"ingress on admin", minimal + "    ports: [80]\nadmin: {http: 127.0.0.1:9090}\ningress: [{name: a, listen: 127.0.0.1:9090, service: web, port: 80, keys: k}]\n", []string{
+			`pod.yaml:9: ingress[0].listen: "127.0.0.1:9090" is also admin.http`,
 		}},
 		{"many at once", "name: x\nstate_dir: /s\nservices:\n  - name: a\n    command: [x]\n    preset: p\n    ports: [1]\n    health: {tcp: {port: 1}, interval: soon}\n    restart: {policy: maybe}\n    bogus: 1\n", []string{
 			`pod.yaml:8: services[0].health.interval: "soon" is not a duration (want e.g. "200ms", "2s", "1m")`,
@@ -441,4 +445,60 @@ func TestAliasesAreFollowed(t *testing.T) {
 	if got := p.Services[1].Env["A"]; got != "b" {
 		t.Errorf("services[1].env.A = %q, want b", got)
 	}
+}
+
+// TestReadmeExample keeps the README's complete example a manifest that
+// loads.
+func TestReadmeExample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "### The manifest\n")
+	if !ok {
+		t.Fatal("README.md has no \"### The manifest\" section")
+	}
+	_, example, ok := strings.Cut(section, "```yaml\n")
+	example, _, closed := strings.Cut(example, "```")
+	if !ok || !closed {
+		t.Fatal("the manifest section has no ```yaml example")
+	}
+	p, err := Parse("README.md", []byte(example), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Services) != 2 || len(p.Ingress) != 1 {
+		t.Errorf("the example has %d services and %d routes, want 2 and 1", len(p.Services), len(p.Ingress))
+	}
+}
+
+// FuzzParse: whatever the bytes, Parse returns a pod or errors, never
+// both, never panics, and every error is placed inside the file.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(minimal))
+	f.Add([]byte(full))
+	f.Add([]byte("a: &x [*x]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := Parse("pod.yaml", data, "/base")
+		if (p == nil) == (err == nil) {
+			t.Fatalf("Parse = %v, %v: want exactly one", p, err)
+		}
+		lines := strings.Count(string(data), "\n") + 2
+		for _, e := range unwrap(err) {
+			var fe *FieldError
+			if !errors.As(e, &fe) || fe.Line < 0 || fe.Line > lines {
+				t.Fatalf("error %v is not placed in the file's %d lines", e, lines)
+			}
+		}
+	})
+}
+
+func unwrap(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }

@@ -449,6 +449,8 @@ func checkIngress(p *Pod, r *report) {
 				r.at(path+".listen", "%q: want HOST:PORT (0.0.0.0:PORT for every interface)", in.Listen)
 			case perr != nil || n < 1 || n > 65535:
 				r.at(path+".listen", "%q: want a port from 1 to 65535", in.Listen)
+			case in.Listen == p.Admin.HTTP:
+				r.at(path+".listen", "%q is also admin.http", in.Listen)
 			default:
 				if j, dup := listens[in.Listen]; dup {
 					r.at(path+".listen", "%q is also ingress[%d]'s", in.Listen, j)
