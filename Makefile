@@ -15,8 +15,10 @@ build: bin/airlock
 bin/airlock: $(shell find . -name '*.go' -o -name '*.rego' | grep -v _test.go) go.mod go.sum
 	$(GO) build -o $@ ./cmd/airlock
 
+# The demo pod (needs root): a gateway and a shim in their sandboxes behind
+# the proxy, until Ctrl-C. `./bin/airlock demo` shows policy decisions only.
 run: build
-	./bin/airlock demo
+	./bin/airlock up
 
 # The real opa CLI, at the same version airlock embeds: the reviewers' tool.
 $(OPA):

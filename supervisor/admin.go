@@ -22,6 +22,7 @@ type Status struct {
 	Uptime   float64         `json:"uptime_seconds"`
 	Services []ServiceStatus `json:"services"`
 	Ingress  []IngressStatus `json:"ingress,omitempty"`
+	Boot     []BootStep      `json:"boot"`
 	Events   string          `json:"events_file"`
 	Audit    string          `json:"audit_log"`
 }
@@ -55,7 +56,7 @@ func (s *service) status() ServiceStatus {
 
 // Status reports the pod's state now.
 func (p *Pod) Status() Status {
-	st := Status{Pod: p.m.Name, Ready: p.Ready(), Uptime: time.Since(p.booted).Seconds(), Events: p.m.Events.File, Audit: p.m.Proxy.AuditLog}
+	st := Status{Pod: p.m.Name, Ready: p.Ready(), Uptime: time.Since(p.booted).Seconds(), Boot: p.boot, Events: p.m.Events.File, Audit: p.m.Proxy.AuditLog}
 	if p.engine != nil {
 		st.Policy = p.engine.Hash()
 	}

@@ -60,8 +60,15 @@ type Pod struct {
 	wg     sync.WaitGroup
 	ready  atomic.Bool
 	booted time.Time
+	boot   []BootStep
 	// cleanup undoes boot, in reverse.
 	cleanup []func()
+}
+
+// BootStep is one step of the boot and how long it took.
+type BootStep struct {
+	Name     string        `json:"step"`
+	Duration time.Duration `json:"duration_ns"`
 }
 
 // Up boots the pod m describes, step by step, each logged with its
@@ -104,6 +111,7 @@ func Up(ctx context.Context, m *manifest.Pod, o Options) (_ *Pod, err error) {
 			return nil, fmt.Errorf("boot step %s: %w", s.name, err)
 		}
 		d := time.Since(start)
+		p.boot = append(p.boot, BootStep{Name: s.name, Duration: d})
 		p.log.Info("boot step done", "step", s.name, "duration_ms", float64(d.Microseconds())/1000)
 		p.event("boot_step", events.Info, "", fmt.Sprintf("%s done in %v", s.name, d.Round(time.Microsecond)))
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -60,7 +61,13 @@ func newUpCmd() *cobra.Command {
 				return err
 			}
 			st := pod.Status()
-			fmt.Fprintf(stderr, "airlock: pod %s READY (policy %s)\n", st.Pod, st.Policy)
+			fmt.Fprintf(stderr, "airlock: pod %s READY (policy %s)\n  boot:", st.Pod, st.Policy)
+			var total time.Duration
+			for _, s := range st.Boot {
+				fmt.Fprintf(stderr, " %s %v ·", s.Name, s.Duration.Round(10*time.Microsecond))
+				total += s.Duration
+			}
+			fmt.Fprintf(stderr, " READY after %v\n", total.Round(time.Millisecond))
 			for _, r := range st.Ingress {
 				fmt.Fprintf(stderr, "  ingress %s: http://%s → %s:%d\n", r.Name, r.Listen, r.Service, r.Port)
 			}

@@ -184,7 +184,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.send_json(*forward("POST", "/v1/chat/completions", json.dumps(req).encode()))
 
     def log_message(self, fmt, *args):
-        sys.stderr.write("shim: %s %s\n" % (self.address_string(), fmt % args))
+        if self.path != "/healthz":  # the supervisor's probes, every second
+            sys.stderr.write("shim: %s %s\n" % (self.address_string(), fmt % args))
 
 
 def main():
