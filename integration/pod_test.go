@@ -165,6 +165,7 @@ func startPod(t *testing.T, e *podEnv, name, manifest string) *runningPod {
 	path := filepath.Join(e.dir, name+".yaml")
 	os.WriteFile(path, []byte(manifest), 0o644)
 	notifyPath := filepath.Join(e.dir, name+".notify")
+	os.Remove(notifyPath) // a previous run of the same pod
 	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)
