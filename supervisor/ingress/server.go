@@ -135,7 +135,9 @@ func (s *Server) Serve() error {
 
 // Shutdown stops listening and lets requests in flight finish until ctx
 // ends; then it cuts what is left (streams, WebSockets: they never end by
-// themselves) and returns once every request's audit line is written.
+// themselves) and returns once every request's audit line is written, or
+// when ctx ends. A WebSocket is cut at once: http.Server does not wait for
+// a connection that switched protocols.
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.Shutdown(ctx)
 	s.stop()
@@ -146,7 +148,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	s.reqs.Wait()
+	done := make(chan struct{})
+	go func() { s.reqs.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		if err == nil {
+			err = fmt.Errorf("ingress route %q: requests still ending at shutdown, their audit lines may follow: %w", s.route.Name, ctx.Err())
+		}
+	}
 	return err
 }
 

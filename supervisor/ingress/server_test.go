@@ -416,3 +416,29 @@ func TestListenRefuses(t *testing.T) {
 		})
 	}
 }
+
+// Shutdown ends an open WebSocket (http.Server no longer tracks it) and
+// returns with its audit line written.
+func TestShutdownEndsWebSocket(t *testing.T) {
+	in := startIngress(t, startWSEcho(t))
+	c, err := net.Dial("tcp", in.srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /held HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nX-Api-Key: %s\r\n\r\n", in.alice)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade = %v, %v; want 101", resp, err)
+	}
+	in.shutdown(t)
+	c.SetReadDeadline(time.Now().Add(30 * time.Second)) // a bound on a failing run, not a timing check
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("read on the WebSocket after Shutdown = %d, %v; want EOF", n, err)
+	}
+	if got := in.lines(t)["/held"]; got.Operator != "alice" || got.Status != 101 {
+		t.Errorf("audit line = %+v; want alice's 101", got)
+	}
+}
