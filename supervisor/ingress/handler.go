@@ -52,7 +52,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	if !counted {
-		line.Reason = "ingress_shutting_down"
+		line.Reason = ReasonShuttingDown
 		s.refuse(sw, http.StatusServiceUnavailable, line.Reason, "the ingress is shutting down")
 		return
 	}
@@ -145,7 +145,7 @@ func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, err error
 	line := r.Context().Value(lineKey{}).(*auditLine)
 	line.Reason = ReasonUpstreamError
 	if errors.Is(r.Context().Err(), context.Canceled) {
-		line.Reason = "ingress_client_gone"
+		line.Reason = ReasonClientGone
 	}
 	s.log.Warn("ingress upstream failed", "err", err, "operator", line.Operator, "method", line.Method, "path", line.Path, "reason", line.Reason)
 	s.refuse(w, http.StatusBadGateway, ReasonUpstreamError, "service "+s.route.Service+" on port "+strconv.Itoa(s.route.Port)+" did not answer: "+err.Error())

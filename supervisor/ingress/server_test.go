@@ -159,7 +159,7 @@ func TestHTTPKeysWithCurl(t *testing.T) {
 	}{
 		{"/bearer", []string{"Authorization: Bearer " + in.alice}, "alice", ReasonAllowed},
 		{"/bearer-lower", []string{"authorization: bearer " + in.alice}, "alice", ReasonAllowed},
-		{"/api-key", []string{"X-Api-Key: " + in.bob, "X-Airlock-Operator: alice"}, "bob", ReasonAllowed},
+		{"/api-key", []string{"X-Api-Key: " + in.bob, "X-Airlock-Operator: alice", "X-Forwarded-For: 192.0.2.1"}, "bob", ReasonAllowed},
 		{"/both-same", []string{"Authorization: Bearer " + in.bob, "X-Api-Key: " + in.bob}, "bob", ReasonAllowed},
 		{"/none", nil, "", ReasonKeyMissing},
 		{"/basic", []string{"Authorization: Basic " + in.alice}, "", ReasonKeyMissing},
@@ -197,7 +197,7 @@ func TestHTTPKeysWithCurl(t *testing.T) {
 				}
 			}
 			if seen.Get("X-Forwarded-For") != "127.0.0.1" {
-				t.Errorf("service saw X-Forwarded-For %q; want the client, 127.0.0.1", seen.Get("X-Forwarded-For"))
+				t.Errorf("service saw X-Forwarded-For %q; want the client, 127.0.0.1, and not what it claimed", seen.Get("X-Forwarded-For"))
 			}
 		})
 	}
@@ -440,5 +440,28 @@ func TestShutdownEndsWebSocket(t *testing.T) {
 	}
 	if got := in.lines(t)["/held"]; got.Operator != "alice" || got.Status != 101 {
 		t.Errorf("audit line = %+v; want alice's 101", got)
+	}
+}
+
+// A client that leaves before the service answers is audited as gone,
+// not as a failure of the service.
+func TestClientGoneBeforeAnswer(t *testing.T) {
+	entered := make(chan struct{})
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-r.Context().Done()
+	}))
+	defer backend.Close()
+	in := startIngress(t, port(t, backend.URL))
+	c, err := net.Dial("tcp", in.srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "GET /slow HTTP/1.1\r\nHost: gw\r\nX-Api-Key: %s\r\n\r\n", in.alice)
+	<-entered
+	c.Close()
+	in.shutdown(t)
+	if got := in.lines(t)["/slow"]; got.Operator != "alice" || got.Reason != ReasonClientGone || !got.Allowed {
+		t.Errorf("audit line = %+v; want alice's, %s", got, ReasonClientGone)
 	}
 }
