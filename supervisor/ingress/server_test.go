@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -463,5 +465,36 @@ func TestClientGoneBeforeAnswer(t *testing.T) {
 	in.shutdown(t)
 	if got := in.lines(t)["/slow"]; got.Operator != "alice" || got.Reason != ReasonClientGone || !got.Allowed {
 		t.Errorf("audit line = %+v; want alice's, %s", got, ReasonClientGone)
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// A line that cannot be written is logged as an error naming the request
+// (never the key): the request has been answered by then.
+func TestAuditWriteFailureIsLogged(t *testing.T) {
+	key, _ := NewKey()
+	keys, err := LoadKeys(writeKeys(t, "alice "+HashKey(key)+"\n", 0o600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	var d net.Dialer
+	s, err := Listen(Route{Name: "r", Listen: "127.0.0.1:0", Service: "s", Port: 80, Keys: keys},
+		Options{Dial: d.DialContext, Audit: failingWriter{}, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	status, _, _ := curl(t, "-H", "X-Api-Key: "+key+"x", "http://"+s.Addr().String()+"/p")
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := logs.String()
+	if status != http.StatusUnauthorized || !strings.Contains(got, `"msg":"ingress audit write failed"`) ||
+		!strings.Contains(got, "no space left on device") || !strings.Contains(got, `"path":"/p"`) || strings.Contains(got, key) {
+		t.Fatalf("status %d, log:\n%s\nwant the failure logged with the request, without the key", status, got)
 	}
 }
