@@ -118,6 +118,13 @@ func (s *Server) refuse(w http.ResponseWriter, status int, reason, msg string) {
 // dial, passing streams on as they come (server-sent events) and switching
 // protocols (WebSocket) as the service answers.
 func (s *Server) newProxy(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *httputil.ReverseProxy {
+	s.transport = &http.Transport{
+		Proxy:               nil, // never an HTTP(S)_PROXY from the environment
+		DialContext:         dial,
+		DisableCompression:  true, // pass the service's encoding through untouched
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+	}
 	target := &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.route.Port))}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -128,13 +135,7 @@ func (s *Server) newProxy(dial func(ctx context.Context, network, addr string) (
 			}
 			pr.Out.Header.Set(OperatorHeader, pr.In.Context().Value(lineKey{}).(*auditLine).Operator)
 		},
-		Transport: &http.Transport{
-			Proxy:               nil, // never an HTTP(S)_PROXY from the environment
-			DialContext:         dial,
-			DisableCompression:  true, // pass the service's encoding through untouched
-			MaxIdleConnsPerHost: 16,
-			IdleConnTimeout:     90 * time.Second,
-		},
+		Transport:     s.transport,
 		FlushInterval: -1,
 		ErrorLog:      s.srv.ErrorLog,
 		ErrorHandler:  s.upstreamError,

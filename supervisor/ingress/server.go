@@ -51,8 +51,11 @@ type Server struct {
 	ln    net.Listener
 	srv   *http.Server
 	proxy *httputil.ReverseProxy
-	audit *auditLog
-	log   *slog.Logger
+	// transport keeps idle connections into the pod; each holds the pod's
+	// network namespace alive, so Shutdown closes them.
+	transport *http.Transport
+	audit     *auditLog
+	log       *slog.Logger
 
 	// stop cancels every request's context at Shutdown: that is what ends
 	// a WebSocket, whose hijacked connection http.Server no longer tracks.
@@ -157,6 +160,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			err = fmt.Errorf("ingress route %q: requests still ending at shutdown, their audit lines may follow: %w", s.route.Name, ctx.Err())
 		}
 	}
+	s.transport.CloseIdleConnections()
 	return err
 }
 

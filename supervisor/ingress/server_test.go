@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,15 +47,25 @@ type ingress struct {
 	url        string
 	audit      *syncBuffer
 	alice, bob string
-	dialed     chan string // every address the route dialled
+	mu         sync.Mutex
+	dialed     []*trackedConn // every connection the route dialled
 }
+
+// trackedConn is a connection into the "pod" that remembers being closed.
+type trackedConn struct {
+	net.Conn
+	addr   string
+	closed atomic.Bool
+}
+
+func (c *trackedConn) Close() error { c.closed.Store(true); return c.Conn.Close() }
 
 // startIngress serves a route to port on loopback. Its dialer is a plain
 // one standing in for the supervisor's dialer into the pod, and records
 // what it is asked to dial.
 func startIngress(t *testing.T, port int) *ingress {
 	t.Helper()
-	in := &ingress{audit: &syncBuffer{}, dialed: make(chan string, 100)}
+	in := &ingress{audit: &syncBuffer{}}
 	in.alice, _ = NewKey()
 	in.bob, _ = NewKey()
 	keys, err := LoadKeys(writeKeys(t, "alice "+HashKey(in.alice)+"\nbob "+HashKey(in.bob)+"\n", 0o600))
@@ -64,8 +75,15 @@ func startIngress(t *testing.T, port int) *ingress {
 	var d net.Dialer
 	in.srv, err = Listen(Route{Name: "gateway", Listen: "127.0.0.1:0", Service: "gw", Port: port, Keys: keys}, Options{
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			in.dialed <- addr
-			return d.DialContext(ctx, network, addr)
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			tc := &trackedConn{Conn: c, addr: addr}
+			in.mu.Lock()
+			in.dialed = append(in.dialed, tc)
+			in.mu.Unlock()
+			return tc, nil
 		},
 		Audit: in.audit,
 	})
@@ -229,11 +247,16 @@ func TestHTTPKeysWithCurl(t *testing.T) {
 		t.Errorf("audit log has %d paths, want one line per request (11):\n%s", len(lines), log)
 	}
 	// The route dials the service's port on the pod's loopback, through
-	// the dialer it was given, and only when a key was valid.
-	close(in.dialed)
-	for addr := range in.dialed {
-		if addr != "127.0.0.1:"+strconv.Itoa(port(t, backend.URL)) {
-			t.Errorf("dialled %s; want the service port on 127.0.0.1", addr)
+	// the dialer it was given, and closes what it kept open at Shutdown:
+	// an idle connection would hold the pod's network namespace alive.
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.dialed) == 0 {
+		t.Fatal("the route never used its dialer")
+	}
+	for _, c := range in.dialed {
+		if c.addr != "127.0.0.1:"+strconv.Itoa(port(t, backend.URL)) || !c.closed.Load() {
+			t.Errorf("dialled %s, closed at Shutdown: %v; want the service port on 127.0.0.1, closed", c.addr, c.closed.Load())
 		}
 	}
 }
