@@ -17,6 +17,8 @@ const (
 	ReasonKeyMissing    = "ingress_key_missing"
 	ReasonKeyUnknown    = "ingress_key_unknown"
 	ReasonUpstreamError = "ingress_upstream_error"
+	ReasonClientGone    = "ingress_client_gone" // audit only: the client left before the service answered
+	ReasonShuttingDown  = "ingress_shutting_down"
 )
 
 // UnknownOperator is the operator of a request whose key named none.

@@ -52,7 +52,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	if !counted {
-		line.Reason = "ingress_shutting_down"
+		line.Reason = ReasonShuttingDown
 		s.refuse(sw, http.StatusServiceUnavailable, line.Reason, "the ingress is shutting down")
 		return
 	}
@@ -118,6 +118,13 @@ func (s *Server) refuse(w http.ResponseWriter, status int, reason, msg string) {
 // dial, passing streams on as they come (server-sent events) and switching
 // protocols (WebSocket) as the service answers.
 func (s *Server) newProxy(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *httputil.ReverseProxy {
+	s.transport = &http.Transport{
+		Proxy:               nil, // never an HTTP(S)_PROXY from the environment
+		DialContext:         dial,
+		DisableCompression:  true, // pass the service's encoding through untouched
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+	}
 	target := &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.route.Port))}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -128,13 +135,7 @@ func (s *Server) newProxy(dial func(ctx context.Context, network, addr string) (
 			}
 			pr.Out.Header.Set(OperatorHeader, pr.In.Context().Value(lineKey{}).(*auditLine).Operator)
 		},
-		Transport: &http.Transport{
-			Proxy:               nil, // never an HTTP(S)_PROXY from the environment
-			DialContext:         dial,
-			DisableCompression:  true, // pass the service's encoding through untouched
-			MaxIdleConnsPerHost: 16,
-			IdleConnTimeout:     90 * time.Second,
-		},
+		Transport:     s.transport,
 		FlushInterval: -1,
 		ErrorLog:      s.srv.ErrorLog,
 		ErrorHandler:  s.upstreamError,
@@ -145,7 +146,7 @@ func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, err error
 	line := r.Context().Value(lineKey{}).(*auditLine)
 	line.Reason = ReasonUpstreamError
 	if errors.Is(r.Context().Err(), context.Canceled) {
-		line.Reason = "ingress_client_gone"
+		line.Reason = ReasonClientGone
 	}
 	s.log.Warn("ingress upstream failed", "err", err, "operator", line.Operator, "method", line.Method, "path", line.Path, "reason", line.Reason)
 	s.refuse(w, http.StatusBadGateway, ReasonUpstreamError, "service "+s.route.Service+" on port "+strconv.Itoa(s.route.Port)+" did not answer: "+err.Error())

@@ -51,8 +51,11 @@ type Server struct {
 	ln    net.Listener
 	srv   *http.Server
 	proxy *httputil.ReverseProxy
-	audit *auditLog
-	log   *slog.Logger
+	// transport keeps idle connections into the pod; each holds the pod's
+	// network namespace alive, so Shutdown closes them.
+	transport *http.Transport
+	audit     *auditLog
+	log       *slog.Logger
 
 	// stop cancels every request's context at Shutdown: that is what ends
 	// a WebSocket, whose hijacked connection http.Server no longer tracks.
@@ -135,7 +138,9 @@ func (s *Server) Serve() error {
 
 // Shutdown stops listening and lets requests in flight finish until ctx
 // ends; then it cuts what is left (streams, WebSockets: they never end by
-// themselves) and returns once every request's audit line is written.
+// themselves) and returns once every request's audit line is written, or
+// when ctx ends. A WebSocket is cut at once: http.Server does not wait for
+// a connection that switched protocols.
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.Shutdown(ctx)
 	s.stop()
@@ -146,7 +151,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	s.reqs.Wait()
+	done := make(chan struct{})
+	go func() { s.reqs.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		if err == nil {
+			err = fmt.Errorf("ingress route %q: requests still ending at shutdown, their audit lines may follow: %w", s.route.Name, ctx.Err())
+		}
+	}
+	s.transport.CloseIdleConnections()
 	return err
 }
 

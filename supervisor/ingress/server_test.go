@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,15 +47,25 @@ type ingress struct {
 	url        string
 	audit      *syncBuffer
 	alice, bob string
-	dialed     chan string // every address the route dialled
+	mu         sync.Mutex
+	dialed     []*trackedConn // every connection the route dialled
 }
+
+// trackedConn is a connection into the "pod" that remembers being closed.
+type trackedConn struct {
+	net.Conn
+	addr   string
+	closed atomic.Bool
+}
+
+func (c *trackedConn) Close() error { c.closed.Store(true); return c.Conn.Close() }
 
 // startIngress serves a route to port on loopback. Its dialer is a plain
 // one standing in for the supervisor's dialer into the pod, and records
 // what it is asked to dial.
 func startIngress(t *testing.T, port int) *ingress {
 	t.Helper()
-	in := &ingress{audit: &syncBuffer{}, dialed: make(chan string, 100)}
+	in := &ingress{audit: &syncBuffer{}}
 	in.alice, _ = NewKey()
 	in.bob, _ = NewKey()
 	keys, err := LoadKeys(writeKeys(t, "alice "+HashKey(in.alice)+"\nbob "+HashKey(in.bob)+"\n", 0o600))
@@ -62,8 +75,15 @@ func startIngress(t *testing.T, port int) *ingress {
 	var d net.Dialer
 	in.srv, err = Listen(Route{Name: "gateway", Listen: "127.0.0.1:0", Service: "gw", Port: port, Keys: keys}, Options{
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			in.dialed <- addr
-			return d.DialContext(ctx, network, addr)
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			tc := &trackedConn{Conn: c, addr: addr}
+			in.mu.Lock()
+			in.dialed = append(in.dialed, tc)
+			in.mu.Unlock()
+			return tc, nil
 		},
 		Audit: in.audit,
 	})
@@ -159,7 +179,7 @@ func TestHTTPKeysWithCurl(t *testing.T) {
 	}{
 		{"/bearer", []string{"Authorization: Bearer " + in.alice}, "alice", ReasonAllowed},
 		{"/bearer-lower", []string{"authorization: bearer " + in.alice}, "alice", ReasonAllowed},
-		{"/api-key", []string{"X-Api-Key: " + in.bob, "X-Airlock-Operator: alice"}, "bob", ReasonAllowed},
+		{"/api-key", []string{"X-Api-Key: " + in.bob, "X-Airlock-Operator: alice", "X-Forwarded-For: 192.0.2.1"}, "bob", ReasonAllowed},
 		{"/both-same", []string{"Authorization: Bearer " + in.bob, "X-Api-Key: " + in.bob}, "bob", ReasonAllowed},
 		{"/none", nil, "", ReasonKeyMissing},
 		{"/basic", []string{"Authorization: Basic " + in.alice}, "", ReasonKeyMissing},
@@ -197,7 +217,7 @@ func TestHTTPKeysWithCurl(t *testing.T) {
 				}
 			}
 			if seen.Get("X-Forwarded-For") != "127.0.0.1" {
-				t.Errorf("service saw X-Forwarded-For %q; want the client, 127.0.0.1", seen.Get("X-Forwarded-For"))
+				t.Errorf("service saw X-Forwarded-For %q; want the client, 127.0.0.1, and not what it claimed", seen.Get("X-Forwarded-For"))
 			}
 		})
 	}
@@ -227,11 +247,16 @@ func TestHTTPKeysWithCurl(t *testing.T) {
 		t.Errorf("audit log has %d paths, want one line per request (11):\n%s", len(lines), log)
 	}
 	// The route dials the service's port on the pod's loopback, through
-	// the dialer it was given, and only when a key was valid.
-	close(in.dialed)
-	for addr := range in.dialed {
-		if addr != "127.0.0.1:"+strconv.Itoa(port(t, backend.URL)) {
-			t.Errorf("dialled %s; want the service port on 127.0.0.1", addr)
+	// the dialer it was given, and closes what it kept open at Shutdown:
+	// an idle connection would hold the pod's network namespace alive.
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.dialed) == 0 {
+		t.Fatal("the route never used its dialer")
+	}
+	for _, c := range in.dialed {
+		if c.addr != "127.0.0.1:"+strconv.Itoa(port(t, backend.URL)) || !c.closed.Load() {
+			t.Errorf("dialled %s, closed at Shutdown: %v; want the service port on 127.0.0.1, closed", c.addr, c.closed.Load())
 		}
 	}
 }
@@ -414,5 +439,85 @@ func TestListenRefuses(t *testing.T) {
 				t.Fatalf("Listen = %v; want an error naming route r and %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Shutdown ends an open WebSocket (http.Server no longer tracks it) and
+// returns with its audit line written.
+func TestShutdownEndsWebSocket(t *testing.T) {
+	in := startIngress(t, startWSEcho(t))
+	c, err := net.Dial("tcp", in.srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /held HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nX-Api-Key: %s\r\n\r\n", in.alice)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade = %v, %v; want 101", resp, err)
+	}
+	in.shutdown(t)
+	c.SetReadDeadline(time.Now().Add(30 * time.Second)) // a bound on a failing run, not a timing check
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("read on the WebSocket after Shutdown = %d, %v; want EOF", n, err)
+	}
+	if got := in.lines(t)["/held"]; got.Operator != "alice" || got.Status != 101 {
+		t.Errorf("audit line = %+v; want alice's 101", got)
+	}
+}
+
+// A client that leaves before the service answers is audited as gone,
+// not as a failure of the service.
+func TestClientGoneBeforeAnswer(t *testing.T) {
+	entered := make(chan struct{})
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-r.Context().Done()
+	}))
+	defer backend.Close()
+	in := startIngress(t, port(t, backend.URL))
+	c, err := net.Dial("tcp", in.srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "GET /slow HTTP/1.1\r\nHost: gw\r\nX-Api-Key: %s\r\n\r\n", in.alice)
+	<-entered
+	c.Close()
+	in.shutdown(t)
+	if got := in.lines(t)["/slow"]; got.Operator != "alice" || got.Reason != ReasonClientGone || !got.Allowed {
+		t.Errorf("audit line = %+v; want alice's, %s", got, ReasonClientGone)
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// A line that cannot be written is logged as an error naming the request
+// (never the key): the request has been answered by then.
+func TestAuditWriteFailureIsLogged(t *testing.T) {
+	key, _ := NewKey()
+	keys, err := LoadKeys(writeKeys(t, "alice "+HashKey(key)+"\n", 0o600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	var d net.Dialer
+	s, err := Listen(Route{Name: "r", Listen: "127.0.0.1:0", Service: "s", Port: 80, Keys: keys},
+		Options{Dial: d.DialContext, Audit: failingWriter{}, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	status, _, _ := curl(t, "-H", "X-Api-Key: "+key+"x", "http://"+s.Addr().String()+"/p")
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := logs.String()
+	if status != http.StatusUnauthorized || !strings.Contains(got, `"msg":"ingress audit write failed"`) ||
+		!strings.Contains(got, "no space left on device") || !strings.Contains(got, `"path":"/p"`) || strings.Contains(got, key) {
+		t.Fatalf("status %d, log:\n%s\nwant the failure logged with the request, without the key", status, got)
 	}
 }
