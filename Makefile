@@ -18,7 +18,7 @@ bin/airlock: $(shell find . -name '*.go' -o -name '*.rego' | grep -v _test.go) g
 # The demo pod (needs root): a gateway and a shim in their sandboxes behind
 # the proxy, until Ctrl-C. `./bin/airlock demo` shows policy decisions only.
 run: build
-	./bin/airlock up
+	./bin/airlock up $(RUN_ARGS)
 
 # The real opa CLI, at the same version airlock embeds: the reviewers' tool.
 $(OPA):
