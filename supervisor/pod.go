@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -423,7 +424,11 @@ func (p *Pod) eventRecovered(kind string, sev events.Severity, service, detail s
 	if p.events == nil {
 		return
 	}
-	if err := p.events.Append(events.Event{Source: "supervisor", Kind: kind, Severity: sev, Service: service, Detail: detail, Recovered: recovered}); err != nil {
+	source := "supervisor"
+	if kind == "pin_mismatch" || strings.HasPrefix(kind, "policy_") {
+		source = "policy"
+	}
+	if err := p.events.Append(events.Event{Source: source, Kind: kind, Severity: sev, Service: service, Detail: detail, Recovered: recovered}); err != nil {
 		p.log.Error("event not recorded", "err", err)
 	}
 }
