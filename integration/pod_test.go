@@ -659,3 +659,28 @@ func TestPodDiesWithItsSupervisor(t *testing.T) {
 	pod2.awaitReady()
 	pod2.stop(10 * time.Second)
 }
+
+// TestPodRefusesAnIngressWithoutKeys: there is no unauthenticated ingress:
+// a route whose key file is missing or empty refuses the boot, naming it,
+// and leaves nothing behind.
+func TestPodRefusesAnIngressWithoutKeys(t *testing.T) {
+	e := newPodEnv(t)
+	empty := filepath.Join(e.dir, "empty.keys")
+	os.WriteFile(empty, []byte("# no keys yet\n"), 0o600)
+	for _, keys := range []string{filepath.Join(e.dir, "missing.keys"), empty} {
+		m := e.manifest("nokeys", fmt.Sprintf(`ingress:
+  - {name: alpha, listen: "127.0.0.1:%d", service: alpha, port: 8001, keys: %s}`, freePort(t), keys), e.pyService("alpha", 8001, "egress_ok", ""))
+		pod := startPod(t, e, "nokeys", m)
+		select {
+		case <-pod.exited:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("airlock up booted an ingress whose key file is %s", keys)
+		}
+		if code := exitCode(pod.exitErr); code != 1 || !strings.Contains(pod.stderr.String(), keys) {
+			t.Errorf("keys %s: exit %d, want 1 and the file named:\n%s", keys, code, pod.stderr.String())
+		}
+		if _, err := os.Stat(podGroup(t, "nokeys")); err == nil {
+			t.Errorf("a refused boot left its cgroup behind")
+		}
+	}
+}

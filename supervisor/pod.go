@@ -56,12 +56,13 @@ type Pod struct {
 	admin    *admin
 	metrics  *podMetrics
 
-	ctx    context.Context // ends at Stop
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	ready  atomic.Bool
-	booted time.Time
-	boot   []BootStep
+	ctx       context.Context // ends at Stop
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	ready     atomic.Bool
+	proxyDown atomic.Bool
+	booted    time.Time
+	boot      []BootStep
 	// cleanup undoes boot, in reverse.
 	cleanup []func()
 }
@@ -288,7 +289,16 @@ func (p *Pod) serveProxy(context.Context) error {
 		sb.Hook = p.hook
 	}
 	p.served = make(chan error, 1)
-	go func() { p.served <- p.proxy.Serve(p.network.Listener, sb) }()
+	go func() {
+		err := p.proxy.Serve(p.network.Listener, sb)
+		if p.ctx.Err() == nil {
+			// Nothing else leads out of the pod: its services have no
+			// egress until it is restarted, and it is not ready.
+			p.proxyDown.Store(true)
+			p.event("proxy_failed", events.Critical, "", fmt.Sprintf("the proxy stopped serving (%v): the services have no way out; restart the pod", err))
+		}
+		p.served <- err
+	}()
 	return nil
 }
 
@@ -327,6 +337,7 @@ func (p *Pod) openAdmin(context.Context) error {
 func (p *Pod) startServices(context.Context) error {
 	for _, s := range p.services {
 		p.wg.Add(1)
+		s.running = true
 		go func() {
 			defer p.wg.Done()
 			s.run()
@@ -348,7 +359,7 @@ func (p *Pod) awaitHealthy(ctx context.Context) error {
 
 // Ready reports whether every service is healthy.
 func (p *Pod) Ready() bool {
-	if !p.ready.Load() {
+	if !p.ready.Load() || p.proxyDown.Load() {
 		return false
 	}
 	for _, s := range p.services {

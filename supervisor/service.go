@@ -42,6 +42,7 @@ type service struct {
 
 	restartReq chan struct{}
 	stopReq    chan struct{}
+	running    bool // its loop was started (set by boot, before the loop runs)
 	stopOnce   sync.Once
 	done       chan struct{}
 
@@ -382,10 +383,13 @@ func (s *service) restart() error {
 }
 
 // stop ends the loop, stopping the running instance; it returns once the
-// service has exited.
+// service has exited. A service whose loop never started (boot failed
+// before) has nothing to wait for.
 func (s *service) stop() {
 	s.stopOnce.Do(func() { close(s.stopReq) })
-	<-s.done
+	if s.running {
+		<-s.done
+	}
 }
 
 func (s *service) stopping() bool {
