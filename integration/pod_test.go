@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -133,30 +131,13 @@ func (e *podEnv) pyService(name string, port int, preset, more string) string {
 type runningPod struct {
 	t       *testing.T
 	cmd     *exec.Cmd
-	stderr  *syncBuffer
+	stderr  *testutil.Buffer
 	notify  chan string
 	socket  string
 	events  string
 	state   string
 	exited  chan struct{}
 	exitErr error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startPod writes the manifest and runs `airlock up` on it with a
@@ -171,7 +152,7 @@ func startPod(t *testing.T, e *podEnv, name, manifest string) *runningPod {
 		t.Fatal(err)
 	}
 	state := filepath.Join(e.dir, "state-"+name)
-	p := &runningPod{t: t, stderr: &syncBuffer{}, notify: make(chan string, 64), exited: make(chan struct{}),
+	p := &runningPod{t: t, stderr: &testutil.Buffer{}, notify: make(chan string, 64), exited: make(chan struct{}),
 		socket: filepath.Join(state, "admin.sock"), events: filepath.Join(state, "agent-inbox.jsonl"), state: state}
 	go func() {
 		buf := make([]byte, 4096)

@@ -23,29 +23,11 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
-// syncBuffer is an audit log the test reads after Shutdown.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // ingress is one route under test, with the keys of its two operators.
 type ingress struct {
 	srv        *Server
 	url        string
-	audit      *syncBuffer
+	audit      *testutil.Buffer
 	alice, bob string
 	mu         sync.Mutex
 	dialed     []*trackedConn // every connection the route dialled
@@ -65,7 +47,7 @@ func (c *trackedConn) Close() error { c.closed.Store(true); return c.Conn.Close(
 // what it is asked to dial.
 func startIngress(t *testing.T, port int) *ingress {
 	t.Helper()
-	in := &ingress{audit: &syncBuffer{}}
+	in := &ingress{audit: &testutil.Buffer{}}
 	in.alice, _ = NewKey()
 	in.bob, _ = NewKey()
 	keys, err := LoadKeys(writeKeys(t, "alice "+HashKey(in.alice)+"\nbob "+HashKey(in.bob)+"\n", 0o600))
@@ -503,7 +485,7 @@ func TestAuditWriteFailureIsLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testutil.Buffer
 	var d net.Dialer
 	s, err := Listen(Route{Name: "r", Listen: "127.0.0.1:0", Service: "s", Port: 80, Keys: keys},
 		Options{Dial: d.DialContext, Audit: failingWriter{}, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
