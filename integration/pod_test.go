@@ -441,10 +441,31 @@ ingress:
 	})
 
 	t.Run("no way out but the proxy", func(t *testing.T) {
-		for _, addr := range []string{fmt.Sprintf("127.0.0.2:%d", e.tlsPort), "10.1.2.3:443", fmt.Sprintf("127.0.0.1:%d", httpPort)} {
+		// The host's loopback addresses (the upstream, the admin port)
+		// are other addresses in the pod's own loopback-only namespace.
+		for _, addr := range []string{fmt.Sprintf("127.0.0.2:%d", e.tlsPort), fmt.Sprintf("127.0.0.1:%d", httpPort)} {
 			_, body := call(t, alpha, e.key, "/direct?addr="+addr)
 			if a := answer(t, body); a["connected"] == true || a["errno"] == nil {
 				t.Errorf("a direct connect to %s from the pod: %s", addr, body)
+			}
+		}
+	})
+
+	t.Run("a proxy that does not serve leaves egress closed", func(t *testing.T) {
+		curl := testutil.RequireTool(t, "curl")
+		nsenter := testutil.RequireTool(t, "nsenter")
+		netns := fmt.Sprintf("--net=/proc/%d/ns/net", commandPid(t, pod.service("alpha")))
+		// The supervisor, and with it the proxy, frozen.
+		pod.cmd.Process.Signal(syscall.SIGSTOP)
+		defer pod.cmd.Process.Signal(syscall.SIGCONT)
+		for _, args := range [][]string{
+			{"-x", "http://127.0.0.1:3128"},
+			{"--noproxy", "*", "--resolve", fmt.Sprintf("api.test:%d:127.0.0.2", e.tlsPort)},
+		} {
+			cmd := exec.Command(nsenter, append([]string{netns, curl, "-s", "-o", "/dev/null", "--max-time", "2", "--cacert", e.upstreamCA,
+				fmt.Sprintf("https://api.test:%d/v1/hello", e.tlsPort)}, args...)...)
+			if err := cmd.Run(); exitCode(err) == 0 {
+				t.Errorf("curl %v from the pod's namespace got through with the proxy frozen", args)
 			}
 		}
 	})
@@ -593,8 +614,16 @@ func TestPodCrashLoopIsGivenUp(t *testing.T) {
 // boot, exit 10, with the mismatch on record.
 func TestPodRefusesATamperedBundle(t *testing.T) {
 	e := newPodEnv(t)
+	hash, err := exec.Command(airlockBin, "policy", "hash", e.bundle).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := e.manifest("tampered", "", e.pyService("alpha", 8001, "egress_ok", ""))
-	m = strings.Replace(m, "policy:\n", "policy:\n  sha256: sha256:"+strings.Repeat("ab", 32)+"\n", 1)
+	m = strings.Replace(m, "policy:\n", "policy:\n  sha256: "+strings.TrimSpace(string(hash))+"\n", 1)
+	// Pinned, then edited.
+	f, _ := os.OpenFile(filepath.Join(e.bundle, "egress_ok.rego"), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString("# tampered\n")
+	f.Close()
 	pod := startPod(t, e, "tampered", m)
 	select {
 	case <-pod.exited:
