@@ -2,19 +2,18 @@
 // tinyproxy on loopback, in one run, and prints the figures and ratios:
 // plain-HTTP keep-alive requests/s with p50/p99 latency, new CONNECT+TLS
 // tunnels/s, CONNECT bulk throughput, and (airlock only) MITM requests/s
-// with a warm certificate cache. `make bench` runs it.
+// with a warm certificate cache; then (scenario "pod", as root) `airlock up`:
+// the demo pod's boot to READY, a crashed service's return to healthy, and
+// the supervisor's memory with 20 services (pod.go). `make bench` runs it.
 package main
 
 import (
 	"bufio"
-
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/airlock-sandbox/airlock/internal/cgroup2"
-	"github.com/airlock-sandbox/airlock/internal/testca"
 	"io"
 	"net"
 	"net/http"
@@ -28,6 +27,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+	"github.com/airlock-sandbox/airlock/internal/testca"
 )
 
 var (
@@ -88,6 +90,23 @@ func inMicros(row string) bool {
 }
 
 func run() error {
+	for _, s := range []string{"plain", "tunnels", "bulk", "mitm"} {
+		if wanted(s) {
+			if err := runProxies(); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	if wanted("pod") {
+		return runPod()
+	}
+	return nil
+}
+
+// runProxies measures the proxies, round after round, and prints their
+// table.
+func runProxies() error {
 	dir, err := os.MkdirTemp("", "airlock-bench-")
 	if err != nil {
 		return err
