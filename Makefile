@@ -37,7 +37,8 @@ test: lint tools
 	$(GO) test -race -count=1 ./...
 
 # Hot paths as Go benchmarks (decision, identity lookup, leaf signing), then
-# airlock side by side with direct, squid and tinyproxy on loopback.
+# airlock side by side with direct, squid and tinyproxy on loopback, then (as
+# root) the pod: demo boot to READY, crash to healthy, memory with 20 services.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 20000x ./policies/
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./proxy/... ./sandbox/ ./supervisor/events/

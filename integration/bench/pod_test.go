@@ -70,3 +70,9 @@ func TestBootTimes(t *testing.T) {
 		})
 	}
 }
+
+func TestShimBackoff(t *testing.T) {
+	if got, want := shimBackoff(), "200ms ±20%"; got != want {
+		t.Errorf("shimBackoff() = %q, want %q (the demo's shim takes the default backoff)", got, want)
+	}
+}
