@@ -517,6 +517,7 @@ func printPod(boots []bootSample, crashes []crashSample, mems []memSample) {
 			target = float64(rssTarget) / (1 << 20)
 		}
 		row(fmt.Sprintf("supervisor RSS at READY, %d service(s)", m.services), mib(m.rss), "MiB", target)
+		row("  peak so far (VmHWM)", mib(m.hwm), "MiB", 0)
 		row("  anonymous (RssAnon)", mib(m.rssAnon), "MiB", 0)
 		row("  file-backed: the binary's pages (RssFile)", mib(m.rssFile), "MiB", 0)
 		row("  Go heap in use", mib(m.heapInuse), "MiB", 0)
