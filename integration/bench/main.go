@@ -37,7 +37,7 @@ var (
 	conc      = flag.Int("c", 8, "concurrent clients")
 	airlock   = flag.String("airlock", "bin/airlock", "airlock binary")
 	only      = flag.String("proxies", "direct,airlock,squid,tinyproxy,go-relay", "which to measure")
-	which     = flag.String("scenarios", "plain,tunnels,bulk,mitm", "which scenarios to run")
+	which     = flag.String("scenarios", "plain,tunnels,bulk,mitm,pod", "which scenarios to run (pod: airlock up, as root)")
 	relayAddr = flag.String("relay", "", "run as the go-relay reference on this address (the bench starts it)")
 	rounds    = flag.Int("rounds", 3, "rounds, each measuring every proxy; the table shows medians")
 )

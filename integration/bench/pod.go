@@ -13,10 +13,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/airlock-sandbox/airlock/supervisor/demo"
 	"github.com/airlock-sandbox/airlock/supervisor/events"
@@ -353,31 +353,14 @@ func awaitPortsFree(addrs ...string) error {
 
 type upRun struct {
 	cmd            *exec.Cmd
-	out            *lockedBuffer
+	out            *testutil.Buffer
 	events, socket string
 	exited         chan struct{}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startUp runs `airlock <args>` for a pod whose state dir is stateDir.
 func startUp(stateDir string, args ...string) (*upRun, error) {
-	p := &upRun{out: &lockedBuffer{}, exited: make(chan struct{}),
+	p := &upRun{out: &testutil.Buffer{}, exited: make(chan struct{}),
 		events: filepath.Join(stateDir, events.DefaultFile), socket: filepath.Join(stateDir, "admin.sock")}
 	p.cmd = exec.Command(*airlock, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
