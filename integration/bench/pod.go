@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -84,7 +83,8 @@ type memSample struct {
 
 func runPod() error {
 	if os.Geteuid() != 0 {
-		return errors.New("pod: not measured: airlock up needs root")
+		fmt.Fprintln(os.Stderr, "pod: not measured: airlock up needs root")
+		return nil
 	}
 	dir, err := os.MkdirTemp("", "airlock-podbench-")
 	if err != nil {
