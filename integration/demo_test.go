@@ -79,7 +79,7 @@ func TestMakeRunBootsTheDemoPod(t *testing.T) {
 		}
 	}
 	text := printed.String()
-	for _, want := range []string{"READY", "boot: state", "ingress gateway: http://127.0.0.1:18789", "GET /models → 200", `GET /models/direct → 502`, `"reason":"host_not_allowed"`, "agent-inbox.jsonl", "audit.jsonl"} {
+	for _, want := range []string{"READY", "boot: lock", "ingress gateway: http://127.0.0.1:18789", "GET /models → 200", `GET /models/direct → 502`, `"reason":"host_not_allowed"`, "agent-inbox.jsonl", "audit.jsonl"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("make run did not print %q:\n%s", want, text)
 		}

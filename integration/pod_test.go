@@ -377,7 +377,7 @@ ingress:
 				ready = i
 			}
 		}
-		want := "state policy proxy network cgroups serve ingress admin services health"
+		want := "state policy proxy network cgroups serve ingress admin services health" // the lock is taken before the events file opens
 		if strings.Join(steps, " ") != want {
 			t.Errorf("boot steps %q, want %q", steps, want)
 		}
@@ -401,6 +401,12 @@ ingress:
 		out, err := exec.Command(airlockBin, "status", "--socket", pod.socket).Output()
 		if err != nil || !strings.Contains(string(out), "ready: yes") || !strings.Contains(string(out), "alpha") {
 			t.Errorf("airlock status: %v\n%s", err, out)
+		}
+		for _, args := range [][]string{{"--socket", pod.socket}, {"--file", pod.events, "--since", "1h"}} {
+			out, err = exec.Command(airlockBin, append([]string{"events"}, args...)...).Output()
+			if err != nil || !strings.Contains(string(out), `"kind":"ready"`) || !strings.Contains(string(out), `"kind":"boot_step"`) {
+				t.Errorf("airlock events %v: %v\n%s", args, err, out)
+			}
 		}
 	})
 
@@ -587,6 +593,10 @@ func TestPodCrashLoopIsGivenUp(t *testing.T) {
     user: "61000"
     preset: egress_none
     restart: {policy: always, backoff: {initial: 20ms, max: 100ms}, give_up: {restarts: 3, window: 60s}}
+  - name: stubborn
+    command: [/bin/sh, -c, "trap '' TERM; while :; do sleep 1; done"]
+    user: "61000"
+    preset: egress_none
 `)
 	pod := startPod(t, e, "crashloop", m)
 	pod.awaitReady()
@@ -607,6 +617,16 @@ func TestPodCrashLoopIsGivenUp(t *testing.T) {
 	st := pod.status()
 	if st.Ready || pod.service("crasher").State != "given_up" || pod.service("steady").State != "healthy" {
 		t.Errorf("status after the give-up: %+v", st)
+	}
+	// A service that ignores SIGTERM is killed at the end of the grace
+	// period (3s), and the stop leaves nothing.
+	stubborn := pod.service("stubborn")
+	pod.stop(15 * time.Second)
+	if syscall.Kill(stubborn.Pid, 0) == nil {
+		t.Errorf("the stubborn service outlived the pod")
+	}
+	if _, err := os.Stat(podGroup(t, "crashloop")); err == nil {
+		t.Errorf("the pod's cgroup outlived it")
 	}
 }
 

@@ -33,7 +33,8 @@ type Leaf struct {
 // LeafConfig says where the sandbox's groups go and what they enforce.
 type LeafConfig struct {
 	// Parent is a cgroup v2 directory; "" means the root of the v2
-	// hierarchy.
+	// hierarchy. Only without one does a sandbox fall back to cgroup v1
+	// when v2 is not writable.
 	Parent string
 	// ID names the groups: airlock-<ID>.
 	ID string
@@ -62,6 +63,11 @@ func NewLeaf(lc LeafConfig) (*Leaf, error) {
 	}
 	if err == nil {
 		l.V2, err = cgroup2.Create(parent, name)
+	}
+	if err != nil && lc.Parent != "" {
+		// A parent was named (a pod's group): a leaf elsewhere would put
+		// the sandbox outside it, where nothing decides for it.
+		return nil, err
 	}
 	if err != nil {
 		log := lc.Logger

@@ -56,7 +56,10 @@ func (s *service) status() ServiceStatus {
 
 // Status reports the pod's state now.
 func (p *Pod) Status() Status {
-	st := Status{Pod: p.m.Name, Ready: p.Ready(), Uptime: time.Since(p.booted).Seconds(), Boot: p.boot, Events: p.m.Events.File, Audit: p.m.Proxy.AuditLog}
+	p.bootMu.Lock()
+	boot := append([]BootStep(nil), p.boot...)
+	p.bootMu.Unlock()
+	st := Status{Pod: p.m.Name, Ready: p.Ready(), Uptime: time.Since(p.booted).Seconds(), Boot: boot, Events: p.m.Events.File, Audit: p.m.Proxy.AuditLog}
 	if p.engine != nil {
 		st.Policy = p.engine.Hash()
 	}
@@ -84,12 +87,15 @@ type admin struct {
 func newAdmin(p *Pod) (*admin, error) {
 	a := &admin{}
 	path := p.m.Admin.Socket
-	// A socket left by a pod that was killed: nothing listens on it.
-	if c, err := net.Dial("unix", path); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("admin socket %s: another supervisor is serving it", path)
+	// A socket left by a pod that was killed: nothing listens on it (the
+	// pod's lock is ours). Anything but a socket there is not ours to
+	// remove.
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("admin socket %s: a %v file is in the way; remove it or choose another admin.socket", path, fi.Mode().Type())
+		}
+		os.Remove(path)
 	}
-	os.Remove(path)
 	// The umask covers the window between bind and chmod.
 	old := syscall.Umask(0o177)
 	ln, err := net.Listen("unix", path)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 )
@@ -51,32 +52,44 @@ func newChecker(p *Pod, s *service, h *manifest.Health) checker {
 			return c.Close()
 		}
 	default:
-		return func(ctx context.Context) error { return s.execProbe(ctx, h.Exec) }
+		return func(ctx context.Context) error { return s.execProbe(ctx, h.Exec, h.Timeout) }
 	}
 }
 
 // execProbe runs argv with the service's identity and restrictions, in
 // its own cgroup under the pod's (so a probe that hangs is killed whole at
 // its timeout, and its connections, belonging to no service, get nothing).
-func (s *service) execProbe(ctx context.Context, argv []string) error {
+//
+// Its timeout runs from the command's start: the sandbox's setup (tens of
+// milliseconds, more on a loaded host) is the supervisor's, not the
+// service's, and must not fail a healthy service.
+func (s *service) execProbe(ctx context.Context, argv []string, timeout time.Duration) error {
 	c := s.cfg
 	c.Command = argv
 	c.Stdin, c.Stdout, c.Stderr = nil, nil, nil
-	sb, err := Launch(ctx, SandboxOptions{ID: s.leafID() + "-probe", Config: c, Env: s.env, CgroupParent: s.pod.group, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log})
+	// ".probe": service names cannot hold a dot, so a probe's leaf is
+	// never a service's, whose preset would then decide for the probe.
+	sb, err := Launch(s.pod.ctx, SandboxOptions{ID: s.leafID() + ".probe", Config: c, Env: s.env, CgroupParent: s.pod.group, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log})
 	if err != nil {
 		return fmt.Errorf("exec probe: %w", err)
 	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	timedOut := false
 	select {
 	case <-sb.Done():
-	case <-ctx.Done():
+	case <-timer.C:
+		timedOut = true
+		sb.Kill()
+	case <-s.pod.ctx.Done():
 		sb.Kill()
 	}
 	out, err := sb.Wait()
 	if err != nil {
 		return err
 	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("exec probe %v: timed out", argv)
+	if timedOut {
+		return fmt.Errorf("exec probe %v: no exit within %v", argv, timeout)
 	}
 	if out.ExitCode != 0 {
 		return fmt.Errorf("exec probe %v: %s", argv, exitDetail(out.ExitCode))

@@ -29,16 +29,11 @@ func notifyReady(p *Pod) {
 func watchdog(p *Pod, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	last := ""
 	for {
 		select {
 		case <-p.ctx.Done():
 			return
 		case <-t.C:
-		}
-		if s := status(p); s != last {
-			daemon.SdNotify(false, s)
-			last = s
 		}
 		if p.Ready() {
 			daemon.SdNotify(false, daemon.SdNotifyWatchdog)
@@ -54,6 +49,14 @@ func status(p *Pod) string {
 		}
 	}
 	return fmt.Sprintf("STATUS=%d/%d services healthy", healthy, len(p.services))
+}
+
+// notifyStatus tells systemd how many services are healthy, at each change
+// once the pod is up (nothing outside systemd).
+func notifyStatus(p *Pod) {
+	if p.ready.Load() {
+		daemon.SdNotify(false, status(p))
+	}
 }
 
 func notifyStopping() { daemon.SdNotify(false, daemon.SdNotifyStopping) }

@@ -44,3 +44,15 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 		l.buf = l.buf[i+1:]
 	}
 }
+
+// flush passes on an unfinished line, ended with a newline: the instance
+// that wrote it has exited, and the next one's output must not be glued
+// to it.
+func (l *lineWriter) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) > 0 {
+		l.w.Write(append(append([]byte("["+l.prefix+"] "), l.buf...), '\n'))
+		l.buf = l.buf[:0]
+	}
+}

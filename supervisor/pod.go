@@ -61,11 +61,25 @@ type Pod struct {
 	wg        sync.WaitGroup
 	ready     atomic.Bool
 	proxyDown atomic.Bool
+	stopping  atomic.Bool
 	booted    time.Time
+	bootMu    sync.Mutex
 	boot      []BootStep
+	// stateCh is closed and replaced at each service state change.
+	stateMu sync.Mutex
+	stateCh chan struct{}
+	// failed is closed, with failure said, when the pod can no longer do
+	// its job by itself.
+	failOnce sync.Once
+	failed   chan struct{}
+	failure  string
 	// cleanup undoes boot, in reverse.
 	cleanup []func()
 }
+
+// ErrStopped: the pod was told to stop (its context ended) before it was
+// up.
+var ErrStopped = errors.New("stopped")
 
 // BootStep is one step of the boot and how long it took.
 type BootStep struct {
@@ -86,8 +100,16 @@ func Up(ctx context.Context, m *manifest.Pod, o Options) (_ *Pod, err error) {
 		p.out = os.Stderr
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.stateCh = make(chan struct{})
+	p.failed = make(chan struct{})
 	defer func() {
-		if err != nil {
+		switch {
+		case err != nil && ctx.Err() != nil:
+			// Asked to stop while booting: a stop, not a failure.
+			p.event("stop", events.Info, "", "stopped during boot: "+err.Error())
+			p.teardown()
+			err = fmt.Errorf("%w: %w", ErrStopped, err)
+		case err != nil:
 			p.event("boot_failed", events.Critical, "", err.Error())
 			p.teardown()
 		}
@@ -96,6 +118,7 @@ func Up(ctx context.Context, m *manifest.Pod, o Options) (_ *Pod, err error) {
 		name string
 		run  func(context.Context) error
 	}{
+		{"lock", func(context.Context) error { return p.lockPod() }},
 		{"state", p.openState},
 		{"policy", p.openPolicy},
 		{"proxy", p.buildProxy},
@@ -113,7 +136,9 @@ func Up(ctx context.Context, m *manifest.Pod, o Options) (_ *Pod, err error) {
 			return nil, fmt.Errorf("boot step %s: %w", s.name, err)
 		}
 		d := time.Since(start)
+		p.bootMu.Lock()
 		p.boot = append(p.boot, BootStep{Name: s.name, Duration: d})
+		p.bootMu.Unlock()
 		p.log.Info("boot step done", "step", s.name, "duration_ms", float64(d.Microseconds())/1000)
 		p.event("boot_step", events.Info, "", fmt.Sprintf("%s done in %v", s.name, d.Round(time.Microsecond)))
 	}
@@ -293,9 +318,12 @@ func (p *Pod) serveProxy(context.Context) error {
 		err := p.proxy.Serve(p.network.Listener, sb)
 		if p.ctx.Err() == nil {
 			// Nothing else leads out of the pod: its services have no
-			// egress until it is restarted, and it is not ready.
+			// egress, and it is not ready; `airlock up` stops it and
+			// exits non-zero, for its unit to restart it.
 			p.proxyDown.Store(true)
-			p.event("proxy_failed", events.Critical, "", fmt.Sprintf("the proxy stopped serving (%v): the services have no way out; restart the pod", err))
+			msg := fmt.Sprintf("the proxy stopped serving (%v): the services have no way out", err)
+			p.event("proxy_failed", events.Critical, "", msg)
+			p.fail(msg)
 		}
 		p.served <- err
 	}()
@@ -333,7 +361,9 @@ func (p *Pod) openAdmin(context.Context) error {
 }
 
 // startServices starts every service's supervision loop; each waits for
-// the services it comes after to be healthy before it launches.
+// the services it comes after to be healthy before it launches. When every
+// loop has ended by itself (given up on, or exited for good) the pod has
+// failed.
 func (p *Pod) startServices(context.Context) error {
 	for _, s := range p.services {
 		p.wg.Add(1)
@@ -343,18 +373,77 @@ func (p *Pod) startServices(context.Context) error {
 			s.run()
 		}()
 	}
+	go func() {
+		var ended []string
+		for _, s := range p.services {
+			<-s.done
+			st := s.status()
+			ended = append(ended, s.name+" "+st.State+" ("+st.Detail+")")
+		}
+		if !p.stopping.Load() {
+			msg := "every service has ended: " + strings.Join(ended, "; ")
+			p.event("pod_failed", events.Critical, "", msg)
+			p.fail(msg)
+		}
+	}()
 	return nil
 }
 
-// awaitHealthy waits until every service is healthy; a service given up on
-// during boot fails it.
+// awaitHealthy waits until every service is healthy at once; a service
+// given up on, or exited for good, during boot fails it.
 func (p *Pod) awaitHealthy(ctx context.Context) error {
-	for _, s := range p.services {
-		if err := s.awaitHealthy(ctx); err != nil {
-			return err
+	for {
+		ch := p.changes()
+		healthy := 0
+		for _, s := range p.services {
+			switch st := s.status(); st.State {
+			case stateHealthy:
+				healthy++
+			case stateGivenUp, stateExited:
+				return fmt.Errorf("service %s is %s: %s", s.name, st.State, st.Detail)
+			}
+		}
+		if healthy == len(p.services) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
-	return nil
+}
+
+// changed wakes whoever waits on the services' states, and tells systemd.
+func (p *Pod) changed() {
+	p.stateMu.Lock()
+	close(p.stateCh)
+	p.stateCh = make(chan struct{})
+	p.stateMu.Unlock()
+	notifyStatus(p)
+}
+
+func (p *Pod) changes() <-chan struct{} {
+	p.stateMu.Lock()
+	defer p.stateMu.Unlock()
+	return p.stateCh
+}
+
+// Failed is closed when the pod can no longer do its job by itself: its
+// proxy stopped serving, or every service has ended. Failure says why.
+func (p *Pod) Failed() <-chan struct{} { return p.failed }
+
+// Failure is why the pod failed.
+func (p *Pod) Failure() string {
+	<-p.failed
+	return p.failure
+}
+
+func (p *Pod) fail(why string) {
+	p.failOnce.Do(func() {
+		p.failure = why
+		close(p.failed)
+	})
 }
 
 // Ready reports whether every service is healthy.
@@ -370,29 +459,67 @@ func (p *Pod) Ready() bool {
 	return true
 }
 
-// Wait blocks until the pod is stopped.
-func (p *Pod) Wait() { <-p.ctx.Done(); p.wg.Wait() }
-
-// Stop stops the services in reverse dependency order, each given the
-// manifest's grace period before its cgroup is killed, then the ingress,
-// the proxy, the network and the cgroups. Nothing the pod made is left.
-func (p *Pod) Stop() {
+// Stop stops the pod: its services (stopServices), then the ingress, the
+// admin socket, the proxy, the network and the cgroups. Nothing the pod
+// made is left. When ctx ends (a second stop signal) the services still
+// running are killed at once.
+func (p *Pod) Stop(ctx context.Context) {
+	p.stopping.Store(true)
 	p.event("stop", events.Info, "", "stopping the pod")
 	p.ready.Store(false)
 	notifyStopping()
-	for i := len(p.services) - 1; i >= 0; i-- {
-		p.services[i].stop()
-	}
+	p.stopServices(ctx)
 	p.teardown()
 	p.log.Info("pod stopped", "pod", p.m.Name)
 }
 
-// teardown undoes what boot made, in reverse. Services must be stopped.
-func (p *Pod) teardown() {
-	p.cancel()
-	for _, s := range p.services {
-		s.stop()
+// stopServices stops the services in reverse dependency order, those of
+// one tier at once, all within one stop_grace from now: each gets SIGTERM,
+// and what is still running at the deadline is killed with its cgroup. A
+// grace per service, one after another, would add up past what the
+// operator (and systemd's TimeoutStopSec) allowed.
+func (p *Pod) stopServices(ctx context.Context) {
+	p.stopping.Store(true)
+	ctx, cancel := context.WithTimeout(ctx, p.m.StopGrace)
+	defer cancel()
+	tiers := dependencyTiers(p.services)
+	for i := len(tiers) - 1; i >= 0; i-- {
+		var wg sync.WaitGroup
+		for _, s := range tiers[i] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.stop(ctx)
+			}()
+		}
+		wg.Wait()
 	}
+}
+
+// dependencyTiers groups services (in dependency order) by depth: a
+// service is one tier above the deepest service it comes after.
+func dependencyTiers(svcs []*service) [][]*service {
+	depth := map[string]int{}
+	var tiers [][]*service
+	for _, s := range svcs {
+		d := 0
+		for _, dep := range s.spec.After {
+			d = max(d, depth[dep]+1)
+		}
+		depth[s.name] = d
+		for len(tiers) <= d {
+			tiers = append(tiers, nil)
+		}
+		tiers[d] = append(tiers[d], s)
+	}
+	return tiers
+}
+
+// teardown undoes what boot made, in reverse, stopping the services first
+// if they run.
+func (p *Pod) teardown() {
+	p.stopServices(context.Background())
+	p.cancel()
 	p.wg.Wait()
 	for _, srv := range p.ingress {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

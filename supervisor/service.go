@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/supervisor/events"
 	"github.com/airlock-sandbox/airlock/supervisor/manifest"
+	"golang.org/x/sys/unix"
 )
 
 // Service states, as status and /readyz show them.
@@ -39,10 +40,12 @@ type service struct {
 	backoff backoff
 	loop    crashLoop
 	check   checker
+	out     *lineWriter
 
 	restartReq chan struct{}
 	stopReq    chan struct{}
-	running    bool // its loop was started (set by boot, before the loop runs)
+	stopCtx    context.Context // the pod's stop deadline, set before stopReq closes
+	running    bool            // its loop was started (set by boot, before the loop runs)
 	stopOnce   sync.Once
 	done       chan struct{}
 
@@ -96,8 +99,8 @@ func newService(p *Pod, s manifest.Service) (*service, error) {
 	if s.Landlock.Mode != "" {
 		c.Landlock = sandbox.LandlockMode(s.Landlock.Mode)
 	}
-	out := &lineWriter{prefix: s.Name, w: p.out}
-	c.Stdout, c.Stderr = out, out
+	svc.out = &lineWriter{prefix: s.Name, w: p.out}
+	c.Stdout, c.Stderr = svc.out, svc.out
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("service %s: %w", s.Name, err)
 	}
@@ -130,6 +133,7 @@ func (s *service) setState(state, detail string) {
 	s.state, s.since, s.detail = state, time.Now(), detail
 	s.mu.Unlock()
 	s.pod.metrics.setState(s.name, state)
+	s.pod.changed()
 	if state == stateHealthy {
 		s.upOnce.Do(func() { close(s.up) })
 	}
@@ -142,20 +146,6 @@ func (s *service) healthy() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.state == stateHealthy
-}
-
-// awaitHealthy waits for the service's first healthy state.
-func (s *service) awaitHealthy(ctx context.Context) error {
-	select {
-	case <-s.up:
-		return nil
-	case <-s.failed:
-		return fmt.Errorf("service %s was given up on: %s", s.name, s.status().Detail)
-	case <-s.done:
-		return fmt.Errorf("service %s ended before it was healthy: %s", s.name, s.status().Detail)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // run is the service's supervision loop: wait for its dependencies, then
@@ -186,8 +176,12 @@ func (s *service) run() {
 		case why == "restart":
 			// An operator's restart: at once, and not a crash.
 		case s.spec.Restart.Policy == "never", s.spec.Restart.Policy == "on-failure" && !failed:
+			sev := events.Info
+			if failed {
+				sev = events.Warning
+			}
 			s.setState(stateExited, s.detailNow())
-			s.pod.event("exited", events.Warning, s.name, "not restarted (restart policy "+s.spec.Restart.Policy+"): "+s.detailNow())
+			s.pod.event("exited", sev, s.name, "not restarted (restart policy "+s.spec.Restart.Policy+"): "+s.detailNow())
 			return
 		default:
 			if s.loop.restart(time.Now()) {
@@ -237,9 +231,13 @@ func (s *service) once() (why string, failed bool) {
 	s.pod.event("started", events.Info, s.name, fmt.Sprintf("pid %d", sb.Pid()))
 	unhealthy := make(chan string, 1)
 	hctx, hcancel := context.WithCancel(s.pod.ctx)
+	// The probe goroutine is joined before the next instance: a late
+	// success must not mark the next one healthy or reset its backoff.
+	hdone := make(chan struct{})
 	if s.check != nil {
-		go s.watchHealth(hctx, sb, unhealthy)
+		go func() { defer close(hdone); s.watchHealth(hctx, sb, unhealthy) }()
 	} else {
+		close(hdone)
 		s.setState(stateHealthy, "running (no health check)")
 	}
 	var stopWhy string
@@ -256,15 +254,22 @@ func (s *service) once() (why string, failed bool) {
 		s.shutdown(sb)
 	case <-s.stopReq:
 		stopWhy = "stop"
-		s.shutdown(sb)
+		if err := sb.Shutdown(s.stopCtx); err != nil {
+			s.pod.log.Error("stop service", "service", s.name, "err", err)
+		}
 	}
 	hcancel()
+	<-hdone
 	out, werr := sb.Wait()
+	s.out.flush()
 	s.mu.Lock()
 	code := out.ExitCode
 	s.lastExit, s.pid = &code, 0
 	s.mu.Unlock()
 	detail := exitDetail(code)
+	if stopWhy != "" {
+		detail = "stopped by the supervisor (" + stopWhy + "): " + detail
+	}
 	if werr != nil {
 		detail = "wait: " + werr.Error()
 	}
@@ -283,6 +288,12 @@ func (s *service) once() (why string, failed bool) {
 		s.pod.event("exit", sev, s.name, detail)
 	}
 	s.setDetail(detail)
+	// An instance that ran longer than the longest backoff was a good
+	// one: the next crash starts the backoff over (a service with a
+	// health check starts it over once healthy).
+	if out.Duration >= s.backoff.max {
+		s.backoff.reset()
+	}
 	if stopWhy == "unhealthy" {
 		return stopWhy, true
 	}
@@ -305,6 +316,10 @@ func (s *service) shutdown(sb *Sandbox) {
 // next probe of a service already up.
 const startupProbe = 20 * time.Millisecond
 
+// execStartupProbe is startupProbe for an exec probe, each of which
+// launches a sandbox.
+const execStartupProbe = 100 * time.Millisecond
+
 // watchHealth probes the running instance: every startupProbe until its
 // first success, then every interval. threshold consecutive failures past
 // the start period make it unhealthy.
@@ -315,6 +330,10 @@ func (s *service) watchHealth(ctx context.Context, sb *Sandbox, unhealthy chan<-
 	wasHealthy := false
 	lastCounted := started
 	delay := min(startupProbe, h.Interval)
+	if h.Exec != nil {
+		// Each exec probe is a sandbox launch: not back to back.
+		delay = min(execStartupProbe, h.Interval)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -323,7 +342,11 @@ func (s *service) watchHealth(ctx context.Context, sb *Sandbox, unhealthy chan<-
 			return
 		case <-time.After(delay):
 		}
+		// An exec probe times its command itself, from its start.
 		pctx, cancel := context.WithTimeout(ctx, h.Timeout)
+		if h.Exec != nil {
+			pctx, cancel = context.WithCancel(ctx)
+		}
 		start := time.Now()
 		err := s.check(pctx)
 		cancel()
@@ -337,7 +360,10 @@ func (s *service) watchHealth(ctx context.Context, sb *Sandbox, unhealthy chan<-
 				wasHealthy = true
 				s.backoff.reset()
 				s.setState(stateHealthy, "")
-				s.pod.eventRecovered("health", events.Info, s.name, "healthy", true)
+				s.mu.Lock()
+				replacement := s.restarts > 0
+				s.mu.Unlock()
+				s.pod.eventRecovered("health", events.Info, s.name, "healthy", replacement)
 			}
 			delay = h.Interval
 			continue
@@ -376,7 +402,7 @@ func (s *service) tellDependents(kind string, sev events.Severity, detail string
 func (s *service) restart() error {
 	select {
 	case <-s.done:
-		return fmt.Errorf("service %s is not running (%s)", s.name, s.status().State)
+		return fmt.Errorf("service %s is %s (%s) and is no longer supervised; fix the cause, then restart the pod", s.name, s.status().State, s.status().Detail)
 	default:
 	}
 	select {
@@ -386,11 +412,15 @@ func (s *service) restart() error {
 	return nil
 }
 
-// stop ends the loop, stopping the running instance; it returns once the
-// service has exited. A service whose loop never started (boot failed
-// before) has nothing to wait for.
-func (s *service) stop() {
-	s.stopOnce.Do(func() { close(s.stopReq) })
+// stop ends the loop, stopping the running instance (SIGTERM, then, when
+// ctx ends, SIGKILL of its cgroup); it returns once the service has
+// exited. A service whose loop never started (boot failed before) has
+// nothing to wait for.
+func (s *service) stop(ctx context.Context) {
+	s.stopOnce.Do(func() {
+		s.stopCtx = ctx // read by the loop once stopReq is closed
+		close(s.stopReq)
+	})
 	if s.running {
 		<-s.done
 	}
@@ -419,7 +449,9 @@ func (s *service) detailNow() string {
 
 func exitDetail(code int) string {
 	if code > 128 && code < 128+65 {
-		return fmt.Sprintf("killed by %v (exit %d)", syscall.Signal(code-128), code)
+		if name := unix.SignalName(syscall.Signal(code - 128)); name != "" {
+			return fmt.Sprintf("killed by %s (exit %d)", name, code)
+		}
 	}
 	return fmt.Sprintf("exit code %d", code)
 }

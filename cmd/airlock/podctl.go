@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -40,6 +42,9 @@ func adminDo(cmd *cobra.Command, socket, method, path string) (*http.Response, e
 		return nil, err
 	}
 	resp, err := adminClient(socket).Do(req)
+	if errors.Is(err, syscall.EACCES) {
+		return nil, fmt.Errorf("the admin socket %s is its owner's only (0600): run this as root", socket)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("no pod answers on %s (is `airlock up` running? --socket or AIRLOCK_ADMIN_SOCKET names another): %w", socket, err)
 	}

@@ -54,10 +54,13 @@ func newUpCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			pod, err := supervisor.Up(ctx, m, supervisor.Options{Logger: log, Output: stderr})
-			if err != nil {
-				if errors.Is(err, policies.ErrIntegrity) {
-					return &exitError{ExitIntegrity, err}
-				}
+			switch {
+			case errors.Is(err, supervisor.ErrStopped):
+				fmt.Fprintln(stderr, "airlock: stopped during boot")
+				return nil
+			case errors.Is(err, policies.ErrIntegrity):
+				return &exitError{ExitIntegrity, err}
+			case err != nil:
 				return err
 			}
 			st := pod.Status()
@@ -75,10 +78,18 @@ func newUpCmd() *cobra.Command {
 			if demo != nil {
 				demo.show(ctx, stderr, pod)
 			}
-			<-ctx.Done()
+			var failed error
+			select {
+			case <-ctx.Done():
+			case <-pod.Failed():
+				failed = errors.New("the pod failed: " + pod.Failure())
+			}
 			fmt.Fprintln(stderr, "airlock: stopping the pod")
-			pod.Stop()
-			return nil
+			// A second stop signal kills what is still running.
+			now, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer cancel()
+			pod.Stop(now)
+			return failed
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", "/var/lib/airlock/demo", "the demo pod's state directory (without a manifest)")
