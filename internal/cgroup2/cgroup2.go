@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // ErrNoCgroup2 means no cgroup v2 hierarchy is mounted.
@@ -55,11 +57,20 @@ func Add(dir string, pid int) error {
 }
 
 // Remove deletes an empty group; its processes must have exited or moved.
+// The kernel may still count a process that was just reaped (EBUSY for a
+// moment): that is retried for up to a second.
 func Remove(dir string) error {
-	if err := os.Remove(dir); err != nil {
-		return fmt.Errorf("remove cgroup %s: %w", dir, err)
+	deadline := time.Now().Add(time.Second)
+	for {
+		err := os.Remove(dir)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("remove cgroup %s: %w", dir, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return nil
 }
 
 // Enter moves the calling process into a new group named name at the top of
