@@ -116,28 +116,3 @@ func (dc *decision) scrubbed(s string) string {
 	}
 	return dc.scrub.scrubString(s)
 }
-
-// hint is the denial hint: the policy's, or the proxy's for its own reasons.
-func (dc *decision) hint() string {
-	switch dc.d.Reason {
-	case policies.ReasonIdentityUnknown:
-		return "airlock could not attribute this connection to a process of the sandbox, so it is denied: " + dc.detail
-	case policies.ReasonIdentityAmbiguous:
-		return "the connection's socket is shared by processes running different executables, so it is denied: " + dc.detail
-	case policies.ReasonSSRF:
-		return "the destination is not a public address: " + dc.detail + "; an operator can allow a range with --allow-range CIDR"
-	case policies.ReasonHostMismatch:
-		return "the request names another host than its tunnel (" + dc.detail + "); open a new CONNECT to that host"
-	case policies.ReasonSecretUnavailable:
-		return "the policy injects a credential the proxy cannot send with this request (" + dc.detail + "); the request was not sent without it"
-	case policies.ReasonUpstreamError:
-		return "the upstream could not be reached: " + dc.detail
-	case policies.ReasonInvalidRequest:
-		return "the request cannot be read unambiguously: " + dc.detail
-	case policies.ReasonConnectionLimit:
-		return "the sandbox already holds " + dc.detail + "; close idle connections and retry, or an operator can raise --max-conns"
-	case policies.ReasonAuditUnavailable:
-		return "the proxy sends nothing it cannot put on record, and its audit log cannot be written (" + dc.detail + "); an operator must repair the audit log"
-	}
-	return dc.d.Hint(&dc.in)
-}

@@ -3,9 +3,11 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -49,36 +51,44 @@ func (dc *decision) denial() Denial {
 	}
 }
 
-// status is the HTTP status of a denial: 400 when the request's framing
-// cannot be trusted, 421 when the request names another host than its
-// tunnel, 502 when the upstream failed, 503 when the sandbox is at its
-// connection limit or its decision could not be audited, 403 otherwise.
+// hint is the denial's hint, from its reason's template in
+// policies.Reasons: the detail is the proxy's, which for a policy's own
+// denial is the policy's error.
+func (dc *decision) hint() string { return dc.d.HintDetail(&dc.in, dc.detail) }
+
+// status is the HTTP status of a denial, its reason's in
+// policies.Reasons, except 400 when the request's framing cannot be
+// trusted.
 func (dc *decision) status() int {
 	if dc.badRequest {
 		return http.StatusBadRequest
 	}
-	switch dc.d.Reason {
-	case policies.ReasonHostMismatch:
-		return http.StatusMisdirectedRequest
-	case policies.ReasonUpstreamError:
-		return http.StatusBadGateway
-	case policies.ReasonConnectionLimit, policies.ReasonAuditUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusForbidden
+	return dc.d.Reason.Status()
 }
 
-// denialResponse is dc's denial as an http.Response.
+// denialResponse is dc's denial as an http.Response. Its status line
+// carries the reason and hint, since for a refused CONNECT that line is
+// all most clients show (curl -v, Python's "Tunnel connection failed",
+// Node's statusMessage, Go's error). A git smart-HTTP request gets the
+// denial as text/plain, which git prints line by line as "remote: ...";
+// it drops any other body. Every other client gets the JSON Denial.
 func (dc *decision) denialResponse(req *http.Request) *http.Response {
 	status := dc.status()
-	body, _ := json.Marshal(dc.denial())
-	body = append(body, '\n')
+	d := dc.denial()
 	h := http.Header{}
-	h.Set("Content-Type", "application/json")
-	h.Set(ReasonHeader, string(dc.d.Reason))
+	h.Set(ReasonHeader, d.Reason)
+	var body []byte
+	if op, _ := policies.GitOperation(&dc.in.Request); op != "" {
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		body = gitBody(d)
+	} else {
+		h.Set("Content-Type", "application/json")
+		body, _ = json.Marshal(d)
+		body = append(body, '\n')
+	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	return &http.Response{
-		Status:        strconv.Itoa(status) + " " + http.StatusText(status),
+		Status:        strconv.Itoa(status) + " " + reasonPhrase(d),
 		StatusCode:    status,
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
@@ -88,6 +98,41 @@ func (dc *decision) denialResponse(req *http.Request) *http.Response {
 		ContentLength: int64(len(body)),
 		Request:       req,
 	}
+}
+
+// maxReasonPhrase bounds a status line's reason phrase: clients read the
+// line whole (Python up to 64 KiB, Node's parser within its 16 KiB of
+// head), and a terminal shows it on one line.
+const maxReasonPhrase = 400
+
+// reasonPhrase is "airlock: REASON: HINT" as RFC 9110's reason-phrase
+// allows it (tabs, spaces and visible characters): printable ASCII only,
+// so that no client's parser refuses the line, and at most
+// maxReasonPhrase bytes.
+func reasonPhrase(d Denial) string {
+	p := []byte(oneLine("airlock: " + d.Reason + ": " + d.Hint))
+	for i, c := range p {
+		if c < ' ' || c > '~' {
+			p[i] = '?'
+		}
+	}
+	if len(p) > maxReasonPhrase {
+		p = append(p[:maxReasonPhrase-3], "..."...)
+	}
+	return string(p)
+}
+
+// oneLine is s with its line breaks and tabs as spaces, and an ellipsis
+// spelt in ASCII.
+var oneLine = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ", "\t", " ", "…", "...").Replace
+
+// gitBody is the denial as the lines git shows its user, each prefixed
+// "remote: " by git: the hint, then the fields an agent matches on.
+func gitBody(d Denial) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "airlock: %s\n", oneLine(d.Hint))
+	fmt.Fprintf(&b, "airlock: reason=%s rule=%q binary=%s sandbox=%s preset=%s\n", d.Reason, d.Rule, d.Binary, d.Sandbox, d.Preset)
+	return b.Bytes()
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

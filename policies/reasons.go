@@ -1,0 +1,227 @@
+package policies
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Raiser says who may give a decision its reason: a preset's rules, the
+// engine around them (before or instead of Rego), or the proxy around the
+// policy. A reason some raise in common carries each of their bits.
+type Raiser uint8
+
+const (
+	ByPreset Raiser = 1 << iota
+	ByEngine
+	ByProxy
+)
+
+// String names the raisers as the README's table does.
+func (b Raiser) String() string {
+	var names []string
+	for _, r := range []struct {
+		bit  Raiser
+		name string
+	}{{ByPreset, "preset"}, {ByEngine, "policy engine"}, {ByProxy, "proxy"}} {
+		if b&r.bit != 0 {
+			names = append(names, r.name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// ReasonSpec is all a reason code means, in one place: the HTTP status of
+// its denial, who raises it, the hint an agent is shown, and when it is
+// raised (the README's words). The proxy's answers, the policy CLI's hints
+// and the README's table all come from Reasons, and a test fails when a
+// Reason constant has no row or the README's table differs.
+type ReasonSpec struct {
+	Code Reason
+	// Status is the denial's HTTP status; 0 for allowed, which is none.
+	Status int
+	By     Raiser
+	// Hint is a template whose placeholders ({exe}, {target}, {host},
+	// {port}, {method}, {path}, {rule}, {closest}, {preset}, {sha256},
+	// {detail}) are filled from the decision, its input and the detail
+	// of what failed (HintDetail).
+	Hint string
+	When string
+}
+
+// Reasons is the table of every reason code, in the README's order.
+var Reasons = []ReasonSpec{
+	{ReasonAllowed, 0, ByPreset,
+		"{exe} may reach {target} by rule {rule}",
+		"a rule allows it; the one reason that is not a denial"},
+	{ReasonHostNotAllowed, http.StatusForbidden, ByPreset,
+		"no rule of preset {preset} allows host {host}; add the host to a rule if this access is intended",
+		"no rule names the host"},
+	{ReasonPortNotAllowed, http.StatusForbidden, ByPreset,
+		"port {port} is not allowed for {host}{closest}",
+		"rules name the host, none this port"},
+	{ReasonBinaryNotAllowed, http.StatusForbidden, ByPreset,
+		"binary {exe} is not allowed to reach {target}{closest}; identity is the resolved executable, so a rule must name this exact path",
+		"the rules for the endpoint name other executables (the resolved path of `/proc/<pid>/exe`)"},
+	{ReasonHashMismatch, http.StatusForbidden, ByPreset,
+		"binary {exe} has sha256 {sha256}, which is not pinned by the rule{closest}",
+		"the rule pins a sha256 the executable does not have"},
+	{ReasonMethodNotAllowed, http.StatusForbidden, ByPreset,
+		"method {method} is not allowed on {host}{closest}",
+		"the rule does not allow the method"},
+	{ReasonPathNotAllowed, http.StatusForbidden, ByPreset,
+		"path {path} is not allowed on {host}{closest}",
+		"the rule does not allow the path"},
+	{ReasonQueryNotAllowed, http.StatusForbidden, ByPreset,
+		"query parameters of {method} {path} do not satisfy the rule{closest}",
+		"the rule's query conditions are not met"},
+	{ReasonWebSocketNotAllowed, http.StatusForbidden, ByPreset | ByProxy,
+		`a WebSocket to {target} is not allowed{closest}: after the upgrade frames go both ways unseen, so a rule must say "websocket": true`,
+		"a WebSocket upgrade on a rule without `\"websocket\": true`; also (proxy) one on a rule that injects a credential, which frames could echo unscrubbed"},
+	{ReasonDeniedByRule, http.StatusForbidden, ByPreset,
+		"deny rule {rule} matches {target}; deny rules win over allow rules",
+		"a deny rule matches; deny rules win over allow rules"},
+	{ReasonInvalidRequest, http.StatusForbidden, ByEngine | ByProxy,
+		"the request cannot be read unambiguously: {detail}",
+		"the request cannot be read one way only (an ambiguous path or query, a malformed target); 400 when its framing cannot be trusted, or the 431/501/417/505 the HTTP server answers itself"},
+	{ReasonPolicyError, http.StatusForbidden, ByEngine,
+		"the policy could not be evaluated, so the request is denied: {detail}",
+		"evaluation failed: always a deny"},
+	{ReasonPolicyQuarantined, http.StatusForbidden, ByEngine,
+		"the policy bundle failed to reload and the engine is quarantined: everything is denied until it is fixed",
+		"a reload failed under `--policy-quarantine`: everything is denied until the bundle is fixed"},
+	{ReasonIdentityUnknown, http.StatusForbidden, ByProxy,
+		"airlock could not attribute this connection to a process of the sandbox, so it is denied: {detail}",
+		"the connection's process could not be found among the sandbox's (also a process in no service's cgroup of a pod, the detail naming its cgroup)"},
+	{ReasonIdentityAmbiguous, http.StatusForbidden, ByProxy,
+		"the connection's socket is shared by processes running different executables, so it is denied: {detail}",
+		"processes running different executables share the socket"},
+	{ReasonSSRF, http.StatusForbidden, ByProxy,
+		"the destination is not a public address: {detail}; an operator can allow a range with --allow-range CIDR",
+		"the host resolves to an address that is not public (loopback, private, link-local, ...)"},
+	{ReasonHostMismatch, http.StatusMisdirectedRequest, ByProxy,
+		"the request names another host than its tunnel ({detail}); open a new CONNECT to that host",
+		"inside an inspected tunnel, the Host header, the absolute URL or the TLS server name names another host than the CONNECT"},
+	{ReasonSecretUnavailable, http.StatusForbidden, ByProxy,
+		"the policy injects a credential the proxy cannot send with this request ({detail}); the request was not sent without it",
+		"an injected secret is missing, or the request is plain `http://`"},
+	{ReasonUpstreamError, http.StatusBadGateway, ByProxy,
+		"the upstream could not be reached: {detail}",
+		"the upstream could not be reached or answered badly; also a compressed answer to a request carrying an injected secret, which cannot be scrubbed"},
+	{ReasonConnectionLimit, http.StatusServiceUnavailable, ByProxy,
+		"the sandbox already holds {detail}; close idle connections and retry, or an operator can raise --max-conns",
+		"the sandbox holds `--max-conns` connections already (with `Retry-After`)"},
+	{ReasonAuditUnavailable, http.StatusServiceUnavailable, ByProxy,
+		"the proxy sends nothing it cannot put on record, and its audit log cannot be written ({detail}); an operator must repair the audit log",
+		"the decision could not be written to the audit log, so nothing was sent (see [Audit log](#audit-log))"},
+}
+
+var reasonSpecs = func() map[Reason]*ReasonSpec {
+	m := make(map[Reason]*ReasonSpec, len(Reasons))
+	for i := range Reasons {
+		m[Reasons[i].Code] = &Reasons[i]
+	}
+	return m
+}()
+
+// Spec is r's row of Reasons; a code without one reads as policy_error's,
+// as the engine treats a code it does not know.
+func (r Reason) Spec() ReasonSpec {
+	if s, ok := reasonSpecs[r]; ok {
+		return *s
+	}
+	return *reasonSpecs[ReasonPolicyError]
+}
+
+// Status is the HTTP status of a denial for r.
+func (r Reason) Status() int { return r.Spec().Status }
+
+// Hint is a one-line explanation of a decision that a person or an agent
+// can act on: what failed, for which binary and endpoint, and what to
+// change. The detail is the decision's own error.
+func (d Decision) Hint(in *Input) string { return d.HintDetail(in, d.Error) }
+
+// HintDetail is Hint with the detail of what failed given: the proxy's,
+// for a denial it made around the policy.
+func (d Decision) HintDetail(in *Input, detail string) string {
+	r := &in.Request
+	target := fmt.Sprintf("%s:%d", r.Host, r.Port)
+	if r.Phase == PhaseRequest {
+		target = fmt.Sprintf("%s %s:%d%s", r.Method, r.Host, r.Port, r.Path)
+	}
+	op, service := GitOperation(r)
+	if service != "" && strings.HasSuffix(r.Path, "/info/refs") {
+		// The service is the whole difference between a clone's first
+		// request and a push's. A fixed token, never a query value a
+		// client chose.
+		target += "?service=" + service
+	}
+	closest := ""
+	if d.Rule != "" {
+		closest = fmt.Sprintf(" (closest rule %q)", d.Rule)
+	}
+	hint := strings.NewReplacer(
+		"{exe}", in.Process.Exe,
+		"{target}", target,
+		"{host}", r.Host,
+		"{port}", strconv.Itoa(r.Port),
+		"{method}", r.Method,
+		"{path}", r.Path,
+		"{rule}", strconv.Quote(d.Rule),
+		"{closest}", closest,
+		"{preset}", strconv.Quote(d.Preset),
+		"{sha256}", short(in.Process.SHA256),
+		"{detail}", detail,
+	).Replace(d.Reason.Spec().Hint)
+	if op != "" && d.Reason != ReasonAllowed {
+		hint = fmt.Sprintf("%s %s is not allowed by preset %q: %s", op, r.Host, d.Preset, hint)
+	}
+	return hint
+}
+
+// GitOperation reads a request as git smart HTTP: op is "push to" for
+// git-receive-pack and "clone or fetch from" for git-upload-pack, whether
+// the request is the ref discovery (GET …/info/refs?service=…) or the pack
+// itself (POST …/git-*-pack); both are empty for any other request.
+func GitOperation(r *Request) (op, service string) {
+	if r.Phase != PhaseRequest {
+		return "", ""
+	}
+	switch {
+	case strings.HasSuffix(r.Path, "/git-receive-pack"):
+		service = "git-receive-pack"
+	case strings.HasSuffix(r.Path, "/git-upload-pack"):
+		service = "git-upload-pack"
+	case strings.HasSuffix(r.Path, "/info/refs"):
+		for k, vs := range r.Query {
+			if !strings.EqualFold(k, "service") {
+				continue
+			}
+			for _, v := range vs {
+				// A push among the values makes it a push, as a deny
+				// rule on the service reads it.
+				if s := strings.ToLower(strings.TrimSpace(v)); s == "git-receive-pack" || (s == "git-upload-pack" && service == "") {
+					service = s
+				}
+			}
+		}
+	}
+	switch service {
+	case "git-receive-pack":
+		return "push to", service
+	case "git-upload-pack":
+		return "clone or fetch from", service
+	}
+	return "", ""
+}
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12] + "…"
+	}
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
