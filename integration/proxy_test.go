@@ -408,6 +408,17 @@ func (w *world) gitBackend(t *testing.T) http.Handler {
 	}
 }
 
+// gitThrough returns a runner of git through the proxy, trusting its CA,
+// with a HOME and config of its own; it returns git's combined output.
+func (w *world) gitThrough(t *testing.T) func(dir string, args ...string) ([]byte, error) {
+	env := cleanEnv("HOME="+t.TempDir(), "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0")
+	return func(dir string, args ...string) ([]byte, error) {
+		cmd := exec.Command(w.git, append([]string{"-c", "http.proxy=" + w.proxy.url, "-c", "http.sslCAInfo=" + w.proxy.caFile}, args...)...)
+		cmd.Dir, cmd.Env = dir, env
+		return cmd.CombinedOutput()
+	}
+}
+
 // goClient is a Go net/http client that goes through the proxy and trusts
 // its CA.
 func (w *world) goClient(t *testing.T) *http.Client {
@@ -752,13 +763,8 @@ func TestProxy(t *testing.T) {
 	})
 
 	t.Run("git clone through the MITM; push denied", func(t *testing.T) {
+		git := w.gitThrough(t)
 		dest := filepath.Join(t.TempDir(), "clone")
-		env := cleanEnv("HOME="+t.TempDir(), "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0")
-		git := func(dir string, args ...string) ([]byte, error) {
-			cmd := exec.Command(w.git, append([]string{"-c", "http.proxy=" + w.proxy.url, "-c", "http.sslCAInfo=" + w.proxy.caFile}, args...)...)
-			cmd.Dir, cmd.Env = dir, env
-			return cmd.CombinedOutput()
-		}
 		repo := fmt.Sprintf("https://git.test:%d/repo.git", w.tlsPort)
 		if out, err := git(w.dir, "clone", "-q", repo, dest); err != nil {
 			t.Fatalf("git clone: %v\n%s", err, out)
@@ -767,10 +773,8 @@ func TestProxy(t *testing.T) {
 			t.Fatalf("cloned README = %q", raw)
 		}
 		os.WriteFile(filepath.Join(dest, "NEW"), []byte("x"), 0o644)
-		exec.Command(w.git, "-C", dest, "add", "NEW").Run()
-		commit := exec.Command(w.git, "-C", dest, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
-		commit.Env = env
-		commit.Run()
+		git(dest, "add", "NEW")
+		git(dest, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
 		if out, err := git(dest, "push", "-q", "origin", "main"); err == nil {
 			t.Fatalf("git push succeeded through a policy that denies it:\n%s", out)
 		}
