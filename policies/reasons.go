@@ -174,8 +174,12 @@ func (d Decision) HintDetail(in *Input, detail string) string {
 		"{sha256}", short(in.Process.SHA256),
 		"{detail}", detail,
 	).Replace(d.Reason.Spec().Hint)
-	if op != "" && d.Reason != ReasonAllowed {
+	switch {
+	case op == "" || d.Reason == ReasonAllowed:
+	case d.Reason.Spec().By&ByPreset != 0:
 		hint = fmt.Sprintf("%s %s is not allowed by preset %q: %s", op, r.Host, d.Preset, hint)
+	default: // not the policy's answer: the push may be allowed, and failed
+		hint = fmt.Sprintf("%s %s: %s", op, r.Host, hint)
 	}
 	return hint
 }

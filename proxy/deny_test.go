@@ -57,6 +57,13 @@ func TestDenialResponse(t *testing.T) {
 				`airlock: clone or fetch from github.com is not allowed by preset "strict": path /o/r/git-upload-pack is not allowed on github.com (closest rule "git")`,
 				`airlock: reason=path_not_allowed rule="git" binary=` + git + ` sandbox=sb preset=strict`,
 			}},
+		{note: "git push, upstream failed", req: policies.Request{Phase: policies.PhaseRequest, Host: "github.com", Port: 443, Method: "POST", Path: "/o/r/git-receive-pack"},
+			reason: policies.ReasonUpstreamError, rule: "push", detail: "connection reset", status: 502,
+			phrase: `airlock: upstream_error: push to github.com: the upstream could not be reached: connection reset`,
+			gitLines: []string{
+				`airlock: push to github.com: the upstream could not be reached: connection reset`,
+				`airlock: reason=upstream_error rule="push" binary=` + git + ` sandbox=sb preset=strict`,
+			}},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			dc := &decision{detail: tc.detail}
