@@ -26,14 +26,13 @@ func benchCases() map[string][]benchCase {
 	conn := func(preset, exe, host string, want policies.Reason) benchCase {
 		return benchCase{policies.Input{
 			Sandbox: policies.Sandbox{ID: "sb-" + preset, Kind: preset, Preset: preset},
-			Process: policies.Process{PID: 4242, Exe: exe, SHA256: "00", UID: 998},
-			Request: policies.Request{Phase: policies.PhaseConnect, Scheme: "https", Host: host, Port: 443},
+			Process: policies.Process{PID: 4242, Exe: exe, SHA256: "00"},
+			Request: policies.Request{Phase: policies.PhaseConnect, Host: host, Port: 443},
 		}, want}
 	}
 	req := func(preset, exe, method, host, path string, want policies.Reason) benchCase {
 		c := conn(preset, exe, host, want)
-		c.in.Request.Phase, c.in.Request.Method, c.in.Request.Path, c.in.Request.Inspected = policies.PhaseRequest, method, path, true
-		c.in.Request.Headers = map[string]string{"content-type": "application/json"}
+		c.in.Request.Phase, c.in.Request.Method, c.in.Request.Path = policies.PhaseRequest, method, path
 		return c
 	}
 	ok, no := policies.ReasonAllowed, policies.ReasonHostNotAllowed

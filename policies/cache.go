@@ -18,8 +18,8 @@ import (
 // DefaultCacheSize bounds the decisions kept per generation.
 const DefaultCacheSize = 8192
 
-// decidedFields are the input fields lib.decide may read; the cache key is
-// exactly these.
+// decidedFields are the input fields lib.decide may read; the cache key and
+// the policy's input document (Input.value) are exactly these.
 var decidedFields = []string{
 	"input.request.phase", "input.request.host", "input.request.port",
 	"input.request.method", "input.request.path", "input.request.query",

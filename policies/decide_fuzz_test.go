@@ -27,9 +27,9 @@ func FuzzDecideCanonical(f *testing.F) {
 	f.Fuzz(func(t *testing.T, preset, exe uint8, connect bool, host string, port int, method, path, rawQuery string, websocket bool) {
 		in := &policies.Input{
 			Sandbox: policies.Sandbox{ID: "fuzz", Preset: presetNames[int(preset)%len(presetNames)]},
-			Process: policies.Process{PID: 1, Exe: fuzzExes[int(exe)%len(fuzzExes)], UID: 998},
-			Request: policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: host, Port: port,
-				Method: method, Path: path, Inspected: true},
+			Process: policies.Process{PID: 1, Exe: fuzzExes[int(exe)%len(fuzzExes)]},
+			Request: policies.Request{Phase: policies.PhaseRequest, Host: host, Port: port,
+				Method: method, Path: path},
 		}
 		if connect {
 			in.Request.Phase = policies.PhaseConnect

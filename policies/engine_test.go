@@ -34,9 +34,9 @@ type decisionCase struct {
 func (c decisionCase) input() *policies.Input {
 	in := &policies.Input{
 		Sandbox: policies.Sandbox{ID: "test", Kind: c.Preset, Preset: c.Preset},
-		Process: policies.Process{PID: 1, Exe: c.Exe, SHA256: c.SHA256, UID: 998},
-		Request: policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: c.Host, Port: 443,
-			Method: c.Method, Path: c.Path, Query: c.Query, Inspected: true},
+		Process: policies.Process{PID: 1, Exe: c.Exe, SHA256: c.SHA256},
+		Request: policies.Request{Phase: policies.PhaseRequest, Host: c.Host, Port: 443,
+			Method: c.Method, Path: c.Path, Query: c.Query},
 	}
 	if c.Phase != "" {
 		in.Request.Phase = policies.Phase(c.Phase)

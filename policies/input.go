@@ -14,14 +14,16 @@ const (
 	PhaseRequest Phase = "request"
 )
 
-// Input is the document a policy sees as `input`. The proxy fills it from
-// the connection's identity and the request; Decide canonicalises it first.
-// Fields are added here, never repurposed, so presets keep working.
+// Input is what a decision is asked about. The policy sees part of it as
+// `input`: the fields the library reads (decidedFields), which value builds
+// and the decision cache keys on; nothing else is computed for it. Sandbox
+// and Process.PID name the connection on the audit line and Sandbox.Preset
+// selects the preset; no rule reads them. Fields are added here, never
+// repurposed, so presets keep working.
 type Input struct {
-	Sandbox     Sandbox     `json:"sandbox"`
-	Process     Process     `json:"process"`
-	Request     Request     `json:"request"`
-	Destination Destination `json:"destination"`
+	Sandbox Sandbox `json:"sandbox"`
+	Process Process `json:"process"`
+	Request Request `json:"request"`
 }
 
 // Sandbox names where the connection came from. Preset selects the policy
@@ -35,34 +37,21 @@ type Sandbox struct {
 // Process is the program that owns the client socket, as the kernel names it:
 // Exe is the /proc/<pid>/exe target and SHA256 the digest of that file.
 type Process struct {
-	PID       int        `json:"pid"`
-	Exe       string     `json:"exe"`
-	SHA256    string     `json:"sha256"`
-	UID       int        `json:"uid"`
-	Ancestors []Ancestor `json:"ancestors"`
-}
-
-// Ancestor is one parent of Process, nearest first. Ancestors give context
-// to a rule; a command line never grants anything.
-type Ancestor struct {
 	PID    int    `json:"pid"`
 	Exe    string `json:"exe"`
 	SHA256 string `json:"sha256"`
 }
 
-// Request is what is being asked for. Method, Path, Query and Headers are
-// empty in the connect phase; Inspected says whether the proxy can see them
-// (plain HTTP, or TLS it terminates).
+// Request is what is being asked for. Method, Path and Query are empty in
+// the connect phase; the proxy sees them in plain HTTP and in the TLS it
+// terminates.
 type Request struct {
-	Phase     Phase               `json:"phase"`
-	Scheme    string              `json:"scheme"`
-	Host      string              `json:"host"`
-	Port      int                 `json:"port"`
-	Method    string              `json:"method,omitempty"`
-	Path      string              `json:"path,omitempty"`
-	Query     map[string][]string `json:"query,omitempty"`
-	Headers   map[string]string   `json:"headers,omitempty"`
-	Inspected bool                `json:"inspected"`
+	Phase  Phase               `json:"phase"`
+	Host   string              `json:"host"`
+	Port   int                 `json:"port"`
+	Method string              `json:"method,omitempty"`
+	Path   string              `json:"path,omitempty"`
+	Query  map[string][]string `json:"query,omitempty"`
 	// Upgrade is "websocket" for a WebSocket upgrade, the one protocol
 	// switch the proxy relays: after it the connection carries frames both
 	// ways that no rule sees, so a rule must allow it by name.
@@ -73,11 +62,6 @@ type Request struct {
 	// match it besides Path, so that neither reading escapes them. A
 	// second Canonicalize, of the decoded Path, keeps it.
 	SlashPath string `json:"slash_path,omitempty"`
-}
-
-// Destination holds the addresses the proxy resolved and will dial.
-type Destination struct {
-	IPs []string `json:"ips"`
 }
 
 // Canonicalize rewrites host, method and path into the single spelling rules
@@ -117,55 +101,30 @@ func (in *Input) Canonicalize() error {
 	return nil
 }
 
-// value builds the AST form of the input directly; going through
-// encoding/json and back would cost more than the policy evaluation itself.
+// value builds the policy's `input` directly: exactly decidedFields, the
+// fields the library may read (TestValueIsWhatTheLibraryReads). Going
+// through encoding/json and back would cost more than the policy
+// evaluation itself.
 func (in *Input) value() ast.Value {
-	p := &in.Process
-	anc := make([]*ast.Term, len(p.Ancestors))
-	for i, a := range p.Ancestors {
-		anc[i] = ast.ObjectTerm(
-			item("pid", ast.IntNumberTerm(a.PID)),
-			item("exe", ast.StringTerm(a.Exe)),
-			item("sha256", ast.StringTerm(a.SHA256)),
-		)
-	}
 	r := &in.Request
 	query := ast.NewObject()
 	for k, vs := range r.Query {
 		query.Insert(ast.StringTerm(k), stringArray(vs))
 	}
-	headers := ast.NewObject()
-	for k, v := range r.Headers {
-		headers.Insert(ast.StringTerm(k), ast.StringTerm(v))
-	}
 	return ast.NewObject(
-		item("sandbox", ast.ObjectTerm(
-			item("id", ast.StringTerm(in.Sandbox.ID)),
-			item("kind", ast.StringTerm(in.Sandbox.Kind)),
-			item("preset", ast.StringTerm(in.Sandbox.Preset)),
-		)),
 		item("process", ast.ObjectTerm(
-			item("pid", ast.IntNumberTerm(p.PID)),
-			item("exe", ast.StringTerm(p.Exe)),
-			item("sha256", ast.StringTerm(p.SHA256)),
-			item("uid", ast.IntNumberTerm(p.UID)),
-			item("ancestors", ast.ArrayTerm(anc...)),
+			item("exe", ast.StringTerm(in.Process.Exe)),
+			item("sha256", ast.StringTerm(in.Process.SHA256)),
 		)),
 		item("request", ast.ObjectTerm(
 			item("phase", ast.StringTerm(string(r.Phase))),
-			item("scheme", ast.StringTerm(r.Scheme)),
 			item("host", ast.StringTerm(r.Host)),
 			item("port", ast.IntNumberTerm(r.Port)),
 			item("method", ast.StringTerm(r.Method)),
 			item("path", ast.StringTerm(r.Path)),
 			item("query", ast.NewTerm(query)),
-			item("headers", ast.NewTerm(headers)),
-			item("inspected", ast.BooleanTerm(r.Inspected)),
 			item("upgrade", ast.StringTerm(r.Upgrade)),
 			item("slash_path", ast.StringTerm(r.SlashPath)),
-		)),
-		item("destination", ast.ObjectTerm(
-			item("ips", stringArray(in.Destination.IPs)),
 		)),
 	)
 }

@@ -3,19 +3,17 @@
 package airlock.testing
 
 conn(exe, host, port) := {
-	"sandbox": {"id": "test", "kind": "test"},
-	"process": {"pid": 100, "exe": exe, "sha256": "0000", "uid": 998, "ancestors": []},
-	"request": {"phase": "connect", "scheme": "https", "host": host, "port": port, "inspected": false},
+	"process": {"exe": exe, "sha256": "0000"},
+	"request": {"phase": "connect", "host": host, "port": port},
 }
 
 req(exe, method, host, path) := req_q(exe, method, host, path, {})
 
 req_q(exe, method, host, path, query) := {
-	"sandbox": {"id": "test", "kind": "test"},
-	"process": {"pid": 100, "exe": exe, "sha256": "0000", "uid": 998, "ancestors": []},
+	"process": {"exe": exe, "sha256": "0000"},
 	"request": {
-		"phase": "request", "scheme": "https", "host": host, "port": 443,
-		"method": method, "path": path, "query": query, "headers": {}, "inspected": true,
+		"phase": "request", "host": host, "port": 443,
+		"method": method, "path": path, "query": query,
 	},
 }
 

@@ -17,7 +17,7 @@ test_other_ports_denied if {
 }
 
 test_plain_websocket_allowed if {
-	ws := object.union(t.req(t.node, "GET", "example.org", "/socket"), {"request": {"port": 80, "scheme": "http", "upgrade": "websocket"}})
+	ws := object.union(t.req(t.node, "GET", "example.org", "/socket"), {"request": {"port": 80, "upgrade": "websocket"}})
 	d := permissive.decision with input as ws
 	d.allow
 }

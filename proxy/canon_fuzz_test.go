@@ -117,7 +117,7 @@ func FuzzConnectTarget(f *testing.F) {
 		if req.Host != oracleHost || req.Port != oraclePort || req.Phase != policies.PhaseConnect {
 			t.Fatalf("CONNECT %q read as %+v, want host %q port %d", target, req, oracleHost, oraclePort)
 		}
-		want := fx.eval(policies.Request{Phase: policies.PhaseConnect, Scheme: "https", Host: oracleHost, Port: oraclePort})
+		want := fx.eval(policies.Request{Phase: policies.PhaseConnect, Host: oracleHost, Port: oraclePort})
 		if got.Allow != want.Allow || got.Reason != want.Reason || got.Rule != want.Rule {
 			t.Fatalf("CONNECT %q: proxy decided %+v, policy eval %+v", target, got, want)
 		}

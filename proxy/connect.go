@@ -71,7 +71,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 // the target as sent: net/http's URL would take "user@host:443" for host,
 // a spelling no client sends.
 func connectTarget(target string) (req policies.Request, why string) {
-	req = policies.Request{Phase: policies.PhaseConnect, Scheme: "https", Host: target}
+	req = policies.Request{Phase: policies.PhaseConnect, Host: target}
 	host, portStr, err := net.SplitHostPort(target)
 	port, perr := strconv.Atoi(portStr)
 	if err != nil || perr != nil || strings.Trim(portStr, "0123456789") != "" {
@@ -113,7 +113,4 @@ func (p *Proxy) resolve(ctx context.Context, dc *decision) {
 		return
 	}
 	dc.addrs = addrs
-	for _, a := range addrs {
-		dc.in.Destination.IPs = append(dc.in.Destination.IPs, a.String())
-	}
 }

@@ -7,12 +7,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
-	"github.com/airlock-sandbox/airlock/proxy/identity"
 )
-
-// selectedHeaders are the request headers a policy may see. Credentials
-// (Authorization, Cookie) are never among them.
-var selectedHeaders = []string{"Content-Type", "User-Agent", "Upgrade", "Content-Length"}
 
 // decision is one question asked and answered, carried to the audit line.
 type decision struct {
@@ -60,7 +55,7 @@ func (p *Proxy) begin(cc *clientConn, req policies.Request) (dc *decision, ok bo
 		return dc, false
 	}
 	dc.in.Sandbox = policies.Sandbox{ID: cc.svc.ID, Kind: cc.svc.Kind, Preset: cc.svc.Preset}
-	dc.in.Process = processInput(proc)
+	dc.in.Process = policies.Process{PID: proc.PID, Exe: proc.Exe, SHA256: proc.SHA256}
 	return dc, true
 }
 
@@ -89,14 +84,6 @@ func (p *Proxy) decide(ctx context.Context, cc *clientConn, req policies.Request
 		dc.detail = dc.d.Error
 	}
 	return dc
-}
-
-func processInput(proc *identity.Process) policies.Process {
-	out := policies.Process{PID: proc.PID, Exe: proc.Exe, SHA256: proc.SHA256, UID: proc.UID}
-	for _, a := range proc.Ancestors {
-		out.Ancestors = append(out.Ancestors, policies.Ancestor{PID: a.PID, Exe: a.Exe, SHA256: a.SHA256})
-	}
-	return out
 }
 
 // deny turns an allowed decision into a denial the proxy made after the

@@ -133,7 +133,7 @@ func newFuzzFixture(tb testing.TB) *fuzzFixture {
 func (fx *fuzzFixture) eval(req policies.Request) policies.Decision {
 	in := policies.Input{
 		Sandbox: policies.Sandbox{ID: "fuzz", Kind: "fuzz", Preset: "fuzz"},
-		Process: policies.Process{PID: 1, Exe: "/usr/bin/curl", UID: 998},
+		Process: policies.Process{PID: 1, Exe: "/usr/bin/curl"},
 		Request: req,
 	}
 	doc, err := json.Marshal(in)
@@ -171,8 +171,8 @@ func (fx *fuzzFixture) check(r *http.Request) string {
 	if c, err := policies.CanonicalHost(host); err != nil || c != fuzzHost || (port != "" && port != strconv.Itoa(fx.port)) {
 		return "reached the upstream of another host"
 	}
-	req := policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: host, Port: fx.port,
-		Method: r.Method, Path: r.URL.EscapedPath(), Inspected: true}
+	req := policies.Request{Phase: policies.PhaseRequest, Host: host, Port: fx.port,
+		Method: r.Method, Path: r.URL.EscapedPath()}
 	if r.URL.Opaque != "" {
 		req.Path = r.URL.Opaque
 	}

@@ -79,7 +79,7 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 		tc.SetReadDeadline(time.Now().Add(p.cfg.Limits.ReadHeaderTimeout))
 		req, raw, err := tap.readRequest(br)
 		var bad *decision
-		target := policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: host, Port: dc.in.Request.Port, Inspected: true}
+		target := policies.Request{Phase: policies.PhaseRequest, Host: host, Port: dc.in.Request.Port}
 		switch {
 		case err == nil:
 			if why := framingError(raw); why != "" {
@@ -160,7 +160,7 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 	ctx, cancel := context.WithCancelCause(tun.upstreamContext(context.Background()))
 	defer cancel(nil)
 	t := &tun.in.Request
-	target := policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: t.Host, Port: t.Port, Method: req.Method, Inspected: true}
+	target := policies.Request{Phase: policies.PhaseRequest, Host: t.Host, Port: t.Port, Method: req.Method}
 	websocket := hopByHop(req.Header)
 	var rdc *decision
 	if mismatch := pinnedHost(req, sni, t.Host, t.Port); mismatch != "" {
@@ -440,12 +440,6 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 		return p.refused(cc, target, policies.ReasonInvalidRequest, err.Error())
 	}
 	target.Query = q
-	target.Headers = map[string]string{}
-	for _, h := range selectedHeaders {
-		if v := req.Header.Get(h); v != "" {
-			target.Headers[strings.ToLower(h)] = v
-		}
-	}
 	return p.decide(ctx, cc, target)
 }
 

@@ -24,7 +24,7 @@ func FuzzInspectLoop(f *testing.F) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(fx.roots.CertPEM)
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		dc := fx.p.decide(ctx, fx.cc, policies.Request{Phase: policies.PhaseConnect, Scheme: "https", Host: fuzzHost, Port: fx.port})
+		dc := fx.p.decide(ctx, fx.cc, policies.Request{Phase: policies.PhaseConnect, Host: fuzzHost, Port: fx.port})
 		if !dc.d.Allow || !dc.d.Inspect {
 			t.Fatalf("CONNECT %s:%d: %+v; the fuzz policy must inspect it", fuzzHost, fx.port, dc.d)
 		}

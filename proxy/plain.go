@@ -69,7 +69,7 @@ func plainTarget(r *http.Request) policies.Request {
 	if ps := r.URL.Port(); ps != "" {
 		port, _ = strconv.Atoi(ps)
 	}
-	return policies.Request{Phase: policies.PhaseRequest, Scheme: r.URL.Scheme, Host: r.URL.Hostname(), Port: port, Method: r.Method, Inspected: true}
+	return policies.Request{Phase: policies.PhaseRequest, Host: r.URL.Hostname(), Port: port, Method: r.Method}
 }
 
 // refuseFraming answers a request whose framing cannot be trusted

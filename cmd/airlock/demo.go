@@ -71,14 +71,14 @@ func demoExamples() []example {
 	conn := func(preset, exe, host string, port int) example {
 		return example{policies.Input{
 			Sandbox: policies.Sandbox{ID: "demo", Kind: preset, Preset: preset},
-			Process: policies.Process{PID: 1234, Exe: exe, UID: 998},
-			Request: policies.Request{Phase: policies.PhaseConnect, Scheme: "https", Host: host, Port: port},
+			Process: policies.Process{PID: 1234, Exe: exe},
+			Request: policies.Request{Phase: policies.PhaseConnect, Host: host, Port: port},
 		}}
 	}
 	req := func(preset, exe, method, host, path string, query map[string][]string) example {
 		ex := conn(preset, exe, host, 443)
 		r := &ex.in.Request
-		r.Phase, r.Method, r.Path, r.Query, r.Inspected = policies.PhaseRequest, method, path, query, true
+		r.Phase, r.Method, r.Path, r.Query = policies.PhaseRequest, method, path, query
 		return ex
 	}
 	return []example{

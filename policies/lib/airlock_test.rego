@@ -92,18 +92,16 @@ _rules := [
 _denies := [{"name": "no-admin", "hosts": ["api.example.com"], "paths": ["/v1/admin/**"]}]
 
 _req(exe, sha, host, port, method, path) := {
-	"sandbox": {"id": "t", "kind": "test"},
 	"process": {"exe": exe, "sha256": sha},
 	"request": {
-		"phase": "request", "scheme": "https", "host": host, "port": port,
-		"method": method, "path": path, "query": {}, "inspected": true,
+		"phase": "request", "host": host, "port": port,
+		"method": method, "path": path, "query": {},
 	},
 }
 
 _conn(exe, sha, host, port) := {
-	"sandbox": {"id": "t", "kind": "test"},
 	"process": {"exe": exe, "sha256": sha},
-	"request": {"phase": "connect", "scheme": "https", "host": host, "port": port},
+	"request": {"phase": "connect", "host": host, "port": port},
 }
 
 test_empty_policy_denies if {

@@ -21,15 +21,7 @@ type Process struct {
 	// when the process is first described: only root can move a process
 	// between cgroups, and a moved process keeps the path it was
 	// described with until it execs or its pid is reused.
-	Cgroup    string
-	Ancestors []Ancestor
-}
-
-// Ancestor is a parent of Process, nearest first.
-type Ancestor struct {
-	PID    int
-	Exe    string
-	SHA256 string
+	Cgroup string
 }
 
 // Errors a lookup fails with. Both are denials: a connection whose owner is

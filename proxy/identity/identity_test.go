@@ -56,9 +56,6 @@ func TestLookupFindsTheOwner(t *testing.T) {
 	if p.PID != child.Process.Pid || p.Exe != self || p.SHA256 != fileSHA(t, self) || p.UID != os.Geteuid() {
 		t.Fatalf("Lookup = %+v; want pid %d exe %s", p, child.Process.Pid, self)
 	}
-	if len(p.Ancestors) == 0 || p.Ancestors[0].PID != os.Getpid() {
-		t.Fatalf("Lookup ancestors = %+v; want the test process %d first", p.Ancestors, os.Getpid())
-	}
 }
 
 func TestLookupOutsideCandidatesIsUnknown(t *testing.T) {

@@ -11,8 +11,7 @@ import (
 // directory held open. Reads through that directory fail once the process
 // has exited, even if the pid was reused, so a hit is checked with two
 // syscalls (stat and readlink of exe: an exec or an edited binary is a miss)
-// instead of the dozen that describe a process afresh. The ancestors are
-// those seen when the process was first described.
+// instead of the dozen that describe a process afresh.
 type procCache struct {
 	mu  sync.Mutex // serialises replacing an entry, so no directory leaks
 	lru *lru.Cache[int, *cachedProc]

@@ -14,10 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxAncestors bounds the parent chain reported with a process: each one
-// costs a few syscalls on every new connection.
-const maxAncestors = 2
-
 // Resolver finds the process behind a client connection.
 type Resolver struct {
 	// mu is held for reading by every lookup and for writing by Close, so
@@ -180,9 +176,9 @@ func (r *Resolver) owner(owners []procDir, sock diagSocket) (*Process, error) {
 // startSlack covers the clock-tick granularity of a process start time.
 const startSlack = 20 * time.Millisecond
 
-// describe names a process and its ancestors, each read through its own
-// /proc/<pid> directory fd so that a pid reused mid-lookup fails the read
-// instead of describing another process. A non-zero startedBy refuses a
+// describe names a process, read through its own /proc/<pid> directory fd
+// so that a pid reused mid-lookup fails the read instead of describing
+// another process. A non-zero startedBy refuses a
 // process that started later (time since boot). A process already described
 // and still the same (procCache) costs two syscalls; uid is the socket's,
 // which a cached description must match to be used.
@@ -236,20 +232,6 @@ func (r *Resolver) read(d *procDir, startedBy time.Duration, uid int) (*Process,
 		return nil, unknown("pid %d exited during lookup: %v", pid, err)
 	}
 	p := &Process{PID: pid, UID: puid, Exe: exe, SHA256: sum, Cgroup: cgroup}
-	for ppid := st.ppid; ppid > 1 && len(p.Ancestors) < maxAncestors; {
-		a, err := openProc(ppid)
-		if err != nil {
-			break
-		}
-		pst, err1 := readStat(a)
-		aexe, _, asum, err2 := r.exe(a)
-		a.close()
-		if err1 != nil || err2 != nil {
-			break // a parent we may not read ends the chain, it does not fail it
-		}
-		p.Ancestors = append(p.Ancestors, Ancestor{PID: ppid, Exe: aexe, SHA256: asum})
-		ppid = pst.ppid
-	}
 	r.procs.add(*d, st.start, key, p)
 	d.fd = -1
 	return p, nil
@@ -331,7 +313,6 @@ func (p procDir) holds(socket []byte) bool {
 var procBufs = sync.Pool{New: func() any { return new([4096]byte) }}
 
 type procStat struct {
-	ppid  int
 	start time.Duration // since boot
 }
 
@@ -356,12 +337,11 @@ func readStat(d procDir) (procStat, error) {
 	if len(f) < 20 {
 		return procStat{}, errors.New("short stat")
 	}
-	ppid, err1 := strconv.Atoi(string(f[1]))
-	ticks, err2 := strconv.ParseUint(string(f[19]), 10, 64)
-	if err1 != nil || err2 != nil {
+	ticks, err := strconv.ParseUint(string(f[19]), 10, 64)
+	if err != nil {
 		return procStat{}, errors.New("malformed stat")
 	}
-	return procStat{ppid: ppid, start: time.Duration(ticks) * time.Second / clockTicks}, nil
+	return procStat{start: time.Duration(ticks) * time.Second / clockTicks}, nil
 }
 
 func readUID(d procDir) (int, error) {
