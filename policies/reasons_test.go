@@ -161,8 +161,8 @@ func TestHintNamesGitOperation(t *testing.T) {
 		in := &policies.Input{
 			Sandbox: policies.Sandbox{ID: "t", Preset: "reviewer"},
 			Process: policies.Process{PID: 1, Exe: git},
-			Request: policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: "github.com", Port: 443,
-				Method: tc.method, Path: tc.path, Query: tc.query, Inspected: true},
+			Request: policies.Request{Phase: policies.PhaseRequest, Host: "github.com", Port: 443,
+				Method: tc.method, Path: tc.path, Query: tc.query},
 		}
 		d := e.Decide(context.Background(), in)
 		h := d.Hint(in)
