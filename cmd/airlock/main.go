@@ -89,7 +89,7 @@ func newRoot() *cobra.Command {
 			return nil
 		},
 	}
-	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error (JSON logs on stderr)")
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn, error (JSON logs on stderr)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{ExitUsage, err} })
 	root.AddCommand(newPolicyCmd(), newDemoCmd(), newProxyCmd(), newLaunchCmd(), newUpCmd(), newStatusCmd(), newRestartCmd(), newEventsCmd(), newIngressCmd())
 	return root

@@ -50,13 +50,13 @@ func (p *pinFlag) Set(s string) error {
 func (f *policyFlags) register(cmd *cobra.Command, withBundle bool) {
 	fl := cmd.Flags()
 	if withBundle {
-		fl.StringVar(&f.bundle, "policy", "", "policy bundle: a directory or a .tar.gz from `opa build` (default: the embedded presets)")
+		fl.StringVar(&f.bundle, "policy", "", "policy bundle: a `DIR` or a .tar.gz built by opa build (default: the embedded presets)")
 	}
-	fl.Var(&f.sha256, "policy-sha256", "refuse to start unless the bundle hash is this sha256:<hex> (see `airlock policy hash`)")
-	fl.StringVar(&f.lock, "policy-lock", "", "lock file to enforce (default: <bundle>/airlock.lock when it exists)")
-	fl.StringVar(&f.publicKey, "policy-public-key", "", "PEM public key file: require a valid OPA bundle signature (.signatures.json)")
-	fl.StringVar(&f.keyID, "policy-key-id", "default", "key id of --policy-public-key, as given to `opa build --signing-key`")
-	fl.StringVar(&f.alg, "policy-signing-alg", "RS256", "signature algorithm of --policy-public-key")
+	fl.Var(&f.sha256, "policy-sha256", "refuse to start unless the bundle hash is this one (as printed by airlock policy hash)")
+	fl.StringVar(&f.lock, "policy-lock", "", "lock `FILE` to enforce (default: airlock.lock beside the bundle, when it exists)")
+	fl.StringVar(&f.publicKey, "policy-public-key", "", "PEM public key `FILE`: require a valid OPA bundle signature (.signatures.json)")
+	fl.StringVar(&f.keyID, "policy-key-id", "default", "key `ID` of --policy-public-key, as given to opa build with --signing-key")
+	fl.StringVar(&f.alg, "policy-signing-alg", "RS256", "signature algorithm (`ALG`) of --policy-public-key")
 	fl.BoolVar(&f.quarantine, "policy-quarantine", false, "on a rejected reload deny everything until fixed, instead of keeping the last good policy")
 }
 
@@ -241,8 +241,8 @@ func newPolicyEvalCmd(explain bool) *cobra.Command {
 		},
 	}
 	f.register(cmd, true)
-	cmd.Flags().StringVar(&preset, "preset", "", "preset to decide with (default: input.sandbox.preset)")
-	cmd.Flags().StringVar(&input, "input", "-", "input document (JSON), - for stdin")
+	cmd.Flags().StringVar(&preset, "preset", "", "preset `NAME` to decide with (default: input.sandbox.preset)")
+	cmd.Flags().StringVar(&input, "input", "-", "input document `FILE` (JSON), - for stdin")
 	if explain {
 		cmd.Flags().BoolVar(&asJSON, "json", false, "print the explanation as JSON")
 	}
@@ -420,7 +420,7 @@ func newPolicyLockCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&out, "out", "", "lock file to write (default: DIR/airlock.lock)")
+	cmd.Flags().StringVar(&out, "out", "", "lock `FILE` to write (default: DIR/airlock.lock)")
 	return cmd
 }
 

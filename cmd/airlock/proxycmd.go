@@ -37,20 +37,20 @@ type proxyFlags struct {
 
 func (f *proxyFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.caDir, "ca-dir", proxy.DefaultCADir(), "directory of the airlock CA (ca.pem, ca-key.pem); generated on first start")
-	fl.StringVar(&f.caCert, "ca-cert", "", "operator-supplied CA certificate (with --ca-key) instead of --ca-dir")
-	fl.StringVar(&f.caKey, "ca-key", "", "operator-supplied CA key (mode 0600)")
-	fl.StringArrayVar(&f.upstreamCAs, "upstream-ca", nil, "extra PEM CA file trusted for upstream TLS, besides the system roots (repeatable)")
-	fl.StringArrayVar(&f.resolve, "resolve", nil, "pin HOST:PORT:ADDR[,ADDR] like curl (addresses are still SSRF-checked; repeatable)")
-	fl.StringArrayVar(&f.allowRanges, "allow-range", nil, "UNSAFE: allow upstream addresses in this CIDR despite the SSRF guard (repeatable)")
-	fl.StringVar(&f.auditLog, "audit-log", "-", "audit log file (JSON decision and close lines), - for stdout, stderr for stderr")
+	fl.StringVar(&f.caDir, "ca-dir", proxy.DefaultCADir(), "`DIR` of the airlock CA (ca.pem, ca-key.pem); generated on first start")
+	fl.StringVar(&f.caCert, "ca-cert", "", "operator-supplied CA certificate `FILE` (with --ca-key) instead of --ca-dir")
+	fl.StringVar(&f.caKey, "ca-key", "", "operator-supplied CA key `FILE` (mode 0600)")
+	fl.StringArrayVar(&f.upstreamCAs, "upstream-ca", nil, "extra PEM CA `FILE` trusted for upstream TLS, besides the system roots (repeatable)")
+	fl.StringArrayVar(&f.resolve, "resolve", nil, "pin `HOST:PORT:ADDR[,ADDR]` like curl (addresses are still SSRF-checked; repeatable)")
+	fl.StringArrayVar(&f.allowRanges, "allow-range", nil, "UNSAFE: allow upstream addresses in this `CIDR` despite the SSRF guard (repeatable)")
+	fl.StringVar(&f.auditLog, "audit-log", "-", "audit log `FILE` (JSON decision and close lines), - for stdout, stderr for stderr")
 	f.auditFailure = "closed"
 	fl.Var(&f.auditFailure, "audit-failure", "when a decision cannot be written to the audit log: closed (refuse it, 503 audit_unavailable) or warn (UNSAFE: serve it, log the failure)")
-	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus /metrics on this address")
+	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus /metrics on this `ADDR`")
 	fl.BoolVar(&f.watch, "policy-watch", true, "reload the policy bundle directory when it changes")
 	d := proxy.DefaultLimits
-	fl.IntVar(&f.limits.MaxConns, "max-conns", d.MaxConns, "connections one sandbox may hold through the proxy; more are answered 503 connection_limit")
-	fl.IntVar(&f.limits.MaxHeaderBytes, "max-header-bytes", d.MaxHeaderBytes, "largest request header, plain or inside an inspected tunnel")
+	fl.IntVar(&f.limits.MaxConns, "max-conns", d.MaxConns, "at most `N` connections one sandbox may hold through the proxy; more are answered 503 connection_limit")
+	fl.IntVar(&f.limits.MaxHeaderBytes, "max-header-bytes", d.MaxHeaderBytes, "largest request header in `BYTES`, plain or inside an inspected tunnel")
 	fl.DurationVar(&f.limits.ReadHeaderTimeout, "read-header-timeout", d.ReadHeaderTimeout, "time a client has to send a whole request header")
 	fl.DurationVar(&f.limits.IdleTimeout, "idle-timeout", d.IdleTimeout, "keep-alive connections, plain or inspected, waiting this long for a request are closed")
 	fl.DurationVar(&f.limits.HandshakeTimeout, "handshake-timeout", d.HandshakeTimeout, "TLS handshakes with clients (inspected tunnels) and upstreams")
@@ -181,12 +181,12 @@ func newProxyCmd() *cobra.Command {
 	}
 	pf.register(cmd, true)
 	xf.register(cmd)
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:3128", "address to listen on")
-	cmd.Flags().StringVar(&preset, "preset", "", "preset deciding this sandbox's traffic")
-	cmd.Flags().StringVar(&sandboxID, "sandbox-id", "", "sandbox id in decisions and audit lines (default: the preset)")
-	cmd.Flags().StringVar(&kind, "kind", "", "sub-agent kind (default: the preset)")
-	cmd.Flags().StringVar(&cgroup, "cgroup", "", "cgroup v2 directory whose processes are the sandbox")
-	cmd.Flags().IntVar(&pid, "pid", 0, "root pid of the sandbox's process tree")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:3128", "`ADDR` to listen on")
+	cmd.Flags().StringVar(&preset, "preset", "", "preset `NAME` deciding this sandbox's traffic")
+	cmd.Flags().StringVar(&sandboxID, "sandbox-id", "", "sandbox `ID` in decisions and audit lines (default: the preset)")
+	cmd.Flags().StringVar(&kind, "kind", "", "sub-agent `KIND` (default: the preset)")
+	cmd.Flags().StringVar(&cgroup, "cgroup", "", "cgroup v2 `DIR` whose processes are the sandbox")
+	cmd.Flags().IntVar(&pid, "pid", 0, "root `PID` of the sandbox's process tree")
 	return cmd
 }
 

@@ -92,7 +92,7 @@ func newUpCmd() *cobra.Command {
 			return failed
 		},
 	}
-	cmd.Flags().StringVar(&stateDir, "state-dir", "/var/lib/airlock/demo", "the demo pod's state directory (without a manifest)")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "/var/lib/airlock/demo", "the demo pod's state `DIR` (without a manifest)")
 	return cmd
 }
 
