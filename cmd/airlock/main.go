@@ -92,5 +92,6 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn, error (JSON logs on stderr)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{ExitUsage, err} })
 	root.AddCommand(newPolicyCmd(), newDemoCmd(), newProxyCmd(), newLaunchCmd(), newUpCmd(), newStatusCmd(), newRestartCmd(), newEventsCmd(), newIngressCmd())
+	usageErrors(root)
 	return root
 }

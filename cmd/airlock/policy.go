@@ -220,6 +220,11 @@ func newPolicyEvalCmd(explain bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The proxy refuses to serve a preset the policy lacks; so do
+			// eval and explain, rather than decide with nothing.
+			if _, ok := e.Preset(in.Sandbox.Preset); !ok {
+				return unknownPreset(in.Sandbox.Preset, e.Presets())
+			}
 			out := cmd.OutOrStdout()
 			if !explain {
 				d := e.Decide(cmd.Context(), in)
