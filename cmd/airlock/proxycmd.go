@@ -115,9 +115,10 @@ func newProxyCmd() *cobra.Command {
 	var listen, preset, sandboxID, kind, cgroup string
 	var pid int
 	cmd := &cobra.Command{
-		Use:   "proxy --listen ADDR --preset NAME",
-		Short: "Run the L7 egress proxy for one sandbox (standalone form)",
-		Args:  cobra.NoArgs,
+		Use:         "proxy --listen ADDR --preset NAME",
+		Short:       "Run the L7 egress proxy for one sandbox (standalone form)",
+		Annotations: serviceLogs,
+		Args:        cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
