@@ -170,12 +170,20 @@ func newPolicyTestCmd() *cobra.Command {
 	return cmd
 }
 
+// exampleInput is an input document the README shows and a test runs.
+const exampleInput = "examples/policy/reviewer-wget.json"
+
 // readInput reads a policy input document strictly: an unknown field is an
 // error, so a misspelt field cannot silently leave the input empty.
 func readInput(cmd *cobra.Command, file string) (*policies.Input, error) {
 	var r io.Reader
 	if file == "-" {
 		r = cmd.InOrStdin()
+		// Typed input would be a JSON document by hand: say what
+		// is wanted rather than wait silently for it.
+		if isTerminal(r) {
+			return nil, fmt.Errorf("no input: give --input FILE or pipe a JSON input document on stdin (example: %s)", exampleInput)
+		}
 	} else {
 		fh, err := os.Open(file)
 		if err != nil {
@@ -187,7 +195,11 @@ func readInput(cmd *cobra.Command, file string) (*policies.Input, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	var in policies.Input
-	if err := dec.Decode(&in); err != nil {
+	err := dec.Decode(&in)
+	if errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("input %s is empty: give --input FILE or pipe a JSON input document on stdin (example: %s)", file, exampleInput)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("input %s: %w", file, err)
 	}
 	return &in, nil
@@ -202,9 +214,16 @@ func newPolicyEvalCmd(explain bool) *cobra.Command {
 		use, short = "explain", "Decide one input and say which condition of which rule failed"
 	}
 	cmd := &cobra.Command{
-		Use:   use + " --preset NAME --input FILE|-",
+		Use:   use + " [--preset NAME] [--input FILE|-]",
 		Short: short,
-		Args:  cobra.NoArgs,
+		Long: short + `.
+
+The input is the JSON document the proxy gives the policy for one connection
+or request (go doc ./policies Input), read from --input FILE or from stdin;
+its sandbox.preset names the preset unless --preset does.`,
+		Example: fmt.Sprintf(`  airlock policy %[1]s --input %[2]s
+  airlock policy %[1]s --preset strict < %[2]s`, use, exampleInput),
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			in, err := readInput(cmd, input)
 			if err != nil {
