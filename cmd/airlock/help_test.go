@@ -81,3 +81,49 @@ func TestHelpShowsPlaceholders(t *testing.T) {
 		})
 	}
 }
+
+// launch and proxy list their flags by what they set, every flag in a
+// group, with examples whose flags exist.
+func TestGroupedHelp(t *testing.T) {
+	for _, tc := range []struct {
+		cmd    string
+		groups []string
+	}{
+		{"launch", []string{"Sandbox", "Network", "Proxy", "Policy"}},
+		{"proxy", []string{"Proxy", "Sandbox", "Policy"}},
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			code, out, errs := airlock(t, "", tc.cmd, "--help")
+			if code != ExitOK {
+				t.Fatalf("airlock %s --help = %d %s", tc.cmd, code, errs)
+			}
+			at := 0
+			for _, h := range append([]string{"Usage:", "Examples:"}, tc.groups...) {
+				if h != "Usage:" && h != "Examples:" {
+					h += " flags:"
+				}
+				i := strings.Index(out[at:], "\n"+h+"\n")
+				if i < 0 {
+					t.Fatalf("airlock %s --help lacks %q after byte %d:\n%s", tc.cmd, h, at, out)
+				}
+				at += i + 1
+			}
+			cmd, _, _ := newRoot().Find([]string{tc.cmd})
+			cmd.LocalFlags().VisitAll(func(f *pflag.Flag) {
+				if g := flagGroup(f); f.Name != "help" && !contains(tc.groups, g) {
+					t.Errorf("airlock %s --%s is in group %q, not one of %v", tc.cmd, f.Name, g, tc.groups)
+				}
+			})
+			for _, line := range strings.Split(cmd.Example, "\n") {
+				args := strings.Fields(line)
+				if len(args) < 2 || args[0] != "airlock" {
+					continue
+				}
+				c, _, _ := newRoot().Find([]string{tc.cmd})
+				if err := c.ParseFlags(args[2:]); err != nil {
+					t.Errorf("example %q: %v", line, err)
+				}
+			}
+		})
+	}
+}

@@ -49,15 +49,17 @@ func (p *pinFlag) Set(s string) error {
 
 func (f *policyFlags) register(cmd *cobra.Command, withBundle bool) {
 	fl := cmd.Flags()
-	if withBundle {
-		fl.StringVar(&f.bundle, "policy", "", "policy bundle: a `DIR` or a .tar.gz built by opa build (default: the embedded presets)")
-	}
-	fl.Var(&f.sha256, "policy-sha256", "refuse to start unless the bundle hash is this one (as printed by airlock policy hash)")
-	fl.StringVar(&f.lock, "policy-lock", "", "lock `FILE` to enforce (default: airlock.lock beside the bundle, when it exists)")
-	fl.StringVar(&f.publicKey, "policy-public-key", "", "PEM public key `FILE`: require a valid OPA bundle signature (.signatures.json)")
-	fl.StringVar(&f.keyID, "policy-key-id", "default", "key `ID` of --policy-public-key, as given to opa build with --signing-key")
-	fl.StringVar(&f.alg, "policy-signing-alg", "RS256", "signature algorithm (`ALG`) of --policy-public-key")
-	fl.BoolVar(&f.quarantine, "policy-quarantine", false, "on a rejected reload deny everything until fixed, instead of keeping the last good policy")
+	inGroup(fl, "Policy", func() {
+		if withBundle {
+			fl.StringVar(&f.bundle, "policy", "", "policy bundle: a `DIR` or a .tar.gz built by opa build (default: the embedded presets)")
+		}
+		fl.Var(&f.sha256, "policy-sha256", "refuse to start unless the bundle hash is this one (as printed by airlock policy hash)")
+		fl.StringVar(&f.lock, "policy-lock", "", "lock `FILE` to enforce (default: airlock.lock beside the bundle, when it exists)")
+		fl.StringVar(&f.publicKey, "policy-public-key", "", "PEM public key `FILE`: require a valid OPA bundle signature (.signatures.json)")
+		fl.StringVar(&f.keyID, "policy-key-id", "default", "key `ID` of --policy-public-key, as given to opa build with --signing-key")
+		fl.StringVar(&f.alg, "policy-signing-alg", "RS256", "signature algorithm (`ALG`) of --policy-public-key")
+		fl.BoolVar(&f.quarantine, "policy-quarantine", false, "on a rejected reload deny everything until fixed, instead of keeping the last good policy")
+	})
 }
 
 func (f *policyFlags) source() policies.Source {
