@@ -94,7 +94,7 @@ func newRoot() *cobra.Command {
 		},
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "", "log `LEVEL`: debug, info, warn, error (default: info for proxy and up, warn for the other commands); on stderr, as text on a terminal and JSON lines otherwise")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{ExitUsage, err} })
+	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(newPolicyCmd(), newDemoCmd(), newProxyCmd(), newLaunchCmd(), newUpCmd(), newStatusCmd(), newRestartCmd(), newEventsCmd(), newIngressCmd())
 	usageErrors(root)
 	return root

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // usageErrors makes every command line airlock cannot read exit with
@@ -67,6 +69,20 @@ func unknownCommand(cmd *cobra.Command, args []string) error {
 		return &exitError{ExitUsage, fmt.Errorf("%q has no commands; %q is not one", cmd.CommandPath(), args[0])}
 	}
 	return &exitError{ExitUsage, fmt.Errorf("unknown command %q for %q; %s", args[0], cmd.CommandPath(), suggest(closeNames(args[0], names), "commands", names))}
+}
+
+// flagError is a usage error; an unknown long flag comes with the flags
+// of cmd it is closest to.
+func flagError(cmd *cobra.Command, err error) error {
+	var ne *pflag.NotExistError
+	if errors.As(err, &ne) && ne.GetSpecifiedName() != "" {
+		var names []string
+		cmd.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+		if close := closeNames(ne.GetSpecifiedName(), names); len(close) > 0 {
+			err = fmt.Errorf("%w; did you mean --%s? (see %s --help)", err, strings.Join(close, " or --"), cmd.CommandPath())
+		}
+	}
+	return &exitError{ExitUsage, err}
 }
 
 // unknownPreset refuses a preset the policy does not have.

@@ -23,6 +23,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"argument to a command that takes none", "", []string{"status", "extra"}, []string{`"extra"`, "airlock status --help"}},
 		{"too many arguments", "", []string{"policy", "hash", "a", "b"}, []string{"at most 1 arg", "airlock policy hash --help"}},
 		{"unknown flag", "", []string{"policy", "hash", "--nosuch"}, []string{"--nosuch"}},
+		{"misspelt flag", "", []string{"launch", "--memroy-max", "1", "--", "/bin/true"}, []string{"--memroy-max", "did you mean --memory-max?"}},
 		{"eval: misspelt preset", "{}", []string{"policy", "eval", "--preset", "reveiwer"}, []string{`unknown preset "reveiwer"`, "did you mean reviewer?", "the presets are: ", "strict"}},
 		{"explain: misspelt preset", "{}", []string{"policy", "explain", "--preset", "reviwer"}, []string{`unknown preset "reviwer"`, "did you mean reviewer?"}},
 		{"explain: the input's unknown preset", `{"sandbox": {"preset": "nope"}}`, []string{"policy", "explain"}, []string{`unknown preset "nope"`, "the presets are: ", "reviewer"}},
