@@ -41,8 +41,9 @@ func groupedHelp(cmd *cobra.Command, groups ...string) {
 		if c.HasExample() {
 			fmt.Fprintf(w, "\nExamples:\n%s\n", c.Example)
 		}
+		order := append(groups[:len(groups):len(groups)], "")
 		sets := map[string]*pflag.FlagSet{}
-		for _, g := range append(groups, "") {
+		for _, g := range order {
 			sets[g] = pflag.NewFlagSet(g, pflag.ContinueOnError)
 		}
 		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
@@ -52,7 +53,7 @@ func groupedHelp(cmd *cobra.Command, groups ...string) {
 			}
 			set.AddFlag(f)
 		})
-		for _, g := range append(groups, "") {
+		for _, g := range order {
 			title := g + " flags"
 			if g == "" {
 				title = "Other flags"
