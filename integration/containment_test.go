@@ -14,7 +14,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
-	"golang.org/x/sys/unix"
 )
 
 // Nothing outlives its sandbox: on every way the launcher ends (the
@@ -218,7 +217,7 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool, what ...any) {
 // launcher does not take it for an order to stop the sandbox.
 func TestLaunchTerminalInterruptOnce(t *testing.T) {
 	testutil.RequireRoot(t, "airlock launch (PID namespace)")
-	master, slave := openPty(t)
+	master, slave := testutil.OpenPty(t)
 	cmd := exec.Command(airlockBin, "launch", "--net", "none", "--stop-timeout", "1s", "--log-level", "error", "--",
 		"/bin/sh", "-c", `trap "echo INT" INT; echo ready; i=0; while [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; echo done`)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
@@ -261,26 +260,4 @@ func TestLaunchTerminalInterruptOnce(t *testing.T) {
 	if n := strings.Count(got, "INT"); n != 1 || exitCode(err) != 0 || !strings.Contains(got, "done") {
 		t.Fatalf("one ^C: the command saw SIGINT %d times, launcher exit %d, output %q; want once, 0, and the command running to its end", n, exitCode(err), got)
 	}
-}
-
-// openPty opens a pseudo-terminal pair.
-func openPty(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, s
 }

@@ -39,7 +39,7 @@ func newDemoCmd() *cobra.Command {
 				fmt.Fprintf(out, "%s  %-10s %-34s %s\n", verdict, in.Sandbox.Preset, shortExe(in.Process.Exe), describe(&in))
 				fmt.Fprintf(out, "       reason=%s rule=%q\n       %s\n\n", d.Reason, d.Rule, d.Hint(&in))
 			}
-			fmt.Fprintln(out, "Explain a decision:  airlock policy explain --preset reviewer --input FILE")
+			fmt.Fprintln(out, "Explain a decision:  airlock policy explain --input "+exampleInput)
 			fmt.Fprintln(out, "Run the preset tests: airlock policy test presets")
 			fmt.Fprintln(out)
 			return sandboxDemo(cmd)

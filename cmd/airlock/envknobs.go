@@ -25,8 +25,10 @@ var envKnobs = map[string]string{
 	"AIRLOCK_ADMIN_SOCKET":       "socket",
 }
 
-// applyEnvKnobs sets unset flags of cmd from their AIRLOCK_* variables.
-func applyEnvKnobs(cmd *cobra.Command) error {
+// applyEnvKnobs sets unset flags of cmd from their AIRLOCK_* variables and
+// returns the variable that set each flag.
+func applyEnvKnobs(cmd *cobra.Command) (map[string]string, error) {
+	fromEnv := map[string]string{}
 	for env, name := range envKnobs {
 		val, ok := os.LookupEnv(env)
 		if !ok {
@@ -36,21 +38,18 @@ func applyEnvKnobs(cmd *cobra.Command) error {
 		if f == nil || f.Changed {
 			continue
 		}
-		if err := f.Value.Set(val); err != nil {
-			return &exitError{ExitUsage, fmt.Errorf("%s=%q: %w", env, val, err)}
+		if err := cmd.Flags().Set(name, val); err != nil {
+			return nil, &exitError{ExitUsage, fmt.Errorf("%s=%q: %w", env, val, err)}
 		}
-		f.Changed = true
-		setFromEnv[name] = env
+		fromEnv[name] = env
 	}
-	return nil
+	return fromEnv, nil
 }
 
-var setFromEnv = map[string]string{}
-
 // logKnobs logs the knobs that took effect, once the logger is configured.
-func logKnobs(cmd *cobra.Command) {
-	cmd.Flags().Visit(func(f *pflag.Flag) {
-		if env, ok := setFromEnv[f.Name]; ok {
+func logKnobs(cmd *cobra.Command, fromEnv map[string]string) {
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if env, ok := fromEnv[f.Name]; ok {
 			slog.Info("environment knob in force", "env", env, "flag", "--"+f.Name, "value", f.Value.String())
 		}
 	})

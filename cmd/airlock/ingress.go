@@ -48,8 +48,8 @@ func newIngressKeyCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&operator, "operator", "", "operator the key names (A-Z a-z 0-9 . _ @ -), in audit lines and X-Airlock-Operator")
-	cmd.Flags().StringVar(&keys, "keys", "", "key file to add the key's hash to (created 0600)")
+	cmd.Flags().StringVar(&operator, "operator", "", "operator `NAME` the key is for (A-Z a-z 0-9 . _ @ -), in audit lines and X-Airlock-Operator")
+	cmd.Flags().StringVar(&keys, "keys", "", "key `FILE` to add the key's hash to (created 0600)")
 	cmd.Flags().BoolVar(&replace, "replace", false, "replace the operator's existing key(s) instead of refusing")
 	return cmd
 }

@@ -38,6 +38,14 @@ func newLaunchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "launch [flags] -- CMD [ARGS...]",
 		Short: "Run CMD in a sandbox: unprivileged uid, no capabilities, Landlock, seccomp, and a network whose only way out is the proxy",
+		Example: `  # curl with only the reviewer preset's egress, through a proxy served in-process
+  airlock launch --preset reviewer -- curl -sS https://api.github.com/zen
+  # no network at all, the working directory writable
+  airlock launch --net none --rw "$PWD" -- make test
+  # a uid no host account has, at most 512 MiB and 256 processes, the outcome as JSON
+  airlock launch --user 61000 --memory-max 536870912 --pids-max 256 --json-status status.json --preset coder -- python3 agent.py
+  # a policy bundle of your own (its airlock.lock, when there is one, is enforced)
+  airlock launch --policy ./policy --preset mine -- node agent.js`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return &exitError{ExitUsage, errors.New("no command to run: airlock launch [flags] -- CMD [ARGS...]")}
@@ -169,30 +177,37 @@ func newLaunchCmd() *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&userSpec, "user", "998:998", "run as UID[:GID] or a user name")
-	fl.StringSliceVar(&keepCaps, "keep-caps", nil, "capabilities to keep (e.g. CAP_NET_BIND_SERVICE); default none")
-	fl.StringVar(&netMode, "net", "proxy", "network: none (loopback only), proxy (only the proxy port on loopback), host (no isolation)")
-	fl.IntVar(&proxyPort, "proxy-port", 3128, "port of the proxy listener inside the sandbox")
-	fl.StringArrayVar(&ro, "ro", nil, "read-only path (Landlock; repeatable)")
-	fl.StringArrayVar(&rw, "rw", nil, "read-write path (Landlock; repeatable)")
-	fl.StringArrayVar(&execPaths, "exec", nil, "read-and-execute path (Landlock; repeatable)")
-	fl.BoolVar(&noDefaultPaths, "no-default-paths", false, "start from no paths instead of the system directories (/usr, /etc, /dev, ...)")
-	fl.StringVar(&landlock, "landlock", "hard", "hard (refuse to start without it), best-effort (say what is skipped), off")
-	fl.StringVar(&seccompMode, "seccomp", "default", "default (deny list) or off")
-	fl.StringArrayVar(&rlimits, "rlimit", nil, "NAME=N resource limit (as, core, cpu, data, fsize, memlock, nofile, nproc, stack)")
-	fl.StringArrayVar(&envs, "env", nil, "KEY=VAL for the command (repeatable)")
-	fl.StringArrayVar(&keepEnv, "keep-env", nil, "copy this variable from the launcher's environment (repeatable)")
-	fl.StringVar(&cgroupParent, "cgroup", "", "cgroup v2 directory under which the sandbox's leaf airlock-<id> is made (default: the v2 root)")
-	fl.Int64Var(&memoryMax, "memory-max", 0, "memory.max of the sandbox's cgroup, in bytes")
-	fl.Int64Var(&pidsMax, "pids-max", 0, "pids.max of the sandbox's cgroup")
-	fl.DurationVar(&stopTimeout, "stop-timeout", 10*time.Second, "after SIGINT, SIGTERM or SIGHUP, how long the command may take to exit before the whole sandbox is killed")
-	fl.BoolVar(&dieWithParent, "die-with-parent", true, "kill the command when the launcher dies")
-	fl.StringVar(&jsonStatus, "json-status", "", "write the outcome (started, pid, exit_code, failed step) as JSON to FILE")
-	fl.StringVar(&cwd, "cwd", "", "working directory of the command")
-	fl.StringVar(&preset, "preset", "", "with --net proxy: serve the proxy for this sandbox in-process, deciding with this preset")
-	fl.StringVar(&sandboxID, "sandbox-id", "", "sandbox id in decisions, audit lines and the cgroup name (default: the launcher's pid)")
-	pf.register(cmd, true)
+	inGroup(fl, "Sandbox", func() {
+		fl.StringVar(&userSpec, "user", "998:998", "run as `UID[:GID]` or a user name")
+		fl.StringSliceVar(&keepCaps, "keep-caps", nil, "capabilities to keep, `CAP[,CAP]` (e.g. CAP_NET_BIND_SERVICE); default none")
+		fl.StringArrayVar(&ro, "ro", nil, "read-only `PATH` (Landlock; repeatable)")
+		fl.StringArrayVar(&rw, "rw", nil, "read-write `PATH` (Landlock; repeatable)")
+		fl.StringArrayVar(&execPaths, "exec", nil, "read-and-execute `PATH` (Landlock; repeatable)")
+		fl.BoolVar(&noDefaultPaths, "no-default-paths", false, "start from no paths instead of the system directories (/usr, /etc, /dev, ...)")
+		fl.StringVar(&landlock, "landlock", "hard", "Landlock `MODE`: hard (refuse to start without it), best-effort (say what is skipped), off")
+		fl.StringVar(&seccompMode, "seccomp", "default", "seccomp `MODE`: default (deny list) or off")
+		fl.StringArrayVar(&rlimits, "rlimit", nil, "`NAME=N` resource limit (as, core, cpu, data, fsize, memlock, nofile, nproc, stack; repeatable)")
+		fl.StringArrayVar(&envs, "env", nil, "`KEY=VAL` for the command (repeatable)")
+		fl.StringArrayVar(&keepEnv, "keep-env", nil, "copy variable `KEY` from the launcher's environment (repeatable)")
+		fl.StringVar(&cwd, "cwd", "", "working `DIR` of the command")
+		fl.StringVar(&cgroupParent, "cgroup", "", "cgroup v2 `DIR` under which the sandbox's leaf airlock-ID is made (default: the v2 root)")
+		fl.Int64Var(&memoryMax, "memory-max", 0, "memory.max of the sandbox's cgroup, in `BYTES`")
+		fl.Int64Var(&pidsMax, "pids-max", 0, "pids.max of the sandbox's cgroup: at most `N` processes")
+		fl.DurationVar(&stopTimeout, "stop-timeout", 10*time.Second, "after SIGINT, SIGTERM or SIGHUP, how long the command may take to exit before the whole sandbox is killed")
+		fl.BoolVar(&dieWithParent, "die-with-parent", true, "kill the command when the launcher dies")
+		fl.StringVar(&jsonStatus, "json-status", "", "write the outcome (started, pid, exit_code, failed step) as JSON to `FILE`")
+		fl.StringVar(&sandboxID, "sandbox-id", "", "sandbox `ID` in decisions, audit lines and the cgroup name (default: the launcher's pid)")
+	})
+	inGroup(fl, "Network", func() {
+		fl.StringVar(&netMode, "net", "proxy", "network `MODE`: none (loopback only), proxy (only the proxy port on loopback), host (no isolation)")
+		fl.IntVar(&proxyPort, "proxy-port", 3128, "`PORT` of the proxy listener inside the sandbox")
+	})
 	xf.register(cmd)
+	inGroup(fl, "Policy", func() {
+		fl.StringVar(&preset, "preset", "", "with --net proxy: serve the proxy for this sandbox in-process, deciding with preset `NAME`")
+		pf.register(cmd, true)
+	})
+	groupedHelp(cmd, "Sandbox", "Network", "Proxy", "Policy")
 	// The command owns stdout; decisions go to stderr unless redirected.
 	fl.Lookup("audit-log").DefValue = "stderr"
 	fl.Set("audit-log", "stderr")

@@ -77,20 +77,25 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyEnvKnobs(cmd); err != nil {
+			fromEnv, err := applyEnvKnobs(cmd)
+			if err != nil {
 				return err
+			}
+			if !cmd.Flags().Changed("log-level") {
+				logLevel = defaultLogLevel(cmd)
 			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return &exitError{ExitUsage, fmt.Errorf("--log-level: %w", err)}
 			}
-			slog.SetDefault(slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl})))
-			logKnobs(cmd)
+			slog.SetDefault(newLogger(cmd.ErrOrStderr(), lvl))
+			logKnobs(cmd, fromEnv)
 			return nil
 		},
 	}
-	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error (JSON logs on stderr)")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{ExitUsage, err} })
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "", "log `LEVEL`: debug, info, warn, error (default: info for proxy and up, warn for the other commands); on stderr, as text on a terminal and JSON lines otherwise")
+	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(newPolicyCmd(), newDemoCmd(), newProxyCmd(), newLaunchCmd(), newUpCmd(), newStatusCmd(), newRestartCmd(), newEventsCmd(), newIngressCmd())
+	usageErrors(root)
 	return root
 }

@@ -58,7 +58,7 @@ func adminDo(cmd *cobra.Command, socket, method, path string) (*http.Response, e
 }
 
 func socketFlag(cmd *cobra.Command, socket *string) {
-	cmd.Flags().StringVar(socket, "socket", defaultAdminSocket, "the pod's admin socket")
+	cmd.Flags().StringVar(socket, "socket", defaultAdminSocket, "`PATH` of the pod's admin socket")
 }
 
 func newStatusCmd() *cobra.Command {
@@ -201,8 +201,8 @@ func newEventsCmd() *cobra.Command {
 	}
 	socketFlag(cmd, &socket)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events as they are written")
-	cmd.Flags().StringVar(&since, "since", "", "only events at or after T: an RFC 3339 time or a duration ago (10m)")
-	cmd.Flags().StringVar(&file, "file", "", "read this events file directly instead of asking the pod")
+	cmd.Flags().StringVar(&since, "since", "", "only events at or after `TIME`: an RFC 3339 time or a duration ago (10m)")
+	cmd.Flags().StringVar(&file, "file", "", "read this events `FILE` directly instead of asking the pod")
 	return cmd
 }
 

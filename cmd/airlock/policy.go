@@ -49,15 +49,17 @@ func (p *pinFlag) Set(s string) error {
 
 func (f *policyFlags) register(cmd *cobra.Command, withBundle bool) {
 	fl := cmd.Flags()
-	if withBundle {
-		fl.StringVar(&f.bundle, "policy", "", "policy bundle: a directory or a .tar.gz from `opa build` (default: the embedded presets)")
-	}
-	fl.Var(&f.sha256, "policy-sha256", "refuse to start unless the bundle hash is this sha256:<hex> (see `airlock policy hash`)")
-	fl.StringVar(&f.lock, "policy-lock", "", "lock file to enforce (default: <bundle>/airlock.lock when it exists)")
-	fl.StringVar(&f.publicKey, "policy-public-key", "", "PEM public key file: require a valid OPA bundle signature (.signatures.json)")
-	fl.StringVar(&f.keyID, "policy-key-id", "default", "key id of --policy-public-key, as given to `opa build --signing-key`")
-	fl.StringVar(&f.alg, "policy-signing-alg", "RS256", "signature algorithm of --policy-public-key")
-	fl.BoolVar(&f.quarantine, "policy-quarantine", false, "on a rejected reload deny everything until fixed, instead of keeping the last good policy")
+	inGroup(fl, "Policy", func() {
+		if withBundle {
+			fl.StringVar(&f.bundle, "policy", "", "policy bundle: a `DIR` or a .tar.gz built by opa build (default: the embedded presets)")
+		}
+		fl.Var(&f.sha256, "policy-sha256", "refuse to start unless the bundle hash is this one (as printed by airlock policy hash)")
+		fl.StringVar(&f.lock, "policy-lock", "", "lock `FILE` to enforce (default: airlock.lock beside the bundle, when it exists)")
+		fl.StringVar(&f.publicKey, "policy-public-key", "", "PEM public key `FILE`: require a valid OPA bundle signature (.signatures.json)")
+		fl.StringVar(&f.keyID, "policy-key-id", "default", "key `ID` of --policy-public-key, as given to opa build with --signing-key")
+		fl.StringVar(&f.alg, "policy-signing-alg", "RS256", "signature algorithm (`ALG`) of --policy-public-key")
+		fl.BoolVar(&f.quarantine, "policy-quarantine", false, "on a rejected reload deny everything until fixed, instead of keeping the last good policy")
+	})
 }
 
 func (f *policyFlags) source() policies.Source {
@@ -170,12 +172,20 @@ func newPolicyTestCmd() *cobra.Command {
 	return cmd
 }
 
+// exampleInput is an input document the README shows and a test runs.
+const exampleInput = "examples/policy/reviewer-wget.json"
+
 // readInput reads a policy input document strictly: an unknown field is an
 // error, so a misspelt field cannot silently leave the input empty.
 func readInput(cmd *cobra.Command, file string) (*policies.Input, error) {
 	var r io.Reader
 	if file == "-" {
 		r = cmd.InOrStdin()
+		// Typed input would be a JSON document by hand: say what
+		// is wanted rather than wait silently for it.
+		if isTerminal(r) {
+			return nil, fmt.Errorf("no input: give --input FILE or pipe a JSON input document on stdin (example: %s)", exampleInput)
+		}
 	} else {
 		fh, err := os.Open(file)
 		if err != nil {
@@ -187,7 +197,11 @@ func readInput(cmd *cobra.Command, file string) (*policies.Input, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	var in policies.Input
-	if err := dec.Decode(&in); err != nil {
+	err := dec.Decode(&in)
+	if errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("input %s is empty: give --input FILE or pipe a JSON input document on stdin (example: %s)", file, exampleInput)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("input %s: %w", file, err)
 	}
 	return &in, nil
@@ -202,9 +216,16 @@ func newPolicyEvalCmd(explain bool) *cobra.Command {
 		use, short = "explain", "Decide one input and say which condition of which rule failed"
 	}
 	cmd := &cobra.Command{
-		Use:   use + " --preset NAME --input FILE|-",
+		Use:   use + " [--preset NAME] [--input FILE|-]",
 		Short: short,
-		Args:  cobra.NoArgs,
+		Long: short + `.
+
+The input is the JSON document the proxy gives the policy for one connection
+or request (go doc ./policies Input), read from --input FILE or from stdin;
+its sandbox.preset names the preset unless --preset does.`,
+		Example: fmt.Sprintf(`  airlock policy %[1]s --input %[2]s
+  airlock policy %[1]s --preset strict < %[2]s`, use, exampleInput),
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			in, err := readInput(cmd, input)
 			if err != nil {
@@ -219,6 +240,11 @@ func newPolicyEvalCmd(explain bool) *cobra.Command {
 			e, err := f.engine(cmd.Context())
 			if err != nil {
 				return err
+			}
+			// The proxy refuses to serve a preset the policy lacks; so do
+			// eval and explain, rather than decide with nothing.
+			if _, ok := e.Preset(in.Sandbox.Preset); !ok {
+				return unknownPreset(in.Sandbox.Preset, e.Presets())
 			}
 			out := cmd.OutOrStdout()
 			if !explain {
@@ -241,8 +267,8 @@ func newPolicyEvalCmd(explain bool) *cobra.Command {
 		},
 	}
 	f.register(cmd, true)
-	cmd.Flags().StringVar(&preset, "preset", "", "preset to decide with (default: input.sandbox.preset)")
-	cmd.Flags().StringVar(&input, "input", "-", "input document (JSON), - for stdin")
+	cmd.Flags().StringVar(&preset, "preset", "", "preset `NAME` to decide with (default: input.sandbox.preset)")
+	cmd.Flags().StringVar(&input, "input", "-", "input document `FILE` (JSON), - for stdin")
 	if explain {
 		cmd.Flags().BoolVar(&asJSON, "json", false, "print the explanation as JSON")
 	}
@@ -420,7 +446,7 @@ func newPolicyLockCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&out, "out", "", "lock file to write (default: DIR/airlock.lock)")
+	cmd.Flags().StringVar(&out, "out", "", "lock `FILE` to write (default: DIR/airlock.lock)")
 	return cmd
 }
 

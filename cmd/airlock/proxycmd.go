@@ -37,27 +37,31 @@ type proxyFlags struct {
 
 func (f *proxyFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.caDir, "ca-dir", proxy.DefaultCADir(), "directory of the airlock CA (ca.pem, ca-key.pem); generated on first start")
-	fl.StringVar(&f.caCert, "ca-cert", "", "operator-supplied CA certificate (with --ca-key) instead of --ca-dir")
-	fl.StringVar(&f.caKey, "ca-key", "", "operator-supplied CA key (mode 0600)")
-	fl.StringArrayVar(&f.upstreamCAs, "upstream-ca", nil, "extra PEM CA file trusted for upstream TLS, besides the system roots (repeatable)")
-	fl.StringArrayVar(&f.resolve, "resolve", nil, "pin HOST:PORT:ADDR[,ADDR] like curl (addresses are still SSRF-checked; repeatable)")
-	fl.StringArrayVar(&f.allowRanges, "allow-range", nil, "UNSAFE: allow upstream addresses in this CIDR despite the SSRF guard (repeatable)")
-	fl.StringVar(&f.auditLog, "audit-log", "-", "audit log file (JSON decision and close lines), - for stdout, stderr for stderr")
-	f.auditFailure = "closed"
-	fl.Var(&f.auditFailure, "audit-failure", "when a decision cannot be written to the audit log: closed (refuse it, 503 audit_unavailable) or warn (UNSAFE: serve it, log the failure)")
-	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus /metrics on this address")
-	fl.BoolVar(&f.watch, "policy-watch", true, "reload the policy bundle directory when it changes")
-	d := proxy.DefaultLimits
-	fl.IntVar(&f.limits.MaxConns, "max-conns", d.MaxConns, "connections one sandbox may hold through the proxy; more are answered 503 connection_limit")
-	fl.IntVar(&f.limits.MaxHeaderBytes, "max-header-bytes", d.MaxHeaderBytes, "largest request header, plain or inside an inspected tunnel")
-	fl.DurationVar(&f.limits.ReadHeaderTimeout, "read-header-timeout", d.ReadHeaderTimeout, "time a client has to send a whole request header")
-	fl.DurationVar(&f.limits.IdleTimeout, "idle-timeout", d.IdleTimeout, "keep-alive connections, plain or inspected, waiting this long for a request are closed")
-	fl.DurationVar(&f.limits.HandshakeTimeout, "handshake-timeout", d.HandshakeTimeout, "TLS handshakes with clients (inspected tunnels) and upstreams")
-	fl.DurationVar(&f.limits.TunnelIdleTimeout, "tunnel-idle-timeout", d.TunnelIdleTimeout, "opaque tunnels and WebSockets moving no data either way this long are closed")
-	fl.DurationVar(&f.limits.WriteTimeout, "write-timeout", d.WriteTimeout, "a client (plain or inspected) that accepts none of a response this long is cut")
-	fl.DurationVar(&f.limits.UpstreamHeaderTimeout, "upstream-header-timeout", d.UpstreamHeaderTimeout, "time an upstream has to start its answer once a request is sent")
-	fl.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "upstream TCP connect")
+	inGroup(fl, "Proxy", func() {
+		fl.StringVar(&f.caDir, "ca-dir", proxy.DefaultCADir(), "`DIR` of the airlock CA (ca.pem, ca-key.pem); generated on first start")
+		fl.StringVar(&f.caCert, "ca-cert", "", "operator-supplied CA certificate `FILE` (with --ca-key) instead of --ca-dir")
+		fl.StringVar(&f.caKey, "ca-key", "", "operator-supplied CA key `FILE` (mode 0600)")
+		fl.StringArrayVar(&f.upstreamCAs, "upstream-ca", nil, "extra PEM CA `FILE` trusted for upstream TLS, besides the system roots (repeatable)")
+		fl.StringArrayVar(&f.resolve, "resolve", nil, "pin `HOST:PORT:ADDR[,ADDR]` like curl (addresses are still SSRF-checked; repeatable)")
+		fl.StringArrayVar(&f.allowRanges, "allow-range", nil, "UNSAFE: allow upstream addresses in this `CIDR` despite the SSRF guard (repeatable)")
+		fl.StringVar(&f.auditLog, "audit-log", "-", "audit log `FILE` (JSON decision and close lines), - for stdout, stderr for stderr")
+		f.auditFailure = "closed"
+		fl.Var(&f.auditFailure, "audit-failure", "when a decision cannot be written to the audit log: closed (refuse it, 503 audit_unavailable) or warn (UNSAFE: serve it, log the failure)")
+		fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus /metrics on this `ADDR`")
+		d := proxy.DefaultLimits
+		fl.IntVar(&f.limits.MaxConns, "max-conns", d.MaxConns, "at most `N` connections one sandbox may hold through the proxy; more are answered 503 connection_limit")
+		fl.IntVar(&f.limits.MaxHeaderBytes, "max-header-bytes", d.MaxHeaderBytes, "largest request header in `BYTES`, plain or inside an inspected tunnel")
+		fl.DurationVar(&f.limits.ReadHeaderTimeout, "read-header-timeout", d.ReadHeaderTimeout, "time a client has to send a whole request header")
+		fl.DurationVar(&f.limits.IdleTimeout, "idle-timeout", d.IdleTimeout, "keep-alive connections, plain or inspected, waiting this long for a request are closed")
+		fl.DurationVar(&f.limits.HandshakeTimeout, "handshake-timeout", d.HandshakeTimeout, "TLS handshakes with clients (inspected tunnels) and upstreams")
+		fl.DurationVar(&f.limits.TunnelIdleTimeout, "tunnel-idle-timeout", d.TunnelIdleTimeout, "opaque tunnels and WebSockets moving no data either way this long are closed")
+		fl.DurationVar(&f.limits.WriteTimeout, "write-timeout", d.WriteTimeout, "a client (plain or inspected) that accepts none of a response this long is cut")
+		fl.DurationVar(&f.limits.UpstreamHeaderTimeout, "upstream-header-timeout", d.UpstreamHeaderTimeout, "time an upstream has to start its answer once a request is sent")
+		fl.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "upstream TCP connect")
+	})
+	inGroup(fl, "Policy", func() {
+		fl.BoolVar(&f.watch, "policy-watch", true, "reload the policy bundle directory when it changes")
+	})
 }
 
 // auditFailure is --audit-failure, checked as it is parsed: a value that is
@@ -115,9 +119,14 @@ func newProxyCmd() *cobra.Command {
 	var listen, preset, sandboxID, kind, cgroup string
 	var pid int
 	cmd := &cobra.Command{
-		Use:   "proxy --listen ADDR --preset NAME",
-		Short: "Run the L7 egress proxy for one sandbox (standalone form)",
-		Args:  cobra.NoArgs,
+		Use:         "proxy --listen ADDR --preset NAME",
+		Short:       "Run the L7 egress proxy for one sandbox (standalone form)",
+		Annotations: serviceLogs,
+		Example: `  # the proxy for the processes of one cgroup, deciding with the coder preset
+  airlock proxy --listen 127.0.0.1:3128 --preset coder --cgroup /sys/fs/cgroup/agents/a1
+  # a policy bundle of your own, pinned by its lock file, with Prometheus metrics
+  airlock proxy --preset mine --policy ./policy --policy-lock ./policy/airlock.lock --metrics 127.0.0.1:9090`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -179,14 +188,22 @@ func newProxyCmd() *cobra.Command {
 			return p.Shutdown(sctx)
 		},
 	}
-	pf.register(cmd, true)
-	xf.register(cmd)
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:3128", "address to listen on")
-	cmd.Flags().StringVar(&preset, "preset", "", "preset deciding this sandbox's traffic")
-	cmd.Flags().StringVar(&sandboxID, "sandbox-id", "", "sandbox id in decisions and audit lines (default: the preset)")
-	cmd.Flags().StringVar(&kind, "kind", "", "sub-agent kind (default: the preset)")
-	cmd.Flags().StringVar(&cgroup, "cgroup", "", "cgroup v2 directory whose processes are the sandbox")
-	cmd.Flags().IntVar(&pid, "pid", 0, "root pid of the sandbox's process tree")
+	fl := cmd.Flags()
+	inGroup(fl, "Proxy", func() {
+		fl.StringVar(&listen, "listen", "127.0.0.1:3128", "`ADDR` to listen on")
+		xf.register(cmd)
+	})
+	inGroup(fl, "Sandbox", func() {
+		fl.StringVar(&sandboxID, "sandbox-id", "", "sandbox `ID` in decisions and audit lines (default: the preset)")
+		fl.StringVar(&kind, "kind", "", "sub-agent `KIND` (default: the preset)")
+		fl.StringVar(&cgroup, "cgroup", "", "cgroup v2 `DIR` whose processes are the sandbox")
+		fl.IntVar(&pid, "pid", 0, "root `PID` of the sandbox's process tree")
+	})
+	inGroup(fl, "Policy", func() {
+		fl.StringVar(&preset, "preset", "", "preset `NAME` deciding this sandbox's traffic")
+		pf.register(cmd, true)
+	})
+	groupedHelp(cmd, "Proxy", "Sandbox", "Policy")
 	return cmd
 }
 

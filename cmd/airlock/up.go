@@ -21,9 +21,10 @@ import (
 func newUpCmd() *cobra.Command {
 	var stateDir string
 	cmd := &cobra.Command{
-		Use:   "up [MANIFEST]",
-		Short: "Boot the pod a manifest describes (without one: the demo pod) and supervise it until SIGTERM or SIGINT",
-		Args:  cobra.MaximumNArgs(1),
+		Use:         "up [MANIFEST]",
+		Short:       "Boot the pod a manifest describes (without one: the demo pod) and supervise it until SIGTERM or SIGINT",
+		Annotations: serviceLogs,
+		Args:        cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log := slog.Default()
 			stderr := cmd.ErrOrStderr()
@@ -92,7 +93,7 @@ func newUpCmd() *cobra.Command {
 			return failed
 		},
 	}
-	cmd.Flags().StringVar(&stateDir, "state-dir", "/var/lib/airlock/demo", "the demo pod's state directory (without a manifest)")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "/var/lib/airlock/demo", "the demo pod's state `DIR` (without a manifest)")
 	return cmd
 }
 
