@@ -14,17 +14,18 @@ import (
 )
 
 type decisionCase struct {
-	Note   string              `yaml:"note"`
-	Preset string              `yaml:"preset"`
-	Exe    string              `yaml:"exe"`
-	SHA256 string              `yaml:"sha256"`
-	Phase  string              `yaml:"phase"`
-	Host   string              `yaml:"host"`
-	Port   int                 `yaml:"port"`
-	Method string              `yaml:"method"`
-	Path   string              `yaml:"path"`
-	Query  map[string][]string `yaml:"query"`
-	Want   struct {
+	Note    string              `yaml:"note"`
+	Preset  string              `yaml:"preset"`
+	Exe     string              `yaml:"exe"`
+	SHA256  string              `yaml:"sha256"`
+	Phase   string              `yaml:"phase"`
+	Host    string              `yaml:"host"`
+	Port    int                 `yaml:"port"`
+	Method  string              `yaml:"method"`
+	Path    string              `yaml:"path"`
+	Query   map[string][]string `yaml:"query"`
+	Upgrade string              `yaml:"upgrade"`
+	Want    struct {
 		Reason  policies.Reason `yaml:"reason"`
 		Rule    string          `yaml:"rule"`
 		Inspect *bool           `yaml:"inspect"`
@@ -36,7 +37,7 @@ func (c decisionCase) input() *policies.Input {
 		Sandbox: policies.Sandbox{ID: "test", Kind: c.Preset, Preset: c.Preset},
 		Process: policies.Process{PID: 1, Exe: c.Exe, SHA256: c.SHA256, UID: 998},
 		Request: policies.Request{Phase: policies.PhaseRequest, Scheme: "https", Host: c.Host, Port: 443,
-			Method: c.Method, Path: c.Path, Query: c.Query, Inspected: true},
+			Method: c.Method, Path: c.Path, Query: c.Query, Upgrade: c.Upgrade, Inspected: true},
 	}
 	if c.Phase != "" {
 		in.Request.Phase = policies.Phase(c.Phase)
