@@ -384,7 +384,7 @@ _checks(r, orig) := [{
 	some c in _check_names
 ]
 
-_held(c, r, orig) := true if _check(c, r, orig)
+_held(c, r, orig) if _check(c, r, orig)
 
 else := false
 
@@ -412,7 +412,7 @@ _got("path") := input.request.path
 
 _got("query") := input.request.query
 
-_got("websocket") := true if input.request.upgrade == "websocket"
+_got("websocket") if input.request.upgrade == "websocket"
 
 else := false
 
