@@ -51,8 +51,8 @@ FUZZTIME ?= 30s
 # A new input is minimised for at most this long: one of the tunnel loop's
 # runs takes milliseconds, and the default (60s) starves the search.
 FUZZMINIMIZETIME ?= 5s
-FUZZ_TARGETS := policies:FuzzCanonicalHost policies:FuzzCanonicalPath policies:FuzzDecideCanonical \
-	proxy:FuzzAmbiguousPath proxy:FuzzConnectTarget proxy:FuzzAuditLine proxy:FuzzInspectLoop
+FUZZ_TARGETS := policies:FuzzCanonicalHost policies:FuzzCanonicalPath policies:FuzzDecideCanonical policies:FuzzAmbiguousPath \
+	proxy:FuzzConnectTarget proxy:FuzzAuditLine proxy:FuzzInspectLoop
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t#*:}; echo "== $$name ($$pkg, $(FUZZTIME))"; \

@@ -12,12 +12,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // airlockBin is the binary under test, built once by TestMain.
 var airlockBin string
 
 func TestMain(m *testing.M) {
+	testutil.ServeClient() // the relay of the decision-table test
 	dir, err := os.MkdirTemp("", "airlock-integration-")
 	if err != nil {
 		panic(err)

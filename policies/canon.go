@@ -3,8 +3,10 @@ package policies
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -208,18 +210,27 @@ func CanonicalQuery(raw string) (map[string][]string, error) {
 	if err != nil {
 		return nil, invalid("query: %v", err)
 	}
-	// A NUL or another control character, or bytes that are not UTF-8,
-	// make a value one thing to a rule and another to a server that stops
-	// at the NUL or maps the bytes (service=git-receive-pack%00). The
-	// value is not quoted: query values stay out of logs.
-	for k, vs := range q {
-		for _, s := range append([]string{k}, vs...) {
+	if err := checkQuery(q); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// checkQuery refuses a query value that is one thing to a rule and another
+// to a server: a NUL or another control character, where a server may stop
+// (service=git-receive-pack%00), or bytes that are not UTF-8, which it may
+// map. The value is not quoted: query values stay out of logs. Keys are
+// checked in order, so that the error, which the decision carries, names
+// the same key every time.
+func checkQuery(q map[string][]string) error {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		for _, s := range append([]string{k}, q[k]...) {
 			if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-				return nil, invalid("query parameter %q has a control character or is not UTF-8", strings.ToValidUTF8(strings.Map(printable, k), "?"))
+				return invalid("query parameter %q has a control character or is not UTF-8", strings.ToValidUTF8(strings.Map(printable, k), "?"))
 			}
 		}
 	}
-	return q, nil
+	return nil
 }
 
 // printable replaces control characters, for naming a query key in an error.

@@ -3,8 +3,11 @@ package policies
 import (
 	"errors"
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // Seeds live in testdata/fuzz/<FuzzName>/ and run with every `go test`;
@@ -48,7 +51,7 @@ func FuzzCanonicalHost(f *testing.F) {
 // with no dot-segment, no empty segment and no control character or
 // backslash, which canonicalises to itself. A '%' left by decoding (the
 // path held %25) is the one exception to idempotence: decoding is done once,
-// and a second pass would decode again (the proxy refuses escaped escapes
+// and a second pass would decode again (Canonicalize refuses escaped escapes
 // before the policy sees them).
 func FuzzCanonicalPath(f *testing.F) {
 	f.Fuzz(func(t *testing.T, p string) {
@@ -82,6 +85,31 @@ func FuzzCanonicalPath(f *testing.F) {
 		}
 		if again, err := CanonicalPath(c); err != nil || again != c {
 			t.Fatalf("CanonicalPath(%q) = %q, but CanonicalPath(%q) = %q, %v: not idempotent", p, c, c, again, err)
+		}
+	})
+}
+
+// A path Canonicalize lets through (neither the ambiguity refusal nor the
+// canonicaliser refuses it) has no dot-segment in any reading a server may
+// make of it, and the policy decided on the one reading that needs no
+// second decoding.
+func FuzzAmbiguousPath(f *testing.F) {
+	f.Fuzz(func(t *testing.T, escaped string) {
+		in := Input{Request: Request{Phase: PhaseRequest, Host: "fuzz.test", Port: 443, Method: "GET", Path: escaped}}
+		if err := in.Canonicalize(); err != nil {
+			if !errors.Is(err, ErrInvalidRequest) {
+				t.Fatalf("Canonicalize(path %q) error %v is not ErrInvalidRequest", escaped, err)
+			}
+			return
+		}
+		for _, r := range testutil.ServerReadings(escaped) {
+			if seg := testutil.DotSegment(r); seg != "" {
+				t.Fatalf("path %q passed (policy reads %q) but a server reading %q has the dot-segment %q", escaped, in.Request.Path, r, seg)
+			}
+		}
+		once, _ := url.PathUnescape(escaped)
+		if twice, err := url.PathUnescape(once); err == nil && twice != once {
+			t.Fatalf("path %q passed (policy reads %q) but decodes again to %q behind a second decoding hop", escaped, in.Request.Path, twice)
 		}
 	})
 }

@@ -8,44 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/decisiontable"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/presets"
-	"gopkg.in/yaml.v3"
 )
-
-type decisionCase struct {
-	Note   string              `yaml:"note"`
-	Preset string              `yaml:"preset"`
-	Exe    string              `yaml:"exe"`
-	SHA256 string              `yaml:"sha256"`
-	Phase  string              `yaml:"phase"`
-	Host   string              `yaml:"host"`
-	Port   int                 `yaml:"port"`
-	Method string              `yaml:"method"`
-	Path   string              `yaml:"path"`
-	Query  map[string][]string `yaml:"query"`
-	Want   struct {
-		Reason  policies.Reason `yaml:"reason"`
-		Rule    string          `yaml:"rule"`
-		Inspect *bool           `yaml:"inspect"`
-	} `yaml:"want"`
-}
-
-func (c decisionCase) input() *policies.Input {
-	in := &policies.Input{
-		Sandbox: policies.Sandbox{ID: "test", Kind: c.Preset, Preset: c.Preset},
-		Process: policies.Process{PID: 1, Exe: c.Exe, SHA256: c.SHA256},
-		Request: policies.Request{Phase: policies.PhaseRequest, Host: c.Host, Port: 443,
-			Method: c.Method, Path: c.Path, Query: c.Query},
-	}
-	if c.Phase != "" {
-		in.Request.Phase = policies.Phase(c.Phase)
-	}
-	if c.Port != 0 {
-		in.Request.Port = c.Port
-	}
-	return in
-}
 
 func embedded(t testing.TB, opts ...func(*policies.Options)) *policies.Engine {
 	t.Helper()
@@ -61,12 +27,8 @@ func embedded(t testing.TB, opts ...func(*policies.Options)) *policies.Engine {
 }
 
 func TestDecisionCases(t *testing.T) {
-	raw, err := os.ReadFile("testdata/decisions.yaml")
+	cases, err := decisiontable.Load("testdata/decisions.yaml")
 	if err != nil {
-		t.Fatal(err)
-	}
-	var cases []decisionCase
-	if err := yaml.Unmarshal(raw, &cases); err != nil {
 		t.Fatal(err)
 	}
 	for _, cached := range []bool{true, false} {
@@ -78,10 +40,8 @@ func TestDecisionCases(t *testing.T) {
 		for _, c := range cases {
 			// Twice: the second answer may come from the cache.
 			for i := 0; i < 2; i++ {
-				in := c.input()
-				d := e.Decide(context.Background(), in)
-				if d.Reason != c.Want.Reason || (c.Want.Rule != "" && d.Rule != c.Want.Rule) ||
-					(c.Want.Inspect != nil && d.Inspect != *c.Want.Inspect) || d.Allow != (c.Want.Reason == policies.ReasonAllowed) {
+				d := e.Decide(context.Background(), c.Input())
+				if !c.Matches(d) {
 					t.Errorf("%s (cached=%v, try %d): Decide = %+v; want %+v", c.Note, cached, i, d, c.Want)
 				}
 				if d.Policy != e.Hash() || d.Preset != c.Preset {

@@ -65,7 +65,13 @@ type Request struct {
 }
 
 // Canonicalize rewrites host, method and path into the single spelling rules
-// are written against. It is idempotent; Decide calls it.
+// are written against, and refuses (ErrInvalidRequest) what cannot be read
+// one way: a path servers read differently (checkUnambiguous), a query
+// value a server may cut or map. Decide calls it, so every caller of the
+// engine (the proxy, `airlock policy eval` and explain) refuses the same
+// inputs. Path is read as sent, escaped, and decoded once: canonicalising
+// again is a no-op unless the decoded path holds a '%' or a ';' (from %25
+// or %3B), which a second pass reads as an escape or a parameter.
 func (in *Input) Canonicalize() error {
 	r := &in.Request
 	if r.Phase != PhaseConnect && r.Phase != PhaseRequest {
@@ -85,10 +91,16 @@ func (in *Input) Canonicalize() error {
 	if r.Method, err = CanonicalMethod(r.Method); err != nil {
 		return err
 	}
+	if err := checkQuery(r.Query); err != nil {
+		return err
+	}
 	if r.Upgrade = strings.ToLower(r.Upgrade); r.Upgrade != "" && r.Upgrade != "websocket" {
 		return invalid("upgrade %q: only websocket is relayed", r.Upgrade)
 	}
 	raw := r.Path
+	if err := checkUnambiguous(raw); err != nil {
+		return err
+	}
 	if r.Path, err = CanonicalPath(raw); err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,71 +17,6 @@ import (
 
 // Seeds live in testdata/fuzz/<FuzzName>/ and run with every `go test`;
 // `make fuzz` explores beyond them.
-
-// serverReadings are the ways a server behind the proxy may read an escaped
-// path: decoded once or, behind another decoding hop, twice; with ";params"
-// stripped (Tomcat, Spring) before or after decoding; with '\' as a
-// separator and look-alike dots as dots (IIS, some Java servers).
-func serverReadings(escaped string) []string {
-	var out []string
-	add := func(s string, err error) {
-		if err == nil {
-			out = append(out, s)
-		}
-	}
-	once, err := url.PathUnescape(escaped)
-	add(once, err)
-	if err == nil {
-		add(url.PathUnescape(once))
-		add(stripParams(once), nil)
-	}
-	add(url.PathUnescape(stripParams(escaped)))
-	return out
-}
-
-func stripParams(p string) string {
-	segs := strings.Split(p, "/")
-	for i, s := range segs {
-		segs[i], _, _ = strings.Cut(s, ";")
-	}
-	return strings.Join(segs, "/")
-}
-
-// dotSegment returns the first segment of a reading that a server resolves
-// as "." or "..", or "".
-func dotSegment(reading string) string {
-	for _, seg := range strings.FieldsFunc(lookalikeDots.Replace(reading), func(r rune) bool { return r == '/' || r == '\\' }) {
-		if seg == "." || seg == ".." {
-			return seg
-		}
-	}
-	return ""
-}
-
-// A path the proxy passes on (neither the ambiguity refusal nor the
-// canonicaliser refuses it) has no dot-segment in any reading a server may
-// make of it, and the policy decided on the one reading that needs no
-// second decoding.
-func FuzzAmbiguousPath(f *testing.F) {
-	f.Fuzz(func(t *testing.T, escaped string) {
-		if ambiguousPath(escaped) != "" {
-			return
-		}
-		canonical, err := policies.CanonicalPath(escaped)
-		if err != nil {
-			return
-		}
-		for _, r := range serverReadings(escaped) {
-			if seg := dotSegment(r); seg != "" {
-				t.Fatalf("path %q passed (policy reads %q) but a server reading %q has the dot-segment %q", escaped, canonical, r, seg)
-			}
-		}
-		once, _ := url.PathUnescape(escaped)
-		if twice, err := url.PathUnescape(once); err == nil && twice != once {
-			t.Fatalf("path %q passed (policy reads %q) but decodes again to %q behind a second decoding hop", escaped, canonical, twice)
-		}
-	})
-}
 
 // A CONNECT request-target is refused, or read as exactly the host and
 // port of its authority form (RFC 9110 9.3.6: host ":" port, port all

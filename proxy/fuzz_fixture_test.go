@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testca"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
@@ -190,8 +191,8 @@ func (fx *fuzzFixture) check(r *http.Request) string {
 	if d := fx.eval(req); !d.Allow {
 		return fmt.Sprintf("policy eval denies it: %s (rule %q) %s", d.Reason, d.Rule, d.Error)
 	}
-	for _, reading := range serverReadings(req.Path) {
-		if seg := dotSegment(reading); seg != "" {
+	for _, reading := range testutil.ServerReadings(req.Path) {
+		if seg := testutil.DotSegment(reading); seg != "" {
 			return fmt.Sprintf("a server reading %q has the dot-segment %q", reading, seg)
 		}
 		again := req

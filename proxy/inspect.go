@@ -18,7 +18,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/policies"
 	"golang.org/x/sys/unix"
@@ -359,78 +358,12 @@ func unquoted(err error) string {
 	return msg
 }
 
-// ambiguousPath says why an escaped path may name one resource to the
-// policy and another to the upstream, or returns "". The policy decides on
-// the path decoded once, dot-segments resolved; the request goes upstream
-// as sent, and servers differ in what they do with:
-//   - dot-segments however spelled (%2e, ..%2F): /public/..%2Fadmin is
-//     /admin to the policy and may be /public/..%2Fadmin or /admin upstream;
-//   - ";params" in a segment, which Tomcat and Spring strip (/admin;x/users
-//     is /admin/users to them, and escapes a deny rule for /admin/**);
-//   - escapes of escapes (%252e, %25%32%65, %2561), which a server behind
-//     another decoding proxy decodes twice;
-//   - bytes that are not UTF-8 once decoded (overlong %c0%ae), and
-//     look-alike dots (fullwidth %EF%BC%8E), which some servers map to '.'.
-//
-// Clients resolve and encode paths before sending, so none of this comes
-// from an honest one.
-func ambiguousPath(escaped string) string {
-	dec, err := url.PathUnescape(escaped)
-	if err != nil {
-		return "" // malformed escapes are the policy's to refuse
-	}
-	if !utf8.ValidString(dec) {
-		return "path is not UTF-8 once decoded"
-	}
-	// An escape left after one decoding, however spelled (%252e,
-	// %25%32%65), is an escape to a server behind another decoding hop:
-	// of '.' or '/' it makes a dot-segment there, of a letter a path no
-	// rule saw (%2561dmin is /admin).
-	if i := escapeAt(dec); i >= 0 {
-		return "path has " + strconv.Quote(dec[i:i+3]) + " once decoded, an escaped escape that a second decoding reads differently"
-	}
-	for _, seg := range strings.Split(dec, "/") {
-		if s, _, _ := strings.Cut(lookalikeDots.Replace(seg), ";"); s == "." || s == ".." {
-			return "path has the dot-segment " + strconv.Quote(seg) + ", which servers resolve differently; send the path resolved"
-		}
-	}
-	// Only a literal ';' starts parameters: an escaped one (%3B) is data
-	// to every server, as in an object name.
-	for _, seg := range strings.Split(escaped, "/") {
-		if strings.Contains(seg, ";") {
-			return "path has the parameter segment " + strconv.Quote(seg) + ", which servers strip differently"
-		}
-	}
-	return ""
-}
-
-// escapeAt is the index of the first percent-escape (%XX) in s, or -1.
-func escapeAt(s string) int {
-	for i := 0; i+2 < len(s); i++ {
-		if s[i] == '%' && isHex(s[i+1]) && isHex(s[i+2]) {
-			return i
-		}
-	}
-	return -1
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-// lookalikeDots are the characters Windows' best-fit mapping (IIS) and some
-// Java servers turn into '.': a segment of them is a dot-segment there.
-var lookalikeDots = strings.NewReplacer("\uff0e", ".", "\u2024", ".", "\ufe52", ".")
-
 // decideRequest canonicalises what the policy needs and asks it. Its
 // headers have been through hopByHop.
 func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Request, target policies.Request) *decision {
 	target.Path = req.URL.EscapedPath()
 	if req.URL.Opaque != "" {
 		target.Path = req.URL.Opaque
-	}
-	if why := ambiguousPath(target.Path); why != "" {
-		return p.refused(cc, target, policies.ReasonInvalidRequest, why)
 	}
 	if req.Header.Get("Upgrade") != "" { // hopByHop left it: a WebSocket
 		target.Upgrade = "websocket"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,7 +111,7 @@ func TestGroupedHelp(t *testing.T) {
 			}
 			cmd, _, _ := newRoot().Find([]string{tc.cmd})
 			cmd.LocalFlags().VisitAll(func(f *pflag.Flag) {
-				if g := flagGroup(f); f.Name != "help" && !contains(tc.groups, g) {
+				if g := flagGroup(f); f.Name != "help" && !slices.Contains(tc.groups, g) {
 					t.Errorf("airlock %s --%s is in group %q, not one of %v", tc.cmd, f.Name, g, tc.groups)
 				}
 			})

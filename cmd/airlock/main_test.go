@@ -111,6 +111,21 @@ func TestEvalAndExplain(t *testing.T) {
 		t.Fatalf("policy explain = %d\n%s\n%s", code, out, errs)
 	}
 
+	// The checks come from the library that decided: a WebSocket denial
+	// names the websocket check as what the closest rule lacks.
+	ws := strings.Replace(strings.Replace(input, `"POST"`, `"GET"`, 1), `"inspected": true`, `"inspected": true, "upgrade": "websocket"`, 1)
+	code, out, errs = airlock(t, ws, "policy", "explain", "--preset", "reviewer")
+	if code != ExitOK || !strings.Contains(out, "websocket_not_allowed") ||
+		!strings.Contains(out, `rule "github-api-read" would need: websocket true (it allows false)`) {
+		t.Fatalf("policy explain of a WebSocket = %d\n%s\n%s", code, out, errs)
+	}
+	// An input refused before the preset is not a preset without rules.
+	code, out, errs = airlock(t, "{}", "policy", "explain", "--preset", "reviewer")
+	if code != ExitOK || !strings.Contains(out, "invalid_request") || strings.Contains(out, "no allow rules") ||
+		!strings.Contains(out, "no rule was checked") {
+		t.Fatalf("policy explain of {} = %d\n%s\n%s", code, out, errs)
+	}
+
 	// A misspelt input field is an error, not an empty input.
 	if code, _, _ := airlock(t, `{"proces": {}}`, "policy", "eval", "--preset", "reviewer"); code != ExitUsage {
 		t.Fatalf("policy eval with an unknown field exit = %d; want %d", code, ExitUsage)

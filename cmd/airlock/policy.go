@@ -261,8 +261,7 @@ its sandbox.preset names the preset unless --preset does.`,
 			if asJSON {
 				return writeJSON(out, x)
 			}
-			p, _ := e.Preset(in.Sandbox.Preset)
-			printExplanation(out, x, p)
+			printExplanation(out, x)
 			return nil
 		},
 	}
@@ -279,120 +278,6 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-func printExplanation(w io.Writer, x policies.Explanation, p policies.Preset) {
-	d, r := x.Decision, x.Input.Request
-	verdict := "DENY"
-	if d.Allow {
-		verdict = "ALLOW"
-		if r.Phase == policies.PhaseConnect {
-			verdict += map[bool]string{true: " (inspect: TLS terminated)", false: " (tunnel)"}[d.Inspect]
-		}
-	}
-	fmt.Fprintf(w, "%s  reason=%s rule=%q preset=%s\n", verdict, d.Reason, d.Rule, d.Preset)
-	fmt.Fprintf(w, "  %s\n", d.Hint(x.Input))
-	fmt.Fprintf(w, "  binary %s (sha256 %s)\n  %s %s:%d", x.Input.Process.Exe, orNone(x.Input.Process.SHA256), r.Phase, r.Host, r.Port)
-	if r.Phase == policies.PhaseRequest {
-		fmt.Fprintf(w, " %s %s", r.Method, r.Path)
-	}
-	fmt.Fprintln(w)
-	for _, name := range x.Denies {
-		fmt.Fprintf(w, "  deny rule %q matches (deny rules win)\n", name)
-	}
-	if len(x.Rules) == 0 {
-		fmt.Fprintln(w, "  the preset has no allow rules: everything is denied")
-		return
-	}
-	fmt.Fprintln(w, "  rule-by-rule (✓ held, ✗ failed):")
-	for _, re := range x.Rules {
-		var cells []string
-		for _, c := range policies.Checks {
-			mark := "✗"
-			if re.Checks[c] {
-				mark = "✓"
-			}
-			cells = append(cells, c+" "+mark)
-		}
-		closest := ""
-		if re.Rule == x.Closest && !d.Allow {
-			closest = "   ← closest"
-		}
-		fmt.Fprintf(w, "    %-28s %s%s\n", re.Rule, strings.Join(cells, "  "), closest)
-	}
-	if d.Allow || x.Closest == "" {
-		return
-	}
-	for _, rule := range p.Rules {
-		if rule.Name != x.Closest {
-			continue
-		}
-		var failed []string
-		for _, re := range x.Rules {
-			if re.Rule == x.Closest {
-				failed = re.Failed()
-			}
-		}
-		fmt.Fprintf(w, "  to allow this, rule %q would need: %s\n", rule.Name, strings.Join(wouldNeed(rule, failed, x.Input), "; "))
-	}
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "(none)"
-	}
-	return s
-}
-
-// wouldNeed says, per failed check of the closest rule, what it allows now.
-func wouldNeed(rule policies.Rule, failed []string, in *policies.Input) []string {
-	var out []string
-	for _, c := range failed {
-		switch c {
-		case "host":
-			out = append(out, fmt.Sprintf("host %s (it allows %s)", in.Request.Host, strings.Join(rule.Hosts, ", ")))
-		case "port":
-			ports := fmt.Sprint(rule.Ports)
-			if len(rule.Ports) == 0 {
-				ports = "[443]"
-			}
-			out = append(out, fmt.Sprintf("port %d (it allows %s)", in.Request.Port, ports))
-		case "binary":
-			var paths []string
-			for _, b := range rule.Binaries {
-				paths = append(paths, b.Path)
-			}
-			out = append(out, fmt.Sprintf("binary %s (it allows %s)", in.Process.Exe, strings.Join(paths, ", ")))
-		case "sha256":
-			if !contains(failed, "binary") {
-				out = append(out, fmt.Sprintf("sha256 %s pinned for %s", orNone(in.Process.SHA256), in.Process.Exe))
-			}
-		case "method":
-			out = append(out, fmt.Sprintf("method %s (it allows %s)", in.Request.Method, orDefault(string(rule.Methods), `"full"`)))
-		case "path":
-			out = append(out, fmt.Sprintf("path %s (it allows %s)", in.Request.Path, strings.Join(rule.Paths, ", ")))
-		case "query":
-			q, _ := json.Marshal(rule.Query)
-			out = append(out, fmt.Sprintf("query parameters %s", q))
-		}
-	}
-	return out
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
 }
 
 func newPolicyHashCmd() *cobra.Command {

@@ -9,14 +9,25 @@ import (
 	"testing"
 )
 
-const dialEnv = "AIRLOCK_TEST_DIAL"
+const (
+	dialEnv = "AIRLOCK_TEST_DIAL"
+	// RelayEnv makes ServeClient a relay to its address instead.
+	RelayEnv = "AIRLOCK_TEST_RELAY"
+)
 
 // ServeClient makes a test binary double as a client process: called first
 // in TestMain, it dials $AIRLOCK_TEST_DIAL when set, says so, holds the
 // connection until its stdin closes, and exits. Identity tests need the
 // socket's owner to be another process: the proxy never attributes a socket
 // to itself.
+//
+// With $AIRLOCK_TEST_RELAY set instead, it dials that address and relays:
+// stdin to the connection, the connection to stdout, until either ends. A
+// test then speaks raw bytes to a proxy as a process of its choosing.
 func ServeClient() {
+	if addr := os.Getenv(RelayEnv); addr != "" {
+		relay(addr)
+	}
 	addr := os.Getenv(dialEnv)
 	if addr == "" {
 		return
@@ -28,6 +39,20 @@ func ServeClient() {
 	fmt.Println("connected")
 	io.Copy(io.Discard, os.Stdin)
 	c.Close()
+	os.Exit(0)
+}
+
+func relay(addr string) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "relay:", err)
+		os.Exit(3)
+	}
+	go func() {
+		io.Copy(c, os.Stdin)
+		os.Exit(0)
+	}()
+	io.Copy(os.Stdout, c)
 	os.Exit(0)
 }
 

@@ -61,8 +61,10 @@ decide_indexed(ix) := d if {
 	d := {"allow": true, "inspect": _inspect(r, ix), "reason": "allowed", "rule": r.name, "inject": r.inject}
 } else := _denial(ix)
 
-# explain reports, per allow rule, which condition held and which failed,
-# and which deny rules matched; `airlock policy explain` prints it.
+# explain reports, per allow rule, every check of _check_names in order:
+# whether it held, what the input has and what the rule allows; and which
+# deny rules matched. `airlock policy explain` renders it as it is, so the
+# checks are listed here and nowhere else.
 explain(rules, denies) := x if {
 	ix := index(rules, denies)
 	x := {
@@ -371,12 +373,58 @@ else := ""
 
 _check_names := ["host", "port", "binary", "sha256", "method", "path", "query", "websocket"]
 
-_checks(r, orig) := checks if {
-	passed := {c | some c in _check_names; _check(c, r, orig)}
-	checks := {c: ok |
-		some c in _check_names
-		ok := c in passed
-	}
+# A check whose value is undefined shows as null rather than silently
+# dropping out of the explanation.
+_checks(r, orig) := [{
+	"check": c,
+	"ok": _held(c, r, orig),
+	"got": _shown(c),
+	"allows": object.get(_allows(r, orig), c, null),
+} |
+	some c in _check_names
+]
+
+_held(c, r, orig) if _check(c, r, orig)
+
+else := false
+
+_shown(c) := v if v := _got(c)
+
+else := null
+
+_pins(orig) := ps if {
+	ps := [b.sha256 | some b in object.get(orig, "binaries", []); b.sha256]
+	count(ps) > 0
+} else := "any"
+
+# What the input has, per check.
+_got("host") := input.request.host
+
+_got("port") := input.request.port
+
+_got("binary") := input.process.exe
+
+_got("sha256") := input.process.sha256
+
+_got("method") := input.request.method
+
+_got("path") := input.request.path
+
+_got("query") := input.request.query
+
+_got("websocket") if input.request.upgrade == "websocket"
+
+else := false
+
+_allows(r, orig) := {
+	"host": object.get(orig, "hosts", []),
+	"port": sort(r.ports),
+	"binary": [b.path | some b in object.get(orig, "binaries", [])],
+	"sha256": _pins(orig),
+	"method": object.get(orig, "methods", "full"),
+	"path": object.get(orig, "paths", ["/**"]),
+	"query": object.get(orig, "query", {}),
+	"websocket": object.get(orig, "websocket", false),
 }
 
 _check("host", _, orig) if {
@@ -388,7 +436,11 @@ _check("port", r, _) if input.request.port in r.ports
 
 _check("binary", r, _) if _bins_path_ok(r.bins)
 
+# A hash is pinned per binary path: with no path matching, the binary check
+# is what fails, as the denial's narrowing says (hash_mismatch comes after).
 _check("sha256", r, _) if _bins_ok(r.bins)
+
+_check("sha256", r, _) if not _bins_path_ok(r.bins)
 
 _check(c, r, _) if {
 	c in {"method", "path", "query", "websocket"}

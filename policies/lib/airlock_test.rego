@@ -201,9 +201,17 @@ test_sha256_list if {
 test_explain_lists_checks if {
 	e := lib.explain(_rules, _denies) with input as _req("/usr/bin/wget", "x", "api.example.com", 443, "GET", "/v1/a")
 	e.rules[0].rule == "api-read"
-	e.rules[0].checks.host
-	not e.rules[0].checks.binary
-	e.rules[1].checks.host == false
+	[c.check | some c in e.rules[0].checks] == ["host", "port", "binary", "sha256", "method", "path", "query", "websocket"]
+	e.rules[0].checks[0].ok
+	e.rules[0].checks[2] == {"check": "binary", "ok": false, "got": "/usr/bin/wget", "allows": ["/usr/bin/curl"]}
+	e.rules[1].checks[0].ok == false
+}
+
+test_explain_checks_websocket if {
+	ws := object.union(_req("/usr/bin/curl", "x", "api.example.com", 443, "GET", "/v1/a"), {"request": {"upgrade": "websocket"}})
+	lib.decide(_rules, _denies).reason == "websocket_not_allowed" with input as ws
+	e := lib.explain(_rules, _denies) with input as ws
+	[c.check | some c in e.rules[0].checks; not c.ok] == ["websocket"]
 }
 
 test_deny_paths_fold_case_and_trailing_slash if {
