@@ -113,7 +113,7 @@ func TestEvalAndExplain(t *testing.T) {
 
 	// The checks come from the library that decided: a WebSocket denial
 	// names the websocket check as what the closest rule lacks.
-	ws := strings.Replace(strings.Replace(input, `"POST"`, `"GET"`, 1), `"inspected": true`, `"inspected": true, "upgrade": "websocket"`, 1)
+	ws := strings.Replace(input, `"method": "POST"`, `"method": "GET", "upgrade": "websocket"`, 1)
 	code, out, errs = airlock(t, ws, "policy", "explain", "--preset", "reviewer")
 	if code != ExitOK || !strings.Contains(out, "websocket_not_allowed") ||
 		!strings.Contains(out, `rule "github-api-read" would need: websocket true (it allows false)`) {
