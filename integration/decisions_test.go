@@ -81,8 +81,10 @@ func TestDecisionTableProxyMatchesEval(t *testing.T) {
 			pdir := filepath.Join(dir, preset)
 			args := append([]string{"--preset", preset, "--pid", strconv.Itoa(os.Getpid()), "--allow-range", tableUpstream + "/32"}, pins...)
 			if !knownPreset(t, preset) {
-				// policy eval answers policy_error; a proxy for a preset
-				// the bundle lacks never starts, so it never answers.
+				// Neither allows: policy eval refuses the input (usage,
+				// exit 2, naming the preset), and a proxy for a preset
+				// the bundle lacks never starts. (The engine itself
+				// answers policy_error: policies' own table test.)
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				out, err := exec.CommandContext(ctx, airlockBin, append([]string{"proxy", "--listen", "127.0.0.1:0", "--ca-dir", filepath.Join(pdir, "ca")}, args...)...).CombinedOutput()
@@ -90,8 +92,12 @@ func TestDecisionTableProxyMatchesEval(t *testing.T) {
 					t.Fatalf("airlock proxy --preset %s = %v\n%s; want a refusal naming the preset", preset, err, out)
 				}
 				for _, c := range presets[preset] {
-					if got := eval(t, c, clientSHA); got.Allow || got.Reason != policies.ReasonPolicyError || !c.Matches(got.Decision) {
-						t.Errorf("%s: policy eval = %+v; want %+v", c.Note, got, c.Want)
+					doc, _ := json.Marshal(c.Input())
+					cmd := exec.Command(airlockBin, "policy", "eval", "--input", "-")
+					cmd.Stdin = bytes.NewReader(doc)
+					out, err := cmd.CombinedOutput()
+					if exitCode(err) != 2 || !strings.Contains(string(out), preset) {
+						t.Errorf("%s: policy eval = %v\n%s; want exit 2 naming the preset", c.Note, err, out)
 					}
 				}
 				return
