@@ -1088,22 +1088,36 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 	})
 
 	t.Run("metrics", func(t *testing.T) {
-		resp, err := http.Get("http://" + w.proxy.metrics + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		for _, want := range []string{
-			`airlock_proxy_decisions_total{decision="deny",reason="method_not_allowed",sandbox="itest"}`,
-			"airlock_proxy_identity_lookup_seconds_count", "airlock_proxy_policy_eval_seconds_count",
-			"airlock_proxy_cert_cache_hits_total", `airlock_proxy_bytes_total{direction="down",sandbox="itest"}`,
-			"\ngo_goroutines ", "\nprocess_resident_memory_bytes ", "\nprocess_open_fds ",
-		} {
-			if !bytes.Contains(raw, []byte(want)) {
-				t.Errorf("/metrics lacks %q", want)
+		// A denial and an allowed request's bytes, for the series below;
+		// each is counted just after its audit line is written.
+		w.curlCmd(t, w.curl, "-X", "POST", "-d", "x=1", api+"/v1/hello")
+		w.curlCmd(t, w.curl, plain+"/x")
+		var lacks []string
+		defer func() {
+			if t.Failed() {
+				t.Logf("/metrics lacks %q", lacks)
 			}
-		}
+		}()
+		waitFor(t, 10*time.Second, func() bool {
+			resp, err := http.Get("http://" + w.proxy.metrics + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			lacks = lacks[:0]
+			for _, want := range []string{
+				`airlock_proxy_decisions_total{decision="deny",reason="method_not_allowed",sandbox="itest"}`,
+				"airlock_proxy_identity_lookup_seconds_count", "airlock_proxy_policy_eval_seconds_count",
+				"airlock_proxy_cert_cache_hits_total", `airlock_proxy_bytes_total{direction="down",sandbox="itest"}`,
+				"\ngo_goroutines ", "\nprocess_resident_memory_bytes ", "\nprocess_open_fds ",
+			} {
+				if !bytes.Contains(raw, []byte(want)) {
+					lacks = append(lacks, want)
+				}
+			}
+			return len(lacks) == 0
+		}, "/metrics has every series")
 	})
 }
 

@@ -153,6 +153,9 @@ func TestHTTPKeysWithCurl(t *testing.T) {
 	lastByte := []byte(in.alice)
 	lastByte[len(lastByte)-1] ^= 1
 
+	// The requests made (`go test -run` may pick some), and whether one
+	// was let through to the service.
+	ran, forwarded := map[string]bool{}, false
 	for _, tc := range []struct {
 		path     string
 		headers  []string
@@ -172,6 +175,7 @@ func TestHTTPKeysWithCurl(t *testing.T) {
 		{"/both-different", []string{"Authorization: Bearer " + in.alice, "X-Api-Key: " + in.bob}, "", ReasonKeyUnknown},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
+			ran[tc.path], forwarded = true, forwarded || tc.operator != ""
 			args := []string{in.url + tc.path + "?q=1"}
 			for _, h := range tc.headers {
 				args = append(args, "-H", h)
@@ -220,20 +224,23 @@ func TestHTTPKeysWithCurl(t *testing.T) {
 		"/last-byte":      {Operator: UnknownOperator, Reason: ReasonKeyUnknown, Status: 401},
 		"/both-different": {Operator: UnknownOperator, Reason: ReasonKeyUnknown, Status: 401},
 	} {
+		if !ran[path] {
+			continue
+		}
 		got := lines[path]
 		if got.Operator != want.Operator || got.Allowed != want.Allowed || got.Reason != want.Reason || got.Status != want.Status || got.Method != "GET" {
 			t.Errorf("audit line for %s = %+v; want %+v", path, got, want)
 		}
 	}
-	if len(lines) != 11 {
-		t.Errorf("audit log has %d paths, want one line per request (11):\n%s", len(lines), log)
+	if len(lines) != len(ran) {
+		t.Errorf("audit log has %d paths, want one line per request (%d):\n%s", len(lines), len(ran), log)
 	}
 	// The route dials the service's port on the pod's loopback, through
 	// the dialer it was given, and closes what it kept open at Shutdown:
 	// an idle connection would hold the pod's network namespace alive.
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if len(in.dialed) == 0 {
+	if len(in.dialed) == 0 && forwarded {
 		t.Fatal("the route never used its dialer")
 	}
 	for _, c := range in.dialed {
