@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -132,7 +133,9 @@ type runningPod struct {
 	t       *testing.T
 	cmd     *exec.Cmd
 	stderr  *testutil.Buffer
-	notify  chan string
+	notify  chan string // every message but the watchdog's pings
+	pingMu  sync.Mutex
+	pings   []time.Time // when each WATCHDOG=1 arrived
 	socket  string
 	events  string
 	state   string
@@ -141,8 +144,8 @@ type runningPod struct {
 }
 
 // startPod writes the manifest and runs `airlock up` on it with a
-// NOTIFY_SOCKET the test reads, as systemd would.
-func startPod(t *testing.T, e *podEnv, name, manifest string) *runningPod {
+// NOTIFY_SOCKET the test reads, as systemd would, and env added.
+func startPod(t *testing.T, e *podEnv, name, manifest string, env ...string) *runningPod {
 	path := filepath.Join(e.dir, name+".yaml")
 	os.WriteFile(path, []byte(manifest), 0o644)
 	notifyPath := filepath.Join(e.dir, name+".notify")
@@ -162,11 +165,17 @@ func startPod(t *testing.T, e *podEnv, name, manifest string) *runningPod {
 				close(p.notify)
 				return
 			}
-			p.notify <- string(buf[:n])
+			if msg := string(buf[:n]); msg == "WATCHDOG=1" {
+				p.pingMu.Lock()
+				p.pings = append(p.pings, time.Now())
+				p.pingMu.Unlock()
+			} else {
+				p.notify <- msg
+			}
 		}
 	}()
 	p.cmd = exec.Command(airlockBin, "up", path)
-	p.cmd.Env = cleanEnv("NOTIFY_SOCKET=" + notifyPath)
+	p.cmd.Env = cleanEnv(append([]string{"NOTIFY_SOCKET=" + notifyPath}, env...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stderr, p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -204,6 +213,19 @@ func (p *runningPod) awaitReady() {
 			p.t.Fatalf("no READY=1 within 90s:\n%s", p.stderr.String())
 		}
 	}
+}
+
+// pingsBetween counts the watchdog's pings that arrived within (from, to).
+func (p *runningPod) pingsBetween(from, to time.Time) int {
+	p.pingMu.Lock()
+	defer p.pingMu.Unlock()
+	n := 0
+	for _, at := range p.pings {
+		if at.After(from) && at.Before(to) {
+			n++
+		}
+	}
+	return n
 }
 
 func (p *runningPod) status() supervisor.Status {
