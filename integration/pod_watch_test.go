@@ -1,10 +1,15 @@
 package integration
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/supervisor/events"
 )
 
 // TestPodWatchdog: under a unit's WatchdogSec= (WATCHDOG_USEC) the pod
@@ -40,4 +45,46 @@ func TestPodWatchdog(t *testing.T) {
 	since = time.Now()
 	waitFor(t, 30*time.Second, func() bool { return pod.pingsBetween(since, forever) > 0 }, "a watchdog ping once the service recovered")
 	pod.stop(10 * time.Second)
+}
+
+// TestPodReportsAnOOMKillWhileRunning: a child of a service that allocates
+// past the service's memory_max is killed by the OOM killer while the
+// service keeps running; that is a critical oom_kill event then, and not
+// once more when the service stops.
+func TestPodReportsAnOOMKillWhileRunning(t *testing.T) {
+	e := newPodEnv(t)
+	script := filepath.Join(e.dir, "oomchild.py")
+	os.WriteFile(script, []byte(`import subprocess, sys, time
+r = subprocess.run([sys.executable, "-c", "b = b'x' * (512 << 20)"])
+print("child exited", r.returncode, flush=True)
+time.sleep(3600)
+`), 0o644)
+	m := e.manifest("oomchild", "", fmt.Sprintf(`  - name: hog
+    command: [%s, %s]
+    user: "61000"
+    preset: egress_none
+    memory_max: 64M
+    landlock: {ro: [%s]}
+`, e.python, script, script))
+	pod := startPod(t, e, "oomchild", m)
+	pod.awaitReady()
+	before := pod.service("hog")
+	ev, _ := pod.awaitEvent("oom_kill", "hog", 0)
+	if ev.Severity != events.Critical || !strings.Contains(ev.Detail, "OOM killer killed 1 process") {
+		t.Errorf("oom_kill event %+v", ev)
+	}
+	if after := pod.service("hog"); after.State != "healthy" || after.Pid != before.Pid || after.Restarts != 0 {
+		t.Errorf("the service after its child's OOM kill: %+v, want it still running (before: %+v)", after, before)
+	}
+	pod.stop(10 * time.Second)
+	evs, _ := events.Read(pod.events, time.Time{})
+	var ooms []events.Event
+	for _, ev := range evs {
+		if ev.Kind == "oom_kill" {
+			ooms = append(ooms, ev)
+		}
+	}
+	if len(ooms) != 1 {
+		t.Errorf("%d oom_kill events, want the one: %+v", len(ooms), ooms)
+	}
 }

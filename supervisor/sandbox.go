@@ -196,6 +196,10 @@ func (s *Sandbox) Pid() int { return s.proc.Pid }
 // Done is closed when the command has exited.
 func (s *Sandbox) Done() <-chan struct{} { return s.proc.Done() }
 
+// OOMKills is how many processes the kernel's OOM killer has killed in the
+// sandbox's groups so far; Outcome.OOMKills is the count at the end.
+func (s *Sandbox) OOMKills() int64 { return s.leaf.OOMKills() }
+
 // Signal sends sig to the command (SIGKILL: to the whole sandbox).
 func (s *Sandbox) Signal(sig syscall.Signal) error { return s.proc.Signal(sig) }
 

@@ -234,6 +234,10 @@ func (s *service) once() (why string, failed bool) {
 	// The probe goroutine is joined before the next instance: a late
 	// success must not mark the next one healthy or reset its backoff.
 	hdone := make(chan struct{})
+	// The OOM watch, too, is joined before Wait removes the groups; what
+	// it reported is not reported again at the exit.
+	oomReported := make(chan int64, 1)
+	go func() { oomReported <- s.watchOOM(hctx, sb) }()
 	if s.check != nil {
 		go func() { defer close(hdone); s.watchHealth(hctx, sb, unhealthy) }()
 	} else {
@@ -260,6 +264,7 @@ func (s *service) once() (why string, failed bool) {
 	}
 	hcancel()
 	<-hdone
+	reported := <-oomReported
 	out, werr := sb.Wait()
 	s.out.flush()
 	s.mu.Lock()
@@ -274,7 +279,9 @@ func (s *service) once() (why string, failed bool) {
 		detail = "wait: " + werr.Error()
 	}
 	if out.OOMKills > 0 {
-		detail += fmt.Sprintf("; the OOM killer killed %d process(es) (memory_max %d)", out.OOMKills, s.spec.MemoryMax)
+		detail += "; " + s.oomDetail(out.OOMKills)
+	}
+	if out.OOMKills > reported {
 		s.pod.event("oom_kill", events.Critical, s.name, detail)
 	}
 	if out.CleanupErr != nil {
@@ -298,6 +305,43 @@ func (s *service) once() (why string, failed bool) {
 		return stopWhy, true
 	}
 	return stopWhy, code != 0
+}
+
+// oomPoll is how often a running instance's groups are read for OOM kills.
+// Polling, not a change notification on memory.events: on a hybrid
+// hierarchy the memory limit is a v1 group, whose memory.oom_control
+// notifies no one that inotify can see; Leaf.OOMKills reads both.
+const oomPoll = 500 * time.Millisecond
+
+// watchOOM writes an oom_kill event whenever the OOM killer has killed more
+// of the running instance's processes: a child past memory_max dies while
+// the service keeps running, and its exit would never say so. It returns
+// the count it reported, once the instance has exited or ctx ended.
+func (s *service) watchOOM(ctx context.Context, sb *Sandbox) int64 {
+	var reported int64
+	t := time.NewTicker(oomPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return reported
+		case <-sb.Done():
+			return reported
+		case <-t.C:
+		}
+		if n := sb.OOMKills(); n > reported {
+			s.pod.event("oom_kill", events.Critical, s.name, s.oomDetail(n-reported))
+			reported = n
+		}
+	}
+}
+
+// oomDetail says who killed n of the service's processes, and why.
+func (s *service) oomDetail(n int64) string {
+	if s.spec.MemoryMax > 0 {
+		return fmt.Sprintf("the OOM killer killed %d process(es) of the service at its memory_max (%d bytes)", n, s.spec.MemoryMax)
+	}
+	return fmt.Sprintf("the OOM killer killed %d process(es) of the service: the host ran out of memory (the service has no memory_max)", n)
 }
 
 // shutdown stops a running instance: SIGTERM, then after the manifest's
