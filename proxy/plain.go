@@ -183,7 +183,7 @@ func dropConnectionHeaders(h http.Header, keepUpgrade bool) {
 func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 	dc := p.decidePlain(r)
 	if dc.d.Allow && dc.scrub != nil {
-		dc.deny(policies.ReasonWebSocketNotAllowed, unscrubbableFrames)
+		dc.deny(policies.ReasonWebSocketInjects, unscrubbableFrames)
 	}
 	if !p.admit(dc) { // on record before the upstream is dialled
 		p.deny(w, r, dc, 0)
