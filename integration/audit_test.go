@@ -163,6 +163,7 @@ func TestRefusalsAudited(t *testing.T) {
 		{"unknown transfer coding", "POST http://plain.test/ HTTP/1.1\r\nHost: plain.test\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "501 Not Implemented"},
 		{"unknown expectation", "GET http://plain.test/ HTTP/1.1\r\nHost: plain.test\r\nExpect: magic\r\n\r\n", 417, "417"},
 		{"origin-form request", "GET /x HTTP/1.1\r\nHost: plain.test\r\n\r\n", 400, "origin-form request"},
+		{"CONNECT to a host holding a CR", "CONNECT plain.test\r.x:443 HTTP/1.1\r\nHost: plain.test\r\n\r\n", 400, "400 Bad Request"},
 		{"pipelined after an answered request", fmt.Sprintf("GET http://plain.test:%d/pipelined HTTP/1.1\r\nHost: plain.test:%[1]d\r\n\r\nNOT-HTTP-EITHER\r\n\r\n", w.plainPort),
 			400, "400 Bad Request"},
 	} {
@@ -183,6 +184,14 @@ func TestRefusalsAudited(t *testing.T) {
 			}
 			if err != nil || resp.StatusCode != tc.status {
 				t.Fatalf("answer = %v %v; want %d", resp, err, tc.status)
+			}
+			// Answered as any denial: the reason in the status line, which
+			// is what curl -v and Python show, and in the JSON body.
+			var d struct{ Reason, Hint string }
+			raw, _ := io.ReadAll(resp.Body)
+			if !strings.HasPrefix(resp.Status, fmt.Sprintf("%d airlock: invalid_request: ", tc.status)) || json.Unmarshal(raw, &d) != nil ||
+				d.Reason != "invalid_request" || !strings.Contains(d.Hint, tc.detail) {
+				t.Errorf("answer %q %s; want the reason in its status line and a JSON denial naming %q", resp.Status, raw, tc.detail)
 			}
 			a := w.proxy.audit(t, func(a auditLine) bool {
 				return a.Status == tc.status && strings.Contains(a.Detail, tc.detail)

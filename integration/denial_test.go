@@ -98,6 +98,18 @@ req.end();
 		}
 	})
 
+	t.Run("curl -v of the proxy itself", func(t *testing.T) {
+		// Not a proxy request (origin-form): refused 400 with the reason
+		// in the status line too, and the JSON body.
+		cmd := exec.Command(w.curl, "-v", "-sS", w.proxy.url+"/x")
+		cmd.Env = cleanEnv()
+		out, _ := cmd.CombinedOutput()
+		if !strings.Contains(string(out), "< HTTP/1.1 400 airlock: invalid_request: the request cannot be read unambiguously: origin-form request: ") ||
+			!strings.Contains(string(out), `"reason":"invalid_request"`) {
+			t.Fatalf("curl -v: %s", out)
+		}
+	})
+
 	t.Run("other clients keep the JSON body", func(t *testing.T) {
 		status, body := w.curlCmd(t, w.curl, fmt.Sprintf("https://api.test:%d/v2/x", w.tlsPort))
 		if d := parseDenial(t, body); status != 403 || d.Reason != "path_not_allowed" {

@@ -22,8 +22,9 @@ const (
 	ReasonPolicyQuarantined   Reason = "policy_quarantined"
 
 	// Decided by the proxy around the policy: who is asking, where the
-	// name leads, whether the request matches its tunnel, and whether a
-	// secret the policy asks to inject exists; whether the sandbox
+	// name leads, whether the request matches its tunnel, whether a
+	// secret the policy asks to inject exists and can be kept from the
+	// agent (never on a WebSocket, whose frames are not scrubbed); whether the sandbox
 	// already holds as many connections as it may; and whether the
 	// decision could be put on record before anything was dialled for it.
 	ReasonIdentityUnknown   Reason = "identity_unknown"
@@ -31,6 +32,7 @@ const (
 	ReasonSSRF              Reason = "ssrf_blocked"
 	ReasonHostMismatch      Reason = "host_mismatch"
 	ReasonSecretUnavailable Reason = "secret_unavailable"
+	ReasonWebSocketInjects  Reason = "websocket_injects_credential"
 	ReasonUpstreamError     Reason = "upstream_error"
 	ReasonConnectionLimit   Reason = "connection_limit"
 	ReasonAuditUnavailable  Reason = "audit_unavailable"

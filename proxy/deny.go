@@ -134,9 +134,3 @@ func gitBody(d Denial) []byte {
 	fmt.Fprintf(&b, "airlock: reason=%s rule=%q binary=%s sandbox=%s preset=%s\n", d.Reason, d.Rule, d.Binary, d.Sandbox, d.Preset)
 	return b.Bytes()
 }
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}

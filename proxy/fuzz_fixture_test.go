@@ -3,6 +3,8 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -126,6 +128,38 @@ func newFuzzFixture(tb testing.TB) *fuzzFixture {
 		proc: &identity.Process{PID: 1, Exe: "/usr/bin/curl", UID: 998}, svc: Service{ID: "fuzz", Kind: "fuzz", Preset: "fuzz"}}
 	fx.cc.once.Do(func() {})
 	return fx
+}
+
+// inspectedTunnel opens a tunnel to fuzzHost, inspected by the real loop
+// (Proxy.inspect) over loopback TLS, for the fixture's client: the client's
+// TCP end (its deadline d away), its TLS end, and a channel closed when the
+// loop has ended.
+func (fx *fuzzFixture) inspectedTunnel(t *testing.T, d time.Duration) (net.Conn, *tls.Conn, <-chan struct{}) {
+	t.Helper()
+	ctx := context.Background()
+	dc := fx.p.decide(ctx, fx.cc, policies.Request{Phase: policies.PhaseConnect, Host: fuzzHost, Port: fx.port})
+	if !dc.d.Allow || !dc.d.Inspect {
+		t.Fatalf("CONNECT %s:%d: %+v; the fuzz policy must inspect it", fuzzHost, fx.port, dc.d)
+	}
+	fx.p.resolve(ctx, dc)
+	client, server := testutil.TCPPair(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer server.Close()
+		fx.p.inspect(fx.cc, server, &tracked{conn: server}, dc)
+	}()
+	client.SetDeadline(time.Now().Add(d))
+	if _, err := io.ReadFull(client, make([]byte, len(established))); err != nil {
+		t.Fatalf("CONNECT answer: %v", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(fx.roots.CertPEM)
+	tc := tls.Client(client, &tls.Config{ServerName: fuzzHost, RootCAs: pool, NextProtos: []string{"http/1.1"}})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	return client, tc, done
 }
 
 // eval is the oracle: the decision `airlock policy eval` gives for req,

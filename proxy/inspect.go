@@ -185,7 +185,7 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 		return p.refuse(bw, req, rdc)
 	}
 	if websocket && rdc.scrub != nil {
-		rdc.deny(policies.ReasonWebSocketNotAllowed, unscrubbableFrames)
+		rdc.deny(policies.ReasonWebSocketInjects, unscrubbableFrames)
 		return p.refuse(bw, req, rdc)
 	}
 	if !p.admit(rdc) { // on record before the upstream is dialled

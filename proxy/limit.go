@@ -125,9 +125,12 @@ func linger(c net.Conn, max int64) {
 
 // refuseConn answers dc's denial (of r, when there is one) on a
 // connection taken over from the server, records it, and lingers so that
-// the client reads it.
+// the client reads it. The answer says the connection closes: the caller
+// closes it next.
 func (p *Proxy) refuseConn(c net.Conn, dc *decision, r *http.Request) {
-	dc.denialResponse(r).Write(c)
+	resp := dc.denialResponse(r)
+	resp.Close = true
+	resp.Write(c)
 	p.record(dc, dc.status(), 0, 0)
 	linger(c, maxLinger)
 }

@@ -76,9 +76,32 @@ func plainTarget(r *http.Request) policies.Request {
 // (framingError) with a 400, and closes the connection: where its body
 // ends, and so where the next request starts, is in doubt.
 func (p *Proxy) refuseFraming(w http.ResponseWriter, r *http.Request, why string) {
-	dc := p.malformed(connFrom(r.Context()), plainTarget(r), why)
-	w.Header().Set("Connection", "close")
-	p.deny(w, r, dc, 0)
+	p.refuseClosing(w, r, p.malformed(connFrom(r.Context()), plainTarget(r), why))
+}
+
+// refuseClosing answers dc's denial of r on the connection taken over
+// from the server, and closes it. Through w the status line would be
+// net/http's own ("400 Bad Request"); taken over, it carries the reason
+// and hint as every refusal's on a taken-over connection does
+// (denialResponse). For refusals after which the connection ends anyway.
+func (p *Proxy) refuseClosing(w http.ResponseWriter, r *http.Request, dc *decision) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil { // still refused, with net/http's status line
+		w.Header().Set("Connection", "close")
+		p.deny(w, r, dc, 0)
+		return
+	}
+	conn = bareConn(conn)
+	t, release := p.track(conn)
+	defer release()
+	defer connFrom(r.Context()).sb.active.Add(-1) // hijacked: the slot is ours to release
+	if t == nil {
+		dc.detail = shuttingDown
+		p.record(dc, 0, 0, 0)
+		return
+	}
+	defer conn.Close()
+	p.refuseConn(conn, dc, r)
 }
 
 // forwardPlain points an allowed request at the canonical host the policy
@@ -160,7 +183,7 @@ func dropConnectionHeaders(h http.Header, keepUpgrade bool) {
 func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 	dc := p.decidePlain(r)
 	if dc.d.Allow && dc.scrub != nil {
-		dc.deny(policies.ReasonWebSocketNotAllowed, unscrubbableFrames)
+		dc.deny(policies.ReasonWebSocketInjects, unscrubbableFrames)
 	}
 	if !p.admit(dc) { // on record before the upstream is dialled
 		p.deny(w, r, dc, 0)

@@ -394,9 +394,7 @@ func (p *Proxy) awaitRequest(t *tracked, br *bufio.Reader) bool {
 
 func (p *Proxy) nonProxy(w http.ResponseWriter, r *http.Request) {
 	const why = "this is airlock's egress proxy; send absolute-form (GET http://host/path) or CONNECT requests"
-	writeJSON(w, http.StatusBadRequest, map[string]string{"error": why, "reason": string(policies.ReasonInvalidRequest)})
-	dc := p.refused(connFrom(r.Context()), policies.Request{Phase: policies.PhaseRequest, Method: r.Method}, policies.ReasonInvalidRequest, "origin-form request: "+why)
-	p.record(dc, http.StatusBadRequest, 0, 0)
+	p.refuseClosing(w, r, p.malformed(connFrom(r.Context()), policies.Request{Phase: policies.PhaseRequest, Method: r.Method}, "origin-form request: "+why))
 }
 
 // CACert is the PEM certificate clients must trust for inspected hosts.

@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -18,9 +20,10 @@ import (
 // request line or header, a header over --max-header-bytes (431), a bad or
 // missing Host, a transfer coding it does not know (501), an Expect it
 // does not (417). Such an answer is a refusal like any other, so servedConn
-// audits it as it goes out: a write while no handler has the connection's
-// current request is the server's own. A taken-over connection is used
-// bare (bareConn), so tunnels still splice.
+// audits it as it goes out and gives it the reason every denial carries: a
+// write while no handler has the connection's current request is the
+// server's own. A taken-over connection is used bare (bareConn), so
+// tunnels still splice.
 type servedConn struct {
 	net.Conn
 	p  *Proxy
@@ -50,12 +53,20 @@ func headerTimeoutDetail(d time.Duration) string {
 	return fmt.Sprintf("request header not complete within %s (--read-header-timeout): connection closed", d)
 }
 
-// Write audits a refusal of the server's own, once per request.
+// Write audits a refusal of the server's own, once per request, and
+// answers it as any denial (serverRefusal) when b holds it whole.
 func (c *servedConn) Write(b []byte) (int, error) {
-	if c.cc.handled.CompareAndSwap(false, true) {
-		c.p.recordServerRefusal(c.cc, b)
+	if !c.cc.handled.CompareAndSwap(false, true) {
+		return c.Conn.Write(b)
 	}
-	return c.Conn.Write(b)
+	resp := c.p.serverRefusal(c.cc, b)
+	if resp == nil {
+		return c.Conn.Write(b)
+	}
+	if err := resp.Write(c.Conn); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 // CloseWrite lets the server half-close the connection after its last
@@ -95,17 +106,22 @@ func bareConn(c net.Conn) net.Conn {
 	return c
 }
 
-// recordServerRefusal audits the answer the server wrote in b (its status
+// serverRefusal audits the answer the server wrote in b (its status
 // line, which names no value the client sent) as an invalid_request
-// refusal, attributed like any other.
-func (p *Proxy) recordServerRefusal(cc *clientConn, b []byte) {
+// refusal, attributed like any other. When b is that answer whole, after
+// which the server closes the connection (as net/http writes its own
+// refusals: in one write), it returns the proxy's answer in its stead:
+// the same status, its line carrying the reason and hint
+// (denialResponse), and the JSON Denial for body, so that the client
+// shows why; otherwise nil, and the server's answer goes out as it is.
+func (p *Proxy) serverRefusal(cc *clientConn, b []byte) *http.Response {
 	line, _, _ := bytes.Cut(b, []byte("\r\n"))
 	status := 0
 	if len(line) >= 12 && bytes.HasPrefix(line, []byte("HTTP/1.")) {
 		status, _ = strconv.Atoi(string(line[9:12]))
 	}
 	if status < 400 {
-		return // not a refusal
+		return nil // not a refusal
 	}
 	detail := "refused by the proxy's HTTP server before the request was read: " + string(line[9:])
 	if status == http.StatusRequestHeaderFieldsTooLarge {
@@ -113,4 +129,23 @@ func (p *Proxy) recordServerRefusal(cc *clientConn, b []byte) {
 	}
 	dc := p.refused(cc, policies.Request{Phase: policies.PhaseRequest}, policies.ReasonInvalidRequest, detail)
 	p.record(dc, status, 0, 0)
+	if !wholeFinal(b) {
+		return nil
+	}
+	resp := dc.denialResponse(nil)
+	resp.Status = strconv.Itoa(status) + strings.TrimPrefix(resp.Status, strconv.Itoa(resp.StatusCode))
+	resp.StatusCode = status
+	resp.Close = true
+	return resp
+}
+
+// wholeFinal reports whether b is one whole response after which the
+// connection closes: nothing of it is left for a later write.
+func wholeFinal(b []byte) bool {
+	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(b)), nil)
+	if err != nil {
+		return false
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err == nil && resp.Close
 }
