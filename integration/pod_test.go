@@ -323,21 +323,13 @@ func answer(t *testing.T, body string) map[string]any {
 	return m
 }
 
-// commandPid is the pid of the service's command (the init's child): the
-// process in the service's cgroup whose executable is python.
+// commandPid is the pid of the service's command (its init's child).
 func commandPid(t *testing.T, st supervisor.ServiceStatus) int {
 	t.Helper()
-	// The init's threads: a child is listed under the one that forked it.
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", st.Pid))
-	var f []string
-	for _, task := range tasks {
-		raw, _ := os.ReadFile(task)
-		f = append(f, strings.Fields(string(raw))...)
+	pid, err := testutil.SandboxCommand(st.Pid)
+	if err != nil {
+		t.Fatalf("service %s: %v", st.Name, err)
 	}
-	if len(f) != 1 {
-		t.Fatalf("service %s: init %d has children %q", st.Name, st.Pid, f)
-	}
-	pid, _ := strconv.Atoi(f[0])
 	return pid
 }
 

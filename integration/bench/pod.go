@@ -203,7 +203,7 @@ func crash(p *upRun, service string) (crashSample, error) {
 	if init == 0 {
 		return c, fmt.Errorf("no healthy service %s in the status: %+v", service, st.Services)
 	}
-	pid, err := onlyChild(init)
+	pid, err := testutil.SandboxCommand(init)
 	if err != nil {
 		return c, err
 	}
@@ -232,21 +232,6 @@ func crash(p *upRun, service string) (crashSample, error) {
 		launch: at["started"].Sub(at["restart"]), start: at["health"].Sub(at["started"]),
 	}
 	return c, nil
-}
-
-// onlyChild is the one child of a sandbox's init: the service's command.
-func onlyChild(init int) (int, error) {
-	// A child is listed under the thread that forked it.
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", init))
-	var kids []string
-	for _, t := range tasks {
-		raw, _ := os.ReadFile(t)
-		kids = append(kids, strings.Fields(string(raw))...)
-	}
-	if len(kids) != 1 {
-		return 0, fmt.Errorf("sandbox init %d has children %q, want one", init, kids)
-	}
-	return strconv.Atoi(kids[0])
 }
 
 // memRun boots a pod of n idle services (sleep, no health check: healthy
