@@ -3,9 +3,12 @@ package supervisor
 import (
 	"context"
 	"log/slog"
+	"os"
 
 	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/presets"
 	"github.com/airlock-sandbox/airlock/proxy"
+	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 )
 
 // PolicyOptions are the policy a proxy serves: the engine's options, the
@@ -19,6 +22,31 @@ type PolicyOptions struct {
 	Presets []string
 	// Watch reloads a bundle directory when it changes.
 	Watch bool
+}
+
+// PolicySource is a bundle directory or archive, or the embedded presets
+// when bundle is empty.
+func PolicySource(bundle string) policies.Source {
+	if bundle == "" {
+		return policies.Source{FS: presets.FS}
+	}
+	return policies.Source{Path: bundle}
+}
+
+// PolicyFrom are the engine options for a policy as an operator gives it,
+// in a pod manifest or as `--policy*` flags: the bundle, its pin, lock and
+// signing key. Reading the key is its only error, left for the caller to
+// name as its field or flag.
+func PolicyFrom(pol manifest.Policy, log *slog.Logger) (policies.Options, error) {
+	o := policies.Options{Source: PolicySource(pol.Bundle), PinnedSHA256: pol.SHA256, LockFile: pol.Lock, Quarantine: pol.Quarantine, Logger: log}
+	if pol.PublicKey != "" {
+		key, err := os.ReadFile(pol.PublicKey)
+		if err != nil {
+			return o, err
+		}
+		o.Verify = &policies.Verification{PublicKey: string(key), KeyID: pol.KeyID, Algorithm: pol.SigningAlg}
+	}
+	return o, nil
 }
 
 // OpenEngine loads, verifies and compiles the policy. A secret a served

@@ -15,7 +15,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/policies"
-	"github.com/airlock-sandbox/airlock/presets"
 	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
 	"github.com/airlock-sandbox/airlock/proxy/identity/connhook"
@@ -171,17 +170,9 @@ func (p *Pod) openState(context.Context) error {
 // openPolicy verifies the bundle against its pin before anything can
 // connect: a mismatch refuses to boot (ErrIntegrity, exit 10).
 func (p *Pod) openPolicy(ctx context.Context) error {
-	pol := p.m.Policy
-	o := policies.Options{Source: policies.Source{Path: pol.Bundle}, PinnedSHA256: pol.SHA256, LockFile: pol.Lock, Quarantine: pol.Quarantine, Logger: p.log}
-	if pol.Bundle == "" {
-		o.Source = policies.Source{FS: presets.FS}
-	}
-	if pol.PublicKey != "" {
-		key, err := os.ReadFile(pol.PublicKey)
-		if err != nil {
-			return fmt.Errorf("policy public key: %w", err)
-		}
-		o.Verify = &policies.Verification{PublicKey: string(key), KeyID: pol.KeyID, Algorithm: pol.SigningAlg}
+	o, err := PolicyFrom(p.m.Policy, p.log)
+	if err != nil {
+		return fmt.Errorf("policy.public_key: %w", err)
 	}
 	o.OnReload = func(hash string, err error) {
 		if err != nil {
@@ -194,7 +185,7 @@ func (p *Pod) openPolicy(ctx context.Context) error {
 	for _, s := range p.m.Services {
 		names = append(names, s.Preset)
 	}
-	engine, err := OpenEngine(p.ctx, PolicyOptions{Options: o, Presets: names, Watch: pol.Watch}, p.log)
+	engine, err := OpenEngine(p.ctx, PolicyOptions{Options: o, Presets: names, Watch: p.m.Policy.Watch}, p.log)
 	if errors.Is(err, policies.ErrIntegrity) {
 		p.event("pin_mismatch", events.Critical, "", err.Error())
 	}

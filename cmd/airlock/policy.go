@@ -15,7 +15,8 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/policies"
-	"github.com/airlock-sandbox/airlock/presets"
+	"github.com/airlock-sandbox/airlock/supervisor"
+	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/format"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
@@ -62,27 +63,15 @@ func (f *policyFlags) register(cmd *cobra.Command, withBundle bool) {
 	})
 }
 
-func (f *policyFlags) source() policies.Source {
-	if f.bundle == "" {
-		return policies.Source{FS: presets.FS}
-	}
-	return policies.Source{Path: f.bundle}
-}
+func (f *policyFlags) source() policies.Source { return supervisor.PolicySource(f.bundle) }
 
 func (f *policyFlags) options() (policies.Options, error) {
-	o := policies.Options{
-		Source:       f.source(),
-		PinnedSHA256: string(f.sha256),
-		LockFile:     f.lock,
-		Quarantine:   f.quarantine,
-		Logger:       slog.Default(),
-	}
-	if f.publicKey != "" {
-		key, err := os.ReadFile(f.publicKey)
-		if err != nil {
-			return o, fmt.Errorf("--policy-public-key: %w", err)
-		}
-		o.Verify = &policies.Verification{PublicKey: string(key), KeyID: f.keyID, Algorithm: f.alg}
+	o, err := supervisor.PolicyFrom(manifest.Policy{
+		Bundle: f.bundle, SHA256: string(f.sha256), Lock: f.lock, Quarantine: f.quarantine,
+		PublicKey: f.publicKey, KeyID: f.keyID, SigningAlg: f.alg,
+	}, slog.Default())
+	if err != nil {
+		return o, fmt.Errorf("--policy-public-key: %w", err)
 	}
 	return o, nil
 }
