@@ -235,6 +235,9 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 	if sb.Hook != nil {
 		resolver.WithConnHook(sb.Hook)
 	}
+	if sb.Route != nil {
+		resolver.WithCgroups()
+	}
 	st := &sandboxState{Sandbox: sb, resolver: resolver}
 
 	gp := goproxy.NewProxyHttpServer()

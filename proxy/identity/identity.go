@@ -17,7 +17,8 @@ type Process struct {
 	Exe    string // the /proc/<pid>/exe target
 	SHA256 string // of the file /proc/<pid>/exe opens, not of the path
 	// Cgroup is the process's cgroup v2 path as /proc/<pid>/cgroup shows
-	// it ("/airlock-pod/agent"; "" on a host without cgroup v2), read
+	// it ("/airlock-pod/agent"; "" on a host without cgroup v2, or from a
+	// resolver not asked for it: Resolver.WithCgroups), read
 	// when the process is first described: only root can move a process
 	// between cgroups, and a moved process keeps the path it was
 	// described with until it execs or its pid is reused.

@@ -26,6 +26,7 @@ type Resolver struct {
 	hashes     *HashCache
 	procs      *procCache
 	hook       ConnHook
+	cgroups    bool // describe each process's cgroup (WithCgroups)
 }
 
 // self is the proxy's own pid: it holds the server end of every connection,
@@ -50,6 +51,14 @@ type ConnHook interface {
 // sharing happened before the lookup.
 func (r *Resolver) WithConnHook(h ConnHook) *Resolver {
 	r.hook = h
+	return r
+}
+
+// WithCgroups makes each description carry the process's cgroup, which a
+// pod's shared listener places connections by. Other listeners never read
+// it, and skip the read on each newly described process.
+func (r *Resolver) WithCgroups() *Resolver {
+	r.cgroups = true
 	return r
 }
 
@@ -227,11 +236,12 @@ func (r *Resolver) read(d *procDir, startedBy time.Duration, uid int) (*Process,
 	if err != nil {
 		return nil, unknown("pid %d exited during lookup: %v", pid, err)
 	}
-	cgroup, err := readCgroup(*d)
-	if err != nil {
-		return nil, unknown("pid %d exited during lookup: %v", pid, err)
+	p := &Process{PID: pid, UID: puid, Exe: exe, SHA256: sum}
+	if r.cgroups {
+		if p.Cgroup, err = readCgroup(*d); err != nil {
+			return nil, unknown("pid %d exited during lookup: %v", pid, err)
+		}
 	}
-	p := &Process{PID: pid, UID: puid, Exe: exe, SHA256: sum, Cgroup: cgroup}
 	r.procs.add(*d, st.start, key, p)
 	d.fd = -1
 	return p, nil
