@@ -201,11 +201,7 @@ func (p *Pod) buildProxy(context.Context) error {
 	px, err := proxy.Build(p.engine, proxy.Options{
 		CADir: x.CADir, CACert: x.CACert, CAKey: x.CAKey, UpstreamCAs: x.UpstreamCA,
 		Resolve: x.Resolve, AllowRanges: x.AllowRange, AuditLog: x.AuditLog, AuditFailOpen: x.AuditFailure == "warn",
-		Limits: proxy.Limits{
-			MaxConns: x.Limits.MaxConns, MaxHeaderBytes: x.Limits.MaxHeaderBytes, ReadHeaderTimeout: x.Limits.ReadHeaderTimeout,
-			IdleTimeout: x.Limits.IdleTimeout, HandshakeTimeout: x.Limits.HandshakeTimeout, TunnelIdleTimeout: x.Limits.TunnelIdleTimeout,
-			WriteTimeout: x.Limits.WriteTimeout, UpstreamHeaderTimeout: x.Limits.UpstreamHeaderTimeout,
-		},
+		Limits:      x.Limits.Limits,
 		DialTimeout: x.Limits.DialTimeout, Logger: p.log,
 	})
 	if err != nil {

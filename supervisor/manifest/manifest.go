@@ -16,6 +16,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/proxy"
 )
 
 // Pod is one pod: what `airlock up` boots.
@@ -100,19 +102,15 @@ type Proxy struct {
 	Limits       Limits
 }
 
-// Limits are the proxy's limits; a zero value means the proxy's default
+// Limits are the proxy's limits (max_conns, max_header_bytes,
+// read_header_timeout, idle_timeout, handshake_timeout,
+// tunnel_idle_timeout, write_timeout, upstream_header_timeout) and its
+// dial_timeout; a zero value means the proxy's default
 // (proxy.DefaultLimits, egress.DefaultDialTimeout). A value given in the
 // manifest must be positive.
 type Limits struct {
-	MaxConns              int           // max_conns
-	MaxHeaderBytes        int           // max_header_bytes
-	ReadHeaderTimeout     time.Duration // read_header_timeout
-	IdleTimeout           time.Duration // idle_timeout
-	HandshakeTimeout      time.Duration // handshake_timeout
-	TunnelIdleTimeout     time.Duration // tunnel_idle_timeout
-	WriteTimeout          time.Duration // write_timeout
-	UpstreamHeaderTimeout time.Duration // upstream_header_timeout
-	DialTimeout           time.Duration // dial_timeout
+	proxy.Limits
+	DialTimeout time.Duration
 }
 
 // Admin is the supervisor's admin API.

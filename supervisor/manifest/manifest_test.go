@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/proxy"
 )
 
 // minimal is the smallest valid manifest; error cases add to it, so their
@@ -378,9 +380,9 @@ func TestFullManifest(t *testing.T) {
 		Proxy: Proxy{Port: 3129, CACert: dir + "/ca/ca.pem", CAKey: "/etc/airlock/ca/ca-key.pem", UpstreamCA: []string{dir + "/upstream.pem"},
 			Resolve: []string{"api.model.test:18443:127.0.0.1,::1"}, AllowRange: []string{"127.0.0.1/32"},
 			AuditLog: "stderr", AuditFailure: "warn",
-			Limits: Limits{MaxConns: 100, MaxHeaderBytes: 32768, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
+			Limits: Limits{Limits: proxy.Limits{MaxConns: 100, MaxHeaderBytes: 32768, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
 				HandshakeTimeout: 3 * time.Second, TunnelIdleTimeout: 10 * time.Minute, WriteTimeout: 20 * time.Second,
-				UpstreamHeaderTimeout: 30 * time.Second, DialTimeout: 2 * time.Second}},
+				UpstreamHeaderTimeout: 30 * time.Second}, DialTimeout: 2 * time.Second}},
 		Admin: Admin{Socket: "/run/airlock/admin.sock", HTTP: "127.0.0.1:9090"},
 		Services: []Service{
 			{
