@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// newDemoCmd is what `make run` boots for now: the policy engine on the
-// embedded presets, answering the questions the proxy will ask.
+// newDemoCmd shows the policy engine on the embedded presets answering
+// the questions the proxy will ask (`make run` boots the demo pod).
 func newDemoCmd() *cobra.Command {
 	var f policyFlags
 	cmd := &cobra.Command{

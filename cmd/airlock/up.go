@@ -31,22 +31,22 @@ func newUpCmd() *cobra.Command {
 			var m *manifest.Pod
 			var demo *demoPod
 			var err error
+			// A manifest's mistakes are reported first, root or not;
+			// the demo is prepared (files, ports) only as root.
 			if len(args) == 1 {
 				if m, err = manifest.Load(args[0]); err != nil {
 					return &exitError{ExitUsage, err}
 				}
-			} else {
-				if os.Geteuid() != 0 {
-					return notRoot(stderr)
-				}
+			}
+			if os.Geteuid() != 0 {
+				return notRoot(stderr)
+			}
+			if m == nil {
 				if demo, err = newDemoPod(stateDir, log); err != nil {
 					return err
 				}
 				defer demo.Close()
 				m = demo.manifest
-			}
-			if os.Geteuid() != 0 {
-				return notRoot(stderr)
 			}
 			stopReaping := reapOrphans(log)
 			defer stopReaping()
