@@ -251,16 +251,14 @@ func (s *service) once() (why string, failed bool) {
 		stopWhy = "unhealthy"
 		s.setState(stateUnhealthy, msg)
 		s.pod.event("health", events.Critical, s.name, "unhealthy, restarting: "+msg)
-		s.shutdown(sb)
+		s.shutdown(context.Background(), sb)
 	case <-s.restartReq:
 		stopWhy = "restart"
 		s.pod.event("restart_requested", events.Info, s.name, "restart requested by an operator")
-		s.shutdown(sb)
+		s.shutdown(context.Background(), sb)
 	case <-s.stopReq:
 		stopWhy = "stop"
-		if err := sb.Shutdown(s.stopCtx); err != nil {
-			s.pod.log.Error("stop service", "service", s.name, "err", err)
-		}
+		s.shutdown(s.stopCtx, sb) // the pod's one deadline
 	}
 	hcancel()
 	<-hdone
@@ -344,10 +342,10 @@ func (s *service) oomDetail(n int64) string {
 	return fmt.Sprintf("the OOM killer killed %d process(es) of the service: the host ran out of memory (the service has no memory_max)", n)
 }
 
-// shutdown stops a running instance: SIGTERM, then after the manifest's
-// grace period SIGKILL of its whole cgroup.
-func (s *service) shutdown(sb *Sandbox) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.pod.m.StopGrace)
+// shutdown stops a running instance: SIGTERM, then, after the manifest's
+// grace period or when ctx ends, SIGKILL of its whole cgroup.
+func (s *service) shutdown(ctx context.Context, sb *Sandbox) {
+	ctx, cancel := context.WithTimeout(ctx, s.pod.m.StopGrace)
 	defer cancel()
 	if err := sb.Shutdown(ctx); err != nil {
 		s.pod.log.Error("stop service", "service", s.name, "err", err)
