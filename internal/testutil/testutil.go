@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 )
 
 // Required reports whether missing prerequisites fail rather than skip.
@@ -37,4 +39,14 @@ func RequireRoot(t testing.TB, feature string) {
 	if os.Geteuid() != 0 {
 		missing(t, "test of %s needs root", feature)
 	}
+}
+
+// RequireCgroup2 returns where the cgroup v2 hierarchy is mounted.
+func RequireCgroup2(t testing.TB) string {
+	t.Helper()
+	mnt, err := cgroup2.Mount()
+	if err != nil {
+		missing(t, "test needs a cgroup v2 hierarchy: %v", err)
+	}
+	return mnt
 }

@@ -61,10 +61,7 @@ func TestDescribeReadsTheCgroup(t *testing.T) {
 }
 
 func TestCgroupPath(t *testing.T) {
-	mnt, err := cgroup2.Mount()
-	if err != nil {
-		t.Skipf("no cgroup v2 mount: %v", err)
-	}
+	mnt := testutil.RequireCgroup2(t)
 	for _, tc := range []struct {
 		dir, want string
 	}{

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testca"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/presets"
 )
 
@@ -50,11 +51,7 @@ func TestShimThroughProxy(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	port := ln.Addr().(*net.TCPAddr).Port
 
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("no node")
-	}
-	node, _ = filepath.EvalSymlinks(node)
+	node, _ := filepath.EvalSymlinks(testutil.RequireTool(t, "node"))
 	bundle := t.TempDir()
 	for _, f := range []string{"common.rego", "demo.rego"} {
 		src, err := presets.FS.ReadFile(f)
