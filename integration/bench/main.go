@@ -4,7 +4,10 @@
 // tunnels/s, CONNECT bulk throughput, and (airlock only) MITM requests/s
 // with a warm certificate cache; then (scenario "pod", as root) `airlock up`:
 // the demo pod's boot to READY, a crashed service's return to healthy, and
-// the supervisor's memory with 20 services (pod.go). `make bench` runs it.
+// the supervisor's memory with 20 services (pod.go); and (scenario
+// "transparent", as root) the same proxy's transparent path beside its
+// explicit one, inside an `airlock launch` sandbox (transparent.go). `make
+// bench` runs it.
 package main
 
 import (
@@ -37,7 +40,7 @@ var (
 	conc      = flag.Int("c", 8, "concurrent clients")
 	airlock   = flag.String("airlock", "bin/airlock", "airlock binary")
 	only      = flag.String("proxies", "direct,airlock,squid,tinyproxy,go-relay", "which to measure")
-	which     = flag.String("scenarios", "plain,tunnels,bulk,mitm,pod", "which scenarios to run (pod: airlock up, as root)")
+	which     = flag.String("scenarios", "plain,tunnels,bulk,mitm,transparent,pod", "which scenarios to run (transparent: airlock launch, pod: airlock up, as root)")
 	relayAddr = flag.String("relay", "", "run as the go-relay reference on this address (the bench starts it)")
 	rounds    = flag.Int("rounds", 3, "rounds, each measuring every proxy; the table shows medians")
 )
@@ -46,6 +49,13 @@ func main() {
 	flag.Parse()
 	if *relayAddr != "" {
 		goRelay(*relayAddr)
+	}
+	if *sandboxClient != "" {
+		if err := runSandboxClient(*sandboxClient); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: sandbox client:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -96,6 +106,11 @@ func run() error {
 				return err
 			}
 			break
+		}
+	}
+	if wanted("transparent") {
+		if err := runTransparent(); err != nil {
+			return err
 		}
 	}
 	if wanted("pod") {
@@ -287,7 +302,7 @@ func print(samples map[string]map[string][]float64, failed map[string]map[string
 
 type upstreams struct {
 	plainURL string // http://127.0.0.2:P/
-	tlsAddr  string // 127.0.0.2:P, certificate for 127.0.0.2 and mitm.bench
+	tlsAddr  string // 127.0.0.2:P, certificate for 127.0.0.2, mitm.bench and bench.test
 	bulkAddr string // 127.0.0.2:P, writes forever
 	roots    *x509.CertPool
 	caFile   string
@@ -308,7 +323,7 @@ func startUpstreams(dir string) (*upstreams, error) {
 		return nil, err
 	}
 	u.roots, u.caFile = ca.Pool, ca.File
-	tlsConfig, err := ca.ServerConfig("127.0.0.2", "mitm.bench")
+	tlsConfig, err := ca.ServerConfig("127.0.0.2", "mitm.bench", benchHost)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,379 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The transparent path beside the explicit one (scenario "transparent",
+// root only): one `airlock launch` sandbox runs the bench binary itself as
+// the client (-sandbox-client), which measures, round after round, the same
+// work through a CONNECT to the sandbox's proxy (HTTPS_PROXY) and straight
+// to the origin's name, which the sandbox's nftables redirect to the same
+// proxy's transparent listener: same origin, policy and proxy process. The
+// bench outside reads the proxy's CPU (the launch process) around each
+// measurement; the client waits for its go on stdin so that the reading
+// frames the measurement.
+
+var (
+	sandboxClient = flag.String("sandbox-client", "", "internal: run as the transparent scenario's client inside the sandbox, against this HOST:PORT")
+	clientCA      = flag.String("sandbox-ca", "", "internal: the origin's CA file, for -sandbox-client")
+)
+
+// benchHost is the origin's name in the transparent scenario: pinned with
+// --resolve for the proxy, and a synthetic address from the proxy's DNS
+// inside the sandbox. uniqueHosts are names under it, each looked up once.
+const benchHost = "bench.test"
+
+// The client's steps, each measured through both paths (DNS only through
+// the transparent one: the explicit path has no DNS in the sandbox).
+const (
+	stepTunnels   = "tunnels"
+	stepKeepAlive = "keep-alive"
+	stepDNSOne    = "dns-one"
+	stepDNSUnique = "dns-unique"
+
+	pathExplicit    = "explicit"
+	pathTransparent = "transparent"
+)
+
+// clientLine is one line of the client's stdout: Ready announces a
+// measurement (the client then waits for a line on stdin), the next line
+// for the same step and path is its result.
+type clientLine struct {
+	Step    string        `json:"step"`
+	Path    string        `json:"path"`
+	Ready   bool          `json:"ready,omitempty"`
+	Ops     int           `json:"ops,omitempty"`
+	Elapsed time.Duration `json:"elapsed,omitempty"`
+	Err     string        `json:"err,omitempty"`
+}
+
+// transparentRows are the table's rows: a rate, then the proxy's CPU per
+// operation of the same step.
+var transparentRows = []struct{ step, rate, cpu string }{
+	{stepTunnels, "new TLS tunnels/s (+GET)", "proxy CPU per new tunnel"},
+	{stepKeepAlive, "keep-alive req/s in a tunnel", "proxy CPU per keep-alive req"},
+	{stepDNSOne, "DNS answers/s, one name", "proxy CPU per DNS answer, one"},
+	{stepDNSUnique, "DNS answers/s, unique names", "proxy CPU per DNS answer, uniq"},
+}
+
+func runTransparent() error {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "transparent: not measured: airlock launch needs root")
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "airlock-transparent-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755) // the sandbox's uid executes the client and reads the CA in it
+
+	up, err := startUpstreams(dir)
+	if err != nil {
+		return err
+	}
+	client := filepath.Join(dir, "airlock-bench")
+	if err := copyExecutable(client); err != nil {
+		return err
+	}
+	bundle := filepath.Join(dir, "bundle")
+	os.MkdirAll(bundle, 0o755)
+	target := net.JoinHostPort(benchHost, port(up.tlsAddr))
+	// The wildcard lets the proxy's DNS answer the unique names; nothing
+	// connects to them.
+	preset := fmt.Sprintf(`package airlock.presets.transparent
+
+import data.airlock.lib
+
+rules := [{"name": "bench", "binaries": [{"path": %q}], "hosts": [%q, "*.%s"], "ports": [%s]}]
+
+denies := []
+
+decision := lib.decide(rules, denies)
+`, client, benchHost, benchHost, port(up.tlsAddr))
+	if err := os.WriteFile(filepath.Join(bundle, "transparent.rego"), []byte(preset), 0o644); err != nil {
+		return err
+	}
+	cmd := exec.Command(*airlock, "launch", "--policy", bundle, "--preset", "transparent",
+		"--resolve", target+":127.0.0.2", "--allow-range", "127.0.0.2/32", "--upstream-ca", up.caFile,
+		"--ca-dir", filepath.Join(dir, "airlock-ca"), "--audit-log", filepath.Join(dir, "audit.log"), "--log-level", "error",
+		"--exec", client, "--ro", up.caFile,
+		"--", client, "-sandbox-client", target, "-sandbox-ca", up.caFile,
+		"-c", fmt.Sprint(*conc), "-d", duration.String(), "-rounds", fmt.Sprint(*rounds))
+	cmd.Stderr = os.Stderr
+	// A bench that dies takes the sandbox with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("airlock launch: %w", err)
+	}
+	s := newTransparentSamples()
+	readErr := s.read(stdout, stdin, func() time.Duration { return cpuTime(cmd) })
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("transparent: airlock launch: %w", err)
+	}
+	if readErr != nil {
+		return fmt.Errorf("transparent: %w", readErr)
+	}
+	s.print(os.Stdout)
+	return nil
+}
+
+// copyExecutable copies the running binary to dst, where the sandbox's uid
+// may execute it (the bench's own may be in a directory only root reads).
+func copyExecutable(dst string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, src); err != nil {
+		out.Close()
+		return fmt.Errorf("copy %s to %s: %w", self, dst, err)
+	}
+	return out.Close()
+}
+
+// transparentSamples are the measurements, per row and path, one value per
+// round.
+type transparentSamples struct {
+	values map[string]map[string][]float64
+	failed map[string]map[string]string
+}
+
+func newTransparentSamples() *transparentSamples {
+	return &transparentSamples{values: map[string]map[string][]float64{}, failed: map[string]map[string]string{}}
+}
+
+func (s *transparentSamples) add(row, path string, v float64) {
+	if s.values[row] == nil {
+		s.values[row] = map[string][]float64{}
+	}
+	s.values[row][path] = append(s.values[row][path], v)
+}
+
+// read follows the client's lines until it exits: at each Ready it reads
+// the proxy's CPU (cpu) and lets the client go; at each result it reads
+// the CPU again and records the rate and the CPU per operation.
+func (s *transparentSamples) read(from io.Reader, goAhead io.Writer, cpu func() time.Duration) error {
+	sc := bufio.NewScanner(from)
+	var before time.Duration
+	for sc.Scan() {
+		var l clientLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			return fmt.Errorf("the client's line %q: %w", sc.Text(), err)
+		}
+		if l.Ready {
+			before = cpu()
+			if _, err := io.WriteString(goAhead, "\n"); err != nil {
+				return fmt.Errorf("the client's stdin: %w", err)
+			}
+			continue
+		}
+		spent := cpu() - before
+		row := rowOf(l.Step)
+		if row == nil {
+			return fmt.Errorf("the client's line %q: unknown step", sc.Text())
+		}
+		if l.Err != "" || l.Ops == 0 {
+			if l.Err == "" {
+				l.Err = "no operation completed"
+			}
+			for _, r := range []string{row.rate, row.cpu} {
+				if s.failed[r] == nil {
+					s.failed[r] = map[string]string{}
+				}
+				s.failed[r][l.Path] = l.Err
+			}
+			fmt.Fprintf(os.Stderr, "transparent: %s %s: %s\n", l.Path, l.Step, l.Err)
+			continue
+		}
+		s.add(row.rate, l.Path, float64(l.Ops)/l.Elapsed.Seconds())
+		s.add(row.cpu, l.Path, float64(spent.Microseconds())/float64(l.Ops))
+	}
+	return sc.Err()
+}
+
+func rowOf(step string) *struct{ step, rate, cpu string } {
+	for i := range transparentRows {
+		if transparentRows[i].step == step {
+			return &transparentRows[i]
+		}
+	}
+	return nil
+}
+
+func (s *transparentSamples) print(w io.Writer) {
+	fmt.Fprintf(w, "\n%-32s %12s %12s %22s\n", fmt.Sprintf("airlock launch, median of %d", *rounds), pathExplicit, pathTransparent, "transparent/explicit")
+	line := func(row string, unit string) {
+		fmt.Fprintf(w, "%-32s", row)
+		med := map[string]float64{}
+		for _, p := range []string{pathExplicit, pathTransparent} {
+			cell := "—" // the explicit path has no DNS
+			switch {
+			case s.failed[row][p] != "":
+				cell = "error"
+			case len(s.values[row][p]) > 0:
+				med[p] = median(s.values[row][p])
+				cell = fmt.Sprintf("%.0f%s", med[p], unit)
+			}
+			fmt.Fprintf(w, " %12s", cell)
+		}
+		if med[pathExplicit] > 0 && med[pathTransparent] > 0 {
+			fmt.Fprintf(w, " %21.2fx\n", med[pathTransparent]/med[pathExplicit])
+		} else {
+			fmt.Fprintf(w, " %22s\n", "—")
+		}
+	}
+	for _, r := range transparentRows {
+		line(r.rate, "")
+	}
+	for _, r := range transparentRows {
+		line(r.cpu, " µs")
+	}
+	fmt.Fprintf(w, "(one sandbox, %d clients, %s per measurement; the proxy's CPU is the launch process's, from /proc; a DNS answer is one A or AAAA query answered)\n", *conc, *duration)
+}
+
+// --- inside the sandbox ------------------------------------------------------
+
+// runSandboxClient is the client side: every round, each step through
+// each path, every measurement announced on stdout and started on a line
+// from stdin.
+func runSandboxClient(target string) error {
+	roots, err := pool(*clientCA)
+	if err != nil {
+		return err
+	}
+	proxy, err := url.Parse(os.Getenv("HTTPS_PROXY"))
+	if err != nil || proxy.Host == "" {
+		return fmt.Errorf("HTTPS_PROXY %q: the sandbox names no explicit proxy", os.Getenv("HTTPS_PROXY"))
+	}
+	host, p, err := net.SplitHostPort(target)
+	if err != nil {
+		return err
+	}
+	// The Go resolver, as a program in the sandbox has it: /etc/resolv.conf's
+	// nameserver, whose port 53 the sandbox redirects to the proxy.
+	resolver := &net.Resolver{PreferGo: true}
+	enc := json.NewEncoder(os.Stdout)
+	goAhead := bufio.NewScanner(os.Stdin)
+	step := func(name, path string, op func() result) error {
+		if err := enc.Encode(clientLine{Step: name, Path: path, Ready: true}); err != nil {
+			return err
+		}
+		if !goAhead.Scan() {
+			return errors.New("stdin closed before the go-ahead")
+		}
+		r := op()
+		l := clientLine{Step: name, Path: path, Ops: r.ops, Elapsed: r.elapsed}
+		if r.err != nil {
+			l.Err = r.err.Error()
+		}
+		return enc.Encode(l)
+	}
+	var unique atomic.Int64
+	for round := 0; round < *rounds; round++ {
+		// The transparent client dials the address the sandbox's DNS gave,
+		// looked up once per round: the DNS rows measure the lookups.
+		// (A failed lookup fails the transparent steps, not the explicit ones.)
+		v4, lookupErr := lookupSynthetic(resolver, host)
+		direct := func(op func(addr string) result) func() result {
+			return func() result {
+				if lookupErr != nil {
+					return result{err: lookupErr}
+				}
+				return op(net.JoinHostPort(v4[0].String(), p))
+			}
+		}
+		for _, s := range []struct {
+			name, path string
+			op         func() result
+		}{
+			{stepTunnels, pathExplicit, func() result { return newTunnels(proxy.Host, target, host, roots) }},
+			{stepTunnels, pathTransparent, direct(func(addr string) result { return newTunnels("", addr, host, roots) })},
+			{stepKeepAlive, pathExplicit, func() result { return tlsKeepAlive(proxy.Host, target, host, roots) }},
+			{stepKeepAlive, pathTransparent, direct(func(addr string) result { return tlsKeepAlive("", addr, host, roots) })},
+			{stepDNSOne, pathTransparent, func() result { return lookups(resolver, func() string { return host }) }},
+			{stepDNSUnique, pathTransparent, func() result {
+				return lookups(resolver, func() string { return fmt.Sprintf("u%d.%s", unique.Add(1), host) })
+			}},
+		} {
+			if err := step(s.name, s.path, s.op); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// lookups measures A+AAAA lookups of the names next gives, each counted
+// as its two answers.
+func lookups(r *net.Resolver, next func() string) result {
+	res := measure(func(int) (int64, error) {
+		_, err := lookupSynthetic(r, next())
+		return 0, err
+	})
+	res.ops *= 2
+	return res
+}
+
+// synthetic are the proxy's DNS pools: an answer from anywhere else would
+// mean the lookup was not answered by the proxy.
+var synthetic = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("fc00::/7")}
+
+// lookupSynthetic looks host up (A and AAAA, as clients do by default),
+// checks that every answer is synthetic, and returns the IPv4 ones.
+func lookupSynthetic(r *net.Resolver, host string) ([]netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addrs, err := r.LookupNetIP(ctx, "ip", host+".") // absolute: no search domains
+	if err != nil {
+		return nil, err
+	}
+	var v4 []netip.Addr
+	for _, a := range addrs {
+		a = a.Unmap()
+		if !synthetic[0].Contains(a) && !synthetic[1].Contains(a) {
+			return nil, fmt.Errorf("%s: %s is not a synthetic address: the proxy did not answer", host, a)
+		}
+		if a.Is4() {
+			v4 = append(v4, a)
+		}
+	}
+	if len(v4) == 0 {
+		return nil, fmt.Errorf("%s: no IPv4 answer among %v", host, addrs)
+	}
+	return v4, nil
+}
