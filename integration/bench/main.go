@@ -302,7 +302,7 @@ func print(samples map[string]map[string][]float64, failed map[string]map[string
 
 type upstreams struct {
 	plainURL string // http://127.0.0.2:P/
-	tlsAddr  string // 127.0.0.2:P, certificate for 127.0.0.2, mitm.bench and bench.test
+	tlsAddr  string // 127.0.0.2:P, certificate for 127.0.0.2, mitm.bench, bench.test, inspect.test
 	bulkAddr string // 127.0.0.2:P, writes forever
 	roots    *x509.CertPool
 	caFile   string
@@ -323,7 +323,7 @@ func startUpstreams(dir string) (*upstreams, error) {
 		return nil, err
 	}
 	u.roots, u.caFile = ca.Pool, ca.File
-	tlsConfig, err := ca.ServerConfig("127.0.0.2", "mitm.bench", benchHost)
+	tlsConfig, err := ca.ServerConfig("127.0.0.2", "mitm.bench", benchHost, inspectHost)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -30,20 +31,25 @@ import (
 // frames the measurement.
 
 var (
-	sandboxClient = flag.String("sandbox-client", "", "internal: run as the transparent scenario's client inside the sandbox, against this HOST:PORT")
+	sandboxClient = flag.String("sandbox-client", "", "internal: run as the transparent scenario's client inside the sandbox, against the origin's PORT")
 	clientCA      = flag.String("sandbox-ca", "", "internal: the origin's CA file, for -sandbox-client")
 )
 
-// benchHost is the origin's name in the transparent scenario: pinned with
-// --resolve for the proxy, and a synthetic address from the proxy's DNS
-// inside the sandbox. uniqueHosts are names under it, each looked up once.
-const benchHost = "bench.test"
+// The origin's names in the transparent scenario, pinned with --resolve
+// for the proxy, a synthetic address from the proxy's DNS inside the
+// sandbox: benchHost's tunnels are opaque (the unique names looked up are
+// under it), inspectHost's inspected.
+const (
+	benchHost   = "bench.test"
+	inspectHost = "inspect.test"
+)
 
 // The client's steps, each measured through both paths (DNS only through
 // the transparent one: the explicit path has no DNS in the sandbox).
 const (
 	stepTunnels   = "tunnels"
 	stepKeepAlive = "keep-alive"
+	stepInspected = "inspected"
 	stepDNSOne    = "dns-one"
 	stepDNSUnique = "dns-unique"
 
@@ -68,6 +74,7 @@ type clientLine struct {
 var transparentRows = []struct{ step, rate, cpu string }{
 	{stepTunnels, "new TLS tunnels/s (+GET)", "proxy CPU per new tunnel"},
 	{stepKeepAlive, "keep-alive req/s in a tunnel", "proxy CPU per keep-alive req"},
+	{stepInspected, "inspected keep-alive req/s", "proxy CPU per inspected req"},
 	{stepDNSOne, "DNS answers/s, one name", "proxy CPU per DNS answer, one"},
 	{stepDNSUnique, "DNS answers/s, unique names", "proxy CPU per DNS answer, uniq"},
 }
@@ -94,27 +101,30 @@ func runTransparent() error {
 	}
 	bundle := filepath.Join(dir, "bundle")
 	os.MkdirAll(bundle, 0o755)
-	target := net.JoinHostPort(benchHost, port(up.tlsAddr))
+	p := port(up.tlsAddr)
 	// The wildcard lets the proxy's DNS answer the unique names; nothing
 	// connects to them.
 	preset := fmt.Sprintf(`package airlock.presets.transparent
 
 import data.airlock.lib
 
-rules := [{"name": "bench", "binaries": [{"path": %q}], "hosts": [%q, "*.%s"], "ports": [%s]}]
+rules := [
+	{"name": "bench", "binaries": [{"path": %[1]q}], "hosts": [%[2]q, "*.%[2]s"], "ports": [%[4]s]},
+	{"name": "inspect", "binaries": [{"path": %[1]q}], "hosts": [%[3]q], "ports": [%[4]s], "inspect": true},
+]
 
 denies := []
 
 decision := lib.decide(rules, denies)
-`, client, benchHost, benchHost, port(up.tlsAddr))
+`, client, benchHost, inspectHost, p)
 	if err := os.WriteFile(filepath.Join(bundle, "transparent.rego"), []byte(preset), 0o644); err != nil {
 		return err
 	}
 	cmd := exec.Command(*airlock, "launch", "--policy", bundle, "--preset", "transparent",
-		"--resolve", target+":127.0.0.2", "--allow-range", "127.0.0.2/32", "--upstream-ca", up.caFile,
+		"--resolve", benchHost+":"+p+":127.0.0.2", "--resolve", inspectHost+":"+p+":127.0.0.2", "--allow-range", "127.0.0.2/32", "--upstream-ca", up.caFile,
 		"--ca-dir", filepath.Join(dir, "airlock-ca"), "--audit-log", filepath.Join(dir, "audit.log"), "--log-level", "error",
 		"--exec", client, "--ro", up.caFile,
-		"--", client, "-sandbox-client", target, "-sandbox-ca", up.caFile,
+		"--", client, "-sandbox-client", p, "-sandbox-ca", up.caFile,
 		"-c", fmt.Sprint(*conc), "-d", duration.String(), "-rounds", fmt.Sprint(*rounds))
 	cmd.Stderr = os.Stderr
 	// A bench that dies takes the sandbox with it.
@@ -271,18 +281,20 @@ func (s *transparentSamples) print(w io.Writer) {
 // runSandboxClient is the client side: every round, each step through
 // each path, every measurement announced on stdout and started on a line
 // from stdin.
-func runSandboxClient(target string) error {
-	roots, err := pool(*clientCA)
+func runSandboxClient(port string) error {
+	originRoots, err := pool(*clientCA)
+	if err != nil {
+		return err
+	}
+	// The airlock CA, which inspected tunnels present, is in the bundle the
+	// sandbox's SSL_CERT_FILE names.
+	airlockRoots, err := x509.SystemCertPool()
 	if err != nil {
 		return err
 	}
 	proxy, err := url.Parse(os.Getenv("HTTPS_PROXY"))
 	if err != nil || proxy.Host == "" {
 		return fmt.Errorf("HTTPS_PROXY %q: the sandbox names no explicit proxy", os.Getenv("HTTPS_PROXY"))
-	}
-	host, p, err := net.SplitHostPort(target)
-	if err != nil {
-		return err
 	}
 	// The Go resolver, as a program in the sandbox has it: /etc/resolv.conf's
 	// nameserver, whose port 53 the sandbox redirects to the proxy.
@@ -303,35 +315,54 @@ func runSandboxClient(target string) error {
 		}
 		return enc.Encode(l)
 	}
-	var unique atomic.Int64
-	for round := 0; round < *rounds; round++ {
-		// The transparent client dials the address the sandbox's DNS gave,
-		// looked up once per round: the DNS rows measure the lookups.
-		// (A failed lookup fails the transparent steps, not the explicit ones.)
-		v4, lookupErr := lookupSynthetic(resolver, host)
-		direct := func(op func(addr string) result) func() result {
-			return func() result {
-				if lookupErr != nil {
-					return result{err: lookupErr}
-				}
-				return op(net.JoinHostPort(v4[0].String(), p))
+	// explicit is host's target for a CONNECT; transparent runs op with the
+	// address the sandbox's DNS gives host, looked up once per measurement
+	// (the DNS rows measure lookups).
+	explicit := func(host string) string { return net.JoinHostPort(host, port) }
+	transparent := func(host string, op func(addr string) result) func() result {
+		return func() result {
+			v4, err := lookupSynthetic(resolver, host)
+			if err != nil {
+				return result{err: err}
 			}
+			return op(net.JoinHostPort(v4[0].String(), port))
 		}
-		for _, s := range []struct {
-			name, path string
-			op         func() result
-		}{
-			{stepTunnels, pathExplicit, func() result { return newTunnels(proxy.Host, target, host, roots) }},
-			{stepTunnels, pathTransparent, direct(func(addr string) result { return newTunnels("", addr, host, roots) })},
-			{stepKeepAlive, pathExplicit, func() result { return tlsKeepAlive(proxy.Host, target, host, roots) }},
-			{stepKeepAlive, pathTransparent, direct(func(addr string) result { return tlsKeepAlive("", addr, host, roots) })},
-			{stepDNSOne, pathTransparent, func() result { return lookups(resolver, func() string { return host }) }},
-			{stepDNSUnique, pathTransparent, func() result {
-				return lookups(resolver, func() string { return fmt.Sprintf("u%d.%s", unique.Add(1), host) })
-			}},
-		} {
-			if err := step(s.name, s.path, s.op); err != nil {
-				return err
+	}
+	var unique atomic.Int64
+	steps := []struct {
+		name                  string
+		explicit, transparent func() result // explicit nil: no such step
+	}{
+		{stepTunnels,
+			func() result { return newTunnels(proxy.Host, explicit(benchHost), benchHost, originRoots) },
+			transparent(benchHost, func(addr string) result { return newTunnels("", addr, benchHost, originRoots) })},
+		{stepKeepAlive,
+			func() result { return tlsKeepAlive(proxy.Host, explicit(benchHost), benchHost, originRoots) },
+			transparent(benchHost, func(addr string) result { return tlsKeepAlive("", addr, benchHost, originRoots) })},
+		{stepInspected,
+			func() result { return tlsKeepAlive(proxy.Host, explicit(inspectHost), inspectHost, airlockRoots) },
+			transparent(inspectHost, func(addr string) result { return tlsKeepAlive("", addr, inspectHost, airlockRoots) })},
+		{stepDNSOne, nil, func() result { return lookups(resolver, func() string { return benchHost }) }},
+		{stepDNSUnique, nil, func() result {
+			return lookups(resolver, func() string { return fmt.Sprintf("u%d.%s", unique.Add(1), benchHost) })
+		}},
+	}
+	for round := 0; round < *rounds; round++ {
+		for _, s := range steps {
+			// Each path goes first every other round: a drift in the
+			// machine's speed lands on both.
+			first, second := pathExplicit, pathTransparent
+			ops := map[string]func() result{pathExplicit: s.explicit, pathTransparent: s.transparent}
+			if round%2 == 1 {
+				first, second = second, first
+			}
+			for _, path := range []string{first, second} {
+				if ops[path] == nil {
+					continue
+				}
+				if err := step(s.name, path, ops[path]); err != nil {
+					return err
+				}
 			}
 		}
 	}
