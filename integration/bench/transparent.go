@@ -26,9 +26,10 @@ import (
 // work through a CONNECT to the sandbox's proxy (HTTPS_PROXY) and straight
 // to the origin's name, which the sandbox's nftables redirect to the same
 // proxy's transparent listener: same origin, policy and proxy process. The
-// bench outside reads the proxy's CPU (the launch process) around each
-// measurement; the client waits for its go on stdin so that the reading
-// frames the measurement.
+// bench outside reads the proxy's CPU (the launch process) and the
+// origin's (its own) around each measurement, the client its own; the
+// client waits for its go on stdin so that the readings frame the
+// measurement.
 
 var (
 	sandboxClient = flag.String("sandbox-client", "", "internal: run as the transparent scenario's client inside the sandbox, against the origin's PORT")
@@ -66,17 +67,20 @@ type clientLine struct {
 	Ready   bool          `json:"ready,omitempty"`
 	Ops     int           `json:"ops,omitempty"`
 	Elapsed time.Duration `json:"elapsed,omitempty"`
+	CPU     time.Duration `json:"cpu,omitempty"` // the client's own, user+system
 	Err     string        `json:"err,omitempty"`
 }
 
-// transparentRows are the table's rows: a rate, then the proxy's CPU per
-// operation of the same step.
-var transparentRows = []struct{ step, rate, cpu string }{
-	{stepTunnels, "new TLS tunnels/s (+GET)", "proxy CPU per new tunnel"},
-	{stepKeepAlive, "keep-alive req/s in a tunnel", "proxy CPU per keep-alive req"},
-	{stepInspected, "inspected keep-alive req/s", "proxy CPU per inspected req"},
-	{stepDNSOne, "DNS answers/s, one name", "proxy CPU per DNS answer, one"},
-	{stepDNSUnique, "DNS answers/s, unique names", "proxy CPU per DNS answer, uniq"},
+// transparentRow names a step's rows: its rate, the proxy's CPU per
+// operation, and the ends' (the client's and the origin's).
+type transparentRow struct{ step, rate, cpu, ends string }
+
+var transparentRows = []transparentRow{
+	{stepTunnels, "new TLS tunnels/s (+GET)", "proxy CPU per new tunnel", "ends' CPU per new tunnel"},
+	{stepKeepAlive, "keep-alive req/s in a tunnel", "proxy CPU per keep-alive req", "ends' CPU per keep-alive req"},
+	{stepInspected, "inspected keep-alive req/s", "proxy CPU per inspected req", "ends' CPU per inspected req"},
+	{stepDNSOne, "DNS answers/s, one name", "proxy CPU per DNS answer, one", "client CPU per DNS answer, one"},
+	{stepDNSUnique, "DNS answers/s, unique names", "proxy CPU per DNS answer, uniq", "client CPU per DNS answer, uniq"},
 }
 
 func runTransparent() error {
@@ -141,7 +145,7 @@ decision := lib.decide(rules, denies)
 		return fmt.Errorf("airlock launch: %w", err)
 	}
 	s := newTransparentSamples()
-	readErr := s.read(stdout, stdin, func() time.Duration { return cpuTime(cmd) })
+	readErr := s.read(stdout, stdin, func() time.Duration { return cpuTime(cmd) }, func() time.Duration { return cpuTime(nil) })
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
 		return fmt.Errorf("transparent: airlock launch: %w", err)
@@ -195,24 +199,24 @@ func (s *transparentSamples) add(row, path string, v float64) {
 }
 
 // read follows the client's lines until it exits: at each Ready it reads
-// the proxy's CPU (cpu) and lets the client go; at each result it reads
-// the CPU again and records the rate and the CPU per operation.
-func (s *transparentSamples) read(from io.Reader, goAhead io.Writer, cpu func() time.Duration) error {
+// the proxy's and the origin's CPU and lets the client go; at each result
+// it reads them again and records the rate and the CPU per operation.
+func (s *transparentSamples) read(from io.Reader, goAhead io.Writer, proxyCPU, originCPU func() time.Duration) error {
 	sc := bufio.NewScanner(from)
-	var before time.Duration
+	var proxyBefore, originBefore time.Duration
 	for sc.Scan() {
 		var l clientLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			return fmt.Errorf("the client's line %q: %w", sc.Text(), err)
 		}
 		if l.Ready {
-			before = cpu()
+			proxyBefore, originBefore = proxyCPU(), originCPU()
 			if _, err := io.WriteString(goAhead, "\n"); err != nil {
 				return fmt.Errorf("the client's stdin: %w", err)
 			}
 			continue
 		}
-		spent := cpu() - before
+		proxySpent, originSpent := proxyCPU()-proxyBefore, originCPU()-originBefore
 		row := rowOf(l.Step)
 		if row == nil {
 			return fmt.Errorf("the client's line %q: unknown step", sc.Text())
@@ -221,7 +225,7 @@ func (s *transparentSamples) read(from io.Reader, goAhead io.Writer, cpu func() 
 			if l.Err == "" {
 				l.Err = "no operation completed"
 			}
-			for _, r := range []string{row.rate, row.cpu} {
+			for _, r := range []string{row.rate, row.cpu, row.ends} {
 				if s.failed[r] == nil {
 					s.failed[r] = map[string]string{}
 				}
@@ -231,12 +235,14 @@ func (s *transparentSamples) read(from io.Reader, goAhead io.Writer, cpu func() 
 			continue
 		}
 		s.add(row.rate, l.Path, float64(l.Ops)/l.Elapsed.Seconds())
-		s.add(row.cpu, l.Path, float64(spent.Microseconds())/float64(l.Ops))
+		perOp := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(l.Ops) }
+		s.add(row.cpu, l.Path, perOp(proxySpent))
+		s.add(row.ends, l.Path, perOp(l.CPU+originSpent))
 	}
 	return sc.Err()
 }
 
-func rowOf(step string) *struct{ step, rate, cpu string } {
+func rowOf(step string) *transparentRow {
 	for i := range transparentRows {
 		if transparentRows[i].step == step {
 			return &transparentRows[i]
@@ -273,7 +279,10 @@ func (s *transparentSamples) print(w io.Writer) {
 	for _, r := range transparentRows {
 		line(r.cpu, " µs")
 	}
-	fmt.Fprintf(w, "(one sandbox, %d clients, %s per measurement; the proxy's CPU is the launch process's, from /proc; a DNS answer is one A or AAAA query answered)\n", *conc, *duration)
+	for _, r := range transparentRows {
+		line(r.ends, " µs")
+	}
+	fmt.Fprintf(w, "(one sandbox, %d clients, %s per measurement; the proxy's CPU is the launch process's, from /proc, the ends' the client's and the origin's; a DNS answer is one A or AAAA query answered)\n", *conc, *duration)
 }
 
 // --- inside the sandbox ------------------------------------------------------
@@ -308,8 +317,9 @@ func runSandboxClient(port string) error {
 		if !goAhead.Scan() {
 			return errors.New("stdin closed before the go-ahead")
 		}
+		cpu := ownCPU()
 		r := op()
-		l := clientLine{Step: name, Path: path, Ops: r.ops, Elapsed: r.elapsed}
+		l := clientLine{Step: name, Path: path, Ops: r.ops, Elapsed: r.elapsed, CPU: ownCPU() - cpu}
 		if r.err != nil {
 			l.Err = r.err.Error()
 		}
@@ -367,6 +377,13 @@ func runSandboxClient(port string) error {
 		}
 	}
 	return nil
+}
+
+// ownCPU is the user+system time this process has used so far.
+func ownCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // lookups measures A+AAAA lookups of the names next gives, each counted

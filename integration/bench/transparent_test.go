@@ -25,13 +25,15 @@ func TestTransparentSamplesRead(t *testing.T) {
 	}{
 		{
 			// 500 tunnels in 1s, while the proxy's CPU went 1.125s → 1.25s
-			// (each reading adds 125ms): 250 µs each.
+			// (each reading adds 125ms): 250 µs each; the client's 0.5s
+			// and the origin's 0.25s: 1500 µs each.
 			name: "a result",
 			lines: `{"step":"tunnels","path":"transparent","ready":true}
-{"step":"tunnels","path":"transparent","ops":500,"elapsed":1000000000}`,
+{"step":"tunnels","path":"transparent","ops":500,"elapsed":1000000000,"cpu":500000000}`,
 			wantValues: map[string]map[string][]float64{
 				"new TLS tunnels/s (+GET)": {"transparent": {500}},
 				"proxy CPU per new tunnel": {"transparent": {250}},
+				"ends' CPU per new tunnel": {"transparent": {1500}},
 			},
 			wantFailed: map[string]map[string]string{},
 			wantGo:     1,
@@ -44,10 +46,12 @@ func TestTransparentSamplesRead(t *testing.T) {
 {"step":"keep-alive","path":"explicit","elapsed":1000000000}`,
 			wantValues: map[string]map[string][]float64{},
 			wantFailed: map[string]map[string]string{
-				"DNS answers/s, one name":       {"transparent": "lookup bench.test.: no such host"},
-				"proxy CPU per DNS answer, one": {"transparent": "lookup bench.test.: no such host"},
-				"keep-alive req/s in a tunnel":  {"explicit": "no operation completed"},
-				"proxy CPU per keep-alive req":  {"explicit": "no operation completed"},
+				"DNS answers/s, one name":        {"transparent": "lookup bench.test.: no such host"},
+				"proxy CPU per DNS answer, one":  {"transparent": "lookup bench.test.: no such host"},
+				"client CPU per DNS answer, one": {"transparent": "lookup bench.test.: no such host"},
+				"keep-alive req/s in a tunnel":   {"explicit": "no operation completed"},
+				"proxy CPU per keep-alive req":   {"explicit": "no operation completed"},
+				"ends' CPU per keep-alive req":   {"explicit": "no operation completed"},
 			},
 			wantGo: 2,
 		},
@@ -58,8 +62,10 @@ func TestTransparentSamplesRead(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newTransparentSamples()
 			var goAhead strings.Builder
-			cpu := time.Second
-			err := s.read(strings.NewReader(tt.lines), &goAhead, func() time.Duration { cpu += 125 * time.Millisecond; return cpu })
+			proxy, origin := time.Second, time.Second
+			err := s.read(strings.NewReader(tt.lines), &goAhead,
+				func() time.Duration { proxy += 125 * time.Millisecond; return proxy },
+				func() time.Duration { origin += 250 * time.Millisecond; return origin })
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("read = %v, want an error with %q", err, tt.wantErr)
