@@ -36,6 +36,9 @@ const (
 	ReasonUpstreamError     Reason = "upstream_error"
 	ReasonConnectionLimit   Reason = "connection_limit"
 	ReasonAuditUnavailable  Reason = "audit_unavailable"
+	// The sandbox's DNS answerer refuses what it never answers: a query
+	// other than A or AAAA (class IN). Nothing is forwarded.
+	ReasonDNSQueryRefused Reason = "dns_query_refused"
 )
 
 // policyReasons are the codes a preset's decision may carry (ByPreset in
