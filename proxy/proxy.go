@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
+	"github.com/airlock-sandbox/airlock/proxy/fakedns"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
 	"github.com/elazarl/goproxy"
 	"github.com/vishvananda/netns"
@@ -48,6 +49,10 @@ type Sandbox struct {
 	// cgroup) is denied, identity_unknown, with Route's error as the
 	// detail. Preset may then be empty.
 	Route func(p *identity.Process) (Service, error)
+	// Reachable reports whether any rule of the sandbox's preset(s) could
+	// reach a host: the DNS answerer says NXDOMAIN for names it rejects.
+	// nil: every name resolves (the connection is still decided).
+	Reachable func(host string) bool
 }
 
 // Limits bound what one client can hold.
@@ -120,6 +125,7 @@ type Proxy struct {
 	servers  map[*http.Server]struct{}
 	tunnels  sync.WaitGroup
 	hijacked map[net.Conn]*tracked
+	dns      map[*fakedns.Server]struct{}
 	closing  bool
 }
 
@@ -157,6 +163,7 @@ func New(cfg Config) (*Proxy, error) {
 		hashes:   identity.NewHashCache(1024),
 		servers:  map[*http.Server]struct{}{},
 		hijacked: map[net.Conn]*tracked{},
+		dns:      map[*fakedns.Server]struct{}{},
 	}
 	p.transport = &http.Transport{
 		Proxy:       nil,
@@ -330,9 +337,16 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 			t.conn.Close()
 		}
 	}
+	answerers := make([]*fakedns.Server, 0, len(p.dns))
+	for s := range p.dns {
+		answerers = append(answerers, s)
+	}
 	p.mu.Unlock()
 	var errs []error
 	for _, s := range servers {
+		errs = append(errs, s.Shutdown(ctx))
+	}
+	for _, s := range answerers {
 		errs = append(errs, s.Shutdown(ctx))
 	}
 	done := make(chan struct{})
