@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/miekg/dns"
+	"golang.org/x/net/netutil"
 )
 
 // ServerConfig configures a Server. Pool is required.
@@ -49,6 +50,13 @@ type served struct {
 	stop    sync.Once
 }
 
+// MaxStreams bounds the TCP connections one listener serves at once; more
+// wait in its backlog. Each holds a descriptor and a goroutine of the
+// proxy for up to miekg/dns's idle timeout, and a stub resolver needs one
+// at a time: without a bound a sandbox could exhaust the proxy's
+// descriptors, which every sandbox shares.
+const MaxStreams = 64
+
 // ErrServerClosed is Serve's error once Shutdown has been called.
 var ErrServerClosed = errors.New("fakedns: server closed")
 
@@ -86,7 +94,7 @@ func (s *Server) Serve(packets []net.PacketConn, streams []net.Listener) error {
 		all = append(all, s.newServed(&dns.Server{PacketConn: pc}))
 	}
 	for _, ln := range streams {
-		all = append(all, s.newServed(&dns.Server{Listener: ln}))
+		all = append(all, s.newServed(&dns.Server{Listener: netutil.LimitListener(ln, MaxStreams)}))
 	}
 	s.mu.Lock()
 	if s.closed {

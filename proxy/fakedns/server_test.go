@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/miekg/dns"
@@ -260,5 +261,48 @@ func TestServerShutdown(t *testing.T) {
 	}
 	if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("a listener given after Shutdown: Accept = %v; want it closed", err)
+	}
+}
+
+// A sandbox cannot hold more than MaxStreams TCP connections of the
+// answerer: the next waits, and is served once one closes.
+func TestServerLimitsStreams(t *testing.T) {
+	fx := newDNSFixture(t)
+	c := &dns.Client{Net: "tcp"}
+	q := new(dns.Msg).SetQuestion("api.allowed.test.", dns.TypeA)
+	var held []*dns.Conn
+	defer func() {
+		for _, conn := range held {
+			conn.Close()
+		}
+	}()
+	for range MaxStreams {
+		conn, err := c.Dial(fx.tcp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, conn)
+		if _, _, err := c.ExchangeWithConn(q, conn); err != nil { // accepted, served, kept open
+			t.Fatal(err)
+		}
+	}
+	extra, err := c.Dial(fx.tcp) // the kernel's backlog takes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	if err := extra.WriteMsg(q); err != nil {
+		t.Fatal(err)
+	}
+	// Over the limit the query is not read: the read can only time out
+	// (a slow machine cannot make this fail, only a missing limit).
+	extra.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if r, err := extra.ReadMsg(); err == nil {
+		t.Fatalf("connection %d was served (%v); want it to wait", MaxStreams+1, r.Rcode)
+	}
+	held[0].Close()
+	extra.SetReadDeadline(time.Time{})
+	if r, err := extra.ReadMsg(); err != nil || r.Rcode != dns.RcodeSuccess {
+		t.Fatalf("connection %d after one closed: %v, %v; want it served", MaxStreams+1, r, err)
 	}
 }
