@@ -45,11 +45,11 @@ func runWith(t testing.TB, c Config, setup func(*Network)) (string, int, error) 
 	testutil.RequireRoot(t, "the sandbox launcher (uid switch, namespaces, Landlock)")
 	var network *Network
 	if c.Net != NetHost {
-		port := 0
+		nc := NetworkConfig{LocalPorts: c.ConnectPorts}
 		if c.Net == NetProxy {
-			port = c.ProxyPort
+			nc.ProxyPort = c.ProxyPort
 		}
-		n, err := NewNetwork(port)
+		n, err := NewNetwork(nc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -507,7 +507,7 @@ func BenchmarkLaunch(b *testing.B) {
 		c.Command = []string{"/bin/true"}
 		c.Env = []string{"PATH=/usr/bin:/bin"}
 		for i := 0; i < b.N; i++ {
-			n, err := NewNetwork(0)
+			n, err := NewNetwork(NetworkConfig{})
 			if err != nil {
 				b.Fatal(err)
 			}
