@@ -6,11 +6,13 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/origdst"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -201,4 +203,58 @@ func listenOn(t *testing.T, n *Network, addr, hello string) {
 	}
 	t.Cleanup(func() { ln.Close() })
 	go serveHello(ln, hello)
+}
+
+// InstallEgress's sidecar knobs, each installed over the table before
+// (it replaces, so an exemption does not outlive its table): AllLocalTCP
+// opens every loopback port, ExemptUID lets that uid's sockets (here the
+// test's own, root's) pass unredirected and unfiltered.
+func TestInstallEgressReplacesAndExempts(t *testing.T) {
+	n := egressNetwork(t)
+	listenOn(t, n, "127.0.0.1:18789", "served")
+	listenOn(t, n, "127.0.0.1:53", "local53")
+	go serveHello(n.DNSStreams[0], "dns")
+	base := EgressRules{
+		TransparentPort: port(n.Transparent[0]), DNSPort: port(n.DNSStreams[0]),
+		LocalTCPPorts: []int{3128, port(n.Transparent[0]), port(n.DNSStreams[0])},
+	}
+	root, other := uint32(0), uint32(12345)
+	for _, tc := range []struct {
+		name      string
+		rules     func(r EgressRules) EgressRules
+		port18789 string // what 127.0.0.1:18789 says, or the error
+		port53    string // what 127.0.0.1:53 says
+	}{
+		{"exempt root", func(r EgressRules) EgressRules { r.ExemptUID = &root; return r }, "served", "local53"},
+		{"plain", func(r EgressRules) EgressRules { return r }, unix.ECONNREFUSED.Error(), "dns"},
+		{"all local TCP", func(r EgressRules) EgressRules { r.AllLocalTCP = true; return r }, "served", "dns"},
+		{"exempt another uid", func(r EgressRules) EgressRules { r.ExemptUID = &other; return r }, unix.ECONNREFUSED.Error(), "dns"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := InstallEgress(n.NS, tc.rules(base)); err != nil {
+				t.Fatalf("InstallEgress: %v", err)
+			}
+			for addr, want := range map[string]string{"127.0.0.1:18789": tc.port18789, "127.0.0.1:53": tc.port53} {
+				got, err := attemptIn(n, "tcp", addr)
+				if err != nil {
+					got = err.Error()
+				}
+				if !errorsMatch(got, want) {
+					t.Errorf("%s: tcp %s: %q; want %q", tc.name, addr, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestInstallEgressRefusesBadPorts(t *testing.T) {
+	for _, r := range []EgressRules{
+		{TransparentPort: 0, DNSPort: 53},
+		{TransparentPort: 8080, DNSPort: 65536},
+		{TransparentPort: 8080, DNSPort: 5353, LocalTCPPorts: []int{-1}},
+	} {
+		if err := InstallEgress(netns.None(), r); err == nil || !strings.Contains(err.Error(), "out of range") {
+			t.Errorf("InstallEgress(%+v) = %v; want a port out of range", r, err)
+		}
+	}
 }
