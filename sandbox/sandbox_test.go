@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 )
 
@@ -150,6 +151,12 @@ func attempt(name string) int {
 		}
 	case "dns":
 		_, err = net.LookupHost("escape.test")
+	case "nft-delete":
+		var conn *nftables.Conn
+		if conn, err = nftables.New(); err == nil {
+			conn.DelTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: egressTable})
+			err = conn.Flush()
+		}
 	case "raw":
 		err = socketErr(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP)
 	case "packet":
@@ -272,6 +279,7 @@ func TestEscapesFail(t *testing.T) {
 		{"udp", "", unix.ENETUNREACH, NetNone},
 		{"dns", "", unix.ECONNREFUSED, NetProxy}, // the query lands on the DNS socket (closed here), never outside
 		{"dns", "", nil, NetNone},
+		{"nft-delete", "", unix.EPERM, NetProxy}, // no CAP_NET_ADMIN (seccomp off below: the capability is what stops it)
 		{"raw", "", unix.EPERM, NetNone},
 		{"packet", "", unix.EPERM, NetNone},
 		{"mptcp", "", unix.EPERM, NetNone},
@@ -292,8 +300,11 @@ func TestEscapesFail(t *testing.T) {
 				c.ProxyPort = 3128
 			}
 			c.Exec = append(c.Exec, suidDir)
-			if tc.name == "tcp-netns" {
+			switch tc.name {
+			case "tcp-netns":
 				c.Landlock = LandlockOff
+			case "nft-delete":
+				c.Seccomp = false
 			}
 			c.Env = append(c.Env, "AIRLOCK_ESCAPE="+tc.name, "AIRLOCK_ESCAPE_ARG="+tc.arg)
 			out, code, err := runWith(t, c, func(n *Network) {
