@@ -119,7 +119,7 @@ func (r EgressRules) filterChain(conn *nftables.Conn, table *nftables.Table) err
 	chain := conn.AddChain(&nftables.Chain{
 		Name: "filter_out", Table: table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter,
-		Policy: ptr(nftables.ChainPolicyDrop),
+		Policy: new(nftables.ChainPolicyDrop),
 	})
 	var rules [][]expr.Any
 	if r.ExemptUID != nil {
@@ -211,5 +211,3 @@ func redirect(port int) []expr.Any {
 		&expr.Redir{RegisterProtoMin: 1},
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
