@@ -254,3 +254,13 @@ func TestInstallEgressRefusesBadPorts(t *testing.T) {
 		}
 	}
 }
+
+// A namespace whose table cannot be installed is no namespace at all: the
+// caller gets the error, never a Network with a way out.
+func TestNewNetworkFailsClosed(t *testing.T) {
+	testutil.RequireRoot(t, "network namespaces and nftables")
+	n, err := NewNetwork(NetworkConfig{ProxyPort: 3128, LocalPorts: []int{70000}})
+	if err == nil || n != nil || !strings.Contains(err.Error(), "port 70000 is out of range") {
+		t.Fatalf("NewNetwork(local port 70000) = %v, %v; want no network and the port named", n, err)
+	}
+}
