@@ -32,6 +32,9 @@ import (
 // (testutil.ServeClient): the proxy attributes every connection to its
 // owner, which must be another process than itself.
 func TestMain(m *testing.M) {
+	if os.Getenv(dialerEnv) != "" {
+		serveDialer()
+	}
 	testutil.ServeClient()
 	os.Exit(m.Run())
 }
@@ -93,6 +96,8 @@ type tpFixture struct {
 	audit *testutil.Buffer
 	roots *x509.CertPool // the airlock CA
 	upCA  *testca.CA
+	// explicit is the explicit proxy's address, serving the same sandbox.
+	explicit string
 }
 
 func newTPFixture(tb testing.TB) *tpFixture {
@@ -169,19 +174,26 @@ func newTPFixture(tb testing.TB) *tpFixture {
 
 	sb := Sandbox{ID: "tp", Kind: "agent", Preset: "tp", Candidates: identity.Tree(os.Getpid()), NetNS: netns.None(),
 		Names: tpNames{tpAPI: "api.tp.test", tpTLS: "tls.tp.test", tpWeb: "web.tp.test", tpSSH: "ssh.tp.test", tpClosed: "closed.tp.test", tpForgotten: ""}}
-	served := make(chan error, len(tpDestinations))
+	served := make(chan error, len(tpDestinations)+1)
 	for _, a := range tpDestinations {
 		go func() { served <- fx.p.ServeTransparent(listeners[a], sb) }()
 	}
+	// The explicit proxy, for the same sandbox, to compare with.
+	explicit, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fx.explicit = explicit.Addr().String()
+	go func() { served <- fx.p.Serve(explicit, sb) }()
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := fx.p.Shutdown(ctx); err != nil {
 			tb.Errorf("Shutdown: %v", err)
 		}
-		for range tpDestinations {
+		for range cap(served) {
 			if err := <-served; err != nil {
-				tb.Errorf("ServeTransparent: %v", err)
+				tb.Errorf("serving: %v", err)
 			}
 		}
 	})
