@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,6 +100,8 @@ type tpFixture struct {
 	upCA  *testca.CA
 	// explicit is the explicit proxy's address, serving the same sandbox.
 	explicit string
+	sb       Sandbox
+	serving  sync.WaitGroup
 }
 
 func newTPFixture(tb testing.TB) *tpFixture {
@@ -167,16 +171,29 @@ func newTPFixture(tb testing.TB) *tpFixture {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	// Test-only: no redirect brings the connections, which dial each
-	// destination itself; the address a connection reached is the one
-	// its client asked for, as SO_ORIGINAL_DST would tell.
-	fx.p.origDst = func(c net.Conn) (netip.AddrPort, error) { return addrPort(c.LocalAddr()), nil }
+	// Test-only: no redirect brings a connection to a fixture's
+	// destination (the client dials it itself), and the address it
+	// reached is the one it asked for, as SO_ORIGINAL_DST would tell
+	// after a redirect. Any other listener's are read as in production.
+	fx.p.origDst = func(c net.Conn) (netip.AddrPort, error) {
+		if reached := addrPort(c.LocalAddr()); slices.Contains(tpDestinations, reached.Addr()) {
+			return reached, nil
+		}
+		return redirectedTo(c)
+	}
 
-	sb := Sandbox{ID: "tp", Kind: "agent", Preset: "tp", Candidates: identity.Tree(os.Getpid()), NetNS: netns.None(),
+	fx.sb = Sandbox{ID: "tp", Kind: "agent", Preset: "tp", Candidates: identity.Tree(os.Getpid()), NetNS: netns.None(),
 		Names: tpNames{tpAPI: "api.tp.test", tpTLS: "tls.tp.test", tpWeb: "web.tp.test", tpSSH: "ssh.tp.test", tpClosed: "closed.tp.test", tpForgotten: ""}}
-	served := make(chan error, len(tpDestinations)+1)
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := fx.p.Shutdown(ctx); err != nil {
+			tb.Errorf("Shutdown: %v", err)
+		}
+		fx.serving.Wait()
+	})
 	for _, a := range tpDestinations {
-		go func() { served <- fx.p.ServeTransparent(listeners[a], sb) }()
+		fx.serve(tb, listeners[a], fx.sb, fx.p.ServeTransparent)
 	}
 	// The explicit proxy, for the same sandbox, to compare with.
 	explicit, err := net.Listen("tcp", "127.0.0.1:0")
@@ -184,20 +201,20 @@ func newTPFixture(tb testing.TB) *tpFixture {
 		tb.Fatal(err)
 	}
 	fx.explicit = explicit.Addr().String()
-	go func() { served <- fx.p.Serve(explicit, sb) }()
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := fx.p.Shutdown(ctx); err != nil {
-			tb.Errorf("Shutdown: %v", err)
-		}
-		for range cap(served) {
-			if err := <-served; err != nil {
-				tb.Errorf("serving: %v", err)
-			}
-		}
-	})
+	fx.serve(tb, explicit, fx.sb, fx.p.Serve)
 	return fx
+}
+
+// serve runs serve(ln, sb) until the fixture's Shutdown, which checks that
+// it ended without an error.
+func (fx *tpFixture) serve(tb testing.TB, ln net.Listener, sb Sandbox, serve func(net.Listener, Sandbox) error) {
+	fx.serving.Add(1)
+	go func() {
+		defer fx.serving.Done()
+		if err := serve(ln, sb); err != nil {
+			tb.Errorf("serving %s: %v", ln.Addr(), err)
+		}
+	}()
 }
 
 var tpDestinations = []netip.Addr{tpAPI, tpTLS, tpWeb, tpSSH, tpClosed, tpForgotten, tpLiteral}
@@ -254,9 +271,16 @@ func greetAndEcho(ln net.Listener) {
 }
 
 // client is a connection from another process (the test binary as a relay,
-// testutil.ServeClient) to dst on the fixture's port: what the test writes
-// and reads, the process sends and receives.
-func (fx *tpFixture) client(t *testing.T, dst netip.Addr) net.Conn {
+// testutil.ServeClient, run by the command before, if any) to dst on the
+// fixture's port: what the test writes and reads, the process sends and
+// receives.
+func (fx *tpFixture) client(t *testing.T, dst netip.Addr, before ...string) net.Conn {
+	t.Helper()
+	return fx.clientTo(t, netip.AddrPortFrom(dst, uint16(fx.port)), before...)
+}
+
+// clientTo is client to any address and port.
+func (fx *tpFixture) clientTo(t *testing.T, dst netip.AddrPort, before ...string) net.Conn {
 	t.Helper()
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -266,8 +290,9 @@ func (fx *tpFixture) client(t *testing.T, dst netip.Addr) net.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(fx.exe)
-	cmd.Env = append(os.Environ(), testutil.RelayEnv+"="+netip.AddrPortFrom(dst, uint16(fx.port)).String())
+	argv := append(before, fx.exe)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), testutil.RelayEnv+"="+dst.String())
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
