@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -410,6 +411,10 @@ func TestServeTransparent(t *testing.T) {
 			io.WriteString(c, "SSH-2.0-OpenSSH_9.6 Ubuntu\r\n")
 			wantNothing(t, c)
 		}},
+		{"ssh-like client to an inspected host: reset", tpAPI, "api.tp.test", policies.ReasonInvalidRequest, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			io.WriteString(c, "SSH-2.0-OpenSSH_9.6 Ubuntu\r\n")
+			wantNothing(t, c)
+		}},
 		{"server speaks first: the silent client is tunnelled", tpSSH, "ssh.tp.test", policies.ReasonAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
 			got, err := bufio.NewReader(c).ReadString('\n')
 			if err != nil || got != tpBanner {
@@ -488,6 +493,67 @@ func wantNothing(t *testing.T, c net.Conn) {
 	if got, _ := io.ReadAll(c); len(got) > 0 {
 		t.Fatalf("the client read %q; want the connection ended with nothing", got)
 	}
+}
+
+// peek tells what a connection's first bytes speak, within its bounds,
+// and gives them back whole: a ClientHello (its server name and ALPN list)
+// as crypto/tls reads it, an HTTP/1 request line, anything else; a
+// beginning that could be a request line but runs past the header limit
+// is anything else, and a ClientHello crypto/tls cannot read is an error.
+func TestPeek(t *testing.T) {
+	// MaxHeaderBytes 64, and 4096 for the request line: 4160 bytes at most.
+	p := &Proxy{cfg: Config{Limits: Limits{MaxHeaderBytes: 64, HandshakeTimeout: 10 * time.Second, ReadHeaderTimeout: 10 * time.Second}}}
+	long := "GET /" + strings.Repeat("a", 8000)
+	for _, tc := range []struct {
+		name  string
+		send  func(c net.Conn)
+		proto protocol
+		early int // -1: all that was sent
+		sni   string
+		alpn  []string
+		err   string
+	}{
+		{"tls", func(c net.Conn) {
+			tls.Client(c, &tls.Config{ServerName: "api.tp.test", NextProtos: []string{"h2", "http/1.1"}}).Handshake()
+		}, speaksTLS, -1, "api.tp.test", []string{"h2", "http/1.1"}, ""},
+		{"http", func(c net.Conn) { io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n") }, speaksHTTP, -1, "", nil, ""},
+		{"ssh", func(c net.Conn) { io.WriteString(c, "SSH-2.0-Go\r\n") }, speaksOther, -1, "", nil, ""},
+		{"request line over the limit", func(c net.Conn) { io.WriteString(c, long) }, speaksOther, 64 + 4096, "", nil, ""},
+		{"not a ClientHello", func(c net.Conn) { c.Write([]byte{0x16, 3, 1, 0, 4, 9, 9, 9, 9}) }, speaksOther, 0, "", nil, "no ClientHello could be read"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server := testutil.TCPPair(t)
+			sent := &testutil.Buffer{}
+			go tc.send(&teeConn{Conn: client, w: sent})
+			o, err := p.peek(server)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("peek = %+v, %v; want an error saying %q", o, err, tc.err)
+				}
+				return
+			}
+			want := len(sent.String())
+			if tc.early >= 0 {
+				want = tc.early
+			}
+			if err != nil || o.proto != tc.proto || o.serverName != tc.sni || !slices.Equal(o.protos, tc.alpn) ||
+				len(o.early) != want || !strings.HasPrefix(sent.String(), string(o.early)) {
+				t.Fatalf("peek = proto %d, %d bytes, SNI %q, ALPN %q, %v; want proto %d, %d bytes of what was sent, SNI %q, ALPN %q",
+					o.proto, len(o.early), o.serverName, o.protos, err, tc.proto, want, tc.sni, tc.alpn)
+			}
+		})
+	}
+}
+
+// teeConn copies what is written to it to w.
+type teeConn struct {
+	net.Conn
+	w io.Writer
+}
+
+func (c *teeConn) Write(b []byte) (int, error) {
+	c.w.Write(b)
+	return c.Conn.Write(b)
 }
 
 func TestRequestLine(t *testing.T) {
