@@ -21,6 +21,9 @@ type sandboxState struct {
 	active   atomic.Int64 // connections held, hijacked tunnels included
 	refusing atomic.Int64 // over-limit connections being answered
 	flooded  atomic.Int64 // over-limit connections closed unanswered, not yet on record
+	// transparent: the listener is ServeTransparent's, whose audit
+	// lines say so.
+	transparent bool
 }
 
 // clientConn is one accepted connection. Its owner is looked up once, when

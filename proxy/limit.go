@@ -57,7 +57,7 @@ const (
 // turn the close into a reset that destroys the answer unread.
 func (p *Proxy) refuseOverLimit(c net.Conn, st *sandboxState, held int64) {
 	defer c.Close()
-	dc := &decision{start: time.Now()}
+	dc := &decision{start: time.Now(), transparent: st.transparent}
 	dc.in.Sandbox = policies.Sandbox{ID: st.ID, Kind: st.Kind, Preset: st.Preset}
 	dc.in.Request.Phase = policies.PhaseConnect
 	dc.d = policies.Decision{Reason: policies.ReasonConnectionLimit, Preset: st.Preset}
@@ -98,7 +98,7 @@ func (p *Proxy) recordFlood(st *sandboxState) {
 	if n == 0 {
 		return
 	}
-	dc := &decision{start: time.Now(), count: n}
+	dc := &decision{start: time.Now(), count: n, transparent: st.transparent}
 	dc.in.Sandbox = policies.Sandbox{ID: st.ID, Kind: st.Kind, Preset: st.Preset}
 	dc.in.Request.Phase = policies.PhaseConnect
 	dc.d = policies.Decision{Reason: policies.ReasonConnectionLimit, Preset: st.Preset}

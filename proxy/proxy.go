@@ -53,6 +53,11 @@ type Sandbox struct {
 	// reach a host: the DNS answerer says NXDOMAIN for names it rejects.
 	// nil: every name resolves (the connection is still decided).
 	Reachable func(host string) bool
+	// Names maps the synthetic addresses the sandbox's DNS answered with
+	// back to their names, for the transparent listener
+	// (ServeTransparent). nil: every destination is decided as its
+	// literal address.
+	Names NameMap
 }
 
 // Limits bound what one client can hold.
@@ -120,6 +125,9 @@ type Proxy struct {
 	// closeAudit closes the audit file Build opened; nil for a Proxy
 	// made with New, whose caller owns its writer.
 	closeAudit func() error
+	// origDst is the destination a transparent connection's client asked
+	// for: redirectedTo, except in tests that stand in for the redirect.
+	origDst func(net.Conn) (netip.AddrPort, error)
 
 	mu       sync.Mutex
 	servers  map[*http.Server]struct{}
@@ -164,6 +172,7 @@ func New(cfg Config) (*Proxy, error) {
 		servers:  map[*http.Server]struct{}{},
 		hijacked: map[net.Conn]*tracked{},
 		dns:      map[*fakedns.Server]struct{}{},
+		origDst:  redirectedTo,
 	}
 	p.transport = &http.Transport{
 		Proxy:       nil,
@@ -228,24 +237,11 @@ type ctxKey struct{}
 // listener may live in another network namespace (created there by the
 // launcher); upstream dials happen from the proxy's namespace.
 func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
-	if sb.Preset == "" && sb.Route == nil {
-		return errors.New("proxy: sandbox has no preset")
-	}
-	if sb.Candidates == nil {
-		return errors.New("proxy: sandbox has no candidate processes")
-	}
-	resolver, err := identity.NewResolver(sb.NetNS, sb.Candidates, p.hashes)
+	st, err := p.newSandboxState(sb)
 	if err != nil {
-		return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
+		return err
 	}
-	defer resolver.Close()
-	if sb.Hook != nil {
-		resolver.WithConnHook(sb.Hook)
-	}
-	if sb.Route != nil {
-		resolver.WithCgroups()
-	}
-	st := &sandboxState{Sandbox: sb, resolver: resolver}
+	defer st.resolver.Close()
 
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = log.New(io.Discard, "", 0)
@@ -299,21 +295,9 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 			}
 		},
 	}
-	p.mu.Lock()
-	if p.closing {
-		p.mu.Unlock()
-		return http.ErrServerClosed
+	if err := p.register(srv, sb); err != nil {
+		return err
 	}
-	// Every sandbox served at once may hold its --max-conns; New checked
-	// for the first.
-	if n := len(p.servers) + 1; n > 1 {
-		if err := p.checkFDs(n); err != nil {
-			p.mu.Unlock()
-			return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
-		}
-	}
-	p.servers[srv] = struct{}{}
-	p.mu.Unlock()
 	p.log.Info("proxy serving", "sandbox", sb.ID, "kind", sb.Kind, "preset", sb.Preset, "pod", sb.Route != nil, "listen", ln.Addr().String())
 	err = srv.Serve(&limitListener{Listener: ln, p: p, st: st})
 	p.recordFlood(st) // what the last interval counted
@@ -321,6 +305,47 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 		return nil
 	}
 	return err
+}
+
+// newSandboxState checks sb and opens its identity resolver, which the
+// caller closes when its listener stops.
+func (p *Proxy) newSandboxState(sb Sandbox) (*sandboxState, error) {
+	if sb.Preset == "" && sb.Route == nil {
+		return nil, errors.New("proxy: sandbox has no preset")
+	}
+	if sb.Candidates == nil {
+		return nil, errors.New("proxy: sandbox has no candidate processes")
+	}
+	resolver, err := identity.NewResolver(sb.NetNS, sb.Candidates, p.hashes)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
+	}
+	if sb.Hook != nil {
+		resolver.WithConnHook(sb.Hook)
+	}
+	if sb.Route != nil {
+		resolver.WithCgroups()
+	}
+	return &sandboxState{Sandbox: sb, resolver: resolver}, nil
+}
+
+// register adds a listener's server to those Shutdown stops, unless
+// Shutdown has begun (http.ErrServerClosed).
+func (p *Proxy) register(srv *http.Server, sb Sandbox) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		return http.ErrServerClosed
+	}
+	// Every sandbox served at once may hold its --max-conns; New checked
+	// for the first.
+	if n := len(p.servers) + 1; n > 1 {
+		if err := p.checkFDs(n); err != nil {
+			return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
+		}
+	}
+	p.servers[srv] = struct{}{}
+	return nil
 }
 
 // Shutdown stops accepting, lets requests and tunnels in flight finish
