@@ -36,7 +36,8 @@ func newRedirectCmd() *cobra.Command {
 			}
 			uid := uint32(exemptUID)
 			r.ExemptUID = &uid
-			r.LocalTCPPorts, r.AllLocalTCP = localPorts, len(localPorts) == 0
+			// Where the redirect leads is a loopback port too.
+			r.LocalTCPPorts, r.AllLocalTCP = append(localPorts, r.TransparentPort, r.DNSPort), len(localPorts) == 0
 			ns := netns.None()
 			if nsPath != "" {
 				h, err := netns.GetFromPath(nsPath)
