@@ -21,9 +21,6 @@ type sandboxState struct {
 	active   atomic.Int64 // connections held, hijacked tunnels included
 	refusing atomic.Int64 // over-limit connections being answered
 	flooded  atomic.Int64 // over-limit connections closed unanswered, not yet on record
-	// transparent: the listener is ServeTransparent's, whose audit
-	// lines say so.
-	transparent bool
 }
 
 // clientConn is one accepted connection. Its owner is looked up once, when
@@ -41,6 +38,9 @@ type clientConn struct {
 	// handled: a handler has the connection's current request. Until one
 	// does, whatever http.Server writes is its own refusal (servedConn).
 	handled atomic.Bool
+	// transparent: accepted by a transparent listener, whose audit lines
+	// say so.
+	transparent bool
 }
 
 func newClientConn(sb *sandboxState, c *stallConn) *clientConn {

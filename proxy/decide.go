@@ -48,7 +48,7 @@ func (dc *decision) upstreamContext(ctx context.Context) context.Context {
 // policy, in the listener's own name (a pod's listener: the pod's); ok
 // reports whether the policy may be asked.
 func (p *Proxy) begin(cc *clientConn, req policies.Request) (dc *decision, ok bool) {
-	dc = &decision{start: time.Now(), transparent: cc.sb.transparent}
+	dc = &decision{start: time.Now(), transparent: cc.transparent}
 	dc.in.Request = req
 	proc, err := cc.identity(p.cfg.Metrics)
 	if err != nil {

@@ -135,6 +135,8 @@ type Proxy struct {
 	hijacked map[net.Conn]*tracked
 	dns      map[*fakedns.Server]struct{}
 	closing  bool
+	// sandboxes counts those open (Open): each may hold its --max-conns.
+	sandboxes int
 }
 
 // tracked is a hijacked client connection that Shutdown drains.
@@ -233,15 +235,65 @@ func orDefault[T comparable](v *T, d T) {
 
 type ctxKey struct{}
 
-// Serve accepts connections on ln for sandbox sb until Shutdown. The
-// listener may live in another network namespace (created there by the
-// launcher); upstream dials happen from the proxy's namespace.
-func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
+// Egress is one sandbox as the proxy serves it. Its listeners (the
+// explicit proxy's, the transparent ones) share its identity resolver and
+// its --max-conns: a sandbox holds as many connections whichever way its
+// programs leave.
+type Egress struct {
+	p         *Proxy
+	st        *sandboxState
+	closeOnce sync.Once
+}
+
+// Open readies sb to be served on one or more listeners. Close it once
+// they have stopped.
+func (p *Proxy) Open(sb Sandbox) (*Egress, error) {
 	st, err := p.newSandboxState(sb)
+	if err != nil {
+		return nil, err
+	}
+	e := &Egress{p: p, st: st}
+	p.mu.Lock()
+	p.sandboxes++
+	n := p.sandboxes
+	p.mu.Unlock()
+	// Every sandbox served at once may hold its --max-conns; New checked
+	// for the first.
+	if n > 1 {
+		if err := p.checkFDs(n); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
+		}
+	}
+	return e, nil
+}
+
+// Close releases the sandbox's identity resolver.
+func (e *Egress) Close() {
+	e.closeOnce.Do(func() {
+		e.st.resolver.Close()
+		e.p.mu.Lock()
+		e.p.sandboxes--
+		e.p.mu.Unlock()
+	})
+}
+
+// Serve accepts connections on ln for sandbox sb until Shutdown, as the
+// only listener of sb (Open, Egress.Serve).
+func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
+	e, err := p.Open(sb)
 	if err != nil {
 		return err
 	}
-	defer st.resolver.Close()
+	defer e.Close()
+	return e.Serve(ln)
+}
+
+// Serve accepts explicit proxy connections on ln until Shutdown. The
+// listener may live in another network namespace (created there by the
+// launcher); upstream dials happen from the proxy's namespace.
+func (e *Egress) Serve(ln net.Listener) error {
+	p, st, sb := e.p, e.st, e.st.Sandbox
 
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = log.New(io.Discard, "", 0)
@@ -295,11 +347,11 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 			}
 		},
 	}
-	if err := p.register(srv, sb); err != nil {
+	if err := p.register(srv); err != nil {
 		return err
 	}
 	p.log.Info("proxy serving", "sandbox", sb.ID, "kind", sb.Kind, "preset", sb.Preset, "pod", sb.Route != nil, "listen", ln.Addr().String())
-	err = srv.Serve(&limitListener{Listener: ln, p: p, st: st})
+	err := srv.Serve(&limitListener{Listener: ln, p: p, st: st})
 	p.recordFlood(st) // what the last interval counted
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -307,8 +359,8 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 	return err
 }
 
-// newSandboxState checks sb and opens its identity resolver, which the
-// caller closes when its listener stops.
+// newSandboxState checks sb and opens its identity resolver, which
+// Egress.Close closes.
 func (p *Proxy) newSandboxState(sb Sandbox) (*sandboxState, error) {
 	if sb.Preset == "" && sb.Route == nil {
 		return nil, errors.New("proxy: sandbox has no preset")
@@ -331,18 +383,11 @@ func (p *Proxy) newSandboxState(sb Sandbox) (*sandboxState, error) {
 
 // register adds a listener's server to those Shutdown stops, unless
 // Shutdown has begun (http.ErrServerClosed).
-func (p *Proxy) register(srv *http.Server, sb Sandbox) error {
+func (p *Proxy) register(srv *http.Server) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closing {
 		return http.ErrServerClosed
-	}
-	// Every sandbox served at once may hold its --max-conns; New checked
-	// for the first.
-	if n := len(p.servers) + 1; n > 1 {
-		if err := p.checkFDs(n); err != nil {
-			return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
-		}
 	}
 	p.servers[srv] = struct{}{}
 	return nil

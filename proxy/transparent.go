@@ -23,32 +23,28 @@ type NameMap interface {
 	Name(a netip.Addr) (name string, synthetic bool)
 }
 
-// ServeTransparent accepts redirected connections on ln for sb until
+// ServeTransparent accepts redirected connections on ln for the sandbox until
 // Shutdown, as Serve does the explicit proxy's: the same limits
 // (limitListener), identity, policy, SSRF guard, audit and metrics. Each
 // connection is decided as a CONNECT to the destination its client asked
 // for (the redirect's original destination, mapped back to its name by
 // sb.Names), after a look at its first bytes: a TLS ClientHello's server
 // name and an HTTP/1 request's Host must name that same host.
-func (p *Proxy) ServeTransparent(ln net.Listener, sb Sandbox) error {
-	st, err := p.newSandboxState(sb)
-	if err != nil {
-		return err
-	}
-	defer st.resolver.Close()
-	st.transparent = true
+func (e *Egress) ServeTransparent(ln net.Listener) error {
+	p, sb := e.p, e.st.Sandbox
+	st := e.st // shared with the sandbox's other listeners
 	// Shutdown stops listeners through their http.Server. This one serves
 	// nothing itself: its shutdown closes ln, which ends the accept loop,
 	// and Shutdown drains the connections, each tracked (p.track), as it
 	// drains hijacked ones.
 	srv := &http.Server{}
 	srv.RegisterOnShutdown(func() { ln.Close() })
-	if err := p.register(srv, sb); err != nil {
+	if err := p.register(srv); err != nil {
 		return err
 	}
 	p.log.Info("proxy serving transparently", "sandbox", sb.ID, "kind", sb.Kind, "preset", sb.Preset, "pod", sb.Route != nil, "listen", ln.Addr().String())
 	defer p.recordFlood(st) // what the last interval counted
-	accept := &limitListener{Listener: ln, p: p, st: st}
+	accept := &limitListener{Listener: ln, p: p, st: st, transparent: true}
 	var backoff time.Duration
 	for {
 		c, err := accept.Accept()

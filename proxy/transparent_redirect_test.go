@@ -33,7 +33,7 @@ func TestServeTransparentRedirected(t *testing.T) {
 	ns, ln := redirectedNamespace(t, fx.port)
 	sb := fx.sb
 	sb.NetNS = ns
-	fx.serve(t, ln, sb, fx.p.ServeTransparent)
+	fx.serve(t, ln, sb, transparentServer(fx.p))
 
 	c := fx.client(t, tpTLS, nsenter, fmt.Sprintf("--net=/proc/%d/fd/%d", os.Getpid(), int(ns)))
 	resp, issuer := fx.httpsGet(t, c, "tls.tp.test", []string{"http/1.1"}, "/")

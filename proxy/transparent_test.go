@@ -194,7 +194,7 @@ func newTPFixture(tb testing.TB) *tpFixture {
 		fx.serving.Wait()
 	})
 	for _, a := range tpDestinations {
-		fx.serve(tb, listeners[a], fx.sb, fx.p.ServeTransparent)
+		fx.serve(tb, listeners[a], fx.sb, transparentServer(fx.p))
 	}
 	// The explicit proxy, for the same sandbox, to compare with.
 	explicit, err := net.Listen("tcp", "127.0.0.1:0")
@@ -576,5 +576,18 @@ func TestRequestLine(t *testing.T) {
 		if got := requestLine([]byte(tc.in)); got != tc.want {
 			t.Errorf("requestLine(%q) = %d, want %d", tc.in, got, tc.want)
 		}
+	}
+}
+
+// transparentServer serves a listener as the only transparent one of its
+// sandbox.
+func transparentServer(p *Proxy) func(net.Listener, Sandbox) error {
+	return func(ln net.Listener, sb Sandbox) error {
+		e, err := p.Open(sb)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		return e.ServeTransparent(ln)
 	}
 }

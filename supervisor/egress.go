@@ -25,12 +25,17 @@ func ServeEgress(px *proxy.Proxy, n *sandbox.Network, sb proxy.Sandbox, failed f
 		return err
 	}
 	sb.Names = pool
+	e, err := px.Open(sb)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
 	serves := []func() error{
-		func() error { return px.Serve(n.Listener, sb) },
+		func() error { return e.Serve(n.Listener) },
 		func() error { return px.ServeDNS(sb, pool, n.DNSPackets, n.DNSStreams) },
 	}
 	for _, ln := range n.Transparent {
-		serves = append(serves, func() error { return px.ServeTransparent(ln, sb) })
+		serves = append(serves, func() error { return e.ServeTransparent(ln) })
 	}
 	var (
 		wg    sync.WaitGroup
