@@ -20,19 +20,22 @@ import (
 // a way out has gone, and the caller need not wait for the others to
 // learn it.
 func ServeEgress(px *proxy.Proxy, n *sandbox.Network, sb proxy.Sandbox, failed func(error)) error {
-	pool, err := fakedns.NewPool(fakedns.PoolConfig{})
-	if err != nil {
-		return err
+	var pool *fakedns.Pool
+	if len(n.DNSPackets)+len(n.DNSStreams) > 0 {
+		var err error
+		if pool, err = fakedns.NewPool(fakedns.PoolConfig{}); err != nil {
+			return err
+		}
+		sb.Names = pool
 	}
-	sb.Names = pool
 	e, err := px.Open(sb)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	serves := []func() error{
-		func() error { return e.Serve(n.Listener) },
-		func() error { return px.ServeDNS(sb, pool, n.DNSPackets, n.DNSStreams) },
+	serves := []func() error{func() error { return e.Serve(n.Listener) }}
+	if pool != nil {
+		serves = append(serves, func() error { return px.ServeDNS(sb, pool, n.DNSPackets, n.DNSStreams) })
 	}
 	for _, ln := range n.Transparent {
 		serves = append(serves, func() error { return e.ServeTransparent(ln) })
