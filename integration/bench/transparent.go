@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/proxy/fakedns"
 )
 
 // The transparent path beside the explicit one (scenario "transparent",
@@ -397,10 +399,6 @@ func lookups(r *net.Resolver, next func() string) result {
 	return res
 }
 
-// synthetic are the proxy's DNS pools: an answer from anywhere else would
-// mean the lookup was not answered by the proxy.
-var synthetic = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("fc00::/7")}
-
 // lookupSynthetic looks host up (A and AAAA, as clients do by default),
 // checks that every answer is synthetic, and returns the IPv4 ones.
 func lookupSynthetic(r *net.Resolver, host string) ([]netip.Addr, error) {
@@ -413,7 +411,9 @@ func lookupSynthetic(r *net.Resolver, host string) ([]netip.Addr, error) {
 	var v4 []netip.Addr
 	for _, a := range addrs {
 		a = a.Unmap()
-		if !synthetic[0].Contains(a) && !synthetic[1].Contains(a) {
+		// The sandbox's pools (launch takes the defaults): an answer from
+		// anywhere else was not the proxy's.
+		if !fakedns.DefaultV4.Contains(a) && !fakedns.DefaultV6.Contains(a) {
 			return nil, fmt.Errorf("%s: %s is not a synthetic address: the proxy did not answer", host, a)
 		}
 		if a.Is4() {

@@ -93,9 +93,9 @@ func TestTransparentSamplesRead(t *testing.T) {
 // and one IPv4 to dial.
 func TestLookupSynthetic(t *testing.T) {
 	answers := map[string][]netip.Addr{
-		"both.test.":    {netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("fd61:6972:6c6b::7")},
+		"both.test.":    {netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("fd61:6972:6c6b:5300::7")},
 		"real.test.":    {netip.MustParseAddr("10.0.0.1")},
-		"v6-only.test.": {netip.MustParseAddr("fd61:6972:6c6b::8")},
+		"v6-only.test.": {netip.MustParseAddr("fd61:6972:6c6b:5300::8")},
 	}
 	server := serveDNS(t, answers)
 	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
