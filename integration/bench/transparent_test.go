@@ -40,18 +40,18 @@ func TestTransparentSamplesRead(t *testing.T) {
 		},
 		{
 			name: "a failure marks the rate and the CPU",
-			lines: `{"step":"dns-one","path":"transparent","ready":true}
-{"step":"dns-one","path":"transparent","err":"lookup bench.test.: no such host"}
+			lines: `{"step":"dns-same","path":"transparent","ready":true}
+{"step":"dns-same","path":"transparent","err":"lookup w0.bench.test.: no such host"}
 {"step":"keep-alive","path":"explicit","ready":true}
 {"step":"keep-alive","path":"explicit","elapsed":1000000000}`,
 			wantValues: map[string]map[string][]float64{},
 			wantFailed: map[string]map[string]string{
-				"DNS answers/s, one name":        {"transparent": "lookup bench.test.: no such host"},
-				"proxy CPU per DNS answer, one":  {"transparent": "lookup bench.test.: no such host"},
-				"client CPU per DNS answer, one": {"transparent": "lookup bench.test.: no such host"},
-				"keep-alive req/s in a tunnel":   {"explicit": "no operation completed"},
-				"proxy CPU per keep-alive req":   {"explicit": "no operation completed"},
-				"ends' CPU per keep-alive req":   {"explicit": "no operation completed"},
+				"DNS answers/s, same names":       {"transparent": "lookup w0.bench.test.: no such host"},
+				"proxy CPU per DNS answer, same":  {"transparent": "lookup w0.bench.test.: no such host"},
+				"client CPU per DNS answer, same": {"transparent": "lookup w0.bench.test.: no such host"},
+				"keep-alive req/s in a tunnel":    {"explicit": "no operation completed"},
+				"proxy CPU per keep-alive req":    {"explicit": "no operation completed"},
+				"ends' CPU per keep-alive req":    {"explicit": "no operation completed"},
 			},
 			wantGo: 2,
 		},
