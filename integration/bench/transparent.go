@@ -186,11 +186,11 @@ func copyExecutable(dst string) error {
 // round.
 type transparentSamples struct {
 	values map[string]map[string][]float64
-	failed map[string]map[string]string
+	failed map[string]map[string][]string // the rounds' errors
 }
 
 func newTransparentSamples() *transparentSamples {
-	return &transparentSamples{values: map[string]map[string][]float64{}, failed: map[string]map[string]string{}}
+	return &transparentSamples{values: map[string]map[string][]float64{}, failed: map[string]map[string][]string{}}
 }
 
 func (s *transparentSamples) add(row, path string, v float64) {
@@ -229,9 +229,9 @@ func (s *transparentSamples) read(from io.Reader, goAhead io.Writer, proxyCPU, o
 			}
 			for _, r := range []string{row.rate, row.cpu, row.ends} {
 				if s.failed[r] == nil {
-					s.failed[r] = map[string]string{}
+					s.failed[r] = map[string][]string{}
 				}
-				s.failed[r][l.Path] = l.Err
+				s.failed[r][l.Path] = append(s.failed[r][l.Path], l.Err)
 			}
 			fmt.Fprintf(os.Stderr, "transparent: %s %s: %s\n", l.Path, l.Step, l.Err)
 			continue
@@ -255,17 +255,22 @@ func rowOf(step string) *transparentRow {
 
 func (s *transparentSamples) print(w io.Writer) {
 	fmt.Fprintf(w, "\n%-32s %12s %12s %22s\n", fmt.Sprintf("airlock launch, median of %d", *rounds), pathExplicit, pathTransparent, "transparent/explicit")
+	partly := false
 	line := func(row string, unit string) {
 		fmt.Fprintf(w, "%-32s", row)
 		med := map[string]float64{}
 		for _, p := range []string{pathExplicit, pathTransparent} {
 			cell := "—" // the explicit path has no DNS
 			switch {
-			case s.failed[row][p] != "":
-				cell = "error"
 			case len(s.values[row][p]) > 0:
 				med[p] = median(s.values[row][p])
 				cell = fmt.Sprintf("%.0f%s", med[p], unit)
+				if len(s.failed[row][p]) > 0 {
+					cell += "*"
+					partly = true
+				}
+			case len(s.failed[row][p]) > 0:
+				cell = "error"
 			}
 			fmt.Fprintf(w, " %12s", cell)
 		}
@@ -283,6 +288,9 @@ func (s *transparentSamples) print(w io.Writer) {
 	}
 	for _, r := range transparentRows {
 		line(r.ends, " µs")
+	}
+	if partly {
+		fmt.Fprintln(w, "* some rounds failed (stderr says why): the median of the others")
 	}
 	fmt.Fprintf(w, "(one sandbox, %d clients, %s per measurement; the proxy's CPU is the launch process's, from /proc, the ends' the client's and the origin's; a DNS answer is one A or AAAA query answered)\n", *conc, *duration)
 }

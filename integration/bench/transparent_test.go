@@ -19,7 +19,7 @@ func TestTransparentSamplesRead(t *testing.T) {
 		name       string
 		lines      string
 		wantValues map[string]map[string][]float64
-		wantFailed map[string]map[string]string
+		wantFailed map[string]map[string][]string
 		wantGo     int
 		wantErr    string
 	}{
@@ -35,7 +35,7 @@ func TestTransparentSamplesRead(t *testing.T) {
 				"proxy CPU per new tunnel": {"transparent": {250}},
 				"ends' CPU per new tunnel": {"transparent": {1500}},
 			},
-			wantFailed: map[string]map[string]string{},
+			wantFailed: map[string]map[string][]string{},
 			wantGo:     1,
 		},
 		{
@@ -45,13 +45,13 @@ func TestTransparentSamplesRead(t *testing.T) {
 {"step":"keep-alive","path":"explicit","ready":true}
 {"step":"keep-alive","path":"explicit","elapsed":1000000000}`,
 			wantValues: map[string]map[string][]float64{},
-			wantFailed: map[string]map[string]string{
-				"DNS answers/s, same names":       {"transparent": "lookup w0.bench.test.: no such host"},
-				"proxy CPU per DNS answer, same":  {"transparent": "lookup w0.bench.test.: no such host"},
-				"client CPU per DNS answer, same": {"transparent": "lookup w0.bench.test.: no such host"},
-				"keep-alive req/s in a tunnel":    {"explicit": "no operation completed"},
-				"proxy CPU per keep-alive req":    {"explicit": "no operation completed"},
-				"ends' CPU per keep-alive req":    {"explicit": "no operation completed"},
+			wantFailed: map[string]map[string][]string{
+				"DNS answers/s, same names":       {"transparent": {"lookup w0.bench.test.: no such host"}},
+				"proxy CPU per DNS answer, same":  {"transparent": {"lookup w0.bench.test.: no such host"}},
+				"client CPU per DNS answer, same": {"transparent": {"lookup w0.bench.test.: no such host"}},
+				"keep-alive req/s in a tunnel":    {"explicit": {"no operation completed"}},
+				"proxy CPU per keep-alive req":    {"explicit": {"no operation completed"}},
+				"ends' CPU per keep-alive req":    {"explicit": {"no operation completed"}},
 			},
 			wantGo: 2,
 		},
@@ -178,4 +178,33 @@ func serveDNS(t *testing.T, answers map[string][]netip.Addr) string {
 		}
 	}()
 	return pc.LocalAddr().String()
+}
+
+// A row shows each path's median and their ratio; a path whose rounds all
+// failed says error, one with some failed rounds marks its median.
+func TestTransparentPrint(t *testing.T) {
+	s := newTransparentSamples()
+	s.values = map[string]map[string][]float64{
+		"new TLS tunnels/s (+GET)":     {"explicit": {800, 700, 900}, "transparent": {880, 770, 990}},
+		"inspected keep-alive req/s":   {"explicit": {5000}, "transparent": {4000}},
+		"DNS answers/s, unique names":  {"transparent": {9000}},
+		"keep-alive req/s in a tunnel": {"explicit": {100}},
+	}
+	s.failed = map[string]map[string][]string{
+		"inspected keep-alive req/s":   {"transparent": {"status 403 identity_unknown"}},
+		"keep-alive req/s in a tunnel": {"transparent": {"EOF", "EOF"}},
+	}
+	var out strings.Builder
+	s.print(&out)
+	for _, want := range []string{
+		"new TLS tunnels/s (+GET)                  800          880                  1.10x\n",
+		"inspected keep-alive req/s               5000        4000*                  0.80x\n",
+		"keep-alive req/s in a tunnel              100        error                      —\n",
+		"DNS answers/s, unique names                 —         9000                      —\n",
+		"* some rounds failed",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, out.String())
+		}
+	}
 }
