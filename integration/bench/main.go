@@ -473,6 +473,9 @@ func newTunnels(proxyAddr, target, serverName string, roots *x509.CertPool) resu
 			return 0, err
 		}
 		n, _ := io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 200 { // a transparent connection's denial is an answer too
+			return 0, fmt.Errorf("status %d %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"))
+		}
 		return n, nil
 	})
 }

@@ -301,15 +301,22 @@ func (s *transparentSamples) print(w io.Writer) {
 // each path, every measurement announced on stdout and started on a line
 // from stdin.
 func runSandboxClient(port string) error {
-	originRoots, err := pool(*clientCA)
-	if err != nil {
-		return err
-	}
 	// The airlock CA, which inspected tunnels present, is in the bundle the
-	// sandbox's SSL_CERT_FILE names.
+	// sandbox's SSL_CERT_FILE names. The opaque tunnels trust it too, beside
+	// the origin's CA: a transparent connection the proxy denies is
+	// answered with its 403 over TLS, whose reason the client then reads
+	// (newTunnels and tlsKeepAlive count only a 200).
 	airlockRoots, err := x509.SystemCertPool()
 	if err != nil {
 		return err
+	}
+	originCA, err := os.ReadFile(*clientCA)
+	if err != nil {
+		return err
+	}
+	originRoots := airlockRoots.Clone()
+	if !originRoots.AppendCertsFromPEM(originCA) {
+		return fmt.Errorf("%s: no certificates", *clientCA)
 	}
 	proxy, err := url.Parse(os.Getenv("HTTPS_PROXY"))
 	if err != nil || proxy.Host == "" {
