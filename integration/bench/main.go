@@ -50,6 +50,9 @@ func main() {
 	if *relayAddr != "" {
 		goRelay(*relayAddr)
 	}
+	if *serveDNSFloor {
+		dnsFloor()
+	}
 	if *sandboxClient != "" {
 		if err := runSandboxClient(*sandboxClient); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: sandbox client:", err)

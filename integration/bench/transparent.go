@@ -155,6 +155,16 @@ decision := lib.decide(rules, denies)
 	if readErr != nil {
 		return fmt.Errorf("transparent: %w", readErr)
 	}
+	// The DNS floor, once the sandbox is gone, round after round.
+	for range *rounds {
+		rate, cpu, err := measureDNSFloor()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "transparent: DNS floor:", err)
+			break
+		}
+		s.add(floorRate, pathFloor, rate)
+		s.add(floorCPU, pathFloor, cpu)
+	}
 	s.print(os.Stdout)
 	return nil
 }
@@ -288,6 +298,14 @@ func (s *transparentSamples) print(w io.Writer) {
 	}
 	for _, r := range transparentRows {
 		line(r.ends, " µs")
+	}
+	if f := s.values[floorCPU][pathFloor]; len(f) > 0 {
+		rate, cpu := median(s.values[floorRate][pathFloor]), median(f)
+		fmt.Fprintf(w, "DNS floor (bare miekg/dns, loopback, no redirect): %.0f answers/s, %.0f µs CPU per answer", rate, cpu)
+		if same := s.values["proxy CPU per DNS answer, same"][pathTransparent]; len(same) > 0 {
+			fmt.Fprintf(w, "; the proxy's per same-name answer %.2fx", median(same)/cpu)
+		}
+		fmt.Fprintln(w)
 	}
 	if partly {
 		fmt.Fprintln(w, "* some rounds failed (stderr says why): the median of the others")
