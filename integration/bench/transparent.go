@@ -150,10 +150,10 @@ decision := lib.decide(rules, denies)
 	readErr := s.read(stdout, stdin, func() time.Duration { return cpuTime(cmd) }, func() time.Duration { return cpuTime(nil) })
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("transparent: airlock launch: %w", err)
+		return fmt.Errorf("airlock launch: %w", err)
 	}
 	if readErr != nil {
-		return fmt.Errorf("transparent: %w", readErr)
+		return readErr
 	}
 	// The DNS floor, once the sandbox is gone, round after round.
 	for range *rounds {
