@@ -25,6 +25,10 @@ var (
 	syntheticV6 = netip.MustParsePrefix("fd61:6972:6c6b:5300::/64")
 )
 
+// hostResolver stands for the host's resolver: the tests count what
+// reaches it (nothing may).
+const hostResolver = "127.53.0.1"
+
 // unproxied unsets every proxy variable the launcher gives the command:
 // Node 20's fetch would ignore them anyway, git and curl would not.
 const unproxied = "env -u HTTPS_PROXY -u https_proxy -u HTTP_PROXY -u http_proxy -u ALL_PROXY -u all_proxy -u NODE_USE_ENV_PROXY "
@@ -42,8 +46,8 @@ type tpWorld struct {
 	python, openssl, nc string
 	echoPort            int
 	resolve             []string // --resolve flags: every name a test may reach is pinned
-	// resolvConf names the counting resolver; the launcher (and so its
-	// proxy) and the sandbox see it as /etc/resolv.conf.
+	// resolvConf names the counting resolver; the launcher, and so its
+	// in-process proxy, sees it as /etc/resolv.conf.
 	resolvConf   string
 	resolverHits atomic.Int64
 }
@@ -71,7 +75,7 @@ func newTPWorld(t *testing.T) *tpWorld {
 		t.Fatalf("build tpclient: %v\n%s", err, out)
 	}
 	tw.echoPort = serveEcho(t)
-	tw.serveResolver(t, "127.53.0.1")
+	tw.serveResolver(t, hostResolver)
 
 	tw.bundle = filepath.Join(tw.dir, "transparent-bundle")
 	os.MkdirAll(tw.bundle, 0o755)
@@ -232,8 +236,9 @@ func (tw *tpWorld) script(t *testing.T, binary string, steps []step, args ...str
 
 // launch runs script in `airlock launch --preset transparent` and returns
 // its output. The launcher runs in a mount namespace of its own where
-// /etc/resolv.conf names the counting resolver; after the sandbox has
-// exited, the resolver must have counted nothing.
+// /etc/resolv.conf names the counting resolver (the sandbox is given one
+// of its own): after the sandbox has exited, the resolver must have
+// counted nothing.
 func (tw *tpWorld) launch(t *testing.T, audit, script string, args ...string) string {
 	t.Helper()
 	launch := []string{"launch", "--policy", tw.bundle, "--preset", "transparent", "--allow-range", "127.0.0.2/32",
@@ -369,6 +374,11 @@ func TestTransparentDNS(t *testing.T) {
 		{tag: "MX udp", cmd: dns + "udp MX api.test", want: "REFUSED"},
 		{tag: "nxdomain udp", cmd: dns + "udp A nope.test", want: "NXDOMAIN"},
 		{tag: "nxdomain tcp", cmd: dns + "tcp AAAA nope.test", want: "NXDOMAIN"},
+		// Whatever server a program asks, port 53 is the proxy's: a
+		// public-looking one, and the host's (the counting) resolver.
+		{tag: "A other server", cmd: dns + "udp A api.test 192.0.2.53:53", want: "NOERROR", check: synthetic(syntheticV4)},
+		{tag: "AAAA host resolver", cmd: dns + "tcp AAAA api.test " + hostResolver + ":53", want: "NOERROR", check: synthetic(syntheticV6)},
+		{tag: "TXT v6 server", cmd: dns + "udp TXT api.test [2001:db8::53]:53", want: "REFUSED"},
 		{tag: "udp test-net", cmd: tw.goClient + " udp 192.0.2.1:9", check: refusedAtOnce},
 		{tag: "udp synthetic", cmd: tw.goClient + " udp api.test:9", check: func(t *testing.T, out string) {
 			synthetic(syntheticV4, syntheticV6)(t, out)

@@ -3,8 +3,9 @@
 // setting and prints what it got, one line per run, for the test to read.
 //
 //	tpclient get|post URL               an http.Transport with Proxy nil: "STATUS BODY"
-//	tpclient dns udp|tcp TYPE NAME      one query to the first nameserver of
-//	                                    /etc/resolv.conf: "RCODE ADDR..."
+//	tpclient dns udp|tcp TYPE NAME [SERVER]
+//	                                    one query to SERVER (IP:PORT) or the first
+//	                                    nameserver of /etc/resolv.conf: "RCODE ADDR..."
 //	tpclient udp HOST:PORT              one datagram, then a read: "ADDR ERRNO"
 //
 // Failures are printed as "error: ..." and exit 1, so a shell script of
@@ -27,7 +28,7 @@ import (
 
 func main() {
 	if len(os.Args) < 3 {
-		fmt.Fprintln(os.Stderr, "usage: tpclient get|post URL | dns udp|tcp TYPE NAME | udp HOST:PORT")
+		fmt.Fprintln(os.Stderr, "usage: tpclient get|post URL | dns udp|tcp TYPE NAME [SERVER] | udp HOST:PORT")
 		os.Exit(2)
 	}
 	var out string
@@ -36,11 +37,15 @@ func main() {
 	case "get", "post":
 		out, err = fetch(strings.ToUpper(os.Args[1]), os.Args[2])
 	case "dns":
-		if len(os.Args) != 5 {
-			fmt.Fprintln(os.Stderr, "usage: tpclient dns udp|tcp TYPE NAME")
+		if len(os.Args) != 5 && len(os.Args) != 6 {
+			fmt.Fprintln(os.Stderr, "usage: tpclient dns udp|tcp TYPE NAME [SERVER]")
 			os.Exit(2)
 		}
-		out, err = query(os.Args[2], os.Args[3], os.Args[4])
+		server := ""
+		if len(os.Args) == 6 {
+			server = os.Args[5]
+		}
+		out, err = query(os.Args[2], os.Args[3], os.Args[4], server)
 	case "udp":
 		out, err = datagram(os.Args[2])
 	default:
@@ -75,15 +80,18 @@ func fetch(method, url string) (string, error) {
 	return fmt.Sprintf("%d %s", resp.StatusCode, body), nil
 }
 
-// query asks the system's nameserver, as any resolver would, with a DNS
-// library rather than a parser of the test's own.
-func query(network, qtype, name string) (string, error) {
-	conf, err := dns.ClientConfigFromFile("/etc/resolv.conf")
-	if err != nil {
-		return "", err
-	}
-	if len(conf.Servers) == 0 {
-		return "", errors.New("/etc/resolv.conf names no nameserver")
+// query asks server, or the system's nameserver as any resolver would,
+// with a DNS library rather than a parser of the test's own.
+func query(network, qtype, name, server string) (string, error) {
+	if server == "" {
+		conf, err := dns.ClientConfigFromFile("/etc/resolv.conf")
+		if err != nil {
+			return "", err
+		}
+		if len(conf.Servers) == 0 {
+			return "", errors.New("/etc/resolv.conf names no nameserver")
+		}
+		server = net.JoinHostPort(conf.Servers[0], conf.Port)
 	}
 	t, ok := dns.StringToType[qtype]
 	if !ok {
@@ -92,9 +100,9 @@ func query(network, qtype, name string) (string, error) {
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), t)
 	c := &dns.Client{Net: network, Timeout: 10 * time.Second}
-	r, _, err := c.Exchange(m, net.JoinHostPort(conf.Servers[0], conf.Port))
+	r, _, err := c.Exchange(m, server)
 	if err != nil {
-		return "", fmt.Errorf("%s %s over %s: %w", qtype, name, network, err)
+		return "", fmt.Errorf("%s %s over %s to %s: %w", qtype, name, network, server, err)
 	}
 	fields := []string{dns.RcodeToString[r.Rcode]}
 	for _, rr := range r.Answer {
