@@ -165,6 +165,7 @@ type auditLine struct {
 	Detail   string `json:"detail"`
 	Scrubbed int64  `json:"secret_scrubbed"`
 	Count    int    `json:"count"`
+	Via      string `json:"via"`
 }
 
 // audit reads the audit log, waiting until pred matches a decision line.

@@ -190,8 +190,8 @@ type step struct {
 	// absent must not be in its output: what getting through would show.
 	absent string
 	// The decision line it leaves in the audit log, made for the client's
-	// binary: host and reason (and port when non-zero). No host: no line
-	// is checked.
+	// binary, via the transparent listener: host and reason (and port
+	// when non-zero). No host: no line is checked.
 	host   string
 	port   int
 	reason string
@@ -227,7 +227,7 @@ func (tw *tpWorld) script(t *testing.T, binary string, steps []step, args ...str
 		}
 		if s.host != "" {
 			log.audit(t, func(a auditLine) bool {
-				return a.Binary == binary && a.Host == s.host && a.Reason == s.reason && (s.port == 0 || a.Port == s.port)
+				return a.Binary == binary && a.Host == s.host && a.Reason == s.reason && (s.port == 0 || a.Port == s.port) && a.Via == "transparent"
 			})
 		}
 	}
@@ -338,7 +338,7 @@ func TestTransparentEgress(t *testing.T) {
 		// address, and the SSRF guard still stands after an allow.
 		{"direct to a literal address", tw.curl, []step{
 			{tag: "denied", cmd: "curl -sS -m 10 --noproxy '*' http://192.0.2.1/", want: `"reason":"host_not_allowed"`, host: "192.0.2.1", reason: "host_not_allowed"},
-			{tag: "ssrf", cmd: "curl -sS -m 10 --noproxy '*' http://192.0.2.7/", want: `"reason":"ssrf"`, host: "192.0.2.7", reason: "ssrf"},
+			{tag: "ssrf", cmd: "curl -sS -m 10 --noproxy '*' http://192.0.2.7/", want: `"reason":"ssrf_blocked"`, host: "192.0.2.7", reason: "ssrf_blocked"},
 			// The namespace's own loopback is no way out either: only
 			// the proxy's ports are open there.
 			{tag: "loopback", cmd: fmt.Sprintf("curl -sS -m 10 --noproxy '*' http://127.0.0.2:%d/ || echo direct-refused", tw.plainPort), want: "direct-refused", absent: "plain GET"},
