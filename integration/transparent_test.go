@@ -213,6 +213,7 @@ func (tw *tpWorld) script(t *testing.T, binary string, steps []step, args ...str
 	log := &runningProxy{auditLog: audit}
 	for _, s := range steps {
 		got, ok := sections[s.tag]
+		t.Logf("%s: %s", s.tag, got)
 		switch {
 		case !ok:
 			t.Errorf("%s: no output section in:\n%s", s.tag, out)
