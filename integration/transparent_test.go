@@ -317,6 +317,9 @@ func TestTransparentEgress(t *testing.T) {
 			{tag: "path", cmd: python + api + "/other", want: `"reason":"path_not_allowed"`, absent: "api.test other path", host: "api.test", reason: "path_not_allowed"},
 			{tag: "plain", cmd: python + plain + "/py", want: "200 plain GET /py", host: "plain.test", reason: "allowed"},
 			{tag: "plain binary", cmd: python + "http://curl-only.test/", want: `"reason":"binary_not_allowed"`, host: "curl-only.test", port: 80, reason: "binary_not_allowed"},
+			// Neither TLS nor HTTP: a denial can only reset the connection.
+			{tag: "reset", cmd: fmt.Sprintf(`%s -c 'import socket; s = socket.create_connection(("echo.test", %d), timeout=30); s.sendall(b"ping\n"); print("read", s.recv(100))'`, tw.python, tw.echoPort),
+				want: "ConnectionResetError", absent: "read b'ping", host: "echo.test", port: tw.echoPort, reason: "binary_not_allowed"},
 		}, nil},
 		{"openssl s_client", tw.openssl, []step{
 			{tag: "allowed", cmd: sClient(tw.tlsPort, "api.test"), want: "hello from api.test", host: "api.test", reason: "allowed"},
