@@ -166,6 +166,10 @@ type auditLine struct {
 	Scrubbed int64  `json:"secret_scrubbed"`
 	Count    int    `json:"count"`
 	Via      string `json:"via"`
+	// A CANONICAL-PROXY-DNS line's: the name asked, its type, the answer.
+	Name  string `json:"name"`
+	QType string `json:"qtype"`
+	RCode string `json:"rcode"`
 }
 
 // audit reads the audit log, waiting until pred matches a decision line.
