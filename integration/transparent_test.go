@@ -440,7 +440,8 @@ func refusedAtOnce(t *testing.T, out string) {
 
 // TestTransparentPod: in a pod, a service's python with http.client,
 // never told of the proxy, reaches a name its own preset allows, and
-// another service with the same code is denied it by its own preset.
+// another service with the same code is denied it by its own preset; a
+// name no service's preset names does not resolve.
 func TestTransparentPod(t *testing.T) {
 	e := newPodEnv(t)
 	alphaIn, betaIn := freePort(t), freePort(t)
@@ -478,6 +479,17 @@ func TestTransparentPod(t *testing.T) {
 			t.Errorf("%s's denial names sandbox %q preset %q reason %q binary %q, want %s, %s, %s, %s: %s",
 				tc.service, d.Sandbox, d.Preset, d.Reason, d.Binary, tc.service, tc.preset, tc.reason, e.python, a["body"])
 		}
-		audit.audit(t, func(a auditLine) bool { return a.Binary == e.python && a.Host == "api.test" && a.Reason == tc.reason })
+		audit.audit(t, func(a auditLine) bool {
+			return a.Binary == e.python && a.Host == "api.test" && a.Reason == tc.reason && a.Via == "transparent"
+		})
 	}
+
+	// A name no service's preset could reach does not resolve.
+	_, body = call(t, alpha, e.key, "/straight?url=https://other.test/")
+	if a := answer(t, body); !strings.Contains(fmt.Sprint(a["error"]), "Name or service not known") {
+		t.Errorf("alpha straight to other.test: %s, want NXDOMAIN's error", body)
+	}
+	audit.auditMsg(t, "CANONICAL-PROXY-DNS", func(a auditLine) bool {
+		return a.Name == "other.test" && a.RCode == "NXDOMAIN" && a.Reason == "host_not_allowed"
+	})
 }
