@@ -28,8 +28,9 @@ var (
 // reaches it (nothing may).
 const hostResolver = "127.53.0.1"
 
-// unproxied unsets every proxy variable the launcher gives the command:
-// Node 20's fetch would ignore them anyway, git and curl would not.
+// unproxied runs a command without the proxy variables the launcher sets:
+// Node 20's fetch ignores them, but a later Node reads them when
+// NODE_USE_ENV_PROXY is set, and the test is of a client that does not.
 const unproxied = "env -u HTTPS_PROXY -u https_proxy -u HTTP_PROXY -u http_proxy -u ALL_PROXY -u all_proxy -u NODE_USE_ENV_PROXY "
 
 // tpWorld is the fixture of the transparent egress tests: newWorld's
