@@ -334,6 +334,9 @@ func TestTransparentEgress(t *testing.T) {
 		{"nc", tw.nc, []step{
 			{tag: "allowed", cmd: fmt.Sprintf("printf 'ping through airlock\\n' | nc -N -w 10 echo.test %d", tw.echoPort),
 				want: "ping through airlock", host: "echo.test", port: tw.echoPort, reason: "allowed"},
+			// The same over IPv6: the name's synthetic IPv6 address.
+			{tag: "allowed v6", cmd: fmt.Sprintf("printf 'ping over ipv6\\n' | nc -6 -N -w 10 echo.test %d", tw.echoPort),
+				want: "ping over ipv6", host: "echo.test", port: tw.echoPort, reason: "allowed"},
 			// plain.test's origin would answer 400 to this: a reset instead.
 			{tag: "port", cmd: fmt.Sprintf("printf 'ping\\n' | nc -N -w 10 echo.test %d", tw.plainPort),
 				absent: "400", host: "echo.test", port: tw.plainPort, reason: "port_not_allowed"},
@@ -342,6 +345,7 @@ func TestTransparentEgress(t *testing.T) {
 		// address, and the SSRF guard still stands after an allow.
 		{"direct to a literal address", tw.curl, []step{
 			{tag: "denied", cmd: "curl -sS -m 10 --noproxy '*' http://192.0.2.1/", want: `"reason":"host_not_allowed"`, host: "192.0.2.1", reason: "host_not_allowed"},
+			{tag: "denied v6", cmd: "curl -sS -m 10 -g --noproxy '*' 'http://[2001:db8::1]/'", want: `"reason":"host_not_allowed"`, host: "2001:db8::1", reason: "host_not_allowed"},
 			{tag: "ssrf", cmd: "curl -sS -m 10 --noproxy '*' http://192.0.2.7/", want: `"reason":"ssrf_blocked"`, host: "192.0.2.7", reason: "ssrf_blocked"},
 			// The namespace's own loopback is no way out either: only
 			// the proxy's ports are open there.
