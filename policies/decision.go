@@ -25,8 +25,10 @@ const (
 	// name leads, whether the request matches its tunnel, whether a
 	// secret the policy asks to inject exists and can be kept from the
 	// agent (never on a WebSocket, whose frames are not scrubbed); whether the sandbox
-	// already holds as many connections as it may; and whether the
-	// decision could be put on record before anything was dialled for it.
+	// already holds as many connections as it may; whether the
+	// decision could be put on record before anything was dialled for it;
+	// and whether a transparent connection's synthetic address still
+	// names a host.
 	ReasonIdentityUnknown   Reason = "identity_unknown"
 	ReasonIdentityAmbiguous Reason = "identity_ambiguous"
 	ReasonSSRF              Reason = "ssrf_blocked"
@@ -36,6 +38,10 @@ const (
 	ReasonUpstreamError     Reason = "upstream_error"
 	ReasonConnectionLimit   Reason = "connection_limit"
 	ReasonAuditUnavailable  Reason = "audit_unavailable"
+	// The sandbox's DNS answerer refuses what it never answers: a query
+	// other than A or AAAA (class IN). Nothing is forwarded.
+	ReasonDNSQueryRefused Reason = "dns_query_refused"
+	ReasonNameForgotten   Reason = "name_forgotten"
 )
 
 // policyReasons are the codes a preset's decision may carry (ByPreset in

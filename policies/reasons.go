@@ -118,6 +118,12 @@ var Reasons = []ReasonSpec{
 	{ReasonAuditUnavailable, http.StatusServiceUnavailable, ByProxy,
 		"the proxy sends nothing it cannot put on record, and its audit log cannot be written ({detail}); an operator must repair the audit log",
 		"the decision could not be written to the audit log, so nothing was sent (see [Audit log](#audit-log))"},
+	{ReasonDNSQueryRefused, http.StatusForbidden, ByProxy,
+		"the sandbox's DNS answers only A and AAAA queries, with addresses the proxy maps back to their names; {detail} is refused, and no query is ever forwarded",
+		"a DNS query in the sandbox other than A or AAAA (TXT, MX, SRV, HTTPS, ANY, PTR, another class): answered REFUSED, never forwarded (see [DNS in the sandbox](#dns-in-the-sandbox)); the status is never sent"},
+	{ReasonNameForgotten, http.StatusMisdirectedRequest, ByProxy,
+		"{host} is an address the sandbox's DNS answered for a name it no longer remembers ({detail}); look the name up again and reconnect",
+		"a transparent connection went to a synthetic address whose name the sandbox's DNS has since forgotten (its TTL passed, or newer names took its place)"},
 }
 
 var reasonSpecs = func() map[Reason]*ReasonSpec {

@@ -196,6 +196,11 @@ func (l *auditLog) write(dc *decision, msg string, status int, up, down int64) e
 	if dc.count > 0 {
 		b = jsonInt(b, "count", dc.count)
 	}
+	if dc.transparent {
+		// Not a CONNECT nor a proxy request: a connection the redirect
+		// brought, decided as its destination.
+		b = jsonString(b, "via", "transparent")
+	}
 	b = append(b, "}\n"...)
 	err := l.put(b)
 	if cap(b) <= 64<<10 { // an outsized line's buffer is not kept

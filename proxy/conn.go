@@ -38,6 +38,9 @@ type clientConn struct {
 	// handled: a handler has the connection's current request. Until one
 	// does, whatever http.Server writes is its own refusal (servedConn).
 	handled atomic.Bool
+	// transparent: accepted by a transparent listener, whose audit lines
+	// say so.
+	transparent bool
 }
 
 func newClientConn(sb *sandboxState, c *stallConn) *clientConn {

@@ -57,13 +57,42 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 	case !dc.d.Allow:
 		p.refuseConn(client, dc, r) // the client may have sent its first tunnel bytes
 	case dc.d.Inspect:
-		if len(early) > 0 {
-			client = &earlyConn{Conn: client, r: io.MultiReader(bytes.NewReader(early), client)}
+		if !p.established(client, dc) {
+			return
 		}
-		p.inspect(cc, client, t, dc)
+		p.inspect(cc, withEarly(client, early), t, dc)
 	default:
-		p.tunnel(rawConn(client), early, dc)
+		upstream, ok := p.dialChecked(dc)
+		if !ok {
+			p.refuseConn(client, dc, nil)
+			return
+		}
+		defer upstream.Close()
+		if !p.established(client, dc) {
+			return
+		}
+		p.tunnel(rawConn(client), upstream, early, dc)
 	}
+}
+
+// established answers an allowed CONNECT, once its upstream (if opaque)
+// is dialled; a client gone meanwhile ends the decision on record.
+func (p *Proxy) established(client net.Conn, dc *decision) bool {
+	if _, err := io.WriteString(client, established); err != nil {
+		dc.detail = "client write: " + err.Error()
+		p.record(dc, 0, 0, 0)
+		return false
+	}
+	return true
+}
+
+// withEarly is c reading early, bytes the client sent before the proxy
+// read from c itself, first.
+func withEarly(c net.Conn, early []byte) net.Conn {
+	if len(early) == 0 {
+		return c
+	}
+	return &earlyConn{Conn: c, r: io.MultiReader(bytes.NewReader(early), c)}
 }
 
 // connectTarget reads a CONNECT's request-target as RFC 9110 spells it,

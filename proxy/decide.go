@@ -33,6 +33,9 @@ type decision struct {
 	// count is how many connections one line stands for (a flood
 	// summary); 0 for one.
 	count int64
+	// transparent: the connection came through the transparent
+	// listener, not as a CONNECT or proxy request.
+	transparent bool
 }
 
 // upstreamContext lets the transport dial exactly dc's checked addresses.
@@ -45,7 +48,7 @@ func (dc *decision) upstreamContext(ctx context.Context) context.Context {
 // policy, in the listener's own name (a pod's listener: the pod's); ok
 // reports whether the policy may be asked.
 func (p *Proxy) begin(cc *clientConn, req policies.Request) (dc *decision, ok bool) {
-	dc = &decision{start: time.Now()}
+	dc = &decision{start: time.Now(), transparent: cc.transparent}
 	dc.in.Request = req
 	proc, err := cc.identity(p.cfg.Metrics)
 	if err != nil {

@@ -147,7 +147,9 @@ func (fx *fuzzFixture) inspectedTunnel(t *testing.T, d time.Duration) (net.Conn,
 	go func() {
 		defer close(done)
 		defer server.Close()
-		fx.p.inspect(fx.cc, server, &tracked{conn: server}, dc)
+		if fx.p.established(server, dc) {
+			fx.p.inspect(fx.cc, server, &tracked{conn: server}, dc)
+		}
 	}()
 	client.SetDeadline(time.Now().Add(d))
 	if _, err := io.ReadFull(client, make([]byte, len(established))); err != nil {

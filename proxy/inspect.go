@@ -23,20 +23,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// inspect terminates TLS for an allowed CONNECT to an inspected host and
-// decides every request inside it. The leaf certificate is for the CONNECT
-// host, and every request must name that same host (Host header,
+// inspect terminates TLS for an allowed connection to an inspected host
+// (a CONNECT the client has been answered, or a transparent connection)
+// and decides every request inside it. The leaf certificate is for the
+// decided host, and every request must name that same host (Host header,
 // absolute-form URL, SNI): an allowed tunnel never reaches another host.
 func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decision) {
-	// The CONNECT's close line, when the tunnel ends; each request in it
-	// has its own lines.
-	status := 0
+	// The tunnel's close line, when it ends; each request in it has its
+	// own lines.
+	status := http.StatusOK
 	defer func() { p.record(dc, status, 0, 0) }()
-	if _, err := io.WriteString(client, established); err != nil {
-		dc.detail = "client write: " + err.Error()
-		return
-	}
-	status = http.StatusOK
 	host := dc.in.Request.Host
 	tc := tls.Server(client, &tls.Config{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.cfg.CA.Leaf(host) },
@@ -52,22 +48,29 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 		return
 	}
 	tc.SetDeadline(time.Time{})
+	p.serveRequests(cc, tc, t, dc, tc.ConnectionState().ServerName)
+}
+
+// serveRequests decides and forwards, one by one, the HTTP/1 requests a
+// client sends on c (an inspected tunnel's TLS, or a transparent plain
+// HTTP connection), each pinned to dc's host and port, and to sni, the TLS
+// server name when there is one.
+func (p *Proxy) serveRequests(cc *clientConn, c net.Conn, t *tracked, dc *decision, sni string) {
 	p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
 	defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
-
-	sni := tc.ConnectionState().ServerName
+	host := dc.in.Request.Host
 	// Request headers are read through a limit, as http.Server reads them
 	// with MaxHeaderBytes: a sandbox must not grow the proxy's memory at
 	// will. Bodies, and bytes after an upgrade, are not capped here.
-	lim := &io.LimitedReader{R: tc}
+	lim := &io.LimitedReader{R: c}
 	tap := &headerTap{r: lim}
 	br := bufio.NewReaderSize(tap, 16<<10)
 	// Responses are written through a buffer: written straight to the TLS
 	// connection, every header line would be a record and a syscall.
-	bw := bufio.NewWriterSize(tc, 16<<10)
+	bw := bufio.NewWriterSize(c, 16<<10)
 	headerLimit := int64(p.cfg.Limits.MaxHeaderBytes) + 4096 // and the request line, as net/http allows
 	for {
-		tc.SetReadDeadline(time.Now().Add(p.cfg.Limits.IdleTimeout))
+		c.SetReadDeadline(time.Now().Add(p.cfg.Limits.IdleTimeout))
 		lim.N = headerLimit
 		if !p.awaitRequest(t, br) {
 			return // closed, idle too long, or the proxy is shutting down
@@ -75,7 +78,7 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 		// Once a request has begun, its header must arrive as promptly as
 		// http.Server demands of plain requests: a client dribbling one
 		// header line a minute must not hold the tunnel for the idle time.
-		tc.SetReadDeadline(time.Now().Add(p.cfg.Limits.ReadHeaderTimeout))
+		c.SetReadDeadline(time.Now().Add(p.cfg.Limits.ReadHeaderTimeout))
 		req, raw, err := tap.readRequest(br)
 		var bad *decision
 		target := policies.Request{Phase: policies.PhaseRequest, Host: host, Port: dc.in.Request.Port}
@@ -102,24 +105,36 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 			resp.Close = true
 			writeResponse(bw, resp)
 			p.record(bad, resp.StatusCode, 0, 0)
-			closeAnswered(tc)
+			closeAnswered(c)
 			return
 		}
-		tc.SetReadDeadline(time.Time{})
+		c.SetReadDeadline(time.Time{})
 		lim.N = math.MaxInt64
-		if !p.serveInner(cc, tc, br, bw, req, dc, sni) {
-			closeAnswered(tc)
+		if !p.serveInner(cc, c, br, bw, req, dc, sni) {
+			closeAnswered(c)
 			return
 		}
 	}
 }
 
-// closeAnswered readies an inspected tunnel for its close after the
-// proxy's last answer: TLS's close_notify, then linger on the socket.
-func closeAnswered(tc *tls.Conn) {
-	tc.SetWriteDeadline(time.Now().Add(refuseLinger))
-	tc.CloseWrite()
-	linger(tc.NetConn(), maxLinger)
+// closeAnswered readies a client connection for its close after the
+// proxy's last answer: TLS's close_notify, if it is TLS, then linger on the
+// socket.
+func closeAnswered(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok {
+		tc.SetWriteDeadline(time.Now().Add(refuseLinger))
+		tc.CloseWrite()
+		c = tc.NetConn()
+	}
+	linger(c, maxLinger)
+}
+
+// socketOf is the connection under c's TLS, if c is TLS.
+func socketOf(c net.Conn) net.Conn {
+	if tc, ok := c.(*tls.Conn); ok {
+		return tc.NetConn()
+	}
+	return c
 }
 
 // writeResponse writes resp through bw and flushes it. The body is read
@@ -152,9 +167,10 @@ func (f flushFirst) Read(p []byte) (int, error) {
 	return f.ReadCloser.Read(p)
 }
 
-// serveInner decides and forwards one request from an inspected tunnel. It
-// reports whether the connection may carry another request.
-func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request, tun *decision, sni string) bool {
+// serveInner decides and forwards one request from an inspected tunnel, or
+// from a transparent plain HTTP connection (c not TLS: forwarded as
+// http://). It reports whether the connection may carry another request.
+func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request, tun *decision, sni string) bool {
 	// Upstream connections go to the addresses checked at CONNECT.
 	ctx, cancel := context.WithCancelCause(tun.upstreamContext(context.Background()))
 	defer cancel(nil)
@@ -174,12 +190,19 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 	// were checked against it above.
 	out := req.Clone(ctx)
 	out.RequestURI = ""
-	out.URL.Scheme = "https"
+	out.URL.Scheme = "http"
+	if _, ok := c.(*tls.Conn); ok {
+		out.URL.Scheme = "https"
+	}
 	out.URL.Host = net.JoinHostPort(t.Host, strconv.Itoa(t.Port))
 	if out.Host == "" {
 		out.Host = out.URL.Host
 	}
 	var err error
+	if len(rdc.d.Inject) > 0 && out.URL.Scheme != "https" {
+		rdc.deny(policies.ReasonSecretUnavailable, plainInject)
+		return p.refuse(bw, req, rdc)
+	}
 	if rdc.scrub, err = p.inject(out.Header, rdc.d.Inject); err != nil {
 		rdc.deny(policies.ReasonSecretUnavailable, err.Error())
 		return p.refuse(bw, req, rdc)
@@ -205,7 +228,7 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 		out.Body = body
 	}
 	if out.Body == nil && !websocket {
-		defer watchClient(tc, br, cancel)()
+		defer watchClient(c, br, cancel)()
 	}
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
@@ -229,7 +252,7 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 			p.refuse(bw, req, rdc)
 			return false
 		}
-		p.upgrade(tc, br, resp, rdc, body)
+		p.upgrade(c, br, resp, rdc, body)
 		return false
 	}
 	if err := rdc.scrub.response(req, resp); err != nil {
@@ -263,7 +286,7 @@ func (p *Proxy) serveInner(cc *clientConn, tc *tls.Conn, br *bufio.Reader, bw *b
 		// The answer was cut short: a reset, not the orderly close that
 		// ends a body an HTTP/1.0 client reads to the close, which would
 		// hand it the part as the whole.
-		reset(tc.NetConn())
+		reset(socketOf(c))
 	}
 	p.record(rdc, resp.StatusCode, body.n(), down.n())
 	return err == nil && !last
@@ -326,7 +349,7 @@ var errClientGone = errors.New("the client closed the connection before the resp
 // client that half-closes its end counts as gone. Bytes the client sends
 // meanwhile (its next request) stay in br for the loop. The returned stop
 // ends the watch before the loop reads br again.
-func watchClient(tc *tls.Conn, br *bufio.Reader, cancel context.CancelCauseFunc) (stop func()) {
+func watchClient(c net.Conn, br *bufio.Reader, cancel context.CancelCauseFunc) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -337,9 +360,9 @@ func watchClient(tc *tls.Conn, br *bufio.Reader, cancel context.CancelCauseFunc)
 	return func() {
 		// A deadline in the past wakes the read; crypto/tls keeps the
 		// connection usable after a timeout.
-		tc.SetReadDeadline(time.Unix(1, 0))
+		c.SetReadDeadline(time.Unix(1, 0))
 		<-done
-		tc.SetReadDeadline(time.Time{})
+		c.SetReadDeadline(time.Time{})
 	}
 }
 
@@ -450,11 +473,7 @@ func (p *Proxy) upgrade(tc net.Conn, br io.Reader, resp *http.Response, dc *deci
 	tc.Write(head.Bytes())
 	// A WebSocket may stay quiet for long, but not forever: its client
 	// socket carries its traffic both ways, so watching it alone is enough.
-	raw := tc
-	if c, ok := tc.(*tls.Conn); ok {
-		raw = c.NetConn()
-	}
-	stopIdle := watchIdle(p.cfg.Limits.TunnelIdleTimeout, raw)
+	stopIdle := watchIdle(p.cfg.Limits.TunnelIdleTimeout, socketOf(tc))
 	var wg sync.WaitGroup
 	var down int64
 	wg.Add(1)

@@ -19,8 +19,9 @@ import (
 // rawConn for an opaque tunnel), so its relay still splices it.
 type limitListener struct {
 	net.Listener
-	p  *Proxy
-	st *sandboxState
+	p           *Proxy
+	st          *sandboxState
+	transparent bool // ServeTransparent's
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -33,10 +34,12 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if n <= int64(l.p.cfg.Limits.MaxConns) {
 			stall := &stallConn{Conn: c, timeout: l.p.cfg.Limits.WriteTimeout,
 				frames: &frameTracker{maxHeader: l.p.cfg.Limits.MaxHeaderBytes + 4096}}
-			return &servedConn{Conn: stall, p: l.p, cc: newClientConn(l.st, stall)}, nil
+			cc := newClientConn(l.st, stall)
+			cc.transparent = l.transparent
+			return &servedConn{Conn: stall, p: l.p, cc: cc}, nil
 		}
 		l.st.active.Add(-1)
-		go l.p.refuseOverLimit(c, l.st, n-1)
+		go l.p.refuseOverLimit(c, l.st, n-1, l.transparent)
 	}
 }
 
@@ -55,9 +58,11 @@ const (
 // per refused connection would spend them. The close lingers, as
 // http.Server's does, so the request the client sent meanwhile does not
 // turn the close into a reset that destroys the answer unread.
-func (p *Proxy) refuseOverLimit(c net.Conn, st *sandboxState, held int64) {
+// A transparent connection is reset instead: its client speaks whatever
+// protocol it chose (TLS, SSH), in which an HTTP answer is garbage.
+func (p *Proxy) refuseOverLimit(c net.Conn, st *sandboxState, held int64, transparent bool) {
 	defer c.Close()
-	dc := &decision{start: time.Now()}
+	dc := &decision{start: time.Now(), transparent: transparent}
 	dc.in.Sandbox = policies.Sandbox{ID: st.ID, Kind: st.Kind, Preset: st.Preset}
 	dc.in.Request.Phase = policies.PhaseConnect
 	dc.d = policies.Decision{Reason: policies.ReasonConnectionLimit, Preset: st.Preset}
@@ -73,6 +78,11 @@ func (p *Proxy) refuseOverLimit(c net.Conn, st *sandboxState, held int64) {
 		return
 	}
 	defer st.refusing.Add(-1)
+	if transparent {
+		p.record(dc, 0, 0, 0)
+		reset(c)
+		return
+	}
 	defer p.record(dc, dc.status(), 0, 0)
 	resp := dc.denialResponse(nil)
 	resp.Close = true

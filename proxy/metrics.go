@@ -22,6 +22,7 @@ type Metrics struct {
 	identity  prometheus.Histogram
 	eval      prometheus.Histogram
 	audit     prometheus.Counter
+	dns       *prometheus.CounterVec
 }
 
 // NewMetrics registers the proxy's metrics, including the CA's leaf cache.
@@ -52,12 +53,15 @@ func NewMetrics(ca *certs.CA) *Metrics {
 		audit: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "airlock_proxy_audit_write_errors_total", Help: "Audit lines that could not be written (each also logged on stderr).",
 		}),
+		dns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_proxy_dns_answers_total", Help: "DNS replies the sandbox's answerer sent, by sandbox and rcode (NOERROR, NXDOMAIN, REFUSED, SERVFAIL, FORMERR, NOTIMP).",
+		}, []string{"sandbox", "rcode"}),
 	}
 	// The runtime's and the process's own figures (go_goroutines,
 	// process_resident_memory_bytes, process_open_fds): a leak of
 	// connections shows there first.
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	r.MustRegister(m.decisions, m.tunnels, m.bytes, m.scrubbed, m.identity, m.eval, m.audit,
+	r.MustRegister(m.decisions, m.tunnels, m.bytes, m.scrubbed, m.identity, m.eval, m.audit, m.dns,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_proxy_cert_cache_hits_total", Help: "Leaf certificates served from the cache."},
 			func() float64 { h, _ := ca.CacheStats(); return float64(h) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_proxy_cert_cache_misses_total", Help: "Leaf certificates signed."},
@@ -85,6 +89,12 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) countDecision(sandbox, decision, reason string) {
 	if m != nil {
 		m.decisions.WithLabelValues(sandbox, decision, reason).Inc()
+	}
+}
+
+func (m *Metrics) countDNS(sandbox, rcode string) {
+	if m != nil {
+		m.dns.WithLabelValues(sandbox, rcode).Inc()
 	}
 }
 

@@ -50,7 +50,7 @@ func (p *Proxy) decidePlain(r *http.Request) *decision {
 		// A rule names a host and port, not a scheme: the same rule
 		// matches http://host:443/. The credential would cross the
 		// network in clear, so the request is not sent at all.
-		dc.deny(policies.ReasonSecretUnavailable, "credentials are injected only into TLS connections, and this request is plain http://")
+		dc.deny(policies.ReasonSecretUnavailable, plainInject)
 	default:
 		var err error
 		if dc.scrub, err = p.inject(r.Header, dc.d.Inject); err != nil {
@@ -59,6 +59,10 @@ func (p *Proxy) decidePlain(r *http.Request) *decision {
 	}
 	return dc
 }
+
+// plainInject is the detail of a plain http:// request a rule would
+// inject a credential into.
+const plainInject = "credentials are injected only into TLS connections, and this request is plain http://"
 
 // plainTarget is what an absolute-form request asks for.
 func plainTarget(r *http.Request) policies.Request {

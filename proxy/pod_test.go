@@ -216,7 +216,7 @@ func newPod(t *testing.T, curl string, hooked bool) *pod {
 		t.Fatal(err)
 	}
 
-	pd.ns, err = sandbox.NewNetwork(podProxyPort)
+	pd.ns, err = sandbox.NewNetwork(sandbox.NetworkConfig{ProxyPort: podProxyPort})
 	if err != nil {
 		t.Fatal(err)
 	}

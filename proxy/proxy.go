@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
+	"github.com/airlock-sandbox/airlock/proxy/fakedns"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
 	"github.com/elazarl/goproxy"
 	"github.com/vishvananda/netns"
@@ -48,6 +49,15 @@ type Sandbox struct {
 	// cgroup) is denied, identity_unknown, with Route's error as the
 	// detail. Preset may then be empty.
 	Route func(p *identity.Process) (Service, error)
+	// Reachable reports whether any rule of the sandbox's preset(s) could
+	// reach a host: the DNS answerer says NXDOMAIN for names it rejects.
+	// nil: every name resolves (the connection is still decided).
+	Reachable func(host string) bool
+	// Names maps the synthetic addresses the sandbox's DNS answered with
+	// back to their names, for the transparent listener
+	// (ServeTransparent). nil: every destination is decided as its
+	// literal address.
+	Names NameMap
 }
 
 // Limits bound what one client can hold.
@@ -115,12 +125,18 @@ type Proxy struct {
 	// closeAudit closes the audit file Build opened; nil for a Proxy
 	// made with New, whose caller owns its writer.
 	closeAudit func() error
+	// origDst is the destination a transparent connection's client asked
+	// for: redirectedTo, except in tests that stand in for the redirect.
+	origDst func(net.Conn) (netip.AddrPort, error)
 
 	mu       sync.Mutex
 	servers  map[*http.Server]struct{}
 	tunnels  sync.WaitGroup
 	hijacked map[net.Conn]*tracked
+	dns      map[*fakedns.Server]struct{}
 	closing  bool
+	// sandboxes counts those open (Open): each may hold its --max-conns.
+	sandboxes int
 }
 
 // tracked is a hijacked client connection that Shutdown drains.
@@ -157,6 +173,8 @@ func New(cfg Config) (*Proxy, error) {
 		hashes:   identity.NewHashCache(1024),
 		servers:  map[*http.Server]struct{}{},
 		hijacked: map[net.Conn]*tracked{},
+		dns:      map[*fakedns.Server]struct{}{},
+		origDst:  redirectedTo,
 	}
 	p.transport = &http.Transport{
 		Proxy:       nil,
@@ -217,28 +235,65 @@ func orDefault[T comparable](v *T, d T) {
 
 type ctxKey struct{}
 
-// Serve accepts connections on ln for sandbox sb until Shutdown. The
+// Egress is one sandbox as the proxy serves it. Its listeners (the
+// explicit proxy's, the transparent ones) share its identity resolver and
+// its --max-conns: a sandbox holds as many connections whichever way its
+// programs leave.
+type Egress struct {
+	p         *Proxy
+	st        *sandboxState
+	closeOnce sync.Once
+}
+
+// Open readies sb to be served on one or more listeners. Close it once
+// they have stopped.
+func (p *Proxy) Open(sb Sandbox) (*Egress, error) {
+	st, err := p.newSandboxState(sb)
+	if err != nil {
+		return nil, err
+	}
+	e := &Egress{p: p, st: st}
+	p.mu.Lock()
+	p.sandboxes++
+	n := p.sandboxes
+	p.mu.Unlock()
+	// Every sandbox served at once may hold its --max-conns; New checked
+	// for the first.
+	if n > 1 {
+		if err := p.checkFDs(n); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
+		}
+	}
+	return e, nil
+}
+
+// Close releases the sandbox's identity resolver.
+func (e *Egress) Close() {
+	e.closeOnce.Do(func() {
+		e.st.resolver.Close()
+		e.p.mu.Lock()
+		e.p.sandboxes--
+		e.p.mu.Unlock()
+	})
+}
+
+// Serve accepts connections on ln for sandbox sb until Shutdown, as the
+// only listener of sb (Open, Egress.Serve).
+func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
+	e, err := p.Open(sb)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	return e.Serve(ln)
+}
+
+// Serve accepts explicit proxy connections on ln until Shutdown. The
 // listener may live in another network namespace (created there by the
 // launcher); upstream dials happen from the proxy's namespace.
-func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
-	if sb.Preset == "" && sb.Route == nil {
-		return errors.New("proxy: sandbox has no preset")
-	}
-	if sb.Candidates == nil {
-		return errors.New("proxy: sandbox has no candidate processes")
-	}
-	resolver, err := identity.NewResolver(sb.NetNS, sb.Candidates, p.hashes)
-	if err != nil {
-		return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
-	}
-	defer resolver.Close()
-	if sb.Hook != nil {
-		resolver.WithConnHook(sb.Hook)
-	}
-	if sb.Route != nil {
-		resolver.WithCgroups()
-	}
-	st := &sandboxState{Sandbox: sb, resolver: resolver}
+func (e *Egress) Serve(ln net.Listener) error {
+	p, st, sb := e.p, e.st, e.st.Sandbox
 
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = log.New(io.Discard, "", 0)
@@ -292,28 +347,50 @@ func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
 			}
 		},
 	}
-	p.mu.Lock()
-	if p.closing {
-		p.mu.Unlock()
-		return http.ErrServerClosed
+	if err := p.register(srv); err != nil {
+		return err
 	}
-	// Every sandbox served at once may hold its --max-conns; New checked
-	// for the first.
-	if n := len(p.servers) + 1; n > 1 {
-		if err := p.checkFDs(n); err != nil {
-			p.mu.Unlock()
-			return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
-		}
-	}
-	p.servers[srv] = struct{}{}
-	p.mu.Unlock()
 	p.log.Info("proxy serving", "sandbox", sb.ID, "kind", sb.Kind, "preset", sb.Preset, "pod", sb.Route != nil, "listen", ln.Addr().String())
-	err = srv.Serve(&limitListener{Listener: ln, p: p, st: st})
+	err := srv.Serve(&limitListener{Listener: ln, p: p, st: st})
 	p.recordFlood(st) // what the last interval counted
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
 	return err
+}
+
+// newSandboxState checks sb and opens its identity resolver, which
+// Egress.Close closes.
+func (p *Proxy) newSandboxState(sb Sandbox) (*sandboxState, error) {
+	if sb.Preset == "" && sb.Route == nil {
+		return nil, errors.New("proxy: sandbox has no preset")
+	}
+	if sb.Candidates == nil {
+		return nil, errors.New("proxy: sandbox has no candidate processes")
+	}
+	resolver, err := identity.NewResolver(sb.NetNS, sb.Candidates, p.hashes)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
+	}
+	if sb.Hook != nil {
+		resolver.WithConnHook(sb.Hook)
+	}
+	if sb.Route != nil {
+		resolver.WithCgroups()
+	}
+	return &sandboxState{Sandbox: sb, resolver: resolver}, nil
+}
+
+// register adds a listener's server to those Shutdown stops, unless
+// Shutdown has begun (http.ErrServerClosed).
+func (p *Proxy) register(srv *http.Server) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		return http.ErrServerClosed
+	}
+	p.servers[srv] = struct{}{}
+	return nil
 }
 
 // Shutdown stops accepting, lets requests and tunnels in flight finish
@@ -330,9 +407,16 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 			t.conn.Close()
 		}
 	}
+	answerers := make([]*fakedns.Server, 0, len(p.dns))
+	for s := range p.dns {
+		answerers = append(answerers, s)
+	}
 	p.mu.Unlock()
 	var errs []error
 	for _, s := range servers {
+		errs = append(errs, s.Shutdown(ctx))
+	}
+	for _, s := range answerers {
 		errs = append(errs, s.Shutdown(ctx))
 	}
 	done := make(chan struct{})

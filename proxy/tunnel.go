@@ -14,21 +14,22 @@ import (
 
 const established = "HTTP/1.1 200 Connection established\r\n\r\n"
 
-// tunnel relays an allowed, uninspected CONNECT to exactly the addresses the
-// guard checked, early (what the client sent with the CONNECT) first. The
-// relay splices (spliceCopy): the bytes never enter user space.
-func (p *Proxy) tunnel(client net.Conn, early []byte, dc *decision) {
+// dialChecked dials exactly the addresses the guard checked for dc. A
+// failure turns dc into a denial (upstream_error) for the caller to answer.
+func (p *Proxy) dialChecked(dc *decision) (net.Conn, bool) {
 	upstream, err := p.cfg.Guard.Dial(context.Background(), dc.addrs, dc.in.Request.Port)
 	if err != nil {
 		dc.deny(policies.ReasonUpstreamError, err.Error())
-		p.refuseConn(client, dc, nil)
-		return
+		return nil, false
 	}
-	defer upstream.Close()
-	if _, err := io.WriteString(client, established); err != nil {
-		p.record(dc, http.StatusOK, 0, 0)
-		return
-	}
+	return upstream, true
+}
+
+// tunnel relays an allowed, uninspected connection to its upstream, dialled
+// to exactly the addresses the guard checked (dialChecked), early (what
+// the client sent before the relay began) first. The relay splices
+// (spliceCopy): the bytes never enter user space.
+func (p *Proxy) tunnel(client, upstream net.Conn, early []byte, dc *decision) {
 	if len(early) > 0 {
 		if _, err := upstream.Write(early); err != nil {
 			dc.detail = "upstream write: " + err.Error()

@@ -19,8 +19,9 @@ const (
 	// NetNone: a new network namespace with only a loopback, and nothing
 	// listening on it.
 	NetNone Net = "none"
-	// NetProxy: a new network namespace whose loopback holds the proxy's
-	// listener and nothing else: no route anywhere, no DNS.
+	// NetProxy: a new network namespace whose only way out is the proxy:
+	// its explicit listener on the loopback, and the redirect of every
+	// other TCP connection and of DNS to it (NewNetwork, InstallEgress).
 	NetProxy Net = "proxy"
 	// NetHost: the host's network (no isolation; for trusted tools only).
 	NetHost Net = "host"
@@ -50,7 +51,9 @@ type Config struct {
 	ProxyPort int `json:"proxy_port,omitempty"`
 	// ConnectPorts are further TCP ports the sandbox may connect to,
 	// besides ProxyPort: its pod's other services on the namespace's
-	// loopback. Landlock network rules enforce them, per port.
+	// loopback. With --net none Landlock network rules enforce them, per
+	// port; with --net proxy the namespace's nft table does (they are
+	// NetworkConfig.LocalPorts), and Landlock leaves connect alone.
 	ConnectPorts []int `json:"connect_ports,omitempty"`
 
 	// Landlock paths: read-only, read-write, read-and-execute.
@@ -155,8 +158,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if len(c.ConnectPorts) > 0 && c.Net == NetHost {
-		// On the host's network Landlock's connect rules are not
-		// applied: the ports would read as a limit that is not there.
+		// On the host's network neither Landlock's connect rules nor
+		// the nft table apply: the ports would read as a limit that is
+		// not there.
 		fail("connect ports %v need the sandbox's own network (--net proxy or none), not --net host", c.ConnectPorts)
 	}
 	switch c.Landlock {

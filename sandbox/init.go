@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -46,6 +47,10 @@ func runInit() {
 		// only its own processes, not the host's or their command lines.
 		{"mount /proc", mountProc},
 		{"join network namespace", joinNetNS},
+		// Every name is answered by the proxy, whatever server is asked
+		// (the redirect catches port 53); the sandbox's resolver asks its
+		// own loopback, so no query is even addressed outside it.
+		{"point DNS at the proxy", pointDNSAtProxy},
 	}
 	for _, s := range steps {
 		if err := s.run(c); err != nil {
@@ -139,6 +144,46 @@ func joinNetNS(c *Config) error {
 		return &os.SyscallError{Syscall: "setns(CLONE_NEWNET)", Err: err}
 	}
 	return unix.Close(fdNetNS)
+}
+
+// resolvConf is the sandbox's /etc/resolv.conf on the proxy network.
+const resolvConf = "# airlock: the proxy answers every name with a synthetic address and decides the connection\nnameserver 127.0.0.1\n"
+
+// pointDNSAtProxy bind-mounts resolvConf over /etc/resolv.conf in the
+// sandbox's private mount namespace. The file is made and unlinked here:
+// the mount keeps it, and nothing is left behind on the host. A host
+// without /etc/resolv.conf needs nothing: resolvers then ask 127.0.0.1.
+func pointDNSAtProxy(c *Config) error {
+	if c.Net != NetProxy {
+		return nil
+	}
+	if _, err := os.Stat("/etc/resolv.conf"); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	f, err := os.CreateTemp("", "airlock-resolv-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.WriteString(resolvConf)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount(f.Name(), "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
+		return &os.SyscallError{Syscall: "mount(" + f.Name() + ", /etc/resolv.conf, MS_BIND)", Err: err}
+	}
+	// Read-only, as the host's is to the sandbox: a bind mount takes its
+	// flags only on a remount.
+	if err := unix.Mount("", "/etc/resolv.conf", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return &os.SyscallError{Syscall: "mount(/etc/resolv.conf, MS_REMOUNT|MS_RDONLY)", Err: err}
+	}
+	return nil
 }
 
 // startCommandStage re-executes this binary as the command stage, which

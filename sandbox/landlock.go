@@ -56,13 +56,18 @@ func buildRuleset(c *Config) (*ruleset, error) {
 	if abi < 0 {
 		abi = 0
 	}
-	needNet := c.Net != NetHost
+	// Only --net none has Landlock handle TCP connect. Landlock sees the
+	// port a program asked for, before nft's redirect: in the transparent
+	// network (--net proxy) a connect to any host's 443 must reach the
+	// redirect, and the nft table (InstallEgress) limits the loopback
+	// ports instead. A kernel without ABI 4 thus misses nothing there.
+	needNet := c.Net == NetNone
 	var missing []string
 	switch {
 	case abi < 1:
 		missing = append(missing, "Landlock (the kernel has no Landlock ABI): file-system and network rules")
 	case needNet && abi < 4:
-		missing = append(missing, fmt.Sprintf("Landlock network rules (ABI %d < 4): TCP connect limited to the proxy port", abi))
+		missing = append(missing, fmt.Sprintf("Landlock network rules (ABI %d < 4): TCP connect limited to the connect ports %v", abi, c.ConnectPorts))
 	}
 	if len(missing) > 0 && c.Landlock == LandlockHard {
 		return nil, fmt.Errorf("landlock: refusing to start: the kernel cannot enforce %s (use --landlock best-effort to run without it)", strings.Join(missing, "; "))
@@ -112,22 +117,11 @@ func buildRuleset(c *Config) (*ruleset, error) {
 		return nil, err
 	}
 	if attr.Access_net != 0 {
-		if err := rs.allowConnect(connectPorts(c)); err != nil {
+		if err := rs.allowConnect(c.ConnectPorts); err != nil {
 			return nil, err
 		}
 	}
 	return rs, nil
-}
-
-// connectPorts are the TCP ports the sandbox may connect to: the proxy's
-// (--net proxy) and its pod's services' (ConnectPorts), on its own
-// namespace's loopback.
-func connectPorts(c *Config) []int {
-	var ports []int
-	if c.Net == NetProxy {
-		ports = append(ports, c.ProxyPort)
-	}
-	return append(ports, c.ConnectPorts...)
 }
 
 // allowConnect allows TCP connects to each port.

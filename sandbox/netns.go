@@ -14,19 +14,41 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Network is a sandbox's own network namespace, made by the launcher before
-// the sandboxed process exists, with the proxy's listener already inside.
-type Network struct {
-	NS       netns.NsHandle
-	Listener net.Listener // 127.0.0.1:port inside the namespace; nil for --net none
+// NetworkConfig is what a sandbox's network namespace gets.
+type NetworkConfig struct {
+	// ProxyPort, when non-zero, is the explicit proxy's port (its
+	// listener on 127.0.0.1:ProxyPort) and turns on transparent egress:
+	// the redirect, the transparent listeners and the DNS sockets.
+	// 0: loopback only (--net none).
+	ProxyPort int
+	// LocalPorts are further loopback TCP ports the namespace's processes
+	// may connect to (a pod's services' ports). With --net none Landlock
+	// enforces them; in the transparent network the nft table does.
+	LocalPorts []int
 }
 
-// NewNetwork creates a network namespace with only loopback up and, when
-// port is non-zero, a TCP listener on 127.0.0.1:port inside it. The
-// namespace is entered on one locked thread and left before returning: the
-// proxy serves the listener from the host namespace's goroutines, so its
-// upstream dials leave from the host, and the sandbox has no route at all.
-func NewNetwork(port int) (*Network, error) {
+// Network is a sandbox's own network namespace, made by the launcher before
+// the sandboxed process exists, with the proxy's listeners already inside.
+type Network struct {
+	NS       netns.NsHandle
+	Listener net.Listener // explicit proxy, 127.0.0.1:ProxyPort; nil for none
+	// Transparent are where the redirect lands: tcp4 127.0.0.1:T and tcp6
+	// [::1]:T (one port T, chosen by the kernel). The v6 one only when
+	// the kernel has IPv6.
+	Transparent []net.Listener
+	// DNSPackets (UDP) and DNSStreams (TCP) on 127.0.0.1:D and [::1]:D:
+	// where port 53 of any address lands.
+	DNSPackets []net.PacketConn
+	DNSStreams []net.Listener
+}
+
+// NewNetwork creates a network namespace with loopback up and, when
+// c.ProxyPort is non-zero, transparent egress (setUpEgress). The namespace
+// is entered on one locked thread and left before returning: the proxy
+// serves the listeners from the host namespace's goroutines, so its
+// upstream dials leave from the host, and the sandbox's only ways out are
+// the listeners.
+func NewNetwork(c NetworkConfig) (*Network, error) {
 	var n *Network
 	err := inNamespace(func() error {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
@@ -34,7 +56,7 @@ func NewNetwork(port int) (*Network, error) {
 		}
 		return nil
 	}, func() (err error) {
-		n, err = setUpNetwork(port)
+		n, err = setUpNetwork(c)
 		return err
 	})
 	if err != nil && n != nil {
@@ -44,31 +66,26 @@ func NewNetwork(port int) (*Network, error) {
 	return n, err
 }
 
-// setUpNetwork runs in the new namespace: loopback up, and the proxy's
-// listener on it.
-func setUpNetwork(port int) (*Network, error) {
+// setUpNetwork runs in the new namespace: loopback up, then egress.
+func setUpNetwork(c NetworkConfig) (*Network, error) {
 	ns, err := netns.Get()
 	if err != nil {
 		return nil, fmt.Errorf("sandbox netns: %w", err)
 	}
+	n := &Network{NS: ns}
 	lo, err := netlink.LinkByName("lo")
 	if err == nil {
 		err = netlink.LinkSetUp(lo)
 	}
 	if err != nil {
-		ns.Close()
+		n.Close()
 		return nil, fmt.Errorf("bring up lo in the sandbox namespace: %w", err)
 	}
-	n := &Network{NS: ns}
-	if port != 0 {
-		// Its clients are the sandbox's processes: no keepalive probes
-		// (four setsockopt calls per accept) for peers on the same host.
-		ln, err := (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp4", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			ns.Close()
-			return nil, fmt.Errorf("proxy listener in the sandbox namespace: %w", err)
+	if c.ProxyPort != 0 {
+		if err := n.setUpEgress(c); err != nil {
+			n.Close()
+			return nil, err
 		}
-		n.Listener = ln
 	}
 	return n, nil
 }
@@ -149,10 +166,16 @@ func enterRunLeave(enter, f func() error) (restored bool, err error) {
 	return false, f()
 }
 
-// Close releases the namespace handle and the listener.
+// Close releases the namespace handle and the listeners.
 func (n *Network) Close() {
 	if n.Listener != nil {
 		n.Listener.Close()
+	}
+	for _, ln := range append(n.Transparent, n.DNSStreams...) {
+		ln.Close()
+	}
+	for _, pc := range n.DNSPackets {
+		pc.Close()
 	}
 	n.NS.Close()
 }

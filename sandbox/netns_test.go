@@ -60,7 +60,7 @@ func readAll(t *testing.T, c net.Conn) string {
 // same port), never the pod's.
 func TestDialContextReachesTheNamespace(t *testing.T) {
 	testutil.RequireRoot(t, "network namespaces")
-	n, err := NewNetwork(0)
+	n, err := NewNetwork(NetworkConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestDialContextReachesTheNamespace(t *testing.T) {
 // SYNs go unanswered) ends with its context.
 func TestDialContextHonoursTheContext(t *testing.T) {
 	testutil.RequireRoot(t, "network namespaces")
-	n, err := NewNetwork(0)
+	n, err := NewNetwork(NetworkConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 )
 
@@ -45,11 +46,11 @@ func runWith(t testing.TB, c Config, setup func(*Network)) (string, int, error) 
 	testutil.RequireRoot(t, "the sandbox launcher (uid switch, namespaces, Landlock)")
 	var network *Network
 	if c.Net != NetHost {
-		port := 0
+		nc := NetworkConfig{LocalPorts: c.ConnectPorts}
 		if c.Net == NetProxy {
-			port = c.ProxyPort
+			nc.ProxyPort = c.ProxyPort
 		}
-		n, err := NewNetwork(port)
+		n, err := NewNetwork(nc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,12 +145,18 @@ func attempt(name string) int {
 		}
 	case "udp":
 		var c net.Conn
-		if c, err = net.Dial("udp", "192.0.2.1:53"); err == nil {
+		if c, err = net.Dial("udp", "192.0.2.1:9"); err == nil {
 			_, err = c.Write([]byte("x"))
 			c.Close()
 		}
 	case "dns":
-		_, err = net.LookupHost("example.com")
+		_, err = net.LookupHost("escape.test")
+	case "nft-delete":
+		var conn *nftables.Conn
+		if conn, err = nftables.New(); err == nil {
+			conn.DelTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: egressTable})
+			err = conn.Flush()
+		}
 	case "raw":
 		err = socketErr(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP)
 	case "packet":
@@ -265,10 +272,14 @@ func TestEscapesFail(t *testing.T) {
 		want      error // the errno expected, nil: any error
 		net       Net
 	}{
-		{"tcp", ln.Addr().String(), unix.EACCES, NetProxy},            // Landlock: only the proxy port
+		{"tcp", ln.Addr().String(), unix.ECONNREFUSED, NetProxy},      // nft: a loopback port not allowed is reset
+		{"tcp", ln.Addr().String(), unix.EACCES, NetNone},             // Landlock: no connect port given
 		{"tcp-netns", ln.Addr().String(), unix.ECONNREFUSED, NetNone}, // without Landlock's rule: another loopback
-		{"udp", "", unix.ENETUNREACH, NetProxy},
-		{"dns", "", nil, NetProxy},
+		{"udp", "", unix.EPERM, NetProxy},                             // nft: rejected, not port 53
+		{"udp", "", unix.ENETUNREACH, NetNone},
+		{"dns", "", unix.ECONNREFUSED, NetProxy}, // the query lands on the DNS socket (closed here), never outside
+		{"dns", "", nil, NetNone},
+		{"nft-delete", "", unix.EPERM, NetProxy}, // no CAP_NET_ADMIN (seccomp off below: the capability is what stops it)
 		{"raw", "", unix.EPERM, NetNone},
 		{"packet", "", unix.EPERM, NetNone},
 		{"mptcp", "", unix.EPERM, NetNone},
@@ -282,18 +293,27 @@ func TestEscapesFail(t *testing.T) {
 		{"read", secret, unix.EACCES, NetNone},
 		{"setuid", suid, nil, NetNone},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tc.name+"/"+string(tc.net), func(t *testing.T) {
 			c := base(t, selfCopy)
 			c.Net = tc.net
 			if tc.net == NetProxy {
 				c.ProxyPort = 3128
 			}
 			c.Exec = append(c.Exec, suidDir)
-			if tc.name == "tcp-netns" {
+			switch tc.name {
+			case "tcp-netns":
 				c.Landlock = LandlockOff
+			case "nft-delete":
+				c.Seccomp = false
 			}
 			c.Env = append(c.Env, "AIRLOCK_ESCAPE="+tc.name, "AIRLOCK_ESCAPE_ARG="+tc.arg)
-			out, code, err := run(t, c)
+			out, code, err := runWith(t, c, func(n *Network) {
+				// Nothing answers DNS here (the proxy does in a pod):
+				// a query that lands on a closed socket is refused.
+				for _, pc := range n.DNSPackets {
+					pc.Close()
+				}
+			})
 			if err != nil {
 				t.Fatalf("launch: %v", err)
 			}
@@ -319,7 +339,10 @@ func copySelf(t *testing.T, dir string) string {
 
 // ConnectPorts open those ports of the pod's loopback, and only those, to
 // the sandbox: a service listening on a port not given is as closed to it
-// as the host.
+// as the host. With --net none Landlock refuses the others; with --net
+// proxy the nft table does, and Landlock leaves connect alone so that a
+// connection to any other host reaches the redirect (Landlock would see
+// port 443 and refuse it).
 func TestConnectPorts(t *testing.T) {
 	testutil.RequireRoot(t, "Landlock network rules")
 	const allowed, other = 8901, 18789
@@ -327,16 +350,17 @@ func TestConnectPorts(t *testing.T) {
 	self := copySelf(t, dir)
 	for _, tc := range []struct {
 		net  Net
-		port int
+		addr string
 		want string // "" connects
 	}{
-		{NetProxy, allowed, ""},
-		{NetProxy, 3128, ""}, // the proxy's port stays open
-		{NetProxy, other, unix.EACCES.Error()},
-		{NetNone, allowed, ""},
-		{NetNone, other, unix.EACCES.Error()},
+		{NetProxy, "127.0.0.1:8901", ""},
+		{NetProxy, "127.0.0.1:3128", ""}, // the proxy's port stays open
+		{NetProxy, "127.0.0.1:18789", unix.ECONNREFUSED.Error()},
+		{NetProxy, "192.0.2.1:443", ""}, // redirected to the transparent listener
+		{NetNone, "127.0.0.1:8901", ""},
+		{NetNone, "127.0.0.1:18789", unix.EACCES.Error()},
 	} {
-		t.Run(fmt.Sprintf("%s/%d", tc.net, tc.port), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%s", tc.net, tc.addr), func(t *testing.T) {
 			c := base(t, self)
 			c.Exec = append(c.Exec, dir)
 			c.Net = tc.net
@@ -344,9 +368,9 @@ func TestConnectPorts(t *testing.T) {
 				c.ProxyPort = 3128
 			}
 			c.ConnectPorts = []int{allowed}
-			c.Env = append(c.Env, "AIRLOCK_ESCAPE=tcp", fmt.Sprintf("AIRLOCK_ESCAPE_ARG=127.0.0.1:%d", tc.port))
+			c.Env = append(c.Env, "AIRLOCK_ESCAPE=tcp", "AIRLOCK_ESCAPE_ARG="+tc.addr)
 			out, code, err := runWith(t, c, func(n *Network) {
-				// Both ports are served, so only Landlock can refuse.
+				// Both ports are served, so only the rules can refuse.
 				listenIn(t, n, allowed, "")
 				listenIn(t, n, other, "")
 			})
@@ -356,9 +380,9 @@ func TestConnectPorts(t *testing.T) {
 			out = strings.TrimSpace(out)
 			switch {
 			case tc.want == "" && (code != 1 || out != "ESCAPED"): // the attempt connected
-				t.Fatalf("connect to port %d with ConnectPorts %v: exit %d, %q; want connected", tc.port, c.ConnectPorts, code, out)
+				t.Fatalf("connect to %s with ConnectPorts %v: exit %d, %q; want connected", tc.addr, c.ConnectPorts, code, out)
 			case tc.want != "" && (code != 0 || !strings.Contains(out, tc.want)):
-				t.Fatalf("connect to port %d with ConnectPorts %v: exit %d, %q; want %s", tc.port, c.ConnectPorts, code, out, tc.want)
+				t.Fatalf("connect to %s with ConnectPorts %v: exit %d, %q; want %s", tc.addr, c.ConnectPorts, code, out, tc.want)
 			}
 		})
 	}
@@ -399,8 +423,6 @@ func TestLandlockHardRefusesWithoutKernelSupport(t *testing.T) {
 	// Best effort runs, and says what it skipped.
 	c.Landlock = LandlockBestEffort
 	c.LandlockABI = 3 // file system rules, no network rules
-	c.Net = NetProxy
-	c.ProxyPort = 3128
 	stderr := captureStderr(t, func() {
 		if _, code, err := run(t, c); err != nil || code != 0 {
 			t.Fatalf("best-effort launch: %v exit %d", err, code)
@@ -408,6 +430,14 @@ func TestLandlockHardRefusesWithoutKernelSupport(t *testing.T) {
 	})
 	if !strings.Contains(stderr, "NOT enforced: Landlock network rules") {
 		t.Fatalf("best-effort did not say what it skipped; stderr: %q", stderr)
+	}
+
+	// --net proxy needs no Landlock network rules (the nft table limits
+	// connects): hard mode starts on a kernel without them.
+	c.Landlock = LandlockHard
+	c.Net, c.ProxyPort = NetProxy, 3128
+	if _, code, err := run(t, c); err != nil || code != 0 {
+		t.Fatalf("--net proxy, hard Landlock, ABI 3: %v exit %d; want it to start", err, code)
 	}
 }
 
@@ -507,7 +537,7 @@ func BenchmarkLaunch(b *testing.B) {
 		c.Command = []string{"/bin/true"}
 		c.Env = []string{"PATH=/usr/bin:/bin"}
 		for i := 0; i < b.N; i++ {
-			n, err := NewNetwork(0)
+			n, err := NewNetwork(NetworkConfig{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -228,7 +228,14 @@ func (p *Pod) buildProxy(context.Context) error {
 // already inside: from the first instant a service runs, its only way out
 // is the proxy.
 func (p *Pod) openNetwork(context.Context) error {
-	n, err := sandbox.NewNetwork(p.m.Proxy.Port)
+	// The services' ports: they reach each other on the pod's loopback,
+	// as in a Kubernetes pod, and the supervisor's health checks and
+	// ingress reach them there.
+	var ports []int
+	for _, s := range p.m.Services {
+		ports = append(ports, s.Ports...)
+	}
+	n, err := sandbox.NewNetwork(sandbox.NetworkConfig{ProxyPort: p.m.Proxy.Port, LocalPorts: ports})
 	if err != nil {
 		return err
 	}
@@ -288,7 +295,9 @@ func (p *Pod) openGroup(context.Context) error {
 // process in no service's cgroup gets nothing.
 func (p *Pod) serveProxy(context.Context) error {
 	members := map[string]proxy.Service{}
+	var presets []string
 	for _, s := range p.services {
+		presets = append(presets, s.spec.Preset)
 		path, err := identity.CgroupPath(s.leafDir())
 		if err != nil {
 			return err
@@ -296,14 +305,17 @@ func (p *Pod) serveProxy(context.Context) error {
 		members[path] = proxy.Service{ID: s.name, Kind: s.spec.Preset, Preset: s.spec.Preset}
 	}
 	p.hook = AttachHook(p.group, p.log)
-	sb := proxy.Sandbox{ID: p.m.Name, Kind: "pod", Candidates: identity.Cgroup(p.group), NetNS: p.network.NS, Route: proxy.ByCgroup(members)}
+	sb := proxy.Sandbox{ID: p.m.Name, Kind: "pod", Candidates: identity.Cgroup(p.group), NetNS: p.network.NS, Route: proxy.ByCgroup(members),
+		Reachable: reachable(p.engine, presets...)}
 	if p.hook != nil {
 		sb.Hook = p.hook
 	}
 	p.served = make(chan error, 1)
 	go func() {
-		err := p.proxy.Serve(p.network.Listener, sb)
-		if p.ctx.Err() == nil {
+		p.served <- ServeEgress(p.proxy, p.network, sb, func(err error) {
+			if p.ctx.Err() != nil {
+				return
+			}
 			// Nothing else leads out of the pod: its services have no
 			// egress, and it is not ready; `airlock up` stops it and
 			// exits non-zero, for its unit to restart it.
@@ -311,8 +323,7 @@ func (p *Pod) serveProxy(context.Context) error {
 			msg := fmt.Sprintf("the proxy stopped serving (%v): the services have no way out", err)
 			p.event("proxy_failed", events.Critical, "", msg)
 			p.fail(msg)
-		}
-		p.served <- err
+		})
 	}()
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
 	"github.com/airlock-sandbox/airlock/proxy/identity/connhook"
@@ -51,7 +52,10 @@ type SandboxOptions struct {
 
 // OwnProxy is the proxy of a lone sandbox (`airlock launch --preset`).
 type OwnProxy struct {
-	Proxy  *proxy.Proxy
+	Proxy *proxy.Proxy
+	// Engine is the Proxy's policy: the DNS answerer asks it which names
+	// Preset's rules could reach.
+	Engine *policies.Engine
 	Preset string
 	// CADir holds the CA bundle the command's clients trust; it must be
 	// readable by the sandbox (it is added to Config.RO).
@@ -127,7 +131,9 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 		if c.Net == sandbox.NetProxy {
 			port = c.ProxyPort
 		}
-		if network, err = sandbox.NewNetwork(port); err != nil {
+		// Its peers' ports (ConnectPorts): on the proxy network the
+		// redirect's filter enforces them, not Landlock.
+		if network, err = sandbox.NewNetwork(sandbox.NetworkConfig{ProxyPort: port, LocalPorts: c.ConnectPorts}); err != nil {
 			return nil, err
 		}
 		s.network = network
@@ -164,7 +170,8 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 	}
 	if o.Proxy != nil {
 		s.proxy = o.Proxy.Proxy
-		sb := proxy.Sandbox{ID: o.ID, Kind: o.Proxy.Preset, Preset: o.Proxy.Preset, Candidates: identity.Tree(s.proc.Pid), NetNS: network.NS}
+		sb := proxy.Sandbox{ID: o.ID, Kind: o.Proxy.Preset, Preset: o.Proxy.Preset, Candidates: identity.Tree(s.proc.Pid), NetNS: network.NS,
+			Reachable: reachable(o.Proxy.Engine, o.Proxy.Preset)}
 		if s.leaf.V2 != "" {
 			sb.Candidates = identity.Cgroup(s.leaf.V2)
 		}
@@ -173,7 +180,11 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 			s.closers = append(s.closers, func() { hook.Close() })
 		}
 		s.served = make(chan error, 1)
-		go func() { s.served <- s.proxy.Serve(network.Listener, sb) }()
+		go func() {
+			s.served <- ServeEgress(s.proxy, network, sb, func(err error) {
+				s.log.Error("the sandbox's proxy stopped serving: the command has no way out", "sandbox", s.ID, "err", err)
+			})
+		}()
 	}
 	return s, nil
 }

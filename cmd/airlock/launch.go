@@ -123,7 +123,7 @@ func newLaunchCmd() *cobra.Command {
 			if c.Net == sandbox.NetProxy && preset != "" {
 				// One command: the proxy for this sandbox, in-process,
 				// serving the listener inside its namespace.
-				_, p, err := buildProxy(ctx, &pf, &xf, preset, log)
+				engine, p, err := buildProxy(ctx, &pf, &xf, preset, log)
 				if err != nil {
 					return err
 				}
@@ -134,7 +134,7 @@ func newLaunchCmd() *cobra.Command {
 				}
 				defer os.RemoveAll(dir)
 				os.Chmod(dir, 0o755)
-				o.Proxy = &supervisor.OwnProxy{Proxy: p, Preset: preset, CADir: dir}
+				o.Proxy = &supervisor.OwnProxy{Proxy: p, Engine: engine, Preset: preset, CADir: dir}
 			} else if c.Net == sandbox.NetProxy {
 				log.Warn("--net proxy without --preset: nothing serves the proxy port inside the sandbox; pass the listener to a proxy or use --preset")
 			}

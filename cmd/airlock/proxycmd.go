@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
+	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/spf13/cobra"
 	"github.com/vishvananda/netns"
@@ -117,6 +118,7 @@ func newProxyCmd() *cobra.Command {
 	var pf policyFlags
 	var xf proxyFlags
 	var listen, preset, sandboxID, kind, cgroup string
+	var transparent, dnsAddrs []string
 	var pid int
 	cmd := &cobra.Command{
 		Use:         "proxy --listen ADDR --preset NAME",
@@ -159,9 +161,32 @@ func newProxyCmd() *cobra.Command {
 			// Clients are local processes: keepalive probes would find
 			// nothing the kernel does not report, and cost four
 			// setsockopt calls on every accept.
-			ln, err := (&net.ListenConfig{KeepAlive: -1}).Listen(ctx, "tcp", listen)
+			lc := net.ListenConfig{KeepAlive: -1}
+			ln, err := lc.Listen(ctx, "tcp", listen)
 			if err != nil {
 				return err
+			}
+			// The sidecar shape: the workload's namespace (this one)
+			// redirects its connections and DNS queries here (README,
+			// "Transparent egress beside a workload").
+			n := &sandbox.Network{NS: netns.None(), Listener: ln}
+			for _, addr := range transparent {
+				tl, err := lc.Listen(ctx, "tcp", addr)
+				if err != nil {
+					return fmt.Errorf("--transparent: %w", err)
+				}
+				n.Transparent = append(n.Transparent, tl)
+			}
+			for _, addr := range dnsAddrs {
+				pc, err := lc.ListenPacket(ctx, "udp", addr)
+				if err != nil {
+					return fmt.Errorf("--dns: %w", err)
+				}
+				tl, err := lc.Listen(ctx, "tcp", addr)
+				if err != nil {
+					return fmt.Errorf("--dns: %w", err)
+				}
+				n.DNSPackets, n.DNSStreams = append(n.DNSPackets, pc), append(n.DNSStreams, tl)
 			}
 			if xf.metrics != "" {
 				go serveMetrics(ctx, xf.metrics, p.Metrics().Handler(), log)
@@ -172,25 +197,29 @@ func newProxyCmd() *cobra.Command {
 			if kind == "" {
 				kind = preset
 			}
-			errc := make(chan error, 1)
-			go func() {
-				errc <- p.Serve(ln, proxy.Sandbox{ID: sandboxID, Kind: kind, Preset: preset, Candidates: cands, NetNS: netns.None(), Hook: hook})
-			}()
+			sb := proxy.Sandbox{ID: sandboxID, Kind: kind, Preset: preset, Candidates: cands, NetNS: netns.None(), Hook: hook,
+				Reachable: func(host string) bool { return engine.MayReach(preset, host) }}
+			failed := make(chan error, 1)
+			served := make(chan error, 1)
+			go func() { served <- supervisor.ServeEgress(p, n, sb, func(err error) { failed <- err }) }()
 			fmt.Fprintf(cmd.ErrOrStderr(), "airlock proxy listening on %s (preset %s, policy %s)\n", ln.Addr(), preset, engine.Hash())
 			select {
-			case err := <-errc:
-				return err
+			case err := <-failed:
+				log.Error("a listener stopped: shutting down", "err", err)
 			case <-ctx.Done():
 			}
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			log.Info("shutting down: draining tunnels", "grace", "10s")
-			return p.Shutdown(sctx)
+			// Shutdown first: the listeners end with it.
+			return errors.Join(p.Shutdown(sctx), <-served)
 		},
 	}
 	fl := cmd.Flags()
 	inGroup(fl, "Proxy", func() {
 		fl.StringVar(&listen, "listen", "127.0.0.1:3128", "`ADDR` to listen on")
+		fl.StringArrayVar(&transparent, "transparent", nil, "also accept connections redirected to `ADDR` (nft redirect; the sidecar shape); repeatable, e.g. 127.0.0.1:15001 and [::1]:15001")
+		fl.StringArrayVar(&dnsAddrs, "dns", nil, "answer DNS redirected to `ADDR` (UDP and TCP) with synthetic addresses for --transparent; repeatable")
 		xf.register(cmd)
 	})
 	inGroup(fl, "Sandbox", func() {

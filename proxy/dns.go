@@ -1,0 +1,97 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/proxy/fakedns"
+)
+
+// DNSAuditMessage is the message of the line written for each DNS query
+// the sandbox's answerer refuses (NXDOMAIN, REFUSED). An address it hands
+// out has no line of its own: the connection made to it is decided and
+// audited as any other.
+const DNSAuditMessage = "CANONICAL-PROXY-DNS"
+
+// ServeDNS answers sandbox sb's DNS queries on packets (UDP) and streams
+// (TCP) with addresses from pool (fakedns.Server) until Shutdown, and
+// closes them when it returns. Nothing is forwarded. Names sb.Reachable
+// rejects get NXDOMAIN. Each refusal is written to the audit log before it
+// is sent and, as for a connection, one whose line cannot be written gets
+// SERVFAIL instead, unless AuditFailOpen. Replies are counted by rcode.
+func (p *Proxy) ServeDNS(sb Sandbox, pool *fakedns.Pool, packets []net.PacketConn, streams []net.Listener) error {
+	srv, err := fakedns.NewServer(fakedns.ServerConfig{
+		Pool:      pool,
+		Reachable: sb.Reachable,
+		Refused:   func(r fakedns.Refusal) error { return p.auditDNS(&sb, &r) },
+		Answered:  func(rcode string) { p.cfg.Metrics.countDNS(sb.ID, rcode) },
+	})
+	if err != nil {
+		return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
+	}
+	p.mu.Lock()
+	if p.closing {
+		// Serve then closes the sockets and says the server is closed.
+		srv.Shutdown(context.Background())
+	}
+	p.dns[srv] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.dns, srv)
+		p.mu.Unlock()
+	}()
+	var addrs []string
+	for _, pc := range packets {
+		addrs = append(addrs, "udp "+pc.LocalAddr().String())
+	}
+	for _, ln := range streams {
+		addrs = append(addrs, "tcp "+ln.Addr().String())
+	}
+	p.log.Info("proxy answering DNS", "sandbox", sb.ID, "kind", sb.Kind, "preset", sb.Preset, "listen", addrs)
+	return srv.Serve(packets, streams)
+}
+
+// auditDNS writes a refusal's line. A line that cannot be written is
+// counted and logged on stderr; its error refuses the answer unless the
+// operator chose --audit-failure=warn.
+func (p *Proxy) auditDNS(sb *Sandbox, r *fakedns.Refusal) error {
+	l := p.audit
+	bp := l.buf.Get().(*[]byte)
+	b := append((*bp)[:0], `{"time":"`...)
+	b = time.Now().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","level":"WARN","msg":"`+DNSAuditMessage+`","id":"`...)
+	b = append(b, l.run...)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, l.seq.Add(1), 10)
+	b = append(b, '"')
+	b = jsonString(b, "sandbox", sb.ID)
+	if sb.Kind != "" {
+		b = jsonString(b, "kind", sb.Kind)
+	}
+	if sb.Preset != "" { // a pod's answerer speaks for all its services
+		b = jsonString(b, "preset", sb.Preset)
+	}
+	b = jsonString(b, "name", r.Name)
+	b = jsonString(b, "qtype", r.QType)
+	b = jsonString(b, "rcode", r.Rcode)
+	b = jsonString(b, "reason", string(r.Reason))
+	b = jsonString(b, "detail", r.Detail)
+	b = append(b, "}\n"...)
+	err := l.put(b)
+	*bp = b
+	l.buf.Put(bp)
+	if err == nil {
+		return nil
+	}
+	p.cfg.Metrics.auditFailed()
+	p.log.Error("audit log write failed", "err", err, "line", DNSAuditMessage, "sandbox", sb.ID,
+		"name", r.Name, "qtype", r.QType, "rcode", r.Rcode, "reason", string(r.Reason), "fail_open", p.cfg.AuditFailOpen)
+	if p.cfg.AuditFailOpen {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,237 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/proxy/certs"
+	"github.com/airlock-sandbox/airlock/proxy/egress"
+	"github.com/airlock-sandbox/airlock/proxy/fakedns"
+	"github.com/miekg/dns"
+)
+
+// denyAll is a Decider for a proxy whose DNS alone is tested.
+type denyAll struct{}
+
+func (denyAll) Decide(context.Context, *policies.Input) policies.Decision { return policies.Decision{} }
+
+// lockedBuffer is an audit writer the test reads while the server writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
+}
+
+// dnsProxy is a Proxy answering one sandbox's DNS on loopback UDP and TCP.
+type dnsProxy struct {
+	p        *Proxy
+	udp, tcp string
+	served   chan error
+}
+
+func newDNSProxy(t *testing.T, audit io.Writer, failOpen bool, sb Sandbox) *dnsProxy {
+	t.Helper()
+	ca, err := certs.LoadOrCreate(t.TempDir(), 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := egress.New(egress.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Decider: denyAll{}, CA: ca, Guard: guard, Audit: audit, AuditFailOpen: failOpen,
+		Metrics: NewMetrics(ca), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := fakedns.NewPool(fakedns.PoolConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &dnsProxy{p: p, udp: pc.LocalAddr().String(), tcp: ln.Addr().String(), served: make(chan error, 1)}
+	go func() { d.served <- p.ServeDNS(sb, pool, []net.PacketConn{pc}, []net.Listener{ln}) }()
+	t.Cleanup(func() { d.shutdown(t) })
+	return d
+}
+
+func (d *dnsProxy) shutdown(t *testing.T) {
+	t.Helper()
+	if d.served == nil {
+		return
+	}
+	if err := d.p.Shutdown(context.Background()); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if err := <-d.served; err != nil {
+		t.Errorf("ServeDNS after Shutdown = %v; want nil", err)
+	}
+	d.served = nil
+}
+
+func (d *dnsProxy) ask(t *testing.T, network, name string, qtype uint16) int {
+	t.Helper()
+	q := new(dns.Msg)
+	q.SetQuestion(name, qtype)
+	addr := d.udp
+	if network == "tcp" {
+		addr = d.tcp
+	}
+	r, _, err := (&dns.Client{Net: network}).Exchange(q, addr)
+	if err != nil {
+		t.Fatalf("%s %s %s: %v", network, dns.Type(qtype), name, err)
+	}
+	return r.Rcode
+}
+
+func (d *dnsProxy) metrics(t *testing.T) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	d.p.cfg.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return rec.Body.String()
+}
+
+var sandboxDNS = Sandbox{ID: "coder-1", Kind: "coder", Preset: "coder",
+	Reachable: func(host string) bool { return host == "api.allowed.test" }}
+
+// Every refusal is on an audit line of its own, with the sandbox, the
+// name, the query type, the rcode and the reason; answers are counted by
+// rcode; Shutdown ends ServeDNS.
+func TestServeDNSAuditsRefusals(t *testing.T) {
+	var audit lockedBuffer
+	d := newDNSProxy(t, &audit, false, sandboxDNS)
+	for _, q := range []struct {
+		network, name string
+		qtype         uint16
+		rcode         int
+	}{
+		{"udp", "api.allowed.test.", dns.TypeA, dns.RcodeSuccess},
+		{"tcp", "api.allowed.test.", dns.TypeAAAA, dns.RcodeSuccess},
+		{"udp", "Blocked.test.", dns.TypeA, dns.RcodeNameError},
+		{"tcp", "api.allowed.test.", dns.TypeTXT, dns.RcodeRefused},
+	} {
+		if got := d.ask(t, q.network, q.name, q.qtype); got != q.rcode {
+			t.Errorf("%s %s %s = %s; want %s", q.network, dns.Type(q.qtype), q.name, dns.RcodeToString[got], dns.RcodeToString[q.rcode])
+		}
+	}
+	lines := auditLines(t, audit.bytes())
+	want := []map[string]any{
+		{"level": "WARN", "msg": DNSAuditMessage, "sandbox": "coder-1", "kind": "coder", "preset": "coder",
+			"name": "blocked.test", "qtype": "A", "rcode": "NXDOMAIN", "reason": "host_not_allowed"},
+		{"level": "WARN", "msg": DNSAuditMessage, "sandbox": "coder-1", "kind": "coder", "preset": "coder",
+			"name": "api.allowed.test", "qtype": "TXT", "rcode": "REFUSED", "reason": "dns_query_refused", "detail": "query type TXT"},
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d audit lines; want %d:\n%s", len(lines), len(want), audit.bytes())
+	}
+	for i, w := range want {
+		for k, v := range w {
+			if lines[i][k] != v {
+				t.Errorf("line %d: %s = %v; want %v (%v)", i, k, lines[i][k], v, lines[i])
+			}
+		}
+		if id, _ := lines[i]["id"].(string); id == "" || lines[i]["detail"] == "" || lines[i]["time"] == "" {
+			t.Errorf("line %d: %v lacks an id, a time or a detail", i, lines[i])
+		}
+	}
+	if lines[0]["id"] == lines[1]["id"] {
+		t.Errorf("two refusals share id %v", lines[0]["id"])
+	}
+	m := d.metrics(t)
+	for _, w := range []string{
+		`airlock_proxy_dns_answers_total{rcode="NOERROR",sandbox="coder-1"} 2`,
+		`airlock_proxy_dns_answers_total{rcode="NXDOMAIN",sandbox="coder-1"} 1`,
+		`airlock_proxy_dns_answers_total{rcode="REFUSED",sandbox="coder-1"} 1`,
+	} {
+		if !strings.Contains(m, w) {
+			t.Errorf("metrics lack %s", w)
+		}
+	}
+	d.shutdown(t)
+	if _, _, err := new(dns.Client).Exchange(new(dns.Msg).SetQuestion("api.allowed.test.", dns.TypeA), d.tcp); err == nil {
+		t.Errorf("a TCP query after Shutdown was answered")
+	}
+}
+
+// A refusal whose line cannot be written is not given: SERVFAIL, the
+// failure counted; with --audit-failure=warn the refusal is given. A pod's
+// answerer (no preset) leaves the preset out of the line.
+func TestServeDNSAuditFailure(t *testing.T) {
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Close()
+	for _, failOpen := range []bool{false, true} {
+		d := newDNSProxy(t, full, failOpen, sandboxDNS)
+		want := dns.RcodeServerFailure
+		if failOpen {
+			want = dns.RcodeNameError
+		}
+		if got := d.ask(t, "udp", "blocked.test.", dns.TypeA); got != want {
+			t.Errorf("fail open %v: NXDOMAIN with the audit log full = %s; want %s", failOpen, dns.RcodeToString[got], dns.RcodeToString[want])
+		}
+		if got := d.ask(t, "udp", "api.allowed.test.", dns.TypeA); got != dns.RcodeSuccess {
+			t.Errorf("fail open %v: an address with the audit log full = %s; want NOERROR (no line to write)", failOpen, dns.RcodeToString[got])
+		}
+		if m := d.metrics(t); !strings.Contains(m, "airlock_proxy_audit_write_errors_total 1") {
+			t.Errorf("fail open %v: the write failure is not counted", failOpen)
+		}
+	}
+	var audit lockedBuffer
+	pod := Sandbox{ID: "pod-1"}
+	d := newDNSProxy(t, &audit, false, pod)
+	if got := d.ask(t, "tcp", "any.name.test.", dns.TypeA); got != dns.RcodeSuccess {
+		t.Errorf("without Reachable: %s; want NOERROR (every name resolves)", dns.RcodeToString[got])
+	}
+	d.ask(t, "tcp", "any.name.test.", dns.TypeSRV)
+	if lines := auditLines(t, audit.bytes()); len(lines) != 1 || lines[0]["sandbox"] != "pod-1" || lines[0]["preset"] != nil || lines[0]["kind"] != nil {
+		t.Errorf("a pod's refusal: %v; want one line with the sandbox and neither kind nor preset", lines)
+	}
+}
+
+// ServeDNS after Shutdown serves nothing and closes what it was given.
+func TestServeDNSAfterShutdown(t *testing.T) {
+	d := newDNSProxy(t, io.Discard, false, sandboxDNS)
+	d.ask(t, "udp", "api.allowed.test.", dns.TypeA) // serving
+	d.shutdown(t)
+	pool, _ := fakedns.NewPool(fakedns.PoolConfig{})
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.p.ServeDNS(sandboxDNS, pool, []net.PacketConn{pc}, nil); !errors.Is(err, fakedns.ErrServerClosed) {
+		t.Errorf("ServeDNS after Shutdown = %v; want fakedns.ErrServerClosed", err)
+	}
+	if _, err := pc.WriteTo([]byte{0}, pc.LocalAddr()); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("its socket: %v; want it closed", err)
+	}
+}

@@ -1,0 +1,201 @@
+package fakedns
+
+import (
+	"fmt"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// clock is a Pool clock the test steps by hand.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time       { return c.t }
+func (c *clock) step(d time.Duration) { c.t = c.t.Add(d) }
+func newClock() *clock                { return &clock{t: time.Unix(1e9, 0)} }
+func stepped(t *testing.T, c PoolConfig) (*Pool, *clock) {
+	t.Helper()
+	p, err := NewPool(c)
+	if err != nil {
+		t.Fatalf("NewPool(%+v): %v", c, err)
+	}
+	clk := newClock()
+	p.now = clk.now
+	return p, clk
+}
+
+func TestPoolStableMappingBothFamilies(t *testing.T) {
+	p, _ := stepped(t, PoolConfig{})
+	names := []string{"api.example.test", "b.example.test", "c.example.test"}
+	seen := map[netip.Addr]string{}
+	for _, n := range names {
+		for _, v6 := range []bool{false, true} {
+			a := p.Addr(n, v6)
+			pf := DefaultV4
+			if v6 {
+				pf = DefaultV6
+			}
+			if !pf.Contains(a) {
+				t.Errorf("Addr(%q, v6=%v) = %s; want an address of %s", n, v6, a, pf)
+			}
+			if again := p.Addr(n, v6); again != a {
+				t.Errorf("Addr(%q, v6=%v) = %s, then %s; want the same", n, v6, a, again)
+			}
+			if other, dup := seen[a]; dup {
+				t.Errorf("Addr(%q, v6=%v) = %s, already %q's", n, v6, a, other)
+			}
+			seen[a] = n
+		}
+	}
+	for a, n := range seen {
+		if got, syn := p.Name(a); got != n || !syn {
+			t.Errorf("Name(%s) = %q, %v; want %q, true", a, got, syn, n)
+		}
+	}
+	// An IPv4-mapped spelling is the same address.
+	a := p.Addr(names[0], false)
+	if got, syn := p.Name(netip.AddrFrom16(a.As16())); got != names[0] || !syn {
+		t.Errorf("Name(%s as IPv4-mapped) = %q, %v; want %q, true", a, got, syn, names[0])
+	}
+}
+
+func TestPoolNameOfOtherAddresses(t *testing.T) {
+	p, _ := stepped(t, PoolConfig{})
+	p.Addr("a.test", false)
+	p.Addr("a.test", true)
+	for _, tc := range []struct {
+		addr      string
+		synthetic bool
+	}{
+		{"192.0.2.1", false},
+		{"127.0.0.1", false},
+		{"198.17.255.255", false},
+		{"198.20.0.0", false},
+		{"2001:db8::1", false},
+		{"fd61:6972:6c6b:5301::1", false},
+		{"198.19.200.7", true}, // in the pool, never handed out
+		{"fd61:6972:6c6b:5300::9999", true},
+	} {
+		name, syn := p.Name(netip.MustParseAddr(tc.addr))
+		if name != "" || syn != tc.synthetic {
+			t.Errorf("Name(%s) = %q, %v; want \"\", %v", tc.addr, name, syn, tc.synthetic)
+		}
+	}
+}
+
+// A name is remembered for the TTL since its last answer or use; then its
+// address is synthetic but nameless, and the name gets a new address.
+func TestPoolExpiry(t *testing.T) {
+	const ttl = time.Minute
+	p, clk := stepped(t, PoolConfig{TTL: ttl})
+	a := p.Addr("kept.test", false)
+	b := p.Addr("dropped.test", true)
+	for range 3 {
+		clk.step(ttl / 2)
+		if name, _ := p.Name(a); name != "kept.test" { // a use refreshes it
+			t.Fatalf("Name(%s) after %v = %q; want kept.test", a, ttl/2, name)
+		}
+	}
+	if name, syn := p.Name(b); name != "" || !syn {
+		t.Errorf("Name(%s) after its TTL = %q, %v; want \"\", true (forgotten)", b, name, syn)
+	}
+	if p.Len() != 1 {
+		t.Errorf("Len() = %d after one name expired; want 1", p.Len())
+	}
+	if again := p.Addr("dropped.test", true); again == b {
+		t.Errorf("Addr(dropped.test) after expiry = %s, its old address; want a new one", again)
+	}
+	clk.step(ttl)
+	if p.Len() != 0 {
+		t.Errorf("Len() = %d after every TTL; want 0", p.Len())
+	}
+}
+
+// A flood of unique names keeps Max of them; the least recently used go
+// first, their addresses with them, and the heap does not grow with the
+// flood.
+func TestPoolFloodIsBounded(t *testing.T) {
+	const max, flood = 1000, 100_000
+	p, _ := stepped(t, PoolConfig{Max: max})
+	kept := p.Addr("kept.test", false)
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range flood {
+		p.Addr(fmt.Sprintf("n%d.flood.test", i), i%2 == 0)
+		if i%(max/2) == 0 {
+			p.Name(kept) // used often enough to stay
+		}
+	}
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if n := p.names.Len(); n != max {
+		t.Errorf("%d names remembered after a flood of %d; want Max = %d", n, flood, max)
+	}
+	if n := len(p.addrs); n > max {
+		t.Errorf("%d addresses mapped after a flood of %d; want at most Max = %d", n, flood, max)
+	}
+	if name, _ := p.Name(kept); name != "kept.test" {
+		t.Errorf("Name(%s) = %q after the flood; want kept.test, used throughout", kept, name)
+	}
+	if name, syn := p.Name(netip.MustParseAddr("198.18.0.2")); name != "" || !syn {
+		t.Errorf("the first flooded name's address = %q, %v; want forgotten", name, syn)
+	}
+	// Remembering all of them would hold 100 000 entries (tens of MB);
+	// Max of them are about 200 KB.
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 4<<20 {
+		t.Errorf("heap grew by %d bytes over a flood of %d names; want it bounded by Max", grew, flood)
+	}
+}
+
+// Allocation walks the pool: a forgotten address is not handed out again
+// before every other has been, and on the next walk addresses still
+// remembered are skipped.
+func TestPoolWrap(t *testing.T) {
+	p, _ := stepped(t, PoolConfig{V4: netip.MustParsePrefix("10.9.0.0/29"), V6: netip.MustParsePrefix("fd00::/125"), Max: 3})
+	// /29: .1 to .6 are handed out (not .0, nor the broadcast .7).
+	want := []string{"10.9.0.1", "10.9.0.2", "10.9.0.3", "10.9.0.4", "10.9.0.5", "10.9.0.6", "10.9.0.1"}
+	var got []string
+	for i := range want {
+		got = append(got, p.Addr(fmt.Sprintf("n%d.test", i), false).String())
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("addresses over a walk = %v; want %v (evicted ones reused only after the wrap)", got, want)
+	}
+	// Remembered now: n4 (.5), n5 (.6), n6 (.1). Keep n4 in use: the next
+	// walk hands out .2, .3, .4, then skips .5.
+	var next []string
+	for i := range 4 {
+		p.Name(netip.MustParseAddr("10.9.0.5"))
+		next = append(next, p.Addr(fmt.Sprintf("m%d.test", i), false).String())
+	}
+	if want := "[10.9.0.2 10.9.0.3 10.9.0.4 10.9.0.6]"; fmt.Sprint(next) != want {
+		t.Errorf("addresses after the wrap = %v; want %s (.5 still n4's)", next, want)
+	}
+	if name, _ := p.Name(netip.MustParseAddr("10.9.0.5")); name != "n4.test" {
+		t.Errorf("Name(10.9.0.5) = %q; want n4.test, never reused while remembered", name)
+	}
+	// IPv6 never hands out the prefix's own address either.
+	if a := p.Addr("v6.test", true); a != netip.MustParseAddr("fd00::1") {
+		t.Errorf("first IPv6 address = %s; want fd00::1", a)
+	}
+}
+
+func TestNewPoolRefuses(t *testing.T) {
+	for _, c := range []PoolConfig{
+		{V4: netip.MustParsePrefix("10.0.0.0/29"), Max: 6}, // 6 usable, not more than Max
+		{V4: netip.MustParsePrefix("10.0.0.1/24")},         // not masked
+		{V4: DefaultV6}, // wrong family
+		{V6: DefaultV4}, // wrong family
+		{V6: netip.MustParsePrefix("::ffff:10.0.0.0/120")}, // IPv4-mapped
+		{V4: netip.MustParsePrefix("10.0.0.0/31"), Max: 1}, // no room
+		{Max: -1},
+		{TTL: -time.Second},
+	} {
+		if _, err := NewPool(c); err == nil {
+			t.Errorf("NewPool(%+v) = nil error; want a refusal", c)
+		}
+	}
+}

@@ -1,0 +1,206 @@
+package fakedns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/miekg/dns"
+	"golang.org/x/net/netutil"
+)
+
+// ServerConfig configures a Server. Pool is required.
+type ServerConfig struct {
+	Pool *Pool
+	// Reachable reports whether any rule could reach a canonical host;
+	// names it rejects get NXDOMAIN. nil: every name gets an address
+	// (each connection is still decided).
+	Reachable func(host string) bool
+	// Refused is called with every refusal (NXDOMAIN, REFUSED) before it
+	// is sent. Its error sends SERVFAIL instead: a refusal that cannot be
+	// put on record is not given (the proxy's audit rule).
+	Refused func(Refusal) error
+	// Answered is told the rcode ("NOERROR", "NXDOMAIN", ...) of every
+	// reply sent (metrics), those to malformed queries included.
+	Answered func(rcode string)
+}
+
+// Server answers A and AAAA queries from a Pool, over UDP and TCP (a stub
+// resolver retries over TCP when an answer comes truncated). It never
+// forwards a query.
+type Server struct {
+	pool      *Pool
+	reachable func(string) bool
+	refused   func(Refusal) error
+	answered  func(string)
+	ttl       uint32
+
+	mu      sync.Mutex
+	closed  bool
+	running []*served
+}
+
+// served is one socket's miekg/dns server.
+type served struct {
+	srv     *dns.Server
+	started chan struct{} // serving: ShutdownContext may be called
+	done    chan struct{} // ActivateAndServe returned
+	stop    sync.Once
+}
+
+// MaxStreams bounds the TCP connections one listener serves at once; more
+// wait in its backlog. Each holds a descriptor and a goroutine of the
+// proxy for up to miekg/dns's idle timeout, and a stub resolver needs one
+// at a time: without a bound a sandbox could exhaust the proxy's
+// descriptors, which every sandbox shares.
+const MaxStreams = 64
+
+// ErrServerClosed is Serve's error once Shutdown has been called.
+var ErrServerClosed = errors.New("fakedns: server closed")
+
+// NewServer checks c and builds a Server.
+func NewServer(c ServerConfig) (*Server, error) {
+	if c.Pool == nil {
+		return nil, errors.New("fakedns: a server needs a pool")
+	}
+	return &Server{pool: c.Pool, reachable: c.Reachable, refused: c.Refused, answered: c.Answered, ttl: answerTTL(c.Pool.ttl)}, nil
+}
+
+// ServeDNS answers one query (dns.Handler).
+func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	m, refusal := s.answer(req)
+	if refusal != nil && s.refused != nil {
+		if err := s.refused(*refusal); err != nil {
+			m = new(dns.Msg)
+			m.SetRcode(req, dns.RcodeServerFailure)
+		}
+	}
+	s.count(m.Rcode)
+	w.WriteMsg(m) // a client gone is nothing to act on
+}
+
+// Serve answers queries on packets (UDP) and streams (TCP) until Shutdown,
+// and then returns nil. It closes them all when it returns. Should one of
+// them fail, the others are stopped and its error returned: a sandbox
+// whose resolver answers on one transport only would fail oddly.
+func (s *Server) Serve(packets []net.PacketConn, streams []net.Listener) error {
+	if len(packets)+len(streams) == 0 {
+		return errors.New("fakedns: nothing to serve on")
+	}
+	var all []*served
+	for _, pc := range packets {
+		all = append(all, s.newServed(&dns.Server{PacketConn: pc}))
+	}
+	for _, ln := range streams {
+		all = append(all, s.newServed(&dns.Server{Listener: netutil.LimitListener(ln, MaxStreams)}))
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		for _, sv := range all {
+			sv.close()
+		}
+		return ErrServerClosed
+	}
+	s.running = append(s.running, all...)
+	s.mu.Unlock()
+
+	errc := make(chan error, len(all))
+	for _, sv := range all {
+		go func() {
+			err := sv.srv.ActivateAndServe()
+			close(sv.done)
+			if err != nil {
+				err = fmt.Errorf("fakedns: serving on %s: %w", sv.addr(), err)
+			}
+			errc <- err
+		}()
+	}
+	var first error
+	for range all {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+			for _, sv := range all {
+				go sv.shutdown(context.Background())
+			}
+		}
+	}
+	return first
+}
+
+func (s *Server) count(rcode int) {
+	if s.answered != nil {
+		s.answered(dns.RcodeToString[rcode])
+	}
+}
+
+// accept is miekg/dns's own check of a query's header, counting the
+// replies it sends without asking the handler.
+func (s *Server) accept(dh dns.Header) dns.MsgAcceptAction {
+	a := dns.DefaultMsgAcceptFunc(dh)
+	switch a {
+	case dns.MsgReject:
+		s.count(dns.RcodeFormatError)
+	case dns.MsgRejectNotImplemented:
+		s.count(dns.RcodeNotImplemented)
+	}
+	return a
+}
+
+func (s *Server) newServed(srv *dns.Server) *served {
+	sv := &served{srv: srv, started: make(chan struct{}), done: make(chan struct{})}
+	srv.Handler = s
+	srv.MsgAcceptFunc = s.accept
+	srv.NotifyStartedFunc = func() { close(sv.started) }
+	return sv
+}
+
+func (sv *served) close() {
+	if sv.srv.PacketConn != nil {
+		sv.srv.PacketConn.Close()
+	} else {
+		sv.srv.Listener.Close()
+	}
+}
+
+func (sv *served) addr() string {
+	if sv.srv.PacketConn != nil {
+		return "udp " + sv.srv.PacketConn.LocalAddr().String()
+	}
+	return "tcp " + sv.srv.Listener.Addr().String()
+}
+
+// shutdown stops sv once it serves; one whose ActivateAndServe failed, or
+// has not begun, needs none (Serve checks closed before starting it).
+func (sv *served) shutdown(ctx context.Context) (err error) {
+	sv.stop.Do(func() {
+		select {
+		case <-sv.started:
+			err = sv.srv.ShutdownContext(ctx)
+		case <-sv.done:
+		case <-ctx.Done():
+			// Not begun in time: its socket is closed, so it cannot
+			// begin later, unstoppable.
+			sv.close()
+			err = ctx.Err()
+		}
+	})
+	return err
+}
+
+// Shutdown stops every Serve: no new query is read, answers in flight are
+// sent until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	running := s.running
+	s.running = nil
+	s.mu.Unlock()
+	var errs []error
+	for _, sv := range running {
+		errs = append(errs, sv.shutdown(ctx))
+	}
+	return errors.Join(errs...)
+}

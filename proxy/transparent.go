@@ -1,0 +1,199 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/origdst"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// NameMap maps the synthetic addresses a sandbox's DNS answered with back
+// to their names. synthetic=false: a is not a synthetic address (the
+// connection is decided as the literal address); synthetic=true with name
+// "": it was, but its name is forgotten (the connection is denied,
+// name_forgotten).
+type NameMap interface {
+	Name(a netip.Addr) (name string, synthetic bool)
+}
+
+// ServeTransparent accepts redirected connections on ln for the sandbox until
+// Shutdown, as Serve does the explicit proxy's: the same limits
+// (limitListener), identity, policy, SSRF guard, audit and metrics. Each
+// connection is decided as a CONNECT to the destination its client asked
+// for (the redirect's original destination, mapped back to its name by
+// sb.Names), after a look at its first bytes: a TLS ClientHello's server
+// name and an HTTP/1 request's Host must name that same host.
+func (e *Egress) ServeTransparent(ln net.Listener) error {
+	p, sb := e.p, e.st.Sandbox
+	st := e.st // shared with the sandbox's other listeners
+	// Shutdown stops listeners through their http.Server. This one serves
+	// nothing itself: its shutdown closes ln, which ends the accept loop,
+	// and Shutdown drains the connections, each tracked (p.track), as it
+	// drains hijacked ones.
+	srv := &http.Server{}
+	srv.RegisterOnShutdown(func() { ln.Close() })
+	if err := p.register(srv); err != nil {
+		return err
+	}
+	p.log.Info("proxy serving transparently", "sandbox", sb.ID, "kind", sb.Kind, "preset", sb.Preset, "pod", sb.Route != nil, "listen", ln.Addr().String())
+	defer p.recordFlood(st) // what the last interval counted
+	accept := &limitListener{Listener: ln, p: p, st: st, transparent: true}
+	var backoff time.Duration
+	for {
+		c, err := accept.Accept()
+		if err != nil {
+			if p.isClosing() {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Temporary() { //nolint:staticcheck // as http.Server: EMFILE and the like pass
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				p.log.Warn("transparent listener: accept failed, retrying", "sandbox", sb.ID, "err", err, "retry_in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return fmt.Errorf("proxy: sandbox %s: transparent listener: %w", sb.ID, err)
+		}
+		backoff = 0
+		go p.serveTransparent(c.(*servedConn).cc)
+	}
+}
+
+// isClosing reports whether Shutdown has begun.
+func (p *Proxy) isClosing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closing
+}
+
+// redirectedTo is the destination a redirected connection's client asked
+// for. A connection that reached the listener without a redirect (a client
+// that dialled the listener's own address) has none, and is refused: it
+// would be decided as a connection to the proxy itself.
+func redirectedTo(c net.Conn) (netip.AddrPort, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return netip.AddrPort{}, fmt.Errorf("original destination: %T has no socket", c)
+	}
+	orig, err := origdst.Of(sc)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	orig = netip.AddrPortFrom(orig.Addr().Unmap(), orig.Port())
+	if orig == addrPort(c.LocalAddr()) {
+		return netip.AddrPort{}, fmt.Errorf("its destination %s is the transparent listener itself, not a redirected one", orig)
+	}
+	return orig, nil
+}
+
+// serveTransparent decides one redirected connection and serves what the
+// decision says: a denial the client can read where its protocol allows
+// one, an opaque tunnel, an inspected TLS tunnel, or plain HTTP requests
+// decided one by one.
+func (p *Proxy) serveTransparent(cc *clientConn) {
+	defer cc.sb.active.Add(-1) // limitListener took the slot
+	client := cc.conn          // stallConn: a client that stops reading is cut
+	raw := rawConn(client)     // the socket, which an opaque tunnel splices
+	// Requests are read by serveRequests, which follows their framing
+	// itself (headerTap); http.Server's tracker is not fed.
+	client.frames.stop()
+	t, release := p.track(raw)
+	defer release()
+	if t == nil {
+		return // the proxy is shutting down: closed before a byte was read
+	}
+	defer raw.Close()
+	ctx := context.Background()
+
+	orig, err := p.origDst(raw)
+	if err != nil {
+		dc := p.refused(cc, policies.Request{Phase: policies.PhaseConnect}, policies.ReasonInvalidRequest, "not a redirected connection: "+err.Error())
+		p.record(dc, 0, 0, 0)
+		reset(raw)
+		return
+	}
+	// The client socket's own 4-tuple is (its address, orig): sock_diag
+	// knows it by that, not by the listener's address.
+	cc.local = orig
+	target, forgotten := transparentTarget(cc.sb.Names, orig)
+
+	first, err := p.peek(client)
+	if err != nil {
+		p.record(p.refused(cc, target, policies.ReasonInvalidRequest, err.Error()), 0, 0, 0)
+		reset(raw)
+		return
+	}
+	var dc *decision
+	switch {
+	case forgotten:
+		dc = p.refused(cc, target, policies.ReasonNameForgotten, "no name is remembered for "+orig.Addr().String())
+	case first.serverName != "" && !sameName(first.serverName, target.Host):
+		dc = p.refused(cc, target, policies.ReasonHostMismatch, fmt.Sprintf("TLS server name %q in a connection to %s", first.serverName, target.Host))
+	default:
+		dc = p.decide(ctx, cc, target)
+	}
+	if dc.d.Allow && dc.d.Inspect && first.proto == speaksOther {
+		dc.deny(policies.ReasonInvalidRequest, "the rules for this host decide requests, and this connection is neither TLS nor HTTP/1, which the proxy could inspect")
+	}
+	if dc.d.Allow {
+		p.resolve(ctx, dc)
+	}
+	// On record before anything is dialled; refused (audit_unavailable)
+	// when it cannot be.
+	p.admit(dc)
+
+	switch {
+	case !dc.d.Allow:
+		p.refuseTransparent(client, first, dc)
+	case first.proto == speaksHTTP:
+		// Every request is decided, as a plain request to the explicit
+		// proxy is, whether or not the host's rules restrict requests.
+		defer p.record(dc, http.StatusOK, 0, 0)
+		p.serveRequests(cc, withEarly(client, first.early), t, dc, "")
+	case dc.d.Inspect:
+		p.inspect(cc, withEarly(client, first.early), t, dc)
+	default:
+		upstream, ok := p.dialChecked(dc)
+		if !ok {
+			p.refuseTransparent(client, first, dc)
+			return
+		}
+		defer upstream.Close()
+		p.tunnel(raw, upstream, first.early, dc)
+	}
+}
+
+// transparentTarget is the CONNECT a redirected connection to orig stands
+// for: its synthetic address's name, or else the literal address; forgotten
+// when the address is synthetic and its name is no longer known.
+func transparentTarget(names NameMap, orig netip.AddrPort) (req policies.Request, forgotten bool) {
+	req = policies.Request{Phase: policies.PhaseConnect, Host: orig.Addr().String(), Port: int(orig.Port())}
+	if names == nil {
+		return req, false
+	}
+	name, synthetic := names.Name(orig.Addr())
+	switch {
+	case !synthetic:
+	case name == "":
+		forgotten = true
+	default:
+		req.Host = name
+		if c, err := policies.CanonicalHost(name); err == nil {
+			req.Host = c
+		}
+	}
+	return req, forgotten
+}
+
+// sameName reports whether a TLS server name names host (canonical).
+func sameName(serverName, host string) bool {
+	c, err := policies.CanonicalHost(serverName)
+	return err == nil && c == host
+}

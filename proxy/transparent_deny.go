@@ -1,0 +1,58 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"net"
+	"strings"
+	"time"
+)
+
+// refuseTransparent answers dc's denial of a transparent connection in the
+// client's own protocol where it can read one, and records it. A TLS
+// client that would read HTTP/1 (ALPN http/1.1, or none) completes its
+// handshake with a leaf from the airlock CA, which sandboxed clients trust,
+// and reads the 403 (or 421, 502, ...) with the JSON body; a plain HTTP
+// client reads it as it is; any other client (TLS for h2 only, SSH, a
+// database) is reset, for it could show nothing better. The audit line
+// carries the reason either way.
+func (p *Proxy) refuseTransparent(c net.Conn, first opening, dc *decision) {
+	switch {
+	case first.proto == speaksHTTP:
+		p.refuseConn(c, dc, nil)
+	case first.proto == speaksTLS && first.offersHTTP1():
+		p.refuseInTLS(withEarly(c, first.early), first, dc)
+	default:
+		p.record(dc, 0, 0, 0)
+		reset(c)
+	}
+}
+
+// refuseInTLS completes the client's handshake and answers the denial
+// inside it. The leaf names what the client asked for, its server name
+// (the host otherwise): a leaf for another name would fail its check, and
+// it would see a certificate error instead of the reason.
+func (p *Proxy) refuseInTLS(c net.Conn, first opening, dc *decision) {
+	name := first.serverName
+	if name == "" {
+		name = dc.in.Request.Host
+	}
+	tc := tls.Server(c, &tls.Config{
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.cfg.CA.Leaf(name) },
+		NextProtos:     []string{"http/1.1", "http/1.0"},
+		MinVersion:     tls.VersionTLS12,
+	})
+	tc.SetDeadline(time.Now().Add(p.cfg.Limits.HandshakeTimeout))
+	if err := tc.Handshake(); err != nil {
+		dc.detail = strings.TrimPrefix(dc.detail+"; the denial could not be answered: client TLS handshake: "+err.Error(), "; ")
+		p.record(dc, 0, 0, 0)
+		reset(c)
+		return
+	}
+	tc.SetDeadline(time.Time{})
+	resp := dc.denialResponse(nil)
+	resp.Close = true
+	writeResponse(bufio.NewWriter(tc), resp)
+	p.record(dc, resp.StatusCode, 0, 0)
+	closeAnswered(tc)
+}

@@ -1,0 +1,205 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// clientFirstWait is how long a transparent connection's client has to say
+// something before it is taken for one that waits for the server to speak
+// first (SMTP, MySQL, FTP), and decided on host and port alone. Clients
+// that speak first (TLS, HTTP, SSH) do so as soon as they are connected;
+// a server-first client waits this long more for its upstream's greeting.
+const clientFirstWait = time.Second
+
+// maxClientHello bounds what is read for a TLS ClientHello: crypto/tls
+// reads a handshake message of up to 64 KiB, in records of up to 16 KiB
+// each with its 5-byte header.
+const maxClientHello = 64<<10 + 5*(5+256)
+
+// protocol is what a transparent connection's first bytes speak.
+type protocol int
+
+const (
+	speaksOther protocol = iota // neither below, or nothing yet: decided on host and port
+	speaksTLS
+	speaksHTTP // an HTTP/1 request line
+)
+
+// opening is what a transparent connection's client sent before anything
+// was decided: its bytes, to be sent on first, and what they say.
+type opening struct {
+	proto protocol
+	early []byte
+	// serverName and protos are the ClientHello's SNI and ALPN list.
+	serverName string
+	protos     []string
+}
+
+// offersHTTP1 reports whether a TLS client would read an HTTP/1 answer:
+// it offered http/1.x by ALPN, or no protocol at all.
+func (o opening) offersHTTP1() bool {
+	return len(o.protos) == 0 || slices.Contains(o.protos, "http/1.1") || slices.Contains(o.protos, "http/1.0")
+}
+
+// peek reads a transparent connection's first bytes, which the client
+// sends on as if to its upstream, and tells what they speak, within
+// bounds of size and time: a TLS ClientHello (read by crypto/tls), an
+// HTTP/1 request line, or anything else, silence included. The bytes are
+// returned, not consumed: the caller sends them first.
+func (p *Proxy) peek(c net.Conn) (opening, error) {
+	defer c.SetReadDeadline(time.Time{})
+	pc := &peekConn{Conn: c, max: p.cfg.Limits.MaxHeaderBytes + 4096}
+	c.SetReadDeadline(time.Now().Add(clientFirstWait))
+	if err := pc.fill(); err != nil {
+		if isTimeout(err) || errors.Is(err, io.EOF) {
+			return opening{}, nil // silent, or done before it said anything
+		}
+		return opening{}, fmt.Errorf("reading the connection's first bytes: %w", err)
+	}
+	if pc.seen[0] == recordTypeHandshake {
+		c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HandshakeTimeout))
+		pc.max = maxClientHello
+		return pc.clientHello()
+	}
+	c.SetReadDeadline(time.Now().Add(p.cfg.Limits.ReadHeaderTimeout))
+	for {
+		switch requestLine(pc.seen) {
+		case lineIs:
+			return opening{proto: speaksHTTP, early: pc.seen}, nil
+		case lineIsNot:
+			return opening{early: pc.seen}, nil
+		}
+		if err := pc.fill(); err != nil {
+			// A beginning that could be a request line, then silence,
+			// the end, or too much: not a request that can be read.
+			if isTimeout(err) || errors.Is(err, io.EOF) || errors.Is(err, errPeekLimit) {
+				return opening{early: pc.seen}, nil
+			}
+			return opening{}, fmt.Errorf("reading the connection's first bytes: %w", err)
+		}
+	}
+}
+
+// recordTypeHandshake begins every TLS ClientHello (RFC 8446 5.1).
+const recordTypeHandshake = 0x16
+
+// errHelloRead stops crypto/tls's handshake once the ClientHello is read.
+var errHelloRead = errors.New("ClientHello read")
+
+// clientHello has crypto/tls read the ClientHello from what was seen and
+// what follows, and stops its handshake there; nothing reaches the client.
+func (pc *peekConn) clientHello() (opening, error) {
+	pc.off = 0
+	var hello *tls.ClientHelloInfo
+	err := tls.Server(pc, &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		hello = h
+		return nil, errHelloRead
+	}}).Handshake()
+	if hello == nil {
+		return opening{}, fmt.Errorf("the connection began as TLS, and no ClientHello could be read from it: %v", err)
+	}
+	return opening{proto: speaksTLS, early: pc.seen, serverName: hello.ServerName, protos: slices.Clone(hello.SupportedProtos)}, nil
+}
+
+var errPeekLimit = errors.New("first bytes over the peek limit")
+
+// peekConn records what is read from a connection, up to max bytes, so
+// that it can be read again (off, rewound) and then sent on. Writes are
+// dropped: while the proxy only looks, nothing reaches the client (the
+// alert crypto/tls sends when its handshake is stopped).
+type peekConn struct {
+	net.Conn
+	seen []byte
+	off  int // what the current reader has read of seen
+	max  int
+}
+
+// fill reads once more from the connection into seen.
+func (pc *peekConn) fill() error {
+	if len(pc.seen) >= pc.max {
+		return errPeekLimit
+	}
+	buf := make([]byte, min(pc.max-len(pc.seen), 4096))
+	n, err := pc.Conn.Read(buf)
+	pc.seen = append(pc.seen, buf[:n]...)
+	if n > 0 {
+		return nil
+	}
+	return err
+}
+
+func (pc *peekConn) Read(b []byte) (int, error) {
+	if pc.off == len(pc.seen) {
+		if err := pc.fill(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(b, pc.seen[pc.off:])
+	pc.off += n
+	return n, nil
+}
+
+func (pc *peekConn) Write(b []byte) (int, error) { return len(b), nil }
+
+// A verdict on whether bytes begin with an HTTP/1 request line.
+const (
+	lineIsNot = iota
+	lineMayBe // so far, yes: more bytes decide
+	lineIs
+)
+
+// requestLine tells whether b begins with an HTTP/1 request line (RFC 9112
+// 3: method SP request-target SP HTTP-version CRLF), or may once more
+// bytes come. An SSH banner ("SSH-2.0-OpenSSH_9.6 Ubuntu\r\n") or a binary
+// protocol is not one. It only classifies: the request itself is read by
+// net/http (serveRequests).
+func requestLine(b []byte) int {
+	i := 0
+	for i < len(b) && httpguts.IsTokenRune(rune(b[i])) {
+		i++
+	}
+	switch {
+	case i == len(b):
+		return lineMayBe
+	case i == 0 || b[i] != ' ':
+		return lineIsNot
+	}
+	i++
+	start := i
+	for i < len(b) && b[i] > ' ' && b[i] != 0x7f {
+		i++
+	}
+	switch {
+	case i == len(b):
+		return lineMayBe
+	case i == start || b[i] != ' ':
+		return lineIsNot
+	}
+	rest := b[i+1:]
+	const version = "HTTP/1."
+	if n := min(len(rest), len(version)); !bytes.Equal(rest[:n], []byte(version[:n])) {
+		return lineIsNot
+	}
+	if len(rest) <= len(version) {
+		return lineMayBe
+	}
+	if c := rest[len(version)]; c != '0' && c != '1' {
+		return lineIsNot
+	}
+	switch end := rest[len(version)+1:]; {
+	case len(end) == 0 || (len(end) == 1 && end[0] == '\r'):
+		return lineMayBe
+	case end[0] == '\n' || (end[0] == '\r' && end[1] == '\n'):
+		return lineIs
+	}
+	return lineIsNot
+}

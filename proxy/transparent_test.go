@@ -1,0 +1,593 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testca"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/proxy/certs"
+	"github.com/airlock-sandbox/airlock/proxy/egress"
+	"github.com/airlock-sandbox/airlock/proxy/identity"
+	"github.com/vishvananda/netns"
+)
+
+// TestMain lets the test binary double as a client process
+// (testutil.ServeClient): the proxy attributes every connection to its
+// owner, which must be another process than itself.
+func TestMain(m *testing.M) {
+	if os.Getenv(dialerEnv) != "" {
+		serveDialer()
+	}
+	testutil.ServeClient()
+	os.Exit(m.Run())
+}
+
+// The transparent fixture's destinations. Each is a loopback address the
+// client dials as it would a synthetic address its DNS gave it, on the one
+// port P of the test, and on which a transparent listener serves; the test
+// stands in for the redirect by taking the address a connection reached
+// for its original destination (Proxy.origDst). The upstreams listen on
+// other loopback addresses, on the same port P, pinned by the guard.
+var (
+	tpAPI       = netip.MustParseAddr("127.0.0.2")  // api.tp.test: inspected (GET /ok/** only)
+	tpTLS       = netip.MustParseAddr("127.0.0.3")  // tls.tp.test: an opaque TLS tunnel
+	tpWeb       = netip.MustParseAddr("127.0.0.4")  // web.tp.test: plain HTTP, GET /ok/** only
+	tpSSH       = netip.MustParseAddr("127.0.0.5")  // ssh.tp.test: any bytes, decided on host and port
+	tpClosed    = netip.MustParseAddr("127.0.0.6")  // closed.tp.test: no rule
+	tpForgotten = netip.MustParseAddr("127.0.0.10") // synthetic, its name forgotten
+	tpLiteral   = netip.MustParseAddr("127.0.0.11") // no name: decided as the literal, which a rule allows
+
+	tpTLSUpstream  = netip.MustParseAddr("127.0.0.1") // api. and tls.tp.test's TLS upstream
+	tpWebUpstream  = netip.MustParseAddr("127.0.0.7")
+	tpSSHUpstream  = netip.MustParseAddr("127.0.0.8") // greets first, then echoes
+	tpBanner       = "220 upstream greets first\r\n"
+	tpUpstreamBody = "hello from upstream"
+)
+
+// tpNames is the sandbox's DNS memory: a name for each synthetic address,
+// "" for one it has forgotten.
+type tpNames map[netip.Addr]string
+
+func (n tpNames) Name(a netip.Addr) (string, bool) {
+	name, ok := n[a]
+	return name, ok
+}
+
+const tpPreset = `package airlock.presets.tp
+
+import data.airlock.lib
+
+exe := [{"path": %[1]q}]
+
+rules := [
+	{"name": "api", "binaries": exe, "hosts": ["api.tp.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/ok/**"]},
+	{"name": "tls", "binaries": exe, "hosts": ["tls.tp.test"], "ports": [%[2]d]},
+	{"name": "web", "binaries": exe, "hosts": ["web.tp.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/ok/**"]},
+	{"name": "ssh", "binaries": exe, "hosts": ["ssh.tp.test"], "ports": [%[2]d]},
+	{"name": "literal", "binaries": exe, "hosts": [%[3]q], "ports": [%[2]d]},
+]
+
+denies := []
+
+decision := lib.decide(rules, denies)
+`
+
+type tpFixture struct {
+	p     *Proxy
+	port  int
+	exe   string // the test binary, which every client process runs
+	audit *testutil.Buffer
+	roots *x509.CertPool // the airlock CA
+	upCA  *testca.CA
+	// explicit is the explicit proxy's address, serving the same sandbox.
+	explicit string
+	sb       Sandbox
+	serving  sync.WaitGroup
+}
+
+func newTPFixture(tb testing.TB) *tpFixture {
+	tb.Helper()
+	ctx := context.Background()
+	dir := tb.TempDir()
+	fx := &tpFixture{audit: &testutil.Buffer{}}
+	exe, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if fx.exe, err = filepath.EvalSymlinks(exe); err != nil {
+		tb.Fatal(err)
+	}
+	if fx.upCA, err = testca.New(dir); err != nil {
+		tb.Fatal(err)
+	}
+	listeners := fx.listen(tb)
+
+	tlsConfig, err := fx.upCA.ServerConfig("api.tp.test", "tls.tp.test")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, tpUpstreamBody) })
+	for _, a := range []netip.Addr{tpTLSUpstream, tpWebUpstream} {
+		srv := &http.Server{Handler: hello, ErrorLog: log.New(io.Discard, "", 0)}
+		if a == tpTLSUpstream {
+			srv.TLSConfig = tlsConfig
+			go srv.ServeTLS(listeners[a], "", "")
+		} else {
+			go srv.Serve(listeners[a])
+		}
+		tb.Cleanup(func() { srv.Close() })
+	}
+	go greetAndEcho(listeners[tpSSHUpstream])
+
+	bundle := filepath.Join(dir, "bundle")
+	if err := os.Mkdir(bundle, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "tp.rego"), fmt.Appendf(nil, tpPreset, fx.exe, fx.port, tpLiteral), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	engine, err := policies.New(ctx, policies.Options{Source: policies.Source{Path: bundle}, Logger: quiet})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ca, err := certs.LoadOrCreate(filepath.Join(dir, "ca"), 16)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fx.roots = x509.NewCertPool()
+	fx.roots.AppendCertsFromPEM(ca.CertPEM)
+	pin := func(host string, a netip.Addr) string { return fmt.Sprintf("%s:%d:%s", host, fx.port, a) }
+	guard, err := egress.New(egress.Options{
+		// The literal destination is not among them: it is checked as
+		// itself, and refused.
+		AllowRanges: []netip.Prefix{netip.PrefixFrom(tpTLSUpstream, 32), netip.PrefixFrom(tpWebUpstream, 32), netip.PrefixFrom(tpSSHUpstream, 32)},
+		Resolve: []string{pin("api.tp.test", tpTLSUpstream), pin("tls.tp.test", tpTLSUpstream),
+			pin("web.tp.test", tpWebUpstream), pin("ssh.tp.test", tpSSHUpstream)},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fx.p, err = New(Config{Decider: engine, CA: ca, Guard: guard, UpstreamRoots: fx.upCA.Pool, Audit: fx.audit, Logger: quiet})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Test-only: no redirect brings a connection to a fixture's
+	// destination (the client dials it itself), and the address it
+	// reached is the one it asked for, as SO_ORIGINAL_DST would tell
+	// after a redirect. Any other listener's are read as in production.
+	fx.p.origDst = func(c net.Conn) (netip.AddrPort, error) {
+		if reached := addrPort(c.LocalAddr()); slices.Contains(tpDestinations, reached.Addr()) {
+			return reached, nil
+		}
+		return redirectedTo(c)
+	}
+
+	fx.sb = Sandbox{ID: "tp", Kind: "agent", Preset: "tp", Candidates: identity.Tree(os.Getpid()), NetNS: netns.None(),
+		Names: tpNames{tpAPI: "api.tp.test", tpTLS: "tls.tp.test", tpWeb: "web.tp.test", tpSSH: "ssh.tp.test", tpClosed: "closed.tp.test", tpForgotten: ""}}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := fx.p.Shutdown(ctx); err != nil {
+			tb.Errorf("Shutdown: %v", err)
+		}
+		fx.serving.Wait()
+	})
+	for _, a := range tpDestinations {
+		fx.serve(tb, listeners[a], fx.sb, transparentServer(fx.p))
+	}
+	// The explicit proxy, for the same sandbox, to compare with.
+	explicit, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fx.explicit = explicit.Addr().String()
+	fx.serve(tb, explicit, fx.sb, fx.p.Serve)
+	return fx
+}
+
+// serve runs serve(ln, sb) until the fixture's Shutdown, which checks that
+// it ended without an error.
+func (fx *tpFixture) serve(tb testing.TB, ln net.Listener, sb Sandbox, serve func(net.Listener, Sandbox) error) {
+	fx.serving.Add(1)
+	go func() {
+		defer fx.serving.Done()
+		if err := serve(ln, sb); err != nil {
+			tb.Errorf("serving %s: %v", ln.Addr(), err)
+		}
+	}()
+}
+
+var tpDestinations = []netip.Addr{tpAPI, tpTLS, tpWeb, tpSSH, tpClosed, tpForgotten, tpLiteral}
+
+// listen binds every destination and upstream address on one port, the
+// port the first gets; another process may hold that port on one of the
+// others, so a few ports are tried.
+func (fx *tpFixture) listen(tb testing.TB) map[netip.Addr]net.Listener {
+	tb.Helper()
+	all := append([]netip.Addr{tpTLSUpstream, tpWebUpstream, tpSSHUpstream}, tpDestinations...)
+	var lastErr error
+	for range 5 {
+		got := map[netip.Addr]net.Listener{}
+		port := 0
+		for _, a := range all {
+			ln, err := net.Listen("tcp", netip.AddrPortFrom(a, uint16(port)).String())
+			if err != nil {
+				lastErr = err
+				break
+			}
+			got[a] = ln
+			port = ln.Addr().(*net.TCPAddr).Port
+		}
+		if len(got) == len(all) {
+			fx.port = port
+			tb.Cleanup(func() {
+				for _, ln := range got {
+					ln.Close()
+				}
+			})
+			return got
+		}
+		for _, ln := range got {
+			ln.Close()
+		}
+	}
+	tb.Fatalf("no port free on all of %v: %v", all, lastErr)
+	return nil
+}
+
+// greetAndEcho is a server-speaks-first upstream: it greets, then echoes.
+func greetAndEcho(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			io.WriteString(c, tpBanner)
+			io.Copy(c, c)
+		}()
+	}
+}
+
+// client is a connection from another process (the test binary as a relay,
+// testutil.ServeClient, run by the command before, if any) to dst on the
+// fixture's port: what the test writes and reads, the process sends and
+// receives.
+func (fx *tpFixture) client(t *testing.T, dst netip.Addr, before ...string) net.Conn {
+	t.Helper()
+	return fx.clientTo(t, netip.AddrPortFrom(dst, uint16(fx.port)), before...)
+}
+
+// clientTo is client to any address and port.
+func (fx *tpFixture) clientTo(t *testing.T, dst netip.AddrPort, before ...string) net.Conn {
+	t.Helper()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append(before, fx.exe)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), testutil.RelayEnv+"="+dst.String())
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	inR.Close()
+	outW.Close()
+	c := &pipeConn{r: outR, w: inW}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	t.Cleanup(func() { c.Close(); cmd.Process.Kill(); cmd.Wait() })
+	return c
+}
+
+// pipeConn is a relay process's stdout and stdin as a connection.
+type pipeConn struct{ r, w *os.File }
+
+func (c *pipeConn) Read(b []byte) (int, error)  { return c.r.Read(b) }
+func (c *pipeConn) Write(b []byte) (int, error) { return c.w.Write(b) }
+func (c *pipeConn) Close() error                { c.w.Close(); return c.r.Close() }
+func (c *pipeConn) LocalAddr() net.Addr         { return &net.UnixAddr{Name: "relay", Net: "pipe"} }
+func (c *pipeConn) RemoteAddr() net.Addr        { return &net.UnixAddr{Name: "relay", Net: "pipe"} }
+func (c *pipeConn) SetDeadline(t time.Time) error {
+	c.r.SetDeadline(t)
+	return c.w.SetDeadline(t)
+}
+func (c *pipeConn) SetReadDeadline(t time.Time) error  { return c.r.SetDeadline(t) }
+func (c *pipeConn) SetWriteDeadline(t time.Time) error { return c.w.SetDeadline(t) }
+
+// decision waits for the transparent decision line for host and reason: a
+// denial's is written after its answer.
+func (fx *tpFixture) decision(t *testing.T, host string, reason policies.Reason) map[string]any {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		raw := fx.audit.String()
+		for _, l := range auditLines(t, []byte(raw)) {
+			if l["msg"] == AuditMessage && l["host"] == host && l["reason"] == string(reason) {
+				return l
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no decision line for %s with reason %s in:\n%s", host, reason, raw)
+		}
+	}
+}
+
+// tpCase is one client of the transparent listener: it connects to dst,
+// speaks (or not), and checks what it gets back; the decision line for
+// host must then carry reason and say it came through the transparent
+// listener.
+type tpCase struct {
+	name   string
+	dst    netip.Addr
+	host   string
+	reason policies.Reason
+	run    func(t *testing.T, fx *tpFixture, c net.Conn)
+}
+
+func TestServeTransparent(t *testing.T) {
+	fx := newTPFixture(t)
+	for _, tc := range []tpCase{
+		{"tls allowed: opaque tunnel", tpTLS, "tls.tp.test", policies.ReasonAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			resp, issuer := fx.httpsGet(t, c, "tls.tp.test", []string{"http/1.1"}, "/anything")
+			wantBody(t, resp, http.StatusOK, tpUpstreamBody)
+			if issuer != fx.upCA.Cert.Subject.CommonName {
+				t.Fatalf("the client's TLS peer was issued by %q; want the upstream's own (an opaque tunnel)", issuer)
+			}
+		}},
+		{"tls inspected: method rule allows", tpAPI, "api.tp.test", policies.ReasonAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			resp, issuer := fx.httpsGet(t, c, "api.tp.test", []string{"http/1.1"}, "/ok/x")
+			wantBody(t, resp, http.StatusOK, tpUpstreamBody)
+			if issuer == fx.upCA.Cert.Subject.CommonName {
+				t.Fatalf("the client's TLS peer is the upstream; want the proxy's leaf (inspected)")
+			}
+		}},
+		{"tls inspected: path rule denies", tpAPI, "api.tp.test", policies.ReasonPathNotAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			resp, _ := fx.httpsGet(t, c, "api.tp.test", []string{"http/1.1"}, "/no")
+			wantDenial(t, resp, http.StatusForbidden, policies.ReasonPathNotAllowed, "api.tp.test")
+		}},
+		{"tls server name is another host", tpAPI, "api.tp.test", policies.ReasonHostMismatch, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			resp, _ := fx.httpsGet(t, c, "tls.tp.test", []string{"http/1.1"}, "/ok/x")
+			wantDenial(t, resp, http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "api.tp.test")
+		}},
+		{"tls denied, http/1.1 offered: 403 after a verified handshake", tpClosed, "closed.tp.test", policies.ReasonHostNotAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			resp, _ := fx.httpsGet(t, c, "closed.tp.test", []string{"http/1.1"}, "/")
+			wantDenial(t, resp, http.StatusForbidden, policies.ReasonHostNotAllowed, "closed.tp.test")
+		}},
+		{"tls denied, no ALPN: 403", tpClosed, "closed.tp.test", policies.ReasonHostNotAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			resp, _ := fx.httpsGet(t, c, "closed.tp.test", nil, "/")
+			wantDenial(t, resp, http.StatusForbidden, policies.ReasonHostNotAllowed, "closed.tp.test")
+		}},
+		{"tls denied, only h2 offered: reset", tpClosed, "closed.tp.test", policies.ReasonHostNotAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			tc := tls.Client(c, &tls.Config{ServerName: "closed.tp.test", RootCAs: fx.roots, NextProtos: []string{"h2"}})
+			if err := tc.Handshake(); err == nil {
+				t.Fatalf("handshake for h2 only completed (%q); want the connection reset", tc.ConnectionState().NegotiatedProtocol)
+			}
+			wantNothing(t, c)
+		}},
+		{"plain http allowed", tpWeb, "web.tp.test", policies.ReasonAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			wantBody(t, httpGet(t, c, fmt.Sprintf("web.tp.test:%d", fx.port), "/ok/x"), http.StatusOK, tpUpstreamBody)
+		}},
+		{"plain http denied: 403 JSON", tpWeb, "web.tp.test", policies.ReasonPathNotAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			wantDenial(t, httpGet(t, c, fmt.Sprintf("web.tp.test:%d", fx.port), "/no"), http.StatusForbidden, policies.ReasonPathNotAllowed, "web.tp.test")
+		}},
+		{"plain http Host is another name", tpWeb, "web.tp.test", policies.ReasonHostMismatch, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			wantDenial(t, httpGet(t, c, "api.tp.test", "/ok/x"), http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "web.tp.test")
+		}},
+		{"ssh-like client speaks first: allowed by host and port", tpSSH, "ssh.tp.test", policies.ReasonAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			io.WriteString(c, "SSH-2.0-OpenSSH_9.6 Ubuntu\r\n")
+			want := tpBanner + "SSH-2.0-OpenSSH_9.6 Ubuntu\r\n"
+			got := make([]byte, len(want))
+			if _, err := io.ReadFull(c, got); err != nil || string(got) != want {
+				t.Fatalf("read %q, %v; want the upstream's greeting and the banner echoed", got, err)
+			}
+		}},
+		{"ssh-like client speaks first: denied by host, reset", tpClosed, "closed.tp.test", policies.ReasonHostNotAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			io.WriteString(c, "SSH-2.0-OpenSSH_9.6 Ubuntu\r\n")
+			wantNothing(t, c)
+		}},
+		{"ssh-like client to an inspected host: reset", tpAPI, "api.tp.test", policies.ReasonInvalidRequest, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			io.WriteString(c, "SSH-2.0-OpenSSH_9.6 Ubuntu\r\n")
+			wantNothing(t, c)
+		}},
+		{"server speaks first: the silent client is tunnelled", tpSSH, "ssh.tp.test", policies.ReasonAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			got, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil || got != tpBanner {
+				t.Fatalf("read %q, %v; want the upstream's greeting", got, err)
+			}
+		}},
+		{"forgotten synthetic address", tpForgotten, tpForgotten.String(), policies.ReasonNameForgotten, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			wantDenial(t, httpGet(t, c, "web.tp.test", "/ok/x"), http.StatusMisdirectedRequest, policies.ReasonNameForgotten, tpForgotten.String())
+		}},
+		{"literal address decided as the literal", tpLiteral, tpLiteral.String(), policies.ReasonSSRF, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			// The rule naming the literal allows it; the guard then
+			// checks the literal itself, a loopback address.
+			wantDenial(t, httpGet(t, c, netip.AddrPortFrom(tpLiteral, uint16(fx.port)).String(), "/"), http.StatusForbidden, policies.ReasonSSRF, tpLiteral.String())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.run(t, fx, fx.client(t, tc.dst))
+			l := fx.decision(t, tc.host, tc.reason)
+			if l["via"] != "transparent" || l["binary"] != fx.exe {
+				t.Fatalf("decision line %v; want via transparent, binary %s", l, fx.exe)
+			}
+		})
+	}
+}
+
+// httpsGet does a TLS handshake as serverName, offering protos, verified
+// against both the airlock CA and the upstream's, and sends GET path; it
+// returns the answer and who issued the peer's certificate.
+func (fx *tpFixture) httpsGet(t *testing.T, c net.Conn, serverName string, protos []string, path string) (*http.Response, string) {
+	t.Helper()
+	roots := fx.roots.Clone()
+	roots.AddCert(fx.upCA.Cert)
+	tc := tls.Client(c, &tls.Config{ServerName: serverName, RootCAs: roots, NextProtos: protos})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("TLS handshake as %s: %v", serverName, err)
+	}
+	issuer := tc.ConnectionState().PeerCertificates[0].Issuer.CommonName
+	return httpGet(t, tc, serverName, path), issuer
+}
+
+// httpGet sends GET path with host as Host on c and reads the answer.
+func httpGet(t *testing.T, c net.Conn, host, path string) *http.Response {
+	t.Helper()
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, host)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("GET %s (Host %s): no answer: %v", path, host, err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+func wantBody(t *testing.T, resp *http.Response, status int, body string) {
+	t.Helper()
+	got, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != status || string(got) != body {
+		t.Fatalf("answer %d %q; want %d %q", resp.StatusCode, got, status, body)
+	}
+}
+
+func wantDenial(t *testing.T, resp *http.Response, status int, reason policies.Reason, host string) {
+	t.Helper()
+	var d Denial
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+		t.Fatalf("answer %d: body is no JSON denial: %v", resp.StatusCode, err)
+	}
+	if resp.StatusCode != status || d.Reason != string(reason) || d.Host != host || resp.Header.Get(ReasonHeader) != string(reason) {
+		t.Fatalf("answer %d %+v; want %d %s for host %s", resp.StatusCode, d, status, reason, host)
+	}
+}
+
+// wantNothing checks that the connection ends without a byte for the
+// client: the proxy reset it.
+func wantNothing(t *testing.T, c net.Conn) {
+	t.Helper()
+	if got, _ := io.ReadAll(c); len(got) > 0 {
+		t.Fatalf("the client read %q; want the connection ended with nothing", got)
+	}
+}
+
+// peek tells what a connection's first bytes speak, within its bounds,
+// and gives them back whole: a ClientHello (its server name and ALPN list)
+// as crypto/tls reads it, an HTTP/1 request line, anything else; a
+// beginning that could be a request line but runs past the header limit
+// is anything else, and a ClientHello crypto/tls cannot read is an error.
+func TestPeek(t *testing.T) {
+	// MaxHeaderBytes 64, and 4096 for the request line: 4160 bytes at most.
+	p := &Proxy{cfg: Config{Limits: Limits{MaxHeaderBytes: 64, HandshakeTimeout: 10 * time.Second, ReadHeaderTimeout: 10 * time.Second}}}
+	long := "GET /" + strings.Repeat("a", 8000)
+	for _, tc := range []struct {
+		name  string
+		send  func(c net.Conn)
+		proto protocol
+		early int // -1: all that was sent
+		sni   string
+		alpn  []string
+		err   string
+	}{
+		{"tls", func(c net.Conn) {
+			tls.Client(c, &tls.Config{ServerName: "api.tp.test", NextProtos: []string{"h2", "http/1.1"}}).Handshake()
+		}, speaksTLS, -1, "api.tp.test", []string{"h2", "http/1.1"}, ""},
+		{"http", func(c net.Conn) { io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n") }, speaksHTTP, -1, "", nil, ""},
+		{"ssh", func(c net.Conn) { io.WriteString(c, "SSH-2.0-Go\r\n") }, speaksOther, -1, "", nil, ""},
+		{"request line over the limit", func(c net.Conn) { io.WriteString(c, long) }, speaksOther, 64 + 4096, "", nil, ""},
+		{"not a ClientHello", func(c net.Conn) { c.Write([]byte{0x16, 3, 1, 0, 4, 9, 9, 9, 9}) }, speaksOther, 0, "", nil, "no ClientHello could be read"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server := testutil.TCPPair(t)
+			sent := &testutil.Buffer{}
+			go tc.send(&teeConn{Conn: client, w: sent})
+			o, err := p.peek(server)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("peek = %+v, %v; want an error saying %q", o, err, tc.err)
+				}
+				return
+			}
+			want := len(sent.String())
+			if tc.early >= 0 {
+				want = tc.early
+			}
+			if err != nil || o.proto != tc.proto || o.serverName != tc.sni || !slices.Equal(o.protos, tc.alpn) ||
+				len(o.early) != want || !strings.HasPrefix(sent.String(), string(o.early)) {
+				t.Fatalf("peek = proto %d, %d bytes, SNI %q, ALPN %q, %v; want proto %d, %d bytes of what was sent, SNI %q, ALPN %q",
+					o.proto, len(o.early), o.serverName, o.protos, err, tc.proto, want, tc.sni, tc.alpn)
+			}
+		})
+	}
+}
+
+// teeConn copies what is written to it to w.
+type teeConn struct {
+	net.Conn
+	w io.Writer
+}
+
+func (c *teeConn) Write(b []byte) (int, error) {
+	c.w.Write(b)
+	return c.Conn.Write(b)
+}
+
+func TestRequestLine(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{
+		{"GET / HTTP/1.1\r\n", lineIs},
+		{"PROPFIND /x HTTP/1.0\n", lineIs},
+		{"GET / HTTP/1.1", lineMayBe},
+		{"GE", lineMayBe},
+		{"GET /index", lineMayBe},
+		{"SSH-2.0-OpenSSH_9.6 Ubuntu-3ubuntu13\r\n", lineIsNot},
+		{"SSH-2.0-Go\r\n", lineIsNot},
+		{"\x00\x00\x00\x08\x04\xd2\x16\x2f", lineIsNot}, // PostgreSQL's SSLRequest
+		{"GET / HTTP/2.0\r\n", lineIsNot},
+		{"GET  / HTTP/1.1\r\n", lineIsNot},
+		{"GET / HTTP/1.1\rX", lineIsNot},
+	} {
+		if got := requestLine([]byte(tc.in)); got != tc.want {
+			t.Errorf("requestLine(%q) = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}
+
+// transparentServer serves a listener as the only transparent one of its
+// sandbox.
+func transparentServer(p *Proxy) func(net.Listener, Sandbox) error {
+	return func(ln net.Listener, sb Sandbox) error {
+		e, err := p.Open(sb)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		return e.ServeTransparent(ln)
+	}
+}

@@ -1,0 +1,213 @@
+package sandbox
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// egressTable is the nft table (family inet) that InstallEgress owns.
+const egressTable = "airlock"
+
+// EgressRules is the nft table (inet airlock) that makes the proxy a
+// namespace's only way out: every TCP connection not for a local address
+// is redirected to the transparent listener, port 53 (UDP and TCP, any
+// address) to the DNS sockets, and everything else not for a local
+// address is rejected at once.
+type EgressRules struct {
+	TransparentPort, DNSPort int
+	// LocalTCPPorts are the loopback TCP ports a connection may reach;
+	// AllLocalTCP allows any (the sidecar shape, where the workload's own
+	// loopback services are the operator's business).
+	LocalTCPPorts []int
+	AllLocalTCP   bool
+	// ExemptUID, when set, lets sockets of that uid pass untouched (the
+	// sidecar shape: the proxy runs in the workload's namespace and its
+	// own upstream dials must leave). Nil inside airlock's own sandboxes:
+	// the proxy's upstream sockets are made in the host namespace.
+	ExemptUID *uint32
+}
+
+// InstallEgress installs r in namespace ns (netns.None(): the calling
+// thread's), replacing an earlier airlock table, atomically: one netlink
+// batch, so the namespace never has half a table. Errors name what the
+// kernel lacks.
+//
+// The table, in nft's words (U the exempt uid, D the DNS port, T the
+// transparent port, P the allowed local TCP ports):
+//
+//	chain nat_out { type nat hook output priority -100;
+//		meta skuid U accept
+//		udp dport 53 redirect to :D; tcp dport 53 redirect to :D
+//		fib daddr type local accept
+//		meta l4proto tcp redirect to :T }
+//	chain filter_out { type filter hook output priority 0; policy drop;
+//		meta skuid U accept
+//		ct state established,related accept
+//		fib daddr type local tcp dport @local_tcp accept
+//		fib daddr type local meta l4proto != tcp accept
+//		meta l4proto tcp reject with tcp reset
+//		reject with icmpx admin-prohibited }
+//
+// filter_out sees a redirected packet after nat: its destination is then
+// 127.0.0.1 or ::1 and its port T or D, which are in P (NewNetwork puts
+// them there). Loopback is "fib daddr type local", not 127.0.0.0/8: a
+// reply to the namespace's own address (192.0.0.8) is local too.
+func InstallEgress(ns netns.NsHandle, r EgressRules) error {
+	if err := r.validate(); err != nil {
+		return err
+	}
+	var opts []nftables.ConnOption
+	if ns != netns.None() {
+		opts = append(opts, nftables.WithNetNSFd(int(ns)))
+	}
+	conn, err := nftables.New(opts...)
+	if err != nil {
+		return fmt.Errorf("nftables: netlink socket: %w", err)
+	}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: egressTable}
+	// Add (a no-op when it exists), delete, add again: one batch
+	// replaces an earlier table or makes the first.
+	conn.AddTable(table)
+	conn.DelTable(table)
+	conn.AddTable(table)
+	r.natChain(conn, table)
+	if err := r.filterChain(conn, table); err != nil {
+		return err
+	}
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("install nft table inet %s: %w (the kernel needs nf_tables for family inet with nat, redir, fib, ct and reject: CONFIG_NF_TABLES_INET, CONFIG_NFT_NAT, CONFIG_NFT_REDIR, CONFIG_NFT_FIB_INET, CONFIG_NFT_CT, CONFIG_NFT_REJECT_INET)", egressTable, err)
+	}
+	return nil
+}
+
+func (r EgressRules) validate() error {
+	for _, p := range append([]int{r.TransparentPort, r.DNSPort}, r.LocalTCPPorts...) {
+		if p < 1 || p > 65535 {
+			return fmt.Errorf("egress rules: port %d is out of range: want 1 to 65535", p)
+		}
+	}
+	return nil
+}
+
+func (r EgressRules) natChain(conn *nftables.Conn, table *nftables.Table) {
+	chain := conn.AddChain(&nftables.Chain{
+		Name: "nat_out", Table: table, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest,
+	})
+	var rules [][]expr.Any
+	if r.ExemptUID != nil {
+		rules = append(rules, slices.Concat(skuid(*r.ExemptUID), accept()))
+	}
+	rules = append(rules,
+		slices.Concat(l4proto(unix.IPPROTO_UDP), dport(53), redirect(r.DNSPort)),
+		slices.Concat(l4proto(unix.IPPROTO_TCP), dport(53), redirect(r.DNSPort)),
+		slices.Concat(localDaddr(), accept()),
+		slices.Concat(l4proto(unix.IPPROTO_TCP), redirect(r.TransparentPort)),
+	)
+	for _, e := range rules {
+		conn.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: e})
+	}
+}
+
+func (r EgressRules) filterChain(conn *nftables.Conn, table *nftables.Table) error {
+	chain := conn.AddChain(&nftables.Chain{
+		Name: "filter_out", Table: table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter,
+		Policy: new(nftables.ChainPolicyDrop),
+	})
+	var rules [][]expr.Any
+	if r.ExemptUID != nil {
+		rules = append(rules, slices.Concat(skuid(*r.ExemptUID), accept()))
+	}
+	rules = append(rules, slices.Concat(established(), accept()))
+	if r.AllLocalTCP {
+		rules = append(rules, slices.Concat(localDaddr(), l4proto(unix.IPPROTO_TCP), accept()))
+	} else {
+		set := &nftables.Set{Table: table, ID: 1, Name: "local_tcp", Constant: true, KeyType: nftables.TypeInetService}
+		var elems []nftables.SetElement
+		for _, p := range slices.Compact(slices.Sorted(slices.Values(r.LocalTCPPorts))) {
+			elems = append(elems, nftables.SetElement{Key: binaryutil.BigEndian.PutUint16(uint16(p))})
+		}
+		if err := conn.AddSet(set, elems); err != nil {
+			return fmt.Errorf("nft set local_tcp: %w", err)
+		}
+		rules = append(rules, slices.Concat(localDaddr(), l4proto(unix.IPPROTO_TCP), []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+		}, accept()))
+	}
+	rules = append(rules,
+		// Loopback UDP (and anything but TCP) between the namespace's
+		// processes stays as it was without the table.
+		slices.Concat(localDaddr(), []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		}, accept()),
+		// A locally sent SYN that meets a reset is a refused connect,
+		// at once; anything else gets an ICMP error its sender sees.
+		slices.Concat(l4proto(unix.IPPROTO_TCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}),
+		[]expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}},
+	)
+	for _, e := range rules {
+		conn.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: e})
+	}
+	return nil
+}
+
+func accept() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}} }
+
+func skuid(uid uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(uid)},
+	}
+}
+
+func l4proto(p byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+	}
+}
+
+// dport matches the transport header's destination port (after l4proto:
+// TCP and UDP keep it at the same offset).
+func dport(p uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(p)},
+	}
+}
+
+// localDaddr is "fib daddr type local": an address of the namespace's own.
+func localDaddr() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
+	}
+}
+
+func established() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+// redirect is "redirect to :port": the packet goes to the namespace's own
+// loopback (127.0.0.1 or ::1), at port.
+func redirect(port int) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(uint16(port))},
+		&expr.Redir{RegisterProtoMin: 1},
+	}
+}

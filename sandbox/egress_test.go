@@ -1,0 +1,266 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/origdst"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// egressNetwork is a namespace with transparent egress, the explicit
+// proxy on 3128 and localPorts open.
+func egressNetwork(t *testing.T, localPorts ...int) *Network {
+	t.Helper()
+	testutil.RequireRoot(t, "network namespaces and nftables")
+	n, err := NewNetwork(NetworkConfig{ProxyPort: 3128, LocalPorts: localPorts})
+	if err != nil {
+		t.Fatalf("NewNetwork: %v", err)
+	}
+	t.Cleanup(n.Close)
+	if len(n.Transparent) != 2 || len(n.DNSStreams) != 2 || len(n.DNSPackets) != 2 {
+		t.Fatalf("NewNetwork made %d transparent listeners, %d DNS listeners, %d DNS sockets; want one of each per family",
+			len(n.Transparent), len(n.DNSStreams), len(n.DNSPackets))
+	}
+	return n
+}
+
+// Every TCP connection not for loopback lands on a transparent listener,
+// which learns what was asked for; port 53 of any address, UDP and TCP,
+// lands on the DNS sockets. IPv4 and IPv6 alike.
+func TestEgressRedirects(t *testing.T) {
+	n := egressNetwork(t)
+	for _, tc := range []struct {
+		network, addr string
+		lands         func(n *Network) any // a net.Listener or a net.PacketConn
+	}{
+		{"tcp", "192.0.2.1:443", func(n *Network) any { return n.Transparent[0] }},
+		{"tcp", "198.18.0.7:22", func(n *Network) any { return n.Transparent[0] }},
+		{"tcp", "[2001:db8::1]:443", func(n *Network) any { return n.Transparent[1] }},
+		{"tcp", "192.0.2.53:53", func(n *Network) any { return n.DNSStreams[0] }},
+		{"tcp", "127.0.0.53:53", func(n *Network) any { return n.DNSStreams[0] }},
+		{"tcp", "[::1]:53", func(n *Network) any { return n.DNSStreams[1] }},
+		{"tcp", "[2001:db8::53]:53", func(n *Network) any { return n.DNSStreams[1] }},
+		{"udp", "192.0.2.53:53", func(n *Network) any { return n.DNSPackets[0] }},
+		{"udp", "127.0.0.53:53", func(n *Network) any { return n.DNSPackets[0] }},
+		{"udp", "[::1]:53", func(n *Network) any { return n.DNSPackets[1] }},
+		{"udp", "[2001:db8::53]:53", func(n *Network) any { return n.DNSPackets[1] }},
+	} {
+		t.Run(tc.network+" "+tc.addr, func(t *testing.T) {
+			// The deadline only ends a test that would hang (a SYN
+			// nothing redirects goes out to nowhere).
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := n.DialContext(ctx, tc.network, tc.addr)
+			if err != nil {
+				t.Fatalf("DialContext(%s %s): %v", tc.network, tc.addr, err)
+			}
+			defer c.Close()
+			const hello = "hello"
+			if _, err := io.WriteString(c, hello); err != nil {
+				t.Fatalf("write to %s %s: %v", tc.network, tc.addr, err)
+			}
+			switch at := tc.lands(n).(type) {
+			case net.Listener:
+				s, err := at.Accept()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				if got := readN(t, s, len(hello)); got != hello {
+					t.Fatalf("%s on %s read %q; want %q (another connection?)", tc.addr, at.Addr(), got, hello)
+				}
+				if got, err := origdst.Of(s.(*net.TCPConn)); err != nil || got != netip.MustParseAddrPort(tc.addr) {
+					t.Fatalf("origdst.Of(a connection to %s) = %v, %v; want %s", tc.addr, got, err, tc.addr)
+				}
+			case net.PacketConn:
+				at.SetReadDeadline(time.Now().Add(10 * time.Second))
+				buf := make([]byte, 64)
+				k, from, err := at.ReadFrom(buf)
+				if err != nil {
+					t.Fatalf("%s %s never reached %s: %v", tc.network, tc.addr, at.LocalAddr(), err)
+				}
+				if string(buf[:k]) != hello || from.String() != c.LocalAddr().String() {
+					t.Fatalf("%s read %q from %s; want %q from %s", at.LocalAddr(), buf[:k], from, hello, c.LocalAddr())
+				}
+			}
+		})
+	}
+}
+
+func readN(t *testing.T, c net.Conn, n int) string {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c, b); err != nil {
+		t.Fatalf("read from %s: %v", c.RemoteAddr(), err)
+	}
+	return string(b)
+}
+
+// What the table does not redirect fails at once, with an error the
+// program sees, never a timeout: UDP and ICMP to any address not the
+// namespace's own, TCP to a loopback port not allowed. An allowed
+// loopback port, and the explicit proxy's, reach their listeners.
+func TestEgressRejects(t *testing.T) {
+	const allowed, other = 8901, 18789
+	n := egressNetwork(t, allowed)
+	for _, p := range []int{allowed, other} {
+		for _, host := range []string{"127.0.0.1", "::1"} {
+			listenOn(t, n, net.JoinHostPort(host, fmt.Sprint(p)), "served")
+		}
+	}
+	go serveHello(n.Listener, "proxy")
+	for _, tc := range []struct {
+		network, addr string
+		want          string // a greeting, or the error
+	}{
+		{"tcp", "127.0.0.1:8901", "served"},
+		{"tcp", "[::1]:8901", "served"},
+		{"tcp", "127.0.0.1:3128", "proxy"},
+		{"tcp", "127.0.0.1:18789", unix.ECONNREFUSED.Error()},
+		{"tcp", "[::1]:18789", unix.ECONNREFUSED.Error()},
+		{"udp", "192.0.2.1:9", unix.EPERM.Error()},
+		{"udp", "[2001:db8::1]:9", unix.EPERM.Error()},
+		{"ip4:icmp", "192.0.2.1", unix.EPERM.Error()},
+		{"ip6:ipv6-icmp", "2001:db8::1", unix.EPERM.Error()},
+	} {
+		t.Run(tc.network+" "+tc.addr, func(t *testing.T) {
+			got, err := attemptIn(n, tc.network, tc.addr)
+			if err != nil {
+				got = err.Error()
+			}
+			if !strings.HasSuffix(got, tc.want) {
+				t.Fatalf("%s %s: %q; want %q", tc.network, tc.addr, got, tc.want)
+			}
+		})
+	}
+}
+
+// attemptIn connects to addr inside n and returns what the peer says,
+// or, for datagrams, sends one and returns the error of the send (nil
+// means it left).
+func attemptIn(n *Network, network, addr string) (string, error) {
+	if network != "tcp" {
+		return "", sendIn(n, network, addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := n.DialContext(ctx, network, addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	b, err := io.ReadAll(c)
+	return string(b), err
+}
+
+// sendIn sends one datagram (an ICMP echo request for ip4:icmp and
+// ip6:ipv6-icmp) to addr from inside n.
+func sendIn(n *Network, network, addr string) error {
+	var c net.Conn
+	err := inNamespace(n.enter, func() (err error) {
+		c, err = net.Dial(network, addr)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	msg := []byte("x")
+	switch network {
+	case "ip4:icmp":
+		msg = []byte{8, 0, 0xf7, 0xff, 0, 0, 0, 0} // echo request, id 0, seq 0
+	case "ip6:ipv6-icmp":
+		msg = []byte{128, 0, 0, 0, 0, 0, 0, 0} // the kernel sums ICMPv6
+	}
+	_, err = c.Write(msg)
+	return err
+}
+
+// listenOn listens on addr inside n and greets every connection.
+func listenOn(t *testing.T, n *Network, addr, hello string) {
+	t.Helper()
+	var ln net.Listener
+	err := inNamespace(n.enter, func() (err error) {
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("listen on %s in the namespace: %v", addr, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go serveHello(ln, hello)
+}
+
+// InstallEgress's sidecar knobs, each installed over the table before
+// (it replaces, so an exemption does not outlive its table): AllLocalTCP
+// opens every loopback port, ExemptUID lets that uid's sockets (here the
+// test's own, root's) pass unredirected and unfiltered.
+func TestInstallEgressReplacesAndExempts(t *testing.T) {
+	n := egressNetwork(t)
+	listenOn(t, n, "127.0.0.1:18789", "served")
+	listenOn(t, n, "127.0.0.1:53", "local53")
+	go serveHello(n.DNSStreams[0], "dns")
+	base := EgressRules{
+		TransparentPort: port(n.Transparent[0]), DNSPort: port(n.DNSStreams[0]),
+		LocalTCPPorts: []int{3128, port(n.Transparent[0]), port(n.DNSStreams[0])},
+	}
+	root, other := uint32(0), uint32(12345)
+	for _, tc := range []struct {
+		name      string
+		rules     func(r EgressRules) EgressRules
+		port18789 string // what 127.0.0.1:18789 says, or the error
+		port53    string // what 127.0.0.1:53 says
+	}{
+		{"exempt root", func(r EgressRules) EgressRules { r.ExemptUID = &root; return r }, "served", "local53"},
+		{"plain", func(r EgressRules) EgressRules { return r }, unix.ECONNREFUSED.Error(), "dns"},
+		{"all local TCP", func(r EgressRules) EgressRules { r.AllLocalTCP = true; return r }, "served", "dns"},
+		{"exempt another uid", func(r EgressRules) EgressRules { r.ExemptUID = &other; return r }, unix.ECONNREFUSED.Error(), "dns"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := InstallEgress(n.NS, tc.rules(base)); err != nil {
+				t.Fatalf("InstallEgress: %v", err)
+			}
+			for addr, want := range map[string]string{"127.0.0.1:18789": tc.port18789, "127.0.0.1:53": tc.port53} {
+				got, err := attemptIn(n, "tcp", addr)
+				if err != nil {
+					got = err.Error()
+				}
+				if !strings.HasSuffix(got, want) {
+					t.Errorf("%s: tcp %s: %q; want %q", tc.name, addr, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestInstallEgressRefusesBadPorts(t *testing.T) {
+	for _, r := range []EgressRules{
+		{TransparentPort: 0, DNSPort: 53},
+		{TransparentPort: 8080, DNSPort: 65536},
+		{TransparentPort: 8080, DNSPort: 5353, LocalTCPPorts: []int{-1}},
+	} {
+		if err := InstallEgress(netns.None(), r); err == nil || !strings.Contains(err.Error(), "out of range") {
+			t.Errorf("InstallEgress(%+v) = %v; want a port out of range", r, err)
+		}
+	}
+}
+
+// A namespace whose table cannot be installed is no namespace at all: the
+// caller gets the error, never a Network with a way out.
+func TestNewNetworkFailsClosed(t *testing.T) {
+	testutil.RequireRoot(t, "network namespaces and nftables")
+	n, err := NewNetwork(NetworkConfig{ProxyPort: 3128, LocalPorts: []int{70000}})
+	if err == nil || n != nil || !strings.Contains(err.Error(), "port 70000 is out of range") {
+		t.Fatalf("NewNetwork(local port 70000) = %v, %v; want no network and the port named", n, err)
+	}
+}

@@ -1,0 +1,81 @@
+package supervisor
+
+import (
+	"sync"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/proxy"
+	"github.com/airlock-sandbox/airlock/proxy/fakedns"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// ServeEgress serves every way out of the proxy network n for sb on px
+// (a sandbox's, a pod's, or the listeners of `airlock proxy` beside a
+// workload whose namespace someone else set up):
+// the explicit proxy's listener, the transparent listeners the redirect
+// leads every other TCP connection to, and the DNS answerer, whose
+// synthetic addresses the transparent listeners map back to names. It
+// returns when all of them have ended (px's Shutdown: each returns nil),
+// with the first error. failed is called at once with the first one to stop on its own:
+// a way out has gone, and the caller need not wait for the others to
+// learn it.
+func ServeEgress(px *proxy.Proxy, n *sandbox.Network, sb proxy.Sandbox, failed func(error)) error {
+	var pool *fakedns.Pool
+	if len(n.DNSPackets)+len(n.DNSStreams) > 0 {
+		var err error
+		if pool, err = fakedns.NewPool(fakedns.PoolConfig{}); err != nil {
+			return err
+		}
+		sb.Names = pool
+	}
+	e, err := px.Open(sb)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	serves := []func() error{func() error { return e.Serve(n.Listener) }}
+	if pool != nil {
+		serves = append(serves, func() error { return px.ServeDNS(sb, pool, n.DNSPackets, n.DNSStreams) })
+	}
+	for _, ln := range n.Transparent {
+		serves = append(serves, func() error { return e.ServeTransparent(ln) })
+	}
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		mu    sync.Mutex
+		first error
+	)
+	for _, serve := range serves {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := serve(); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				once.Do(func() { failed(err) })
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// reachable reports whether some rule of any of presets could reach a
+// host: the DNS answerer gives every other name NXDOMAIN. A pod's
+// services share one answerer, which cannot tell which of them asks, so a
+// name any of their presets could reach resolves; the connection is then
+// decided by the asking service's own preset.
+func reachable(e *policies.Engine, presets ...string) func(host string) bool {
+	return func(host string) bool {
+		for _, p := range presets {
+			if e.MayReach(p, host) {
+				return true
+			}
+		}
+		return false
+	}
+}
