@@ -74,7 +74,12 @@ func newTPWorld(t *testing.T) *tpWorld {
 	if out, err := exec.Command("go", "build", "-o", tw.goClient, "./testdata/tpclient").CombinedOutput(); err != nil {
 		t.Fatalf("build tpclient: %v\n%s", err, out)
 	}
-	tw.echoPort = serveEcho(t)
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	tw.echoPort = serveEcho(ln)
 	tw.serveResolver(t, hostResolver)
 
 	tw.bundle = filepath.Join(tw.dir, "transparent-bundle")
@@ -121,14 +126,9 @@ decision := lib.decide(rules, denies)
 `, clients, tw.tlsPort, tw.plainPort, q(tw.curl), q(tw.gitRemote), q(tw.nc), tw.echoPort)
 }
 
-// serveEcho runs a TCP origin on 127.0.0.2 that sends back what it reads
-// until the client half-closes: a protocol that is neither TLS nor HTTP.
-func serveEcho(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+// serveEcho runs a TCP origin on ln that sends back what it reads until
+// the client half-closes: a protocol that is neither TLS nor HTTP.
+func serveEcho(ln net.Listener) int {
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -190,27 +190,42 @@ type step struct {
 	// absent must not be in its output: what getting through would show.
 	absent string
 	// The decision line it leaves in the audit log, made for the client's
-	// binary, via the transparent listener: host and reason (and port
-	// when non-zero). No host: no line is checked.
+	// binary via the transparent listener: host and reason (and port when
+	// non-zero). No host: no line is checked.
 	host   string
 	port   int
 	reason string
+	binary string // the client's executable, when not the script's
 	// check looks at the section further.
 	check func(t *testing.T, out string)
 }
 
 // script runs steps in one sandbox with the launch flags args, checks
-// each, and returns the path of the sandbox's audit log.
+// each (their decision lines made for binary), and returns the path of
+// the sandbox's audit log.
 func (tw *tpWorld) script(t *testing.T, binary string, steps []step, args ...string) string {
 	t.Helper()
+	audit := filepath.Join(tw.dir, strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())+"-audit.log")
+	out := tw.launch(t, audit, shellScript(steps), args...)
+	checkSteps(t, out, steps, &runningProxy{auditLog: audit}, binary)
+	return audit
+}
+
+// shellScript runs steps one after the other, each one's output under a
+// "=== TAG" line.
+func shellScript(steps []step) string {
 	var sh strings.Builder
 	for _, s := range steps {
 		fmt.Fprintf(&sh, "echo '=== %s'; %s 2>&1; echo\n", s.tag, s.cmd)
 	}
-	audit := filepath.Join(tw.dir, strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())+"-audit.log")
-	out := tw.launch(t, audit, sh.String(), args...)
+	return sh.String()
+}
+
+// checkSteps checks each step's section of out, and the decision line it
+// left in log, made for binary (or the step's own).
+func checkSteps(t *testing.T, out string, steps []step, log *runningProxy, binary string) {
+	t.Helper()
 	sections := splitSections(out)
-	log := &runningProxy{auditLog: audit}
 	for _, s := range steps {
 		got, ok := sections[s.tag]
 		t.Logf("%s: %s", s.tag, got)
@@ -227,12 +242,15 @@ func (tw *tpWorld) script(t *testing.T, binary string, steps []step, args ...str
 			s.check(t, got)
 		}
 		if s.host != "" {
+			exe := binary
+			if s.binary != "" {
+				exe = s.binary
+			}
 			log.audit(t, func(a auditLine) bool {
-				return a.Binary == binary && a.Host == s.host && a.Reason == s.reason && (s.port == 0 || a.Port == s.port) && a.Via == "transparent"
+				return a.Binary == exe && a.Host == s.host && a.Reason == s.reason && (s.port == 0 || a.Port == s.port) && a.Via == "transparent"
 			})
 		}
 	}
-	return audit
 }
 
 // launch runs script in `airlock launch --preset transparent` and returns
