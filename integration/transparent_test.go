@@ -347,7 +347,7 @@ func TestTransparentEgress(t *testing.T) {
 			{tag: "clone", cmd: fmt.Sprintf(`git -c http.proxy= clone -q https://git.test:%d/repo.git "$HOME/clone" && cat "$HOME/clone/README"`, tw.tlsPort),
 				want: "cloned through airlock", host: "git.test", reason: "allowed"},
 			{tag: "push", cmd: `cd "$HOME/clone" && git commit -q --allow-empty -m more && git -c http.proxy= push -q origin HEAD:main`,
-				want: "403", host: "git.test", reason: "denied_by_rule"},
+				want: "reason=denied_by_rule", host: "git.test", reason: "denied_by_rule"},
 		}, gitArgs},
 		{"nc", tw.nc, []step{
 			{tag: "allowed", cmd: fmt.Sprintf("printf 'ping through airlock\\n' | nc -N -w 10 echo.test %d", tw.echoPort),
