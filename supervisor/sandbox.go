@@ -152,7 +152,7 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 			hook = AttachHook(s.leaf.V2, s.log)
 		}
 	} else if c.Net == sandbox.NetProxy && o.Network == nil {
-		s.log.Warn("a proxy network without a proxy: nothing serves the proxy port inside the sandbox")
+		s.log.Warn("a proxy network without a proxy: nothing serves the proxy inside the sandbox, so its connections and DNS queries wait unanswered")
 	}
 	if bundle != "" {
 		c.RO = append(c.RO, filepath.Dir(bundle))

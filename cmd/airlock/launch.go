@@ -136,7 +136,7 @@ func newLaunchCmd() *cobra.Command {
 				os.Chmod(dir, 0o755)
 				o.Proxy = &supervisor.OwnProxy{Proxy: p, Engine: engine, Preset: preset, CADir: dir}
 			} else if c.Net == sandbox.NetProxy {
-				log.Warn("--net proxy without --preset: nothing serves the proxy port inside the sandbox; pass the listener to a proxy or use --preset")
+				log.Warn("--net proxy without --preset: nothing serves the proxy inside the sandbox, so its connections and DNS queries wait unanswered; use --preset, or --net none")
 			}
 			sb, err := supervisor.Launch(ctx, o)
 			if err != nil {
