@@ -3,6 +3,7 @@ package integration
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -94,4 +95,58 @@ func exitCode(err error) int {
 		return -1
 	}
 	return 0
+}
+
+// The sandbox's only resolver is the proxy: its resolv.conf names its own
+// loopback, nsswitch asks files then DNS, and the Unix sockets host
+// resolvers listen on (nscd's here) are out of reach. Landlock does not
+// mediate connect() to a socket by path, and through one the host would
+// resolve names for the sandbox, past the proxy's answerer and its audit.
+func TestLaunchHidesHostResolvers(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (mount namespace)")
+	py := testutil.RequireTool(t, "/usr/bin/python3")
+	if _, err := os.Stat("/run/nscd"); errors.Is(err, os.ErrNotExist) {
+		if err := os.Mkdir("/run/nscd", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove("/run/nscd") })
+	}
+	sock := filepath.Join("/run/nscd", fmt.Sprintf("airlock-test-%d.sock", os.Getpid()))
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	os.Chmod(sock, 0o666)
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	script := strings.Join([]string{
+		"cat /etc/resolv.conf",
+		"grep '^hosts:' /etc/nsswitch.conf",
+		py + ` -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1]); print("host resolver: reached")
+except OSError as e:
+    print("host resolver:", e.strerror)' ` + sock,
+	}, "; ")
+	out, err := exec.Command(airlockBin, "launch", "--preset", "permissive", "--log-level", "error", "--", "/bin/sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("airlock launch: %v\n%s", err, out)
+	}
+	for _, want := range []string{"nameserver 127.0.0.1", "hosts: files dns", "host resolver: No such file or directory"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("sandbox output lacks %q:\n%s", want, out)
+		}
+	}
+	select {
+	case <-accepted:
+		t.Error("the sandbox reached a host resolver's Unix socket")
+	default:
+	}
 }

@@ -50,7 +50,7 @@ func (n *Network) setUpEgress(c NetworkConfig) error {
 	if err := addEgressDevice(families); err != nil {
 		return err
 	}
-	if err := n.listen(c.ProxyPort, families); err != nil {
+	if err := n.listen(c.ProxyPort, c.LocalPorts, families); err != nil {
 		return err
 	}
 	t, d := port(n.Transparent[0]), port(n.DNSStreams[0])
@@ -104,7 +104,10 @@ func prefixNet(p netip.Prefix) *net.IPNet {
 // (origdst). The kernel picks T and D on the first (IPv4) listen; the
 // IPv6 ones take the same ports, free in a namespace this new. D is picked
 // by a TCP listen, so it is free for UDP too (nothing has bound UDP here).
-func (n *Network) listen(proxyPort int, families []egressFamily) error {
+// Neither may be one of the ports the namespace's services will listen on
+// (avoid): a service's bind would fail, or its peers reach the wrong
+// listener.
+func (n *Network) listen(proxyPort int, avoid []int, families []egressFamily) error {
 	// Their clients are the sandbox's processes: no keepalive probes
 	// (four setsockopt calls per accept) for peers on the same host.
 	lc := &net.ListenConfig{KeepAlive: -1}
@@ -115,12 +118,12 @@ func (n *Network) listen(proxyPort int, families []egressFamily) error {
 	}
 	t, d := 0, 0
 	for _, f := range families {
-		ln, err := lc.Listen(ctx, "tcp"+f.network, net.JoinHostPort(f.loopback, strconv.Itoa(t)))
+		ln, err := listenAvoiding(lc, "tcp"+f.network, f.loopback, t, avoid)
 		if err != nil {
 			return fmt.Errorf("sandbox namespace: transparent listener: %w", err)
 		}
 		n.Transparent, t = append(n.Transparent, ln), port(ln)
-		ln, err = lc.Listen(ctx, "tcp"+f.network, net.JoinHostPort(f.loopback, strconv.Itoa(d)))
+		ln, err = listenAvoiding(lc, "tcp"+f.network, f.loopback, d, avoid)
 		if err != nil {
 			return fmt.Errorf("sandbox namespace: DNS listener: %w", err)
 		}
@@ -135,3 +138,23 @@ func (n *Network) listen(proxyPort int, families []egressFamily) error {
 }
 
 func port(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
+
+// listenAvoiding listens on host:p, or, for p 0, on a port the kernel
+// picks that is not in avoid: one that is stays bound until another is
+// found, so the kernel does not pick it again.
+func listenAvoiding(lc *net.ListenConfig, network, host string, p int, avoid []int) (net.Listener, error) {
+	var held []net.Listener
+	defer func() {
+		for _, ln := range held {
+			ln.Close()
+		}
+	}()
+	for range 64 {
+		ln, err := lc.Listen(context.Background(), network, net.JoinHostPort(host, strconv.Itoa(p)))
+		if err != nil || p != 0 || !slices.Contains(avoid, port(ln)) {
+			return ln, err
+		}
+		held = append(held, ln)
+	}
+	return nil, fmt.Errorf("listen on %s: the kernel kept picking ports in %v", host, avoid)
+}

@@ -6,12 +6,14 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/origdst"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -262,5 +264,48 @@ func TestNewNetworkFailsClosed(t *testing.T) {
 	n, err := NewNetwork(NetworkConfig{ProxyPort: 3128, LocalPorts: []int{70000}})
 	if err == nil || n != nil || !strings.Contains(err.Error(), "port 70000 is out of range") {
 		t.Fatalf("NewNetwork(local port 70000) = %v, %v; want no network and the port named", n, err)
+	}
+}
+
+// The transparent and DNS ports the kernel picks are never one a service
+// of the namespace will listen on: with the namespace's ephemeral range
+// narrowed to two ports and the one the kernel picks first a service's,
+// the other is taken.
+func TestListenAvoidsServicePorts(t *testing.T) {
+	testutil.RequireRoot(t, "a network namespace")
+	err := inNamespace(func() error { return unix.Unshare(unix.CLONE_NEWNET) }, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err == nil {
+			err = netlink.LinkSetUp(lo)
+		}
+		if err != nil {
+			return err
+		}
+		// Per namespace: the thread's, which unshare just made.
+		if err := os.WriteFile("/proc/sys/net/ipv4/ip_local_port_range", []byte("40002 40003"), 0o644); err != nil {
+			return err
+		}
+		lc := &net.ListenConfig{}
+		first, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		service := port(first) // the kernel's preference, which it keeps
+		first.Close()
+		for range 8 {
+			ln, err := listenAvoiding(lc, "tcp4", "127.0.0.1", 0, []int{service})
+			if err != nil {
+				return err
+			}
+			got := port(ln)
+			ln.Close()
+			if got == service {
+				return fmt.Errorf("picked port %d, one a service will listen on", got)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -49,7 +51,8 @@ func runInit() {
 		{"join network namespace", joinNetNS},
 		// Every name is answered by the proxy, whatever server is asked
 		// (the redirect catches port 53); the sandbox's resolver asks its
-		// own loopback, so no query is even addressed outside it.
+		// own loopback, so no query is even addressed outside it, and no
+		// host resolver is reachable by a Unix socket.
 		{"point DNS at the proxy", pointDNSAtProxy},
 	}
 	for _, s := range steps {
@@ -149,23 +152,81 @@ func joinNetNS(c *Config) error {
 // resolvConf is the sandbox's /etc/resolv.conf on the proxy network.
 const resolvConf = "# airlock: the proxy answers every name with a synthetic address and decides the connection\nnameserver 127.0.0.1\n"
 
-// pointDNSAtProxy bind-mounts resolvConf over /etc/resolv.conf in the
-// sandbox's private mount namespace. The file is made and unlinked here:
-// the mount keeps it, and nothing is left behind on the host. A host
-// without /etc/resolv.conf needs nothing: resolvers then ask 127.0.0.1.
+// resolverSockets are the directories of the host's resolvers that listen
+// on Unix sockets: glibc asks nscd's before anything else, nsswitch's
+// resolve and mdns modules ask systemd-resolved and avahi, and D-Bus
+// carries resolve1. Landlock does not mediate connect() to a socket by
+// path, so a sandbox could have the host resolve names for it (and leak
+// them in the asking) past the proxy's answerer.
+var resolverSockets = []string{"/run/nscd", "/run/systemd/resolve", "/run/avahi-daemon", "/run/dbus", "/var/run/nscd", "/var/run/dbus"}
+
+// pointDNSAtProxy makes the proxy the sandbox's only resolver, in its
+// private mount namespace: resolv.conf names its own loopback (where the
+// redirect's answerer is; the redirect catches port 53 of any address
+// anyway), nsswitch.conf's hosts line is "files dns" (no module that
+// asks a host daemon), and the host resolvers' socket directories are
+// hidden under empty read-only tmpfs mounts.
 func pointDNSAtProxy(c *Config) error {
 	if c.Net != NetProxy {
 		return nil
 	}
-	if _, err := os.Stat("/etc/resolv.conf"); errors.Is(err, os.ErrNotExist) {
+	if err := bindFile("/etc/resolv.conf", resolvConf); err != nil {
+		return err
+	}
+	if raw, err := os.ReadFile("/etc/nsswitch.conf"); err == nil {
+		if err := bindFile("/etc/nsswitch.conf", filesDNSHosts(string(raw))); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	hidden := map[string]bool{}
+	for _, dir := range resolverSockets {
+		real, err := filepath.EvalSymlinks(dir)
+		if errors.Is(err, os.ErrNotExist) || hidden[real] {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		hidden[real] = true
+		if err := unix.Mount("tmpfs", real, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555"); err != nil {
+			return &os.SyscallError{Syscall: "mount(tmpfs, " + real + ")", Err: err}
+		}
+	}
+	return nil
+}
+
+// filesDNSHosts is nsswitch.conf with its hosts line "hosts: files dns".
+func filesDNSHosts(conf string) string {
+	const hosts = "hosts: files dns # airlock: the proxy answers DNS"
+	lines := strings.Split(conf, "\n")
+	found := false
+	for i, l := range lines {
+		if f := strings.Fields(l); len(f) > 0 && strings.TrimSuffix(f[0], ":") == "hosts" {
+			lines[i], found = hosts, true
+		}
+	}
+	if !found {
+		lines = append(lines, hosts+"\n")
+	}
+	return strings.Join(lines, "\n")
+}
+
+// bindFile bind-mounts a file holding content over target, read-only, in
+// the sandbox's private mount namespace. The file is made and unlinked
+// here: the mount keeps it, and nothing is left behind on the host. A
+// target that does not exist is left so.
+func bindFile(target, content string) error {
+	if _, err := os.Stat(target); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	f, err := os.CreateTemp("", "airlock-resolv-")
+	f, err := os.CreateTemp("", "airlock-etc-")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name())
-	_, err = f.WriteString(resolvConf)
+	_, err = f.WriteString(content)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -175,13 +236,13 @@ func pointDNSAtProxy(c *Config) error {
 	if err != nil {
 		return err
 	}
-	if err := unix.Mount(f.Name(), "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
-		return &os.SyscallError{Syscall: "mount(" + f.Name() + ", /etc/resolv.conf, MS_BIND)", Err: err}
+	if err := unix.Mount(f.Name(), target, "", unix.MS_BIND, ""); err != nil {
+		return &os.SyscallError{Syscall: "mount(" + f.Name() + ", " + target + ", MS_BIND)", Err: err}
 	}
 	// Read-only, as the host's is to the sandbox: a bind mount takes its
 	// flags only on a remount.
-	if err := unix.Mount("", "/etc/resolv.conf", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return &os.SyscallError{Syscall: "mount(/etc/resolv.conf, MS_REMOUNT|MS_RDONLY)", Err: err}
+	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return &os.SyscallError{Syscall: "mount(" + target + ", MS_REMOUNT|MS_RDONLY)", Err: err}
 	}
 	return nil
 }

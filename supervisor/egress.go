@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"errors"
+	"net/http"
 	"sync"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -50,7 +52,8 @@ func ServeEgress(px *proxy.Proxy, n *sandbox.Network, sb proxy.Sandbox, failed f
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := serve(); err != nil {
+			// Started after Shutdown began: ended by it all the same.
+			if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, fakedns.ErrServerClosed) {
 				mu.Lock()
 				if first == nil {
 					first = err

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -136,6 +138,14 @@ func newProxyCmd() *cobra.Command {
 			if preset == "" {
 				return &exitError{ExitUsage, errors.New("--preset is required")}
 			}
+			families := map[string]string{}
+			for _, addr := range append(slices.Clone(transparent), dnsAddrs...) {
+				f, err := oneFamily(addr)
+				if err != nil {
+					return &exitError{ExitUsage, fmt.Errorf("--transparent/--dns %s: %w", addr, err)}
+				}
+				families[addr] = f
+			}
 			engine, p, err := buildProxy(ctx, &pf, &xf, preset, log)
 			if err != nil {
 				return err
@@ -171,18 +181,19 @@ func newProxyCmd() *cobra.Command {
 			// "Transparent egress beside a workload").
 			n := &sandbox.Network{NS: netns.None(), Listener: ln}
 			for _, addr := range transparent {
-				tl, err := lc.Listen(ctx, "tcp", addr)
+				tl, err := lc.Listen(ctx, "tcp"+families[addr], addr)
 				if err != nil {
 					return fmt.Errorf("--transparent: %w", err)
 				}
 				n.Transparent = append(n.Transparent, tl)
 			}
 			for _, addr := range dnsAddrs {
-				pc, err := lc.ListenPacket(ctx, "udp", addr)
+				family := families[addr]
+				pc, err := lc.ListenPacket(ctx, "udp"+family, addr)
 				if err != nil {
 					return fmt.Errorf("--dns: %w", err)
 				}
-				tl, err := lc.Listen(ctx, "tcp", addr)
+				tl, err := lc.Listen(ctx, "tcp"+family, addr)
 				if err != nil {
 					return fmt.Errorf("--dns: %w", err)
 				}
@@ -265,4 +276,24 @@ func serveMetrics(ctx context.Context, addr string, h http.Handler, log *slog.Lo
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Error("metrics server", "addr", addr, "err", err)
 	}
+}
+
+// oneFamily is "4" or "6", the family of addr's IP address. A redirect
+// listener is one family's: a dual-stack socket (a wildcard or a name)
+// keeps an IPv4 client's conntrack entry where the IPv6 query for its
+// original destination does not look, and every such connection would be
+// refused.
+func oneFamily(addr string) (string, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return "", errors.New("want an IP address and port, such as 127.0.0.1:15001 or [::1]:15001, one per family")
+	}
+	if ip.Is4() {
+		return "4", nil
+	}
+	return "6", nil
 }

@@ -19,6 +19,7 @@ func newRedirectCmd() *cobra.Command {
 	var exemptUID int64
 	var nsPath string
 	var localPorts []int
+	var proxyPort int
 	cmd := &cobra.Command{
 		Use:   "redirect --transparent-port PORT --dns-port PORT --exempt-uid UID",
 		Short: "Make the transparent proxy this network namespace's only way out (the sidecar's init step; needs CAP_NET_ADMIN)",
@@ -34,10 +35,16 @@ func newRedirectCmd() *cobra.Command {
 			if exemptUID < 0 || exemptUID > 4294967294 {
 				return &exitError{ExitUsage, errors.New("--exempt-uid is required: the proxy's uid, whose own connections must leave (0-4294967294)")}
 			}
+			if proxyPort < 1 || proxyPort > 65535 {
+				return &exitError{ExitUsage, fmt.Errorf("--proxy-port %d: want 1-65535", proxyPort)}
+			}
 			uid := uint32(exemptUID)
 			r.ExemptUID = &uid
-			// Where the redirect leads is a loopback port too.
-			r.LocalTCPPorts, r.AllLocalTCP = append(localPorts, r.TransparentPort, r.DNSPort), len(localPorts) == 0
+			if uid == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "airlock: warning: --exempt-uid 0: any root process of the workload leaves untouched; run the proxy under a uid of its own")
+			}
+			// The proxy's ports are loopback ports too.
+			r.LocalTCPPorts, r.AllLocalTCP = append(localPorts, proxyPort, r.TransparentPort, r.DNSPort), len(localPorts) == 0
 			ns := netns.None()
 			if nsPath != "" {
 				h, err := netns.GetFromPath(nsPath)
@@ -58,7 +65,8 @@ func newRedirectCmd() *cobra.Command {
 	fl.IntVar(&r.TransparentPort, "transparent-port", 0, "`PORT` of the proxy's --transparent listeners (127.0.0.1 and ::1)")
 	fl.IntVar(&r.DNSPort, "dns-port", 0, "`PORT` of the proxy's --dns answerer (127.0.0.1 and ::1)")
 	fl.Int64Var(&exemptUID, "exempt-uid", -1, "the proxy's `UID`: its own connections pass untouched")
-	fl.IntSliceVar(&localPorts, "local-port", nil, "loopback TCP `PORT`s the workload may connect to (repeatable; default: any)")
+	fl.IntSliceVar(&localPorts, "local-port", nil, "loopback TCP `PORT`s the workload may connect to besides the proxy's (repeatable; default: any)")
+	fl.IntVar(&proxyPort, "proxy-port", 3128, "`PORT` of the explicit proxy (airlock proxy --listen), reachable with --local-port too")
 	fl.StringVar(&nsPath, "netns", "", "network namespace `FILE` to install into (default: this process's)")
 	return cmd
 }

@@ -26,6 +26,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"misspelt flag", "", []string{"launch", "--memroy-max", "1", "--", "/bin/true"}, []string{"--memroy-max", "did you mean --memory-max?"}},
 		{"eval: misspelt preset", "{}", []string{"policy", "eval", "--preset", "reveiwer"}, []string{`unknown preset "reveiwer"`, "did you mean reviewer?", "the presets are: ", "strict"}},
 		{"explain: misspelt preset", "{}", []string{"policy", "explain", "--preset", "reviwer"}, []string{`unknown preset "reviwer"`, "did you mean reviewer?"}},
+		{"transparent listener on a wildcard", "", []string{"proxy", "--preset", "strict", "--transparent", ":15001"}, []string{"--transparent/--dns :15001", "one per family"}},
+		{"DNS answerer on a name", "", []string{"proxy", "--preset", "strict", "--dns", "localhost:15053"}, []string{"localhost:15053", "want an IP address"}},
+		{"redirect without its ports", "", []string{"redirect", "--exempt-uid", "1337"}, []string{"--transparent-port and --dns-port are required"}},
 		{"explain: the input's unknown preset", `{"sandbox": {"preset": "nope"}}`, []string{"policy", "explain"}, []string{`unknown preset "nope"`, "the presets are: ", "reviewer"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
