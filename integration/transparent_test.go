@@ -393,6 +393,10 @@ func TestTransparentDNS(t *testing.T) {
 		{tag: "getent", cmd: "getent hosts api.test", check: synthetic(syntheticV4, syntheticV6)},
 		{tag: "getent v4", cmd: "getent ahostsv4 api.test", check: synthetic(syntheticV4)},
 		{tag: "getent nxdomain", cmd: "getent hosts nope.test; echo exit $?", want: "exit 2"},
+		// getaddrinfo, as most programs resolve, says the name does not
+		// exist (not that resolving failed).
+		{tag: "getaddrinfo nxdomain", cmd: tw.python + ` -c 'import socket; socket.getaddrinfo("nope.test", 443)'`, want: "Name or service not known"},
+		{tag: "node lookup nxdomain", cmd: tw.node + ` -e 'require("dns").lookup("nope.test", (e) => console.log(e ? e.code : "resolved"))'`, want: "ENOTFOUND"},
 		{tag: "A udp", cmd: dns + "udp A api.test", want: "NOERROR", check: synthetic(syntheticV4)},
 		{tag: "AAAA tcp", cmd: dns + "tcp AAAA api.test", want: "NOERROR", check: synthetic(syntheticV6)},
 		{tag: "TXT udp", cmd: dns + "udp TXT api.test", want: "REFUSED"},
