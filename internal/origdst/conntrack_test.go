@@ -1,0 +1,94 @@
+package origdst
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Two client sockets bound to one source port, connected to two
+// destinations that the redirect brings to one listener: the second's
+// reply tuple would be the first's, so the NAT remaps its source port, and
+// the accepted socket's remote is not the client's. Table.Original gives
+// each connection's own source and destination, IPv4 and IPv6 alike.
+func TestTableOriginalRemapped(t *testing.T) {
+	testutil.RequireRoot(t, "network namespaces, nftables and conntrack")
+	for _, tc := range []struct {
+		name, network, listen, source string
+		dests                         [2]string
+	}{
+		{"IPv4", "tcp4", "127.0.0.1:0", "127.0.0.1", [2]string{"127.0.0.2:443", "127.0.0.3:444"}},
+		{"IPv6", "tcp6", "[::1]:0", "::1", [2]string{"[::1]:443", "[::1]:444"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := inNewNamespace(func() (netip.AddrPort, error) {
+				ln, err := net.Listen(tc.network, tc.listen)
+				if err != nil {
+					return netip.AddrPort{}, err
+				}
+				defer ln.Close()
+				if err := redirect443(uint16(ln.Addr().(*net.TCPAddr).Port)); err != nil {
+					return netip.AddrPort{}, err
+				}
+				table, err := OpenTable(netns.None())
+				if err != nil {
+					return netip.AddrPort{}, err
+				}
+				defer table.Close()
+				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(tc.source)}, Control: reuseAddr}
+				for i, dest := range tc.dests {
+					c, err := d.Dial(tc.network, dest)
+					if err != nil {
+						return netip.AddrPort{}, fmt.Errorf("dial %s: %w", dest, err)
+					}
+					defer c.Close()
+					d.LocalAddr = c.LocalAddr() // the second binds the first's port
+					s, err := ln.Accept()
+					if err != nil {
+						return netip.AddrPort{}, err
+					}
+					defer s.Close()
+					client, seen := addrPortOf(c.LocalAddr()), addrPortOf(s.RemoteAddr())
+					if i == 1 && seen == client {
+						return netip.AddrPort{}, fmt.Errorf("the second connection's source port was not remapped (%s): the test shows nothing", seen)
+					}
+					src, dst, err := table.Original(addrPortOf(s.LocalAddr()), seen)
+					if err != nil || src != client || dst.String() != dest {
+						return netip.AddrPort{}, fmt.Errorf("Original(%s, %s) = %s, %s, %v; want %s, %s", s.LocalAddr(), seen, src, dst, err, client, dest)
+					}
+				}
+				// A connection conntrack never saw.
+				_, _, err = table.Original(addrPortOf(ln.Addr()), netip.AddrPortFrom(netip.MustParseAddr(tc.source), 1))
+				if !errors.Is(err, unix.ENOENT) {
+					return netip.AddrPort{}, fmt.Errorf("Original(an unknown connection) = %v; want ENOENT", err)
+				}
+				return netip.AddrPort{}, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// reuseAddr lets a client socket bind a port another one holds.
+func reuseAddr(_, _ string, rc syscall.RawConn) error {
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+func addrPortOf(a net.Addr) netip.AddrPort {
+	return netip.MustParseAddrPort(a.String())
+}
