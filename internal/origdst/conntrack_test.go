@@ -17,8 +17,10 @@ import (
 // destinations that the redirect brings to one listener: the second's
 // reply tuple would be the first's, so the NAT remaps its source port, and
 // the accepted socket's remote is not the client's. Table.Original gives
-// each connection's own source and destination, IPv4 and IPv6 alike.
-func TestTableOriginalRemapped(t *testing.T) {
+// each connection's own source and destination, IPv4 and IPv6 alike; for
+// a connection not redirected, the listener's address; for one conntrack
+// does not know, ENOENT.
+func TestTableOriginal(t *testing.T) {
 	testutil.RequireRoot(t, "network namespaces, nftables and conntrack")
 	for _, tc := range []struct {
 		name, network, listen, source string
@@ -63,6 +65,22 @@ func TestTableOriginalRemapped(t *testing.T) {
 					if err != nil || src != client || dst.String() != dest {
 						return netip.AddrPort{}, fmt.Errorf("Original(%s, %s) = %s, %s, %v; want %s, %s", s.LocalAddr(), seen, src, dst, err, client, dest)
 					}
+				}
+				// A connection not redirected: its destination is the
+				// listener's own address.
+				c, err := net.Dial(tc.network, ln.Addr().String())
+				if err != nil {
+					return netip.AddrPort{}, err
+				}
+				defer c.Close()
+				s, err := ln.Accept()
+				if err != nil {
+					return netip.AddrPort{}, err
+				}
+				defer s.Close()
+				src, dst, err := table.Original(addrPortOf(s.LocalAddr()), addrPortOf(s.RemoteAddr()))
+				if err != nil || src != addrPortOf(c.LocalAddr()) || dst != addrPortOf(ln.Addr()) {
+					return netip.AddrPort{}, fmt.Errorf("Original(a direct connection) = %s, %s, %v; want %s, %s", src, dst, err, c.LocalAddr(), ln.Addr())
 				}
 				// A connection conntrack never saw.
 				_, _, err = table.Original(addrPortOf(ln.Addr()), netip.AddrPortFrom(netip.MustParseAddr(tc.source), 1))
