@@ -130,6 +130,9 @@ type Proxy struct {
 	// client sent it from and to: redirected, except in tests that stand
 	// in for the redirect.
 	origin func(st *sandboxState, c net.Conn) (src, dst netip.AddrPort, err error)
+	// checkOrigin refuses a transparent listener whose connections origin
+	// cannot answer for: checkConntrack, except in those tests.
+	checkOrigin func(st *sandboxState) error
 
 	mu       sync.Mutex
 	servers  map[*http.Server]struct{}
@@ -169,14 +172,15 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Secrets = EnvSecrets{}
 	}
 	p := &Proxy{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		audit:    newAuditLog(cfg.Audit),
-		hashes:   identity.NewHashCache(1024),
-		servers:  map[*http.Server]struct{}{},
-		hijacked: map[net.Conn]*tracked{},
-		dns:      map[*fakedns.Server]struct{}{},
-		origin:   redirected,
+		cfg:         cfg,
+		log:         cfg.Logger,
+		audit:       newAuditLog(cfg.Audit),
+		hashes:      identity.NewHashCache(1024),
+		servers:     map[*http.Server]struct{}{},
+		hijacked:    map[net.Conn]*tracked{},
+		dns:         map[*fakedns.Server]struct{}{},
+		origin:      redirected,
+		checkOrigin: checkConntrack,
 	}
 	p.transport = &http.Transport{
 		Proxy:       nil,

@@ -31,6 +31,9 @@ type NameMap interface {
 func (e *Egress) ServeTransparent(ln net.Listener) error {
 	p, sb := e.p, e.st.Sandbox
 	st := e.st // shared with the sandbox's other listeners
+	if err := p.checkOrigin(st); err != nil {
+		return fmt.Errorf("proxy: sandbox %s: transparent listener: %w", sb.ID, err)
+	}
 	// Shutdown stops listeners through their http.Server. This one serves
 	// nothing itself: its shutdown closes ln, which ends the accept loop,
 	// and Shutdown drains the connections, each tracked (p.track), as it
@@ -98,6 +101,12 @@ func redirected(st *sandboxState, c net.Conn) (src, dst netip.AddrPort, err erro
 	}
 	return src, dst, nil
 }
+
+// checkConntrack refuses the transparent listeners of a sandbox whose
+// conntrack cannot be asked (no CAP_NET_ADMIN in its network namespace, no
+// ctnetlink): every connection's tuple comes from it (redirected), and
+// every one would be refused.
+func checkConntrack(st *sandboxState) error { return st.conntrack.Check() }
 
 // serveTransparent decides one redirected connection and serves what the
 // decision says: a denial the client can read where its protocol allows

@@ -1,6 +1,7 @@
 package origdst
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -34,6 +35,19 @@ func OpenTable(ns netns.NsHandle) (*Table, error) {
 		return nil, fmt.Errorf("conntrack: open a ctnetlink socket: %w", err)
 	}
 	return &Table{c: c}, nil
+}
+
+// Check asks for a connection that cannot exist (port 0), which conntrack
+// answers ENOENT when it can be queried at all: without CAP_NET_ADMIN in
+// the namespace the answer is EPERM, and without ctnetlink in the kernel
+// EOPNOTSUPP, and every redirected connection would be refused.
+func (t *Table) Check() error {
+	unspec := netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
+	_, _, err := t.Original(unspec, unspec)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
 }
 
 // Close releases the socket; later queries fail.

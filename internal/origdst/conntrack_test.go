@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -110,3 +113,45 @@ func reuseAddr(_, _ string, rc syscall.RawConn) error {
 func addrPortOf(a net.Addr) netip.AddrPort {
 	return netip.MustParseAddrPort(a.String())
 }
+
+// Check passes where conntrack can be queried (a namespace the test made,
+// as root) and names the failure where it cannot: a process without
+// CAP_NET_ADMIN over the namespace is refused.
+func TestTableCheck(t *testing.T) {
+	testutil.RequireRoot(t, "network and user namespaces")
+	if os.Getenv(checkChildEnv) != "" {
+		table, err := OpenTable(netns.None())
+		if err == nil {
+			err = table.Check()
+		}
+		fmt.Print(err)
+		return
+	}
+	_, err := inNewNamespace(func() (netip.AddrPort, error) {
+		table, err := OpenTable(netns.None())
+		if err != nil {
+			return netip.AddrPort{}, err
+		}
+		defer table.Close()
+		return netip.AddrPort{}, table.Check()
+	})
+	if err != nil {
+		t.Fatalf("Check as root = %v; want nil", err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTableCheck$")
+	cmd.Env = append(os.Environ(), checkChildEnv+"=1")
+	// Root of a user namespace of its own: CAP_NET_ADMIN over nothing
+	// but that namespace, not over this network namespace.
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  unix.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}},
+	}
+	out, err := cmd.Output()
+	if err != nil || !strings.Contains(string(out), unix.EPERM.Error()) {
+		t.Fatalf("Check without CAP_NET_ADMIN printed %q (%v); want %q", out, err, unix.EPERM.Error())
+	}
+}
+
+// checkChildEnv makes TestTableCheck the unprivileged child's side.
+const checkChildEnv = "AIRLOCK_TEST_ORIGDST_CHECK"
