@@ -1,9 +1,10 @@
-// Package origdst reads the destination a redirected TCP connection's
-// client asked for. A connection that nftables' redirect (or any DNAT)
-// brought to a local listener looks, from the accepted socket, like one to
-// the listener's own address; conntrack remembers the original, and the
-// kernel hands it out through SO_ORIGINAL_DST (IPv4) and
-// IP6T_SO_ORIGINAL_DST (IPv6).
+// Package origdst reads the tuple a redirected TCP connection's client
+// sent. A connection that nftables' redirect (or any DNAT) brought to a
+// local listener looks, from the accepted socket, like one to the
+// listener's own address, and its source port may be remapped; conntrack
+// remembers the original. The kernel hands out its destination through
+// SO_ORIGINAL_DST (IPv4) and IP6T_SO_ORIGINAL_DST (IPv6), Of; the whole
+// tuple takes a ctnetlink query, Table.Original.
 package origdst
 
 import (

@@ -97,7 +97,7 @@ func inNewNamespace(f func() (netip.AddrPort, error)) (netip.AddrPort, error) {
 }
 
 // redirect443 installs, in the calling thread's namespace, the least
-// table that redirects: tcp dport 443 → :port, in the output hook.
+// table that redirects: tcp dport 443 (and 444) → :port, in the output hook.
 func redirect443(port uint16) error {
 	ns, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -113,13 +113,15 @@ func redirect443(port uint16) error {
 		Name: "out", Table: table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest,
 	})
-	conn.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{443 >> 8, 443 & 0xff}},
-		&expr.Immediate{Register: 1, Data: []byte{byte(port >> 8), byte(port)}},
-		&expr.Redir{RegisterProtoMin: 1},
-	}})
+	for _, from := range []uint16{443, 444} {
+		conn.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{byte(from >> 8), byte(from)}},
+			&expr.Immediate{Register: 1, Data: []byte{byte(port >> 8), byte(port)}},
+			&expr.Redir{RegisterProtoMin: 1},
+		}})
+	}
 	return conn.Flush()
 }
