@@ -13,8 +13,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
-	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -157,7 +155,7 @@ func redirectedNamespace(t *testing.T, port int, network string) (netns.NsHandle
 		if m.ln, m.err = net.Listen(network, listen); m.err != nil {
 			return
 		}
-		m.err = redirectPort(m.ns, port, m.ln.Addr().(*net.TCPAddr).Port)
+		m.err = testutil.RedirectTCP(int(m.ns), m.ln.Addr().(*net.TCPAddr).Port, port)
 	}()
 	m := <-ch
 	// The listener is closed by the fixture's Shutdown (ServeTransparent).
@@ -171,26 +169,4 @@ func redirectedNamespace(t *testing.T, port int, network string) (netns.NsHandle
 		t.Fatalf("redirected namespace: %v", m.err)
 	}
 	return m.ns, m.ln
-}
-
-// redirectPort installs in ns: tcp dport from → redirect to :to.
-func redirectPort(ns netns.NsHandle, from, to int) error {
-	conn, err := nftables.New(nftables.WithNetNSFd(int(ns)))
-	if err != nil {
-		return err
-	}
-	table := conn.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "transparent_test"})
-	chain := conn.AddChain(&nftables.Chain{
-		Name: "out", Table: table, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest,
-	})
-	conn.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{byte(from >> 8), byte(from)}},
-		&expr.Immediate{Register: 1, Data: []byte{byte(to >> 8), byte(to)}},
-		&expr.Redir{RegisterProtoMin: 1},
-	}})
-	return conn.Flush()
 }

@@ -1,3 +1,9 @@
+// Package origdst reads the tuple a redirected TCP connection's client
+// sent. A connection that nftables' redirect (or any DNAT) brought to a
+// local listener looks, from the accepted socket, like one to the
+// listener's own address, and its source port may be remapped; conntrack
+// remembers the original, and a ctnetlink query by the reply tuple
+// (Table.Original) gives it whole.
 package origdst
 
 import (
