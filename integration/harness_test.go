@@ -82,6 +82,13 @@ func startProxy(t *testing.T, dir string, env []string, args ...string) *running
 // /dev/null).
 func startProxyTo(t *testing.T, dir string, env []string, stdout *os.File, args ...string) *runningProxy {
 	t.Helper()
+	return startProxyIn(t, "", dir, env, stdout, args...)
+}
+
+// startProxyIn is startProxyTo in the network namespace at path netns,
+// entered with nsenter ("": the test's own).
+func startProxyIn(t *testing.T, netns, dir string, env []string, stdout *os.File, args ...string) *runningProxy {
+	t.Helper()
 	rp := &runningProxy{caFile: filepath.Join(dir, "ca", "ca.pem"), auditLog: filepath.Join(dir, "audit.log")}
 	ml, _ := net.Listen("tcp", "127.0.0.1:0")
 	rp.metrics = ml.Addr().String()
@@ -89,6 +96,11 @@ func startProxyTo(t *testing.T, dir string, env []string, stdout *os.File, args 
 	args = append([]string{"proxy", "--listen", "127.0.0.1:0", "--ca-dir", filepath.Join(dir, "ca"),
 		"--audit-log", rp.auditLog, "--metrics", rp.metrics, "--log-level", "warn"}, args...)
 	cmd := exec.Command(airlockBin, args...)
+	if netns != "" {
+		// nsenter execs the proxy (no fork for a network namespace):
+		// the signals of the cleanup reach it.
+		cmd = exec.Command("nsenter", append([]string{"--net=" + netns, "--", airlockBin}, args...)...)
+	}
 	cmd.Env = env
 	if stdout != nil {
 		cmd.Stdout = stdout
@@ -165,6 +177,11 @@ type auditLine struct {
 	Detail   string `json:"detail"`
 	Scrubbed int64  `json:"secret_scrubbed"`
 	Count    int    `json:"count"`
+	Via      string `json:"via"`
+	// A CANONICAL-PROXY-DNS line's: the name asked, its type, the answer.
+	Name  string `json:"name"`
+	QType string `json:"qtype"`
+	RCode string `json:"rcode"`
 }
 
 // audit reads the audit log, waiting until pred matches a decision line.

@@ -115,7 +115,9 @@ services:
 %s`, name, filepath.Join(e.dir, "state-"+name), e.bundle, filepath.Join(e.dir, "ca"), e.upstreamCA, e.tlsPort, extra, services)
 }
 
-// pyService is a podsvc.py service block.
+// pyService is a podsvc.py service block. Its health check allows a loaded
+// machine's python a second: tighter, a slow answer is taken for a hang
+// and the service restarted once more than a test counts.
 func (e *podEnv) pyService(name string, port int, preset, more string) string {
 	return fmt.Sprintf(`  - name: %s
     command: [%s, %s, "%d", %s]
@@ -123,7 +125,7 @@ func (e *podEnv) pyService(name string, port int, preset, more string) string {
     preset: %s
     ports: [%d]
     landlock: {ro: [%s]}
-    health: {http: {port: %d, path: /healthz}, interval: 300ms, timeout: 300ms, threshold: 2}
+    health: {http: {port: %d, path: /healthz}, interval: 1s, timeout: 1s, threshold: 2}
     restart: {policy: always, backoff: {initial: 50ms, max: 1s}, give_up: {restarts: 5, window: 60s}}
 %s`, name, e.python, e.script, port, name, preset, port, e.script, port, more)
 }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/origdst"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
 )
@@ -18,9 +19,12 @@ import (
 type sandboxState struct {
 	Sandbox
 	resolver *identity.Resolver
-	active   atomic.Int64 // connections held, hijacked tunnels included
-	refusing atomic.Int64 // over-limit connections being answered
-	flooded  atomic.Int64 // over-limit connections closed unanswered, not yet on record
+	// conntrack tells a transparent connection's original tuple, in the
+	// listener's namespace.
+	conntrack *origdst.Table
+	active    atomic.Int64 // connections held, hijacked tunnels included
+	refusing  atomic.Int64 // over-limit connections being answered
+	flooded   atomic.Int64 // over-limit connections closed unanswered, not yet on record
 }
 
 // clientConn is one accepted connection. Its owner is looked up once, when

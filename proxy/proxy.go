@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/origdst"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
@@ -125,9 +126,13 @@ type Proxy struct {
 	// closeAudit closes the audit file Build opened; nil for a Proxy
 	// made with New, whose caller owns its writer.
 	closeAudit func() error
-	// origDst is the destination a transparent connection's client asked
-	// for: redirectedTo, except in tests that stand in for the redirect.
-	origDst func(net.Conn) (netip.AddrPort, error)
+	// origin is the source and destination a transparent connection's
+	// client sent it from and to: redirected, except in tests that stand
+	// in for the redirect.
+	origin func(st *sandboxState, c net.Conn) (src, dst netip.AddrPort, err error)
+	// checkOrigin refuses a transparent listener whose connections origin
+	// cannot answer for: checkConntrack, except in those tests.
+	checkOrigin func(st *sandboxState) error
 
 	mu       sync.Mutex
 	servers  map[*http.Server]struct{}
@@ -167,14 +172,15 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Secrets = EnvSecrets{}
 	}
 	p := &Proxy{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		audit:    newAuditLog(cfg.Audit),
-		hashes:   identity.NewHashCache(1024),
-		servers:  map[*http.Server]struct{}{},
-		hijacked: map[net.Conn]*tracked{},
-		dns:      map[*fakedns.Server]struct{}{},
-		origDst:  redirectedTo,
+		cfg:         cfg,
+		log:         cfg.Logger,
+		audit:       newAuditLog(cfg.Audit),
+		hashes:      identity.NewHashCache(1024),
+		servers:     map[*http.Server]struct{}{},
+		hijacked:    map[net.Conn]*tracked{},
+		dns:         map[*fakedns.Server]struct{}{},
+		origin:      redirected,
+		checkOrigin: checkConntrack,
 	}
 	p.transport = &http.Transport{
 		Proxy:       nil,
@@ -268,10 +274,11 @@ func (p *Proxy) Open(sb Sandbox) (*Egress, error) {
 	return e, nil
 }
 
-// Close releases the sandbox's identity resolver.
+// Close releases the sandbox's identity resolver and conntrack socket.
 func (e *Egress) Close() {
 	e.closeOnce.Do(func() {
 		e.st.resolver.Close()
+		e.st.conntrack.Close()
 		e.p.mu.Lock()
 		e.p.sandboxes--
 		e.p.mu.Unlock()
@@ -378,7 +385,12 @@ func (p *Proxy) newSandboxState(sb Sandbox) (*sandboxState, error) {
 	if sb.Route != nil {
 		resolver.WithCgroups()
 	}
-	return &sandboxState{Sandbox: sb, resolver: resolver}, nil
+	table, err := origdst.OpenTable(sb.NetNS)
+	if err != nil {
+		resolver.Close()
+		return nil, fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
+	}
+	return &sandboxState{Sandbox: sb, resolver: resolver, conntrack: table}, nil
 }
 
 // register adds a listener's server to those Shutdown stops, unless

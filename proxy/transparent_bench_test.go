@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -21,7 +23,9 @@ const dialerEnv = "AIRLOCK_TEST_DIALER"
 // the parent over fd 3 (SCM_RIGHTS), keeping its own copy until the next
 // address comes: the proxy attributes the connection to this process (it
 // never attributes one to itself), while the benchmark speaks on it, at
-// the cost of a message, not of a process per connection.
+// the cost of a message, not of a process per connection. A line "dst src"
+// dials from src, bound with SO_REUSEADDR: a port an earlier connection
+// holds can be bound again.
 func serveDialer() {
 	ctl, err := net.FileConn(os.NewFile(3, "ctl"))
 	if err != nil {
@@ -34,7 +38,17 @@ func serveDialer() {
 		if held != nil {
 			held.Close()
 		}
-		c, err := net.Dial("tcp", sc.Text())
+		var d net.Dialer
+		dst, src, from := strings.Cut(sc.Text(), " ")
+		if from {
+			laddr, err := net.ResolveTCPAddr("tcp", src)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "dialer:", err)
+				os.Exit(3)
+			}
+			d = net.Dialer{LocalAddr: laddr, Control: reuseAddr}
+		}
+		c, err := d.Dial("tcp", dst)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "dialer:", err)
 			os.Exit(3)
@@ -54,7 +68,20 @@ type dialer struct {
 	ctl *net.UnixConn
 }
 
-func (fx *tpFixture) dialer(tb testing.TB) *dialer {
+// reuseAddr lets a socket bind a port another connected socket holds.
+func reuseAddr(_, _ string, rc syscall.RawConn) error {
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// dialer starts a serveDialer process; before, when set, is the command
+// that runs it (nsenter into a namespace, say).
+func (fx *tpFixture) dialer(tb testing.TB, before ...string) *dialer {
 	tb.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -65,7 +92,8 @@ func (fx *tpFixture) dialer(tb testing.TB) *dialer {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cmd := exec.Command(fx.exe)
+	argv := append(before, fx.exe)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), dialerEnv+"=1")
 	cmd.ExtraFiles = []*os.File{child}
 	cmd.Stderr = os.Stderr
@@ -78,7 +106,8 @@ func (fx *tpFixture) dialer(tb testing.TB) *dialer {
 	return &dialer{fx: fx, in: in, ctl: parent.(*net.UnixConn)}
 }
 
-// dial connects to addr from the dialer process.
+// dial connects to addr from the dialer process; addr may be followed by
+// a space and the address to dial from (serveDialer).
 func (d *dialer) dial(tb testing.TB, addr string) net.Conn {
 	fmt.Fprintln(d.in, addr)
 	oob := make([]byte, unix.CmsgSpace(4))

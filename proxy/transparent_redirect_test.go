@@ -13,8 +13,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
-	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -23,14 +21,14 @@ import (
 // Through a real nftables redirect, in a network namespace the test makes,
 // a client that dials tls.tp.test's synthetic address is brought to the
 // transparent listener, which reads the destination it asked for
-// (SO_ORIGINAL_DST), attributes the connection to the client process (its
+// (conntrack), attributes the connection to the client process (its
 // socket is known to sock_diag by that destination, not the listener's),
 // and tunnels it to the upstream.
 func TestServeTransparentRedirected(t *testing.T) {
 	testutil.RequireRoot(t, "network namespaces and nftables")
 	nsenter := testutil.RequireTool(t, "nsenter")
 	fx := newTPFixture(t)
-	ns, ln := redirectedNamespace(t, fx.port)
+	ns, ln := redirectedNamespace(t, fx.port, "tcp4")
 	sb := fx.sb
 	sb.NetNS = ns
 	fx.serve(t, ln, sb, transparentServer(fx.p))
@@ -57,11 +55,69 @@ func TestServeTransparentRedirected(t *testing.T) {
 	}
 }
 
-// redirectedNamespace makes a network namespace, loopback up, with a
-// transparent listener on 127.0.0.1 and the least table that redirects to
-// it: tcp dport port (the fixture's) in the output hook. The thread that
-// made it stays locked and dies with its goroutine.
-func redirectedNamespace(t *testing.T, port int) (netns.NsHandle, net.Listener) {
+// tpAPI6 and tpTLS6 are api. and tls.tp.test's synthetic IPv6 addresses
+// in a redirected namespace, which has them on its loopback.
+var (
+	tpAPI6 = netip.MustParseAddr("2001:db8::2")
+	tpTLS6 = netip.MustParseAddr("2001:db8::3")
+)
+
+// A client socket bound to the port an earlier one connects from, towards
+// another destination: both redirected to the listener, the second's reply
+// tuple would be the first's, so the NAT remaps its source port and the
+// listener sees a port no client socket has. Its owner is found by the
+// source conntrack remembers: both connections are decided, and allowed,
+// as the client binary's, IPv4 and IPv6 alike.
+func TestServeTransparentRemappedSource(t *testing.T) {
+	testutil.RequireRoot(t, "network namespaces, nftables and conntrack")
+	nsenter := testutil.RequireTool(t, "nsenter")
+	for _, tc := range []struct {
+		network  string
+		source   netip.Addr // the address the client binds: one for both connections
+		api, tls netip.Addr
+	}{
+		{"tcp4", netip.MustParseAddr("127.0.0.1"), tpAPI, tpTLS},
+		{"tcp6", netip.IPv6Loopback(), tpAPI6, tpTLS6},
+	} {
+		t.Run(tc.network, func(t *testing.T) {
+			fx := newTPFixture(t)
+			ns, ln := redirectedNamespace(t, fx.port, tc.network)
+			sb := fx.sb
+			sb.NetNS = ns
+			sb.Names = tpNames{tc.api: "api.tp.test", tc.tls: "tls.tp.test"}
+			fx.serve(t, ln, sb, transparentServer(fx.p))
+			d := fx.dialer(t, nsenter, fmt.Sprintf("--net=/proc/%d/fd/%d", os.Getpid(), int(ns)))
+
+			first := d.dial(t, fmt.Sprintf("%s %s", netip.AddrPortFrom(tc.tls, uint16(fx.port)), netip.AddrPortFrom(tc.source, 0)))
+			defer first.Close()
+			resp, _ := fx.httpsGet(t, first, "tls.tp.test", []string{"http/1.1"}, "/")
+			wantBody(t, resp, http.StatusOK, tpUpstreamBody)
+			if l := fx.decision(t, "tls.tp.test", policies.ReasonAllowed); l["binary"] != fx.exe {
+				t.Fatalf("decision line %v; want binary %s", l, fx.exe)
+			}
+
+			// The first connection is still open (this process holds it).
+			port := addrPort(first.LocalAddr()).Port()
+			second := d.dial(t, fmt.Sprintf("%s %s", netip.AddrPortFrom(tc.api, uint16(fx.port)), netip.AddrPortFrom(tc.source, port)))
+			defer second.Close()
+			if got := addrPort(second.LocalAddr()); got.Port() != port {
+				t.Fatalf("the second client socket is %s; want port %d, the first's", got, port)
+			}
+			resp, _ = fx.httpsGet(t, second, "api.tp.test", []string{"http/1.1"}, "/ok/remapped")
+			wantBody(t, resp, http.StatusOK, tpUpstreamBody)
+			if l := fx.decision(t, "api.tp.test", policies.ReasonAllowed); l["binary"] != fx.exe || l["via"] != "transparent" {
+				t.Fatalf("decision line %v; want via transparent, binary %s", l, fx.exe)
+			}
+		})
+	}
+}
+
+// redirectedNamespace makes a network namespace, loopback up (with tpAPI6
+// and tpTLS6), with a transparent listener on 127.0.0.1 (network tcp4) or
+// ::1 (tcp6) and the least table that redirects to it: tcp dport port (the
+// fixture's) in the output hook. The thread that made it stays locked and
+// dies with its goroutine.
+func redirectedNamespace(t *testing.T, port int, network string) (netns.NsHandle, net.Listener) {
 	t.Helper()
 	type made struct {
 		ns  netns.NsHandle
@@ -83,13 +139,23 @@ func redirectedNamespace(t *testing.T, port int) (netns.NsHandle, net.Listener) 
 		if err == nil {
 			err = netlink.LinkSetUp(lo)
 		}
+		for _, a := range []netip.Addr{tpAPI6, tpTLS6} {
+			if err != nil {
+				break
+			}
+			err = netlink.AddrAdd(lo, &netlink.Addr{IPNet: netlink.NewIPNet(a.AsSlice()), Flags: unix.IFA_F_NODAD})
+		}
 		if m.err = err; err != nil {
 			return
 		}
-		if m.ln, m.err = net.Listen("tcp4", "127.0.0.1:0"); m.err != nil {
+		listen := "127.0.0.1:0"
+		if network == "tcp6" {
+			listen = "[::1]:0"
+		}
+		if m.ln, m.err = net.Listen(network, listen); m.err != nil {
 			return
 		}
-		m.err = redirectPort(m.ns, port, m.ln.Addr().(*net.TCPAddr).Port)
+		m.err = testutil.RedirectTCP(int(m.ns), m.ln.Addr().(*net.TCPAddr).Port, port)
 	}()
 	m := <-ch
 	// The listener is closed by the fixture's Shutdown (ServeTransparent).
@@ -103,26 +169,4 @@ func redirectedNamespace(t *testing.T, port int) (netns.NsHandle, net.Listener) 
 		t.Fatalf("redirected namespace: %v", m.err)
 	}
 	return m.ns, m.ln
-}
-
-// redirectPort installs in ns: tcp dport from → redirect to :to.
-func redirectPort(ns netns.NsHandle, from, to int) error {
-	conn, err := nftables.New(nftables.WithNetNSFd(int(ns)))
-	if err != nil {
-		return err
-	}
-	table := conn.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "transparent_test"})
-	chain := conn.AddChain(&nftables.Chain{
-		Name: "out", Table: table, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest,
-	})
-	conn.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{byte(from >> 8), byte(from)}},
-		&expr.Immediate{Register: 1, Data: []byte{byte(to >> 8), byte(to)}},
-		&expr.Redir{RegisterProtoMin: 1},
-	}})
-	return conn.Flush()
 }

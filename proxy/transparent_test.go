@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 // client dials as it would a synthetic address its DNS gave it, on the one
 // port P of the test, and on which a transparent listener serves; the test
 // stands in for the redirect by taking the address a connection reached
-// for its original destination (Proxy.origDst). The upstreams listen on
+// for its original destination (Proxy.origin). The upstreams listen on
 // other loopback addresses, on the same port P, pinned by the guard.
 var (
 	tpAPI       = netip.MustParseAddr("127.0.0.2")  // api.tp.test: inspected (GET /ok/** only)
@@ -173,14 +173,24 @@ func newTPFixture(tb testing.TB) *tpFixture {
 		tb.Fatal(err)
 	}
 	// Test-only: no redirect brings a connection to a fixture's
-	// destination (the client dials it itself), and the address it
-	// reached is the one it asked for, as SO_ORIGINAL_DST would tell
-	// after a redirect. Any other listener's are read as in production.
-	fx.p.origDst = func(c net.Conn) (netip.AddrPort, error) {
+	// destination (the client dials it itself), and the addresses it
+	// came from and reached are those it sent it from and to, as
+	// conntrack would tell after a redirect. Any other listener's are
+	// read as in production.
+	fx.p.origin = func(st *sandboxState, c net.Conn) (netip.AddrPort, netip.AddrPort, error) {
 		if reached := addrPort(c.LocalAddr()); slices.Contains(tpDestinations, reached.Addr()) {
-			return reached, nil
+			return addrPort(c.RemoteAddr()), reached, nil
 		}
-		return redirectedTo(c)
+		return redirected(st, c)
+	}
+	// The stand-in answers for the fixture's own sandbox, in this
+	// namespace, without conntrack (and without root); a sandbox in a
+	// namespace a test made is checked as in production.
+	fx.p.checkOrigin = func(st *sandboxState) error {
+		if !st.NetNS.IsOpen() {
+			return nil
+		}
+		return checkConntrack(st)
 	}
 
 	fx.sb = Sandbox{ID: "tp", Kind: "agent", Preset: "tp", Candidates: identity.Tree(os.Getpid()), NetNS: netns.None(),

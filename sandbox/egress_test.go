@@ -80,8 +80,14 @@ func TestEgressRedirects(t *testing.T) {
 				if got := readN(t, s, len(hello)); got != hello {
 					t.Fatalf("%s on %s read %q; want %q (another connection?)", tc.addr, at.Addr(), got, hello)
 				}
-				if got, err := origdst.Of(s.(*net.TCPConn)); err != nil || got != netip.MustParseAddrPort(tc.addr) {
-					t.Fatalf("origdst.Of(a connection to %s) = %v, %v; want %s", tc.addr, got, err, tc.addr)
+				table, err := origdst.OpenTable(n.NS)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer table.Close()
+				local, remote := netip.MustParseAddrPort(s.LocalAddr().String()), netip.MustParseAddrPort(s.RemoteAddr().String())
+				if _, got, err := table.Original(local, remote); err != nil || got != netip.MustParseAddrPort(tc.addr) {
+					t.Fatalf("the original destination of a connection to %s = %v, %v", tc.addr, got, err)
 				}
 			case net.PacketConn:
 				at.SetReadDeadline(time.Now().Add(10 * time.Second))

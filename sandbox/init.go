@@ -199,7 +199,8 @@ func pointDNSAtProxy(c *Config) error {
 
 // filesDNSHosts is nsswitch.conf with its hosts line "hosts: files dns".
 func filesDNSHosts(conf string) string {
-	const hosts = "hosts: files dns # airlock: the proxy answers DNS"
+	// No comment on the line: glibc would read its words as sources.
+	const hosts = "hosts: files dns"
 	lines := strings.Split(conf, "\n")
 	found := false
 	for i, l := range lines {

@@ -7,8 +7,11 @@ argv: PORT NAME. Listens on 127.0.0.1:PORT inside the pod and answers:
   /peer?port=P          GET http://127.0.0.1:P/healthz directly (a pod peer): {"status", "body"} or {"error"}
   /connect?target=H:P   a CONNECT to the proxy, by hand (urllib hides a refusal's body): {"status", "body"}
   /direct?addr=H:P      a TCP connect to H:P without the proxy: {"connected": true} or {"errno"}
+  /straight?url=U       U fetched with http.client straight to its host, never told of the
+                        proxy (the transparent path): {"status", "body"} or {"error"}
 """
 import errno
+import http.client
 import json
 import os
 import socket
@@ -29,6 +32,18 @@ def get(url, proxied):
             return {"status": r.status, "body": r.read().decode()}
     except urllib.error.HTTPError as e:
         return {"status": e.code, "body": e.read().decode()}
+    except Exception as e:  # the test reads the reason
+        return {"error": str(e)}
+
+
+def straight(url):
+    u = urlparse(url)
+    conn_class = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    try:
+        conn = conn_class(u.hostname, u.port, timeout=10)
+        conn.request("GET", u.path or "/")
+        r = conn.getresponse()
+        return {"status": r.status, "body": r.read().decode()}
     except Exception as e:  # the test reads the reason
         return {"error": str(e)}
 
@@ -62,6 +77,8 @@ class Handler(BaseHTTPRequestHandler):
             out = get(q["url"], True)
         elif u.path == "/peer":
             out = get("http://127.0.0.1:%s/whoami" % q["port"], False)
+        elif u.path == "/straight":
+            out = straight(q["url"])
         elif u.path == "/connect":
             out = connect(q["target"])
         elif u.path == "/direct":
