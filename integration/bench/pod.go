@@ -171,7 +171,9 @@ events:
 			}
 		case e.Kind == "started":
 			started[e.Service] = e.TS
-		case e.Kind == "health" && e.Recovered && !started[e.Service].IsZero():
+		case e.Kind == "health" && e.Detail == "healthy" && !started[e.Service].IsZero():
+			// (A service's first healthy event is not "recovered": that
+			// is a replacement's.)
 			b.services += e.TS.Sub(started[e.Service])
 			delete(started, e.Service)
 		case e.Kind == "ready":

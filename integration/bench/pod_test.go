@@ -10,14 +10,15 @@ import (
 )
 
 // A demo boot's events, as `airlock up` wrote them (trimmed of the steps
-// between policy and health, which change nothing here).
+// between policy and health, which change nothing here); a first healthy
+// event is not "recovered", which only a replacement's is.
 const demoBoot = `{"ts":"2026-11-23T14:04:00.565699747Z","source":"supervisor","kind":"boot_step","severity":"info","detail":"state done in 1.227ms"}
 {"ts":"2026-11-23T14:04:00.623764375Z","source":"supervisor","kind":"boot_step","severity":"info","detail":"policy done in 57.438ms"}
 {"ts":"2026-11-23T14:04:00.674265096Z","source":"supervisor","kind":"boot_step","severity":"info","detail":"services done in 45µs"}
 {"ts":"2026-11-23T14:04:00.757697542Z","source":"supervisor","kind":"started","severity":"info","service":"shim","detail":"pid 21923"}
-{"ts":"2026-11-23T14:04:00.921620294Z","source":"supervisor","kind":"health","severity":"info","service":"shim","detail":"healthy","recovered":true}
+{"ts":"2026-11-23T14:04:00.921620294Z","source":"supervisor","kind":"health","severity":"info","service":"shim","detail":"healthy","recovered":false}
 {"ts":"2026-11-23T14:04:01.03727891Z","source":"supervisor","kind":"started","severity":"info","service":"gateway","detail":"pid 21947"}
-{"ts":"2026-11-23T14:04:01.212080744Z","source":"supervisor","kind":"health","severity":"info","service":"gateway","detail":"healthy","recovered":true}
+{"ts":"2026-11-23T14:04:01.212080744Z","source":"supervisor","kind":"health","severity":"info","service":"gateway","detail":"healthy","recovered":false}
 {"ts":"2026-11-23T14:04:01.212218245Z","source":"supervisor","kind":"boot_step","severity":"info","detail":"health done in 537.703ms"}
 {"ts":"2026-11-23T14:04:01.213406203Z","source":"supervisor","kind":"ready","severity":"info","detail":"every service is healthy, 649ms after boot began"}
 {"ts":"2026-11-23T14:04:02.000000000Z","source":"supervisor","kind":"started","severity":"info","service":"shim","detail":"pid 30000"}`
