@@ -18,7 +18,7 @@ type ServerConfig struct {
 	// names it rejects get NXDOMAIN. nil: every name gets an address
 	// (each connection is still decided).
 	Reachable func(host string) bool
-	// Refused is called with every refusal (NXDOMAIN, REFUSED) before it
+	// Refused is called with every refusal (NXDOMAIN, REFUSED, SERVFAIL) before it
 	// is sent. Its error sends SERVFAIL instead: a refusal that cannot be
 	// put on record is not given (the proxy's audit rule).
 	Refused func(Refusal) error
