@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/certs"
@@ -233,5 +235,89 @@ func TestServeDNSAfterShutdown(t *testing.T) {
 	}
 	if _, err := pc.WriteTo([]byte{0}, pc.LocalAddr()); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("its socket: %v; want it closed", err)
+	}
+}
+
+// A flood of refusals writes maxDNSLines lines one by one per interval;
+// the rest are summed up, one line per rcode and reason carrying their
+// count, and every refusal is still answered and counted in the metrics.
+func TestServeDNSSummarisesRefusalFloods(t *testing.T) {
+	defer func(d time.Duration) { dnsFloodInterval = d }(dnsFloodInterval)
+	dnsFloodInterval = time.Hour // ends only when the server stops
+	var audit lockedBuffer
+	d := newDNSProxy(t, &audit, false, sandboxDNS)
+	const txt, nx = 3 * maxDNSLines, 20
+	for range txt {
+		if got := d.ask(t, "udp", "api.allowed.test.", dns.TypeTXT); got != dns.RcodeRefused {
+			t.Fatalf("TXT = %s; want REFUSED", dns.RcodeToString[got])
+		}
+	}
+	for range nx {
+		if got := d.ask(t, "udp", "blocked.test.", dns.TypeA); got != dns.RcodeNameError {
+			t.Fatalf("blocked.test = %s; want NXDOMAIN", dns.RcodeToString[got])
+		}
+	}
+	if n := len(auditLines(t, audit.bytes())); n != maxDNSLines {
+		t.Errorf("%d audit lines for a flood of %d refusals; want maxDNSLines = %d", n, txt+nx, maxDNSLines)
+	}
+	d.shutdown(t)
+	lines := auditLines(t, audit.bytes())
+	if len(lines) != maxDNSLines+2 {
+		t.Fatalf("%d audit lines after the server stopped; want %d and one summary per rcode:\n%s", len(lines), maxDNSLines, audit.bytes())
+	}
+	got := map[string]float64{}
+	for _, l := range lines[maxDNSLines:] {
+		if l["msg"] != DNSAuditMessage || l["sandbox"] != "coder-1" || l["name"] != nil || l["detail"] == "" {
+			t.Errorf("summary line %v; want the sandbox's, with a detail and no name", l)
+		}
+		count, _ := l["count"].(float64)
+		got[l["rcode"].(string)+" "+l["reason"].(string)] = count
+	}
+	want := map[string]float64{"REFUSED dns_query_refused": txt - maxDNSLines, "NXDOMAIN host_not_allowed": nx}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("summed up %v; want %v", got, want)
+	}
+	m := d.metrics(t)
+	for _, w := range []string{
+		fmt.Sprintf(`airlock_proxy_dns_answers_total{rcode="REFUSED",sandbox="coder-1"} %d`, txt),
+		fmt.Sprintf(`airlock_proxy_dns_answers_total{rcode="NXDOMAIN",sandbox="coder-1"} %d`, nx),
+	} {
+		if !strings.Contains(m, w) {
+			t.Errorf("metrics lack %s", w)
+		}
+	}
+}
+
+// An interval's end writes its summary while the server goes on: bursts
+// of refusals are sent, unanswered reads, until one interval held more
+// than maxDNSLines of them and its summary line appears.
+func TestServeDNSSummaryAtIntervalEnd(t *testing.T) {
+	defer func(d time.Duration) { dnsFloodInterval = d }(dnsFloodInterval)
+	dnsFloodInterval = 50 * time.Millisecond
+	var audit lockedBuffer
+	d := newDNSProxy(t, &audit, false, sandboxDNS)
+	c, err := net.Dial("udp4", d.udp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	txt, err := new(dns.Msg).SetQuestion("api.allowed.test.", dns.TypeTXT).Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for burst := 0; !bytes.Contains(audit.bytes(), []byte(`"count":`)); burst++ {
+		if burst == 1000 {
+			t.Fatalf("no summary line after %d bursts of refusals", burst)
+		}
+		for range 2 * maxDNSLines {
+			c.Write(txt)
+		}
+		buf := make([]byte, 512)
+		for range 2 * maxDNSLines { // answered: the burst's lines are written
+			c.SetReadDeadline(time.Now().Add(100 * time.Millisecond)) // some may have been dropped
+			if _, err := c.Read(buf); err != nil {
+				break
+			}
+		}
 	}
 }
