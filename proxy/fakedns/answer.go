@@ -19,9 +19,9 @@ type Refusal struct {
 	QType string // "A", "TXT", "TYPE65535"
 	Rcode string // "NXDOMAIN", "REFUSED", "SERVFAIL"
 	// Reason is host_not_allowed for NXDOMAIN, dns_query_refused for a
-	// query type or class never answered or (SERVFAIL) a name the pool
-	// has no address for (ErrExhausted), invalid_request for a name that
-	// cannot be canonicalised.
+	// query type or class never answered, dns_pool_exhausted (SERVFAIL)
+	// for a name the pool has no address for (ErrExhausted),
+	// invalid_request for a name that cannot be canonicalised.
 	Reason policies.Reason
 	Detail string
 }
@@ -74,7 +74,7 @@ func (s *Server) answer(req *dns.Msg) (*dns.Msg, *Refusal) {
 	if err != nil {
 		// Fail closed: no address rather than one a client may still
 		// hold for another name.
-		return refuse(dns.RcodeServerFailure, policies.ReasonDNSQueryRefused, name, err.Error())
+		return refuse(dns.RcodeServerFailure, policies.ReasonDNSPoolExhausted, name, err.Error())
 	}
 	if q.Qtype == dns.TypeA {
 		m.Answer = []dns.RR{&dns.A{Hdr: hdr, A: a.AsSlice()}}

@@ -227,9 +227,9 @@ func TestServerPoolExhaustedIsServfail(t *testing.T) {
 		t.Fatalf("g.wild.test with the pool exhausted = %v; want SERVFAIL", r)
 	}
 	got, ok := fx.lastRefusal()
-	if !ok || got.Name != "g.wild.test" || got.Rcode != "SERVFAIL" || got.Reason != policies.ReasonDNSQueryRefused ||
+	if !ok || got.Name != "g.wild.test" || got.Rcode != "SERVFAIL" || got.Reason != policies.ReasonDNSPoolExhausted ||
 		!strings.Contains(got.Detail, "exhausted") {
-		t.Errorf("reported %+v; want g.wild.test, SERVFAIL, dns_query_refused, a detail saying the pool is exhausted", got)
+		t.Errorf("reported %+v; want g.wild.test, SERVFAIL, dns_pool_exhausted, a detail saying the pool is exhausted", got)
 	}
 }
 
