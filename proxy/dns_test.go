@@ -11,10 +11,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
@@ -27,24 +27,6 @@ type denyAll struct{}
 
 func (denyAll) Decide(context.Context, *policies.Input) policies.Decision { return policies.Decision{} }
 
-// lockedBuffer is an audit writer the test reads while the server writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
-}
-
 // dnsProxy is a Proxy answering one sandbox's DNS on loopback UDP and TCP.
 type dnsProxy struct {
 	p        *Proxy
@@ -52,7 +34,10 @@ type dnsProxy struct {
 	served   chan error
 }
 
-func newDNSProxy(t *testing.T, audit io.Writer, failOpen bool, sb Sandbox) *dnsProxy {
+// denyingProxy is a Proxy whose policy denies everything, with its own CA
+// and an SSRF guard that allows nothing but the public internet; cfg gives
+// the rest.
+func denyingProxy(t *testing.T, cfg Config) *Proxy {
 	t.Helper()
 	ca, err := certs.LoadOrCreate(t.TempDir(), 16)
 	if err != nil {
@@ -62,11 +47,17 @@ func newDNSProxy(t *testing.T, audit io.Writer, failOpen bool, sb Sandbox) *dnsP
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Decider: denyAll{}, CA: ca, Guard: guard, Audit: audit, AuditFailOpen: failOpen,
-		Metrics: NewMetrics(ca), Logger: slog.New(slog.DiscardHandler)})
+	cfg.Decider, cfg.CA, cfg.Guard, cfg.Metrics, cfg.Logger = denyAll{}, ca, guard, NewMetrics(ca), slog.New(slog.DiscardHandler)
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+func newDNSProxy(t *testing.T, audit io.Writer, failOpen bool, sb Sandbox) *dnsProxy {
+	t.Helper()
+	p := denyingProxy(t, Config{Audit: audit, AuditFailOpen: failOpen})
 	pool, err := fakedns.NewPool(fakedns.PoolConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +119,7 @@ var sandboxDNS = Sandbox{ID: "coder-1", Kind: "coder", Preset: "coder",
 // name, the query type, the rcode and the reason; answers are counted by
 // rcode; Shutdown ends ServeDNS.
 func TestServeDNSAuditsRefusals(t *testing.T) {
-	var audit lockedBuffer
+	var audit testutil.Buffer
 	d := newDNSProxy(t, &audit, false, sandboxDNS)
 	for _, q := range []struct {
 		network, name string
@@ -144,7 +135,7 @@ func TestServeDNSAuditsRefusals(t *testing.T) {
 			t.Errorf("%s %s %s = %s; want %s", q.network, dns.Type(q.qtype), q.name, dns.RcodeToString[got], dns.RcodeToString[q.rcode])
 		}
 	}
-	lines := auditLines(t, audit.bytes())
+	lines := auditLines(t, []byte(audit.String()))
 	want := []map[string]any{
 		{"level": "WARN", "msg": DNSAuditMessage, "sandbox": "coder-1", "kind": "coder", "preset": "coder",
 			"name": "blocked.test", "qtype": "A", "rcode": "NXDOMAIN", "reason": "host_not_allowed"},
@@ -152,7 +143,7 @@ func TestServeDNSAuditsRefusals(t *testing.T) {
 			"name": "api.allowed.test", "qtype": "TXT", "rcode": "REFUSED", "reason": "dns_query_refused", "detail": "query type TXT"},
 	}
 	if len(lines) != len(want) {
-		t.Fatalf("%d audit lines; want %d:\n%s", len(lines), len(want), audit.bytes())
+		t.Fatalf("%d audit lines; want %d:\n%s", len(lines), len(want), []byte(audit.String()))
 	}
 	for i, w := range want {
 		for k, v := range w {
@@ -208,14 +199,14 @@ func TestServeDNSAuditFailure(t *testing.T) {
 			t.Errorf("fail open %v: the write failure is not counted", failOpen)
 		}
 	}
-	var audit lockedBuffer
+	var audit testutil.Buffer
 	pod := Sandbox{ID: "pod-1"}
 	d := newDNSProxy(t, &audit, false, pod)
 	if got := d.ask(t, "tcp", "any.name.test.", dns.TypeA); got != dns.RcodeSuccess {
 		t.Errorf("without Reachable: %s; want NOERROR (every name resolves)", dns.RcodeToString[got])
 	}
 	d.ask(t, "tcp", "any.name.test.", dns.TypeSRV)
-	if lines := auditLines(t, audit.bytes()); len(lines) != 1 || lines[0]["sandbox"] != "pod-1" || lines[0]["preset"] != nil || lines[0]["kind"] != nil {
+	if lines := auditLines(t, []byte(audit.String())); len(lines) != 1 || lines[0]["sandbox"] != "pod-1" || lines[0]["preset"] != nil || lines[0]["kind"] != nil {
 		t.Errorf("a pod's refusal: %v; want one line with the sandbox and neither kind nor preset", lines)
 	}
 }
@@ -244,7 +235,7 @@ func TestServeDNSAfterShutdown(t *testing.T) {
 func TestServeDNSSummarisesRefusalFloods(t *testing.T) {
 	defer func(d time.Duration) { dnsFloodInterval = d }(dnsFloodInterval)
 	dnsFloodInterval = time.Hour // ends only when the server stops
-	var audit lockedBuffer
+	var audit testutil.Buffer
 	d := newDNSProxy(t, &audit, false, sandboxDNS)
 	const txt, nx = 3 * maxDNSLines, 20
 	for range txt {
@@ -257,13 +248,13 @@ func TestServeDNSSummarisesRefusalFloods(t *testing.T) {
 			t.Fatalf("blocked.test = %s; want NXDOMAIN", dns.RcodeToString[got])
 		}
 	}
-	if n := len(auditLines(t, audit.bytes())); n != maxDNSLines {
+	if n := len(auditLines(t, []byte(audit.String()))); n != maxDNSLines {
 		t.Errorf("%d audit lines for a flood of %d refusals; want maxDNSLines = %d", n, txt+nx, maxDNSLines)
 	}
 	d.shutdown(t)
-	lines := auditLines(t, audit.bytes())
+	lines := auditLines(t, []byte(audit.String()))
 	if len(lines) != maxDNSLines+2 {
-		t.Fatalf("%d audit lines after the server stopped; want %d and one summary per rcode:\n%s", len(lines), maxDNSLines, audit.bytes())
+		t.Fatalf("%d audit lines after the server stopped; want %d and one summary per rcode:\n%s", len(lines), maxDNSLines, []byte(audit.String()))
 	}
 	got := map[string]float64{}
 	for _, l := range lines[maxDNSLines:] {
@@ -294,7 +285,7 @@ func TestServeDNSSummarisesRefusalFloods(t *testing.T) {
 func TestServeDNSSummaryAtIntervalEnd(t *testing.T) {
 	defer func(d time.Duration) { dnsFloodInterval = d }(dnsFloodInterval)
 	dnsFloodInterval = 50 * time.Millisecond
-	var audit lockedBuffer
+	var audit testutil.Buffer
 	d := newDNSProxy(t, &audit, false, sandboxDNS)
 	c, err := net.Dial("udp4", d.udp)
 	if err != nil {
@@ -305,7 +296,7 @@ func TestServeDNSSummaryAtIntervalEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for burst := 0; !bytes.Contains(audit.bytes(), []byte(`"count":`)); burst++ {
+	for burst := 0; !bytes.Contains([]byte(audit.String()), []byte(`"count":`)); burst++ {
 		if burst == 1000 {
 			t.Fatalf("no summary line after %d bursts of refusals", burst)
 		}
