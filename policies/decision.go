@@ -42,6 +42,9 @@ const (
 	// other than A or AAAA (class IN). Nothing is forwarded.
 	ReasonDNSQueryRefused Reason = "dns_query_refused"
 	ReasonNameForgotten   Reason = "name_forgotten"
+	// The sandbox's pool of synthetic addresses has none free: every one
+	// is a remembered name's, or was one too recently to be another's.
+	ReasonDNSPoolExhausted Reason = "dns_pool_exhausted"
 )
 
 // policyReasons are the codes a preset's decision may carry (ByPreset in

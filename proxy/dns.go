@@ -21,13 +21,25 @@ const DNSAuditMessage = "CANONICAL-PROXY-DNS"
 // closes them when it returns. Nothing is forwarded. Names sb.Reachable
 // rejects get NXDOMAIN. Each refusal is written to the audit log before it
 // is sent and, as for a connection, one whose line cannot be written gets
-// SERVFAIL instead, unless AuditFailOpen. Replies are counted by rcode.
+// SERVFAIL instead, unless AuditFailOpen; past maxDNSLines in a
+// dnsFloodInterval they are summed up instead (dnsFlood). Replies are
+// counted by rcode.
 func (p *Proxy) ServeDNS(sb Sandbox, pool *fakedns.Pool, packets []net.PacketConn, streams []net.Listener) error {
+	flood := &dnsFlood{interval: dnsFloodInterval, summarise: func(k dnsFloodKey, n int64) {
+		p.auditDNS(&sb, &fakedns.Refusal{Rcode: k.rcode, Reason: k.reason, Detail: fmt.Sprintf(
+			"%d refusals beyond %d within %s not written one by one", n, maxDNSLines, dnsFloodInterval)}, n)
+	}}
+	defer flood.flush() // Serve has returned: no refusal comes after it
 	srv, err := fakedns.NewServer(fakedns.ServerConfig{
 		Pool:      pool,
 		Reachable: sb.Reachable,
-		Refused:   func(r fakedns.Refusal) error { return p.auditDNS(&sb, &r) },
-		Answered:  func(rcode string) { p.cfg.Metrics.countDNS(sb.ID, rcode) },
+		Refused: func(r fakedns.Refusal) error {
+			if !flood.admit(dnsFloodKey{r.Rcode, r.Reason}) {
+				return nil // on record in the summary line
+			}
+			return p.auditDNS(&sb, &r, 0)
+		},
+		Answered: func(rcode string) { p.cfg.Metrics.countDNS(sb.ID, rcode) },
 	})
 	if err != nil {
 		return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
@@ -55,10 +67,11 @@ func (p *Proxy) ServeDNS(sb Sandbox, pool *fakedns.Pool, packets []net.PacketCon
 	return srv.Serve(packets, streams)
 }
 
-// auditDNS writes a refusal's line. A line that cannot be written is
-// counted and logged on stderr; its error refuses the answer unless the
-// operator chose --audit-failure=warn.
-func (p *Proxy) auditDNS(sb *Sandbox, r *fakedns.Refusal) error {
+// auditDNS writes a refusal's line or, with count > 0, the line summing up
+// count refusals of a flood (no name nor query type: they were many). A
+// line that cannot be written is counted and logged on stderr; its error
+// refuses the answer unless the operator chose --audit-failure=warn.
+func (p *Proxy) auditDNS(sb *Sandbox, r *fakedns.Refusal, count int64) error {
 	l := p.audit
 	bp := l.buf.Get().(*[]byte)
 	b := append((*bp)[:0], `{"time":"`...)
@@ -75,11 +88,16 @@ func (p *Proxy) auditDNS(sb *Sandbox, r *fakedns.Refusal) error {
 	if sb.Preset != "" { // a pod's answerer speaks for all its services
 		b = jsonString(b, "preset", sb.Preset)
 	}
-	b = jsonString(b, "name", r.Name)
-	b = jsonString(b, "qtype", r.QType)
+	if count == 0 {
+		b = jsonString(b, "name", r.Name)
+		b = jsonString(b, "qtype", r.QType)
+	}
 	b = jsonString(b, "rcode", r.Rcode)
 	b = jsonString(b, "reason", string(r.Reason))
 	b = jsonString(b, "detail", r.Detail)
+	if count > 0 {
+		b = jsonInt(b, "count", count)
+	}
 	b = append(b, "}\n"...)
 	err := l.put(b)
 	*bp = b
@@ -89,7 +107,7 @@ func (p *Proxy) auditDNS(sb *Sandbox, r *fakedns.Refusal) error {
 	}
 	p.cfg.Metrics.auditFailed()
 	p.log.Error("audit log write failed", "err", err, "line", DNSAuditMessage, "sandbox", sb.ID,
-		"name", r.Name, "qtype", r.QType, "rcode", r.Rcode, "reason", string(r.Reason), "fail_open", p.cfg.AuditFailOpen)
+		"name", r.Name, "qtype", r.QType, "rcode", r.Rcode, "reason", string(r.Reason), "count", count, "fail_open", p.cfg.AuditFailOpen)
 	if p.cfg.AuditFailOpen {
 		return nil
 	}

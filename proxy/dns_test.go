@@ -4,15 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
+	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
@@ -25,24 +27,6 @@ type denyAll struct{}
 
 func (denyAll) Decide(context.Context, *policies.Input) policies.Decision { return policies.Decision{} }
 
-// lockedBuffer is an audit writer the test reads while the server writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
-}
-
 // dnsProxy is a Proxy answering one sandbox's DNS on loopback UDP and TCP.
 type dnsProxy struct {
 	p        *Proxy
@@ -50,7 +34,10 @@ type dnsProxy struct {
 	served   chan error
 }
 
-func newDNSProxy(t *testing.T, audit io.Writer, failOpen bool, sb Sandbox) *dnsProxy {
+// denyingProxy is a Proxy whose policy denies everything, with its own CA
+// and an SSRF guard that allows nothing but the public internet; cfg gives
+// the rest.
+func denyingProxy(t *testing.T, cfg Config) *Proxy {
 	t.Helper()
 	ca, err := certs.LoadOrCreate(t.TempDir(), 16)
 	if err != nil {
@@ -60,11 +47,17 @@ func newDNSProxy(t *testing.T, audit io.Writer, failOpen bool, sb Sandbox) *dnsP
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Decider: denyAll{}, CA: ca, Guard: guard, Audit: audit, AuditFailOpen: failOpen,
-		Metrics: NewMetrics(ca), Logger: slog.New(slog.DiscardHandler)})
+	cfg.Decider, cfg.CA, cfg.Guard, cfg.Metrics, cfg.Logger = denyAll{}, ca, guard, NewMetrics(ca), slog.New(slog.DiscardHandler)
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+func newDNSProxy(t *testing.T, audit io.Writer, failOpen bool, sb Sandbox) *dnsProxy {
+	t.Helper()
+	p := denyingProxy(t, Config{Audit: audit, AuditFailOpen: failOpen})
 	pool, err := fakedns.NewPool(fakedns.PoolConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +119,7 @@ var sandboxDNS = Sandbox{ID: "coder-1", Kind: "coder", Preset: "coder",
 // name, the query type, the rcode and the reason; answers are counted by
 // rcode; Shutdown ends ServeDNS.
 func TestServeDNSAuditsRefusals(t *testing.T) {
-	var audit lockedBuffer
+	var audit testutil.Buffer
 	d := newDNSProxy(t, &audit, false, sandboxDNS)
 	for _, q := range []struct {
 		network, name string
@@ -142,7 +135,7 @@ func TestServeDNSAuditsRefusals(t *testing.T) {
 			t.Errorf("%s %s %s = %s; want %s", q.network, dns.Type(q.qtype), q.name, dns.RcodeToString[got], dns.RcodeToString[q.rcode])
 		}
 	}
-	lines := auditLines(t, audit.bytes())
+	lines := auditLines(t, []byte(audit.String()))
 	want := []map[string]any{
 		{"level": "WARN", "msg": DNSAuditMessage, "sandbox": "coder-1", "kind": "coder", "preset": "coder",
 			"name": "blocked.test", "qtype": "A", "rcode": "NXDOMAIN", "reason": "host_not_allowed"},
@@ -150,7 +143,7 @@ func TestServeDNSAuditsRefusals(t *testing.T) {
 			"name": "api.allowed.test", "qtype": "TXT", "rcode": "REFUSED", "reason": "dns_query_refused", "detail": "query type TXT"},
 	}
 	if len(lines) != len(want) {
-		t.Fatalf("%d audit lines; want %d:\n%s", len(lines), len(want), audit.bytes())
+		t.Fatalf("%d audit lines; want %d:\n%s", len(lines), len(want), []byte(audit.String()))
 	}
 	for i, w := range want {
 		for k, v := range w {
@@ -206,14 +199,14 @@ func TestServeDNSAuditFailure(t *testing.T) {
 			t.Errorf("fail open %v: the write failure is not counted", failOpen)
 		}
 	}
-	var audit lockedBuffer
+	var audit testutil.Buffer
 	pod := Sandbox{ID: "pod-1"}
 	d := newDNSProxy(t, &audit, false, pod)
 	if got := d.ask(t, "tcp", "any.name.test.", dns.TypeA); got != dns.RcodeSuccess {
 		t.Errorf("without Reachable: %s; want NOERROR (every name resolves)", dns.RcodeToString[got])
 	}
 	d.ask(t, "tcp", "any.name.test.", dns.TypeSRV)
-	if lines := auditLines(t, audit.bytes()); len(lines) != 1 || lines[0]["sandbox"] != "pod-1" || lines[0]["preset"] != nil || lines[0]["kind"] != nil {
+	if lines := auditLines(t, []byte(audit.String())); len(lines) != 1 || lines[0]["sandbox"] != "pod-1" || lines[0]["preset"] != nil || lines[0]["kind"] != nil {
 		t.Errorf("a pod's refusal: %v; want one line with the sandbox and neither kind nor preset", lines)
 	}
 }
@@ -233,5 +226,89 @@ func TestServeDNSAfterShutdown(t *testing.T) {
 	}
 	if _, err := pc.WriteTo([]byte{0}, pc.LocalAddr()); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("its socket: %v; want it closed", err)
+	}
+}
+
+// A flood of refusals writes maxDNSLines lines one by one per interval;
+// the rest are summed up, one line per rcode and reason carrying their
+// count, and every refusal is still answered and counted in the metrics.
+func TestServeDNSSummarisesRefusalFloods(t *testing.T) {
+	defer func(d time.Duration) { dnsFloodInterval = d }(dnsFloodInterval)
+	dnsFloodInterval = time.Hour // ends only when the server stops
+	var audit testutil.Buffer
+	d := newDNSProxy(t, &audit, false, sandboxDNS)
+	const txt, nx = 3 * maxDNSLines, 20
+	for range txt {
+		if got := d.ask(t, "udp", "api.allowed.test.", dns.TypeTXT); got != dns.RcodeRefused {
+			t.Fatalf("TXT = %s; want REFUSED", dns.RcodeToString[got])
+		}
+	}
+	for range nx {
+		if got := d.ask(t, "udp", "blocked.test.", dns.TypeA); got != dns.RcodeNameError {
+			t.Fatalf("blocked.test = %s; want NXDOMAIN", dns.RcodeToString[got])
+		}
+	}
+	if n := len(auditLines(t, []byte(audit.String()))); n != maxDNSLines {
+		t.Errorf("%d audit lines for a flood of %d refusals; want maxDNSLines = %d", n, txt+nx, maxDNSLines)
+	}
+	d.shutdown(t)
+	lines := auditLines(t, []byte(audit.String()))
+	if len(lines) != maxDNSLines+2 {
+		t.Fatalf("%d audit lines after the server stopped; want %d and one summary per rcode:\n%s", len(lines), maxDNSLines, []byte(audit.String()))
+	}
+	got := map[string]float64{}
+	for _, l := range lines[maxDNSLines:] {
+		if l["msg"] != DNSAuditMessage || l["sandbox"] != "coder-1" || l["name"] != nil || l["detail"] == "" {
+			t.Errorf("summary line %v; want the sandbox's, with a detail and no name", l)
+		}
+		count, _ := l["count"].(float64)
+		got[l["rcode"].(string)+" "+l["reason"].(string)] = count
+	}
+	want := map[string]float64{"REFUSED dns_query_refused": txt - maxDNSLines, "NXDOMAIN host_not_allowed": nx}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("summed up %v; want %v", got, want)
+	}
+	m := d.metrics(t)
+	for _, w := range []string{
+		fmt.Sprintf(`airlock_proxy_dns_answers_total{rcode="REFUSED",sandbox="coder-1"} %d`, txt),
+		fmt.Sprintf(`airlock_proxy_dns_answers_total{rcode="NXDOMAIN",sandbox="coder-1"} %d`, nx),
+	} {
+		if !strings.Contains(m, w) {
+			t.Errorf("metrics lack %s", w)
+		}
+	}
+}
+
+// An interval's end writes its summary while the server goes on: bursts
+// of refusals are sent, unanswered reads, until one interval held more
+// than maxDNSLines of them and its summary line appears.
+func TestServeDNSSummaryAtIntervalEnd(t *testing.T) {
+	defer func(d time.Duration) { dnsFloodInterval = d }(dnsFloodInterval)
+	dnsFloodInterval = 50 * time.Millisecond
+	var audit testutil.Buffer
+	d := newDNSProxy(t, &audit, false, sandboxDNS)
+	c, err := net.Dial("udp4", d.udp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	txt, err := new(dns.Msg).SetQuestion("api.allowed.test.", dns.TypeTXT).Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for burst := 0; !bytes.Contains([]byte(audit.String()), []byte(`"count":`)); burst++ {
+		if burst == 1000 {
+			t.Fatalf("no summary line after %d bursts of refusals", burst)
+		}
+		for range 2 * maxDNSLines {
+			c.Write(txt)
+		}
+		buf := make([]byte, 512)
+		for range 2 * maxDNSLines { // answered: the burst's lines are written
+			c.SetReadDeadline(time.Now().Add(100 * time.Millisecond)) // some may have been dropped
+			if _, err := c.Read(buf); err != nil {
+				break
+			}
+		}
 	}
 }

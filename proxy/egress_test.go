@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
-	"github.com/airlock-sandbox/airlock/proxy/certs"
-	"github.com/airlock-sandbox/airlock/proxy/egress"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
 	"github.com/vishvananda/netns"
 )
@@ -23,20 +20,8 @@ import (
 // over the limit there is reset (its client speaks TLS or SSH, in which an
 // HTTP 503 is garbage) and audited as connection_limit, via transparent.
 func TestEgressListenersShareTheLimit(t *testing.T) {
-	ca, err := certs.LoadOrCreate(t.TempDir(), 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	guard, err := egress.New(egress.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	audit := &testutil.Buffer{}
-	p, err := New(Config{Decider: denyAll{}, CA: ca, Guard: guard, Audit: audit, Limits: Limits{MaxConns: 1},
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := denyingProxy(t, Config{Audit: audit, Limits: Limits{MaxConns: 1}})
 	e, err := p.Open(Sandbox{ID: "shared", Preset: "none", Candidates: identity.Tree(os.Getpid()), NetNS: netns.None()})
 	if err != nil {
 		t.Fatal(err)

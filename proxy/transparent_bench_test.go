@@ -10,9 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,7 +46,7 @@ func serveDialer() {
 				fmt.Fprintln(os.Stderr, "dialer:", err)
 				os.Exit(3)
 			}
-			d = net.Dialer{LocalAddr: laddr, Control: reuseAddr}
+			d = net.Dialer{LocalAddr: laddr, Control: testutil.ReuseAddr}
 		}
 		c, err := d.Dial("tcp", dst)
 		if err != nil {
@@ -66,17 +66,6 @@ type dialer struct {
 	fx  *tpFixture
 	in  io.Writer
 	ctl *net.UnixConn
-}
-
-// reuseAddr lets a socket bind a port another connected socket holds.
-func reuseAddr(_, _ string, rc syscall.RawConn) error {
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-	}); err != nil {
-		return err
-	}
-	return serr
 }
 
 // dialer starts a serveDialer process; before, when set, is the command

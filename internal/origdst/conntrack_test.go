@@ -47,7 +47,7 @@ func TestTableOriginal(t *testing.T) {
 					return netip.AddrPort{}, err
 				}
 				defer table.Close()
-				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(tc.source)}, Control: reuseAddr}
+				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(tc.source)}, Control: testutil.ReuseAddr}
 				for i, dest := range tc.dests {
 					c, err := d.Dial(tc.network, dest)
 					if err != nil {
@@ -97,17 +97,6 @@ func TestTableOriginal(t *testing.T) {
 			}
 		})
 	}
-}
-
-// reuseAddr lets a client socket bind a port another one holds.
-func reuseAddr(_, _ string, rc syscall.RawConn) error {
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-	}); err != nil {
-		return err
-	}
-	return serr
 }
 
 func addrPortOf(a net.Addr) netip.AddrPort {

@@ -1,6 +1,8 @@
 package testutil
 
 import (
+	"syscall"
+
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
@@ -32,4 +34,17 @@ func RedirectTCP(nsFD, to int, ports ...int) error {
 		}})
 	}
 	return conn.Flush()
+}
+
+// ReuseAddr, as a net.Dialer's Control, lets a client socket bind a port
+// another socket holds: two connections from one source port, which the
+// redirect's NAT must tell apart.
+func ReuseAddr(_, _ string, rc syscall.RawConn) error {
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
 }

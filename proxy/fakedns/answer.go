@@ -17,10 +17,11 @@ type Refusal struct {
 	// asked.
 	Name  string
 	QType string // "A", "TXT", "TYPE65535"
-	Rcode string // "NXDOMAIN", "REFUSED"
+	Rcode string // "NXDOMAIN", "REFUSED", "SERVFAIL"
 	// Reason is host_not_allowed for NXDOMAIN, dns_query_refused for a
-	// query type or class never answered, invalid_request for a name
-	// that cannot be canonicalised.
+	// query type or class never answered, dns_pool_exhausted (SERVFAIL)
+	// for a name the pool has no address for (ErrExhausted),
+	// invalid_request for a name that cannot be canonicalised.
 	Reason policies.Reason
 	Detail string
 }
@@ -69,7 +70,12 @@ func (s *Server) answer(req *dns.Msg) (*dns.Msg, *Refusal) {
 			"no rule of the sandbox's policy names this host")
 	}
 	hdr := dns.RR_Header{Name: q.Name, Rrtype: q.Qtype, Class: dns.ClassINET, Ttl: s.ttl}
-	a := s.pool.Addr(name, q.Qtype == dns.TypeAAAA)
+	a, err := s.pool.Addr(name, q.Qtype == dns.TypeAAAA)
+	if err != nil {
+		// Fail closed: no address rather than one a client may still
+		// hold for another name.
+		return refuse(dns.RcodeServerFailure, policies.ReasonDNSPoolExhausted, name, err.Error())
+	}
 	if q.Qtype == dns.TypeA {
 		m.Answer = []dns.RR{&dns.A{Hdr: hdr, A: a.AsSlice()}}
 	} else {

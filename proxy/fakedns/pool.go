@@ -1,6 +1,7 @@
 package fakedns
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -29,21 +30,36 @@ type PoolConfig struct {
 	V4, V6 netip.Prefix
 	// Max is how many names are remembered at once; the least recently
 	// used is forgotten first. Each pool must hold more addresses than
-	// Max, so that a free one always exists.
+	// Max: the others are the forgotten names' in quarantine, and a
+	// pool runs out (ErrExhausted) when more names than that are
+	// forgotten within a quarantine.
 	Max int
 	// TTL is how long a name is remembered since it was last answered or
 	// its address last used.
 	TTL time.Duration
 }
 
+// quarantineMargin is how much longer than the answers' TTL a forgotten
+// address stays unused: a client may keep an answer a little past its TTL
+// (a connection begun just before it ran out, a cache that rounds up).
+const quarantineMargin = time.Minute
+
+// ErrExhausted is Addr's error when no address may be handed out: every one
+// is a remembered name's or was forgotten too recently.
+var ErrExhausted = errors.New("fakedns: synthetic address pool exhausted")
+
 // Pool maps names to synthetic addresses and back. A name keeps its
-// addresses while it is remembered; a forgotten name's addresses are not
-// handed out again until allocation has walked the whole pool back to
-// them, so a client holding a stale address reaches nothing (Name says it
-// is forgotten) rather than another name.
+// addresses while it is remembered. A forgotten name's addresses are
+// quarantined: not handed out again before a client's cached answer
+// naming them has run out (the answers' TTL and quarantineMargin), so a
+// client holding a stale address reaches nothing (Name says it is
+// forgotten) rather than another name. Addresses never handed out are
+// taken first; when none is left and none is out of quarantine, a new
+// name gets ErrExhausted rather than a reused address.
 type Pool struct {
-	ttl time.Duration
-	now func() time.Time // time.Now; tests step it
+	ttl        time.Duration
+	quarantine time.Duration
+	now        func() time.Time // time.Now; tests step it
 
 	mu     sync.Mutex
 	names  *simplelru.LRU[string, *entry] // most recently used first
@@ -59,12 +75,23 @@ type entry struct {
 	used   time.Time
 }
 
-// family is one address pool, walked in order by a cursor.
+// family is one address pool. Its addresses are handed out in order once,
+// then again in the order they were forgotten, each after its quarantine.
 type family struct {
 	prefix netip.Prefix
 	first  uint64 // offset of the first address handed out
 	span   uint64 // how many addresses are handed out
-	next   uint64 // cursor, an offset from first, modulo span
+	next   uint64 // how many were handed out a first time
+	// forgotten is a FIFO of the addresses forgotten, oldest at head;
+	// the quarantine is one duration, so their ends are in order too.
+	// Each address is in it at most once: its memory is bounded by span.
+	forgotten []forgotten
+	head      int
+}
+
+type forgotten struct {
+	off   uint64    // from first
+	until time.Time // end of its quarantine
 }
 
 // NewPool checks c and builds a Pool.
@@ -84,7 +111,8 @@ func NewPool(c PoolConfig) (*Pool, error) {
 	if c.Max < 0 || c.TTL < 0 {
 		return nil, fmt.Errorf("fakedns: pool size %d and TTL %v must not be negative", c.Max, c.TTL)
 	}
-	p := &Pool{ttl: c.TTL, now: time.Now, addrs: map[netip.Addr]*entry{}}
+	p := &Pool{ttl: c.TTL, quarantine: time.Duration(answerTTL(c.TTL))*time.Second + quarantineMargin,
+		now: time.Now, addrs: map[netip.Addr]*entry{}}
 	var err error
 	if p.v4, err = newFamily(c.V4, false, c.Max); err != nil {
 		return nil, err
@@ -103,17 +131,34 @@ func newFamily(pf netip.Prefix, v6 bool, names int) (family, error) {
 	if !pf.IsValid() || pf.Addr().Is6() != v6 || pf.Addr().Is4In6() || pf.Addr().Zone() != "" || pf.Masked() != pf {
 		return family{}, fmt.Errorf("fakedns: pool %s is not a masked IPv%s prefix", pf, map[bool]string{false: "4", true: "6"}[v6])
 	}
-	// Offsets are 64 bits: a wider IPv6 pool uses its low 2^63 addresses,
-	// more than any Max.
+	// Offsets are 64 bits: a wider IPv6 pool uses its low 2^63 addresses.
 	bits := min(pf.Addr().BitLen()-pf.Bits(), 63)
 	f := family{prefix: pf, first: 1, span: 1<<bits - 1} // never the prefix's own address (subnet-router anycast in IPv6)
 	if !v6 {
 		f.span-- // nor the IPv4 broadcast address
 	}
+	// Every address handed out may wait in the quarantine queue: a pool
+	// uses no more than maxSpan (or twice names), which bounds the queue.
+	// A /64 has no use for more.
+	f.span = min(f.span, max(maxSpan, 2*uint64(names)))
 	if bits < 2 || f.span <= uint64(names) {
 		return family{}, fmt.Errorf("fakedns: pool %s holds too few addresses for the %d names it must remember", pf, names)
 	}
 	return f, nil
+}
+
+// maxSpan is the most addresses a family hands out (unless names needs
+// more): the default IPv4 pool's.
+const maxSpan = 1 << 17
+
+// offset is at's inverse: a's offset from the prefix's address.
+func (f *family) offset(a netip.Addr) uint64 {
+	x, base := a.As16(), f.prefix.Addr().As16()
+	var off uint64
+	for i := 8; i < 16; i++ { // a span fits in the low 64 bits
+		off = off<<8 | uint64(x[i]-base[i])
+	}
+	return off - f.first
 }
 
 // at is the address offset off from the prefix's.
@@ -133,27 +178,46 @@ func (f *family) at(off uint64) netip.Addr {
 
 // Addr is name's address in the family asked for (v6: AAAA), allocated if
 // name has none yet. name must be canonical (policies.CanonicalHost): it
-// is the name the policy decides on when the address is used.
-func (p *Pool) Addr(name string, v6 bool) netip.Addr {
+// is the name the policy decides on when the address is used. Its error
+// wraps ErrExhausted: a name that gets no address is not remembered.
+func (p *Pool) Addr(name string, v6 bool) (netip.Addr, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
 	p.expire(now)
+	f := &p.v4
+	if v6 {
+		f = &p.v6
+	}
 	e, ok := p.names.Get(name)
+	if ok {
+		e.used = now
+		if a := e.addr(v6); a.IsValid() {
+			return a, nil
+		}
+	}
+	a, err := p.allocate(f, now)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("fakedns: no address for %s: %w", name, err)
+	}
 	if !ok {
-		e = &entry{name: name}
+		e = &entry{name: name, used: now}
 		p.names.Add(name, e) // may evict the least recently used name
 	}
-	e.used = now
-	a, f := &e.v4, &p.v4
 	if v6 {
-		a, f = &e.v6, &p.v6
+		e.v6 = a
+	} else {
+		e.v4 = a
 	}
-	if !a.IsValid() {
-		*a = p.allocate(f)
-		p.addrs[*a] = e
+	p.addrs[a] = e
+	return a, nil
+}
+
+func (e *entry) addr(v6 bool) netip.Addr {
+	if v6 {
+		return e.v6
 	}
-	return *a
+	return e.v4
 }
 
 // Name maps a back to its name. synthetic is false when a is not from
@@ -200,21 +264,34 @@ func (p *Pool) expire(now time.Time) {
 	}
 }
 
-// forget is the LRU's eviction callback: the name's addresses are freed.
+// forget is the LRU's eviction callback: the name's addresses are
+// quarantined.
 func (p *Pool) forget(_ string, e *entry) {
-	delete(p.addrs, e.v4)
-	delete(p.addrs, e.v6)
-}
-
-// allocate takes the next free address after the cursor. The pool holds
-// more addresses than names are remembered, so one is free; each is
-// skipped at most once per walk.
-func (p *Pool) allocate(f *family) netip.Addr {
-	for {
-		a := f.at(f.first + f.next)
-		f.next = (f.next + 1) % f.span
-		if _, used := p.addrs[a]; !used {
-			return a
+	until := p.now().Add(p.quarantine)
+	for _, f := range []*family{&p.v4, &p.v6} {
+		if a := e.addr(f == &p.v6); a.IsValid() {
+			delete(p.addrs, a)
+			f.forgotten = append(f.forgotten, forgotten{off: f.offset(a), until: until})
 		}
 	}
+}
+
+// allocate takes an address never handed out or, when none is left, the
+// one forgotten first if its quarantine is over.
+func (p *Pool) allocate(f *family, now time.Time) (netip.Addr, error) {
+	if f.next < f.span {
+		f.next++
+		return f.at(f.first + f.next - 1), nil
+	}
+	if f.head == len(f.forgotten) || now.Before(f.forgotten[f.head].until) {
+		return netip.Addr{}, fmt.Errorf("%w: %s: its %d addresses are remembered names' or were forgotten less than %s ago",
+			ErrExhausted, f.prefix, f.span, p.quarantine)
+	}
+	off := f.forgotten[f.head].off
+	f.head++
+	if f.head > len(f.forgotten)/2 { // reclaim the queue's dead front
+		f.forgotten = append(f.forgotten[:0], f.forgotten[f.head:]...)
+		f.head = 0
+	}
+	return f.at(f.first + off), nil
 }

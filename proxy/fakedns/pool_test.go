@@ -1,6 +1,7 @@
 package fakedns
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -14,6 +15,14 @@ type clock struct{ t time.Time }
 func (c *clock) now() time.Time       { return c.t }
 func (c *clock) step(d time.Duration) { c.t = c.t.Add(d) }
 func newClock() *clock                { return &clock{t: time.Unix(1e9, 0)} }
+func mustAddr(t *testing.T, p *Pool, name string, v6 bool) netip.Addr {
+	t.Helper()
+	a, err := p.Addr(name, v6)
+	if err != nil {
+		t.Fatalf("Addr(%q, v6=%v): %v", name, v6, err)
+	}
+	return a
+}
 func stepped(t *testing.T, c PoolConfig) (*Pool, *clock) {
 	t.Helper()
 	p, err := NewPool(c)
@@ -31,7 +40,7 @@ func TestPoolStableMappingBothFamilies(t *testing.T) {
 	seen := map[netip.Addr]string{}
 	for _, n := range names {
 		for _, v6 := range []bool{false, true} {
-			a := p.Addr(n, v6)
+			a := mustAddr(t, p, n, v6)
 			pf := DefaultV4
 			if v6 {
 				pf = DefaultV6
@@ -39,7 +48,7 @@ func TestPoolStableMappingBothFamilies(t *testing.T) {
 			if !pf.Contains(a) {
 				t.Errorf("Addr(%q, v6=%v) = %s; want an address of %s", n, v6, a, pf)
 			}
-			if again := p.Addr(n, v6); again != a {
+			if again := mustAddr(t, p, n, v6); again != a {
 				t.Errorf("Addr(%q, v6=%v) = %s, then %s; want the same", n, v6, a, again)
 			}
 			if other, dup := seen[a]; dup {
@@ -54,7 +63,7 @@ func TestPoolStableMappingBothFamilies(t *testing.T) {
 		}
 	}
 	// An IPv4-mapped spelling is the same address.
-	a := p.Addr(names[0], false)
+	a := mustAddr(t, p, names[0], false)
 	if got, syn := p.Name(netip.AddrFrom16(a.As16())); got != names[0] || !syn {
 		t.Errorf("Name(%s as IPv4-mapped) = %q, %v; want %q, true", a, got, syn, names[0])
 	}
@@ -62,8 +71,8 @@ func TestPoolStableMappingBothFamilies(t *testing.T) {
 
 func TestPoolNameOfOtherAddresses(t *testing.T) {
 	p, _ := stepped(t, PoolConfig{})
-	p.Addr("a.test", false)
-	p.Addr("a.test", true)
+	mustAddr(t, p, "a.test", false)
+	mustAddr(t, p, "a.test", true)
 	for _, tc := range []struct {
 		addr      string
 		synthetic bool
@@ -89,8 +98,8 @@ func TestPoolNameOfOtherAddresses(t *testing.T) {
 func TestPoolExpiry(t *testing.T) {
 	const ttl = time.Minute
 	p, clk := stepped(t, PoolConfig{TTL: ttl})
-	a := p.Addr("kept.test", false)
-	b := p.Addr("dropped.test", true)
+	a := mustAddr(t, p, "kept.test", false)
+	b := mustAddr(t, p, "dropped.test", true)
 	for range 3 {
 		clk.step(ttl / 2)
 		if name, _ := p.Name(a); name != "kept.test" { // a use refreshes it
@@ -103,7 +112,7 @@ func TestPoolExpiry(t *testing.T) {
 	if p.Len() != 1 {
 		t.Errorf("Len() = %d after one name expired; want 1", p.Len())
 	}
-	if again := p.Addr("dropped.test", true); again == b {
+	if again := mustAddr(t, p, "dropped.test", true); again == b {
 		t.Errorf("Addr(dropped.test) after expiry = %s, its old address; want a new one", again)
 	}
 	clk.step(ttl)
@@ -118,12 +127,12 @@ func TestPoolExpiry(t *testing.T) {
 func TestPoolFloodIsBounded(t *testing.T) {
 	const max, flood = 1000, 100_000
 	p, _ := stepped(t, PoolConfig{Max: max})
-	kept := p.Addr("kept.test", false)
+	kept := mustAddr(t, p, "kept.test", false)
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	for i := range flood {
-		p.Addr(fmt.Sprintf("n%d.flood.test", i), i%2 == 0)
+		mustAddr(t, p, fmt.Sprintf("n%d.flood.test", i), i%2 == 0)
 		if i%(max/2) == 0 {
 			p.Name(kept) // used often enough to stay
 		}
@@ -150,36 +159,84 @@ func TestPoolFloodIsBounded(t *testing.T) {
 	}
 }
 
-// Allocation walks the pool: a forgotten address is not handed out again
-// before every other has been, and on the next walk addresses still
-// remembered are skipped.
-func TestPoolWrap(t *testing.T) {
-	p, _ := stepped(t, PoolConfig{V4: netip.MustParsePrefix("10.9.0.0/29"), V6: netip.MustParsePrefix("fd00::/125"), Max: 3})
+// A forgotten address is quarantined: it is handed out again only when
+// every address has been once and its quarantine (the answers' TTL and a
+// margin) is over; until then a new name gets ErrExhausted. Addresses
+// still remembered are never handed out.
+func TestPoolQuarantine(t *testing.T) {
+	p, clk := stepped(t, PoolConfig{V4: netip.MustParsePrefix("10.9.0.0/29"), V6: netip.MustParsePrefix("fd00::/125"), Max: 3})
 	// /29: .1 to .6 are handed out (not .0, nor the broadcast .7).
-	want := []string{"10.9.0.1", "10.9.0.2", "10.9.0.3", "10.9.0.4", "10.9.0.5", "10.9.0.6", "10.9.0.1"}
 	var got []string
-	for i := range want {
-		got = append(got, p.Addr(fmt.Sprintf("n%d.test", i), false).String())
+	for i := range 6 {
+		got = append(got, mustAddr(t, p, fmt.Sprintf("n%d.test", i), false).String())
 	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("addresses over a walk = %v; want %v (evicted ones reused only after the wrap)", got, want)
+	if want := "[10.9.0.1 10.9.0.2 10.9.0.3 10.9.0.4 10.9.0.5 10.9.0.6]"; fmt.Sprint(got) != want {
+		t.Errorf("addresses over a walk = %v; want %s", got, want)
 	}
-	// Remembered now: n4 (.5), n5 (.6), n6 (.1). Keep n4 in use: the next
-	// walk hands out .2, .3, .4, then skips .5.
-	var next []string
-	for i := range 4 {
+	// n0, n1, n2 are forgotten (Max 3): their addresses wait.
+	if a, err := p.Addr("n6.test", false); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Addr(n6.test) with every address remembered or quarantined = %s, %v; want ErrExhausted", a, err)
+	}
+	if p.Len() != 3 {
+		t.Errorf("Len() = %d after a name got no address; want 3 (it is not remembered)", p.Len())
+	}
+	clk.step(p.quarantine - time.Second)
+	p.Name(netip.MustParseAddr("10.9.0.5")) // keeps n4
+	if a, err := p.Addr("n6.test", false); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Addr(n6.test) a second before the quarantine ends = %s, %v; want ErrExhausted", a, err)
+	}
+	clk.step(time.Second)
+	// Now .1, .2, .3 are free, in the order they were forgotten; n6 and
+	// n7 evict n3 (.4) and n5 (.6), quarantined from now: m0 waits.
+	for i, want := range []string{"10.9.0.1", "10.9.0.2", "10.9.0.3"} {
 		p.Name(netip.MustParseAddr("10.9.0.5"))
-		next = append(next, p.Addr(fmt.Sprintf("m%d.test", i), false).String())
+		if a := mustAddr(t, p, fmt.Sprintf("n%d.test", 6+i), false); a.String() != want {
+			t.Errorf("Addr(n%d.test) after the quarantine = %s; want %s", 6+i, a, want)
+		}
 	}
-	if want := "[10.9.0.2 10.9.0.3 10.9.0.4 10.9.0.6]"; fmt.Sprint(next) != want {
-		t.Errorf("addresses after the wrap = %v; want %s (.5 still n4's)", next, want)
+	if a, err := p.Addr("m0.test", false); !errors.Is(err, ErrExhausted) {
+		t.Errorf("Addr(m0.test) = %s, %v; want ErrExhausted (.4 and .6 were just forgotten)", a, err)
 	}
 	if name, _ := p.Name(netip.MustParseAddr("10.9.0.5")); name != "n4.test" {
 		t.Errorf("Name(10.9.0.5) = %q; want n4.test, never reused while remembered", name)
 	}
 	// IPv6 never hands out the prefix's own address either.
-	if a := p.Addr("v6.test", true); a != netip.MustParseAddr("fd00::1") {
+	if a := mustAddr(t, p, "v6.test", true); a != netip.MustParseAddr("fd00::1") {
 		t.Errorf("first IPv6 address = %s; want fd00::1", a)
+	}
+}
+
+// A flood of new names that walks the whole default pool does not hand a
+// victim's address, forgotten by the flood, to another name while a
+// client may still hold it: the flood gets ErrExhausted instead, and the
+// address is reused only after its quarantine.
+func TestPoolFloodDoesNotReuseForgotten(t *testing.T) {
+	p, clk := stepped(t, PoolConfig{})
+	victim := mustAddr(t, p, "db.victim.test", false)
+	var exhausted int
+	for i := range p.v4.span + 100 {
+		a, err := p.Addr(fmt.Sprintf("n%d.flood.test", i), false)
+		switch {
+		case errors.Is(err, ErrExhausted):
+			exhausted++
+		case err != nil:
+			t.Fatal(err)
+		case a == victim:
+			t.Fatalf("flooded name %d got the victim's address %s, forgotten moments ago", i, a)
+		}
+	}
+	if exhausted == 0 {
+		t.Fatalf("a flood of %d names wrapped a pool of %d without ErrExhausted", p.v4.span+100, p.v4.span)
+	}
+	if name, syn := p.Name(victim); name != "" || !syn {
+		t.Errorf("Name(%s) after the flood = %q, %v; want forgotten", victim, name, syn)
+	}
+	clk.step(p.quarantine)
+	if a := mustAddr(t, p, "next.test", false); a != victim {
+		t.Errorf("Addr(next.test) after the quarantine = %s; want %s, the first forgotten", a, victim)
+	}
+	if n := len(p.v4.forgotten); uint64(n) > p.v4.span {
+		t.Errorf("%d addresses queued in quarantine; want at most the pool's %d", n, p.v4.span)
 	}
 }
 

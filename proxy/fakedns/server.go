@@ -18,7 +18,7 @@ type ServerConfig struct {
 	// names it rejects get NXDOMAIN. nil: every name gets an address
 	// (each connection is still decided).
 	Reachable func(host string) bool
-	// Refused is called with every refusal (NXDOMAIN, REFUSED) before it
+	// Refused is called with every refusal (NXDOMAIN, REFUSED, SERVFAIL) before it
 	// is sent. Its error sends SERVFAIL instead: a refusal that cannot be
 	// put on record is not given (the proxy's audit rule).
 	Refused func(Refusal) error
@@ -91,7 +91,7 @@ func (s *Server) Serve(packets []net.PacketConn, streams []net.Listener) error {
 	}
 	var all []*served
 	for _, pc := range packets {
-		all = append(all, s.newServed(&dns.Server{PacketConn: pc}))
+		all = append(all, s.newGated(pc))
 	}
 	for _, ln := range streams {
 		all = append(all, s.newServed(&dns.Server{Listener: netutil.LimitListener(ln, MaxStreams)}))
@@ -154,6 +154,22 @@ func (s *Server) newServed(srv *dns.Server) *served {
 	srv.Handler = s
 	srv.MsgAcceptFunc = s.accept
 	srv.NotifyStartedFunc = func() { close(sv.started) }
+	return sv
+}
+
+// newGated serves pc with at most MaxInFlight answers at once (gate).
+func (s *Server) newGated(pc net.PacketConn) *served {
+	g := newGate()
+	sv := s.newServed(&dns.Server{PacketConn: pc, DecorateReader: g.reader})
+	sv.srv.Handler = gatedHandler{s: s, g: g}
+	sv.srv.MsgAcceptFunc = func(dh dns.Header) dns.MsgAcceptAction {
+		a := s.accept(dh)
+		if a != dns.MsgAccept {
+			g.give() // answered or dropped by miekg/dns, not the handler
+		}
+		return a
+	}
+	sv.srv.MsgInvalidFunc = func([]byte, error) { g.give() }
 	return sv
 }
 

@@ -30,7 +30,12 @@ type dnsFixture struct {
 
 func newDNSFixture(t testing.TB) *dnsFixture {
 	t.Helper()
-	pool, err := NewPool(PoolConfig{})
+	return newDNSFixtureWith(t, PoolConfig{})
+}
+
+func newDNSFixtureWith(t testing.TB, c PoolConfig) *dnsFixture {
+	t.Helper()
+	pool, err := NewPool(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +138,7 @@ func TestServerAnswersAddresses(t *testing.T) {
 				ip = rr.AAAA
 			}
 			a, _ := netip.AddrFromSlice(ip)
-			if want := fx.pool.Addr(tc.canon, tc.qtype == dns.TypeAAAA); a.Unmap() != want {
+			if want := mustAddr(t, fx.pool, tc.canon, tc.qtype == dns.TypeAAAA); a.Unmap() != want {
 				t.Errorf("%s %s %s: answer %s; want the pool's %s", network, dns.Type(tc.qtype), tc.name, a, want)
 			}
 			if name, _ := fx.pool.Name(a); name != tc.canon {
@@ -205,6 +210,26 @@ func TestServerRefusalUnreportedIsServfail(t *testing.T) {
 		if r := fx.ask(t, network, "api.allowed.test.", dns.TypeA, dns.ClassINET); r.Rcode != dns.RcodeSuccess {
 			t.Errorf("%s: an address (nothing to report) answered %s; want NOERROR", network, dns.RcodeToString[r.Rcode])
 		}
+	}
+}
+
+// A name the pool has no address for gets SERVFAIL, reported with the
+// reason: fail closed rather than reuse an address a client may hold.
+func TestServerPoolExhaustedIsServfail(t *testing.T) {
+	fx := newDNSFixtureWith(t, PoolConfig{V4: netip.MustParsePrefix("10.9.0.0/29"), Max: 3})
+	for i := range 6 { // the pool's six addresses, three names forgotten
+		name := string(rune('a'+i)) + ".wild.test."
+		if r := fx.ask(t, "udp", name, dns.TypeA, dns.ClassINET); r.Rcode != dns.RcodeSuccess {
+			t.Fatalf("%s = %s; want NOERROR", name, dns.RcodeToString[r.Rcode])
+		}
+	}
+	if r := fx.ask(t, "udp", "g.wild.test.", dns.TypeA, dns.ClassINET); r.Rcode != dns.RcodeServerFailure || len(r.Answer) != 0 {
+		t.Fatalf("g.wild.test with the pool exhausted = %v; want SERVFAIL", r)
+	}
+	got, ok := fx.lastRefusal()
+	if !ok || got.Name != "g.wild.test" || got.Rcode != "SERVFAIL" || got.Reason != policies.ReasonDNSPoolExhausted ||
+		!strings.Contains(got.Detail, "exhausted") {
+		t.Errorf("reported %+v; want g.wild.test, SERVFAIL, dns_pool_exhausted, a detail saying the pool is exhausted", got)
 	}
 }
 
