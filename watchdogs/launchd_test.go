@@ -2,6 +2,7 @@ package watchdogs
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,7 @@ with open(sys.argv[1], "rb") as f:
     print(json.dumps(plistlib.load(f)))`
 	out, err := exec.Command(python, "-c", read, path).CombinedOutput()
 	if err != nil {
-		return nil, &os.PathError{Op: "plistlib.load", Path: path, Err: &exec.ExitError{Stderr: out}}
+		return nil, fmt.Errorf("plistlib.load(%s): %w: %s", path, err, out)
 	}
 	var m map[string]any
 	return m, json.Unmarshal(out, &m)
