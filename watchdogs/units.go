@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 )
 
 // Units says what `airlock watchdog install` writes: the init system's
@@ -18,8 +20,9 @@ type Units struct {
 	// Manifest is the pod's manifest, absolute; "" runs `airlock up`
 	// without one (the demo pod).
 	Manifest string
-	// StopGrace is the manifest's stop_grace: the pod's unit gives the
-	// pod that long and a margin to stop its services itself.
+	// StopGrace is the manifest's stop_grace (0: its default): the pod's
+	// unit gives the pod that long and a margin to stop its services
+	// itself.
 	StopGrace time.Duration
 	// PodWatchdog is the pod unit's WatchdogSec=; see podWatchdog.
 	PodWatchdog time.Duration
@@ -49,9 +52,6 @@ const Cadence = 5 * time.Minute
 // grace (10s), a restart backoff (capped at 30s by default), a start and
 // its health checks.
 const DefaultPodWatchdog = 2 * time.Minute
-
-// DefaultStopGrace is the manifest's default stop_grace.
-const DefaultStopGrace = 10 * time.Second
 
 // unitName names the units: airlock-watchdog-NAME.{service,timer} on systemd,
 // the launchd job's Label on launchd.
@@ -113,7 +113,7 @@ func (u Units) Systemd() ([]File, error) {
 	}
 	grace := u.StopGrace
 	if grace == 0 {
-		grace = DefaultStopGrace
+		grace = manifest.DefaultStopGrace
 	}
 	pod := fmt.Sprintf(podService, escapeSpecifiers(what), execLine(up), seconds(wd), seconds(grace+30*time.Second))
 	return append(files, File{PodUnit, []byte(pod)}), nil
