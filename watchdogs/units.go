@@ -172,9 +172,13 @@ AccuracySec=10s
 WantedBy=timers.target
 `
 
-// The pod's unit. systemd is not PID 1 where this was written, so each
-// hardening directive was chosen from what the launcher's code needs, and
-// the reason is beside it in the unit, for the operator who edits it.
+// The pod's unit. systemd was not PID 1 where this was written, so each
+// hardening directive was chosen from what the launcher's code needs (the
+// reason is beside it in the unit, for the operator who edits it), and the
+// demo pod was booted, served and stopped under what could be reproduced
+// without systemd: a slave mount namespace with /usr and /boot read-only
+// and /dev/kmsg hidden, a UTS namespace, and no_new_privs. The seccomp-only
+// directives deny calls airlock's code does not make.
 const podService = `# Written by airlock watchdog install. Enable it: systemctl enable --now airlock-pod.service
 [Unit]
 Description=airlock pod (%[1]s)
