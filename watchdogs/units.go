@@ -197,7 +197,9 @@ WatchdogSec=%[3]s
 # gone): a fresh pod is started, whose boot removes what the last one left.
 Restart=on-failure
 RestartSec=5s
-# airlock makes the pod's cgroups and enables controllers below them.
+# airlock makes the pod's cgroups and enables controllers below them
+# (today at the hierarchy's root, airlock-pod-NAME, outside this unit's
+# group: systemd neither tracks nor kills the services there; the pod does).
 Delegate=yes
 # SIGTERM to airlock only: it stops the services in dependency order within
 # the manifest's stop_grace, then the network and cgroups. Whatever is left
