@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 )
 
 // Units says what `airlock watchdog install` writes: the init system's
@@ -20,9 +18,9 @@ type Units struct {
 	// Manifest is the pod's manifest, absolute; "" runs `airlock up`
 	// without one (the demo pod).
 	Manifest string
-	// StopGrace is the manifest's stop_grace (0: its default): the pod's
-	// unit gives the pod that long and a margin to stop its services
-	// itself.
+	// StopGrace is the pod's stop grace (the manifest's stop_grace, its
+	// default when there is none): the pod's unit gives the pod that long
+	// and a margin to stop its services itself.
 	StopGrace time.Duration
 	// PodWatchdog is the pod unit's WatchdogSec=; see podWatchdog.
 	PodWatchdog time.Duration
@@ -111,11 +109,7 @@ func (u Units) Systemd() ([]File, error) {
 	if wd == 0 {
 		wd = DefaultPodWatchdog
 	}
-	grace := u.StopGrace
-	if grace == 0 {
-		grace = manifest.DefaultStopGrace
-	}
-	pod := fmt.Sprintf(podService, escapeSpecifiers(what), execLine(up), seconds(wd), seconds(grace+30*time.Second))
+	pod := fmt.Sprintf(podService, escapeSpecifiers(what), execLine(up), seconds(wd), seconds(u.StopGrace+30*time.Second))
 	return append(files, File{PodUnit, []byte(pod)}), nil
 }
 

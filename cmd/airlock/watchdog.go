@@ -73,6 +73,7 @@ A file already there with other content is refused, unless --force.`,
 				}
 				u.Airlock = exe
 			}
+			u.StopGrace = manifest.DefaultStopGrace // the demo pod's
 			if manifestPath != "" {
 				abs, err := filepath.Abs(manifestPath)
 				if err != nil {
