@@ -2,6 +2,7 @@ package watchdogs
 
 import (
 	"context"
+	"errors"
 	"syscall"
 	"testing"
 	"time"
@@ -113,5 +114,21 @@ func TestDaemonRecoversAndReportsTheTime(t *testing.T) {
 				t.Fatalf("Run: %v", err)
 			}
 		})
+	}
+}
+
+// A watchdog stopped mid-probe (SIGTERM to the daemon) has found nothing:
+// the probe failed because of the stop, and a shim_dead line and a
+// restart on the way out would be false.
+func TestStoppedMidProbeFindsNothing(t *testing.T) {
+	e := newShimEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err := e.watchdog(e.start, 3, wideBudget).Once(ctx)
+	if !errors.Is(err, context.Canceled) || res.Outcome != Healthy || res.Kind != "" {
+		t.Errorf("Once(stopped) = %+v, %v; want no finding and context.Canceled", res, err)
+	}
+	if got := e.lines(); got != "" {
+		t.Errorf("inbox = %q, want nothing", got)
 	}
 }

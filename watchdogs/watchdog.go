@@ -111,6 +111,9 @@ func (w *Watchdog) Run(ctx context.Context, interval time.Duration) error {
 	defer t.Stop()
 	for {
 		if _, err := w.Once(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}
 		select {
@@ -131,6 +134,11 @@ func (w *Watchdog) now() time.Time {
 func (w *Watchdog) round(ctx context.Context) (Result, error) {
 	st := &w.st
 	f := w.Probe.Probe(ctx)
+	if err := ctx.Err(); err != nil {
+		// Stopped (SIGTERM) mid-probe: the probe failed because of us,
+		// not the service. No finding, and no restart on the way out.
+		return Result{}, err
+	}
 	if f.Kind == "" {
 		st.Strikes, st.GaveUp = 0, false
 		return Result{Outcome: Healthy}, nil
