@@ -41,7 +41,7 @@ test: lint tools
 # root) the pod: demo boot to READY, crash to healthy, memory with 20 services.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 20000x ./policies/
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./proxy/... ./sandbox/ ./supervisor/events/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 300x ./proxy/... ./sandbox/ ./internal/events/
 	$(GO) run ./integration/bench -airlock bin/airlock
 
 # Each fuzz target for FUZZTIME, one after another; `make test` runs their

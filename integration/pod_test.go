@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/internal/testca"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/supervisor"
-	"github.com/airlock-sandbox/airlock/supervisor/events"
 	"github.com/airlock-sandbox/airlock/supervisor/ingress"
 )
 

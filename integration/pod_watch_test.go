@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/supervisor/events"
+	"github.com/airlock-sandbox/airlock/internal/events"
 )
 
 // TestPodWatchdog: under a unit's WatchdogSec= (WATCHDOG_USEC) the pod

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/supervisor/events"
+	"github.com/airlock-sandbox/airlock/internal/events"
 )
 
 // Status is the pod as the admin API, `airlock status` and /readyz show it.

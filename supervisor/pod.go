@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
 	"github.com/airlock-sandbox/airlock/proxy/identity/connhook"
 	"github.com/airlock-sandbox/airlock/sandbox"
-	"github.com/airlock-sandbox/airlock/supervisor/events"
 	"github.com/airlock-sandbox/airlock/supervisor/ingress"
 	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 )

@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/sandbox"
-	"github.com/airlock-sandbox/airlock/supervisor/events"
 	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 	"golang.org/x/sys/unix"
 )

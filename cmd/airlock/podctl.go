@@ -15,8 +15,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/supervisor"
-	"github.com/airlock-sandbox/airlock/supervisor/events"
 	"github.com/spf13/cobra"
 )
 

@@ -19,7 +19,7 @@ func newWatchdogCmd() *cobra.Command {
 		Use:   "watchdog",
 		Short: "Host-side watchdogs that recover the gateway and the shim, and their units",
 	}
-	cmd.AddCommand(newWatchdogInstallCmd())
+	cmd.AddCommand(newWatchdogInstallCmd(), newWatchdogShimCmd())
 	return cmd
 }
 

@@ -15,10 +15,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/airlock-sandbox/airlock/supervisor/demo"
-	"github.com/airlock-sandbox/airlock/supervisor/events"
 	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 )
 

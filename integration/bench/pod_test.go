@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/supervisor/events"
+	"github.com/airlock-sandbox/airlock/internal/events"
 )
 
 // A demo boot's events, as `airlock up` wrote them (trimmed of the steps

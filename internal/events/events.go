@@ -1,7 +1,8 @@
 // Package events is the pod's events file: every lifecycle change the
-// supervisor, the proxy or the policy engine reports (a boot step, a crash,
-// a restart, a policy rejected) is one JSON line in one file, which the
-// operator, `airlock events` and an agent read while it is being written.
+// supervisor, the proxy, the policy engine or a host watchdog reports (a
+// boot step, a crash, a restart, a policy rejected, a hung shim replaced)
+// is one JSON line in one file, which the operator, `airlock events` and an
+// agent read while it is being written.
 //
 // The file must stay whole through what a supervisor lives through: several
 // writers (goroutines, and processes sharing the file), a crash mid-write,
@@ -32,7 +33,7 @@ const (
 // Event is one line of the file.
 type Event struct {
 	TS        time.Time `json:"ts"`     // RFC3339Nano UTC; Append fills it if zero
-	Source    string    `json:"source"` // "supervisor", "proxy", "policy", "ingress", ...
+	Source    string    `json:"source"` // "supervisor", "proxy", "policy", "ingress", "watchdog-shim", ...
 	Kind      string    `json:"kind"`   // boot_step, ready, exit, restart, give_up, health, policy_reload, policy_reject, pin_mismatch, oom_kill, stop, ...
 	Severity  Severity  `json:"severity"`
 	Service   string    `json:"service,omitempty"`

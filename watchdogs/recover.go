@@ -1,0 +1,133 @@
+package watchdogs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// AdminRestart recovers a service of an airlock pod through its
+// supervisor's admin socket. The supervisor kills the instance it runs
+// (SIGTERM, then its cgroup) before it starts the next, hung or not, and
+// the restart is not counted as a crash of its own.
+type AdminRestart struct {
+	Socket  string // the pod's admin.sock
+	Service string
+	Timeout time.Duration // bounds the request
+}
+
+// Recover implements Recoverer.
+func (a AdminRestart) Recover(ctx context.Context, _ Finding) error {
+	ctx, cancel := context.WithTimeout(ctx, a.Timeout)
+	defer cancel()
+	client := &http.Client{Transport: &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", a.Socket)
+		},
+	}}
+	path := "/v1/services/" + url.PathEscape(a.Service) + "/restart"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://pod"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("restart through the admin socket %s: %w", a.Socket, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		var e struct{ Error string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		return fmt.Errorf("restart through the admin socket %s: POST %s: %s: %s", a.Socket, path, resp.Status, e.Error)
+	}
+	return nil
+}
+
+// CommandRestart recovers a plain process with an operator's command, run
+// by /bin/sh -c in its own process group. For a hung fault, the process
+// whose pid PidFile holds is SIGKILLed first and waited for, so the hung
+// instance never lingers beside the new one (or keeps its port).
+type CommandRestart struct {
+	Command string
+	PidFile string        // optional; read on a hung fault only
+	Timeout time.Duration // bounds the command; its process group is killed past it
+	// Output receives the command's stdout and stderr. A file, not a
+	// pipe: a command that starts the shim in the background leaves it
+	// holding these descriptors, and a pipe would block the wait on it.
+	Output *os.File
+}
+
+// Recover implements Recoverer.
+func (c CommandRestart) Recover(ctx context.Context, f Finding) error {
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	if f.Kind == KindShimHung && c.PidFile != "" {
+		if err := killPidFile(ctx, c.PidFile); err != nil {
+			return err
+		}
+	}
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", c.Command)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.Stdout, cmd.Stderr = c.Output, c.Output
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("restart command %q: no exit within %v: its process group killed", c.Command, c.Timeout)
+		}
+		return fmt.Errorf("restart command %q: %w", c.Command, err)
+	}
+	return nil
+}
+
+// killPidFile SIGKILLs the process the file names and waits until it is
+// gone (or a zombie: its sockets are closed then). A process already gone
+// is fine: the fault was found, the instance is what matters.
+func killPidFile(ctx context.Context, path string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || pid <= 1 {
+		return fmt.Errorf("pid file %s: %q is not a process id", path, strings.TrimSpace(string(raw)))
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return nil
+		}
+		return fmt.Errorf("pid file %s: kill(%d, SIGKILL): %w", path, pid, err)
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !gone(pid) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pid file %s: process %d still there after SIGKILL: %w", path, pid, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// gone reports whether pid has exited: no /proc entry, or a zombie.
+func gone(pid int) bool {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	// The state follows the command's closing parenthesis.
+	s := string(raw)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
+}

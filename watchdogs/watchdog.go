@@ -1,0 +1,229 @@
+package watchdogs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/events"
+)
+
+// Finding is what one probe saw. The zero Finding is healthy.
+type Finding struct {
+	// Kind names the fault for the inbox line (shim_dead, shim_hung); ""
+	// is healthy.
+	Kind string
+	// Detail says what was seen, for a human: the URL, the error.
+	Detail string
+	// Strike marks a suspicion, not yet a fault: a probe that timed out
+	// may be a slow answer. It becomes a fault after StrikesToFault in a
+	// row; a SIGSTOPped process is caught that way.
+	Strike bool
+}
+
+// Probe looks at the watched thing once.
+type Probe interface {
+	Probe(ctx context.Context) Finding
+}
+
+// Recoverer acts on a fault: restarts the thing, and for a hung one makes
+// sure the old instance is gone before the new one starts.
+type Recoverer interface {
+	Recover(ctx context.Context, f Finding) error
+}
+
+// Watchdog is one watchdog: the probe, the recovery and the rules around
+// them. Set the fields, then call Once or Run.
+type Watchdog struct {
+	Source  string // the inbox lines' source: "watchdog-shim"
+	Service string // the service the lines are about: "shim"
+	Probe   Probe
+	Recover Recoverer
+	Budget  Budget
+	// StrikesToFault is how many strikes in a row make a fault (hung
+	// after N timeouts); 0 or 1 means the first.
+	StrikesToFault int
+	// Settle bounds the wait, after a recovery, for the probe to find
+	// the service healthy again; past it the recovery failed.
+	Settle time.Duration
+	// StatePath, when set, is read before and written after every round.
+	StatePath string
+	Inbox     *events.Log
+	Log       *slog.Logger
+	// Now is the clock (time.Now when nil): tests move the budget's
+	// window without waiting for it.
+	Now func() time.Time
+
+	st State // between rounds; loaded from StatePath before each when set
+}
+
+// Outcome is what a round did, for the caller's exit code.
+type Outcome int
+
+const (
+	Healthy   Outcome = iota // nothing wrong
+	Suspect                  // a strike short of a fault: nothing done yet
+	Recovered                // a fault, recovered and answering again
+	Failed                   // a fault whose recovery did not bring it back
+	GaveUp                   // a fault past the budget: nothing done
+)
+
+var outcomeNames = [...]string{"healthy", "suspect", "recovered", "failed", "gave up"}
+
+func (o Outcome) String() string { return outcomeNames[o] }
+
+// Result is a round's outcome and, when it found a fault, the fault and
+// what the last inbox line said about it.
+type Result struct {
+	Outcome Outcome
+	Kind    string
+	Detail  string
+}
+
+// Once runs one round: probe, and on a fault recover within the budget,
+// each step one inbox line. The state is loaded first and saved last when
+// StatePath is set. A fault it could not recover is its Result, not an
+// error: the error is the watchdog's own failure (state, inbox), which
+// would leave it blind or mute.
+func (w *Watchdog) Once(ctx context.Context) (Result, error) {
+	if w.StatePath != "" {
+		st, err := LoadState(w.StatePath)
+		if err != nil {
+			return Result{}, err
+		}
+		w.st = st
+	}
+	res, err := w.round(ctx)
+	if w.StatePath != "" {
+		err = errors.Join(err, w.st.Save(w.StatePath))
+	}
+	return res, err
+}
+
+// Run runs a round every interval until ctx ends. A fault it could not
+// recover is reported (inbox and log) and the loop goes on: the next round
+// may find the service back, or the budget spent. Only the watchdog's own
+// failure, which would make it mute, ends it.
+func (w *Watchdog) Run(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := w.Once(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (w *Watchdog) now() time.Time {
+	if w.Now != nil {
+		return w.Now()
+	}
+	return time.Now()
+}
+
+func (w *Watchdog) round(ctx context.Context) (Result, error) {
+	st := &w.st
+	f := w.Probe.Probe(ctx)
+	if err := ctx.Err(); err != nil {
+		// Stopped (SIGTERM) mid-probe: the probe failed because of us,
+		// not the service. No finding, and no restart on the way out.
+		return Result{}, err
+	}
+	if f.Kind == "" {
+		st.Strikes, st.GaveUp = 0, false
+		return Result{Outcome: Healthy}, nil
+	}
+	if f.Strike {
+		st.Strikes++
+		if st.Strikes < w.StrikesToFault {
+			w.Log.Warn("watchdog: suspect", "service", w.Service, "kind", f.Kind, "strike", st.Strikes, "of", w.StrikesToFault, "detail", f.Detail)
+			return Result{Suspect, f.Kind, f.Detail}, nil
+		}
+	}
+	st.Strikes = 0
+	now := w.now()
+	st.Restarts = w.Budget.prune(st.Restarts, now)
+	if ok, until := w.Budget.allows(st.Restarts); !ok {
+		detail := fmt.Sprintf("%s: %s; %d restarts in %v already, none more until %s: find the cause",
+			f.Kind, f.Detail, w.Budget.Max, w.Budget.Window, until.UTC().Format(time.RFC3339))
+		res := Result{GaveUp, f.Kind, detail}
+		if st.GaveUp { // said once already
+			w.Log.Error("watchdog: given up", "service", w.Service, "detail", detail)
+			return res, nil
+		}
+		st.GaveUp = true
+		return res, errors.Join(w.report(f.Kind, events.Warning, f.Detail, false), w.report("give_up", events.Critical, detail, false))
+	}
+	if err := w.report(f.Kind, events.Warning, f.Detail, false); err != nil {
+		return Result{Failed, f.Kind, f.Detail}, err
+	}
+	st.Restarts = append(st.Restarts, now)
+	found := time.Now()
+	if err := w.Recover.Recover(ctx, f); err != nil {
+		detail := fmt.Sprintf("after %s: %v", f.Kind, err)
+		return Result{Failed, f.Kind, detail}, w.report("restart", events.Critical, detail, false)
+	}
+	if last, ok := w.settle(ctx); !ok {
+		detail := fmt.Sprintf("after %s: restarted, but not healthy within %v: %s", f.Kind, w.Settle, last.Detail)
+		return Result{Failed, f.Kind, detail}, w.report("restart", events.Critical, detail, false)
+	}
+	detail := fmt.Sprintf("after %s: healthy again %v after the fault was found", f.Kind, time.Since(found).Round(time.Millisecond))
+	return Result{Recovered, f.Kind, detail}, w.report("restart", events.Info, detail, true)
+}
+
+// settle probes until the service is healthy or Settle has passed; it
+// returns the last finding when it is not.
+func (w *Watchdog) settle(ctx context.Context) (Finding, bool) {
+	ctx, cancel := context.WithTimeout(ctx, w.Settle)
+	defer cancel()
+	t := time.NewTicker(settlePoll)
+	defer t.Stop()
+	var last Finding
+	for {
+		f := w.Probe.Probe(ctx)
+		if f.Kind == "" {
+			return f, true
+		}
+		// A probe cut short by this wait's end says nothing of the
+		// service: keep the one before it.
+		if ctx.Err() == nil || last.Kind == "" {
+			last = f
+		}
+		select {
+		case <-ctx.Done():
+			return last, false
+		case <-t.C:
+		}
+	}
+}
+
+// settlePoll is how often settle probes: a restarted shim answers within
+// a second, and this bounds the fault-to-recovered time it adds.
+const settlePoll = 50 * time.Millisecond
+
+// report writes one inbox line and logs it.
+func (w *Watchdog) report(kind string, sev events.Severity, detail string, recovered bool) error {
+	level := slog.LevelWarn
+	switch sev {
+	case events.Info:
+		level = slog.LevelInfo
+	case events.Critical:
+		level = slog.LevelError
+	}
+	w.Log.Log(context.Background(), level, "watchdog: "+kind, "service", w.Service, "detail", detail, "recovered", recovered)
+	err := w.Inbox.Append(events.Event{Source: w.Source, Kind: kind, Severity: sev, Service: w.Service, Detail: detail, Recovered: recovered})
+	if err != nil {
+		return fmt.Errorf("watchdog %s: inbox: %w", w.Source, err)
+	}
+	return nil
+}
