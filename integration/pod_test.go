@@ -335,15 +335,6 @@ func commandPid(t *testing.T, st supervisor.ServiceStatus) int {
 	return pid
 }
 
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // podGroup is the pod's cgroup v2 directory.
 func podGroup(t *testing.T, name string) string {
 	mnt, err := cgroup2.Mount()
@@ -364,7 +355,7 @@ func netnsOf(pid int) string {
 // hang, an operator's restart, live policy edits, and a clean stop.
 func TestPod(t *testing.T) {
 	e := newPodEnv(t)
-	alphaIn, betaIn, httpPort := freePort(t), freePort(t), freePort(t)
+	alphaIn, betaIn, httpPort := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
 	m := e.manifest("itest", fmt.Sprintf(`admin:
   http: 127.0.0.1:%d
 ingress:
@@ -738,7 +729,7 @@ func TestPodRefusesAnIngressWithoutKeys(t *testing.T) {
 	os.WriteFile(empty, []byte("# no keys yet\n"), 0o600)
 	for _, keys := range []string{filepath.Join(e.dir, "missing.keys"), empty} {
 		m := e.manifest("nokeys", fmt.Sprintf(`ingress:
-  - {name: alpha, listen: "127.0.0.1:%d", service: alpha, port: 8001, keys: %s}`, freePort(t), keys), e.pyService("alpha", 8001, "egress_ok", ""))
+  - {name: alpha, listen: "127.0.0.1:%d", service: alpha, port: 8001, keys: %s}`, testutil.FreePort(t), keys), e.pyService("alpha", 8001, "egress_ok", ""))
 		pod := startPod(t, e, "nokeys", m)
 		select {
 		case <-pod.exited:

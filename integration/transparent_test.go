@@ -471,7 +471,7 @@ func refusedAtOnce(t *testing.T, out string) {
 // name no service's preset names does not resolve.
 func TestTransparentPod(t *testing.T) {
 	e := newPodEnv(t)
-	alphaIn, betaIn := freePort(t), freePort(t)
+	alphaIn, betaIn := testutil.FreePort(t), testutil.FreePort(t)
 	m := e.manifest("tp", fmt.Sprintf(`ingress:
   - {name: alpha, listen: "127.0.0.1:%d", service: alpha, port: 8001, keys: %s}
   - {name: beta, listen: "127.0.0.1:%d", service: beta, port: 8002, keys: %s}`, alphaIn, e.keys, betaIn, e.keys),

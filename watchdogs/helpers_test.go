@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // shimEnv is a real shim (testdata/shim.py, a python3 process) on a free
@@ -39,7 +39,7 @@ func newShimEnv(t *testing.T) *shimEnv {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	e := &shimEnv{t: t, url: fmt.Sprintf("http://127.0.0.1:%d/v1/models", port),
 		pidFile: filepath.Join(dir, "shim.pid"), inbox: filepath.Join(dir, events.DefaultFile), statePath: filepath.Join(dir, "state.json")}
 	e.start = fmt.Sprintf("python3 %s %d & echo $! > %s", script, port, e.pidFile)
@@ -57,15 +57,6 @@ func newShimEnv(t *testing.T) *shimEnv {
 	e.pids = append(e.pids, e.pid())
 	waitFor(t, "the shim to answer", e.answers)
 	return e
-}
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // pid is the pid the pid file holds now (0 before the first start).

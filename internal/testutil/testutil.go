@@ -4,6 +4,7 @@
 package testutil
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"testing"
@@ -49,4 +50,16 @@ func RequireCgroup2(t testing.TB) string {
 		missing(t, "test needs a cgroup v2 hierarchy: %v", err)
 	}
 	return mnt
+}
+
+// FreePort is a TCP port on 127.0.0.1 nothing listens on now, for a server
+// the test starts as another process (which must bind it itself).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
