@@ -402,10 +402,8 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 // pinnedHost checks that a request inside a tunnel names the tunnel's host
 // everywhere it names a host; it returns what differs.
 func pinnedHost(req *http.Request, sni, host string, port int) string {
-	if sni != "" {
-		if c, err := policies.CanonicalHost(sni); err != nil || c != host {
-			return fmt.Sprintf("TLS server name %q in a tunnel to %s", sni, host)
-		}
+	if sni != "" && !sameName(sni, host) {
+		return fmt.Sprintf("TLS server name %q in a tunnel to %s", sni, host)
 	}
 	if req.URL.IsAbs() && !sameHost(req.URL.Host, host, port) {
 		return fmt.Sprintf("request URL host %q in a tunnel to %s", req.URL.Host, host)

@@ -199,10 +199,7 @@ func transparentTarget(names NameMap, orig netip.AddrPort) (req policies.Request
 	case name == "":
 		forgotten = true
 	default:
-		req.Host = name
-		if c, err := policies.CanonicalHost(name); err == nil {
-			req.Host = c
-		}
+		req.Host = name // the pool keeps names canonical (fakedns.Pool.Addr)
 	}
 	return req, forgotten
 }
