@@ -12,23 +12,38 @@ import "strings"
 // canonicalised first; one that cannot be, an unknown preset and a
 // quarantined engine all give false, as Decide denies them all.
 func (e *Engine) MayReach(preset, host string) bool {
-	g := e.gen.Load()
-	p, ok := g.presets[preset]
-	if g.quarantine != nil || !ok {
-		return false
-	}
 	host, err := CanonicalHost(host)
 	if err != nil {
 		return false
 	}
-	for _, r := range p.Rules {
-		for _, pat := range r.Hosts {
-			if hostMatch(pat, host) {
-				return true
+	return e.Reachable(preset)(host)
+}
+
+// Reachable is MayReach for a host already canonical (the DNS answerer's)
+// and a set of presets (a pod's services share one answerer): true when an
+// allow rule of any of them could reach it. Each call reads the generation
+// now serving once, whatever the number of presets.
+func (e *Engine) Reachable(presets ...string) func(canonicalHost string) bool {
+	return func(host string) bool {
+		g := e.gen.Load()
+		if g.quarantine != nil {
+			return false
+		}
+		for _, name := range presets {
+			p, ok := g.presets[name]
+			if !ok {
+				continue
+			}
+			for _, r := range p.Rules {
+				for _, pat := range r.Hosts {
+					if hostMatch(pat, host) {
+						return true
+					}
+				}
 			}
 		}
+		return false
 	}
-	return false
 }
 
 // hostMatch is lib.host_match.

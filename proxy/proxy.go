@@ -51,8 +51,9 @@ type Sandbox struct {
 	// detail. Preset may then be empty.
 	Route func(p *identity.Process) (Service, error)
 	// Reachable reports whether any rule of the sandbox's preset(s) could
-	// reach a host: the DNS answerer says NXDOMAIN for names it rejects.
-	// nil: every name resolves (the connection is still decided).
+	// reach a canonical host (policies.Engine.Reachable): the DNS answerer
+	// says NXDOMAIN for names it rejects. nil: every name resolves (the
+	// connection is still decided).
 	Reachable func(host string) bool
 	// Names maps the synthetic addresses the sandbox's DNS answered with
 	// back to their names, for the transparent listener

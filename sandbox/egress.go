@@ -21,8 +21,9 @@ const egressTable = "airlock"
 // address is rejected at once.
 type EgressRules struct {
 	TransparentPort, DNSPort int
-	// LocalTCPPorts are the loopback TCP ports a connection may reach;
-	// AllLocalTCP allows any (the sidecar shape, where the workload's own
+	// LocalTCPPorts are the loopback TCP ports a connection may reach
+	// besides TransparentPort and DNSPort (where the redirect leads, always
+	// reachable); AllLocalTCP allows any (the sidecar shape, where the workload's own
 	// loopback services are the operator's business).
 	LocalTCPPorts []int
 	AllLocalTCP   bool
@@ -55,8 +56,8 @@ type EgressRules struct {
 //		reject with icmpx admin-prohibited }
 //
 // filter_out sees a redirected packet after nat: its destination is then
-// 127.0.0.1 or ::1 and its port T or D, which are in P (NewNetwork puts
-// them there). Loopback is "fib daddr type local", not 127.0.0.0/8: a
+// 127.0.0.1 or ::1 and its port T or D, which the set always holds besides
+// LocalTCPPorts. Loopback is "fib daddr type local", not 127.0.0.0/8: a
 // reply to the namespace's own address (192.0.0.8) is local too.
 func InstallEgress(ns netns.NsHandle, r EgressRules) error {
 	if err := r.validate(); err != nil {
@@ -131,7 +132,8 @@ func (r EgressRules) filterChain(conn *nftables.Conn, table *nftables.Table) err
 	} else {
 		set := &nftables.Set{Table: table, ID: 1, Name: "local_tcp", Constant: true, KeyType: nftables.TypeInetService}
 		var elems []nftables.SetElement
-		for _, p := range slices.Compact(slices.Sorted(slices.Values(r.LocalTCPPorts))) {
+		ports := slices.Concat([]int{r.TransparentPort, r.DNSPort}, r.LocalTCPPorts)
+		for _, p := range slices.Compact(slices.Sorted(slices.Values(ports))) {
 			elems = append(elems, nftables.SetElement{Key: binaryutil.BigEndian.PutUint16(uint16(p))})
 		}
 		if err := conn.AddSet(set, elems); err != nil {

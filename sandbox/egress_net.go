@@ -56,7 +56,7 @@ func (n *Network) setUpEgress(c NetworkConfig) error {
 	t, d := port(n.Transparent[0]), port(n.DNSStreams[0])
 	r := EgressRules{
 		TransparentPort: t, DNSPort: d,
-		LocalTCPPorts: slices.Concat([]int{c.ProxyPort, t, d}, c.LocalPorts),
+		LocalTCPPorts: slices.Concat([]int{c.ProxyPort}, c.LocalPorts),
 	}
 	if err := InstallEgress(n.NS, r); err != nil {
 		return fmt.Errorf("sandbox namespace: %w", err)

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/proxy/fakedns"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -44,7 +43,6 @@ func ServeEgress(px *proxy.Proxy, n *sandbox.Network, sb proxy.Sandbox, failed f
 	}
 	var (
 		wg    sync.WaitGroup
-		once  sync.Once
 		mu    sync.Mutex
 		first error
 	)
@@ -55,30 +53,17 @@ func ServeEgress(px *proxy.Proxy, n *sandbox.Network, sb proxy.Sandbox, failed f
 			// Started after Shutdown began: ended by it all the same.
 			if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, fakedns.ErrServerClosed) {
 				mu.Lock()
-				if first == nil {
+				isFirst := first == nil
+				if isFirst {
 					first = err
 				}
 				mu.Unlock()
-				once.Do(func() { failed(err) })
+				if isFirst {
+					failed(err)
+				}
 			}
 		}()
 	}
 	wg.Wait()
 	return first
-}
-
-// reachable reports whether some rule of any of presets could reach a
-// host: the DNS answerer gives every other name NXDOMAIN. A pod's
-// services share one answerer, which cannot tell which of them asks, so a
-// name any of their presets could reach resolves; the connection is then
-// decided by the asking service's own preset.
-func reachable(e *policies.Engine, presets ...string) func(host string) bool {
-	return func(host string) bool {
-		for _, p := range presets {
-			if e.MayReach(p, host) {
-				return true
-			}
-		}
-		return false
-	}
 }

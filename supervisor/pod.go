@@ -306,7 +306,10 @@ func (p *Pod) serveProxy(context.Context) error {
 	}
 	p.hook = AttachHook(p.group, p.log)
 	sb := proxy.Sandbox{ID: p.m.Name, Kind: "pod", Candidates: identity.Cgroup(p.group), NetNS: p.network.NS, Route: proxy.ByCgroup(members),
-		Reachable: reachable(p.engine, presets...)}
+		// The services share one DNS answerer, which cannot tell which of
+		// them asks: a name any of their presets could reach resolves, and
+		// the connection is decided by the asking service's own preset.
+		Reachable: p.engine.Reachable(presets...)}
 	if p.hook != nil {
 		sb.Hook = p.hook
 	}

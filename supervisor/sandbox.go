@@ -171,7 +171,7 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 	if o.Proxy != nil {
 		s.proxy = o.Proxy.Proxy
 		sb := proxy.Sandbox{ID: o.ID, Kind: o.Proxy.Preset, Preset: o.Proxy.Preset, Candidates: identity.Tree(s.proc.Pid), NetNS: network.NS,
-			Reachable: reachable(o.Proxy.Engine, o.Proxy.Preset)}
+			Reachable: o.Proxy.Engine.Reachable(o.Proxy.Preset)}
 		if s.leaf.V2 != "" {
 			sb.Candidates = identity.Cgroup(s.leaf.V2)
 		}

@@ -209,7 +209,7 @@ func newProxyCmd() *cobra.Command {
 				kind = preset
 			}
 			sb := proxy.Sandbox{ID: sandboxID, Kind: kind, Preset: preset, Candidates: cands, NetNS: netns.None(), Hook: hook,
-				Reachable: func(host string) bool { return engine.MayReach(preset, host) }}
+				Reachable: engine.Reachable(preset)}
 			failed := make(chan error, 1)
 			served := make(chan error, 1)
 			go func() { served <- supervisor.ServeEgress(p, n, sb, func(err error) { failed <- err }) }()

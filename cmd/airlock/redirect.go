@@ -43,8 +43,9 @@ func newRedirectCmd() *cobra.Command {
 			if uid == 0 {
 				fmt.Fprintln(cmd.ErrOrStderr(), "airlock: warning: --exempt-uid 0: any root process of the workload leaves untouched; run the proxy under a uid of its own")
 			}
-			// The proxy's ports are loopback ports too.
-			r.LocalTCPPorts, r.AllLocalTCP = append(localPorts, proxyPort, r.TransparentPort, r.DNSPort), len(localPorts) == 0
+			// The explicit proxy's port is a loopback port too (the
+			// redirect's own are always reachable).
+			r.LocalTCPPorts, r.AllLocalTCP = append(localPorts, proxyPort), len(localPorts) == 0
 			ns := netns.None()
 			if nsPath != "" {
 				h, err := netns.GetFromPath(nsPath)

@@ -243,8 +243,8 @@ func (p *Pool) Name(a netip.Addr) (name string, synthetic bool) {
 	return e.name, true
 }
 
-// Len is how many names are remembered.
-func (p *Pool) Len() int {
+// len is how many names are remembered.
+func (p *Pool) len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.expire(p.now())

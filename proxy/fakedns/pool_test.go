@@ -109,15 +109,15 @@ func TestPoolExpiry(t *testing.T) {
 	if name, syn := p.Name(b); name != "" || !syn {
 		t.Errorf("Name(%s) after its TTL = %q, %v; want \"\", true (forgotten)", b, name, syn)
 	}
-	if p.Len() != 1 {
-		t.Errorf("Len() = %d after one name expired; want 1", p.Len())
+	if p.len() != 1 {
+		t.Errorf("Len() = %d after one name expired; want 1", p.len())
 	}
 	if again := mustAddr(t, p, "dropped.test", true); again == b {
 		t.Errorf("Addr(dropped.test) after expiry = %s, its old address; want a new one", again)
 	}
 	clk.step(ttl)
-	if p.Len() != 0 {
-		t.Errorf("Len() = %d after every TTL; want 0", p.Len())
+	if p.len() != 0 {
+		t.Errorf("Len() = %d after every TTL; want 0", p.len())
 	}
 }
 
@@ -177,8 +177,8 @@ func TestPoolQuarantine(t *testing.T) {
 	if a, err := p.Addr("n6.test", false); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("Addr(n6.test) with every address remembered or quarantined = %s, %v; want ErrExhausted", a, err)
 	}
-	if p.Len() != 3 {
-		t.Errorf("Len() = %d after a name got no address; want 3 (it is not remembered)", p.Len())
+	if p.len() != 3 {
+		t.Errorf("Len() = %d after a name got no address; want 3 (it is not remembered)", p.len())
 	}
 	clk.step(p.quarantine - time.Second)
 	p.Name(netip.MustParseAddr("10.9.0.5")) // keeps n4

@@ -192,7 +192,7 @@ func TestServerRefuses(t *testing.T) {
 			}
 		}
 	}
-	if n := fx.pool.Len(); n != 0 {
+	if n := fx.pool.len(); n != 0 {
 		t.Errorf("%d names remembered after refusals only; want 0", n)
 	}
 }
