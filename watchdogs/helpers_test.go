@@ -31,9 +31,7 @@ type shimEnv struct {
 
 func newShimEnv(t *testing.T) *shimEnv {
 	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("needs python3 for the shim")
-	}
+	testutil.RequireTool(t, "python3") // the shim
 	script, err := filepath.Abs("testdata/shim.py")
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +53,7 @@ func newShimEnv(t *testing.T) *shimEnv {
 		t.Fatalf("starting the shim: %v", err)
 	}
 	e.pids = append(e.pids, e.pid())
-	waitFor(t, "the shim to answer", e.answers)
+	testutil.WaitFor(t, "the shim to answer", e.answers)
 	return e
 }
 
@@ -142,17 +140,4 @@ func (e *shimEnv) once(w *Watchdog, want Outcome) Result {
 		e.t.Fatalf("Once = %v (%s: %s), want %v", res.Outcome, res.Kind, res.Detail, want)
 	}
 	return res
-}
-
-// waitFor polls cond with backoff until it holds, failing the test after
-// a generous bound.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for d := time.Millisecond; !cond(); d = min(2*d, 100*time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(d)
-	}
 }

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 var wideBudget = Budget{Max: DefaultMaxRestarts, Window: DefaultWindow}
@@ -13,7 +15,7 @@ var wideBudget = Budget{Max: DefaultMaxRestarts, Window: DefaultWindow}
 func TestShimKilledIsRestarted(t *testing.T) {
 	e := newShimEnv(t)
 	old := e.signal(syscall.SIGKILL)
-	waitFor(t, "the killed shim to stop answering", func() bool { return !e.answers() })
+	testutil.WaitFor(t, "the killed shim to stop answering", func() bool { return !e.answers() })
 
 	res := e.once(e.watchdog(e.start, 3, wideBudget), Recovered)
 	if res.Kind != KindShimDead {
@@ -57,7 +59,7 @@ func TestShimStoppedIsFoundHungAcrossOneShotRunsAndReplaced(t *testing.T) {
 func TestShimCrashLoopIsGivenUp(t *testing.T) {
 	e := newShimEnv(t)
 	e.signal(syscall.SIGKILL)
-	waitFor(t, "the killed shim to stop answering", func() bool { return !e.answers() })
+	testutil.WaitFor(t, "the killed shim to stop answering", func() bool { return !e.answers() })
 
 	now := time.Date(2026, 11, 23, 3, 0, 0, 0, time.UTC)
 	run := func(want Outcome) {
@@ -107,7 +109,7 @@ func TestDaemonRecoversAndReportsTheTime(t *testing.T) {
 
 			fault := time.Now()
 			e.signal(tc.sig)
-			waitFor(t, "the restart line", func() bool { return e.lines() == tc.want })
+			testutil.WaitFor(t, "the restart line", func() bool { return e.lines() == tc.want })
 			t.Logf("%s: fault to recovered in %v (interval 200ms, probe timeout 300ms, hung after 2)", tc.name, time.Since(fault).Round(time.Millisecond))
 			cancel()
 			if err := <-done; err != nil {

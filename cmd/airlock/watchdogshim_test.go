@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // watchdogShim runs `airlock watchdog shim ARGS` as run() does.
@@ -59,17 +59,10 @@ func TestWatchdogShimUsageErrors(t *testing.T) {
 // The CLI, one-shot, against a real shim killed with SIGKILL: the restart
 // command starts a new one, and the inbox says so.
 func TestWatchdogShimOnceRestartsAKilledShim(t *testing.T) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("needs python3 for the shim")
-	}
+	testutil.RequireTool(t, "python3") // the shim
 	script, _ := filepath.Abs("../../watchdogs/testdata/shim.py")
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := testutil.FreePort(t)
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/models", port)
 	pidFile, inbox := filepath.Join(dir, "shim.pid"), filepath.Join(dir, "agent-inbox.jsonl")
 	start := fmt.Sprintf("python3 %s %d & echo $! > %s", script, port, pidFile)
@@ -90,9 +83,9 @@ func TestWatchdogShimOnceRestartsAKilledShim(t *testing.T) {
 	}
 	first := pid()
 	t.Cleanup(func() { syscall.Kill(first, syscall.SIGKILL); syscall.Kill(pid(), syscall.SIGKILL) })
-	waitUntil(t, "the shim to answer", answers)
+	testutil.WaitFor(t, "the shim to answer", answers)
 	syscall.Kill(first, syscall.SIGKILL)
-	waitUntil(t, "the killed shim to stop answering", func() bool { return !answers() })
+	testutil.WaitFor(t, "the killed shim to stop answering", func() bool { return !answers() })
 
 	args := []string{"--once", "--url", url, "--state", filepath.Join(dir, "state.json"), "--inbox", inbox, "--restart-cmd", start, "--pid-file", pidFile}
 	if code, out, errs := watchdogShim(t, args...); code != ExitOK || out != "shim recovered\n" {
@@ -114,16 +107,5 @@ func TestWatchdogShimOnceRestartsAKilledShim(t *testing.T) {
 	}
 	if code, out, errs := watchdogShim(t, args...); code != ExitOK || out != "shim healthy\n" {
 		t.Errorf("a second run = %d %q %s, want healthy", code, out, errs)
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for d := time.Millisecond; !cond(); d = min(2*d, 100*time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(d)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 )
@@ -62,4 +63,17 @@ func FreePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// WaitFor polls cond, backing off from 1ms to 100ms, until it holds; after
+// 20s the test fails naming what it waited for.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for d := time.Millisecond; !cond(); d = min(2*d, 100*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(d)
+	}
 }
