@@ -134,7 +134,7 @@ func TestDecisionTableProxyMatchesEval(t *testing.T) {
 }
 
 // checkDenial checks that the client was told the reason policy eval gives,
-// and its hint wherever the answer is the JSON body.
+// and its hint, in the JSON body or git's text lines.
 func checkDenial(t *testing.T, c decisiontable.Case, want evalAnswer, resp *http.Response, body []byte) {
 	t.Helper()
 	header := resp.Header.Get("X-Airlock-Reason")
@@ -152,6 +152,14 @@ func checkDenial(t *testing.T, c decisiontable.Case, want evalAnswer, resp *http
 		if err := json.Unmarshal(body, &d); err != nil || d.Reason != string(want.Reason) || d.Hint != want.Hint {
 			t.Errorf("%s: the client got %s %q (%v); want reason %s, hint %q", c.Note, resp.Status, body, err, want.Reason, want.Hint)
 		}
+	case strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain"):
+		// git's lines: the hint on one line, then the fields.
+		hint := "airlock: " + strings.NewReplacer("\n", " ", "…", "...").Replace(want.Hint) + "\n"
+		if !bytes.Contains(body, []byte(hint)) || !bytes.Contains(body, []byte("reason="+string(want.Reason)+" ")) {
+			t.Errorf("%s: the client got %s %q; want reason %s, hint %q", c.Note, resp.Status, body, want.Reason, want.Hint)
+		}
+	default:
+		t.Errorf("%s: the denial came as %q, neither JSON nor git's text", c.Note, resp.Header.Get("Content-Type"))
 	}
 }
 

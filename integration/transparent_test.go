@@ -226,6 +226,9 @@ func shellScript(steps []step) string {
 func checkSteps(t *testing.T, out string, steps []step, log *runningProxy, binary string) {
 	t.Helper()
 	sections := splitSections(out)
+	// Each step's decision is a line of its own: two steps alike (nc over
+	// IPv4, then IPv6) must not both be satisfied by the first's.
+	used := map[string]bool{}
 	for _, s := range steps {
 		got, ok := sections[s.tag]
 		t.Logf("%s: %s", s.tag, got)
@@ -246,9 +249,10 @@ func checkSteps(t *testing.T, out string, steps []step, log *runningProxy, binar
 			if s.binary != "" {
 				exe = s.binary
 			}
-			log.audit(t, func(a auditLine) bool {
-				return a.Binary == exe && a.Host == s.host && a.Reason == s.reason && (s.port == 0 || a.Port == s.port) && a.Via == "transparent"
+			got := log.audit(t, func(a auditLine) bool {
+				return !used[a.ID] && a.Binary == exe && a.Host == s.host && a.Reason == s.reason && (s.port == 0 || a.Port == s.port) && a.Via == "transparent"
 			})
+			used[got.ID] = true
 		}
 	}
 }
