@@ -55,7 +55,7 @@ func TestLaunchdPlistsParse(t *testing.T) {
 		}
 		want := map[string]any{
 			"Label":             "io.github.airlock-sandbox.airlock-watchdog-" + name,
-			"ProgramArguments":  []any{u.Airlock, "watchdog", name, "--once", "--socket", "/var/lib/airlock/my pod/admin.sock", "$HOME", `<&"'>`},
+			"ProgramArguments":  []any{u.Airlock, "watchdog", name, "--once", "--state", "/var/lib/airlock/watchdog-" + name + ".json", "--admin-socket", "/var/lib/airlock/my pod/admin.sock", "$HOME", `<&"'>`},
 			"RunAtLoad":         true,
 			"StartInterval":     300.0,
 			"KeepAlive":         map[string]any{"SuccessfulExit": false},

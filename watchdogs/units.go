@@ -26,8 +26,12 @@ type Units struct {
 	PodWatchdog time.Duration
 	// LogDir is where launchd writes each watchdog's stdout and stderr.
 	LogDir string
+	// StateDir, absolute, holds each watchdog's state file
+	// (watchdog-NAME.json, its --state): what one-shot runs carry over.
+	StateDir string
 	// Args are appended to each watchdog's command line (`airlock
-	// watchdog NAME --once ARGS...`): how it reaches the pod.
+	// watchdog NAME --once --state FILE ARGS...`): how it reaches the pod
+	// and where its inbox is.
 	Args []string
 }
 
@@ -38,8 +42,9 @@ type File struct {
 }
 
 // Watched are the watchdogs a unit is written for, as `airlock watchdog
-// NAME` names them.
-var Watched = []string{"gateway", "shim"}
+// NAME` names them: those the command has (the gateway's comes with its
+// command).
+var Watched = []string{"shim"}
 
 // Cadence is how often a timer or launchd runs a one-shot watchdog.
 const Cadence = 5 * time.Minute
@@ -72,7 +77,11 @@ func (u Units) check() error {
 	abs("the airlock binary", u.Airlock)
 	abs("the manifest", u.Manifest)
 	abs("the log directory", u.LogDir)
-	for _, a := range append([]string{u.Airlock, u.Manifest, u.LogDir}, u.Args...) {
+	abs("the state directory", u.StateDir)
+	if u.StateDir == "" {
+		errs = append(errs, errors.New("the state directory is empty: a one-shot watchdog needs its state file"))
+	}
+	for _, a := range append([]string{u.Airlock, u.Manifest, u.LogDir, u.StateDir}, u.Args...) {
 		if strings.ContainsAny(a, "\x00\n\r") {
 			errs = append(errs, fmt.Errorf("%q: a unit's argument cannot hold a NUL or a line break", a))
 		}
@@ -84,7 +93,8 @@ func (u Units) check() error {
 }
 
 func (u Units) watchdogArgs(name string) []string {
-	return append([]string{u.Airlock, "watchdog", name, "--once"}, u.Args...)
+	state := filepath.Join(u.StateDir, "watchdog-"+name+".json")
+	return append([]string{u.Airlock, "watchdog", name, "--once", "--state", state}, u.Args...)
 }
 
 // Systemd returns, for each watchdog, a oneshot service and the timer

@@ -23,7 +23,8 @@ func testUnits(t *testing.T) Units {
 		Airlock:  exe,
 		Manifest: "/etc/airlock/pod 100%.yaml",
 		LogDir:   "/var/log/airlock",
-		Args:     []string{"--socket", "/var/lib/airlock/my pod/admin.sock", "$HOME"},
+		StateDir: "/var/lib/airlock",
+		Args:     []string{"--admin-socket", "/var/lib/airlock/my pod/admin.sock", "$HOME"},
 	}
 }
 
@@ -67,7 +68,7 @@ func TestSystemdVerifyCatchesBrokenUnits(t *testing.T) {
 		{"bad watchdog", PodUnit, "WatchdogSec=120s", "WatchdogSec=two minutes"},
 		{"missing binary", PodUnit, "ExecStart=", "ExecStart=/nonexistent/airlock up #"},
 		{"bad timer", "airlock-watchdog-shim.timer", "OnUnitActiveSec=5m0s", "OnUnitActiveSec=five"},
-		{"misspelt directive", "airlock-watchdog-gateway.service", "Type=oneshot", "Typ=oneshot"},
+		{"misspelt directive", "airlock-watchdog-shim.service", "Type=oneshot", "Typ=oneshot"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			files, err := testUnits(t).Systemd()
@@ -108,10 +109,9 @@ func TestSystemdUnitSettings(t *testing.T) {
 		file string
 		want []string
 	}{
-		{"airlock-watchdog-gateway.service", []string{"\nType=oneshot\n", "\nExecStart=" + exe + ` watchdog gateway --once --socket "/var/lib/airlock/my pod/admin.sock" $$HOME` + "\n"}},
-		{"airlock-watchdog-shim.service", []string{"\nType=oneshot\n", "\nExecStart=" + exe + " watchdog shim --once "}},
-		{"airlock-watchdog-gateway.timer", []string{"\nOnBootSec=5m0s\n", "\nOnUnitActiveSec=5m0s\n", "\nWantedBy=timers.target\n"}},
-		{"airlock-watchdog-shim.timer", []string{"\nOnUnitActiveSec=5m0s\n"}},
+		{"airlock-watchdog-shim.service", []string{"\nType=oneshot\n",
+			"\nExecStart=" + exe + ` watchdog shim --once --state /var/lib/airlock/watchdog-shim.json --admin-socket "/var/lib/airlock/my pod/admin.sock" $$HOME` + "\n"}},
+		{"airlock-watchdog-shim.timer", []string{"\nOnBootSec=5m0s\n", "\nOnUnitActiveSec=5m0s\n", "\nWantedBy=timers.target\n"}},
 		{PodUnit, []string{
 			"\nType=notify\n", "\nNotifyAccess=main\n", "\nWatchdogSec=120s\n", "\nRestart=on-failure\n", "\nRestartSec=5s\n",
 			"\nDelegate=yes\n", "\nKillMode=mixed\n", "\nTimeoutStopSec=75s\n", "\nNoNewPrivileges=yes\n",
@@ -124,7 +124,7 @@ func TestSystemdUnitSettings(t *testing.T) {
 			}
 		}
 	}
-	if len(files) != 5 {
+	if len(files) != 2*len(Watched)+1 {
 		t.Errorf("Systemd() wrote %d units; want a service and timer per watchdog and the pod's", len(files))
 	}
 	// The pod pings at half WatchdogSec: it must stay well above the

@@ -30,14 +30,17 @@ func newWatchdogInstallCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "install --systemd|--launchd [--dir DIR] [-- WATCHDOG-ARGS...]",
 		Short: "Write the units that run the watchdogs every 5 minutes (and, on systemd, the pod)",
-		Long: `Write, for each watchdog (gateway, shim), the units that run
-"airlock watchdog NAME --once WATCHDOG-ARGS..." every 5 minutes: a systemd
-service and timer, or a launchd plist. On systemd it writes the pod's own
+		Long: `Write, for each watchdog (shim; the gateway's comes with its command), the
+units that run "airlock watchdog NAME --once --state FILE WATCHDOG-ARGS..."
+every 5 minutes: a systemd service and timer, or a launchd plist. The state
+file is under /var/lib/airlock (systemd) or ~/Library/Application Support/airlock
+(launchd). On systemd it writes the pod's own
 unit too, airlock-pod.service (Type=notify, WatchdogSec, Restart=on-failure).
 A file already there with other content is refused, unless --force.`,
-		Example: `  sudo airlock watchdog install --systemd --manifest /etc/airlock/pod.yaml -- --socket /var/lib/airlock/pod/admin.sock
+		Example: `  sudo airlock watchdog install --systemd --manifest /etc/airlock/pod.yaml -- \
+    --admin-socket /var/lib/airlock/pod/admin.sock --service shim --inbox /var/lib/airlock/pod/agent-inbox.jsonl
   sudo systemctl daemon-reload
-  sudo systemctl enable --now airlock-pod.service airlock-watchdog-gateway.timer airlock-watchdog-shim.timer`,
+  sudo systemctl enable --now airlock-pod.service airlock-watchdog-shim.timer`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 && cmd.ArgsLenAtDash() != 0 {
 				return fmt.Errorf("the watchdogs' arguments come after --: %q", args[0])
@@ -93,6 +96,7 @@ A file already there with other content is refused, unless --force.`,
 				if dir == "" {
 					dir = "/etc/systemd/system"
 				}
+				u.StateDir = "/var/lib/airlock"
 				files, err = u.Systemd()
 			} else {
 				home, herr := os.UserHomeDir()
@@ -107,6 +111,7 @@ A file already there with other content is refused, unless --force.`,
 				if u.LogDir == "" {
 					u.LogDir = filepath.Join(home, "Library", "Logs", "airlock")
 				}
+				u.StateDir = filepath.Join(home, "Library", "Application Support", "airlock")
 				files, err = u.Launchd()
 			}
 			if err != nil {
@@ -137,7 +142,7 @@ A file already there with other content is refused, unless --force.`,
 				}
 				return nil
 			}
-			fmt.Fprintln(w, "load them with: systemctl daemon-reload && systemctl enable --now airlock-pod.service airlock-watchdog-gateway.timer airlock-watchdog-shim.timer")
+			fmt.Fprintln(w, "load them with: systemctl daemon-reload && systemctl enable --now airlock-pod.service airlock-watchdog-shim.timer")
 			return nil
 		},
 	}

@@ -49,23 +49,43 @@ func TestWatchdogInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := airlock(t, "", "watchdog", "install", "--systemd", "--dir", dir, "--", "--socket", "/run/pod.sock")
+	code, out, errs := airlock(t, "", "watchdog", "install", "--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock")
 	if code != ExitOK {
 		t.Fatalf("install = %d\n%s%s", code, out, errs)
 	}
-	for _, name := range []string{"airlock-pod.service", "airlock-watchdog-gateway.service", "airlock-watchdog-gateway.timer", "airlock-watchdog-shim.service", "airlock-watchdog-shim.timer"} {
+	for _, name := range []string{"airlock-pod.service", "airlock-watchdog-shim.service", "airlock-watchdog-shim.timer"} {
 		p := filepath.Join(dir, name)
 		if !strings.Contains(out, "wrote     "+p+"\n") {
 			t.Errorf("stdout does not say %s was written:\n%s", p, out)
 		}
 	}
 	raw, _ := os.ReadFile(filepath.Join(dir, "airlock-watchdog-shim.service"))
-	if want := "\nExecStart=" + exe + " watchdog shim --once --socket /run/pod.sock\n"; !strings.Contains(string(raw), want) {
+	if want := "\nExecStart=" + exe + " watchdog shim --once --state /var/lib/airlock/watchdog-shim.json --admin-socket /run/pod.sock\n"; !strings.Contains(string(raw), want) {
 		t.Errorf("the shim's service lacks %q:\n%s", want, raw)
+	}
+	// The unit's command line is one the command takes: run (its state
+	// file in the test's directory), it may fail to recover a shim that is
+	// not there, but not as a usage error.
+	inbox := filepath.Join(t.TempDir(), "agent-inbox.jsonl")
+	if code, out, errs := airlock(t, "", "watchdog", "install", "--systemd", "--force", "--dir", dir, "--",
+		"--admin-socket", "/run/pod.sock", "--url", "http://127.0.0.1:9/v1/models", "--inbox", inbox); code != ExitOK {
+		t.Fatalf("install = %d\n%s%s", code, out, errs)
+	}
+	raw, _ = os.ReadFile(filepath.Join(dir, "airlock-watchdog-shim.service"))
+	_, line, _ := strings.Cut(string(raw), "\nExecStart=")
+	line, _, _ = strings.Cut(line, "\n")
+	words := strings.Fields(line)[1:]
+	for i, w := range words {
+		if w == "--state" {
+			words[i+1] = filepath.Join(t.TempDir(), "state.json")
+		}
+	}
+	if code, out, errs := airlock(t, "", words...); code == ExitUsage {
+		t.Errorf("the unit's command line %q is a usage error:\n%s%s", line, out, errs)
 	}
 
 	// Another socket: the units differ, so they are refused, then forced.
-	other := []string{"--", "--socket", "/run/other.sock"}
+	other := []string{"--", "--admin-socket", "/run/other.sock"}
 	args := append([]string{"watchdog", "install", "--systemd", "--dir", dir}, other...)
 	if code, out, errs := airlock(t, "", args...); code != ExitError || !strings.Contains(errs, "exists with other content (--force replaces it)") {
 		t.Errorf("install over other units = %d, %q; want %d and a refusal\n%s", code, errs, ExitError, out)
@@ -76,7 +96,7 @@ func TestWatchdogInstall(t *testing.T) {
 	if code, out, errs := airlock(t, "", append([]string{"watchdog", "install", "--systemd", "--dir", dir, "--force"}, other...)...); code != ExitOK {
 		t.Errorf("install --force = %d\n%s%s", code, out, errs)
 	}
-	if forced, _ := os.ReadFile(filepath.Join(dir, "airlock-watchdog-shim.service")); !strings.Contains(string(forced), "--socket /run/other.sock\n") {
+	if forced, _ := os.ReadFile(filepath.Join(dir, "airlock-watchdog-shim.service")); !strings.Contains(string(forced), "--admin-socket /run/other.sock\n") {
 		t.Errorf("install --force left the unit as it was:\n%s", forced)
 	}
 }
