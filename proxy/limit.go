@@ -24,7 +24,18 @@ type limitListener struct {
 	transparent bool // ServeTransparent's
 }
 
+// Accept is accept's connection as http.Server holds it.
 func (l *limitListener) Accept() (net.Conn, error) {
+	cc, err := l.accept()
+	if err != nil {
+		return nil, err
+	}
+	return &servedConn{Conn: cc.conn, p: l.p, cc: cc}, nil
+}
+
+// accept takes the next connection within the sandbox's limit; one over
+// it is refused on its own goroutine.
+func (l *limitListener) accept() (*clientConn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -32,16 +43,24 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		n := l.st.active.Add(1)
 		if n <= int64(l.p.cfg.Limits.MaxConns) {
-			stall := &stallConn{Conn: c, timeout: l.p.cfg.Limits.WriteTimeout,
-				frames: &frameTracker{maxHeader: l.p.cfg.Limits.MaxHeaderBytes + 4096}}
-			cc := newClientConn(l.st, stall)
+			// A transparent connection's requests, if any, are read by
+			// serveRequests, which follows their framing itself.
+			frames := noFrames
+			if !l.transparent {
+				frames = &frameTracker{maxHeader: l.p.cfg.Limits.MaxHeaderBytes + 4096}
+			}
+			cc := newClientConn(l.st, &stallConn{Conn: c, timeout: l.p.cfg.Limits.WriteTimeout, frames: frames})
 			cc.transparent = l.transparent
-			return &servedConn{Conn: stall, p: l.p, cc: cc}, nil
+			return cc, nil
 		}
 		l.st.active.Add(-1)
 		go l.p.refuseOverLimit(c, l.st, n-1, l.transparent)
 	}
 }
+
+// noFrames follows nothing: stopped from the start and never written, so
+// every transparent connection shares it.
+var noFrames = &frameTracker{state: stopped}
 
 // A refusal in flight holds a descriptor for up to refuseLinger; beyond
 // maxRefusing of them for one sandbox (sandboxState.refusing) its flood is

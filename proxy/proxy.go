@@ -130,7 +130,7 @@ type Proxy struct {
 	// origin is the source and destination a transparent connection's
 	// client sent it from and to: redirected, except in tests that stand
 	// in for the redirect.
-	origin func(st *sandboxState, c net.Conn) (src, dst netip.AddrPort, err error)
+	origin func(st *sandboxState, local, remote netip.AddrPort) (src, dst netip.AddrPort, err error)
 	// checkOrigin refuses a transparent listener whose connections origin
 	// cannot answer for: checkConntrack, except in those tests.
 	checkOrigin func(st *sandboxState) error

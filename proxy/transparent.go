@@ -48,7 +48,7 @@ func (e *Egress) ServeTransparent(ln net.Listener) error {
 	accept := &limitListener{Listener: ln, p: p, st: st, transparent: true}
 	var backoff time.Duration
 	for {
-		c, err := accept.Accept()
+		cc, err := accept.accept()
 		if err != nil {
 			if p.isClosing() {
 				return nil
@@ -63,7 +63,7 @@ func (e *Egress) ServeTransparent(ln net.Listener) error {
 			return fmt.Errorf("proxy: sandbox %s: transparent listener: %w", sb.ID, err)
 		}
 		backoff = 0
-		go p.serveTransparent(c.(*servedConn).cc)
+		go p.serveTransparent(cc)
 	}
 }
 
@@ -90,9 +90,8 @@ func (p *Proxy) isClosing() bool {
 // and conntrack only when that fails would save the GET (some 55µs) on
 // most connections, but trusts a socket sock_diag finds at the remapped
 // port, which may be another client's.
-func redirected(st *sandboxState, c net.Conn) (src, dst netip.AddrPort, err error) {
-	local := addrPort(c.LocalAddr())
-	src, dst, err = st.conntrack.Original(local, addrPort(c.RemoteAddr()))
+func redirected(st *sandboxState, local, remote netip.AddrPort) (src, dst netip.AddrPort, err error) {
+	src, dst, err = st.conntrack.Original(local, remote)
 	if err != nil {
 		return netip.AddrPort{}, netip.AddrPort{}, err
 	}
@@ -116,9 +115,6 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 	defer cc.sb.active.Add(-1) // limitListener took the slot
 	client := cc.conn          // stallConn: a client that stops reading is cut
 	raw := rawConn(client)     // the socket, which an opaque tunnel splices
-	// Requests are read by serveRequests, which follows their framing
-	// itself (headerTap); http.Server's tracker is not fed.
-	client.frames.stop()
 	t, release := p.track(raw)
 	defer release()
 	if t == nil {
@@ -127,7 +123,7 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 	defer raw.Close()
 	ctx := context.Background()
 
-	src, orig, err := p.origin(cc.sb, raw)
+	src, orig, err := p.origin(cc.sb, cc.local, cc.remote) // the accepted socket's own
 	if err != nil {
 		dc := p.refused(cc, policies.Request{Phase: policies.PhaseConnect}, policies.ReasonInvalidRequest, "not a redirected connection: "+err.Error())
 		p.record(dc, 0, 0, 0)

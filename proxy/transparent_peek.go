@@ -107,7 +107,7 @@ func (pc *peekConn) clientHello() (opening, error) {
 	if hello == nil {
 		return opening{}, fmt.Errorf("the connection began as TLS, and no ClientHello could be read from it: %v", err)
 	}
-	return opening{proto: speaksTLS, early: pc.seen, serverName: hello.ServerName, protos: slices.Clone(hello.SupportedProtos)}, nil
+	return opening{proto: speaksTLS, early: pc.seen, serverName: hello.ServerName, protos: hello.SupportedProtos}, nil
 }
 
 var errPeekLimit = errors.New("first bytes over the peek limit")
@@ -128,9 +128,11 @@ func (pc *peekConn) fill() error {
 	if len(pc.seen) >= pc.max {
 		return errPeekLimit
 	}
-	buf := make([]byte, min(pc.max-len(pc.seen), 4096))
-	n, err := pc.Conn.Read(buf)
-	pc.seen = append(pc.seen, buf[:n]...)
+	// Straight into seen's spare room: no buffer per read to copy from.
+	k := len(pc.seen)
+	pc.seen = slices.Grow(pc.seen, min(pc.max-k, 4096))
+	n, err := pc.Conn.Read(pc.seen[k:cap(pc.seen)][:min(pc.max-k, 4096)])
+	pc.seen = pc.seen[:k+n]
 	if n > 0 {
 		return nil
 	}

@@ -177,11 +177,11 @@ func newTPFixture(tb testing.TB) *tpFixture {
 	// came from and reached are those it sent it from and to, as
 	// conntrack would tell after a redirect. Any other listener's are
 	// read as in production.
-	fx.p.origin = func(st *sandboxState, c net.Conn) (netip.AddrPort, netip.AddrPort, error) {
-		if reached := addrPort(c.LocalAddr()); slices.Contains(tpDestinations, reached.Addr()) {
-			return addrPort(c.RemoteAddr()), reached, nil
+	fx.p.origin = func(st *sandboxState, local, remote netip.AddrPort) (netip.AddrPort, netip.AddrPort, error) {
+		if slices.Contains(tpDestinations, local.Addr()) {
+			return remote, local, nil
 		}
-		return redirected(st, c)
+		return redirected(st, local, remote)
 	}
 	// The stand-in answers for the fixture's own sandbox, in this
 	// namespace, without conntrack (and without root); a sandbox in a
