@@ -11,8 +11,9 @@ import (
 	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 )
 
-// checker probes a service once; nil is healthy. ctx carries the check's
-// timeout.
+// checker probes a service once, within the health check's timeout; nil
+// is healthy. ctx ends when the probe must stop (the service is being
+// stopped or restarted).
 type checker func(ctx context.Context) error
 
 // newChecker builds the service's probe. HTTP and TCP probes are made
@@ -28,6 +29,8 @@ func newChecker(p *Pod, s *service, h *manifest.Health) checker {
 			DisableKeepAlives: true,
 		}}
 		return func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, h.Timeout)
+			defer cancel()
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 			if err != nil {
 				return err
@@ -45,6 +48,8 @@ func newChecker(p *Pod, s *service, h *manifest.Health) checker {
 	case h.TCP != nil:
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(h.TCP.Port))
 		return func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, h.Timeout)
+			defer cancel()
 			c, err := p.network.DialContext(ctx, "tcp", addr)
 			if err != nil {
 				return err
@@ -69,7 +74,7 @@ func (s *service) execProbe(ctx context.Context, argv []string, timeout time.Dur
 	c.Stdin, c.Stdout, c.Stderr = nil, nil, nil
 	// ".probe": service names cannot hold a dot, so a probe's leaf is
 	// never a service's, whose preset would then decide for the probe.
-	sb, err := Launch(s.pod.ctx, SandboxOptions{ID: s.leafID() + ".probe", Config: c, Env: s.env, CgroupParent: s.pod.group, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log})
+	sb, err := Launch(ctx, SandboxOptions{ID: s.leafID() + ".probe", Config: c, Env: s.env, CgroupParent: s.pod.group, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log})
 	if err != nil {
 		return fmt.Errorf("exec probe: %w", err)
 	}
@@ -81,7 +86,7 @@ func (s *service) execProbe(ctx context.Context, argv []string, timeout time.Dur
 	case <-timer.C:
 		timedOut = true
 		sb.Kill()
-	case <-s.pod.ctx.Done():
+	case <-ctx.Done():
 		sb.Kill()
 	}
 	out, err := sb.Wait()
