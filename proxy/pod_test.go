@@ -238,8 +238,13 @@ func newPod(t *testing.T, curl string, hooked bool) *pod {
 		pd.hook = &recordingHook{hook: h, tgids: map[int]bool{}}
 		sb.Hook = pd.hook
 	}
+	e, err := p.Open(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
 	served := make(chan error, 1)
-	go func() { served <- p.Serve(pd.ns.Listener, sb) }()
+	go func() { served <- e.Serve(pd.ns.Listener) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -286,17 +286,6 @@ func (e *Egress) Close() {
 	})
 }
 
-// Serve accepts connections on ln for sandbox sb until Shutdown, as the
-// only listener of sb (Open, Egress.Serve).
-func (p *Proxy) Serve(ln net.Listener, sb Sandbox) error {
-	e, err := p.Open(sb)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
-	return e.Serve(ln)
-}
-
 // Serve accepts explicit proxy connections on ln until Shutdown. The
 // listener may live in another network namespace (created there by the
 // launcher); upstream dials happen from the proxy's namespace.

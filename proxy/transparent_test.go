@@ -212,7 +212,7 @@ func newTPFixture(tb testing.TB) *tpFixture {
 		tb.Fatal(err)
 	}
 	fx.explicit = explicit.Addr().String()
-	fx.serve(tb, explicit, fx.sb, fx.p.Serve)
+	fx.serve(tb, explicit, fx.sb, explicitServer(fx.p))
 	return fx
 }
 
@@ -589,15 +589,24 @@ func TestRequestLine(t *testing.T) {
 	}
 }
 
-// transparentServer serves a listener as the only transparent one of its
+// egressServer serves a listener, with serve, as the only one of its
 // sandbox.
-func transparentServer(p *Proxy) func(net.Listener, Sandbox) error {
+func egressServer(p *Proxy, serve func(*Egress, net.Listener) error) func(net.Listener, Sandbox) error {
 	return func(ln net.Listener, sb Sandbox) error {
 		e, err := p.Open(sb)
 		if err != nil {
 			return err
 		}
 		defer e.Close()
-		return e.ServeTransparent(ln)
+		return serve(e, ln)
 	}
+}
+
+// transparentServer and explicitServer are egressServer's two kinds.
+func transparentServer(p *Proxy) func(net.Listener, Sandbox) error {
+	return egressServer(p, (*Egress).ServeTransparent)
+}
+
+func explicitServer(p *Proxy) func(net.Listener, Sandbox) error {
+	return egressServer(p, (*Egress).Serve)
 }
