@@ -33,10 +33,20 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 	// own lines.
 	status := http.StatusOK
 	defer func() { p.record(dc, status, 0, 0) }()
-	host := dc.in.Request.Host
-	tc := tls.Server(client, &tls.Config{
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.cfg.CA.Leaf(host) },
-		// HTTP/2 would multiplex requests this loop decides one by one.
+	tc, err := p.serverTLS(client, dc.in.Request.Host)
+	if err != nil {
+		dc.detail = err.Error()
+		return
+	}
+	p.serveRequests(cc, tc, t, dc, tc.ConnectionState().ServerName)
+}
+
+// serverTLS completes the client's handshake as leafName, with a leaf
+// from the airlock CA, within the handshake timeout.
+func (p *Proxy) serverTLS(c net.Conn, leafName string) (*tls.Conn, error) {
+	tc := tls.Server(c, &tls.Config{
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.cfg.CA.Leaf(leafName) },
+		// HTTP/2 would multiplex requests the proxy decides one by one.
 		// A client offering only http/1.0 (curl -0) is served too: with
 		// no protocol in common, Go would fail its handshake.
 		NextProtos: []string{"http/1.1", "http/1.0"},
@@ -44,11 +54,10 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 	})
 	tc.SetDeadline(time.Now().Add(p.cfg.Limits.HandshakeTimeout))
 	if err := tc.Handshake(); err != nil {
-		dc.detail = "client TLS handshake: " + err.Error()
-		return
+		return nil, fmt.Errorf("client TLS handshake: %w", err)
 	}
 	tc.SetDeadline(time.Time{})
-	p.serveRequests(cc, tc, t, dc, tc.ConnectionState().ServerName)
+	return tc, nil
 }
 
 // serveRequests decides and forwards, one by one, the HTTP/1 requests a

@@ -2,10 +2,8 @@ package proxy
 
 import (
 	"bufio"
-	"crypto/tls"
 	"net"
 	"strings"
-	"time"
 )
 
 // refuseTransparent answers dc's denial of a transparent connection in the
@@ -37,19 +35,13 @@ func (p *Proxy) refuseInTLS(c net.Conn, first opening, dc *decision) {
 	if name == "" {
 		name = dc.in.Request.Host
 	}
-	tc := tls.Server(c, &tls.Config{
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.cfg.CA.Leaf(name) },
-		NextProtos:     []string{"http/1.1", "http/1.0"},
-		MinVersion:     tls.VersionTLS12,
-	})
-	tc.SetDeadline(time.Now().Add(p.cfg.Limits.HandshakeTimeout))
-	if err := tc.Handshake(); err != nil {
-		dc.detail = strings.TrimPrefix(dc.detail+"; the denial could not be answered: client TLS handshake: "+err.Error(), "; ")
+	tc, err := p.serverTLS(c, name)
+	if err != nil {
+		dc.detail = strings.TrimPrefix(dc.detail+"; the denial could not be answered: "+err.Error(), "; ")
 		p.record(dc, 0, 0, 0)
 		reset(c)
 		return
 	}
-	tc.SetDeadline(time.Time{})
 	resp := dc.denialResponse(nil)
 	resp.Close = true
 	writeResponse(bufio.NewWriter(tc), resp)
