@@ -39,15 +39,22 @@ func checkUnambiguous(escaped string) error {
 	if i := escapeAt(dec); i >= 0 {
 		return invalid("path has %s once decoded, an escaped escape that a second decoding reads differently", strconv.Quote(dec[i:i+3]))
 	}
-	for _, seg := range strings.Split(dec, "/") {
-		if s, _, _ := strings.Cut(lookalikeDots.Replace(seg), ";"); s == "." || s == ".." {
+	// Every request's path passes here: segments are walked, not split
+	// into a slice, and only a segment with non-ASCII bytes can hold a
+	// look-alike dot.
+	for seg := range strings.SplitSeq(dec, "/") {
+		s := seg
+		if !isASCII(s) {
+			s = lookalikeDots.Replace(s)
+		}
+		if s, _, _ = strings.Cut(s, ";"); s == "." || s == ".." {
 			return invalid("path has the dot-segment %s, which servers resolve differently; send the path resolved", strconv.Quote(seg))
 		}
 	}
 	// Only a literal ';' starts parameters: an escaped one (%3B) is data
 	// to every server, as in an object name.
-	for _, seg := range strings.Split(escaped, "/") {
-		if strings.Contains(seg, ";") {
+	for seg := range strings.SplitSeq(escaped, "/") {
+		if strings.IndexByte(seg, ';') >= 0 {
 			return invalid("path has the parameter segment %s, which servers strip differently", strconv.Quote(seg))
 		}
 	}
@@ -62,6 +69,15 @@ func escapeAt(s string) int {
 		}
 	}
 	return -1
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 func isHex(c byte) bool {

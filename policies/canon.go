@@ -3,7 +3,6 @@ package policies
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -219,19 +218,29 @@ func CanonicalQuery(raw string) (map[string][]string, error) {
 // checkQuery refuses a query value that is one thing to a rule and another
 // to a server: a NUL or another control character, where a server may stop
 // (service=git-receive-pack%00), or bytes that are not UTF-8, which it may
-// map. The value is not quoted: query values stay out of logs. Keys are
-// checked in order, so that the error, which the decision carries, names
-// the same key every time.
+// map. The value is not quoted: query values stay out of logs. Of the bad
+// keys the least is named, so that the error, which the decision carries,
+// names the same key every time; a good query, every request's, is
+// checked without sorting or copying its keys.
 func checkQuery(q map[string][]string) error {
-	for _, k := range slices.Sorted(maps.Keys(q)) {
-		for _, s := range append([]string{k}, q[k]...) {
-			if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-				return invalid("query parameter %q has a control character or is not UTF-8", strings.ToValidUTF8(strings.Map(printable, k), "?"))
-			}
+	bad, found := "", false
+	for k, vs := range q {
+		if (!found || k < bad) && (!readable(k) || slices.ContainsFunc(vs, unreadable)) {
+			bad, found = k, true
 		}
+	}
+	if found {
+		return invalid("query parameter %q has a control character or is not UTF-8", strings.ToValidUTF8(strings.Map(printable, bad), "?"))
 	}
 	return nil
 }
+
+// readable: UTF-8 without control characters.
+func readable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f })
+}
+
+func unreadable(s string) bool { return !readable(s) }
 
 // printable replaces control characters, for naming a query key in an error.
 func printable(r rune) rune {
