@@ -2,18 +2,17 @@ package watchdogs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/adminclient"
 )
 
 // AdminRestart recovers a service of an airlock pod through its
@@ -30,28 +29,11 @@ type AdminRestart struct {
 func (a AdminRestart) Recover(ctx context.Context, _ Finding) error {
 	ctx, cancel := context.WithTimeout(ctx, a.Timeout)
 	defer cancel()
-	client := &http.Client{Transport: &http.Transport{
-		Proxy: nil,
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", a.Socket)
-		},
-	}}
-	path := "/v1/services/" + url.PathEscape(a.Service) + "/restart"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://pod"+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
+	resp, err := adminclient.Do(ctx, a.Socket, http.MethodPost, adminclient.RestartPath(a.Service))
 	if err != nil {
 		return fmt.Errorf("restart through the admin socket %s: %w", a.Socket, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		return fmt.Errorf("restart through the admin socket %s: POST %s: %s: %s", a.Socket, path, resp.Status, e.Error)
-	}
-	return nil
+	return resp.Body.Close()
 }
 
 // CommandRestart recovers a plain process with an operator's command, run

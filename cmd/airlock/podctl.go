@@ -2,12 +2,10 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/adminclient"
 	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/spf13/cobra"
@@ -24,35 +23,18 @@ import (
 // (admin.socket, default <state_dir>/admin.sock).
 const defaultAdminSocket = "/var/lib/airlock/demo/admin.sock"
 
-// adminClient speaks HTTP to a pod's admin socket.
-func adminClient(socket string) *http.Client {
-	return &http.Client{Transport: &http.Transport{
-		Proxy: nil,
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-		},
-	}}
-}
-
 // adminDo sends one request to the pod and returns its answer, or an error
 // naming the socket when no pod answers.
 func adminDo(cmd *cobra.Command, socket, method, path string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(cmd.Context(), method, "http://pod"+path, nil)
-	if err != nil {
+	resp, err := adminclient.Do(cmd.Context(), socket, method, path)
+	var se *adminclient.StatusError
+	switch {
+	case errors.As(err, &se):
 		return nil, err
-	}
-	resp, err := adminClient(socket).Do(req)
-	if errors.Is(err, syscall.EACCES) {
+	case errors.Is(err, syscall.EACCES):
 		return nil, fmt.Errorf("the admin socket %s is its owner's only (0600): run this as root", socket)
-	}
-	if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("no pod answers on %s (is `airlock up` running? --socket or AIRLOCK_ADMIN_SOCKET names another): %w", socket, err)
-	}
-	if resp.StatusCode >= 300 {
-		defer resp.Body.Close()
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		return nil, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, e.Error)
 	}
 	return resp, nil
 }
@@ -138,7 +120,7 @@ func newRestartCmd() *cobra.Command {
 		Short: "Restart one service of the pod (at once, not counted as a crash)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := adminDo(cmd, socket, http.MethodPost, "/v1/services/"+url.PathEscape(args[0])+"/restart")
+			resp, err := adminDo(cmd, socket, http.MethodPost, adminclient.RestartPath(args[0]))
 			if err != nil {
 				return err
 			}

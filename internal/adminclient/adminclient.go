@@ -1,0 +1,51 @@
+// Package adminclient speaks HTTP to a pod's admin socket (the supervisor's
+// admin API): the CLI's status, restart and events, and the host
+// watchdogs' restarts, which sit below the supervisor and cannot import it.
+package adminclient
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+)
+
+// RestartPath is the API path that restarts service.
+func RestartPath(service string) string {
+	return "/v1/services/" + url.PathEscape(service) + "/restart"
+}
+
+// Do sends one request to the pod on socket. A transport error comes back
+// as it is (the caller says what no answer means to its user); an answer
+// of status 300 or more is an error naming the request, the status and
+// the API's own error.
+func Do(ctx context.Context, socket, method, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://pod"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	client := &http.Client{Transport: &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		},
+	}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		var e struct{ Error string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		return nil, &StatusError{fmt.Sprintf("%s %s: %s: %s", method, path, resp.Status, e.Error)}
+	}
+	return resp, nil
+}
+
+// StatusError is an answer of the API that refuses the request.
+type StatusError struct{ msg string }
+
+func (e *StatusError) Error() string { return e.msg }
