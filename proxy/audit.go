@@ -156,13 +156,7 @@ func (l *auditLog) write(dc *decision, msg string, status int, up, down int64) e
 	}
 	r := &dc.in.Request
 	bp := l.buf.Get().(*[]byte)
-	b := append((*bp)[:0], `{"time":"`...)
-	b = time.Now().AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","level":"`...)
-	b = append(b, level...)
-	b = append(b, `","msg":"`...)
-	b = append(b, msg...)
-	b = append(b, `","id":"`...)
+	b := l.appendHead((*bp)[:0], level, msg)
 	b = l.appendID(b, dc)
 	b = append(b, '"')
 	b = jsonString(b, "sandbox", dc.in.Sandbox.ID)
@@ -201,9 +195,27 @@ func (l *auditLog) write(dc *decision, msg string, status int, up, down int64) e
 		// brought, decided as its destination.
 		b = jsonString(b, "via", "transparent")
 	}
+	return l.finish(bp, b)
+}
+
+// appendHead begins a line: its time, level and message, up to its id's
+// value.
+func (l *auditLog) appendHead(b []byte, level, msg string) []byte {
+	b = append(b, `{"time":"`...)
+	b = time.Now().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","level":"`...)
+	b = append(b, level...)
+	b = append(b, `","msg":"`...)
+	b = append(b, msg...)
+	return append(b, `","id":"`...)
+}
+
+// finish ends the line in b, writes it (put) and gives the buffer back to
+// the pool, unless it grew outsized.
+func (l *auditLog) finish(bp *[]byte, b []byte) error {
 	b = append(b, "}\n"...)
 	err := l.put(b)
-	if cap(b) <= 64<<10 { // an outsized line's buffer is not kept
+	if cap(b) <= 64<<10 {
 		*bp = b
 		l.buf.Put(bp)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"time"
 
 	"github.com/airlock-sandbox/airlock/proxy/fakedns"
 )
@@ -74,9 +73,7 @@ func (p *Proxy) ServeDNS(sb Sandbox, pool *fakedns.Pool, packets []net.PacketCon
 func (p *Proxy) auditDNS(sb *Sandbox, r *fakedns.Refusal, count int64) error {
 	l := p.audit
 	bp := l.buf.Get().(*[]byte)
-	b := append((*bp)[:0], `{"time":"`...)
-	b = time.Now().AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","level":"WARN","msg":"`+DNSAuditMessage+`","id":"`...)
+	b := l.appendHead((*bp)[:0], "WARN", DNSAuditMessage)
 	b = append(b, l.run...)
 	b = append(b, '-')
 	b = strconv.AppendUint(b, l.seq.Add(1), 10)
@@ -98,10 +95,7 @@ func (p *Proxy) auditDNS(sb *Sandbox, r *fakedns.Refusal, count int64) error {
 	if count > 0 {
 		b = jsonInt(b, "count", count)
 	}
-	b = append(b, "}\n"...)
-	err := l.put(b)
-	*bp = b
-	l.buf.Put(bp)
+	err := l.finish(bp, b)
 	if err == nil {
 		return nil
 	}
