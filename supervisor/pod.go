@@ -176,10 +176,10 @@ func (p *Pod) openPolicy(ctx context.Context) error {
 	}
 	o.OnReload = func(hash string, err error) {
 		if err != nil {
-			p.event("policy_reject", events.Warning, "", "the edited policy was rejected, the last good one keeps serving: "+err.Error())
+			p.policyEvent("policy_reject", events.Warning, "the edited policy was rejected, the last good one keeps serving: "+err.Error())
 			return
 		}
-		p.event("policy_reload", events.Info, "", "policy "+hash+" now decides new connections")
+		p.policyEvent("policy_reload", events.Info, "policy "+hash+" now decides new connections")
 	}
 	var names []string
 	for _, s := range p.m.Services {
@@ -187,7 +187,7 @@ func (p *Pod) openPolicy(ctx context.Context) error {
 	}
 	engine, err := OpenEngine(p.ctx, PolicyOptions{Options: o, Presets: names, Watch: p.m.Policy.Watch}, p.log)
 	if errors.Is(err, policies.ErrIntegrity) {
-		p.event("pin_mismatch", events.Critical, "", err.Error())
+		p.policyEvent("pin_mismatch", events.Critical, err.Error())
 	}
 	if err != nil {
 		return err
@@ -548,26 +548,28 @@ func (p *Pod) teardown() {
 // event records a lifecycle change: one line in the events file, and the
 // same in the log.
 func (p *Pod) event(kind string, sev events.Severity, service, detail string) {
-	p.eventRecovered(kind, sev, service, detail, false)
+	p.emit(events.Event{Source: "supervisor", Kind: kind, Severity: sev, Service: service, Detail: detail})
 }
 
-func (p *Pod) eventRecovered(kind string, sev events.Severity, service, detail string, recovered bool) {
+// policyEvent is an event of the policy's: its pin, its reloads.
+func (p *Pod) policyEvent(kind string, sev events.Severity, detail string) {
+	p.emit(events.Event{Source: "policy", Kind: kind, Severity: sev, Detail: detail})
+}
+
+// emit records e, whose source its caller knows.
+func (p *Pod) emit(e events.Event) {
 	level := slog.LevelInfo
-	switch sev {
+	switch e.Severity {
 	case events.Warning:
 		level = slog.LevelWarn
 	case events.Critical:
 		level = slog.LevelError
 	}
-	p.log.Log(context.Background(), level, detail, "event", kind, "service", service, "recovered", recovered)
+	p.log.Log(context.Background(), level, e.Detail, "event", e.Kind, "service", e.Service, "recovered", e.Recovered)
 	if p.events == nil {
 		return
 	}
-	source := "supervisor"
-	if kind == "pin_mismatch" || strings.HasPrefix(kind, "policy_") {
-		source = "policy"
-	}
-	if err := p.events.Append(events.Event{Source: source, Kind: kind, Severity: sev, Service: service, Detail: detail, Recovered: recovered}); err != nil {
+	if err := p.events.Append(e); err != nil {
 		p.log.Error("event not recorded", "err", err)
 	}
 }

@@ -399,7 +399,7 @@ func (s *service) watchHealth(ctx context.Context, sb *Sandbox, unhealthy chan<-
 				s.mu.Lock()
 				replacement := s.restarts > 0
 				s.mu.Unlock()
-				s.pod.eventRecovered("health", events.Info, s.name, "healthy", replacement)
+				s.pod.emit(events.Event{Source: "supervisor", Kind: "health", Severity: events.Info, Service: s.name, Detail: "healthy", Recovered: replacement})
 			}
 			delay = h.Interval
 			continue
