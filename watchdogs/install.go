@@ -48,7 +48,7 @@ func Install(dir string, files []File, force bool) ([]Written, error) {
 	}
 	for i, f := range files {
 		if out[i].Changed {
-			if err := writeWhole(out[i].Path, f.Data); err != nil {
+			if err := writeWhole(out[i].Path, f.Data, 0o644); err != nil {
 				return out[:i], err
 			}
 		}
@@ -56,24 +56,39 @@ func Install(dir string, files []File, force bool) ([]Written, error) {
 	return out, nil
 }
 
-func writeWhole(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+// writeWhole writes data to path with perm, atomically: a temporary file
+// in the same directory, fsync'd, renamed over the old one, and the
+// directory fsync'd, so a run killed mid-write (or a power cut) leaves the
+// old file or the new, never half.
+func writeWhole(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
-		return err
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	_, err = tmp.Write(data)
+	defer os.Remove(tmp.Name()) // after the rename, nothing is there
+	if _, err = tmp.Write(data); err == nil {
+		err = tmp.Sync()
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
+		err = os.Chmod(tmp.Name(), perm)
 	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), path)
 	}
 	if err != nil {
-		os.Remove(tmp.Name())
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	d, err := os.Open(dir)
+	if err == nil {
+		err = d.Sync()
+		d.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: fsync of its directory: %w", path, err)
 	}
 	return nil
 }

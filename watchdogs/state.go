@@ -43,9 +43,7 @@ func LoadState(path string) (State, error) {
 	return st, nil
 }
 
-// Save writes the state atomically: a temporary file in the same
-// directory, fsync'd, renamed over the old one, and the directory fsync'd,
-// so a run killed mid-write leaves the old state or the new, never half.
+// Save writes the state atomically (writeWhole).
 func (st State) Save(path string) error {
 	raw, err := json.Marshal(st)
 	if err != nil {
@@ -55,30 +53,8 @@ func (st State) Save(path string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("watchdog state %s: %w", path, err)
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("watchdog state %s: %w", path, err)
-	}
-	defer os.Remove(f.Name()) // after the rename, nothing is there
-	if _, err := f.Write(raw); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("watchdog state %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("watchdog state %s: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("watchdog state %s: fsync of its directory: %w", path, err)
+	if err := writeWhole(path, raw, 0o600); err != nil {
+		return fmt.Errorf("watchdog state: %w", err)
 	}
 	return nil
 }
