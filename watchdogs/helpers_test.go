@@ -94,7 +94,7 @@ func (e *shimEnv) watchdog(cmd string, hungAfter int, b Budget) *Watchdog {
 	e.t.Cleanup(func() { inbox.Close() })
 	return &Watchdog{
 		Source: "watchdog-shim", Service: "shim",
-		Probe:          NewShimProbe(e.url, 300*time.Millisecond),
+		Probe:          NewHTTPProbe(e.url, 300*time.Millisecond, KindShimDead, KindShimHung, nil),
 		Recover:        CommandRestart{Command: cmd, PidFile: e.pidFile, Timeout: 10 * time.Second},
 		Budget:         b,
 		StrikesToFault: hungAfter,

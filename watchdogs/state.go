@@ -23,6 +23,8 @@ type State struct {
 	// GaveUp is set once the give_up line is written, so a timer that
 	// keeps firing past the budget says it once, not every round.
 	GaveUp bool `json:"gave_up"`
+	// Probe is what a Remembering probe keeps.
+	Probe json.RawMessage `json:"probe,omitempty"`
 }
 
 // LoadState reads the state file; a missing file is a fresh state. A file

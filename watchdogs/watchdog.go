@@ -2,6 +2,7 @@ package watchdogs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,6 +56,9 @@ type Watchdog struct {
 	// Now is the clock (time.Now when nil): tests move the budget's
 	// window without waiting for it.
 	Now func() time.Time
+	// Observe, when set, is told each round's result and the state after
+	// it: the metrics.
+	Observe func(Result, State)
 
 	st State // between rounds; loaded from StatePath before each when set
 }
@@ -80,6 +84,17 @@ type Result struct {
 	Outcome Outcome
 	Kind    string
 	Detail  string
+	// Took is, for Recovered, the time from the fault's finding to the
+	// service's first healthy probe after the recovery.
+	Took time.Duration
+}
+
+// Remembering is a Probe that keeps memory of its own between rounds (the
+// log offset it has read up to, the OOM kills it has seen): it is kept in
+// the state file with the watchdog's.
+type Remembering interface {
+	Restore(json.RawMessage) error
+	Remember() (json.RawMessage, error)
 }
 
 // Once runs one round: probe, and on a fault recover within the budget,
@@ -88,16 +103,30 @@ type Result struct {
 // error: the error is the watchdog's own failure (state, inbox), which
 // would leave it blind or mute.
 func (w *Watchdog) Once(ctx context.Context) (Result, error) {
+	mem, remembers := w.Probe.(Remembering)
 	if w.StatePath != "" {
 		st, err := LoadState(w.StatePath)
 		if err != nil {
 			return Result{}, err
 		}
+		if remembers {
+			if err := mem.Restore(st.Probe); err != nil {
+				return Result{}, fmt.Errorf("watchdog state %s: %w (remove it to start afresh)", w.StatePath, err)
+			}
+		}
 		w.st = st
 	}
 	res, err := w.round(ctx)
 	if w.StatePath != "" {
+		if remembers {
+			raw, merr := mem.Remember()
+			err = errors.Join(err, merr)
+			w.st.Probe = raw
+		}
 		err = errors.Join(err, w.st.Save(w.StatePath))
+	}
+	if w.Observe != nil {
+		w.Observe(res, w.st)
 	}
 	return res, err
 }
@@ -147,7 +176,7 @@ func (w *Watchdog) round(ctx context.Context) (Result, error) {
 		st.Strikes++
 		if st.Strikes < w.StrikesToFault {
 			w.Log.Warn("watchdog: suspect", "service", w.Service, "kind", f.Kind, "strike", st.Strikes, "of", w.StrikesToFault, "detail", f.Detail)
-			return Result{Suspect, f.Kind, f.Detail}, nil
+			return Result{Outcome: Suspect, Kind: f.Kind, Detail: f.Detail}, nil
 		}
 	}
 	st.Strikes = 0
@@ -156,7 +185,7 @@ func (w *Watchdog) round(ctx context.Context) (Result, error) {
 	if ok, until := w.Budget.allows(st.Restarts); !ok {
 		detail := fmt.Sprintf("%s: %s; %d restarts in %v already, none more until %s: find the cause",
 			f.Kind, f.Detail, w.Budget.Max, w.Budget.Window, until.UTC().Format(time.RFC3339))
-		res := Result{GaveUp, f.Kind, detail}
+		res := Result{Outcome: GaveUp, Kind: f.Kind, Detail: detail}
 		if st.GaveUp { // said once already
 			w.Log.Error("watchdog: given up", "service", w.Service, "detail", detail)
 			return res, nil
@@ -165,20 +194,21 @@ func (w *Watchdog) round(ctx context.Context) (Result, error) {
 		return res, errors.Join(w.report(f.Kind, events.Warning, f.Detail, false), w.report("give_up", events.Critical, detail, false))
 	}
 	if err := w.report(f.Kind, events.Warning, f.Detail, false); err != nil {
-		return Result{Failed, f.Kind, f.Detail}, err
+		return Result{Outcome: Failed, Kind: f.Kind, Detail: f.Detail}, err
 	}
 	st.Restarts = append(st.Restarts, now)
 	found := time.Now()
 	if err := w.Recover.Recover(ctx, f); err != nil {
 		detail := fmt.Sprintf("after %s: %v", f.Kind, err)
-		return Result{Failed, f.Kind, detail}, w.report("restart", events.Critical, detail, false)
+		return Result{Outcome: Failed, Kind: f.Kind, Detail: detail}, w.report("restart", events.Critical, detail, false)
 	}
 	if last, ok := w.settle(ctx); !ok {
 		detail := fmt.Sprintf("after %s: restarted, but not healthy within %v: %s", f.Kind, w.Settle, last.Detail)
-		return Result{Failed, f.Kind, detail}, w.report("restart", events.Critical, detail, false)
+		return Result{Outcome: Failed, Kind: f.Kind, Detail: detail}, w.report("restart", events.Critical, detail, false)
 	}
-	detail := fmt.Sprintf("after %s: healthy again %v after the fault was found", f.Kind, time.Since(found).Round(time.Millisecond))
-	return Result{Recovered, f.Kind, detail}, w.report("restart", events.Info, detail, true)
+	took := time.Since(found)
+	detail := fmt.Sprintf("after %s: healthy again %v after the fault was found", f.Kind, took.Round(time.Millisecond))
+	return Result{Outcome: Recovered, Kind: f.Kind, Detail: detail, Took: took}, w.report("restart", events.Info, detail, true)
 }
 
 // settle probes until the service is healthy or Settle has passed; it

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/watchdogs"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// runFlags are the flags every watchdog command shares: how it runs (one
+// round for a timer, or a daemon), where it remembers and reports, its
+// budget, and how it acts (on an airlock pod, or on a plain process).
+type runFlags struct {
+	service, adminSocket, restartCmd, pidFile, state, inbox string
+	probeTimeout, restartTimeout, settle, window, interval  time.Duration
+	hungAfter, maxRestarts                                  int
+	once                                                    bool
+}
+
+func (r *runFlags) add(fl *pflag.FlagSet, service string) {
+	fl.DurationVar(&r.probeTimeout, "probe-timeout", 2*time.Second, "a probe with no answer within this long is a timeout")
+	fl.IntVar(&r.hungAfter, "hung-after", 3, "`N` probe timeouts in a row make the "+service+" hung")
+	fl.StringVar(&r.service, "service", service, "the "+service+"'s service `NAME` in the pod (and in the inbox lines)")
+	fl.StringVar(&r.adminSocket, "admin-socket", "", "`PATH` of the pod's admin socket: act through the supervisor")
+	fl.StringVar(&r.restartCmd, "restart-cmd", "", "`COMMAND` (for /bin/sh -c) that starts a new "+service+", for one no airlock pod runs")
+	fl.StringVar(&r.pidFile, "pid-file", "", "`PATH` of the file holding the "+service+"'s pid, SIGKILLed before it is replaced")
+	fl.DurationVar(&r.restartTimeout, "restart-timeout", 30*time.Second, "the restart command or request may take this long")
+	fl.DurationVar(&r.settle, "settle", 30*time.Second, "after a restart, the "+service+" must answer within this long, or the restart failed")
+	fl.IntVar(&r.maxRestarts, "max-restarts", watchdogs.DefaultMaxRestarts, "at most `N` restarts in --window, then give up")
+	fl.DurationVar(&r.window, "window", watchdogs.DefaultWindow, "the budget's window")
+	fl.BoolVar(&r.once, "once", false, "probe once (and recover) and exit: for a timer")
+	fl.DurationVar(&r.interval, "interval", 0, "run as a daemon, probing every `D`")
+	fl.StringVar(&r.state, "state", "", "`PATH` of the state file (timeouts in a row, restart times), written atomically; required with --once")
+	fl.StringVar(&r.inbox, "inbox", "", "`PATH` of the events file to report into (the pod's agent-inbox.jsonl)")
+}
+
+// check refuses a command line that cannot make a working watchdog, before
+// anything is opened.
+func (r *runFlags) check() error {
+	switch {
+	case r.once == (r.interval != 0):
+		return errors.New("give exactly one of --once (for a timer) and --interval (a daemon)")
+	case r.once && r.state == "":
+		return errors.New("--once needs --state: the timeouts in a row and the restarts in the window are counted across runs")
+	case (r.adminSocket == "") == (r.restartCmd == ""):
+		return errors.New("give exactly one of --admin-socket (the pod is airlock's) and --restart-cmd (a plain process)")
+	case r.pidFile != "" && r.restartCmd == "":
+		return errors.New("--pid-file goes with --restart-cmd: the supervisor kills its own instances")
+	case r.inbox == "":
+		return errors.New("--inbox is required: the events file the watchdog reports into (the pod's agent-inbox.jsonl)")
+	case r.interval < 0 || r.probeTimeout <= 0 || r.restartTimeout <= 0 || r.settle <= 0 || r.window <= 0:
+		return errors.New("--interval, --probe-timeout, --restart-timeout, --settle and --window must be positive")
+	case r.hungAfter < 1 || r.maxRestarts < 1:
+		return errors.New("--hung-after and --max-restarts must be at least 1")
+	}
+	return nil
+}
+
+// runWatchdog completes w with what the flags say (inbox, state, budget)
+// and runs it: one round with --once, else rounds every --interval until
+// SIGINT or SIGTERM.
+func runWatchdog(cmd *cobra.Command, w *watchdogs.Watchdog, r *runFlags) error {
+	inbox, err := events.Open(r.inbox, events.Options{})
+	if err != nil {
+		return err
+	}
+	defer inbox.Close()
+	w.Service, w.Inbox, w.StatePath, w.Log = r.service, inbox, r.state, slog.Default()
+	w.Budget = watchdogs.Budget{Max: r.maxRestarts, Window: r.window}
+	w.StrikesToFault, w.Settle = r.hungAfter, r.settle
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if !r.once {
+		return w.Run(ctx, r.interval)
+	}
+	res, err := w.Once(ctx)
+	if err != nil {
+		return err
+	}
+	switch res.Outcome {
+	case watchdogs.Failed, watchdogs.GaveUp:
+		return fmt.Errorf("%s %s: %s", r.service, res.Outcome, res.Detail)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", r.service, res.Outcome)
+	return nil
+}
