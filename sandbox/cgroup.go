@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -151,19 +149,9 @@ func writeLimit(dir, ctrl string, v int64) error {
 func (l *Leaf) OOMKills() int64 {
 	var n int64
 	for _, d := range l.Joined {
-		for _, f := range []string{"memory.events", "memory.oom_control"} {
-			raw, err := os.ReadFile(filepath.Join(d, f))
-			if err != nil {
-				continue
-			}
-			sc := bufio.NewScanner(bytes.NewReader(raw))
-			for sc.Scan() {
-				if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
-					k, _ := strconv.ParseInt(v, 10, 64)
-					n += k
-				}
-			}
-		}
+		// A group without a memory controller counts none.
+		k, _ := cgroup2.OOMKills(d)
+		n += k
 	}
 	return n
 }

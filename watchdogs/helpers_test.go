@@ -18,53 +18,71 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
-// shimEnv is a real shim (testdata/shim.py, a python3 process) on a free
-// loopback port, started by the same kind of command the watchdog runs,
-// which records its pid in a pid file.
-type shimEnv struct {
-	t                         *testing.T
-	url                       string
-	pidFile, inbox, statePath string
-	start, crash              string // restart commands: a working shim, one that exits at once
-	pids                      []int  // every shim seen, killed at cleanup
+// procEnv is a real server process on a free loopback port (the shim,
+// testdata/shim.py; the gateway, testdata/gateway.js), started by the same
+// kind of command the watchdog runs, which records its pid in a pid file
+// and appends its output to a log.
+type procEnv struct {
+	t                              *testing.T
+	source, service                string
+	url, base                      string // the probed URL, and http://127.0.0.1:PORT
+	pidFile, inbox, statePath, log string
+	start, crash                   string // restart commands: a working server, one that exits at once
+	pids                           []int  // every server seen, killed at cleanup
 }
 
-func newShimEnv(t *testing.T) *shimEnv {
+func newShimEnv(t *testing.T) *procEnv {
 	t.Helper()
-	testutil.RequireTool(t, "python3") // the shim
-	script, err := filepath.Abs("testdata/shim.py")
+	testutil.RequireTool(t, "python3")
+	return newProcEnv(t, "shim", "python3 testdata/shim.py", "/v1/models", "")
+}
+
+// newProcEnv starts the server (argv words before its port); in, when set,
+// is a cgroup directory the server is started in.
+func newProcEnv(t *testing.T, service, server, path, in string) *procEnv {
+	t.Helper()
+	words := strings.Fields(server)
+	script, err := filepath.Abs(words[1])
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	port := testutil.FreePort(t)
-	e := &shimEnv{t: t, url: fmt.Sprintf("http://127.0.0.1:%d/v1/models", port),
-		pidFile: filepath.Join(dir, "shim.pid"), inbox: filepath.Join(dir, events.DefaultFile), statePath: filepath.Join(dir, "state.json")}
-	e.start = fmt.Sprintf("python3 %s %d & echo $! > %s", script, port, e.pidFile)
-	e.crash = fmt.Sprintf("python3 %s %d --crash & echo $! > %s", script, port, e.pidFile)
+	e := &procEnv{t: t, source: "watchdog-" + service, service: service, base: fmt.Sprintf("http://127.0.0.1:%d", port),
+		pidFile: filepath.Join(dir, service+".pid"), inbox: filepath.Join(dir, events.DefaultFile),
+		statePath: filepath.Join(dir, "state.json"), log: filepath.Join(dir, service+".log")}
+	e.url = e.base + path
+	argv := fmt.Sprintf("%s %s %d", words[0], script, port)
+	if in != "" {
+		// The server's own pid joins the group, then becomes the
+		// server: every byte it allocates is the group's.
+		argv = fmt.Sprintf("sh -c 'echo $$ > %s/cgroup.procs && exec %s'", in, argv)
+	}
+	e.start = fmt.Sprintf("%s >> %s 2>&1 & echo $! > %s", argv, e.log, e.pidFile)
+	e.crash = fmt.Sprintf("%s %s %d --crash >> %s 2>&1 & echo $! > %s", words[0], script, port, e.log, e.pidFile)
 	t.Cleanup(func() {
 		for _, pid := range append(e.pids, e.pid()) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	// No output capture: the shim left in the background would hold the
-	// pipe open and the wait with it.
+	// No output capture: the server left in the background would hold
+	// the pipe open and the wait with it.
 	if err := exec.Command("/bin/sh", "-c", e.start).Run(); err != nil {
-		t.Fatalf("starting the shim: %v", err)
+		t.Fatalf("starting the %s: %v", service, err)
 	}
 	e.pids = append(e.pids, e.pid())
-	testutil.WaitFor(t, "the shim to answer", e.answers)
+	testutil.WaitFor(t, "the "+service+" to answer", e.answers)
 	return e
 }
 
 // pid is the pid the pid file holds now (0 before the first start).
-func (e *shimEnv) pid() int {
+func (e *procEnv) pid() int {
 	raw, _ := os.ReadFile(e.pidFile)
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
 	return pid
 }
 
-func (e *shimEnv) answers() bool {
+func (e *procEnv) answers() bool {
 	c := http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}, Timeout: 2 * time.Second}
 	resp, err := c.Get(e.url)
 	if err != nil {
@@ -74,8 +92,8 @@ func (e *shimEnv) answers() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// signal sends sig to the current shim.
-func (e *shimEnv) signal(sig syscall.Signal) int {
+// signal sends sig to the current server.
+func (e *procEnv) signal(sig syscall.Signal) int {
 	pid := e.pid()
 	if err := syscall.Kill(pid, sig); err != nil {
 		e.t.Fatalf("kill(%d, %v): %v", pid, sig, err)
@@ -85,7 +103,7 @@ func (e *shimEnv) signal(sig syscall.Signal) int {
 
 // watchdog is a fresh Watchdog, as each one-shot run of the CLI makes,
 // restarting with cmd.
-func (e *shimEnv) watchdog(cmd string, hungAfter int, b Budget) *Watchdog {
+func (e *procEnv) watchdog(cmd string, hungAfter int, b Budget) *Watchdog {
 	e.t.Helper()
 	inbox, err := events.Open(e.inbox, events.Options{})
 	if err != nil {
@@ -93,7 +111,7 @@ func (e *shimEnv) watchdog(cmd string, hungAfter int, b Budget) *Watchdog {
 	}
 	e.t.Cleanup(func() { inbox.Close() })
 	return &Watchdog{
-		Source: "watchdog-shim", Service: "shim",
+		Source: e.source, Service: e.service,
 		Probe:          NewHTTPProbe(e.url, 300*time.Millisecond, KindShimDead, KindShimHung, nil),
 		Recover:        CommandRestart{Command: cmd, PidFile: e.pidFile, Timeout: 10 * time.Second},
 		Budget:         b,
@@ -114,23 +132,28 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // lines is the inbox as "kind/severity/recovered" words, after checking
 // the fields every watchdog line carries.
-func (e *shimEnv) lines() string {
+func (e *procEnv) lines() string {
 	e.t.Helper()
-	evs, err := events.Read(e.inbox, time.Time{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	var w []string
-	for _, ev := range evs {
-		if ev.Source != "watchdog-shim" || ev.Service != "shim" || ev.Detail == "" {
-			e.t.Errorf("inbox line %+v: want source watchdog-shim, service shim and a detail", ev)
+	for _, ev := range e.inboxEvents() {
+		if ev.Source != e.source || ev.Service != e.service || ev.Detail == "" {
+			e.t.Errorf("inbox line %+v: want source %s, service %s and a detail", ev, e.source, e.service)
 		}
 		w = append(w, fmt.Sprintf("%s/%s/%v", ev.Kind, ev.Severity, ev.Recovered))
 	}
 	return strings.Join(w, " ")
 }
 
-func (e *shimEnv) once(w *Watchdog, want Outcome) Result {
+func (e *procEnv) inboxEvents() []events.Event {
+	e.t.Helper()
+	evs, err := events.Read(e.inbox, time.Time{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return evs
+}
+
+func (e *procEnv) once(w *Watchdog, want Outcome) Result {
 	e.t.Helper()
 	res, err := w.Once(context.Background())
 	if err != nil {

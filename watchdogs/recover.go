@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -37,12 +38,13 @@ func (a AdminRestart) Recover(ctx context.Context, _ Finding) error {
 }
 
 // CommandRestart recovers a plain process with an operator's command, run
-// by /bin/sh -c in its own process group. For a hung fault, the process
-// whose pid PidFile holds is SIGKILLed first and waited for, so the hung
+// by /bin/sh -c in its own process group. The process whose pid PidFile
+// holds, if it still runs, is SIGKILLed first and waited for, so a hung
 // instance never lingers beside the new one (or keeps its port).
 type CommandRestart struct {
 	Command string
-	PidFile string        // optional; read on a hung fault only
+	PidFile string        // optional
+	Env     []string      // added to the watchdog's own environment
 	Timeout time.Duration // bounds the command; its process group is killed past it
 	// Output receives the command's stdout and stderr. A file, not a
 	// pipe: a command that starts the shim in the background leaves it
@@ -54,7 +56,7 @@ type CommandRestart struct {
 func (c CommandRestart) Recover(ctx context.Context, f Finding) error {
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	if f.Kind == KindShimHung && c.PidFile != "" {
+	if c.PidFile != "" {
 		if err := killPidFile(ctx, c.PidFile); err != nil {
 			return err
 		}
@@ -63,6 +65,9 @@ func (c CommandRestart) Recover(ctx context.Context, f Finding) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.Stdout, cmd.Stderr = c.Output, c.Output
+	if c.Env != nil {
+		cmd.Env = append(os.Environ(), c.Env...)
+	}
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("restart command %q: no exit within %v: its process group killed", c.Command, c.Timeout)
@@ -74,15 +79,15 @@ func (c CommandRestart) Recover(ctx context.Context, f Finding) error {
 
 // killPidFile SIGKILLs the process the file names and waits until it is
 // gone (or a zombie: its sockets are closed then). A process already gone
-// is fine: the fault was found, the instance is what matters.
+// is fine, as is no pid file at all (it never started): the fault was
+// found, the instance is what matters.
 func killPidFile(ctx context.Context, path string) error {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("pid file: %w", err)
+	pid, err := readPidFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil || pid <= 1 {
-		return fmt.Errorf("pid file %s: %q is not a process id", path, strings.TrimSpace(string(raw)))
+	if err != nil {
+		return err
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		if errors.Is(err, syscall.ESRCH) {

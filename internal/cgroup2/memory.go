@@ -1,0 +1,89 @@
+package cgroup2
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// The memory files of a group, v2 first, then v1: on a hybrid hierarchy
+// the memory controller is a v1 group, and the same questions are asked of
+// it (the OOM kills are "oom_kill N" in both).
+var (
+	oomFiles   = []string{"memory.events", "memory.oom_control"}
+	limitFiles = []string{"memory.max", "memory.limit_in_bytes"}
+)
+
+// noLimit is the smallest value v1 reports for "no limit" (the largest
+// page-aligned int64); v2 says "max".
+const noLimit = 1 << 62
+
+// OOMKills is how many processes the kernel's OOM killer has killed in the
+// group dir (a v2 group, or a v1 memory group).
+func OOMKills(dir string) (int64, error) {
+	raw, _, err := readFirst(dir, oomFiles)
+	if err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	// A kernel before 4.13 does not count them.
+	return 0, fmt.Errorf("%s: no oom_kill count in %s", dir, strings.Join(oomFiles, " or "))
+}
+
+// MemoryLimit is the group's memory limit in bytes; 0 means none.
+func MemoryLimit(dir string) (int64, error) {
+	raw, name, err := readFirst(dir, limitFiles)
+	if err != nil {
+		return 0, err
+	}
+	s := strings.TrimSpace(string(raw))
+	if s == "max" {
+		return 0, nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a limit", filepath.Join(dir, name), s)
+	}
+	if v >= noLimit {
+		return 0, nil
+	}
+	return v, nil
+}
+
+// SetMemoryLimit sets the group's memory limit in bytes.
+func SetMemoryLimit(dir string, v int64) error {
+	_, name, err := readFirst(dir, limitFiles)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(strconv.FormatInt(v, 10)), 0); err != nil {
+		return fmt.Errorf("set the memory limit of %s: %w", dir, err)
+	}
+	return nil
+}
+
+// readFirst reads the first of names that dir has.
+func readFirst(dir string, names []string) ([]byte, string, error) {
+	for _, n := range names {
+		raw, err := os.ReadFile(filepath.Join(dir, n))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		return raw, n, nil
+	}
+	return nil, "", fmt.Errorf("%s is not a memory cgroup: it has none of %s", dir, strings.Join(names, ", "))
+}

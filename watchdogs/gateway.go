@@ -1,0 +1,210 @@
+package watchdogs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Gateway fault kinds, as the inbox lines name them.
+const (
+	// KindGatewayHeapOOM: V8 ran out of heap ("JavaScript heap out of
+	// memory"); restarted with a larger --max-old-space-size.
+	KindGatewayHeapOOM = "gateway_heap_oom"
+	// KindGatewayOOMKill: the kernel's OOM killer killed it at its
+	// cgroup's limit; restarted with a larger limit.
+	KindGatewayOOMKill = "gateway_oom_kill"
+	// KindGatewayCrash: it is gone, with no sign of either; restarted as
+	// it was.
+	KindGatewayCrash = "gateway_crash"
+	// KindGatewayHung: it runs but does not answer its health URL.
+	KindGatewayHung = "gateway_hung"
+)
+
+// Evidence is what a gateway's target says about it since the last look.
+type Evidence struct {
+	// Running: an instance runs now. Known is false when nothing can
+	// tell (no pid file): the health URL decides alone then.
+	Running, Known bool
+	// Exited: an instance has exited since the last look (it may run
+	// again: its supervisor restarts it).
+	Exited bool
+	// Exit says what is known of the last exit ("exit code 134").
+	Exit string
+	// HeapOOM is a V8 heap-exhaustion line the gateway wrote since the
+	// last look, "" when none.
+	HeapOOM string
+	// OOMKills is how many processes the OOM killer has killed in the
+	// gateway's cgroup since the last look.
+	OOMKills int64
+	// HeapMB is the heap the gateway runs with (--max-old-space-size),
+	// 0 when not known; MemoryMax its memory limit, 0 when none.
+	HeapMB    int
+	MemoryMax int64
+	// Healthy: its supervisor finds it healthy (a pod's own health
+	// check); always true for a target with no supervisor of its own.
+	Healthy bool
+}
+
+// Change is how a recovery restarts the gateway: with a larger heap or
+// memory limit, or (zero) as it was.
+type Change struct {
+	HeapMB    int
+	MemoryMax int64
+}
+
+// Target is where the gateway runs: an airlock pod (PodTarget) or a plain
+// process (ProcessTarget).
+type Target interface {
+	// Look gathers the evidence since the last look; m is the target's
+	// memory of it, advanced.
+	Look(ctx context.Context, m *TargetMemory) (Evidence, error)
+	// Restart replaces the gateway (killing an instance that still runs)
+	// with the change, and waits until the old instance is gone.
+	Restart(ctx context.Context, c Change, m *TargetMemory) error
+}
+
+// TargetMemory is what a target remembers between looks, in the state
+// file: where it has read its log up to, the OOM kills and exits it has
+// seen, and the heap it last gave the gateway.
+type TargetMemory struct {
+	Seen      bool      `json:"seen"` // a look has set the baselines below
+	LogInode  uint64    `json:"log_inode,omitempty"`
+	LogOffset int64     `json:"log_offset,omitempty"`
+	OOMKills  int64     `json:"oom_kills,omitempty"`
+	PodBooted time.Time `json:"pod_booted,omitzero"`
+	Exits     int       `json:"exits,omitempty"`
+	HeapMB    int       `json:"heap_mb,omitempty"`
+}
+
+// Steps bounds how a limit grows: each recovery doubles it (from Start
+// when the current one is not known) up to Max.
+type Steps struct{ Start, Max int64 }
+
+// next is the limit after cur: double, capped; with cur unknown, Start,
+// or Max when Start is not set either. at reports that it is at Max
+// already: growing it no more.
+func (s Steps) next(cur int64) (next int64, atMax bool) {
+	switch {
+	case cur <= 0 && s.Start > 0:
+		cur = s.Start
+	case cur <= 0:
+		return s.Max, false
+	}
+	if cur >= s.Max {
+		return s.Max, true
+	}
+	return min(2*cur, s.Max), false
+}
+
+// Gateway is the gateway watchdog's probe and recovery: it tells a heap
+// exhaustion, a cgroup OOM kill and a crash apart from the target's
+// evidence, and restarts the gateway with a larger heap, a larger memory
+// limit, or as it was.
+type Gateway struct {
+	Target Target
+	// Health probes the gateway's health URL; nil when there is none
+	// (a pod's own health check then says).
+	Health *HTTPProbe
+	Heap   Steps // MB
+	Memory Steps // bytes; Start unused: an OOM kill means there is a limit
+
+	mem    TargetMemory
+	change Change // what the last fault's recovery is to do
+}
+
+// Probe implements Probe.
+func (g *Gateway) Probe(ctx context.Context) Finding {
+	ev, err := g.Target.Look(ctx, &g.mem)
+	if err != nil {
+		// Blind: the target cannot be looked at (the pod's admin socket
+		// does not answer). Restarting is all that is left to try, and
+		// its failure will say why.
+		return Finding{Kind: KindGatewayCrash, Detail: err.Error()}
+	}
+	g.change = Change{}
+	switch {
+	case ev.HeapOOM != "":
+		// Even when it runs again (its supervisor restarted it): it
+		// runs with the heap that ran out.
+		heap, atMax := g.Heap.next(int64(g.heapNow(ev)))
+		g.change.HeapMB = int(heap)
+		return Finding{Kind: KindGatewayHeapOOM, Detail: fmt.Sprintf("V8 ran out of heap (%q, %s); restarting it with %s",
+			ev.HeapOOM, ev.exit(), stepWords(fmt.Sprintf("%d MB", g.heapNow(ev)), fmt.Sprintf("%d MB", heap), atMax, "heap"))}
+	case ev.OOMKills > 0 && (ev.Exited || ev.Known && !ev.Running):
+		if ev.MemoryMax <= 0 {
+			return Finding{Kind: KindGatewayOOMKill, Detail: fmt.Sprintf("the OOM killer killed it (%s) with no memory limit of its own: the host ran out of memory; restarting it as it was", ev.exit())}
+		}
+		limit, atMax := g.Memory.next(ev.MemoryMax)
+		g.change.MemoryMax = limit
+		return Finding{Kind: KindGatewayOOMKill, Detail: fmt.Sprintf("the OOM killer killed %d process(es) at its cgroup's memory limit (%s); restarting it with %s",
+			ev.OOMKills, ev.exit(), stepWords(mib(ev.MemoryMax), mib(limit), atMax, "memory limit"))}
+	case ev.Known && !ev.Running:
+		return Finding{Kind: KindGatewayCrash, Detail: fmt.Sprintf("it is not running (%s), with no sign of running out of memory; restarting it as it was", ev.exit())}
+	}
+	if g.Health != nil {
+		if f := g.Health.Probe(ctx); f.Kind != "" {
+			if ev.Known && ev.Running {
+				// A process that runs but refuses its port is as
+				// stuck as one that never answers (and may be still
+				// starting): strikes, not a fault at once.
+				f.Kind, f.Strike = KindGatewayHung, true
+			}
+			return f
+		}
+	}
+	if !ev.Healthy {
+		return Finding{Kind: KindGatewayHung, Strike: true, Detail: "its supervisor does not find it healthy"}
+	}
+	return Finding{}
+}
+
+// heapNow is the heap the gateway runs with, as best known.
+func (g *Gateway) heapNow(ev Evidence) int {
+	if ev.HeapMB > 0 {
+		return ev.HeapMB
+	}
+	if g.mem.HeapMB > 0 {
+		return g.mem.HeapMB
+	}
+	return int(g.Heap.Start)
+}
+
+// Recover implements Recoverer.
+func (g *Gateway) Recover(ctx context.Context, _ Finding) error {
+	return g.Target.Restart(ctx, g.change, &g.mem)
+}
+
+// Restore implements Remembering.
+func (g *Gateway) Restore(raw json.RawMessage) error {
+	g.mem = TargetMemory{}
+	if len(raw) == 0 {
+		return nil
+	}
+	return json.Unmarshal(raw, &g.mem)
+}
+
+// Remember implements Remembering.
+func (g *Gateway) Remember() (json.RawMessage, error) { return json.Marshal(g.mem) }
+
+func (ev Evidence) exit() string {
+	if ev.Exit == "" {
+		return "how it ended is not known"
+	}
+	return ev.Exit
+}
+
+// stepWords says a limit's step: "heap 64 MB → 128 MB", or that it is at
+// its cap already.
+func stepWords(from, to string, atMax bool, what string) string {
+	if atMax {
+		return fmt.Sprintf("the same %s, %s: it is at its cap already; raise the cap or find the leak", what, to)
+	}
+	if from == "0 MB" || from == "0 MiB" {
+		return fmt.Sprintf("a %s of %s (it had no known one)", what, to)
+	}
+	return fmt.Sprintf("a %s of %s (was %s)", what, to, from)
+}
+
+func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }

@@ -1,0 +1,227 @@
+package watchdogs
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+)
+
+func newGatewayEnv(t *testing.T, cgroup string) *procEnv {
+	t.Helper()
+	testutil.RequireTool(t, "node")
+	return newProcEnv(t, "gateway", "node testdata/gateway.js", "/healthz", cgroup)
+}
+
+// gatewayWatchdog is a fresh gateway watchdog (as each one-shot run makes)
+// over a plain process, restarting with cmd.
+func (e *procEnv) gatewayWatchdog(cmd, cgroup string, heap, memory Steps, b Budget) *Watchdog {
+	w := e.watchdog(cmd, 3, b)
+	w.Probe = &Gateway{
+		Target: ProcessTarget{Command: CommandRestart{Command: cmd, PidFile: e.pidFile, Timeout: 10 * time.Second}, Log: e.log, Cgroup: cgroup},
+		Health: NewHTTPProbe(e.url, 300*time.Millisecond, KindGatewayCrash, KindGatewayHung, nil),
+		Heap:   heap, Memory: memory,
+	}
+	w.Recover = w.Probe.(*Gateway)
+	return w
+}
+
+// ask sends a request the gateway never answers (it dies of it).
+func (e *procEnv) ask(path string) {
+	c := http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 30 * time.Second}
+	if resp, err := c.Get(e.base + path); err == nil {
+		resp.Body.Close()
+	}
+}
+
+// nodeOptions is the NODE_OPTIONS process pid was started with.
+func nodeOptions(t *testing.T, pid int) string {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range strings.Split(string(raw), "\x00") {
+		if v, ok := strings.CutPrefix(kv, "NODE_OPTIONS="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+var (
+	heapSteps   = Steps{Start: 32, Max: 128}
+	memorySteps = Steps{Max: 256 << 20}
+)
+
+// A gateway that runs out of V8 heap is told apart by the last words in
+// its log and restarted with the next heap step in NODE_OPTIONS; the step
+// after that is remembered across one-shot runs, up to the cap.
+func TestGatewayHeapOOMRestartsWithALargerHeap(t *testing.T) {
+	t.Setenv("NODE_OPTIONS", "--max-old-space-size=32 --no-deprecation")
+	e := newGatewayEnv(t, "")
+	e.once(e.gatewayWatchdog(e.start, "", heapSteps, memorySteps, wideBudget), Healthy)
+
+	for i, want := range []int{64, 128, 128} {
+		old := e.pid()
+		e.ask("/leak")
+		testutil.WaitFor(t, "the gateway to run out of heap", func() bool { return gone(old) })
+		res := e.once(e.gatewayWatchdog(e.start, "", heapSteps, memorySteps, Budget{Max: 5, Window: time.Hour}), Recovered)
+		if res.Kind != KindGatewayHeapOOM {
+			t.Fatalf("restart %d: kind = %q (%s), want %q", i, res.Kind, res.Detail, KindGatewayHeapOOM)
+		}
+		opts := nodeOptions(t, e.pid())
+		if wantOpts := fmt.Sprintf("--no-deprecation --max-old-space-size=%d", want); opts != wantOpts {
+			t.Errorf("restart %d: the new gateway's NODE_OPTIONS = %q, want %q", i, opts, wantOpts)
+		}
+	}
+	if got, want := e.lines(), strings.Repeat("gateway_heap_oom/warning/false restart/info/true ", 3); got != strings.TrimSpace(want) {
+		t.Errorf("inbox = %q, want %q", got, want)
+	}
+	if d := e.inboxEvents()[4].Detail; !strings.Contains(d, "JavaScript heap out of memory") || !strings.Contains(d, "at its cap already") {
+		t.Errorf("the third finding %q: want V8's words and that the heap is at its cap", d)
+	}
+}
+
+// memoryGroup makes a memory cgroup with limit bytes: a v2 group where v2
+// has the memory controller, else a v1 memory group (a hybrid host).
+func memoryGroup(t *testing.T, limit int64) string {
+	t.Helper()
+	testutil.RequireRoot(t, "a memory cgroup")
+	name := fmt.Sprintf("airlock-wdtest-%d", os.Getpid())
+	parent := "/sys/fs/cgroup/memory"
+	if mnt, err := cgroup2.Mount(); err == nil {
+		if raw, _ := os.ReadFile(filepath.Join(mnt, "cgroup.controllers")); strings.Contains(" "+string(raw)+" ", " memory ") {
+			if err := cgroup2.EnableControllers(mnt, "memory"); err != nil {
+				t.Fatal(err)
+			}
+			parent = mnt
+		}
+	}
+	dir, err := cgroup2.Create(parent, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+		raw, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		for _, f := range strings.Fields(string(raw)) {
+			var pid int
+			fmt.Sscan(f, &pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if err := cgroup2.Remove(dir); err != nil {
+			t.Error(err)
+		}
+	})
+	// No swap to spill into: past the limit is the OOM killer.
+	for _, f := range []string{"memory.swap.max", "memory.memsw.limit_in_bytes"} {
+		os.WriteFile(filepath.Join(dir, f), []byte("0"), 0)
+	}
+	if err := cgroup2.SetMemoryLimit(dir, limit); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// A gateway the OOM killer kills at its cgroup's limit is told apart by
+// the group's oom_kill count, and restarted under a doubled limit, up to
+// the cap.
+func TestGatewayOOMKillRestartsWithALargerLimit(t *testing.T) {
+	group := memoryGroup(t, 96<<20)
+	e := newGatewayEnv(t, group)
+	e.once(e.gatewayWatchdog(e.start, group, heapSteps, memorySteps, wideBudget), Healthy)
+
+	old := e.pid()
+	e.ask("/hog")
+	testutil.WaitFor(t, "the OOM killer to kill the gateway", func() bool { return gone(old) })
+	res := e.once(e.gatewayWatchdog(e.start, group, heapSteps, memorySteps, wideBudget), Recovered)
+	if res.Kind != KindGatewayOOMKill {
+		t.Fatalf("kind = %q (%s), want %q", res.Kind, res.Detail, KindGatewayOOMKill)
+	}
+	if limit, err := cgroup2.MemoryLimit(group); err != nil || limit != 192<<20 {
+		t.Errorf("the group's limit = %d, %v: want %d", limit, err, 192<<20)
+	}
+	raw, _ := os.ReadFile(filepath.Join(group, "cgroup.procs"))
+	if !strings.Contains(" "+strings.Join(strings.Fields(string(raw)), " ")+" ", fmt.Sprintf(" %d ", e.pid())) {
+		t.Errorf("the new gateway %d is not in the group (%q)", e.pid(), raw)
+	}
+	if got, want := e.lines(), "gateway_oom_kill/warning/false restart/info/true"; got != want {
+		t.Errorf("inbox = %q, want %q", got, want)
+	}
+	if d := e.inboxEvents()[0].Detail; !strings.Contains(d, "192 MiB (was 96 MiB)") {
+		t.Errorf("finding %q: want the step named", d)
+	}
+}
+
+// A gateway killed with no sign of running out of memory is restarted as
+// it was: with the heap an earlier recovery gave it.
+func TestGatewayCrashRestartsAsItWas(t *testing.T) {
+	t.Setenv("NODE_OPTIONS", "--max-old-space-size=32")
+	e := newGatewayEnv(t, "")
+	e.once(e.gatewayWatchdog(e.start, "", heapSteps, memorySteps, wideBudget), Healthy)
+	old := e.pid()
+	e.ask("/leak")
+	testutil.WaitFor(t, "the gateway to run out of heap", func() bool { return gone(old) })
+	e.once(e.gatewayWatchdog(e.start, "", heapSteps, memorySteps, wideBudget), Recovered)
+
+	e.signal(syscall.SIGKILL)
+	testutil.WaitFor(t, "the killed gateway to be gone", func() bool { return gone(e.pid()) })
+	res := e.once(e.gatewayWatchdog(e.start, "", heapSteps, memorySteps, wideBudget), Recovered)
+	if res.Kind != KindGatewayCrash {
+		t.Fatalf("kind = %q (%s), want %q", res.Kind, res.Detail, KindGatewayCrash)
+	}
+	if got := nodeOptions(t, e.pid()); got != "--max-old-space-size=64" {
+		t.Errorf("after the crash, NODE_OPTIONS = %q: want the heap the last recovery gave", got)
+	}
+	if got, want := e.lines(), "gateway_heap_oom/warning/false restart/info/true gateway_crash/warning/false restart/info/true"; got != want {
+		t.Errorf("inbox = %q, want %q", got, want)
+	}
+}
+
+// A SIGSTOPped gateway runs but never answers: hung after three timeouts
+// in a row (across one-shot runs), killed and replaced.
+func TestGatewayStoppedIsFoundHungAndReplaced(t *testing.T) {
+	e := newGatewayEnv(t, "")
+	old := e.signal(syscall.SIGSTOP)
+	e.once(e.gatewayWatchdog(e.start, "", heapSteps, memorySteps, wideBudget), Suspect)
+	e.once(e.gatewayWatchdog(e.start, "", heapSteps, memorySteps, wideBudget), Suspect)
+	res := e.once(e.gatewayWatchdog(e.start, "", heapSteps, memorySteps, wideBudget), Recovered)
+	if res.Kind != KindGatewayHung {
+		t.Fatalf("kind = %q (%s), want %q", res.Kind, res.Detail, KindGatewayHung)
+	}
+	if !gone(old) || e.pid() == old || !e.answers() {
+		t.Errorf("old %d gone %v, new %d answers %v: want the hung one killed and a new one answering", old, gone(old), e.pid(), e.answers())
+	}
+	if got, want := e.lines(), "gateway_hung/warning/false restart/info/true"; got != want {
+		t.Errorf("inbox = %q, want %q", got, want)
+	}
+}
+
+// A gateway that crashes at each start is given up on past the budget,
+// with one critical line, not restarted in a loop.
+func TestGatewayCrashLoopIsGivenUp(t *testing.T) {
+	e := newGatewayEnv(t, "")
+	e.once(e.gatewayWatchdog(e.crash, "", heapSteps, memorySteps, wideBudget), Healthy)
+	e.signal(syscall.SIGKILL)
+	testutil.WaitFor(t, "the killed gateway to be gone", func() bool { return gone(e.pid()) })
+	now := time.Date(2026, 11, 23, 3, 0, 0, 0, time.UTC)
+	for _, want := range []Outcome{Failed, Failed, GaveUp, GaveUp} {
+		w := e.gatewayWatchdog(e.crash, "", heapSteps, memorySteps, Budget{Max: 2, Window: time.Hour})
+		w.Settle = 500 * time.Millisecond
+		w.Now = func() time.Time { return now }
+		e.once(w, want)
+		now = now.Add(time.Minute)
+	}
+	const want = "gateway_crash/warning/false restart/critical/false gateway_crash/warning/false restart/critical/false gateway_crash/warning/false give_up/critical/false"
+	if got := e.lines(); got != want {
+		t.Errorf("inbox = %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,195 @@
+package watchdogs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+)
+
+// ProcessTarget is a gateway no airlock pod runs: a command starts it, its
+// pid file says whether it runs, its log (where its stdout and stderr go)
+// holds V8's last words, and its cgroup counts the OOM kills.
+type ProcessTarget struct {
+	// Restart starts a new gateway; its PidFile, when set, is how the
+	// watchdog knows the gateway runs, and which process to kill before
+	// the next one starts.
+	Command CommandRestart
+	Log     string // "": no heap evidence
+	Cgroup  string // its memory cgroup (v2, or v1 on a hybrid host); "": no OOM evidence
+}
+
+// Look implements Target.
+func (t ProcessTarget) Look(_ context.Context, m *TargetMemory) (Evidence, error) {
+	ev := Evidence{Healthy: true, HeapMB: m.HeapMB}
+	if t.Command.PidFile != "" {
+		pid, err := readPidFile(t.Command.PidFile)
+		ev.Known = true
+		ev.Running = err == nil && !gone(pid)
+		if !ev.Running {
+			ev.Exit = "its pid file's process is gone"
+			if err != nil {
+				ev.Exit = err.Error()
+			}
+		}
+	}
+	// A first look sets the baselines: what happened before the watchdog
+	// was there is not its to judge, unless the gateway is down now and
+	// the evidence at hand is all that says why.
+	first := !m.Seen
+	m.Seen = true
+	judgePast := !first || ev.Known && !ev.Running
+	if t.Log != "" {
+		line, err := t.heapLine(m, first && !judgePast)
+		if err != nil {
+			return ev, err
+		}
+		if judgePast {
+			ev.HeapOOM = line
+		}
+	}
+	if t.Cgroup != "" {
+		n, err := cgroup2.OOMKills(t.Cgroup)
+		if err != nil {
+			return ev, fmt.Errorf("the gateway's cgroup: %w", err)
+		}
+		switch {
+		case !judgePast:
+		case first || n < m.OOMKills:
+			// All the group has counted: on a first look, the
+			// evidence at hand; for a group made anew, its own.
+			ev.OOMKills = n
+		default:
+			ev.OOMKills = n - m.OOMKills
+		}
+		m.OOMKills = n
+		if ev.MemoryMax, err = cgroup2.MemoryLimit(t.Cgroup); err != nil {
+			return ev, err
+		}
+	}
+	return ev, nil
+}
+
+// maxLogRead bounds what one look reads of the log: V8's last words are at
+// its end, and a gateway that logs a lot must not make the watchdog slow.
+const maxLogRead = 1 << 20
+
+// heapLine reads the log from where the last look left it (from its start
+// when it was rotated or truncated; only its last maxLogRead bytes) and
+// returns the last V8 heap-exhaustion line in it. skip only moves to its
+// end.
+func (t ProcessTarget) heapLine(m *TargetMemory, skip bool) (string, error) {
+	f, err := os.Open(t.Log)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil // not written yet
+	}
+	if err != nil {
+		return "", fmt.Errorf("the gateway's log: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("the gateway's log: %w", err)
+	}
+	ino := fi.Sys().(*syscall.Stat_t).Ino
+	from := m.LogOffset
+	if ino != m.LogInode || fi.Size() < from {
+		from = 0
+	}
+	m.LogInode, m.LogOffset = ino, fi.Size()
+	if skip || fi.Size() == from {
+		return "", nil
+	}
+	from = max(from, fi.Size()-maxLogRead)
+	buf := make([]byte, fi.Size()-from)
+	if _, err := f.ReadAt(buf, from); err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("the gateway's log %s: %w", t.Log, err)
+	}
+	return heapExhausted(buf), nil
+}
+
+// v8OOM are the lines V8 writes when it runs out of heap: Node's fatal
+// error and the mark-compact trace before it.
+var v8OOM = [][]byte{[]byte("JavaScript heap out of memory"), []byte("Reached heap limit")}
+
+// heapExhausted returns the last line of out that says V8 ran out of heap,
+// trimmed; "" when none does.
+func heapExhausted(out []byte) string {
+	for len(out) > 0 {
+		i := bytes.LastIndexByte(out[:len(out)-1], '\n')
+		line := out[i+1:]
+		out = out[:i+1]
+		for _, sig := range v8OOM {
+			if bytes.Contains(line, sig) {
+				s := strings.TrimSpace(string(line))
+				if len(s) > 200 {
+					s = s[:200]
+				}
+				return s
+			}
+		}
+	}
+	return ""
+}
+
+// Restart implements Target: the cgroup's limit is raised first, so the new
+// gateway starts under it; the heap is given in NODE_OPTIONS.
+func (t ProcessTarget) Restart(ctx context.Context, c Change, m *TargetMemory) error {
+	if c.MemoryMax > 0 {
+		if err := cgroup2.SetMemoryLimit(t.Cgroup, c.MemoryMax); err != nil {
+			return err
+		}
+	}
+	if c.HeapMB > 0 {
+		m.HeapMB = c.HeapMB
+	}
+	r := t.Command
+	if m.HeapMB > 0 {
+		// As it was: a heap the watchdog gave it before stays.
+		r.Env = append(r.Env, "NODE_OPTIONS="+WithMaxOldSpace(os.Getenv("NODE_OPTIONS"), m.HeapMB),
+			"AIRLOCK_NODE_HEAP_MB="+strconv.Itoa(m.HeapMB))
+	}
+	if c.MemoryMax > 0 {
+		r.Env = append(r.Env, "AIRLOCK_MEMORY_MAX="+strconv.FormatInt(c.MemoryMax, 10))
+	}
+	return r.Recover(ctx, Finding{})
+}
+
+// WithMaxOldSpace returns NODE_OPTIONS with its --max-old-space-size set to
+// mb: one already there (=N or N as the next word) is replaced, the other
+// options kept.
+func WithMaxOldSpace(opts string, mb int) string {
+	words := strings.Fields(opts)
+	kept := words[:0]
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		switch {
+		case w == "--max-old-space-size" || w == "--max_old_space_size":
+			i++ // its value is the next word
+		case strings.HasPrefix(w, "--max-old-space-size=") || strings.HasPrefix(w, "--max_old_space_size="):
+		default:
+			kept = append(kept, w)
+		}
+	}
+	return strings.Join(append(kept, "--max-old-space-size="+strconv.Itoa(mb)), " ")
+}
+
+func readPidFile(path string) (int, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || pid <= 1 {
+		return 0, fmt.Errorf("pid file %s: %q is not a process id", path, strings.TrimSpace(string(raw)))
+	}
+	return pid, nil
+}

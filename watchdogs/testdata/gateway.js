@@ -1,0 +1,20 @@
+// A Node gateway for the watchdog's tests, on 127.0.0.1:PORT:
+//   GET /healthz  200
+//   GET /leak     fills the V8 heap until it runs out (NODE_OPTIONS
+//                 --max-old-space-size bounds it): "JavaScript heap out of memory"
+//   GET /hog      allocates memory outside the heap (Buffers) until its
+//                 cgroup's OOM killer kills it
+// node gateway.js PORT [--crash]   (--crash: exit 1 at once)
+const http = require("http");
+if (process.argv.includes("--crash")) process.exit(1);
+const kept = [];
+http.createServer((req, res) => {
+  if (req.url === "/leak") {
+    for (;;) kept.push(new Array(1 << 16).fill({ n: kept.length }));
+  }
+  if (req.url === "/hog") {
+    for (;;) kept.push(Buffer.alloc(8 << 20, 1));
+  }
+  res.writeHead(req.url === "/healthz" ? 200 : 404, { "Content-Type": "text/plain" });
+  res.end("ok\n");
+}).listen(Number(process.argv[2]), "127.0.0.1");
