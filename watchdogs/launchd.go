@@ -28,7 +28,7 @@ func (u Units) Launchd() ([]File, error) {
 		return nil, fmt.Errorf("launchd needs a log directory for the watchdogs' output")
 	}
 	var files []File
-	for _, name := range Watched {
+	for _, name := range u.watchdogs() {
 		var b bytes.Buffer
 		b.WriteString(xml.Header)
 		b.WriteString(`<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">` + "\n")

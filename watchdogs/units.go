@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -33,6 +34,10 @@ type Units struct {
 	// watchdog NAME --once --state FILE ARGS...`): how it reaches the pod
 	// and where its inbox is.
 	Args []string
+	// Watchdogs are those to write units for (nil: every one of
+	// Watched): a plain process's watchdogs differ in their arguments,
+	// and are installed one at a time.
+	Watchdogs []string
 }
 
 // File is one unit to write: its file name and content.
@@ -41,10 +46,9 @@ type File struct {
 	Data []byte
 }
 
-// Watched are the watchdogs a unit is written for, as `airlock watchdog
-// NAME` names them: those the command has (the gateway's comes with its
-// command).
-var Watched = []string{"shim"}
+// Watched are the watchdogs a unit can be written for, as `airlock
+// watchdog NAME` names them.
+var Watched = []string{"gateway", "shim"}
 
 // Cadence is how often a timer or launchd runs a one-shot watchdog.
 const Cadence = 5 * time.Minute
@@ -86,10 +90,22 @@ func (u Units) check() error {
 			errs = append(errs, fmt.Errorf("%q: a unit's argument cannot hold a NUL or a line break", a))
 		}
 	}
+	for _, w := range u.Watchdogs {
+		if !slices.Contains(Watched, w) {
+			errs = append(errs, fmt.Errorf("no watchdog %q: there are %s", w, strings.Join(Watched, " and ")))
+		}
+	}
 	if u.PodWatchdog < 0 || u.StopGrace < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
 	}
 	return errors.Join(errs...)
+}
+
+func (u Units) watchdogs() []string {
+	if len(u.Watchdogs) == 0 {
+		return Watched
+	}
+	return u.Watchdogs
 }
 
 func (u Units) watchdogArgs(name string) []string {
@@ -104,7 +120,7 @@ func (u Units) Systemd() ([]File, error) {
 		return nil, err
 	}
 	var files []File
-	for _, name := range Watched {
+	for _, name := range u.watchdogs() {
 		files = append(files,
 			File{unitName(name) + ".service", []byte(fmt.Sprintf(watchdogService, name, execLine(u.watchdogArgs(name)), Cadence-time.Minute))},
 			File{unitName(name) + ".timer", []byte(fmt.Sprintf(watchdogTimer, name, Cadence))})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/supervisor/manifest"
@@ -19,18 +21,19 @@ func newWatchdogCmd() *cobra.Command {
 		Use:   "watchdog",
 		Short: "Host-side watchdogs that recover the gateway and the shim, and their units",
 	}
-	cmd.AddCommand(newWatchdogInstallCmd(), newWatchdogShimCmd())
+	cmd.AddCommand(newWatchdogInstallCmd(), newWatchdogShimCmd(), newWatchdogGatewayCmd())
 	return cmd
 }
 
 func newWatchdogInstallCmd() *cobra.Command {
 	var systemd, launchd, force bool
 	var dir, airlockPath, manifestPath, logDir string
+	var only []string
 	var podWatchdog time.Duration
 	cmd := &cobra.Command{
 		Use:   "install --systemd|--launchd [--dir DIR] [-- WATCHDOG-ARGS...]",
 		Short: "Write the units that run the watchdogs every 5 minutes (and, on systemd, the pod)",
-		Long: `Write, for each watchdog (shim; the gateway's comes with its command), the
+		Long: `Write, for each watchdog (gateway and shim, or those --watchdog names), the
 units that run "airlock watchdog NAME --once --state FILE WATCHDOG-ARGS..."
 every 5 minutes: a systemd service and timer, or a launchd plist. The state
 file is under /var/lib/airlock (systemd) or ~/Library/Application Support/airlock
@@ -38,9 +41,9 @@ file is under /var/lib/airlock (systemd) or ~/Library/Application Support/airloc
 unit too, airlock-pod.service (Type=notify, WatchdogSec, Restart=on-failure).
 A file already there with other content is refused, unless --force.`,
 		Example: `  sudo airlock watchdog install --systemd --manifest /etc/airlock/pod.yaml -- \
-    --admin-socket /var/lib/airlock/pod/admin.sock --service shim --inbox /var/lib/airlock/pod/agent-inbox.jsonl
+    --admin-socket /var/lib/airlock/pod/admin.sock --inbox /var/lib/airlock/pod/agent-inbox.jsonl
   sudo systemctl daemon-reload
-  sudo systemctl enable --now airlock-pod.service airlock-watchdog-shim.timer`,
+  sudo systemctl enable --now airlock-pod.service airlock-watchdog-gateway.timer airlock-watchdog-shim.timer`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 && cmd.ArgsLenAtDash() != 0 {
 				return fmt.Errorf("the watchdogs' arguments come after --: %q", args[0])
@@ -63,12 +66,17 @@ A file already there with other content is refused, unless --force.`,
 			case systemd && set("log-dir"):
 				return usage("--log-dir is for launchd; systemd's journal keeps the watchdogs' output")
 			}
+			for _, w := range only {
+				if !slices.Contains(watchdogs.Watched, w) {
+					return usage("--watchdog %q: there are %s", w, strings.Join(watchdogs.Watched, " and "))
+				}
+			}
 			for flag, p := range map[string]string{"--dir": dir, "--airlock": airlockPath, "--log-dir": logDir} {
 				if p != "" && !filepath.IsAbs(p) {
 					return usage("%s %q: want an absolute path", flag, p)
 				}
 			}
-			u := watchdogs.Units{Airlock: airlockPath, PodWatchdog: podWatchdog, LogDir: logDir, Args: args}
+			u := watchdogs.Units{Airlock: airlockPath, PodWatchdog: podWatchdog, LogDir: logDir, Args: args, Watchdogs: only}
 			if u.Airlock == "" {
 				exe, err := thisExecutable()
 				if err != nil {
@@ -142,7 +150,13 @@ A file already there with other content is refused, unless --force.`,
 				}
 				return nil
 			}
-			fmt.Fprintln(w, "load them with: systemctl daemon-reload && systemctl enable --now airlock-pod.service airlock-watchdog-shim.timer")
+			timers := ""
+			for _, f := range written {
+				if strings.HasSuffix(f.Path, ".timer") {
+					timers += " " + filepath.Base(f.Path)
+				}
+			}
+			fmt.Fprintln(w, "load them with: systemctl daemon-reload && systemctl enable --now airlock-pod.service"+timers)
 			return nil
 		},
 	}
@@ -150,6 +164,7 @@ A file already there with other content is refused, unless --force.`,
 	f.BoolVar(&systemd, "systemd", false, "write systemd units: a service and a timer per watchdog, and airlock-pod.service")
 	f.BoolVar(&launchd, "launchd", false, "write a launchd plist per watchdog")
 	f.StringVar(&dir, "dir", "", "write the units into `DIR`, absolute (default: /etc/systemd/system, or ~/Library/LaunchAgents)")
+	f.StringSliceVar(&only, "watchdog", nil, "write units for watchdog `NAME` only (gateway, shim; repeatable; default: both): watchdogs of plain processes take different arguments")
 	f.BoolVar(&force, "force", false, "replace a unit already there with other content")
 	f.StringVar(&airlockPath, "airlock", "", "the airlock binary the units run, absolute `FILE` (default: this one)")
 	f.StringVar(&manifestPath, "manifest", "", "the pod's manifest `FILE` for airlock-pod.service (default: none, the demo pod); checked now")

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/watchdogs"
 )
 
 func TestWatchdogInstallUsageErrors(t *testing.T) {
@@ -27,6 +29,7 @@ func TestWatchdogInstallUsageErrors(t *testing.T) {
 		{"a log dir for systemd", []string{"--systemd", "--dir", dir, "--log-dir", dir}, "--log-dir is for launchd"},
 		{"no watchdog interval", []string{"--systemd", "--dir", dir, "--pod-watchdog", "0s"}, "--pod-watchdog 0s"},
 		{"an argument before --", []string{"--systemd", "--dir", dir, "gateway"}, `arguments come after --: "gateway"`},
+		{"an unknown watchdog", []string{"--systemd", "--dir", dir, "--watchdog", "gatway"}, `--watchdog "gatway": there are gateway and shim`},
 		{"a manifest the pod could not boot", []string{"--systemd", "--dir", dir, "--manifest", bad}, "nosuch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,7 +56,7 @@ func TestWatchdogInstall(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("install = %d\n%s%s", code, out, errs)
 	}
-	for _, name := range []string{"airlock-pod.service", "airlock-watchdog-shim.service", "airlock-watchdog-shim.timer"} {
+	for _, name := range []string{"airlock-pod.service", "airlock-watchdog-gateway.service", "airlock-watchdog-gateway.timer", "airlock-watchdog-shim.service", "airlock-watchdog-shim.timer"} {
 		p := filepath.Join(dir, name)
 		if !strings.Contains(out, "wrote     "+p+"\n") {
 			t.Errorf("stdout does not say %s was written:\n%s", p, out)
@@ -71,17 +74,29 @@ func TestWatchdogInstall(t *testing.T) {
 		"--admin-socket", "/run/pod.sock", "--url", "http://127.0.0.1:9/v1/models", "--inbox", inbox); code != ExitOK {
 		t.Fatalf("install = %d\n%s%s", code, out, errs)
 	}
-	raw, _ = os.ReadFile(filepath.Join(dir, "airlock-watchdog-shim.service"))
-	_, line, _ := strings.Cut(string(raw), "\nExecStart=")
-	line, _, _ = strings.Cut(line, "\n")
-	words := strings.Fields(line)[1:]
-	for i, w := range words {
-		if w == "--state" {
-			words[i+1] = filepath.Join(t.TempDir(), "state.json")
+	for _, name := range watchdogs.Watched {
+		unit, _ := os.ReadFile(filepath.Join(dir, "airlock-watchdog-"+name+".service"))
+		_, line, _ := strings.Cut(string(unit), "\nExecStart=")
+		line, _, _ = strings.Cut(line, "\n")
+		words := strings.Fields(line)[1:]
+		for i, w := range words {
+			if w == "--state" {
+				words[i+1] = filepath.Join(t.TempDir(), "state.json")
+			}
+		}
+		if code, out, errs := airlock(t, "", words...); code == ExitUsage {
+			t.Errorf("the unit's command line %q is a usage error:\n%s%s", line, out, errs)
 		}
 	}
-	if code, out, errs := airlock(t, "", words...); code == ExitUsage {
-		t.Errorf("the unit's command line %q is a usage error:\n%s%s", line, out, errs)
+	raw, _ = os.ReadFile(filepath.Join(dir, "airlock-watchdog-shim.service"))
+
+	// One watchdog alone: a plain process's, with its own arguments.
+	one := t.TempDir()
+	if code, out, errs := airlock(t, "", "watchdog", "install", "--systemd", "--dir", one, "--watchdog", "gateway", "--", "--restart-cmd", "start-gw"); code != ExitOK {
+		t.Fatalf("install --watchdog gateway = %d\n%s%s", code, out, errs)
+	}
+	if entries, _ := os.ReadDir(one); len(entries) != 3 || entries[0].Name() != "airlock-pod.service" || entries[1].Name() != "airlock-watchdog-gateway.service" || entries[2].Name() != "airlock-watchdog-gateway.timer" {
+		t.Errorf("install --watchdog gateway wrote %v; want the pod's unit and the gateway's two", entries)
 	}
 
 	// Another socket: the units differ, so they are refused, then forced.

@@ -192,7 +192,7 @@ func (o *obj) size(name string, dst *int64) {
 		o.d.errorf(n.Line, path, "want a size (bytes, or a number with K, M or G), got %s", describe(n))
 		return
 	}
-	v, ok := parseSize(n.Value)
+	v, ok := ParseSize(n.Value)
 	if !ok {
 		o.d.errorf(n.Line, path, "%q is not a size (want bytes, or a number with K, M or G: \"512M\")", n.Value)
 		return
@@ -200,7 +200,9 @@ func (o *obj) size(name string, dst *int64) {
 	*dst = v
 }
 
-func parseSize(s string) (int64, bool) {
+// ParseSize reads a byte count: a number, or one with a K, M or G suffix
+// (powers of 1024).
+func ParseSize(s string) (int64, bool) {
 	mult := int64(1)
 	if i := len(s) - 1; i > 0 {
 		switch s[i] {

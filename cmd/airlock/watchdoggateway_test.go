@@ -1,0 +1,108 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+)
+
+func TestWatchdogGatewayUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	inbox, state := filepath.Join(dir, "inbox.jsonl"), filepath.Join(dir, "state.json")
+	ok := []string{"--once", "--state", state, "--inbox", inbox, "--restart-cmd", "true", "--pid-file", "/run/gw.pid"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"nothing to watch", []string{"--once", "--state", state, "--inbox", inbox, "--restart-cmd", "true"}, "needs --url or --pid-file"},
+		{"a log for a pod", []string{"--once", "--state", state, "--inbox", inbox, "--admin-socket", "/run/x.sock", "--log", "/var/log/gw.log"}, "--log and --cgroup go with --restart-cmd"},
+		{"a cgroup for a pod", []string{"--once", "--state", state, "--inbox", inbox, "--admin-socket", "/run/x.sock", "--cgroup", "/sys/fs/cgroup/gw"}, "--log and --cgroup go with --restart-cmd"},
+		{"bad url", append(ok, "--url", "127.0.0.1:18789"), "--url"},
+		{"heap above its cap", append(ok, "--heap-mb", "8192"), "--heap-mb 8192"},
+		{"bad max memory", append(ok, "--max-memory", "lots"), `--max-memory "lots"`},
+		{"no mode", []string{"--inbox", inbox, "--restart-cmd", "true", "--pid-file", "/run/gw.pid"}, "--once"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errs := airlock(t, "", append([]string{"watchdog", "gateway"}, tc.args...)...)
+			if code != ExitUsage || !strings.Contains(errs, tc.want) {
+				t.Errorf("watchdog gateway %q = %d %q, want %d naming %q", tc.args, code, errs, ExitUsage, tc.want)
+			}
+			if _, err := os.Stat(inbox); err == nil {
+				t.Errorf("a usage error opened the inbox")
+			}
+		})
+	}
+}
+
+// The CLI, one-shot, against a real Node gateway that runs out of heap:
+// restarted with the next heap step, which the new process has in its
+// NODE_OPTIONS.
+func TestWatchdogGatewayOnceRaisesTheHeap(t *testing.T) {
+	testutil.RequireTool(t, "node")
+	script, _ := filepath.Abs("../../watchdogs/testdata/gateway.js")
+	dir := t.TempDir()
+	port := testutil.FreePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	pidFile, logFile, inbox := filepath.Join(dir, "gw.pid"), filepath.Join(dir, "gw.log"), filepath.Join(dir, "agent-inbox.jsonl")
+	start := fmt.Sprintf("node %s %d >> %s 2>&1 & echo $! > %s", script, port, logFile, pidFile)
+	pid := func() int {
+		raw, _ := os.ReadFile(pidFile)
+		p, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+		return p
+	}
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}, Timeout: 30 * time.Second}
+	answers := func() bool {
+		resp, err := client.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	}
+	first := exec.Command("/bin/sh", "-c", start)
+	first.Env = append(os.Environ(), "NODE_OPTIONS=--max-old-space-size=32")
+	if err := first.Run(); err != nil {
+		t.Fatal(err)
+	}
+	old := pid()
+	t.Cleanup(func() { syscall.Kill(old, syscall.SIGKILL); syscall.Kill(pid(), syscall.SIGKILL) })
+	testutil.WaitFor(t, "the gateway to answer", answers)
+
+	args := []string{"--once", "--url", base + "/healthz", "--state", filepath.Join(dir, "state.json"), "--inbox", inbox,
+		"--restart-cmd", start, "--pid-file", pidFile, "--log", logFile, "--heap-mb", "32", "--max-heap-mb", "256"}
+	if code, out, errs := airlock(t, "", append([]string{"watchdog", "gateway"}, args...)...); code != ExitOK || out != "gateway healthy\n" {
+		t.Fatalf("watchdog gateway = %d %q %s", code, out, errs)
+	}
+	if resp, err := client.Get(base + "/leak"); err == nil {
+		resp.Body.Close()
+	}
+	testutil.WaitFor(t, "the gateway to run out of heap", func() bool { return syscall.Kill(old, 0) != nil })
+	if code, out, errs := airlock(t, "", append([]string{"watchdog", "gateway"}, args...)...); code != ExitOK || out != "gateway recovered\n" {
+		t.Fatalf("watchdog gateway = %d %q %s", code, out, errs)
+	}
+	environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid()))
+	if !strings.Contains(string(environ), "\x00NODE_OPTIONS=--max-old-space-size=64\x00") || !strings.Contains(string(environ), "\x00AIRLOCK_NODE_HEAP_MB=64\x00") {
+		t.Errorf("the new gateway's environment lacks the next heap step: %q", environ)
+	}
+	evs, err := events.Read(inbox, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs {
+		got = append(got, fmt.Sprintf("%s:%s/%s/%s/%v", e.Source, e.Service, e.Kind, e.Severity, e.Recovered))
+	}
+	if want := "watchdog-gateway:gateway/gateway_heap_oom/warning/false watchdog-gateway:gateway/restart/info/true"; strings.Join(got, " ") != want {
+		t.Errorf("inbox = %q, want %q", strings.Join(got, " "), want)
+	}
+}
