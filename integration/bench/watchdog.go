@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -137,10 +139,17 @@ func runWatchdogs() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	// An interrupted bench still cleans up: the servers, started in the
+	// background by sh, ignore SIGINT and would outlive it.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	samples := make([][]wdSample, len(wdFaults))
 	for i, f := range wdFaults {
 		for n := 0; n < *wdRuns; n++ {
-			s, err := wdRun(filepath.Join(dir, fmt.Sprintf("%d-%d", i, n)), f, servers[f.service])
+			s, err := wdRun(ctx, filepath.Join(dir, fmt.Sprintf("%d-%d", i, n)), f, servers[f.service])
+			if ctx.Err() != nil {
+				return fmt.Errorf("watchdog: interrupted: %w", err)
+			}
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "watchdog: %s, sample %d: %v\n", f.name, n+1, err)
 				continue
@@ -181,11 +190,11 @@ func wdServers() (map[string][]string, error) {
 // waits for the daemon's first round (healthy: no line), injects the fault
 // and reads its way back from the inbox. Whatever it started is gone when
 // it returns.
-func wdRun(dir string, f wdFault, server []string) (s wdSample, err error) {
+func wdRun(ctx context.Context, dir string, f wdFault, server []string) (s wdSample, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return s, err
 	}
-	p := &wdProc{dir: dir, fault: f}
+	p := &wdProc{ctx: ctx, dir: dir, fault: f}
 	defer p.cleanup()
 	if f.memory > 0 {
 		if p.cgroup, err = memoryGroup(filepath.Base(dir), f.memory); err != nil {
@@ -228,6 +237,7 @@ func wdRun(dir string, f wdFault, server []string) (s wdSample, err error) {
 // wdProc is one sample's server (a restart command's process, with its pid
 // file and log) and its watchdog daemon.
 type wdProc struct {
+	ctx         context.Context // the bench's: ends on SIGINT or SIGTERM
 	dir, cgroup string
 	fault       wdFault
 	base        string // http://127.0.0.1:PORT
@@ -337,7 +347,8 @@ func (p *wdProc) startWatchdog() error {
 	return nil
 }
 
-// await polls cond until it holds, the watchdog exits or 30 s pass.
+// await polls cond until it holds, the watchdog exits, the bench is
+// interrupted or 30 s pass.
 func (p *wdProc) await(what string, cond func() (bool, error)) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -351,6 +362,8 @@ func (p *wdProc) await(what string, cond func() (bool, error)) error {
 		select {
 		case <-p.exited:
 			return fmt.Errorf("the watchdog exited (%v) before %s:\n%s", p.watchdog.ProcessState, what, p.tail())
+		case <-p.ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, p.ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
