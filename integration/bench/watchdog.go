@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/watchdogs"
 )
 
 // The watchdog figures (scenario "watchdog", root only): `airlock watchdog
@@ -26,15 +27,15 @@ import (
 // fault is an inbox line's timestamp, written by the watchdog as it
 // happens.
 
-var wdRuns = flag.Int("watchdog-runs", 5, "samples of each watchdog fault, each on a fresh target and a fresh daemon")
+var wdRuns = flag.Int("watchdog-runs", 5, "samples of each watchdog fault, each on a fresh server and a fresh daemon")
 
-// The daemons' settings: the issue's target is "under 2 s plus the probe
-// interval" for each fault.
+// The daemons' settings, and the issue's target for each fault: "under 2 s
+// plus the probe interval".
 const (
 	wdInterval     = time.Second
 	wdProbeTimeout = 500 * time.Millisecond
 	wdHungAfter    = 3 // the command's default
-	wdSettle       = 2 * time.Second
+	wdTargetBase   = 2 * time.Second
 )
 
 // wdTarget is a fault's target, with the hung shim's its own: no fault can
@@ -42,9 +43,9 @@ const (
 // started an interval after the one before.
 func wdTarget(hung bool) time.Duration {
 	if hung {
-		return wdHungAfter*(wdInterval+wdProbeTimeout) + wdSettle
+		return wdHungAfter*(wdInterval+wdProbeTimeout) + wdTargetBase
 	}
-	return wdSettle + wdInterval
+	return wdTargetBase + wdInterval
 }
 
 // wdFault is one fault the bench injects, and the finding it must cause.
@@ -59,14 +60,14 @@ type wdFault struct {
 }
 
 var wdFaults = []wdFault{
-	{name: "shim SIGKILLed", service: "shim", kind: "shim_dead", inject: kill(syscall.SIGKILL)},
-	{name: "shim SIGSTOPped (hung)", service: "shim", kind: "shim_hung", hung: true, inject: kill(syscall.SIGSTOP)},
-	{name: "gateway out of V8 heap (32 MB)", service: "gateway", kind: "gateway_heap_oom", heapMB: 32, inject: request("/leak")},
-	{name: "gateway OOM-killed (96 MiB cgroup)", service: "gateway", kind: "gateway_oom_kill", memory: 96 << 20, inject: request("/hog")},
-	{name: "gateway SIGKILLed (crash)", service: "gateway", kind: "gateway_crash", inject: kill(syscall.SIGKILL)},
+	{name: "shim SIGKILLed", service: "shim", kind: watchdogs.KindShimDead, inject: wdSignal(syscall.SIGKILL)},
+	{name: "shim SIGSTOPped (hung)", service: "shim", kind: watchdogs.KindShimHung, hung: true, inject: wdSignal(syscall.SIGSTOP)},
+	{name: "gateway out of V8 heap (32 MB)", service: "gateway", kind: watchdogs.KindGatewayHeapOOM, heapMB: 32, inject: wdRequest("/leak")},
+	{name: "gateway OOM-killed (96 MiB cgroup)", service: "gateway", kind: watchdogs.KindGatewayOOMKill, memory: 96 << 20, inject: wdRequest("/hog")},
+	{name: "gateway SIGKILLed (crash)", service: "gateway", kind: watchdogs.KindGatewayCrash, inject: wdSignal(syscall.SIGKILL)},
 }
 
-func kill(sig syscall.Signal) func(*wdProc) error {
+func wdSignal(sig syscall.Signal) func(*wdProc) error {
 	return func(p *wdProc) error {
 		pid, err := p.pid()
 		if err != nil {
@@ -79,8 +80,8 @@ func kill(sig syscall.Signal) func(*wdProc) error {
 	}
 }
 
-// request sends a request the gateway dies of, and never answers.
-func request(path string) func(*wdProc) error {
+// wdRequest sends a request the gateway dies of, and never answers.
+func wdRequest(path string) func(*wdProc) error {
 	return func(p *wdProc) error {
 		c := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 30 * time.Second}
 		go func() {
@@ -469,5 +470,5 @@ func printWatchdogs(samples [][]wdSample) {
 		row("  finding → recovered (restart, settle)", samples[i], func(s wdSample) time.Duration { return s.recover }, 0)
 	}
 	fmt.Printf("(--interval %v, --probe-timeout %v, --hung-after %d; each sample a fresh server and daemon, the fault injected just after the daemon's first, healthy round: detection is near its worst, a whole interval; target %v + the interval, and for the hung shim --hung-after × (interval + probe timeout) + %v)\n",
-		wdInterval, wdProbeTimeout, wdHungAfter, wdSettle, wdSettle)
+		wdInterval, wdProbeTimeout, wdHungAfter, wdTargetBase, wdTargetBase)
 }
