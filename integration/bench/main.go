@@ -6,7 +6,9 @@
 // the demo pod's boot to READY, a crashed service's return to healthy, and
 // the supervisor's memory with 20 services (pod.go); and (scenario
 // "transparent", as root) the same proxy's transparent path beside its
-// explicit one, inside an `airlock launch` sandbox (transparent.go). `make
+// explicit one, inside an `airlock launch` sandbox (transparent.go); and
+// (scenario "watchdog", as root) `airlock watchdog` daemons' fault to
+// recovered time for each fault they recover from (watchdog.go). `make
 // bench` runs it.
 package main
 
@@ -40,7 +42,7 @@ var (
 	conc      = flag.Int("c", 8, "concurrent clients")
 	airlock   = flag.String("airlock", "bin/airlock", "airlock binary")
 	only      = flag.String("proxies", "direct,airlock,squid,tinyproxy,go-relay", "which to measure")
-	which     = flag.String("scenarios", "plain,tunnels,bulk,mitm,transparent,pod", "which scenarios to run (transparent: airlock launch, pod: airlock up, as root)")
+	which     = flag.String("scenarios", "plain,tunnels,bulk,mitm,transparent,pod,watchdog", "which scenarios to run (transparent: airlock launch, pod: airlock up, watchdog: airlock watchdog daemons, as root)")
 	relayAddr = flag.String("relay", "", "run as the go-relay reference on this address (the bench starts it)")
 	rounds    = flag.Int("rounds", 3, "rounds, each measuring every proxy; the table shows medians")
 )
@@ -116,10 +118,14 @@ func run() error {
 			fmt.Fprintln(os.Stderr, "transparent: not measured:", err)
 		}
 	}
+	var err error
 	if wanted("pod") {
-		return runPod()
+		err = runPod()
 	}
-	return nil
+	if wanted("watchdog") { // measured even when the pod failed
+		err = errors.Join(err, runWatchdogs())
+	}
+	return err
 }
 
 // runProxies measures the proxies, round after round, and prints their
