@@ -273,11 +273,17 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// RemoveTree kills every process in the cgroup v2 directory dir and its
-// descendants (cgroup.kill covers them) and removes the groups, deepest
-// first: a pod's group, with its services' leaves.
+// RemoveTree kills every process in the cgroup directory dir and its
+// descendants (cgroup.kill covers them on v2) and removes the groups,
+// deepest first: a pod's group, with its services' leaves. A v1 group (a
+// memory group on a hybrid host) has no cgroup.kill: its processes are
+// killed one by one as each group is removed.
 func RemoveTree(dir string) error {
-	if err := killGroups(dir, "", nil); err != nil {
+	v2 := dir
+	if !exists(filepath.Join(dir, "cgroup.events")) {
+		v2 = ""
+	}
+	if err := killGroups(v2, "", nil); err != nil {
 		return err
 	}
 	var dirs []string

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
 func newGatewayEnv(t *testing.T, cgroup string) *procEnv {
@@ -90,44 +91,19 @@ func TestGatewayHeapOOMRestartsWithALargerHeap(t *testing.T) {
 	}
 }
 
-// memoryGroup makes a memory cgroup with limit bytes: a v2 group where v2
-// has the memory controller, else a v1 memory group (a hybrid host).
+// memoryGroup makes a memory cgroup with limit bytes, removed at cleanup.
 func memoryGroup(t *testing.T, limit int64) string {
 	t.Helper()
 	testutil.RequireRoot(t, "a memory cgroup")
-	name := fmt.Sprintf("airlock-wdtest-%d", os.Getpid())
-	parent := "/sys/fs/cgroup/memory"
-	if mnt, err := cgroup2.Mount(); err == nil {
-		if raw, _ := os.ReadFile(filepath.Join(mnt, "cgroup.controllers")); strings.Contains(" "+string(raw)+" ", " memory ") {
-			if err := cgroup2.EnableControllers(mnt, "memory"); err != nil {
-				t.Fatal(err)
-			}
-			parent = mnt
-		}
-	}
-	dir, err := cgroup2.Create(parent, name)
+	dir, err := cgroup2.NewMemoryGroup(fmt.Sprintf("airlock-wdtest-%d", os.Getpid()), limit)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
-		raw, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-		for _, f := range strings.Fields(string(raw)) {
-			var pid int
-			fmt.Sscan(f, &pid)
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-		if err := cgroup2.Remove(dir); err != nil {
+		if err := sandbox.RemoveTree(dir); err != nil {
 			t.Error(err)
 		}
 	})
-	// No swap to spill into: past the limit is the OOM killer.
-	for _, f := range []string{"memory.swap.max", "memory.memsw.limit_in_bytes"} {
-		os.WriteFile(filepath.Join(dir, f), []byte("0"), 0)
-	}
-	if err := cgroup2.SetMemoryLimit(dir, limit); err != nil {
-		t.Fatal(err)
-	}
 	return dir
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/watchdogs"
 )
 
@@ -198,7 +198,7 @@ func wdRun(ctx context.Context, dir string, f wdFault, server []string) (s wdSam
 	p := &wdProc{ctx: ctx, dir: dir, fault: f}
 	defer p.cleanup()
 	if f.memory > 0 {
-		if p.cgroup, err = memoryGroup(filepath.Base(dir), f.memory); err != nil {
+		if p.cgroup, err = cgroup2.NewMemoryGroup(fmt.Sprintf("airlock-wdbench-%d-%s", os.Getpid(), filepath.Base(dir)), f.memory); err != nil {
 			return s, err
 		}
 	}
@@ -395,48 +395,10 @@ func (p *wdProc) cleanup() {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
 	if p.cgroup != "" {
-		if err := removeMemoryGroup(p.cgroup); err != nil {
+		if err := sandbox.RemoveTree(p.cgroup); err != nil {
 			fmt.Fprintln(os.Stderr, "watchdog:", err)
 		}
 	}
-}
-
-// memoryGroup makes a memory cgroup with limit bytes: a v2 group where v2
-// has the memory controller, else a v1 memory group (a hybrid host).
-func memoryGroup(name string, limit int64) (string, error) {
-	parent := "/sys/fs/cgroup/memory"
-	if mnt, err := cgroup2.Mount(); err == nil {
-		if raw, _ := os.ReadFile(filepath.Join(mnt, "cgroup.controllers")); strings.Contains(" "+string(raw)+" ", " memory ") {
-			if err := cgroup2.EnableControllers(mnt, "memory"); err != nil {
-				return "", err
-			}
-			parent = mnt
-		}
-	}
-	dir, err := cgroup2.Create(parent, fmt.Sprintf("airlock-wdbench-%d-%s", os.Getpid(), name))
-	if err != nil {
-		return "", err
-	}
-	// No swap to spill into: past the limit is the OOM killer.
-	for _, f := range []string{"memory.swap.max", "memory.memsw.limit_in_bytes"} {
-		os.WriteFile(filepath.Join(dir, f), []byte("0"), 0)
-	}
-	if err := cgroup2.SetMemoryLimit(dir, limit); err != nil {
-		return "", errors.Join(err, cgroup2.Remove(dir))
-	}
-	return dir, nil
-}
-
-// removeMemoryGroup kills what is left in the group and removes it.
-func removeMemoryGroup(dir string) error {
-	os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0) // v2 only
-	raw, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	for _, f := range strings.Fields(string(raw)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	return cgroup2.Remove(dir)
 }
 
 // --- the table ----------------------------------------------------------------

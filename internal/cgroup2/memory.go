@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -86,4 +87,32 @@ func readFirst(dir string, names []string) ([]byte, string, error) {
 		return raw, n, nil
 	}
 	return nil, "", fmt.Errorf("%s is not a memory cgroup: it has none of %s", dir, strings.Join(names, ", "))
+}
+
+// NewMemoryGroup makes a group named name with a memory limit and no swap
+// to spill into, so that past the limit is the OOM killer: a v2 group at the
+// hierarchy's root when v2 has the memory controller, else a v1 memory
+// group (a hybrid host). For the tests and benchmarks of what happens at a
+// limit; sandbox.RemoveTree removes it.
+func NewMemoryGroup(name string, limit int64) (string, error) {
+	parent := "/sys/fs/cgroup/memory"
+	if mnt, err := Mount(); err == nil {
+		if raw, _ := os.ReadFile(filepath.Join(mnt, "cgroup.controllers")); slices.Contains(strings.Fields(string(raw)), "memory") {
+			if err := EnableControllers(mnt, "memory"); err != nil {
+				return "", err
+			}
+			parent = mnt
+		}
+	}
+	dir, err := Create(parent, name)
+	if err != nil {
+		return "", err
+	}
+	for _, f := range []string{"memory.swap.max", "memory.memsw.limit_in_bytes"} {
+		os.WriteFile(filepath.Join(dir, f), []byte("0"), 0) // absent without swap accounting
+	}
+	if err := SetMemoryLimit(dir, limit); err != nil {
+		return "", errors.Join(err, Remove(dir))
+	}
+	return dir, nil
 }
