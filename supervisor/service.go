@@ -57,10 +57,21 @@ type service struct {
 	lastExit   *int
 	detail     string
 	healthFail int
-	up         chan struct{} // closed at the first healthy state
-	upOnce     sync.Once
-	failed     chan struct{} // closed when given up on
-	failOnce   sync.Once
+	// The evidence of the last instance that exited, for a watchdog
+	// polling now and then: how many have exited since boot, its OOM
+	// kills, its last lines.
+	exits      int
+	oomKills   int64
+	lastOutput []string
+	// What its launches use, an operator's restart may change them: the
+	// V8 heap limit in NODE_OPTIONS (0: as the manifest says) and the
+	// memory limit.
+	heapMB    int
+	memoryMax int64
+	up        chan struct{} // closed at the first healthy state
+	upOnce    sync.Once
+	failed    chan struct{} // closed when given up on
+	failOnce  sync.Once
 }
 
 func newService(p *Pod, s manifest.Service) (*service, error) {
@@ -68,7 +79,7 @@ func newService(p *Pod, s manifest.Service) (*service, error) {
 		pod: p, spec: s, name: s.Name,
 		restartReq: make(chan struct{}, 1), stopReq: make(chan struct{}), done: make(chan struct{}),
 		up: make(chan struct{}), failed: make(chan struct{}),
-		state: statePending, since: time.Now(),
+		state: statePending, since: time.Now(), memoryMax: s.MemoryMax,
 	}
 	r := s.Restart
 	svc.backoff = backoff{initial: r.Initial, max: r.Max, mult: r.Multiplier, jitter: r.Jitter}
@@ -215,10 +226,11 @@ func (s *service) run() {
 // stops. failed tells a crash from a clean exit.
 func (s *service) once() (why string, failed bool) {
 	s.setState(stateStarting, "")
-	env := s.env
+	s.out.reset()
+	env, memoryMax := s.launchEnv(), s.memoryLimit()
 	sb, err := Launch(s.pod.ctx, SandboxOptions{
 		ID: s.leafID(), Config: s.cfg, Env: env, CgroupParent: s.pod.group,
-		MemoryMax: s.spec.MemoryMax, PidsMax: s.spec.PidsMax, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log,
+		MemoryMax: memoryMax, PidsMax: s.spec.PidsMax, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log,
 	})
 	if err != nil {
 		s.setDetail("launch failed: " + err.Error())
@@ -268,6 +280,8 @@ func (s *service) once() (why string, failed bool) {
 	s.mu.Lock()
 	code := out.ExitCode
 	s.lastExit, s.pid = &code, 0
+	s.exits++
+	s.oomKills, s.lastOutput = out.OOMKills, s.out.lastLines()
 	s.mu.Unlock()
 	detail := exitDetail(code)
 	if stopWhy != "" {
@@ -336,8 +350,8 @@ func (s *service) watchOOM(ctx context.Context, sb *Sandbox) int64 {
 
 // oomDetail says who killed n of the service's processes, and why.
 func (s *service) oomDetail(n int64) string {
-	if s.spec.MemoryMax > 0 {
-		return fmt.Sprintf("the OOM killer killed %d process(es) of the service at its memory_max (%d bytes)", n, s.spec.MemoryMax)
+	if limit := s.memoryLimit(); limit > 0 {
+		return fmt.Sprintf("the OOM killer killed %d process(es) of the service at its memory_max (%d bytes)", n, limit)
 	}
 	return fmt.Sprintf("the OOM killer killed %d process(es) of the service: the host ran out of memory (the service has no memory_max)", n)
 }
