@@ -1,13 +1,21 @@
 package integration
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/adminclient"
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/supervisor"
 )
 
@@ -98,4 +106,139 @@ func lastExit(s supervisor.ServiceStatus) int {
 		return -1
 	}
 	return *s.LastExit
+}
+
+// TestPodAdminRestartWithAChange: an operator's (a watchdog's) restart may
+// raise a Node service's heap limit in its NODE_OPTIONS and its memory
+// limit, for this launch and the later ones; a body that is not exactly
+// that is refused, naming the field.
+func TestPodAdminRestartWithAChange(t *testing.T) {
+	e := newPodEnv(t)
+	m := e.manifest("change", "", e.pyService("alpha", 8001, "egress_none", `    memory_max: 64M
+    env: {NODE_OPTIONS: "--enable-source-maps --max-old-space-size 64 --trace-warnings"}
+`))
+	pod := startPod(t, e, "change", m)
+	pod.awaitReady()
+	if s := pod.service("alpha"); s.NodeHeapMB != 64 || s.MemoryMax != 64<<20 {
+		t.Errorf("before: node_heap_mb %d, memory_max %d; want the manifest's 64 and 64 MiB", s.NodeHeapMB, s.MemoryMax)
+	}
+	ctx := context.Background()
+	restart := func(o adminclient.RestartOptions, want string) supervisor.ServiceStatus {
+		t.Helper()
+		before, n := pod.service("alpha"), pod.eventCount()
+		if err := adminclient.Restart(ctx, pod.socket, "alpha", o); err != nil {
+			t.Fatalf("restart %+v: %v", o, err)
+		}
+		ev, _ := pod.awaitEvent("restart_requested", "alpha", n)
+		if !strings.Contains(ev.Detail, want) {
+			t.Errorf("restart_requested %q, want it to say %q", ev.Detail, want)
+		}
+		var s supervisor.ServiceStatus
+		waitFor(t, 30*time.Second, func() bool {
+			s = pod.service("alpha")
+			return s.Restarts == before.Restarts+1 && s.State == "healthy"
+		}, "alpha restarted")
+		return s
+	}
+	nodeOptions := func(s supervisor.ServiceStatus) string {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", commandPid(t, s)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range strings.Split(string(raw), "\x00") {
+			if v, ok := strings.CutPrefix(kv, "NODE_OPTIONS="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	const wantOpts = "--enable-source-maps --trace-warnings --max-old-space-size=128"
+
+	s := restart(adminclient.RestartOptions{NodeHeapMB: 128}, "heap 64 → 128 MB")
+	if got := nodeOptions(s); got != wantOpts {
+		t.Errorf("NODE_OPTIONS %q, want %q", got, wantOpts)
+	}
+	if s.NodeHeapMB != 128 {
+		t.Errorf("status node_heap_mb %d, want 128", s.NodeHeapMB)
+	}
+
+	s = restart(adminclient.RestartOptions{MemoryMax: 128 << 20}, "memory limit 64 MiB → 128 MiB")
+	if got := memoryLimit(t, commandPid(t, s)); got != 128<<20 {
+		t.Errorf("the new instance's memory limit %d, want 128 MiB", got)
+	}
+	if s.MemoryMax != 128<<20 || s.NodeHeapMB != 128 {
+		t.Errorf("status memory_max %d, node_heap_mb %d; want 128 MiB and the heap change kept, 128", s.MemoryMax, s.NodeHeapMB)
+	}
+	if got := nodeOptions(s); got != wantOpts {
+		t.Errorf("NODE_OPTIONS after the next restart %q, want the change kept: %q", got, wantOpts)
+	}
+
+	for _, c := range []struct{ body, field string }{
+		{`{"heap": 128}`, `unknown field \"heap\"`},
+		{`{"node_heap_mb": 0}`, "node_heap_mb"},
+		{`{"node_heap_mb": 65537}`, "node_heap_mb"},
+		{`{"node_heap_mb": "128"}`, "node_heap_mb"},
+		{`{"memory_max": -1}`, "memory_max"},
+		{`{"memory_max": 1.5}`, "memory_max"},
+		{`{"memory_max": 1} {}`, "one JSON object"},
+	} {
+		code, body := adminPost(t, pod.socket, adminclient.RestartPath("alpha"), c.body)
+		if code != http.StatusBadRequest || !strings.Contains(body, c.field) {
+			t.Errorf("restart with %s: %d %s, want 400 naming %s", c.body, code, body, c.field)
+		}
+	}
+	if s := pod.service("alpha"); s.Restarts != 2 {
+		t.Errorf("%d restarts, want the 2 good ones only", s.Restarts)
+	}
+}
+
+// adminPost posts body to the pod's admin API as it is.
+func adminPost(t *testing.T, socket, path, body string) (int, string) {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	resp, err := client.Post("http://pod"+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(raw)
+}
+
+// memoryLimit is the memory limit of pid's cgroups: its v1 memory group's
+// when it has one (a hybrid hierarchy), else its v2 group's.
+func memoryLimit(t *testing.T, pid int) int64 {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		switch {
+		case len(parts) != 3:
+		case slices.Contains(strings.Split(parts[1], ","), "memory"):
+			files = append([]string{filepath.Join("/sys/fs/cgroup/memory", parts[2], "memory.limit_in_bytes")}, files...)
+		case parts[0] == "0":
+			mnt, err := cgroup2.Mount()
+			if err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, filepath.Join(mnt, parts[2], "memory.max"))
+		}
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64); err == nil && n < 1<<62 {
+			return n
+		}
+	}
+	t.Fatalf("pid %d has no memory limit in %q", pid, files)
+	return 0
 }

@@ -136,7 +136,12 @@ func newAdmin(p *Pod) (*admin, error) {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no service %q in pod %s", r.PathValue("name"), p.m.Name)})
 			return
 		}
-		if err := s.restart(); err != nil {
+		change, err := decodeRestart(r)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		if err := s.restart(change); err != nil {
 			writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
 			return
 		}

@@ -265,8 +265,7 @@ func (s *service) once() (why string, failed bool) {
 		s.pod.event("health", events.Critical, s.name, "unhealthy, restarting: "+msg)
 		s.shutdown(context.Background(), sb)
 	case <-s.restartReq:
-		stopWhy = "restart"
-		s.pod.event("restart_requested", events.Info, s.name, "restart requested by an operator")
+		stopWhy = "restart" // restart wrote its restart_requested event
 		s.shutdown(context.Background(), sb)
 	case <-s.stopReq:
 		stopWhy = "stop"
@@ -446,20 +445,6 @@ func (s *service) tellDependents(kind string, sev events.Severity, detail string
 			}
 		}
 	}
-}
-
-// restart asks the loop for a restart now (an operator's request).
-func (s *service) restart() error {
-	select {
-	case <-s.done:
-		return fmt.Errorf("service %s is %s (%s) and is no longer supervised; fix the cause, then restart the pod", s.name, s.status().State, s.status().Detail)
-	default:
-	}
-	select {
-	case s.restartReq <- struct{}{}:
-	default: // one is already pending
-	}
-	return nil
 }
 
 // stop ends the loop, stopping the running instance (SIGTERM, then, when

@@ -4,9 +4,11 @@
 package adminclient
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,14 +19,46 @@ func RestartPath(service string) string {
 	return "/v1/services/" + url.PathEscape(service) + "/restart"
 }
 
+// RestartOptions change a service's launches, from the restart on until
+// the pod stops; a zero field changes nothing.
+type RestartOptions struct {
+	// NodeHeapMB sets --max-old-space-size in the service's NODE_OPTIONS.
+	NodeHeapMB int `json:"node_heap_mb,omitempty"`
+	// MemoryMax replaces the service's memory limit (bytes).
+	MemoryMax int64 `json:"memory_max,omitempty"`
+}
+
+// Restart restarts service in the pod on socket now, with o's change. A
+// service the pod had stopped supervising (given up on, or exited for
+// good) is started again.
+func Restart(ctx context.Context, socket, service string, o RestartOptions) error {
+	body, err := json.Marshal(o)
+	if err != nil {
+		return err
+	}
+	resp, err := do(ctx, socket, http.MethodPost, RestartPath(service), bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
 // Do sends one request to the pod on socket. A transport error comes back
 // as it is (the caller says what no answer means to its user); an answer
 // of status 300 or more is an error naming the request, the status and
 // the API's own error.
 func Do(ctx context.Context, socket, method, path string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, "http://pod"+path, nil)
+	return do(ctx, socket, method, path, nil)
+}
+
+func do(ctx context.Context, socket, method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://pod"+path, body)
 	if err != nil {
 		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	client := &http.Client{Transport: &http.Transport{
 		Proxy: nil,
