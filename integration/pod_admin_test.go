@@ -242,3 +242,63 @@ func memoryLimit(t *testing.T, pid int) int64 {
 	t.Fatalf("pid %d has no memory limit in %q", pid, files)
 	return 0
 }
+
+// TestPodAdminRevive: a service exited for good (restart policy never) or
+// given up on (a crash loop) is not forgotten: an operator's restart
+// starts it again. The service runs for good once the test has made the
+// file revive.
+func TestPodAdminRevive(t *testing.T) {
+	e := newPodEnv(t)
+	revive := filepath.Join(e.dir, "revive")
+	m := e.manifest("revive", "", e.pyService("steady", 8001, "egress_none", "")+
+		shService("once", "[ -e "+revive+" ] && exec sleep 3600; "+gated(e, "echo done; exit 0"), "{policy: never}", "")+
+		shService("crasher", "[ -e "+revive+" ] && exec sleep 3600; "+gated(e, "exit 3"),
+			"{policy: always, backoff: {initial: 20ms, max: 100ms}, give_up: {restarts: 2, window: 60s}}", ""))
+	pod := startPod(t, e, "revive", m)
+	pod.awaitReady()
+	openGate(t, e)
+	pod.awaitState("once", "exited")
+	pod.awaitState("crasher", "given_up")
+	if err := os.WriteFile(revive, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"once", "crasher"} {
+		n := pod.eventCount()
+		if err := adminclient.Restart(context.Background(), pod.socket, name, adminclient.RestartOptions{}); err != nil {
+			t.Fatalf("restart %s: %v", name, err)
+		}
+		ev, _ := pod.awaitEvent("restart_requested", name, n)
+		if !strings.Contains(ev.Detail, "revived") {
+			t.Errorf("restart_requested %q, want it to say the service was revived", ev.Detail)
+		}
+		pod.awaitState(name, "healthy")
+	}
+	if st := pod.status(); !st.Ready {
+		t.Errorf("the pod is not ready with every service revived: %+v", st)
+	}
+	pod.stop(15 * time.Second)
+}
+
+// TestPodAdminFailsWhenEveryServiceEnded: services parked (exited for good,
+// given up on) still fail the pod when none is left running: pod_failed,
+// and `airlock up` exits non-zero for its unit to restart it.
+func TestPodAdminFailsWhenEveryServiceEnded(t *testing.T) {
+	e := newPodEnv(t)
+	m := e.manifest("ended", "", shService("once", gated(e, "exit 0"), "{policy: never}", "")+
+		shService("crasher", gated(e, "exit 3"), "{policy: always, backoff: {initial: 20ms, max: 100ms}, give_up: {restarts: 1, window: 60s}}", ""))
+	pod := startPod(t, e, "ended", m)
+	pod.awaitReady()
+	openGate(t, e)
+	select {
+	case <-pod.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("airlock up still runs with every service ended:\n%s", pod.stderr.String())
+	}
+	if code := exitCode(pod.exitErr); code != 1 {
+		t.Errorf("airlock up exited %d, want 1", code)
+	}
+	ev, _ := pod.awaitEvent("pod_failed", "", 0)
+	if !strings.Contains(ev.Detail, "once exited") || !strings.Contains(ev.Detail, "crasher given_up") {
+		t.Errorf("pod_failed %q, want both services named", ev.Detail)
+	}
+}

@@ -93,14 +93,20 @@ func sizeString(n int64) string {
 }
 
 // restart asks the loop for a restart now (an operator's request), with
-// c's change for this launch and the later ones.
+// c's change for this launch and the later ones. A parked service is
+// started again.
 func (s *service) restart(c restartChange) error {
-	select {
-	case <-s.done:
-		return fmt.Errorf("service %s is %s (%s) and is no longer supervised; fix the cause, then restart the pod", s.name, s.status().State, s.status().Detail)
-	default:
+	p := s.pod
+	p.lifeMu.Lock()
+	defer p.lifeMu.Unlock()
+	if err := p.restartable(); err != nil {
+		return err
 	}
 	detail := "restart requested by an operator"
+	if s.parked {
+		detail = "revived by an operator (" + s.status().State + ")"
+		s.parked = false
+	}
 	if change := s.apply(c); change != "" {
 		detail += ": " + change
 	}
@@ -108,6 +114,6 @@ func (s *service) restart(c restartChange) error {
 	case s.restartReq <- struct{}{}:
 	default: // one is already pending: it launches with the change
 	}
-	s.pod.event("restart_requested", events.Info, s.name, detail)
+	p.event("restart_requested", events.Info, s.name, detail)
 	return nil
 }

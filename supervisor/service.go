@@ -46,6 +46,7 @@ type service struct {
 	stopReq    chan struct{}
 	stopCtx    context.Context // the pod's stop deadline, set before stopReq closes
 	running    bool            // its loop was started (set by boot, before the loop runs)
+	parked     bool            // given up on or exited, waiting for an operator (the pod's lifeMu)
 	stopOnce   sync.Once
 	done       chan struct{}
 
@@ -160,22 +161,13 @@ func (s *service) healthy() bool {
 }
 
 // run is the service's supervision loop: wait for its dependencies, then
-// launch, watch, and restart per its policy until the pod stops or the
-// service is given up on.
+// launch, watch, and restart per its policy until the pod stops. A service
+// given up on, or exited for good, parks until an operator restarts it.
 func (s *service) run() {
 	defer close(s.done)
-	for _, dep := range s.spec.After {
-		d := s.pod.byName[dep]
-		select {
-		case <-d.up:
-		case <-d.failed:
-			s.setState(stateGivenUp, "the service it comes after, "+dep+", was given up on")
-			s.pod.event("dependency_failed", events.Critical, s.name, "not started: "+dep+" was given up on")
-			return
-		case <-s.stopReq:
-			s.setState(stateStopped, "stopped before it started")
-			return
-		}
+	if !s.awaitDependencies() {
+		s.setState(stateStopped, "stopped before it started")
+		return
 	}
 	for {
 		why, failed := s.once()
@@ -193,14 +185,24 @@ func (s *service) run() {
 			}
 			s.setState(stateExited, s.detailNow())
 			s.pod.event("exited", sev, s.name, "not restarted (restart policy "+s.spec.Restart.Policy+"): "+s.detailNow())
-			return
+			if !s.park() {
+				s.setState(stateStopped, "stopped with the pod")
+				return
+			}
 		default:
 			if s.loop.restart(time.Now()) {
 				msg := fmt.Sprintf("crash loop: more than %d restarts within %v; giving up (last: %s)", s.loop.max, s.loop.window, s.detailNow())
 				s.setState(stateGivenUp, msg)
 				s.pod.event("give_up", events.Critical, s.name, msg)
 				s.tellDependents("dependency_failed", events.Critical, s.name+" was given up on; this service keeps running but may fail")
-				return
+				if !s.park() {
+					s.setState(stateStopped, "stopped with the pod")
+					return
+				}
+				// Revived: its crash loop and backoff start over.
+				s.loop.reset()
+				s.backoff.reset()
+				break
 			}
 			d := s.backoff.delay()
 			s.setState(stateBackoff, fmt.Sprintf("restarting in %v: %s", d.Round(time.Millisecond), s.detailNow()))
@@ -219,6 +221,39 @@ func (s *service) run() {
 		s.pod.event("restart", events.Warning, s.name, fmt.Sprintf("restart %d: %s", s.restarts, s.detailNow()))
 		s.tellDependents("dependency_restarted", events.Info, s.name+" restarted; dependents are left running")
 	}
+}
+
+// awaitDependencies waits until each service this one comes after has been
+// healthy; false when the pod stops first. When one is given up on, this
+// one is too, and parks: an operator's restart has it wait for its
+// dependencies to come up (an operator reviving them) instead.
+func (s *service) awaitDependencies() bool {
+	revived := false
+	for _, dep := range s.spec.After {
+		d := s.pod.byName[dep]
+		for {
+			failed := d.failed
+			if revived {
+				failed = nil
+			}
+			select {
+			case <-d.up:
+			case <-failed:
+				s.setState(stateGivenUp, "the service it comes after, "+dep+", was given up on")
+				s.pod.event("dependency_failed", events.Critical, s.name, "not started: "+dep+" was given up on")
+				if !s.park() {
+					return false
+				}
+				revived = true
+				s.setState(statePending, "restarted by an operator: waiting for "+dep+" to be up")
+				continue
+			case <-s.stopReq:
+				return false
+			}
+			break
+		}
+	}
+	return true
 }
 
 // once launches the service and watches it until it exits, fails its
