@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -301,4 +303,87 @@ func TestPodAdminFailsWhenEveryServiceEnded(t *testing.T) {
 	if !strings.Contains(ev.Detail, "once exited") || !strings.Contains(ev.Detail, "crasher given_up") {
 		t.Errorf("pod_failed %q, want both services named", ev.Detail)
 	}
+}
+
+// TestPodAdminDial: through the admin socket a host process reaches a
+// service's port on the pod's own loopback: an HTTP GET gets the
+// service's answer, a half-close reaches the service; a port no service
+// declares is refused (403), and a declared port nothing listens on is
+// ECONNREFUSED, as on the host.
+func TestPodAdminDial(t *testing.T) {
+	e := newPodEnv(t)
+	// echo answers, once the client has finished sending, how many bytes
+	// it got: without the half-close passed on it would wait for ever.
+	echo := filepath.Join(e.dir, "echo.py")
+	os.WriteFile(echo, []byte(`import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8002))
+s.listen()
+while True:
+    c, _ = s.accept()
+    n = 0
+    while True:
+        b = c.recv(65536)
+        if not b:
+            break
+        n += len(b)
+    c.sendall(b"got %d bytes\n" % n)
+    c.close()
+`), 0o644)
+	m := e.manifest("dial", "", e.pyService("alpha", 8001, "egress_none", "")+fmt.Sprintf(`  - name: echo
+    command: [%s, %s]
+    user: "61000"
+    preset: egress_none
+    ports: [8002, 8009]
+    landlock: {ro: [%s]}
+`, e.python, echo, echo))
+	pod := startPod(t, e, "dial", m)
+	pod.awaitReady()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return adminclient.Dial(ctx, pod.socket, "127.0.0.1:8001")
+	}}}
+	resp, err := client.Get("http://alpha.test/whoami")
+	if err != nil {
+		t.Fatalf("GET /whoami through the admin socket: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if a := answer(t, string(body)); resp.StatusCode != 200 || a["name"] != "alpha" {
+		t.Errorf("GET /whoami: %d %s, want alpha's answer", resp.StatusCode, body)
+	}
+
+	conn, err := adminclient.Dial(ctx, pod.socket, "127.0.0.1:8002")
+	if err != nil {
+		t.Fatalf("dial echo: %v", err)
+	}
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, strings.Repeat("x", 100000))
+	conn.(interface{ CloseWrite() error }).CloseWrite()
+	got, err := io.ReadAll(conn)
+	conn.Close()
+	if err != nil || string(got) != "got 100000 bytes\n" {
+		t.Errorf("echo after a half-close: %q, %v; want it to have got 100000 bytes", got, err)
+	}
+
+	for _, c := range []struct {
+		addr, rule string
+	}{
+		{"127.0.0.1:3128", "dial_service_ports_only"}, // the pod's proxy
+		{"192.0.2.1:8001", "dial_loopback_only"},
+	} {
+		var se *adminclient.StatusError
+		_, err := adminclient.Dial(ctx, pod.socket, c.addr)
+		if !errors.As(err, &se) || se.Status != http.StatusForbidden || !strings.Contains(err.Error(), c.rule) {
+			t.Errorf("dial %s: %v, want a 403 naming %s", c.addr, err, c.rule)
+		}
+	}
+	_, err = adminclient.Dial(ctx, pod.socket, "[::1]:8009")
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("dial a declared port nothing listens on: %v, want ECONNREFUSED", err)
+	}
+	pod.stop(15 * time.Second)
 }

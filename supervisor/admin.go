@@ -148,6 +148,7 @@ func newAdmin(p *Pod) (*admin, error) {
 		writeJSON(w, http.StatusAccepted, map[string]string{"restarting": s.name})
 	})
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) { serveEvents(p, w, r) })
+	mux.HandleFunc("GET /v1/dial", func(w http.ResponseWriter, r *http.Request) { serveDial(p, w, r) })
 	a.sock = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go a.sock.Serve(ln)
 

@@ -12,6 +12,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // RestartPath is the API path that restarts service.
@@ -72,14 +75,51 @@ func do(ctx context.Context, socket, method, path string, body io.Reader) (*http
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		return nil, &StatusError{fmt.Sprintf("%s %s: %s: %s", method, path, resp.Status, e.Error)}
+		return nil, statusError(method+" "+path, resp)
 	}
 	return resp, nil
 }
 
-// StatusError is an answer of the API that refuses the request.
-type StatusError struct{ msg string }
+// StatusError is an answer of the API that refuses the request. It wraps
+// the errno the API named (a failed dial's), if any: errors.Is(err,
+// syscall.ECONNREFUSED) holds as for a dial on the host.
+type StatusError struct {
+	// Status is the answer's HTTP status.
+	Status int
+	msg    string
+	errno  syscall.Errno
+}
 
 func (e *StatusError) Error() string { return e.msg }
+
+func (e *StatusError) Unwrap() error {
+	if e.errno == 0 {
+		return nil
+	}
+	return e.errno
+}
+
+// statusError is resp's refusal of what, with the API's own error.
+func statusError(what string, resp *http.Response) *StatusError {
+	var e struct{ Error, Rule, Errno string }
+	json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&e)
+	msg := fmt.Sprintf("%s: %s: %s", what, resp.Status, e.Error)
+	if e.Rule != "" {
+		msg += " (rule " + e.Rule + ")"
+	}
+	return &StatusError{Status: resp.StatusCode, msg: msg, errno: errnoValue(e.Errno)}
+}
+
+// errnoValue is the errno named name (as unix.ErrnoName says it), 0 when
+// none is.
+func errnoValue(name string) syscall.Errno {
+	if name == "" {
+		return 0
+	}
+	for e := syscall.Errno(1); e < 256; e++ {
+		if unix.ErrnoName(e) == name {
+			return e
+		}
+	}
+	return 0
+}
