@@ -337,6 +337,7 @@ while True:
     preset: egress_none
     ports: [8002, 8009]
     landlock: {ro: [%s]}
+    health: {tcp: {port: 8002}, interval: 1s}
 `, e.python, echo, echo))
 	pod := startPod(t, e, "dial", m)
 	pod.awaitReady()
