@@ -284,7 +284,7 @@ func (s *service) once() (why string, failed bool) {
 	// The OOM watch, too, is joined before Wait removes the groups; what
 	// it reported is not reported again at the exit.
 	oomReported := make(chan int64, 1)
-	go func() { oomReported <- s.watchOOM(hctx, sb) }()
+	go func() { oomReported <- s.watchOOM(hctx, sb, memoryMax) }()
 	if s.check != nil {
 		go func() { defer close(hdone); s.watchHealth(hctx, sb, unhealthy) }()
 	} else {
@@ -325,7 +325,7 @@ func (s *service) once() (why string, failed bool) {
 		detail = "wait: " + werr.Error()
 	}
 	if out.OOMKills > 0 {
-		detail += "; " + s.oomDetail(out.OOMKills)
+		detail += "; " + oomDetail(out.OOMKills, memoryMax)
 	}
 	if out.OOMKills > reported {
 		s.pod.event("oom_kill", events.Critical, s.name, detail)
@@ -363,7 +363,7 @@ const oomPoll = 500 * time.Millisecond
 // of the running instance's processes: a child past memory_max dies while
 // the service keeps running, and its exit would never say so. It returns
 // the count it reported, once the instance has exited or ctx ended.
-func (s *service) watchOOM(ctx context.Context, sb *Sandbox) int64 {
+func (s *service) watchOOM(ctx context.Context, sb *Sandbox, memoryMax int64) int64 {
 	var reported int64
 	t := time.NewTicker(oomPoll)
 	defer t.Stop()
@@ -376,16 +376,17 @@ func (s *service) watchOOM(ctx context.Context, sb *Sandbox) int64 {
 		case <-t.C:
 		}
 		if n := sb.OOMKills(); n > reported {
-			s.pod.event("oom_kill", events.Critical, s.name, s.oomDetail(n-reported))
+			s.pod.event("oom_kill", events.Critical, s.name, oomDetail(n-reported, memoryMax))
 			reported = n
 		}
 	}
 }
 
-// oomDetail says who killed n of the service's processes, and why.
-func (s *service) oomDetail(n int64) string {
-	if limit := s.memoryLimit(); limit > 0 {
-		return fmt.Sprintf("the OOM killer killed %d process(es) of the service at its memory_max (%d bytes)", n, limit)
+// oomDetail says who killed n of the service's processes, and why: an
+// instance launched with memoryMax (0: none).
+func oomDetail(n, memoryMax int64) string {
+	if memoryMax > 0 {
+		return fmt.Sprintf("the OOM killer killed %d process(es) of the service at its memory_max (%d bytes)", n, memoryMax)
 	}
 	return fmt.Sprintf("the OOM killer killed %d process(es) of the service: the host ran out of memory (the service has no memory_max)", n)
 }
