@@ -1,9 +1,12 @@
 package adminclient
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -54,5 +57,37 @@ func TestErrnoValue(t *testing.T) {
 		if got := errnoValue(name); got != want {
 			t.Errorf("errnoValue(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// TestDialKeepsBytesReadWithTheHandshake: what the service sent at once,
+// read along with the 101 answer, is the connection's first bytes.
+func TestDialKeepsBytesReadWithTheHandshake(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "admin.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		http.ReadRequest(bufio.NewReader(c))
+		// One write: the answer and the service's banner arrive together.
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n220 banner\r\n")
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := Dial(ctx, socket, "127.0.0.1:8001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	got, err := io.ReadAll(conn)
+	if string(got) != "220 banner\r\n" || err != nil {
+		t.Errorf("read %q, %v; want the banner sent with the answer", got, err)
 	}
 }
