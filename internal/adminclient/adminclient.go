@@ -1,6 +1,7 @@
 // Package adminclient speaks HTTP to a pod's admin socket (the supervisor's
 // admin API): the CLI's status, restart and events, and the host
-// watchdogs' restarts, which sit below the supervisor and cannot import it.
+// watchdogs' restarts and probes of the pod's services (Dial), which sit
+// below the supervisor and cannot import it.
 package adminclient
 
 import (
