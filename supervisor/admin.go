@@ -16,10 +16,13 @@ import (
 
 // Status is the pod as the admin API, `airlock status` and /readyz show it.
 type Status struct {
-	Pod      string          `json:"pod"`
-	Ready    bool            `json:"ready"`
-	Policy   string          `json:"policy"`
-	Uptime   float64         `json:"uptime_seconds"`
+	Pod    string  `json:"pod"`
+	Ready  bool    `json:"ready"`
+	Policy string  `json:"policy"`
+	Uptime float64 `json:"uptime_seconds"`
+	// Booted tells one run of the pod from the next (its services'
+	// exits are counted from there).
+	Booted   time.Time       `json:"booted"`
 	Services []ServiceStatus `json:"services"`
 	Ingress  []IngressStatus `json:"ingress,omitempty"`
 	Boot     []BootStep      `json:"boot"`
@@ -37,6 +40,22 @@ type ServiceStatus struct {
 	Restarts int       `json:"restarts"`
 	LastExit *int      `json:"last_exit,omitempty"`
 	Detail   string    `json:"detail,omitempty"`
+	// Exits counts the instances that have exited since the pod booted,
+	// whatever the reason (operator restarts included): a watchdog
+	// polling now and then tells by it that one died in between, though
+	// the supervisor restarted it.
+	Exits int `json:"exits"`
+	// OOMKills and LastOutput are the last exited instance's: the
+	// processes the OOM killer killed in its cgroups, and its last lines
+	// of output (at most 40, each cut at 2 KiB), where a V8 heap
+	// exhaustion says so.
+	OOMKills   int64    `json:"oom_kills"`
+	LastOutput []string `json:"last_output,omitempty"`
+	// NodeHeapMB is the --max-old-space-size in the NODE_OPTIONS its
+	// launches get, MemoryMax their memory limit (the manifest's, or an
+	// operator's restart's).
+	NodeHeapMB int   `json:"node_heap_mb,omitempty"`
+	MemoryMax  int64 `json:"memory_max,omitempty"`
 }
 
 // IngressStatus is one ingress route.
@@ -48,10 +67,12 @@ type IngressStatus struct {
 }
 
 func (s *service) status() ServiceStatus {
+	heap := nodeHeapMB(s.nodeOptions())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return ServiceStatus{Name: s.name, State: s.state, Since: s.since, Preset: s.spec.Preset, Pid: s.pid,
-		Restarts: s.restarts, LastExit: s.lastExit, Detail: s.detail}
+		Restarts: s.restarts, LastExit: s.lastExit, Detail: s.detail,
+		Exits: s.exits, OOMKills: s.oomKills, LastOutput: s.lastOutput, NodeHeapMB: heap, MemoryMax: s.memoryMax}
 }
 
 // Status reports the pod's state now.
@@ -59,7 +80,7 @@ func (p *Pod) Status() Status {
 	p.bootMu.Lock()
 	boot := append([]BootStep(nil), p.boot...)
 	p.bootMu.Unlock()
-	st := Status{Pod: p.m.Name, Ready: p.Ready(), Uptime: time.Since(p.booted).Seconds(), Boot: boot, Events: p.m.Events.File, Audit: p.m.Proxy.AuditLog}
+	st := Status{Pod: p.m.Name, Ready: p.Ready(), Uptime: time.Since(p.booted).Seconds(), Booted: p.booted, Boot: boot, Events: p.m.Events.File, Audit: p.m.Proxy.AuditLog}
 	if p.engine != nil {
 		st.Policy = p.engine.Hash()
 	}
@@ -115,13 +136,19 @@ func newAdmin(p *Pod) (*admin, error) {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no service %q in pod %s", r.PathValue("name"), p.m.Name)})
 			return
 		}
-		if err := s.restart(); err != nil {
+		change, err := decodeRestart(r)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		if err := s.restart(change); err != nil {
 			writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
 			return
 		}
 		writeJSON(w, http.StatusAccepted, map[string]string{"restarting": s.name})
 	})
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) { serveEvents(p, w, r) })
+	mux.HandleFunc("GET /v1/dial", func(w http.ResponseWriter, r *http.Request) { serveDial(p, w, r) })
 	a.sock = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go a.sock.Serve(ln)
 

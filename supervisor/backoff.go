@@ -49,3 +49,6 @@ func (c *crashLoop) restart(now time.Time) bool {
 	c.times = append(keep, now)
 	return len(c.times) > c.max
 }
+
+// reset forgets the restarts: an operator revived the service.
+func (c *crashLoop) reset() { c.times = nil }

@@ -8,12 +8,15 @@ import (
 
 // lineWriter passes a service's output on line by line, each prefixed with
 // the service's name, so that the services' interleaved output stays
-// readable in one journal. A line is written whole or not at all.
+// readable in one journal. A line is written whole or not at all. It keeps
+// the instance's last lines too: the evidence of how it died (a V8 heap
+// exhaustion says so only there) for the status.
 type lineWriter struct {
 	prefix string
 	w      io.Writer
 	mu     sync.Mutex
 	buf    []byte
+	tail   tailRing
 }
 
 // maxLine bounds a line kept waiting for its newline: a service writing
@@ -32,17 +35,24 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 			}
 			i = len(l.buf) - 1
 		}
-		line := make([]byte, 0, len(l.prefix)+3+i+1)
-		line = append(line, '[')
-		line = append(line, l.prefix...)
-		line = append(line, "] "...)
-		line = append(line, l.buf[:i+1]...)
-		if line[len(line)-1] != '\n' {
-			line = append(line, '\n')
-		}
-		l.w.Write(line)
+		l.emit(l.buf[:i+1])
 		l.buf = l.buf[i+1:]
 	}
+}
+
+// emit writes one line (its newline added when it lacks one) and keeps it
+// in the tail.
+func (l *lineWriter) emit(b []byte) {
+	line := make([]byte, 0, len(l.prefix)+3+len(b)+1)
+	line = append(line, '[')
+	line = append(line, l.prefix...)
+	line = append(line, "] "...)
+	line = append(line, b...)
+	if line[len(line)-1] != '\n' {
+		line = append(line, '\n')
+	}
+	l.w.Write(line)
+	l.tail.add(bytes.TrimSuffix(b, []byte("\n")))
 }
 
 // flush passes on an unfinished line, ended with a newline: the instance
@@ -52,7 +62,55 @@ func (l *lineWriter) flush() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.buf) > 0 {
-		l.w.Write(append(append([]byte("["+l.prefix+"] "), l.buf...), '\n'))
+		l.emit(l.buf)
 		l.buf = l.buf[:0]
 	}
+}
+
+// lastLines is the instance's last lines, oldest first.
+func (l *lineWriter) lastLines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tail.lines()
+}
+
+// reset forgets the tail: a new instance starts.
+func (l *lineWriter) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.tail = tailRing{}
+}
+
+// The tail's bounds: enough for a V8 heap report's last words, and at most
+// ~80 KiB per service whatever it writes.
+const (
+	tailLines   = 40
+	tailLineMax = 2 << 10
+)
+
+// tailRing holds the last tailLines lines, each cut at tailLineMax bytes.
+type tailRing struct {
+	ring [tailLines]string
+	next int // where the next line goes
+	n    int // lines held
+}
+
+func (t *tailRing) add(b []byte) {
+	if len(b) > tailLineMax {
+		b = b[:tailLineMax]
+	}
+	t.ring[t.next] = string(b)
+	t.next = (t.next + 1) % tailLines
+	t.n = min(t.n+1, tailLines)
+}
+
+func (t *tailRing) lines() []string {
+	if t.n == 0 {
+		return nil
+	}
+	out := make([]string, 0, t.n)
+	for i := t.next - t.n; i < t.next; i++ {
+		out = append(out, t.ring[(i+tailLines)%tailLines])
+	}
+	return out
 }

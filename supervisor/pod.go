@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +71,8 @@ type Pod struct {
 	failOnce sync.Once
 	failed   chan struct{}
 	failure  string
+	// lifeMu orders services parking against operators' restarts (park.go).
+	lifeMu sync.Mutex
 	// cleanup undoes boot, in reverse.
 	cleanup []func()
 }
@@ -363,8 +364,8 @@ func (p *Pod) openAdmin(context.Context) error {
 
 // startServices starts every service's supervision loop; each waits for
 // the services it comes after to be healthy before it launches. When every
-// loop has ended by itself (given up on, or exited for good) the pod has
-// failed.
+// service is parked (given up on, or exited for good) at once the pod has
+// failed (park.go).
 func (p *Pod) startServices(context.Context) error {
 	for _, s := range p.services {
 		p.wg.Add(1)
@@ -374,19 +375,6 @@ func (p *Pod) startServices(context.Context) error {
 			s.run()
 		}()
 	}
-	go func() {
-		var ended []string
-		for _, s := range p.services {
-			<-s.done
-			st := s.status()
-			ended = append(ended, s.name+" "+st.State+" ("+st.Detail+")")
-		}
-		if !p.stopping.Load() {
-			msg := "every service has ended: " + strings.Join(ended, "; ")
-			p.event("pod_failed", events.Critical, "", msg)
-			p.fail(msg)
-		}
-	}()
 	return nil
 }
 

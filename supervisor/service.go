@@ -46,6 +46,7 @@ type service struct {
 	stopReq    chan struct{}
 	stopCtx    context.Context // the pod's stop deadline, set before stopReq closes
 	running    bool            // its loop was started (set by boot, before the loop runs)
+	parked     bool            // given up on or exited, waiting for an operator (the pod's lifeMu)
 	stopOnce   sync.Once
 	done       chan struct{}
 
@@ -57,10 +58,21 @@ type service struct {
 	lastExit   *int
 	detail     string
 	healthFail int
-	up         chan struct{} // closed at the first healthy state
-	upOnce     sync.Once
-	failed     chan struct{} // closed when given up on
-	failOnce   sync.Once
+	// The evidence of the last instance that exited, for a watchdog
+	// polling now and then: how many have exited since boot, its OOM
+	// kills, its last lines.
+	exits      int
+	oomKills   int64
+	lastOutput []string
+	// What its launches use, an operator's restart may change them: the
+	// V8 heap limit in NODE_OPTIONS (0: as the manifest says) and the
+	// memory limit.
+	heapMB    int
+	memoryMax int64
+	up        chan struct{} // closed at the first healthy state
+	upOnce    sync.Once
+	failed    chan struct{} // closed when given up on
+	failOnce  sync.Once
 }
 
 func newService(p *Pod, s manifest.Service) (*service, error) {
@@ -68,7 +80,7 @@ func newService(p *Pod, s manifest.Service) (*service, error) {
 		pod: p, spec: s, name: s.Name,
 		restartReq: make(chan struct{}, 1), stopReq: make(chan struct{}), done: make(chan struct{}),
 		up: make(chan struct{}), failed: make(chan struct{}),
-		state: statePending, since: time.Now(),
+		state: statePending, since: time.Now(), memoryMax: s.MemoryMax,
 	}
 	r := s.Restart
 	svc.backoff = backoff{initial: r.Initial, max: r.Max, mult: r.Multiplier, jitter: r.Jitter}
@@ -149,22 +161,13 @@ func (s *service) healthy() bool {
 }
 
 // run is the service's supervision loop: wait for its dependencies, then
-// launch, watch, and restart per its policy until the pod stops or the
-// service is given up on.
+// launch, watch, and restart per its policy until the pod stops. A service
+// given up on, or exited for good, parks until an operator restarts it.
 func (s *service) run() {
 	defer close(s.done)
-	for _, dep := range s.spec.After {
-		d := s.pod.byName[dep]
-		select {
-		case <-d.up:
-		case <-d.failed:
-			s.setState(stateGivenUp, "the service it comes after, "+dep+", was given up on")
-			s.pod.event("dependency_failed", events.Critical, s.name, "not started: "+dep+" was given up on")
-			return
-		case <-s.stopReq:
-			s.setState(stateStopped, "stopped before it started")
-			return
-		}
+	if !s.awaitDependencies() {
+		s.setState(stateStopped, "stopped before it started")
+		return
 	}
 	for {
 		why, failed := s.once()
@@ -182,14 +185,24 @@ func (s *service) run() {
 			}
 			s.setState(stateExited, s.detailNow())
 			s.pod.event("exited", sev, s.name, "not restarted (restart policy "+s.spec.Restart.Policy+"): "+s.detailNow())
-			return
+			if !s.park() {
+				s.setState(stateStopped, "stopped with the pod")
+				return
+			}
 		default:
 			if s.loop.restart(time.Now()) {
 				msg := fmt.Sprintf("crash loop: more than %d restarts within %v; giving up (last: %s)", s.loop.max, s.loop.window, s.detailNow())
 				s.setState(stateGivenUp, msg)
 				s.pod.event("give_up", events.Critical, s.name, msg)
 				s.tellDependents("dependency_failed", events.Critical, s.name+" was given up on; this service keeps running but may fail")
-				return
+				if !s.park() {
+					s.setState(stateStopped, "stopped with the pod")
+					return
+				}
+				// Revived: its crash loop and backoff start over.
+				s.loop.reset()
+				s.backoff.reset()
+				break
 			}
 			d := s.backoff.delay()
 			s.setState(stateBackoff, fmt.Sprintf("restarting in %v: %s", d.Round(time.Millisecond), s.detailNow()))
@@ -210,15 +223,49 @@ func (s *service) run() {
 	}
 }
 
+// awaitDependencies waits until each service this one comes after has been
+// healthy; false when the pod stops first. When one is given up on, this
+// one is too, and parks: an operator's restart has it wait for its
+// dependencies to come up (an operator reviving them) instead.
+func (s *service) awaitDependencies() bool {
+	revived := false
+	for _, dep := range s.spec.After {
+		d := s.pod.byName[dep]
+		for {
+			failed := d.failed
+			if revived {
+				failed = nil
+			}
+			select {
+			case <-d.up:
+			case <-failed:
+				s.setState(stateGivenUp, "the service it comes after, "+dep+", was given up on")
+				s.pod.event("dependency_failed", events.Critical, s.name, "not started: "+dep+" was given up on")
+				if !s.park() {
+					return false
+				}
+				revived = true
+				s.setState(statePending, "restarted by an operator: waiting for "+dep+" to be up")
+				continue
+			case <-s.stopReq:
+				return false
+			}
+			break
+		}
+	}
+	return true
+}
+
 // once launches the service and watches it until it exits, fails its
 // health check (then it is stopped), an operator restarts it, or the pod
 // stops. failed tells a crash from a clean exit.
 func (s *service) once() (why string, failed bool) {
 	s.setState(stateStarting, "")
-	env := s.env
+	s.out.reset()
+	env, memoryMax := s.launchEnv(), s.memoryLimit()
 	sb, err := Launch(s.pod.ctx, SandboxOptions{
 		ID: s.leafID(), Config: s.cfg, Env: env, CgroupParent: s.pod.group,
-		MemoryMax: s.spec.MemoryMax, PidsMax: s.spec.PidsMax, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log,
+		MemoryMax: memoryMax, PidsMax: s.spec.PidsMax, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log,
 	})
 	if err != nil {
 		s.setDetail("launch failed: " + err.Error())
@@ -237,7 +284,7 @@ func (s *service) once() (why string, failed bool) {
 	// The OOM watch, too, is joined before Wait removes the groups; what
 	// it reported is not reported again at the exit.
 	oomReported := make(chan int64, 1)
-	go func() { oomReported <- s.watchOOM(hctx, sb) }()
+	go func() { oomReported <- s.watchOOM(hctx, sb, memoryMax) }()
 	if s.check != nil {
 		go func() { defer close(hdone); s.watchHealth(hctx, sb, unhealthy) }()
 	} else {
@@ -253,8 +300,7 @@ func (s *service) once() (why string, failed bool) {
 		s.pod.event("health", events.Critical, s.name, "unhealthy, restarting: "+msg)
 		s.shutdown(context.Background(), sb)
 	case <-s.restartReq:
-		stopWhy = "restart"
-		s.pod.event("restart_requested", events.Info, s.name, "restart requested by an operator")
+		stopWhy = "restart" // restart wrote its restart_requested event
 		s.shutdown(context.Background(), sb)
 	case <-s.stopReq:
 		stopWhy = "stop"
@@ -268,6 +314,8 @@ func (s *service) once() (why string, failed bool) {
 	s.mu.Lock()
 	code := out.ExitCode
 	s.lastExit, s.pid = &code, 0
+	s.exits++
+	s.oomKills, s.lastOutput = out.OOMKills, s.out.lastLines()
 	s.mu.Unlock()
 	detail := exitDetail(code)
 	if stopWhy != "" {
@@ -277,7 +325,7 @@ func (s *service) once() (why string, failed bool) {
 		detail = "wait: " + werr.Error()
 	}
 	if out.OOMKills > 0 {
-		detail += "; " + s.oomDetail(out.OOMKills)
+		detail += "; " + oomDetail(out.OOMKills, memoryMax)
 	}
 	if out.OOMKills > reported {
 		s.pod.event("oom_kill", events.Critical, s.name, detail)
@@ -315,7 +363,7 @@ const oomPoll = 500 * time.Millisecond
 // of the running instance's processes: a child past memory_max dies while
 // the service keeps running, and its exit would never say so. It returns
 // the count it reported, once the instance has exited or ctx ended.
-func (s *service) watchOOM(ctx context.Context, sb *Sandbox) int64 {
+func (s *service) watchOOM(ctx context.Context, sb *Sandbox, memoryMax int64) int64 {
 	var reported int64
 	t := time.NewTicker(oomPoll)
 	defer t.Stop()
@@ -328,16 +376,17 @@ func (s *service) watchOOM(ctx context.Context, sb *Sandbox) int64 {
 		case <-t.C:
 		}
 		if n := sb.OOMKills(); n > reported {
-			s.pod.event("oom_kill", events.Critical, s.name, s.oomDetail(n-reported))
+			s.pod.event("oom_kill", events.Critical, s.name, oomDetail(n-reported, memoryMax))
 			reported = n
 		}
 	}
 }
 
-// oomDetail says who killed n of the service's processes, and why.
-func (s *service) oomDetail(n int64) string {
-	if s.spec.MemoryMax > 0 {
-		return fmt.Sprintf("the OOM killer killed %d process(es) of the service at its memory_max (%d bytes)", n, s.spec.MemoryMax)
+// oomDetail says who killed n of the service's processes, and why: an
+// instance launched with memoryMax (0: none).
+func oomDetail(n, memoryMax int64) string {
+	if memoryMax > 0 {
+		return fmt.Sprintf("the OOM killer killed %d process(es) of the service at its memory_max (%d bytes)", n, memoryMax)
 	}
 	return fmt.Sprintf("the OOM killer killed %d process(es) of the service: the host ran out of memory (the service has no memory_max)", n)
 }
@@ -432,20 +481,6 @@ func (s *service) tellDependents(kind string, sev events.Severity, detail string
 			}
 		}
 	}
-}
-
-// restart asks the loop for a restart now (an operator's request).
-func (s *service) restart() error {
-	select {
-	case <-s.done:
-		return fmt.Errorf("service %s is %s (%s) and is no longer supervised; fix the cause, then restart the pod", s.name, s.status().State, s.status().Detail)
-	default:
-	}
-	select {
-	case s.restartReq <- struct{}{}:
-	default: // one is already pending
-	}
-	return nil
 }
 
 // stop ends the loop, stopping the running instance (SIGTERM, then, when

@@ -1,0 +1,94 @@
+package supervisor
+
+import (
+	"strconv"
+	"strings"
+)
+
+// A Node service's V8 heap limit is the --max-old-space-size (MB) in its
+// NODE_OPTIONS: the gateway watchdog raises it after a heap exhaustion.
+
+// heapFlags are the spellings of the flag (V8 takes - and _ alike).
+var heapFlags = []string{"--max-old-space-size", "--max_old_space_size"}
+
+// nodeOptionWords splits NODE_OPTIONS as Node does: on spaces, a double-
+// quoted part kept in one word (its quotes with it).
+func nodeOptionWords(s string) []string {
+	var words []string
+	var cur strings.Builder
+	quoted := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"':
+			quoted = !quoted
+		case c == '\\' && quoted && i+1 < len(s):
+			cur.WriteByte(c)
+			i++
+			c = s[i]
+		case (c == ' ' || c == '\t' || c == '\n') && !quoted:
+			if cur.Len() > 0 {
+				words = append(words, cur.String())
+				cur.Reset()
+			}
+			continue
+		}
+		cur.WriteByte(c)
+	}
+	if cur.Len() > 0 {
+		words = append(words, cur.String())
+	}
+	return words
+}
+
+// heapWord reports whether w is the heap flag, and its value when it is
+// the --flag=N form (inline false: the value is the next word).
+func heapWord(w string) (value string, inline, ok bool) {
+	for _, f := range heapFlags {
+		if w == f {
+			return "", false, true
+		}
+		if v, found := strings.CutPrefix(w, f+"="); found {
+			return v, true, true
+		}
+	}
+	return "", false, false
+}
+
+// nodeHeapMB is the heap limit NODE_OPTIONS sets, 0 when none (the last
+// one counts, as for Node).
+func nodeHeapMB(opts string) int {
+	words := nodeOptionWords(opts)
+	mb := 0
+	for i := 0; i < len(words); i++ {
+		v, inline, ok := heapWord(words[i])
+		if !ok {
+			continue
+		}
+		if !inline && i+1 < len(words) {
+			i++
+			v = words[i]
+		}
+		if n, err := strconv.Atoi(v); err == nil {
+			mb = n
+		}
+	}
+	return mb
+}
+
+// withNodeHeap is opts with its heap limit set to mb: every heap flag
+// already there (either form) removed, the other words kept in order.
+func withNodeHeap(opts string, mb int) string {
+	words := nodeOptionWords(opts)
+	kept := make([]string, 0, len(words)+1)
+	for i := 0; i < len(words); i++ {
+		if _, inline, ok := heapWord(words[i]); ok {
+			if !inline {
+				i++ // its value
+			}
+			continue
+		}
+		kept = append(kept, words[i])
+	}
+	return strings.Join(append(kept, "--max-old-space-size="+strconv.Itoa(mb)), " ")
+}

@@ -1,0 +1,57 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/adminclient"
+	"github.com/airlock-sandbox/airlock/supervisor/manifest"
+)
+
+// TestRestartOfAParkedService: through the admin socket, a parked service's
+// restart is accepted (and wakes its loop) while the pod runs, and refused,
+// naming why, once the pod has failed or while it stops.
+func TestRestartOfAParkedService(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		ended func(p *Pod)
+		want  string // "" accepted
+	}{
+		{"running pod", func(*Pod) {}, ""},
+		{"failed pod", func(p *Pod) { p.fail("every service has ended: once exited (exit code 0)") }, "pod parked has failed (every service has ended: once exited (exit code 0)); restart the pod"},
+		{"stopping pod", func(p *Pod) { p.stopping.Store(true) }, "pod parked is stopping"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := &Pod{m: &manifest.Pod{Name: "parked", Admin: manifest.Admin{Socket: filepath.Join(t.TempDir(), "admin.sock")}},
+				log: slog.New(slog.DiscardHandler), byName: map[string]*service{}, failed: make(chan struct{}), stateCh: make(chan struct{})}
+			// steady runs: once parking does not fail the pod.
+			s := &service{pod: p, name: "once", restartReq: make(chan struct{}, 1), state: stateExited}
+			steady := &service{pod: p, name: "steady", restartReq: make(chan struct{}, 1), state: stateHealthy}
+			p.services, p.byName["once"] = []*service{steady, s}, s
+			a, err := newAdmin(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.close()
+			p.park(s)
+			c.ended(p)
+
+			err = adminclient.Restart(context.Background(), p.m.Admin.Socket, "once", adminclient.RestartOptions{})
+			var se *adminclient.StatusError
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("restart of a parked service: %v, want it accepted", err)
+			case c.want == "" && (len(s.restartReq) != 1 || s.parked):
+				t.Errorf("accepted, but the loop was not woken (%d pending) or the service is still counted parked (%v)", len(s.restartReq), s.parked)
+			case c.want != "" && (!errors.As(err, &se) || !strings.Contains(err.Error(), "409") || !strings.Contains(err.Error(), c.want)):
+				t.Errorf("restart: %v, want a 409 saying %q", err, c.want)
+			case c.want != "" && len(s.restartReq) != 0:
+				t.Errorf("refused, but the loop was woken")
+			}
+		})
+	}
+}
