@@ -35,7 +35,7 @@ func TestShimWatchdogRestartsAStoppedPodServiceThroughTheAdminSocket(t *testing.
 	}
 	n := pod.eventCount()
 
-	r := watchdogs.AdminRestart{Socket: pod.socket, Service: "shim", Timeout: 10 * time.Second}
+	r := watchdogs.PodTarget{Socket: pod.socket, Service: "shim", Timeout: 10 * time.Second}
 	if err := r.Recover(context.Background(), watchdogs.Finding{Kind: watchdogs.KindShimHung}); err != nil {
 		t.Fatalf("Recover: %v", err)
 	}

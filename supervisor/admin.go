@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/internal/nodeopts"
 )
 
 // Status is the pod as the admin API, `airlock status` and /readyz show it.
@@ -67,7 +68,7 @@ type IngressStatus struct {
 }
 
 func (s *service) status() ServiceStatus {
-	heap := nodeHeapMB(s.nodeOptions())
+	heap := nodeopts.HeapMB(s.nodeOptions())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return ServiceStatus{Name: s.name, State: s.state, Since: s.since, Preset: s.spec.Preset, Pid: s.pid,

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/nodeopts"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -20,7 +21,7 @@ func (s *service) nodeOptions() string {
 	heap := s.heapMB
 	s.mu.Unlock()
 	if heap > 0 {
-		opts = withNodeHeap(opts, heap)
+		opts = nodeopts.WithHeap(opts, heap)
 	}
 	return opts
 }

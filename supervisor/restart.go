@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/internal/nodeopts"
 )
 
 // maxNodeHeapMB bounds an operator's heap limit: more is a typo, not a
@@ -60,7 +61,7 @@ func decodeRestart(r *http.Request) (restartChange, error) {
 func (s *service) apply(c restartChange) string {
 	var said []string
 	if c.NodeHeapMB != nil {
-		was := nodeHeapMB(s.nodeOptions())
+		was := nodeopts.HeapMB(s.nodeOptions())
 		s.mu.Lock()
 		s.heapMB = *c.NodeHeapMB
 		s.mu.Unlock()

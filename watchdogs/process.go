@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+	"github.com/airlock-sandbox/airlock/internal/nodeopts"
 )
 
 // ProcessTarget is a gateway no airlock pod runs: a command starts it, its
@@ -154,32 +155,13 @@ func (t ProcessTarget) Restart(ctx context.Context, c Change, m *TargetMemory) e
 	r := t.Command
 	if m.HeapMB > 0 {
 		// As it was: a heap the watchdog gave it before stays.
-		r.Env = append(r.Env, "NODE_OPTIONS="+WithMaxOldSpace(os.Getenv("NODE_OPTIONS"), m.HeapMB),
+		r.Env = append(r.Env, "NODE_OPTIONS="+nodeopts.WithHeap(os.Getenv("NODE_OPTIONS"), m.HeapMB),
 			"AIRLOCK_NODE_HEAP_MB="+strconv.Itoa(m.HeapMB))
 	}
 	if c.MemoryMax > 0 {
 		r.Env = append(r.Env, "AIRLOCK_MEMORY_MAX="+strconv.FormatInt(c.MemoryMax, 10))
 	}
 	return r.Recover(ctx, Finding{})
-}
-
-// WithMaxOldSpace returns NODE_OPTIONS with its --max-old-space-size set to
-// mb: one already there (=N or N as the next word) is replaced, the other
-// options kept.
-func WithMaxOldSpace(opts string, mb int) string {
-	words := strings.Fields(opts)
-	kept := words[:0]
-	for i := 0; i < len(words); i++ {
-		w := words[i]
-		switch {
-		case w == "--max-old-space-size" || w == "--max_old_space_size":
-			i++ // its value is the next word
-		case strings.HasPrefix(w, "--max-old-space-size=") || strings.HasPrefix(w, "--max_old_space_size="):
-		default:
-			kept = append(kept, w)
-		}
-	}
-	return strings.Join(append(kept, "--max-old-space-size="+strconv.Itoa(mb)), " ")
 }
 
 func readPidFile(path string) (int, error) {

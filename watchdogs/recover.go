@@ -5,37 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/airlock-sandbox/airlock/internal/adminclient"
 )
-
-// AdminRestart recovers a service of an airlock pod through its
-// supervisor's admin socket. The supervisor kills the instance it runs
-// (SIGTERM, then its cgroup) before it starts the next, hung or not, and
-// the restart is not counted as a crash of its own.
-type AdminRestart struct {
-	Socket  string // the pod's admin.sock
-	Service string
-	Timeout time.Duration // bounds the request
-}
-
-// Recover implements Recoverer.
-func (a AdminRestart) Recover(ctx context.Context, _ Finding) error {
-	ctx, cancel := context.WithTimeout(ctx, a.Timeout)
-	defer cancel()
-	resp, err := adminclient.Do(ctx, a.Socket, http.MethodPost, adminclient.RestartPath(a.Service))
-	if err != nil {
-		return fmt.Errorf("restart through the admin socket %s: %w", a.Socket, err)
-	}
-	return resp.Body.Close()
-}
 
 // CommandRestart recovers a plain process with an operator's command, run
 // by /bin/sh -c in its own process group. The process whose pid PidFile

@@ -85,9 +85,9 @@ Exit status with --once: 0 when the gateway is healthy, suspect or recovered,
 	fl.StringVar(&f.url, "url", "", "the gateway's health `URL` (through the pod's admin socket when the pod is airlock's)")
 	fl.StringVar(&f.log, "log", "", "`PATH` of the file the gateway's output goes to (a plain process): V8's last words are read there")
 	fl.StringVar(&f.cgroup, "cgroup", "", "`DIR` of the gateway's memory cgroup (a plain process): its OOM kills are counted, its limit raised")
-	fl.IntVar(&f.heapMB, "heap-mb", 0, "the heap (MB) the gateway starts with; 0: not known (a heap OOM then goes to the cap at once)")
-	fl.IntVar(&f.maxHeapMB, "max-heap-mb", 4096, "the heap (MB) a heap OOM's restarts grow to, and no further")
-	fl.StringVar(&f.maxMemory, "max-memory", "8G", "the memory limit an OOM kill's restarts grow to, and no further")
+	fl.IntVar(&f.heapMB, "heap-mb", 0, "the heap, `MB`, the gateway starts with; 0: not known (a heap OOM then goes to the cap at once)")
+	fl.IntVar(&f.maxHeapMB, "max-heap-mb", 4096, "the heap, `MB`, a heap OOM's restarts grow to, and no further")
+	fl.StringVar(&f.maxMemory, "max-memory", "8G", "the memory limit, `SIZE` (bytes, or with K, M or G), an OOM kill's restarts grow to, and no further")
 	f.runFlags.add(fl, "gateway")
 	return cmd
 }
@@ -99,7 +99,8 @@ func runGatewayWatchdog(cmd *cobra.Command, f *gatewayFlags) error {
 	}
 	var dial watchdogs.Dialer
 	if f.adminSocket != "" {
-		return errors.New("PENDING pod mode")
+		t := watchdogs.PodTarget{Socket: f.adminSocket, Service: f.service, Timeout: f.restartTimeout}
+		g.Target, dial = t, t.Dial
 	} else {
 		g.Target = watchdogs.ProcessTarget{Log: f.log, Cgroup: f.cgroup,
 			Command: watchdogs.CommandRestart{Command: f.restartCmd, PidFile: f.pidFile, Timeout: f.restartTimeout, Output: commandOutput(cmd)}}

@@ -65,12 +65,16 @@ Exit status with --once: 0 when the shim is healthy, suspect or recovered,
 }
 
 func runShimWatchdog(cmd *cobra.Command, f *shimFlags) error {
-	w := &watchdogs.Watchdog{Source: "watchdog-shim", Probe: watchdogs.NewHTTPProbe(f.url, f.probeTimeout, watchdogs.KindShimDead, watchdogs.KindShimHung, nil)}
+	w := &watchdogs.Watchdog{Source: "watchdog-shim"}
+	var dial watchdogs.Dialer
 	if f.adminSocket != "" {
-		w.Recover = watchdogs.AdminRestart{Socket: f.adminSocket, Service: f.service, Timeout: f.restartTimeout}
+		// The shim listens on the pod's own loopback.
+		pod := watchdogs.PodTarget{Socket: f.adminSocket, Service: f.service, Timeout: f.restartTimeout}
+		w.Recover, dial = pod, pod.Dial
 	} else {
 		w.Recover = watchdogs.CommandRestart{Command: f.restartCmd, PidFile: f.pidFile, Timeout: f.restartTimeout, Output: commandOutput(cmd)}
 	}
+	w.Probe = watchdogs.NewHTTPProbe(f.url, f.probeTimeout, watchdogs.KindShimDead, watchdogs.KindShimHung, dial)
 	return runWatchdog(cmd, w, &f.runFlags)
 }
 

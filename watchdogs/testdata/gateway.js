@@ -4,9 +4,12 @@
 //                 --max-old-space-size bounds it): "JavaScript heap out of memory"
 //   GET /hog      allocates memory outside the heap (Buffers) until its
 //                 cgroup's OOM killer kills it
-// node gateway.js PORT [--crash]   (--crash: exit 1 at once)
+// node gateway.js PORT [--crash | --crash-if FILE]
+//   --crash: exit 1 at once; --crash-if: exit 1 at once when FILE exists
+const fs = require("fs");
 const http = require("http");
-if (process.argv.includes("--crash")) process.exit(1);
+const crashIf = process.argv.indexOf("--crash-if");
+if (process.argv.includes("--crash") || (crashIf > 0 && fs.existsSync(process.argv[crashIf + 1]))) process.exit(1);
 const kept = [];
 http.createServer((req, res) => {
   if (req.url === "/leak") {

@@ -1,8 +1,8 @@
-package supervisor
+package nodeopts
 
 import "testing"
 
-func TestWithNodeHeap(t *testing.T) {
+func TestWithHeap(t *testing.T) {
 	for _, c := range []struct {
 		in   string
 		mb   int
@@ -15,17 +15,17 @@ func TestWithNodeHeap(t *testing.T) {
 		{"--max_old_space_size=64 --max-old-space-size=96", 128, "--max-old-space-size=128"},
 		{`--require "/opt/my app/hook.js"  --max-old-space-size=64`, 128, `--require "/opt/my app/hook.js" --max-old-space-size=128`},
 	} {
-		got := withNodeHeap(c.in, c.mb)
+		got := WithHeap(c.in, c.mb)
 		if got != c.want {
-			t.Errorf("withNodeHeap(%q, %d) = %q, want %q", c.in, c.mb, got, c.want)
+			t.Errorf("WithHeap(%q, %d) = %q, want %q", c.in, c.mb, got, c.want)
 		}
-		if n := nodeHeapMB(got); n != c.mb {
-			t.Errorf("nodeHeapMB(%q) = %d, want %d", got, n, c.mb)
+		if n := HeapMB(got); n != c.mb {
+			t.Errorf("HeapMB(%q) = %d, want %d", got, n, c.mb)
 		}
 	}
 }
 
-func TestNodeHeapMB(t *testing.T) {
+func TestHeapMB(t *testing.T) {
 	for in, want := range map[string]int{
 		"":                                   0,
 		"--enable-source-maps":               0,
@@ -34,8 +34,8 @@ func TestNodeHeapMB(t *testing.T) {
 		"--max_old_space_size=64 --max-old-space-size=96": 96,
 		`--title "--max-old-space-size=9"`:                0,
 	} {
-		if got := nodeHeapMB(in); got != want {
-			t.Errorf("nodeHeapMB(%q) = %d, want %d", in, got, want)
+		if got := HeapMB(in); got != want {
+			t.Errorf("HeapMB(%q) = %d, want %d", in, got, want)
 		}
 	}
 }

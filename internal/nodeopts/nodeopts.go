@@ -1,12 +1,13 @@
-package supervisor
+// Package nodeopts reads and sets the V8 heap limit in NODE_OPTIONS: the
+// --max-old-space-size (MB) that the gateway watchdog raises after a heap
+// exhaustion, through the supervisor for a pod's service or in a plain
+// process's restart command.
+package nodeopts
 
 import (
 	"strconv"
 	"strings"
 )
-
-// A Node service's V8 heap limit is the --max-old-space-size (MB) in its
-// NODE_OPTIONS: the gateway watchdog raises it after a heap exhaustion.
 
 // heapFlags are the spellings of the flag (V8 takes - and _ alike).
 var heapFlags = []string{"--max-old-space-size", "--max_old_space_size"}
@@ -55,9 +56,9 @@ func heapWord(w string) (value string, inline, ok bool) {
 	return "", false, false
 }
 
-// nodeHeapMB is the heap limit NODE_OPTIONS sets, 0 when none (the last
-// one counts, as for Node).
-func nodeHeapMB(opts string) int {
+// HeapMB is the heap limit NODE_OPTIONS sets, 0 when none (the last one
+// counts, as for Node).
+func HeapMB(opts string) int {
 	words := nodeOptionWords(opts)
 	mb := 0
 	for i := 0; i < len(words); i++ {
@@ -76,9 +77,9 @@ func nodeHeapMB(opts string) int {
 	return mb
 }
 
-// withNodeHeap is opts with its heap limit set to mb: every heap flag
-// already there (either form) removed, the other words kept in order.
-func withNodeHeap(opts string, mb int) string {
+// WithHeap is opts with its heap limit set to mb: every heap flag already
+// there (either form) removed, the other words kept in order.
+func WithHeap(opts string, mb int) string {
 	words := nodeOptionWords(opts)
 	kept := make([]string, 0, len(words)+1)
 	for i := 0; i < len(words); i++ {
