@@ -38,12 +38,12 @@ type Counts struct {
 	Faults   map[string]uint64 `json:"faults,omitempty"`   // by kind
 	Restarts map[string]uint64 `json:"restarts,omitempty"` // by result: recovered, failed
 	GaveUp   uint64            `json:"gave_up,omitempty"`
-	Recovery Histogram         `json:"recovery"`
+	Recovery RecoveryHistogram `json:"recovery"`
 }
 
-// Histogram is recovery_seconds' state: the count and sum of observations
+// RecoveryHistogram is recovery_seconds' state: the count and sum of observations
 // and, for each of recoveryBuckets, how many were at most its bound.
-type Histogram struct {
+type RecoveryHistogram struct {
 	Count   uint64   `json:"count"`
 	Sum     float64  `json:"sum"`
 	Buckets []uint64 `json:"buckets,omitempty"` // cumulative, one per bound
@@ -96,7 +96,7 @@ func NewMetrics(source, service string) *Metrics {
 			took:      desc("recovery_seconds", "Time from a fault's finding to the service's first healthy probe after its restart."),
 		},
 	}
-	m.registry.MustRegister(m)
+	m.registry.MustRegister(collector{m})
 	return m
 }
 
@@ -138,7 +138,7 @@ func add(m *map[string]uint64, key string) {
 	(*m)[key]++
 }
 
-func (h *Histogram) observe(v float64) {
+func (h *RecoveryHistogram) observe(v float64) {
 	if len(h.Buckets) != len(recoveryBuckets) {
 		h.Buckets = make([]uint64, len(recoveryBuckets))
 	}
@@ -151,8 +151,11 @@ func (h *Histogram) observe(v float64) {
 	}
 }
 
+// collector is m as a prometheus.Collector, kept out of Metrics' API.
+type collector struct{ *Metrics }
+
 // Describe is prometheus.Collector's.
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+func (m collector) Describe(ch chan<- *prometheus.Desc) {
 	d := m.descs
 	for _, desc := range []*prometheus.Desc{d.rounds, d.faults, d.restarts, d.gaveUpTotal, d.lastRound, d.up, d.strikes, d.inWindow, d.givenUp, d.took} {
 		ch <- desc
@@ -161,7 +164,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect is prometheus.Collector's: the counts, and the gauges once a
 // round has set them.
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+func (m collector) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d, c := m.descs, &m.counts
@@ -253,7 +256,7 @@ func (m *Metrics) LoadCounts(path string) error {
 	if h := &m.counts.Recovery; h.Count > 0 && len(h.Buckets) != len(recoveryBuckets) {
 		// Kept by a version with other buckets: start the histogram
 		// afresh, a reset rate() understands, rather than misplace them.
-		*h = Histogram{}
+		*h = RecoveryHistogram{}
 	}
 	return nil
 }

@@ -241,7 +241,7 @@ func parseTextfile(t *testing.T, path string) map[string]float64 {
 // counters go on.
 func TestLoadCountsWithOtherBuckets(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.json")
-	kept := Counts{Rounds: map[string]uint64{"healthy": 7}, Recovery: Histogram{Count: 2, Sum: 3, Buckets: []uint64{1, 2}}}
+	kept := Counts{Rounds: map[string]uint64{"healthy": 7}, Recovery: RecoveryHistogram{Count: 2, Sum: 3, Buckets: []uint64{1, 2}}}
 	if err := (State{Metrics: &kept}).Save(path); err != nil {
 		t.Fatal(err)
 	}
