@@ -41,8 +41,9 @@ type Counts struct {
 	Recovery RecoveryHistogram `json:"recovery"`
 }
 
-// RecoveryHistogram is recovery_seconds' state: the count and sum of observations
-// and, for each of recoveryBuckets, how many were at most its bound.
+// RecoveryHistogram is recovery_seconds' state: the count and sum of
+// observations and, for each of recoveryBuckets, how many were at most
+// its bound.
 type RecoveryHistogram struct {
 	Count   uint64   `json:"count"`
 	Sum     float64  `json:"sum"`
@@ -50,8 +51,8 @@ type RecoveryHistogram struct {
 }
 
 // recoveryBuckets span a watchdog's recoveries: a restarted shim answers
-// in well under a second, a Node gateway that rebuilds its heap in tens
-// of seconds, and --settle (30s by default) bounds the rest.
+// in well under a second, a Node gateway takes seconds to boot, and
+// --settle (30s by default) bounds the rest.
 var recoveryBuckets = []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120}
 
 // round is what the gauges say: the last round's.
