@@ -21,6 +21,13 @@ func TestWatchdogShimUsageErrors(t *testing.T) {
 	dir := t.TempDir()
 	inbox, state := filepath.Join(dir, "inbox.jsonl"), filepath.Join(dir, "state.json")
 	ok := []string{"--once", "--state", state, "--inbox", inbox, "--restart-cmd", "true"}
+	// An inbox under a regular file cannot be opened: a command line the
+	// checks let through by mistake then ends at once (exit 1), where it
+	// would run a round, or a daemon that never ends.
+	os.WriteFile(filepath.Join(dir, "file"), nil, 0o600)
+	stuck := filepath.Join(dir, "file", "inbox.jsonl")
+	daemon := []string{"--interval", "1s", "--inbox", stuck, "--restart-cmd", "true"}
+	once := []string{"--once", "--state", state, "--inbox", stuck, "--restart-cmd", "true"}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -36,13 +43,13 @@ func TestWatchdogShimUsageErrors(t *testing.T) {
 		{"bad url", append(ok, "--url", "127.0.0.1:8901"), "--url"},
 		{"zero hung-after", append(ok, "--hung-after", "0"), "--hung-after"},
 		{"zero probe timeout", append(ok, "--probe-timeout", "0s"), "must be positive"},
-		{"metrics with once", append(ok, "--metrics", "127.0.0.1:9464"), "--metrics is a daemon's"},
-		{"metrics not on loopback", []string{"--interval", "1s", "--inbox", inbox, "--restart-cmd", "true", "--metrics", "0.0.0.0:9464"}, "must be a loopback address"},
-		{"metrics a name", []string{"--interval", "1s", "--inbox", inbox, "--restart-cmd", "true", "--metrics", "localhost:9464"}, "must be a loopback address"},
-		{"metrics without a port", []string{"--interval", "1s", "--inbox", inbox, "--restart-cmd", "true", "--metrics", "127.0.0.1"}, "want 127.0.0.1:PORT"},
-		{"metrics port zero", []string{"--interval", "1s", "--inbox", inbox, "--restart-cmd", "true", "--metrics", "127.0.0.1:0"}, "want a port from 1 to 65535"},
-		{"textfile with interval", []string{"--interval", "1s", "--inbox", inbox, "--restart-cmd", "true", "--textfile", filepath.Join(dir, "w.prom")}, "--textfile is for --once"},
-		{"textfile not .prom", append(ok, "--textfile", filepath.Join(dir, "w.txt")), "reads only *.prom files"},
+		{"metrics with once", append(once, "--metrics", "127.0.0.1:9464"), "--metrics is a daemon's"},
+		{"metrics not on loopback", append(daemon, "--metrics", "0.0.0.0:9464"), "must be a loopback address"},
+		{"metrics a name", append(daemon, "--metrics", "localhost:9464"), "must be a loopback address"},
+		{"metrics without a port", append(daemon, "--metrics", "127.0.0.1"), "want 127.0.0.1:PORT"},
+		{"metrics port zero", append(daemon, "--metrics", "127.0.0.1:0"), "want a port from 1 to 65535"},
+		{"textfile with interval", append(daemon, "--textfile", filepath.Join(dir, "w.prom")), "--textfile is for --once"},
+		{"textfile not .prom", append(once, "--textfile", filepath.Join(dir, "w.txt")), "reads only *.prom files"},
 		{"unknown flag", append(ok, "--hung"), "unknown flag"},
 		{"an argument", append(ok, "extra"), "unknown command"},
 	} {
