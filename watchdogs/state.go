@@ -25,6 +25,9 @@ type State struct {
 	GaveUp bool `json:"gave_up"`
 	// Probe is what a Remembering probe keeps.
 	Probe json.RawMessage `json:"probe,omitempty"`
+	// Metrics are the counters a one-shot run's textfile goes on from
+	// (Metrics.LoadCounts, SaveCounts); nil without --textfile.
+	Metrics *Counts `json:"metrics,omitempty"`
 }
 
 // LoadState reads the state file; a missing file is a fresh state. A file

@@ -4,7 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +24,7 @@ import (
 // budget, and how it acts (on an airlock pod, or on a plain process).
 type runFlags struct {
 	service, adminSocket, restartCmd, pidFile, state, inbox string
+	metrics, textfile                                       string
 	probeTimeout, restartTimeout, settle, window, interval  time.Duration
 	hungAfter, maxRestarts                                  int
 	once                                                    bool
@@ -39,6 +45,8 @@ func (r *runFlags) add(fl *pflag.FlagSet, service string) {
 	fl.DurationVar(&r.interval, "interval", 0, "run as a daemon, probing every `D`")
 	fl.StringVar(&r.state, "state", "", "`PATH` of the state file (timeouts in a row, restart times), written atomically; required with --once")
 	fl.StringVar(&r.inbox, "inbox", "", "`PATH` of the events file to report into (the pod's agent-inbox.jsonl)")
+	fl.StringVar(&r.metrics, "metrics", "", "serve Prometheus metrics on GET /metrics at `ADDR` (a loopback 127.0.0.1:PORT: no authentication); with --interval only")
+	fl.StringVar(&r.textfile, "textfile", "", "after the round, write the metrics to `PATH` (a .prom file in node_exporter's textfile directory), their counters kept in --state; with --once only")
 }
 
 // check refuses a command line that cannot make a working watchdog, before
@@ -55,18 +63,57 @@ func (r *runFlags) check() error {
 		return errors.New("--pid-file goes with --restart-cmd: the supervisor kills its own instances")
 	case r.inbox == "":
 		return errors.New("--inbox is required: the events file the watchdog reports into (the pod's agent-inbox.jsonl)")
+	case r.metrics != "" && r.once:
+		return errors.New("--metrics is a daemon's (--interval): a --once run is gone before a scrape; write --textfile for node_exporter instead")
+	case r.textfile != "" && !r.once:
+		return errors.New("--textfile is for --once (a timer's run): a daemon serves --metrics")
+	case r.textfile != "" && !strings.HasSuffix(r.textfile, ".prom"):
+		return fmt.Errorf("--textfile %q: node_exporter's textfile collector reads only *.prom files", r.textfile)
 	case r.interval < 0 || r.probeTimeout <= 0 || r.restartTimeout <= 0 || r.settle <= 0 || r.window <= 0:
 		return errors.New("--interval, --probe-timeout, --restart-timeout, --settle and --window must be positive")
 	case r.hungAfter < 1 || r.maxRestarts < 1:
 		return errors.New("--hung-after and --max-restarts must be at least 1")
 	}
+	if r.metrics != "" {
+		return checkLoopbackAddr("--metrics", r.metrics)
+	}
 	return nil
 }
 
-// runWatchdog completes w with what the flags say (inbox, state, budget)
-// and runs it: one round with --once, else rounds every --interval until
-// SIGINT or SIGTERM.
+// checkLoopbackAddr keeps a listener with no authentication on loopback,
+// as the manifest's admin.http is kept.
+func checkLoopbackAddr(flag, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q: want 127.0.0.1:PORT", flag, addr)
+	}
+	if a, err := netip.ParseAddr(host); err != nil || !a.IsLoopback() {
+		return fmt.Errorf("%s %q: must be a loopback address (127.0.0.1:PORT or [::1]:PORT): it has no authentication", flag, addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%s %q: want a port from 1 to 65535", flag, addr)
+	}
+	return nil
+}
+
+// runWatchdog completes w with what the flags say (inbox, state, budget,
+// metrics) and runs it: one round with --once, else rounds every
+// --interval until SIGINT or SIGTERM.
 func runWatchdog(cmd *cobra.Command, w *watchdogs.Watchdog, r *runFlags) error {
+	var m *watchdogs.Metrics
+	if r.metrics != "" || r.textfile != "" {
+		m = watchdogs.NewMetrics(w.Source, r.service)
+		w.Observe = m.Observe
+	}
+	if r.metrics != "" {
+		// Listening first: a daemon that cannot serve its metrics
+		// fails at its start, not silently later.
+		stop, err := serveWatchdogMetrics(r.metrics, m)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	inbox, err := events.Open(r.inbox, events.Options{})
 	if err != nil {
 		return err
@@ -80,7 +127,17 @@ func runWatchdog(cmd *cobra.Command, w *watchdogs.Watchdog, r *runFlags) error {
 	if !r.once {
 		return w.Run(ctx, r.interval)
 	}
+	if r.textfile != "" {
+		if err := m.LoadCounts(r.state); err != nil {
+			return err
+		}
+	}
 	res, err := w.Once(ctx)
+	// A round cut short by SIGTERM found nothing (Once's Result is the
+	// zero, healthy one): the textfile keeps the last real round's.
+	if r.textfile != "" && ctx.Err() == nil {
+		err = errors.Join(err, m.SaveCounts(r.state), m.WriteTextfile(r.textfile))
+	}
 	if err != nil {
 		return err
 	}
@@ -90,4 +147,19 @@ func runWatchdog(cmd *cobra.Command, w *watchdogs.Watchdog, r *runFlags) error {
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", r.service, res.Outcome)
 	return nil
+}
+
+// serveWatchdogMetrics serves m on GET /metrics at addr until stop. It
+// listens before it returns (unlike `airlock proxy --metrics`), so a
+// taken port fails the command at its start.
+func serveWatchdogMetrics(addr string, m *watchdogs.Metrics) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return func() { srv.Close() }, nil
 }

@@ -2,18 +2,13 @@ package main
 
 import (
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/events"
-	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // watchdogShim runs `airlock watchdog shim ARGS` as run() does.
@@ -26,6 +21,13 @@ func TestWatchdogShimUsageErrors(t *testing.T) {
 	dir := t.TempDir()
 	inbox, state := filepath.Join(dir, "inbox.jsonl"), filepath.Join(dir, "state.json")
 	ok := []string{"--once", "--state", state, "--inbox", inbox, "--restart-cmd", "true"}
+	// An inbox under a regular file cannot be opened: a command line the
+	// checks let through by mistake then ends at once (exit 1), where it
+	// would run a round, or a daemon that never ends.
+	os.WriteFile(filepath.Join(dir, "file"), nil, 0o600)
+	stuck := filepath.Join(dir, "file", "inbox.jsonl")
+	daemon := []string{"--interval", "1s", "--inbox", stuck, "--restart-cmd", "true"}
+	once := []string{"--once", "--state", state, "--inbox", stuck, "--restart-cmd", "true"}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -41,6 +43,13 @@ func TestWatchdogShimUsageErrors(t *testing.T) {
 		{"bad url", append(ok, "--url", "127.0.0.1:8901"), "--url"},
 		{"zero hung-after", append(ok, "--hung-after", "0"), "--hung-after"},
 		{"zero probe timeout", append(ok, "--probe-timeout", "0s"), "must be positive"},
+		{"metrics with once", append(once, "--metrics", "127.0.0.1:9464"), "--metrics is a daemon's"},
+		{"metrics not on loopback", append(daemon, "--metrics", "0.0.0.0:9464"), "must be a loopback address"},
+		{"metrics a name", append(daemon, "--metrics", "localhost:9464"), "must be a loopback address"},
+		{"metrics without a port", append(daemon, "--metrics", "127.0.0.1"), "want 127.0.0.1:PORT"},
+		{"metrics port zero", append(daemon, "--metrics", "127.0.0.1:0"), "want a port from 1 to 65535"},
+		{"textfile with interval", append(daemon, "--textfile", filepath.Join(dir, "w.prom")), "--textfile is for --once"},
+		{"textfile not .prom", append(once, "--textfile", filepath.Join(dir, "w.txt")), "reads only *.prom files"},
 		{"unknown flag", append(ok, "--hung"), "unknown flag"},
 		{"an argument", append(ok, "extra"), "unknown command"},
 	} {
@@ -57,42 +66,20 @@ func TestWatchdogShimUsageErrors(t *testing.T) {
 }
 
 // The CLI, one-shot, against a real shim killed with SIGKILL: the restart
-// command starts a new one, and the inbox says so.
+// command starts a new one, and the inbox and the textfile say so.
 func TestWatchdogShimOnceRestartsAKilledShim(t *testing.T) {
-	testutil.RequireTool(t, "python3") // the shim
-	script, _ := filepath.Abs("../../watchdogs/testdata/shim.py")
+	sh := startTestShim(t)
 	dir := t.TempDir()
-	port := testutil.FreePort(t)
-	url := fmt.Sprintf("http://127.0.0.1:%d/v1/models", port)
-	pidFile, inbox := filepath.Join(dir, "shim.pid"), filepath.Join(dir, "agent-inbox.jsonl")
-	start := fmt.Sprintf("python3 %s %d & echo $! > %s", script, port, pidFile)
-	pid := func() int {
-		raw, _ := os.ReadFile(pidFile)
-		p, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
-		return p
-	}
-	answers := func() bool {
-		resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}, Timeout: 2 * time.Second}).Get(url)
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	}
-	if err := exec.Command("/bin/sh", "-c", start).Run(); err != nil {
-		t.Fatal(err)
-	}
-	first := pid()
-	t.Cleanup(func() { syscall.Kill(first, syscall.SIGKILL); syscall.Kill(pid(), syscall.SIGKILL) })
-	testutil.WaitFor(t, "the shim to answer", answers)
-	syscall.Kill(first, syscall.SIGKILL)
-	testutil.WaitFor(t, "the killed shim to stop answering", func() bool { return !answers() })
+	inbox, prom := filepath.Join(dir, "agent-inbox.jsonl"), filepath.Join(dir, "watchdog-shim.prom")
+	first := sh.pid()
+	sh.kill(t)
 
-	args := []string{"--once", "--url", url, "--state", filepath.Join(dir, "state.json"), "--inbox", inbox, "--restart-cmd", start, "--pid-file", pidFile}
+	args := []string{"--once", "--url", sh.url, "--state", filepath.Join(dir, "state.json"), "--inbox", inbox, "--restart-cmd", sh.start, "--pid-file", sh.pidFile, "--textfile", prom}
 	if code, out, errs := watchdogShim(t, args...); code != ExitOK || out != "shim recovered\n" {
 		t.Fatalf("watchdog shim = %d %q %s", code, out, errs)
 	}
-	if pid() == first || !answers() {
-		t.Errorf("pid %d (was %d), answers %v: want a new shim answering", pid(), first, answers())
+	if sh.pid() == first || !sh.answers() {
+		t.Errorf("pid %d (was %d), answers %v: want a new shim answering", sh.pid(), first, sh.answers())
 	}
 	evs, err := events.Read(inbox, time.Time{})
 	if err != nil {
@@ -105,7 +92,10 @@ func TestWatchdogShimOnceRestartsAKilledShim(t *testing.T) {
 	if want := "watchdog-shim:shim/shim_dead/warning/false watchdog-shim:shim/restart/info/true"; strings.Join(got, " ") != want {
 		t.Errorf("inbox = %q, want %q", strings.Join(got, " "), want)
 	}
+	wantMetrics(t, readFile(t, prom), `rounds_total{outcome="recovered"} 1`, `rounds_total{outcome="healthy"} 0`, `restarts_total{result="recovered"} 1`, `up 1`)
 	if code, out, errs := watchdogShim(t, args...); code != ExitOK || out != "shim healthy\n" {
 		t.Errorf("a second run = %d %q %s, want healthy", code, out, errs)
 	}
+	// The second run, a fresh process, goes on counting.
+	wantMetrics(t, readFile(t, prom), `rounds_total{outcome="recovered"} 1`, `rounds_total{outcome="healthy"} 1`, `restarts_total{result="recovered"} 1`, `up 1`)
 }
