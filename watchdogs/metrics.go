@@ -3,7 +3,9 @@ package watchdogs
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,14 +21,13 @@ import (
 // They are built from Counts at each collection rather than kept in
 // client_golang's counters: a one-shot run is a fresh process, and its
 // counters, the histogram's buckets with them, must go on from where the
-// run before left them (LoadCounts, SaveCounts).
+// run before left them in the state file.
 type Metrics struct {
 	registry *prometheus.Registry
 	descs    metricDescs
 
 	mu     sync.Mutex
 	counts Counts
-	gaveUp bool   // the state's GaveUp before the round: gave_up_total counts its rises
 	last   *round // nil before the first round: no gauge claims anything yet
 }
 
@@ -39,6 +40,15 @@ type Counts struct {
 	Restarts map[string]uint64 `json:"restarts,omitempty"` // by result: recovered, failed
 	GaveUp   uint64            `json:"gave_up,omitempty"`
 	Recovery RecoveryHistogram `json:"recovery"`
+	// GivenUp is the state's GaveUp as of the last count: gave_up_total
+	// counts its rises, the give_up lines.
+	GivenUp bool `json:"given_up,omitempty"`
+}
+
+func (c Counts) clone() Counts {
+	c.Rounds, c.Faults, c.Restarts = maps.Clone(c.Rounds), maps.Clone(c.Faults), maps.Clone(c.Restarts)
+	c.Recovery.Buckets = slices.Clone(c.Recovery.Buckets)
+	return c
 }
 
 // RecoveryHistogram is recovery_seconds' state: the count and sum of
@@ -102,10 +112,20 @@ func NewMetrics(source, service string) *Metrics {
 }
 
 // Observe counts a round and sets the gauges from its result and the state
-// after it; it is a Watchdog.Observe.
-func (m *Metrics) Observe(res Result, st State) {
+// after it; it is a Watchdog.Observe. The counters go on from those the
+// state holds (a one-shot run's, kept by the run before) and are put back
+// in it, to be saved with it.
+func (m *Metrics) Observe(res Result, st *State) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if st.Metrics != nil {
+		m.counts = st.Metrics.clone()
+		if h := &m.counts.Recovery; h.Count > 0 && len(h.Buckets) != len(recoveryBuckets) {
+			// Kept by a version with other buckets: start the histogram
+			// afresh, a reset rate() understands, rather than misplace them.
+			*h = RecoveryHistogram{}
+		}
+	}
 	c := &m.counts
 	add(&c.Rounds, outcomeLabels[res.Outcome])
 	switch res.Outcome {
@@ -119,10 +139,12 @@ func (m *Metrics) Observe(res Result, st State) {
 	case GaveUp:
 		add(&c.Faults, res.Kind)
 	}
-	if st.GaveUp && !m.gaveUp {
+	if st.GaveUp && !c.GivenUp {
 		c.GaveUp++
 	}
-	m.gaveUp = st.GaveUp
+	c.GivenUp = st.GaveUp
+	kept := c.clone()
+	st.Metrics = &kept
 	m.last = &round{
 		at:               time.Now(),
 		up:               res.Outcome == Healthy || res.Outcome == Recovered,
@@ -238,40 +260,4 @@ func (m *Metrics) WriteTextfile(path string) error {
 		return fmt.Errorf("watchdog metrics: %w", err)
 	}
 	return nil
-}
-
-// LoadCounts restores the counters the runs before this one kept in the
-// state file at path (none when it does not exist), before the round.
-func (m *Metrics) LoadCounts(path string) error {
-	st, err := LoadState(path)
-	if err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.gaveUp = st.GaveUp
-	if st.Metrics == nil {
-		return nil
-	}
-	m.counts = *st.Metrics
-	if h := &m.counts.Recovery; h.Count > 0 && len(h.Buckets) != len(recoveryBuckets) {
-		// Kept by a version with other buckets: start the histogram
-		// afresh, a reset rate() understands, rather than misplace them.
-		*h = RecoveryHistogram{}
-	}
-	return nil
-}
-
-// SaveCounts keeps the counters in the state file at path, after the
-// round has saved its own state there (Watchdog.Once saves before it
-// calls Observe).
-func (m *Metrics) SaveCounts(path string) error {
-	st, err := LoadState(path)
-	if err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	st.Metrics = &m.counts
-	return st.Save(path)
 }

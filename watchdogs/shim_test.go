@@ -83,9 +83,15 @@ func TestShimCrashLoopIsGivenUp(t *testing.T) {
 	if got, want := e.lines(), twoFailed+" shim_dead/warning/false give_up/critical/false"; got != want {
 		t.Fatalf("inbox = %q, want %q", got, want)
 	}
-	// Once the first restart leaves the window, one more is allowed.
+	// Once the first restart leaves the window, one more is allowed; when
+	// that fails too, giving up again is said again.
 	now = now.Add(57 * time.Minute)
 	run(Failed)
+	now = now.Add(30 * time.Second)
+	run(GaveUp)
+	if got, want := e.lines(), twoFailed+" shim_dead/warning/false give_up/critical/false shim_dead/warning/false restart/critical/false shim_dead/warning/false give_up/critical/false"; got != want {
+		t.Fatalf("inbox = %q, want %q", got, want)
+	}
 }
 
 // The daemon's fault-to-recovered time, from the fault to the inbox line

@@ -21,12 +21,13 @@ type State struct {
 	// window, oldest first.
 	Restarts []time.Time `json:"restarts"`
 	// GaveUp is set once the give_up line is written, so a timer that
-	// keeps firing past the budget says it once, not every round.
+	// keeps firing past the budget says it once, not every round (until
+	// the service is healthy, or a restart is tried again).
 	GaveUp bool `json:"gave_up"`
 	// Probe is what a Remembering probe keeps.
 	Probe json.RawMessage `json:"probe,omitempty"`
-	// Metrics are the counters a one-shot run's textfile goes on from
-	// (Metrics.LoadCounts, SaveCounts); nil without --textfile.
+	// Metrics are the counters the next round's metrics go on from
+	// (Metrics.Observe); nil without metrics.
 	Metrics *Counts `json:"metrics,omitempty"`
 }
 

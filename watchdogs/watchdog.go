@@ -57,8 +57,10 @@ type Watchdog struct {
 	// window without waiting for it.
 	Now func() time.Time
 	// Observe, when set, is told each round's result and the state after
-	// it: the metrics.
-	Observe func(Result, State)
+	// it, before the state is saved: the metrics, which keep their
+	// counters in it. A round cut short by the watchdog's stop is not
+	// told: it found nothing.
+	Observe func(Result, *State)
 
 	st State // between rounds; loaded from StatePath before each when set
 }
@@ -117,6 +119,9 @@ func (w *Watchdog) Once(ctx context.Context) (Result, error) {
 		w.st = st
 	}
 	res, err := w.round(ctx)
+	if w.Observe != nil && ctx.Err() == nil {
+		w.Observe(res, &w.st)
+	}
 	if w.StatePath != "" {
 		if remembers {
 			raw, merr := mem.Remember()
@@ -124,9 +129,6 @@ func (w *Watchdog) Once(ctx context.Context) (Result, error) {
 			w.st.Probe = raw
 		}
 		err = errors.Join(err, w.st.Save(w.StatePath))
-	}
-	if w.Observe != nil {
-		w.Observe(res, w.st)
 	}
 	return res, err
 }
@@ -162,6 +164,10 @@ func (w *Watchdog) now() time.Time {
 
 func (w *Watchdog) round(ctx context.Context) (Result, error) {
 	st := &w.st
+	now := w.now()
+	// Every round, so that the state (and restarts_in_window) says the
+	// window as it is now, not as of the last fault.
+	st.Restarts = w.Budget.prune(st.Restarts, now)
 	f := w.Probe.Probe(ctx)
 	if err := ctx.Err(); err != nil {
 		// Stopped (SIGTERM) mid-probe: the probe failed because of us,
@@ -180,8 +186,6 @@ func (w *Watchdog) round(ctx context.Context) (Result, error) {
 		}
 	}
 	st.Strikes = 0
-	now := w.now()
-	st.Restarts = w.Budget.prune(st.Restarts, now)
 	if ok, until := w.Budget.allows(st.Restarts); !ok {
 		detail := fmt.Sprintf("%s: %s; %d restarts in %v already, none more until %s: find the cause",
 			f.Kind, f.Detail, w.Budget.Max, w.Budget.Window, until.UTC().Format(time.RFC3339))
@@ -196,6 +200,8 @@ func (w *Watchdog) round(ctx context.Context) (Result, error) {
 	if err := w.report(f.Kind, events.Warning, f.Detail, false); err != nil {
 		return Result{Outcome: Failed, Kind: f.Kind, Detail: f.Detail}, err
 	}
+	// Restarting again: when the budget is spent anew, that is said anew.
+	st.GaveUp = false
 	st.Restarts = append(st.Restarts, now)
 	found := time.Now()
 	if err := w.Recover.Recover(ctx, f); err != nil {

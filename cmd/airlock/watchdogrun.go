@@ -127,16 +127,11 @@ func runWatchdog(cmd *cobra.Command, w *watchdogs.Watchdog, r *runFlags) error {
 	if !r.once {
 		return w.Run(ctx, r.interval)
 	}
-	if r.textfile != "" {
-		if err := m.LoadCounts(r.state); err != nil {
-			return err
-		}
-	}
 	res, err := w.Once(ctx)
 	// A round cut short by SIGTERM found nothing (Once's Result is the
 	// zero, healthy one): the textfile keeps the last real round's.
 	if r.textfile != "" && ctx.Err() == nil {
-		err = errors.Join(err, m.SaveCounts(r.state), m.WriteTextfile(r.textfile))
+		err = errors.Join(err, m.WriteTextfile(r.textfile))
 	}
 	if err != nil {
 		return err
