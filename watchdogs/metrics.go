@@ -102,7 +102,7 @@ func NewMetrics(source, service string) *Metrics {
 			lastRound: desc("last_round_timestamp_seconds", "When the last round ended, in seconds since the epoch."),
 			up:        desc("up", "1 when the last round found the service healthy or recovered it, else 0."),
 			strikes:   desc("strikes", "Probe timeouts in a row, short of a fault (hung after --hung-after)."),
-			inWindow:  desc("restarts_in_window", "Restarts in the budget's window as of the last fault found (the window is pruned then): the watchdog gives up at --max-restarts."),
+			inWindow:  desc("restarts_in_window", "Restarts in the budget's window as of the last round: the watchdog gives up at --max-restarts."),
 			givenUp:   desc("given_up", "1 when the last round gave up: the service is down and nothing restarts it until a restart leaves the window."),
 			took:      desc("recovery_seconds", "Time from a fault's finding to the service's first healthy probe after its restart."),
 		},
