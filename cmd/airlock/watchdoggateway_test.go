@@ -4,15 +4,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
@@ -50,59 +47,28 @@ func TestWatchdogGatewayUsageErrors(t *testing.T) {
 // NODE_OPTIONS.
 func TestWatchdogGatewayOnceRaisesTheHeap(t *testing.T) {
 	testutil.RequireTool(t, "node")
-	script, _ := filepath.Abs("../../watchdogs/testdata/gateway.js")
+	gw := startTestServer(t, "node", "gateway.js", "/healthz", "NODE_OPTIONS=--max-old-space-size=32")
+	old := gw.pid()
 	dir := t.TempDir()
-	port := testutil.FreePort(t)
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	pidFile, logFile, inbox := filepath.Join(dir, "gw.pid"), filepath.Join(dir, "gw.log"), filepath.Join(dir, "agent-inbox.jsonl")
-	start := fmt.Sprintf("node %s %d >> %s 2>&1 & echo $! > %s", script, port, logFile, pidFile)
-	pid := func() int {
-		raw, _ := os.ReadFile(pidFile)
-		p, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
-		return p
-	}
-	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}, Timeout: 30 * time.Second}
-	answers := func() bool {
-		resp, err := client.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	}
-	first := exec.Command("/bin/sh", "-c", start)
-	first.Env = append(os.Environ(), "NODE_OPTIONS=--max-old-space-size=32")
-	if err := first.Run(); err != nil {
-		t.Fatal(err)
-	}
-	old := pid()
-	t.Cleanup(func() { syscall.Kill(old, syscall.SIGKILL); syscall.Kill(pid(), syscall.SIGKILL) })
-	testutil.WaitFor(t, "the gateway to answer", answers)
-
-	args := []string{"--once", "--url", base + "/healthz", "--state", filepath.Join(dir, "state.json"), "--inbox", inbox,
-		"--restart-cmd", start, "--pid-file", pidFile, "--log", logFile, "--heap-mb", "32", "--max-heap-mb", "256"}
-	if code, out, errs := airlock(t, "", append([]string{"watchdog", "gateway"}, args...)...); code != ExitOK || out != "gateway healthy\n" {
+	inbox := filepath.Join(dir, "agent-inbox.jsonl")
+	args := []string{"watchdog", "gateway", "--once", "--url", gw.url, "--state", filepath.Join(dir, "state.json"), "--inbox", inbox,
+		"--restart-cmd", gw.start, "--pid-file", gw.pidFile, "--log", gw.log, "--heap-mb", "32", "--max-heap-mb", "256"}
+	if code, out, errs := airlock(t, "", args...); code != ExitOK || out != "gateway healthy\n" {
 		t.Fatalf("watchdog gateway = %d %q %s", code, out, errs)
 	}
-	if resp, err := client.Get(base + "/leak"); err == nil {
+	client := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 30 * time.Second}
+	if resp, err := client.Get(gw.base + "/leak"); err == nil {
 		resp.Body.Close()
 	}
 	testutil.WaitFor(t, "the gateway to run out of heap", func() bool { return syscall.Kill(old, 0) != nil })
-	if code, out, errs := airlock(t, "", append([]string{"watchdog", "gateway"}, args...)...); code != ExitOK || out != "gateway recovered\n" {
+	if code, out, errs := airlock(t, "", args...); code != ExitOK || out != "gateway recovered\n" {
 		t.Fatalf("watchdog gateway = %d %q %s", code, out, errs)
 	}
-	environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid()))
+	environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", gw.pid()))
 	if !strings.Contains(string(environ), "\x00NODE_OPTIONS=--max-old-space-size=64\x00") || !strings.Contains(string(environ), "\x00AIRLOCK_NODE_HEAP_MB=64\x00") {
 		t.Errorf("the new gateway's environment lacks the next heap step: %q", environ)
 	}
-	evs, err := events.Read(inbox, time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range evs {
-		got = append(got, fmt.Sprintf("%s:%s/%s/%s/%v", e.Source, e.Service, e.Kind, e.Severity, e.Recovered))
-	}
-	if want := "watchdog-gateway:gateway/gateway_heap_oom/warning/false watchdog-gateway:gateway/restart/info/true"; strings.Join(got, " ") != want {
-		t.Errorf("inbox = %q, want %q", strings.Join(got, " "), want)
+	if got, want := inboxWords(t, inbox), "watchdog-gateway:gateway/gateway_heap_oom/warning/false watchdog-gateway:gateway/restart/info/true"; got != want {
+		t.Errorf("inbox = %q, want %q", got, want)
 	}
 }

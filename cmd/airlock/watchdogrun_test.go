@@ -14,43 +14,70 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
-// testShim is a real shim (watchdogs/testdata/shim.py) on a free loopback
-// port, started by the kind of command a watchdog's --restart-cmd runs,
-// which records its pid in pidFile.
-type testShim struct {
-	url, start, pidFile string
+// testServer is a real server of the watchdogs' tests on a free loopback
+// port (the shim, watchdogs/testdata/shim.py; the gateway, gateway.js),
+// started by the kind of command a watchdog's --restart-cmd runs, which
+// appends its output to log and records its pid in pidFile.
+type testServer struct {
+	base, url, start, pidFile, log string
 }
 
-func startTestShim(t *testing.T) *testShim {
+func startTestShim(t *testing.T) *testServer {
 	t.Helper()
-	testutil.RequireTool(t, "python3") // the shim
-	script, err := filepath.Abs("../../watchdogs/testdata/shim.py")
+	testutil.RequireTool(t, "python3")
+	return startTestServer(t, "python3", "shim.py", "/v1/models")
+}
+
+// startTestServer starts the testdata server script with interpreter,
+// env added to the first start's environment; path is the probed one.
+func startTestServer(t *testing.T, interpreter, script, path string, env ...string) *testServer {
+	t.Helper()
+	script, err := filepath.Abs("../../watchdogs/testdata/" + script)
 	if err != nil {
 		t.Fatal(err)
 	}
+	dir := t.TempDir()
 	port := testutil.FreePort(t)
-	sh := &testShim{url: fmt.Sprintf("http://127.0.0.1:%d/v1/models", port), pidFile: filepath.Join(t.TempDir(), "shim.pid")}
-	sh.start = fmt.Sprintf("python3 %s %d & echo $! > %s", script, port, sh.pidFile)
-	if err := exec.Command("/bin/sh", "-c", sh.start).Run(); err != nil {
+	sh := &testServer{base: fmt.Sprintf("http://127.0.0.1:%d", port), pidFile: filepath.Join(dir, "server.pid"), log: filepath.Join(dir, "server.log")}
+	sh.url = sh.base + path
+	sh.start = fmt.Sprintf("%s %s %d >> %s 2>&1 & echo $! > %s", interpreter, script, port, sh.log, sh.pidFile)
+	first := exec.Command("/bin/sh", "-c", sh.start)
+	first.Env = append(os.Environ(), env...)
+	if err := first.Run(); err != nil {
 		t.Fatal(err)
 	}
-	first := sh.pid()
-	t.Cleanup(func() { syscall.Kill(first, syscall.SIGKILL); syscall.Kill(sh.pid(), syscall.SIGKILL) })
-	testutil.WaitFor(t, "the shim to answer", sh.answers)
+	pid := sh.pid()
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL); syscall.Kill(sh.pid(), syscall.SIGKILL) })
+	testutil.WaitFor(t, "the server to answer", sh.answers)
 	return sh
 }
 
+// inboxWords are the inbox's lines as "source:service/kind/severity/recovered".
+func inboxWords(t *testing.T, inbox string) string {
+	t.Helper()
+	evs, err := events.Read(inbox, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs {
+		got = append(got, fmt.Sprintf("%s:%s/%s/%s/%v", e.Source, e.Service, e.Kind, e.Severity, e.Recovered))
+	}
+	return strings.Join(got, " ")
+}
+
 // pid is the pid the pid file holds now: the last shim started.
-func (sh *testShim) pid() int {
+func (sh *testServer) pid() int {
 	raw, _ := os.ReadFile(sh.pidFile)
 	p, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
 	return p
 }
 
-func (sh *testShim) answers() bool {
+func (sh *testServer) answers() bool {
 	resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}, Timeout: 2 * time.Second}).Get(sh.url)
 	if err == nil {
 		resp.Body.Close()
@@ -59,7 +86,7 @@ func (sh *testShim) answers() bool {
 }
 
 // kill SIGKILLs the shim and waits until it no longer answers.
-func (sh *testShim) kill(t *testing.T) {
+func (sh *testServer) kill(t *testing.T) {
 	t.Helper()
 	syscall.Kill(sh.pid(), syscall.SIGKILL)
 	testutil.WaitFor(t, "the killed shim to stop answering", func() bool { return !sh.answers() })

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/airlock-sandbox/airlock/internal/events"
 )
 
 // watchdogShim runs `airlock watchdog shim ARGS` as run() does.
@@ -81,16 +77,8 @@ func TestWatchdogShimOnceRestartsAKilledShim(t *testing.T) {
 	if sh.pid() == first || !sh.answers() {
 		t.Errorf("pid %d (was %d), answers %v: want a new shim answering", sh.pid(), first, sh.answers())
 	}
-	evs, err := events.Read(inbox, time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range evs {
-		got = append(got, fmt.Sprintf("%s:%s/%s/%s/%v", e.Source, e.Service, e.Kind, e.Severity, e.Recovered))
-	}
-	if want := "watchdog-shim:shim/shim_dead/warning/false watchdog-shim:shim/restart/info/true"; strings.Join(got, " ") != want {
-		t.Errorf("inbox = %q, want %q", strings.Join(got, " "), want)
+	if got, want := inboxWords(t, inbox), "watchdog-shim:shim/shim_dead/warning/false watchdog-shim:shim/restart/info/true"; got != want {
+		t.Errorf("inbox = %q, want %q", got, want)
 	}
 	wantMetrics(t, readFile(t, prom), `rounds_total{outcome="recovered"} 1`, `rounds_total{outcome="healthy"} 0`, `restarts_total{result="recovered"} 1`, `up 1`)
 	if code, out, errs := watchdogShim(t, args...); code != ExitOK || out != "shim healthy\n" {
