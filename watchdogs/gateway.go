@@ -20,6 +20,9 @@ const (
 	KindGatewayCrash = "gateway_crash"
 	// KindGatewayHung: it runs but does not answer its health URL.
 	KindGatewayHung = "gateway_hung"
+	// KindGatewayUnobservable: its evidence cannot be read (the pod's
+	// admin socket, its log, its cgroup): nothing is restarted.
+	KindGatewayUnobservable = "gateway_unobservable"
 )
 
 // Evidence is what a gateway's target says about it since the last look.
@@ -83,8 +86,8 @@ type TargetMemory struct {
 type Steps struct{ Start, Max int64 }
 
 // next is the limit after cur: double, capped; with cur unknown, Start,
-// or Max when Start is not set either. at reports that it is at Max
-// already: growing it no more.
+// or Max when Start is not set either. atMax reports that cur is at Max
+// or above it already: it is kept (a cap never lowers a limit).
 func (s Steps) next(cur int64) (next int64, atMax bool) {
 	switch {
 	case cur <= 0 && s.Start > 0:
@@ -93,7 +96,7 @@ func (s Steps) next(cur int64) (next int64, atMax bool) {
 		return s.Max, false
 	}
 	if cur >= s.Max {
-		return s.Max, true
+		return cur, true
 	}
 	return min(2*cur, s.Max), false
 }
@@ -116,48 +119,68 @@ type Gateway struct {
 
 // Probe implements Probe.
 func (g *Gateway) Probe(ctx context.Context) Finding {
+	before := g.mem
 	ev, err := g.Target.Look(ctx, &g.mem)
 	if err != nil {
-		// Blind: the target cannot be looked at (the pod's admin socket
-		// does not answer). Restarting is all that is left to try, and
-		// its failure will say why.
-		return Finding{Kind: KindGatewayCrash, Detail: err.Error()}
+		// Blind: judging from half the evidence (a crash, because the
+		// log was unreadable) would restart a healthy gateway. What was
+		// read is read again once it can all be.
+		g.mem = before
+		return Finding{Kind: KindGatewayUnobservable, Blind: true, Detail: err.Error()}
 	}
 	g.change = Change{}
+	var health Finding
+	if g.Health != nil {
+		health = g.Health.Probe(ctx)
+	}
+	// Down: gone by the target's word, or, when nothing says whether it
+	// runs (no pid file), refusing its health URL.
+	down := ev.Known && !ev.Running || !ev.Known && health.Kind != "" && !health.Strike
 	switch {
 	case ev.HeapOOM != "":
 		// Even when it runs again (its supervisor restarted it): it
 		// runs with the heap that ran out.
-		heap, atMax := g.Heap.next(int64(g.heapNow(ev)))
-		g.change.HeapMB = int(heap)
+		cur := g.heapNow(ev)
+		heap, atMax := g.Heap.next(int64(cur))
+		if !atMax {
+			g.change.HeapMB = int(heap)
+		}
 		return Finding{Kind: KindGatewayHeapOOM, Detail: fmt.Sprintf("V8 ran out of heap (%q, %s); restarting it with %s",
-			ev.HeapOOM, ev.exit(), stepWords(fmt.Sprintf("%d MB", g.heapNow(ev)), fmt.Sprintf("%d MB", heap), atMax, "heap"))}
-	case ev.OOMKills > 0 && (ev.Exited || ev.Known && !ev.Running):
+			ev.HeapOOM, ev.exit(), stepWords(fmt.Sprintf("%d MB", cur), fmt.Sprintf("%d MB", heap), atMax, "heap"))}
+	case ev.OOMKills > 0 && (ev.Exited || down):
 		if ev.MemoryMax <= 0 {
 			return Finding{Kind: KindGatewayOOMKill, Detail: fmt.Sprintf("the OOM killer killed it (%s) with no memory limit of its own: the host ran out of memory; restarting it as it was", ev.exit())}
 		}
 		limit, atMax := g.Memory.next(ev.MemoryMax)
-		g.change.MemoryMax = limit
+		if !atMax {
+			g.change.MemoryMax = limit
+		}
 		return Finding{Kind: KindGatewayOOMKill, Detail: fmt.Sprintf("the OOM killer killed %d process(es) at its cgroup's memory limit (%s); restarting it with %s",
 			ev.OOMKills, ev.exit(), stepWords(mib(ev.MemoryMax), mib(limit), atMax, "memory limit"))}
-	case ev.Known && !ev.Running:
-		return Finding{Kind: KindGatewayCrash, Detail: fmt.Sprintf("it is not running (%s), with no sign of running out of memory; restarting it as it was", ev.exit())}
-	}
-	if g.Health != nil {
-		if f := g.Health.Probe(ctx); f.Kind != "" {
-			if ev.Known && ev.Running {
-				// A process that runs but refuses its port is as
-				// stuck as one that never answers (and may be still
-				// starting): strikes, not a fault at once.
-				f.Kind, f.Strike = KindGatewayHung, true
-			}
-			return f
+	case down:
+		why := ev.exit()
+		if !ev.Known {
+			why = health.Detail
 		}
-	}
-	if !ev.Healthy {
+		return Finding{Kind: KindGatewayCrash, Detail: fmt.Sprintf("it is not running (%s), with no sign of running out of memory; restarting it as it was", why)}
+	case health.Kind != "":
+		// It runs, but refuses or ignores its health URL (or may be
+		// still starting): strikes, not a fault at once.
+		health.Kind, health.Strike = KindGatewayHung, true
+		return health
+	case !ev.Healthy:
 		return Finding{Kind: KindGatewayHung, Strike: true, Detail: "its supervisor does not find it healthy"}
 	}
 	return Finding{}
+}
+
+// Settled implements Settler: a Probe that leaves the memory (and the
+// change in hand) as they were, so that a fault found while the restart
+// settles is judged again, whole, by the next round.
+func (g *Gateway) Settled(ctx context.Context) Finding {
+	mem, change := g.mem, g.change
+	defer func() { g.mem, g.change = mem, change }()
+	return g.Probe(ctx)
 }
 
 // heapNow is the heap the gateway runs with, as best known.
@@ -172,7 +195,7 @@ func (g *Gateway) heapNow(ev Evidence) int {
 }
 
 // Recover implements Recoverer.
-func (g *Gateway) Recover(ctx context.Context, _ Finding) error {
+func (g *Gateway) Recover(ctx context.Context) error {
 	return g.Target.Restart(ctx, g.change, &g.mem)
 }
 
@@ -199,7 +222,7 @@ func (ev Evidence) exit() string {
 // its cap already.
 func stepWords(from, to string, atMax bool, what string) string {
 	if atMax {
-		return fmt.Sprintf("the same %s, %s: it is at its cap already; raise the cap or find the leak", what, to)
+		return fmt.Sprintf("the same %s, %s: it is at its cap or above already; raise the cap or find the leak", what, to)
 	}
 	if from == "0 MB" || from == "0 MiB" {
 		return fmt.Sprintf("a %s of %s (it had no known one)", what, to)

@@ -86,7 +86,7 @@ func TestGatewayHeapOOMRestartsWithALargerHeap(t *testing.T) {
 	if got, want := e.lines(), strings.Repeat("gateway_heap_oom/warning/false restart/info/true ", 3); got != strings.TrimSpace(want) {
 		t.Errorf("inbox = %q, want %q", got, want)
 	}
-	if d := e.inboxEvents()[4].Detail; !strings.Contains(d, "JavaScript heap out of memory") || !strings.Contains(d, "at its cap already") {
+	if d := e.inboxEvents()[4].Detail; !strings.Contains(d, "JavaScript heap out of memory") || !strings.Contains(d, "at its cap or above already") {
 		t.Errorf("the third finding %q: want V8's words and that the heap is at its cap", d)
 	}
 }
@@ -193,11 +193,102 @@ func TestGatewayCrashLoopIsGivenUp(t *testing.T) {
 		w := e.gatewayWatchdog(e.crash, "", heapSteps, memorySteps, Budget{Max: 2, Window: time.Hour})
 		w.Settle = 500 * time.Millisecond
 		w.Now = func() time.Time { return now }
+		// A crashing gateway still starting (a loaded machine's node)
+		// runs: the round is about the one that has crashed.
+		testutil.WaitFor(t, "the crashing gateway to be gone", func() bool { return gone(e.pid()) })
 		e.once(w, want)
 		now = now.Add(time.Minute)
 	}
 	const want = "gateway_crash/warning/false restart/critical/false gateway_crash/warning/false restart/critical/false gateway_crash/warning/false give_up/critical/false"
 	if got := e.lines(); got != want {
 		t.Errorf("inbox = %q, want %q", got, want)
+	}
+}
+
+// A gateway that runs out of heap again while its restart settles: the
+// round fails, and the next round still sees V8's words (settling read
+// them without using them up) and takes the next heap step, not a crash
+// "as it was".
+func TestGatewayHeapOOMWhileSettlingIsTheNextRoundsToJudge(t *testing.T) {
+	t.Setenv("NODE_OPTIONS", "--max-old-space-size=32")
+	e := newGatewayEnv(t, "")
+	leak := filepath.Join(t.TempDir(), "leak")
+	leaking := strings.Replace(e.start, " >> ", " --leak-if "+leak+" >> ", 1)
+	e.once(e.gatewayWatchdog(leaking, "", heapSteps, memorySteps, wideBudget), Healthy)
+
+	os.WriteFile(leak, nil, 0o644)
+	old := e.pid()
+	e.ask("/leak")
+	testutil.WaitFor(t, "the gateway to run out of heap", func() bool { return gone(old) })
+	w := e.gatewayWatchdog(leaking, "", heapSteps, memorySteps, wideBudget)
+	w.Settle = 10 * time.Second
+	if res := e.once(w, Failed); res.Kind != KindGatewayHeapOOM {
+		t.Fatalf("kind = %q, want %q", res.Kind, KindGatewayHeapOOM)
+	}
+	os.Remove(leak)
+	testutil.WaitFor(t, "the restarted gateway to run out of heap too", func() bool { return gone(e.pid()) })
+	res := e.once(e.gatewayWatchdog(leaking, "", heapSteps, memorySteps, wideBudget), Recovered)
+	if res.Kind != KindGatewayHeapOOM {
+		t.Fatalf("the next round: kind = %q (%s), want %q", res.Kind, res.Detail, KindGatewayHeapOOM)
+	}
+	if got := nodeOptions(t, e.pid()); got != "--max-old-space-size=128" {
+		t.Errorf("NODE_OPTIONS = %q, want the step after 64", got)
+	}
+}
+
+// A watchdog that cannot read its evidence (here: a --cgroup that is no
+// memory cgroup) restarts nothing, says so once, and is blind.
+func TestGatewayUnobservableRestartsNothing(t *testing.T) {
+	e := newGatewayEnv(t, "")
+	notAGroup := t.TempDir()
+	for range 2 {
+		e.once(e.gatewayWatchdog(e.start, notAGroup, heapSteps, memorySteps, wideBudget), Blind)
+	}
+	if pid := e.pid(); pid != e.pids[0] || !e.answers() {
+		t.Errorf("pid %d (was %d): the gateway was restarted", pid, e.pids[0])
+	}
+	if got, want := e.lines(), "gateway_unobservable/warning/false"; got != want {
+		t.Errorf("inbox = %q, want %q", got, want)
+	}
+}
+
+// Without a pid file, a gateway refusing its health URL after an OOM kill
+// is still told apart by its cgroup's count.
+func TestGatewayOOMKillWithoutAPidFile(t *testing.T) {
+	group := memoryGroup(t, 96<<20)
+	e := newGatewayEnv(t, group)
+	watchdog := func() *Watchdog {
+		w := e.gatewayWatchdog(e.start, group, heapSteps, memorySteps, wideBudget)
+		g := w.Probe.(*Gateway)
+		t := g.Target.(ProcessTarget)
+		t.Command.PidFile = ""
+		g.Target = t
+		return w
+	}
+	e.once(watchdog(), Healthy)
+	old := e.pid()
+	e.ask("/hog")
+	testutil.WaitFor(t, "the OOM killer to kill the gateway", func() bool { return gone(old) })
+	if res := e.once(watchdog(), Recovered); res.Kind != KindGatewayOOMKill {
+		t.Fatalf("kind = %q (%s), want %q", res.Kind, res.Detail, KindGatewayOOMKill)
+	}
+}
+
+func TestStepsNeverLowerALimit(t *testing.T) {
+	for _, tc := range []struct {
+		steps     Steps
+		cur, want int64
+		atMax     bool
+	}{
+		{Steps{Start: 32, Max: 128}, 32, 64, false},
+		{Steps{Start: 32, Max: 128}, 100, 128, false},
+		{Steps{Start: 32, Max: 128}, 128, 128, true},
+		{Steps{Start: 32, Max: 128}, 512, 512, true}, // above the cap: kept, not lowered
+		{Steps{Start: 32, Max: 128}, 0, 64, false},   // unknown: from Start
+		{Steps{Max: 4096}, 0, 4096, false},           // no Start either: the cap
+	} {
+		if got, at := tc.steps.next(tc.cur); got != tc.want || at != tc.atMax {
+			t.Errorf("%+v.next(%d) = %d, %v; want %d, %v", tc.steps, tc.cur, got, at, tc.want, tc.atMax)
+		}
 	}
 }

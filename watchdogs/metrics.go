@@ -74,7 +74,7 @@ type round struct {
 
 // outcomeLabels are the outcome label's values, one per Outcome: "gave
 // up" would be the only value with a space.
-var outcomeLabels = [...]string{"healthy", "suspect", "recovered", "failed", "gave_up"}
+var outcomeLabels = [...]string{"healthy", "suspect", "recovered", "failed", "gave_up", "blind"}
 
 type metricDescs struct {
 	rounds, faults, restarts, gaveUpTotal           *prometheus.Desc
@@ -93,7 +93,7 @@ func NewMetrics(source, service string) *Metrics {
 	m := &Metrics{
 		registry: prometheus.NewRegistry(),
 		descs: metricDescs{
-			rounds:      desc("rounds_total", "Rounds (probe, and recovery when needed), by outcome: healthy, suspect (a timeout short of hung), recovered, failed, gave_up.", "outcome"),
+			rounds:      desc("rounds_total", "Rounds (probe, and recovery when needed), by outcome: healthy, suspect (a timeout short of hung), recovered, failed, gave_up, blind (the probe could not look).", "outcome"),
 			faults:      desc("faults_total", "Faults found, by kind (shim_dead, shim_hung, gateway_heap_oom, ...); past the budget each round counts the fault again.", "kind"),
 			restarts:    desc("restarts_total", "Restarts, by result: recovered (healthy again within --settle) or failed.", "result"),
 			gaveUpTotal: desc("gave_up_total", "Times the watchdog gave up (the critical give_up line): the restart budget was spent."),

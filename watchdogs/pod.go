@@ -134,7 +134,7 @@ func (t PodTarget) Restart(ctx context.Context, c Change, m *TargetMemory) error
 
 // Recover implements Recoverer, for a watchdog with nothing to change (the
 // shim's): a restart as it was.
-func (t PodTarget) Recover(ctx context.Context, _ Finding) error {
+func (t PodTarget) Recover(ctx context.Context) error {
 	var m TargetMemory
 	return t.Restart(ctx, Change{}, &m)
 }

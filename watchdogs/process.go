@@ -32,14 +32,15 @@ type ProcessTarget struct {
 func (t ProcessTarget) Look(_ context.Context, m *TargetMemory) (Evidence, error) {
 	ev := Evidence{Healthy: true, HeapMB: m.HeapMB}
 	if t.Command.PidFile != "" {
-		pid, err := readPidFile(t.Command.PidFile)
-		ev.Known = true
-		ev.Running = err == nil && !gone(pid)
-		if !ev.Running {
-			ev.Exit = "its pid file's process is gone"
-			if err != nil {
-				ev.Exit = err.Error()
-			}
+		p, err := track(t.Command.PidFile)
+		if err != nil && !errors.Is(err, ErrNoProcess) {
+			return ev, err
+		}
+		ev.Known, ev.Running = true, err == nil
+		if err == nil {
+			p.close()
+		} else {
+			ev.Exit = err.Error()
 		}
 	}
 	// A first look sets the baselines: what happened before the watchdog
@@ -161,17 +162,5 @@ func (t ProcessTarget) Restart(ctx context.Context, c Change, m *TargetMemory) e
 	if c.MemoryMax > 0 {
 		r.Env = append(r.Env, "AIRLOCK_MEMORY_MAX="+strconv.FormatInt(c.MemoryMax, 10))
 	}
-	return r.Recover(ctx, Finding{})
-}
-
-func readPidFile(path string) (int, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("pid file: %w", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil || pid <= 1 {
-		return 0, fmt.Errorf("pid file %s: %q is not a process id", path, strings.TrimSpace(string(raw)))
-	}
-	return pid, nil
+	return r.Recover(ctx)
 }

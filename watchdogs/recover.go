@@ -4,19 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
 
 // CommandRestart recovers a plain process with an operator's command, run
 // by /bin/sh -c in its own process group. The process whose pid PidFile
-// holds, if it still runs, is SIGKILLed first and waited for, so a hung
-// instance never lingers beside the new one (or keeps its port).
+// holds, if it still runs (and the file can be trusted: see track), is
+// SIGKILLed first and waited for, so a hung instance never lingers beside
+// the new one (or keeps its port).
 type CommandRestart struct {
 	Command string
 	PidFile string        // optional
@@ -29,12 +27,23 @@ type CommandRestart struct {
 }
 
 // Recover implements Recoverer.
-func (c CommandRestart) Recover(ctx context.Context, f Finding) error {
+func (c CommandRestart) Recover(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	if c.PidFile != "" {
-		if err := killPidFile(ctx, c.PidFile); err != nil {
+		// Gone already (a dead process, a reused pid) is fine: the
+		// fault was found, the instance is what matters.
+		p, err := track(c.PidFile)
+		switch {
+		case errors.Is(err, ErrNoProcess):
+		case err != nil:
 			return err
+		default:
+			err = p.kill(ctx)
+			p.close()
+			if err != nil {
+				return fmt.Errorf("pid file %s: %w", c.PidFile, err)
+			}
 		}
 	}
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", c.Command)
@@ -51,46 +60,4 @@ func (c CommandRestart) Recover(ctx context.Context, f Finding) error {
 		return fmt.Errorf("restart command %q: %w", c.Command, err)
 	}
 	return nil
-}
-
-// killPidFile SIGKILLs the process the file names and waits until it is
-// gone (or a zombie: its sockets are closed then). A process already gone
-// is fine, as is no pid file at all (it never started): the fault was
-// found, the instance is what matters.
-func killPidFile(ctx context.Context, path string) error {
-	pid, err := readPidFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		if errors.Is(err, syscall.ESRCH) {
-			return nil
-		}
-		return fmt.Errorf("pid file %s: kill(%d, SIGKILL): %w", path, pid, err)
-	}
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for !gone(pid) {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("pid file %s: process %d still there after SIGKILL: %w", path, pid, ctx.Err())
-		case <-t.C:
-		}
-	}
-	return nil
-}
-
-// gone reports whether pid has exited: no /proc entry, or a zombie.
-func gone(pid int) bool {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	// The state follows the command's closing parenthesis.
-	s := string(raw)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
 }

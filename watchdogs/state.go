@@ -24,6 +24,8 @@ type State struct {
 	// keeps firing past the budget says it once, not every round (until
 	// the service is healthy, or a restart is tried again).
 	GaveUp bool `json:"gave_up"`
+	// Blind is set once a blind round is said, until the probe sees again.
+	Blind bool `json:"blind,omitempty"`
 	// Probe is what a Remembering probe keeps.
 	Probe json.RawMessage `json:"probe,omitempty"`
 	// Metrics are the counters the next round's metrics go on from

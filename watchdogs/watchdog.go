@@ -22,6 +22,10 @@ type Finding struct {
 	// may be a slow answer. It becomes a fault after StrikesToFault in a
 	// row; a SIGSTOPped process is caught that way.
 	Strike bool
+	// Blind marks a probe that could not look (its evidence unreadable,
+	// the pod's admin socket silent): nothing is known of the service, so
+	// nothing is restarted; it is said once per streak.
+	Blind bool
 }
 
 // Probe looks at the watched thing once.
@@ -29,10 +33,18 @@ type Probe interface {
 	Probe(ctx context.Context) Finding
 }
 
-// Recoverer acts on a fault: restarts the thing, and for a hung one makes
-// sure the old instance is gone before the new one starts.
+// Recoverer acts on a fault: restarts the thing, making sure the old
+// instance (a hung one too) is gone before the new one starts.
 type Recoverer interface {
-	Recover(ctx context.Context, f Finding) error
+	Recover(ctx context.Context) error
+}
+
+// Settler is a Probe with a check for after a restart that leaves the
+// evidence the next round reads where it was (a log offset, the OOM kills
+// and exits seen): a fault found while settling is the next round's to
+// judge.
+type Settler interface {
+	Settled(ctx context.Context) Finding
 }
 
 // Watchdog is one watchdog: the probe, the recovery and the rules around
@@ -74,9 +86,10 @@ const (
 	Recovered                // a fault, recovered and answering again
 	Failed                   // a fault whose recovery did not bring it back
 	GaveUp                   // a fault past the budget: nothing done
+	Blind                    // the probe could not look: nothing done
 )
 
-var outcomeNames = [...]string{"healthy", "suspect", "recovered", "failed", "gave up"}
+var outcomeNames = [...]string{"healthy", "suspect", "recovered", "failed", "gave up", "blind"}
 
 func (o Outcome) String() string { return outcomeNames[o] }
 
@@ -174,6 +187,16 @@ func (w *Watchdog) round(ctx context.Context) (Result, error) {
 		// not the service. No finding, and no restart on the way out.
 		return Result{}, err
 	}
+	if f.Blind {
+		res := Result{Outcome: Blind, Kind: f.Kind, Detail: f.Detail}
+		if st.Blind { // said once already
+			w.Log.Warn("watchdog: still blind", "service", w.Service, "detail", f.Detail)
+			return res, nil
+		}
+		st.Blind = true
+		return res, w.report(f.Kind, events.Warning, f.Detail+"; nothing restarted while the watchdog cannot see", false)
+	}
+	st.Blind = false
 	if f.Kind == "" {
 		st.Strikes, st.GaveUp = 0, false
 		return Result{Outcome: Healthy}, nil
@@ -204,11 +227,17 @@ func (w *Watchdog) round(ctx context.Context) (Result, error) {
 	st.GaveUp = false
 	st.Restarts = append(st.Restarts, now)
 	found := time.Now()
-	if err := w.Recover.Recover(ctx, f); err != nil {
+	if err := w.Recover.Recover(ctx); err != nil {
+		if ctx.Err() != nil {
+			return Result{}, ctx.Err() // stopped: the restart failed because of us
+		}
 		detail := fmt.Sprintf("after %s: %v", f.Kind, err)
 		return Result{Outcome: Failed, Kind: f.Kind, Detail: detail}, w.report("restart", events.Critical, detail, false)
 	}
 	if last, ok := w.settle(ctx); !ok {
+		if ctx.Err() != nil {
+			return Result{}, ctx.Err() // stopped while it settled: no verdict
+		}
 		detail := fmt.Sprintf("after %s: restarted, but not healthy within %v: %s", f.Kind, w.Settle, last.Detail)
 		return Result{Outcome: Failed, Kind: f.Kind, Detail: detail}, w.report("restart", events.Critical, detail, false)
 	}
@@ -224,9 +253,13 @@ func (w *Watchdog) settle(ctx context.Context) (Finding, bool) {
 	defer cancel()
 	t := time.NewTicker(settlePoll)
 	defer t.Stop()
+	check := w.Probe.Probe
+	if s, ok := w.Probe.(Settler); ok {
+		check = s.Settled
+	}
 	var last Finding
 	for {
-		f := w.Probe.Probe(ctx)
+		f := check(ctx)
 		if f.Kind == "" {
 			return f, true
 		}

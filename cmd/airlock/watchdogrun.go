@@ -137,7 +137,7 @@ func runWatchdog(cmd *cobra.Command, w *watchdogs.Watchdog, r *runFlags) error {
 		return err
 	}
 	switch res.Outcome {
-	case watchdogs.Failed, watchdogs.GaveUp:
+	case watchdogs.Failed, watchdogs.GaveUp, watchdogs.Blind:
 		return fmt.Errorf("%s %s: %s", r.service, res.Outcome, res.Detail)
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", r.service, res.Outcome)

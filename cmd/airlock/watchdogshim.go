@@ -48,7 +48,8 @@ for a hung plain process, the pid in --pid-file is SIGKILLed first. Past
 and restart is one line in --inbox (source watchdog-shim).
 
 Exit status with --once: 0 when the shim is healthy, suspect or recovered,
-1 when it is not (a failed restart, or given up).`,
+1 when it is not (a failed restart, given up, or blind: the watchdog could
+not look).`,
 		Args:        cobra.NoArgs,
 		Annotations: serviceLogs, // a daemon, or a timer's run: its log is the journal's
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -1,0 +1,173 @@
+package watchdogs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A pid file is a claim by whoever wrote it, read by a watchdog that runs
+// as root and SIGKILLs what it names. So it is believed only when the
+// watchdog's own user (or root) owns it, nobody else may write it, it is
+// not a symlink, and the process it names started before the file was
+// written: a pid reused by another process since fails that last test.
+// The process is then held by a pidfd, so the check and the kill cannot
+// be split by a reuse.
+
+// tracked is the live process a pid file names.
+type tracked struct {
+	pid int
+	fd  int // pidfd
+}
+
+// ErrNoProcess: the pid file names no live process of its own (none at
+// all, a zombie, or a pid another process has taken since).
+var ErrNoProcess = errors.New("no live process")
+
+// pidTolerance covers the kernel's boot time, which /proc/stat gives in
+// whole seconds: a process's start is known to within a second.
+const pidTolerance = time.Second
+
+// track opens the process the pid file at path names. A missing file or a
+// process gone is ErrNoProcess; a file that cannot be trusted is an error
+// naming why.
+func track(path string) (*tracked, error) {
+	pid, written, err := readPidFile(path)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil, fmt.Errorf("pid file %s: process %d: %w", path, pid, ErrNoProcess)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pid file %s: pidfd_open(%d): %w", path, pid, err)
+	}
+	start, zombie, err := processStart(pid)
+	if err == nil && !zombie && !start.After(written.Add(pidTolerance)) {
+		return &tracked{pid: pid, fd: fd}, nil
+	}
+	unix.Close(fd)
+	switch {
+	case err != nil || zombie:
+		return nil, fmt.Errorf("pid file %s: process %d: %w", path, pid, ErrNoProcess)
+	default:
+		return nil, fmt.Errorf("pid file %s: process %d started at %s, after the file was written (%s): its pid was reused: %w",
+			path, pid, start.UTC().Format(time.RFC3339), written.UTC().Format(time.RFC3339), ErrNoProcess)
+	}
+}
+
+func (p *tracked) close() { unix.Close(p.fd) }
+
+// kill SIGKILLs the process and waits until it is gone (reaped, or a
+// zombie: its sockets are closed then).
+func (p *tracked) kill(ctx context.Context) error {
+	if err := unix.PidfdSendSignal(p.fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("kill process %d: %w", p.pid, err)
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !gone(p.pid) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("process %d still there after SIGKILL: %w", p.pid, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// readPidFile reads a pid file the watchdog may believe, and when it was
+// written.
+func readPidFile(path string) (pid int, written time.Time, err error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, time.Time{}, fmt.Errorf("pid file %s: %w", path, ErrNoProcess)
+	}
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("pid file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("pid file: %w", err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if uid := uint32(os.Geteuid()); st.Uid != 0 && st.Uid != uid {
+		return 0, time.Time{}, fmt.Errorf("pid file %s: owned by uid %d, not by root or this watchdog's user: not trusted with a SIGKILL", path, st.Uid)
+	}
+	if fi.Mode().Perm()&0o022 != 0 || !fi.Mode().IsRegular() {
+		return 0, time.Time{}, fmt.Errorf("pid file %s: %v: others may write it; not trusted with a SIGKILL", path, fi.Mode())
+	}
+	raw, err := io.ReadAll(io.LimitReader(f, 64))
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("pid file: %w", err)
+	}
+	pid, err = strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || pid <= 1 {
+		return 0, time.Time{}, fmt.Errorf("pid file %s: %q is not a process id", path, strings.TrimSpace(string(raw)))
+	}
+	return pid, fi.ModTime(), nil
+}
+
+// processStart is when pid started (from /proc/PID/stat's starttime, in
+// clock ticks after boot) and whether it is a zombie.
+func processStart(pid int) (time.Time, bool, error) {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	// The fields after the command's closing parenthesis: state is the
+	// first (field 3), starttime the 20th (field 22).
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return time.Time{}, false, fmt.Errorf("/proc/%d/stat: no command", pid)
+	}
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 20 {
+		return time.Time{}, false, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	ticks, err := strconv.ParseInt(f[19], 10, 64)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("/proc/%d/stat: starttime %q", pid, f[19])
+	}
+	boot, err := bootTime()
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	// USER_HZ is 100 on every Linux architecture Go runs on.
+	return boot.Add(time.Duration(ticks) * (time.Second / 100)), f[0] == "Z" || f[0] == "X", nil
+}
+
+func bootTime() (time.Time, error) {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			s, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				break
+			}
+			return time.Unix(s, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("/proc/stat: no btime")
+}
+
+// gone reports whether pid has exited: no /proc entry, or a zombie.
+func gone(pid int) bool {
+	_, zombie, err := processStart(pid)
+	return err != nil || zombie
+}
