@@ -46,6 +46,10 @@ type ServiceStatus struct {
 	// polling now and then tells by it that one died in between, though
 	// the supervisor restarted it.
 	Exits int `json:"exits"`
+	// Launches counts the instances begun since the pod booted, counted
+	// as the state turns to starting: a restart's caller waits for it to
+	// grow, and then sees no more of the old instance.
+	Launches int `json:"launches"`
 	// OOMKills and LastOutput are the last exited instance's: the
 	// processes the OOM killer killed in its cgroups, and its last lines
 	// of output (at most 40, each cut at 2 KiB), where a V8 heap
@@ -73,7 +77,7 @@ func (s *service) status() ServiceStatus {
 	defer s.mu.Unlock()
 	return ServiceStatus{Name: s.name, State: s.state, Since: s.since, Preset: s.spec.Preset, Pid: s.pid,
 		Restarts: s.restarts, LastExit: s.lastExit, Detail: s.detail,
-		Exits: s.exits, OOMKills: s.oomKills, LastOutput: s.lastOutput, NodeHeapMB: heap, MemoryMax: s.memoryMax}
+		Exits: s.exits, Launches: s.launches, OOMKills: s.oomKills, LastOutput: s.lastOutput, NodeHeapMB: heap, MemoryMax: s.memoryMax}
 }
 
 // Status reports the pod's state now.

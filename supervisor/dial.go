@@ -82,27 +82,46 @@ func serveDial(p *Pod, w http.ResponseWriter, r *http.Request) {
 }
 
 // relay copies bytes both ways until both sides have finished sending (a
-// side's EOF is passed on as a half-close), or ctx ends (the pod stops).
-// in holds what the client sent past its request, already read.
+// side's EOF is passed on as a half-close), either side fails, or ctx ends
+// (the pod stops). in holds what the client sent past its request, already
+// read. Once the client has finished sending, the service has
+// halfCloseGrace to finish answering: a hung service (the very thing a
+// watchdog probes for) never would, and its relay would be kept forever.
 func relay(ctx context.Context, client net.Conn, in *bufio.Reader, upstream net.Conn) {
-	stop := context.AfterFunc(ctx, func() { client.Close(); upstream.Close() })
+	closeBoth := func() { client.Close(); upstream.Close() }
+	stop := context.AfterFunc(ctx, closeBoth)
 	defer stop()
 	done := make(chan struct{}, 2)
-	pipe := func(dst net.Conn, src io.Reader) {
-		io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite()
-		} else {
-			dst.Close()
+	go func() {
+		if _, err := io.Copy(upstream, in); err != nil {
+			closeBoth()
 		}
+		closeWrite(upstream)
+		upstream.SetReadDeadline(time.Now().Add(halfCloseGrace))
 		done <- struct{}{}
+	}()
+	go func() {
+		if _, err := io.Copy(client, upstream); err != nil {
+			closeBoth() // the client went away, or the grace ran out
+		}
+		closeWrite(client)
+		done <- struct{}{}
+	}()
+	<-done
+	<-done
+	closeBoth()
+}
+
+// halfCloseGrace is how long a service may take to answer once the
+// client has sent all it will.
+var halfCloseGrace = 30 * time.Second
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	} else {
+		c.Close()
 	}
-	go pipe(upstream, in)
-	go pipe(client, upstream)
-	<-done
-	<-done
-	client.Close()
-	upstream.Close()
 }
 
 // servicePort reports whether one of the pod's services declares port.

@@ -62,6 +62,7 @@ type service struct {
 	// polling now and then: how many have exited since boot, its OOM
 	// kills, its last lines.
 	exits      int
+	launches   int
 	oomKills   int64
 	lastOutput []string
 	// What its launches use, an operator's restart may change them: the
@@ -143,6 +144,9 @@ func (s *service) leafID() string { return s.pod.m.Name + "-" + s.name }
 func (s *service) setState(state, detail string) {
 	s.mu.Lock()
 	s.state, s.since, s.detail = state, time.Now(), detail
+	if state == stateStarting {
+		s.launches++
+	}
 	s.mu.Unlock()
 	s.pod.metrics.setState(s.name, state)
 	s.pod.changed()

@@ -20,9 +20,6 @@ const (
 	KindGatewayCrash = "gateway_crash"
 	// KindGatewayHung: it runs but does not answer its health URL.
 	KindGatewayHung = "gateway_hung"
-	// KindGatewayUnobservable: its evidence cannot be read (the pod's
-	// admin socket, its log, its cgroup): nothing is restarted.
-	KindGatewayUnobservable = "gateway_unobservable"
 )
 
 // Evidence is what a gateway's target says about it since the last look.
@@ -126,7 +123,7 @@ func (g *Gateway) Probe(ctx context.Context) Finding {
 		// log was unreadable) would restart a healthy gateway. What was
 		// read is read again once it can all be.
 		g.mem = before
-		return Finding{Kind: KindGatewayUnobservable, Blind: true, Detail: err.Error()}
+		return Finding{Kind: KindUnobservable, Blind: true, Detail: err.Error()}
 	}
 	g.change = Change{}
 	var health Finding

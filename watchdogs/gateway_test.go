@@ -247,7 +247,7 @@ func TestGatewayUnobservableRestartsNothing(t *testing.T) {
 	if pid := e.pid(); pid != e.pids[0] || !e.answers() {
 		t.Errorf("pid %d (was %d): the gateway was restarted", pid, e.pids[0])
 	}
-	if got, want := e.lines(), "gateway_unobservable/warning/false"; got != want {
+	if got, want := e.lines(), "unobservable/warning/false"; got != want {
 		t.Errorf("inbox = %q, want %q", got, want)
 	}
 }

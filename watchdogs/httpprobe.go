@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"syscall"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/adminclient"
 )
 
 // Shim fault kinds, as the inbox lines name them.
@@ -16,6 +18,11 @@ const (
 	KindShimDead = "shim_dead"
 	KindShimHung = "shim_hung"
 )
+
+// KindUnobservable is a blind round's kind (any watchdog's): what it looks
+// at cannot be read (the pod's admin socket, a log, a cgroup); nothing is
+// restarted.
+const KindUnobservable = "unobservable"
 
 // HTTPProbe asks a service for a page, as a client would (the shim for its
 // model list, the gateway for its health). Any HTTP answer, even an error
@@ -61,6 +68,9 @@ func (p *HTTPProbe) Probe(ctx context.Context) Finding {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
 		return Finding{}
+	}
+	if errors.Is(err, adminclient.ErrNoPod) {
+		return Finding{Kind: KindUnobservable, Blind: true, Detail: fmt.Sprintf("GET %s: %v", p.URL, err)}
 	}
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		return Finding{Kind: p.Hung, Strike: true, Detail: fmt.Sprintf("GET %s: no answer in %v", p.URL, p.Timeout)}

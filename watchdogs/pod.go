@@ -29,7 +29,7 @@ type serviceStatus struct {
 	Name       string   `json:"name"`
 	State      string   `json:"state"`
 	Detail     string   `json:"detail"`
-	Restarts   int      `json:"restarts"`
+	Launches   int      `json:"launches"`
 	LastExit   *int     `json:"last_exit"`
 	Exits      int      `json:"exits"`
 	OOMKills   int64    `json:"oom_kills"`
@@ -104,7 +104,10 @@ func (t PodTarget) Look(ctx context.Context, m *TargetMemory) (Evidence, error) 
 // Restart implements Target: the supervisor stops the instance it runs (a
 // hung one with its whole cgroup), or starts one it had stopped
 // supervising, with the change. It returns once the supervisor has begun
-// the next instance, so that no probe after it sees the old one.
+// an instance after the request (its status says starting, or later), so
+// that no probe after it sees the old one. (A restart of the supervisor's
+// own that began between the status read and the request is taken for
+// this one; the request, still pending, then replaces it.)
 func (t PodTarget) Restart(ctx context.Context, c Change, m *TargetMemory) error {
 	_, before, err := t.status(ctx)
 	if err != nil {
@@ -119,7 +122,7 @@ func (t PodTarget) Restart(ctx context.Context, c Change, m *TargetMemory) error
 	defer tick.Stop()
 	for {
 		booted, s, err := t.status(rctx)
-		if err == nil && s.Restarts > before.Restarts {
+		if err == nil && s.Launches > before.Launches {
 			// This restart's exit is the watchdog's own: not a fault.
 			m.Seen, m.PodBooted, m.Exits = true, booted, s.Exits
 			return nil

@@ -87,3 +87,19 @@ func TestWatchdogShimOnceRestartsAKilledShim(t *testing.T) {
 	// The second run, a fresh process, goes on counting.
 	wantMetrics(t, readFile(t, prom), `rounds_total{outcome="recovered"} 1`, `rounds_total{outcome="healthy"} 1`, `restarts_total{result="recovered"} 1`, `up 1`)
 }
+
+// No pod behind the admin socket: the watchdog cannot look, so it restarts
+// nothing, says so once, and a --once run fails.
+func TestWatchdogShimWithNoPodIsBlind(t *testing.T) {
+	dir := t.TempDir()
+	inbox := filepath.Join(dir, "agent-inbox.jsonl")
+	args := []string{"--once", "--state", filepath.Join(dir, "state.json"), "--inbox", inbox, "--admin-socket", filepath.Join(dir, "admin.sock")}
+	for range 2 {
+		if code, out, errs := watchdogShim(t, args...); code != ExitError || !strings.Contains(errs, "shim blind") {
+			t.Fatalf("watchdog shim with no pod = %d %q %q, want %d and blind", code, out, errs, ExitError)
+		}
+	}
+	if got, want := inboxWords(t, inbox), "watchdog-shim:shim/unobservable/warning/false"; got != want {
+		t.Errorf("inbox = %q, want %q", got, want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +18,10 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// ErrNoPod: the pod's admin socket does not answer (no pod, or not this
+// one): nothing can be said of its services.
+var ErrNoPod = errors.New("the pod's admin socket does not answer")
 
 // RestartPath is the API path that restarts service.
 func RestartPath(service string) string {

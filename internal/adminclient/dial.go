@@ -20,7 +20,9 @@ import (
 func Dial(ctx context.Context, socket, addr string) (net.Conn, error) {
 	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	if err != nil {
-		return nil, err
+		// Not the service's refusal: the pod's (%v, so that an
+		// ECONNREFUSED here is not taken for the service's).
+		return nil, fmt.Errorf("%w: %s: %v", ErrNoPod, socket, err)
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
