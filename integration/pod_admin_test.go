@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/adminclient"
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/supervisor"
 )
 
@@ -143,16 +144,7 @@ func TestPodAdminRestartWithAChange(t *testing.T) {
 		return s
 	}
 	nodeOptions := func(s supervisor.ServiceStatus) string {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", commandPid(t, s)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, kv := range strings.Split(string(raw), "\x00") {
-			if v, ok := strings.CutPrefix(kv, "NODE_OPTIONS="); ok {
-				return v
-			}
-		}
-		return ""
+		return testutil.Environ(t, commandPid(t, s), "NODE_OPTIONS")
 	}
 	const wantOpts = "--enable-source-maps --trace-warnings --max-old-space-size=128"
 

@@ -107,7 +107,7 @@ func TestGatewayWatchdogPodHeapOOM(t *testing.T) {
 	if st.NodeHeapMB != 64 {
 		t.Errorf("status node_heap_mb = %d, want 64", st.NodeHeapMB)
 	}
-	if got := environOf(t, commandPid(t, st), "NODE_OPTIONS"); got != "--no-deprecation --max-old-space-size=64" {
+	if got := testutil.Environ(t, commandPid(t, st), "NODE_OPTIONS"); got != "--no-deprecation --max-old-space-size=64" {
 		t.Errorf("the new gateway's NODE_OPTIONS = %q, want the next heap step and the rest kept", got)
 	}
 	if got, want := pod.watchdogLines("watchdog-gateway"), "gateway_heap_oom/warning/false restart/info/true"; got != want {
@@ -228,19 +228,4 @@ func runAirlock(t *testing.T, args ...string) (string, string, int) {
 		t.Fatal(err)
 	}
 	return out.String(), errs.String(), cmd.ProcessState.ExitCode()
-}
-
-// environOf is the value of name in process pid's environment.
-func environOf(t *testing.T, pid int, name string) string {
-	t.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, kv := range strings.Split(string(raw), "\x00") {
-		if v, ok := strings.CutPrefix(kv, name+"="); ok {
-			return v
-		}
-	}
-	return ""
 }

@@ -42,21 +42,6 @@ func (e *procEnv) ask(path string) {
 	}
 }
 
-// nodeOptions is the NODE_OPTIONS process pid was started with.
-func nodeOptions(t *testing.T, pid int) string {
-	t.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, kv := range strings.Split(string(raw), "\x00") {
-		if v, ok := strings.CutPrefix(kv, "NODE_OPTIONS="); ok {
-			return v
-		}
-	}
-	return ""
-}
-
 var (
 	heapSteps   = Steps{Start: 32, Max: 128}
 	memorySteps = Steps{Max: 256 << 20}
@@ -78,7 +63,7 @@ func TestGatewayHeapOOMRestartsWithALargerHeap(t *testing.T) {
 		if res.Kind != KindGatewayHeapOOM {
 			t.Fatalf("restart %d: kind = %q (%s), want %q", i, res.Kind, res.Detail, KindGatewayHeapOOM)
 		}
-		opts := nodeOptions(t, e.pid())
+		opts := testutil.Environ(t, e.pid(), "NODE_OPTIONS")
 		if wantOpts := fmt.Sprintf("--no-deprecation --max-old-space-size=%d", want); opts != wantOpts {
 			t.Errorf("restart %d: the new gateway's NODE_OPTIONS = %q, want %q", i, opts, wantOpts)
 		}
@@ -154,7 +139,7 @@ func TestGatewayCrashRestartsAsItWas(t *testing.T) {
 	if res.Kind != KindGatewayCrash {
 		t.Fatalf("kind = %q (%s), want %q", res.Kind, res.Detail, KindGatewayCrash)
 	}
-	if got := nodeOptions(t, e.pid()); got != "--max-old-space-size=64" {
+	if got := testutil.Environ(t, e.pid(), "NODE_OPTIONS"); got != "--max-old-space-size=64" {
 		t.Errorf("after the crash, NODE_OPTIONS = %q: want the heap the last recovery gave", got)
 	}
 	if got, want := e.lines(), "gateway_heap_oom/warning/false restart/info/true gateway_crash/warning/false restart/info/true"; got != want {
@@ -231,7 +216,7 @@ func TestGatewayHeapOOMWhileSettlingIsTheNextRoundsToJudge(t *testing.T) {
 	if res.Kind != KindGatewayHeapOOM {
 		t.Fatalf("the next round: kind = %q (%s), want %q", res.Kind, res.Detail, KindGatewayHeapOOM)
 	}
-	if got := nodeOptions(t, e.pid()); got != "--max-old-space-size=128" {
+	if got := testutil.Environ(t, e.pid(), "NODE_OPTIONS"); got != "--max-old-space-size=128" {
 		t.Errorf("NODE_OPTIONS = %q, want the step after 64", got)
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -64,9 +63,8 @@ func TestWatchdogGatewayOnceRaisesTheHeap(t *testing.T) {
 	if code, out, errs := airlock(t, "", args...); code != ExitOK || out != "gateway recovered\n" {
 		t.Fatalf("watchdog gateway = %d %q %s", code, out, errs)
 	}
-	environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", gw.pid()))
-	if !strings.Contains(string(environ), "\x00NODE_OPTIONS=--max-old-space-size=64\x00") || !strings.Contains(string(environ), "\x00AIRLOCK_NODE_HEAP_MB=64\x00") {
-		t.Errorf("the new gateway's environment lacks the next heap step: %q", environ)
+	if opts, mb := testutil.Environ(t, gw.pid(), "NODE_OPTIONS"), testutil.Environ(t, gw.pid(), "AIRLOCK_NODE_HEAP_MB"); opts != "--max-old-space-size=64" || mb != "64" {
+		t.Errorf("the new gateway's NODE_OPTIONS %q, AIRLOCK_NODE_HEAP_MB %q: want the next heap step", opts, mb)
 	}
 	if got, want := inboxWords(t, inbox), "watchdog-gateway:gateway/gateway_heap_oom/warning/false watchdog-gateway:gateway/restart/info/true"; got != want {
 		t.Errorf("inbox = %q, want %q", got, want)

@@ -128,9 +128,12 @@ func runWatchdog(cmd *cobra.Command, w *watchdogs.Watchdog, r *runFlags) error {
 		return w.Run(ctx, r.interval)
 	}
 	res, err := w.Once(ctx)
-	// A round cut short by SIGTERM found nothing (Once's Result is the
-	// zero, healthy one): the textfile keeps the last real round's.
-	if r.textfile != "" && ctx.Err() == nil {
+	if ctx.Err() != nil {
+		// Stopped (SIGTERM, a timer's timeout): the round found nothing
+		// and says nothing; the textfile keeps the last real round's.
+		return nil
+	}
+	if r.textfile != "" {
 		err = errors.Join(err, m.WriteTextfile(r.textfile))
 	}
 	if err != nil {

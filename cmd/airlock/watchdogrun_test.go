@@ -227,7 +227,11 @@ func TestWatchdogShimOnceStoppedMidProbeWritesNoTextfile(t *testing.T) {
 		return false
 	})
 	cmd.Process.Signal(syscall.SIGTERM)
-	cmd.Wait()
+	// Its own clean stop, not SIGTERM's default action (which would also
+	// leave no textfile).
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("the stopped run: %v, want a clean exit", err)
+	}
 	if _, err := os.Stat(prom); err == nil {
 		t.Errorf("a stopped run wrote its textfile:\n%s", readFile(t, prom))
 	}
