@@ -29,7 +29,7 @@ func newLedgerCmd() *cobra.Command {
 			if status != "" && !slices.Contains(statuses, ledger.Status(status)) {
 				return &exitError{ExitUsage, fmt.Errorf("--status %q: want one of %v", status, statuses)}
 			}
-			h, err := openHome(dir)
+			h, err := resolveHome(dir)
 			if err != nil {
 				return err
 			}
