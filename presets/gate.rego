@@ -57,7 +57,7 @@ decision := {"outcome": "block", "rule": "destructive", "reason": why} if {
 } else := {"outcome": "draft", "rule": "mail-outside", "reason": reason} if {
 	input.action == "send_mail"
 	not own_address(input.target)
-	reason := sprintf("%q is not an address in %v", [input.target, own_domains])
+	reason := sprintf("mail to %q leaves the own domains %v: a human sends it", [input.target, own_domains])
 } else := {"outcome": "budget", "rule": "daily-cap", "reason": reason} if {
 	cap := auto[input.action]
 	taken(input.action) >= cap
