@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -158,4 +159,25 @@ func embeddedHash(t *testing.T) string {
 		t.Fatalf("policy hash = %d %s", code, errs)
 	}
 	return strings.TrimSpace(out)
+}
+
+// --help and README.md state each outcome's exit code as the command
+// returns it.
+func TestGateExitCodesAreDocumented(t *testing.T) {
+	code, help, errs := airlock(t, "", "gate", "--help")
+	if code != ExitOK {
+		t.Fatalf("gate --help = %d %s", code, errs)
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for outcome, exit := range gateExit {
+		if want := fmt.Sprintf("  %-7s exit %d ", outcome, exit); !strings.Contains(help, want) {
+			t.Errorf("gate --help does not say %q", want)
+		}
+		if want := fmt.Sprintf("| `%s` | %d |", outcome, exit); !strings.Contains(string(readme), want) {
+			t.Errorf("README.md does not say %q", want)
+		}
+	}
 }
