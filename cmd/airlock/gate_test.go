@@ -147,8 +147,26 @@ func TestGateUsageAndIntegrity(t *testing.T) {
 			t.Errorf("gate %v = exit %d, want %d", tc.args, code, tc.code)
 		}
 	}
+	// The gate policy is in the bundle the lock covers: an edit that
+	// would make force_push auto is refused before it decides anything.
+	bundle := copyPresets(t)
+	if code, _, errs := airlock(t, "", "policy", "lock", bundle); code != ExitOK {
+		t.Fatalf("policy lock = %d %s", code, errs)
+	}
+	gp := filepath.Join(bundle, "gate.rego")
+	raw, _ := os.ReadFile(gp)
+	edited := strings.NewReplacer(`"open_pr": 5,`, `"open_pr": 5, "force_push": 100,`, `"force_push": "a force`, `"no_push": "a force`).Replace(string(raw))
+	os.WriteFile(gp, []byte(edited), 0o644)
+	if code, _ := gateRun(t, home, "--policy", bundle, "--action", "force_push", "--target", "o/r"); code != ExitIntegrity {
+		t.Errorf("gate with an edited, locked gate policy = exit %d, want %d", code, ExitIntegrity)
+	}
 	if _, err := os.Stat(filepath.Join(home, "auto-action-log.jsonl")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a refused command line decided something: %v", err)
+	}
+	// Unlocked, the edit takes effect: the lock was what refused it.
+	os.Remove(filepath.Join(bundle, policies.LockFileName))
+	if code, _ := gateRun(t, t.TempDir(), "--policy", bundle, "--action", "force_push", "--target", "o/r"); code != ExitOK {
+		t.Errorf("gate with the edited gate policy, unlocked = exit %d, want 0 (auto)", code)
 	}
 }
 
