@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/orchestrator/gate"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/spf13/cobra"
@@ -52,7 +51,7 @@ pinned one; 2: usage.`,
 					return &exitError{ExitUsage, fmt.Errorf("%s is required (see airlock gate --help)", flag)}
 				}
 			}
-			h, err := gateHome(home)
+			h, err := resolveHome(home)
 			if err != nil {
 				return err
 			}
@@ -77,15 +76,7 @@ pinned one; 2: usage.`,
 	fl := cmd.Flags()
 	fl.StringVar(&action, "action", "", "the proposed action's `NAME` (send_mail, open_pr), as the gate policy's tables name it")
 	fl.StringVar(&target, "target", "", "what the action is on (`TARGET`: an address, a repository)")
-	fl.StringVar(&home, "home", "", "the orchestrator's home `DIR` (default: $AIRLOCK_HOME, else /var/lib/airlock/agent as root or ~/.local/share/airlock/agent)")
+	homeFlag(cmd, &home)
 	pf.register(cmd, true)
 	return cmd
-}
-
-// gateHome is --home, else the default home.
-func gateHome(dir string) (orchestrator.Home, error) {
-	if dir != "" {
-		return orchestrator.Home{Dir: dir}, nil
-	}
-	return orchestrator.DefaultHome()
 }
