@@ -26,8 +26,10 @@ const Killed policies.Outcome = "killed"
 
 // Rules the gate names itself, when no policy rule decided.
 const (
-	RuleKillFile    = "kill-file"    // the kill file is present
-	RulePolicyError = "policy-error" // the gate policy failed: blocked
+	RuleKillFile      = "kill-file"      // the kill file is present
+	RulePolicyError   = "policy-error"   // the gate policy failed, or could not be asked: blocked
+	RuleInvalidAction = "invalid-action" // not a name: refused before anything is decided
+	RuleUnrecorded    = "unrecorded"     // the action log could not be written: blocked
 )
 
 // Decision is one decided action: a line of auto-action-log.jsonl.
@@ -66,11 +68,11 @@ var actionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
 func Decide(ctx context.Context, home orchestrator.Home, e *policies.Engine, action, target string, now time.Time) (Decision, error) {
 	d := Decision{TS: now.UTC(), Action: action, Target: target, Policy: e.Hash()}
 	if !actionName.MatchString(action) {
-		return block(d, RulePolicyError, "action not decided"), fmt.Errorf("%w %q: want a name of letters, digits and _.:- (send_mail)", ErrInvalidAction, action)
+		return block(d, RuleInvalidAction, "the action is not a name"), fmt.Errorf("%w %q: want a name of letters, digits and _.:- (send_mail)", ErrInvalidAction, action)
 	}
 	log, err := lockLog(home.ActionLog())
 	if err != nil {
-		return block(d, RulePolicyError, "action log unavailable"), err
+		return block(d, RuleUnrecorded, err.Error()), err
 	}
 	defer log.close()
 
@@ -80,7 +82,7 @@ func Decide(ctx context.Context, home orchestrator.Home, e *policies.Engine, act
 		decide(ctx, e, log, &d)
 	}
 	if err := log.append(d); err != nil {
-		return block(d, d.Rule, "action log unavailable"), err
+		return block(d, RuleUnrecorded, err.Error()), err
 	}
 	log.close() // the decision is recorded: release the next gate
 

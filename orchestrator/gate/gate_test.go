@@ -141,7 +141,7 @@ func TestInvalidActionIsNotDecided(t *testing.T) {
 	e, home := embedded(t), orchestrator.Home{Dir: t.TempDir()}
 	for _, a := range []string{"", "send mail", "send_mail\n- forged", "-x"} {
 		d, err := Decide(context.Background(), home, e, a, "t", time.Now())
-		if !errors.Is(err, ErrInvalidAction) || d.Outcome != policies.OutcomeBlock {
+		if !errors.Is(err, ErrInvalidAction) || d.Outcome != policies.OutcomeBlock || d.Rule != RuleInvalidAction {
 			t.Errorf("Decide(%q) = %+v, %v; want a block and ErrInvalidAction", a, d, err)
 		}
 	}
@@ -168,8 +168,8 @@ func TestActionLogSymlinkRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := Decide(context.Background(), home, e, "open_pr", "o/r", time.Now())
-	if err == nil || d.Outcome != policies.OutcomeBlock {
-		t.Fatalf("Decide through a symlinked log = %+v, %v; want a block and an error", d, err)
+	if err == nil || d.Outcome != policies.OutcomeBlock || d.Rule != RuleUnrecorded {
+		t.Fatalf("Decide through a symlinked log = %+v, %v; want a block (unrecorded) and an error", d, err)
 	}
 	if _, err := os.Stat(elsewhere); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the symlink's target was written: %v", err)

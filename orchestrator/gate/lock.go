@@ -22,6 +22,11 @@ func openLocked(path string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A file just created must survive a crash as the lines in it will.
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		f.Close()
+		return nil, err
+	}
 	for {
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
 		if !errors.Is(err, unix.EINTR) {
@@ -33,4 +38,16 @@ func openLocked(path string) (*os.File, error) {
 		return nil, fmt.Errorf("flock %s: %w", path, err)
 	}
 	return f, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
 }
