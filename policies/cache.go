@@ -48,12 +48,14 @@ func keyOf(in *Input) cacheKey {
 
 // checkInputRefs refuses a bundle whose library reads input fields the cache
 // does not key on, or whose presets read input at all (their rules are
-// evaluated once, at load).
+// evaluated once, at load). The gate policy is not a preset: it reads its
+// own input and is never cached.
 func checkInputRefs(mods map[string]*ast.Module) error {
 	for file, m := range mods {
 		pkg := m.Package.Path.String()
 		lib := pkg == "data.airlock.lib"
-		if !lib && !strings.HasPrefix(pkg, "data.airlock.") {
+		// The gate policy decides from its input, uncached (gate.go).
+		if !lib && !strings.HasPrefix(pkg, "data.airlock.") || pkg == gatePackage {
 			continue
 		}
 		var bad error

@@ -70,6 +70,7 @@ type generation struct {
 	presets    map[string]*compiledPreset
 	quarantine error
 	cache      *lru.Cache[cacheKey, Decision] // nil: caching disabled
+	gate       *rego.PreparedEvalQuery        // nil: the bundle has no gate policy
 }
 
 type compiledPreset struct {
@@ -359,6 +360,10 @@ func compile(ctx context.Context, b *Bundle) (*generation, error) {
 	}
 	if len(g.presets) == 0 {
 		return nil, fmt.Errorf("policy bundle %s defines no preset (package airlock.presets.<name> with a decision rule)", b.Origin)
+	}
+	var err error
+	if g.gate, err = prepareGate(ctx, c, mods); err != nil {
+		return nil, fmt.Errorf("policy bundle %s: %w", b.Origin, err)
 	}
 	return g, nil
 }

@@ -1,0 +1,126 @@
+package gate
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/airlock-sandbox/airlock/orchestrator"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// auto-action-log.jsonl: one JSON line per decision, appended with one
+// write(2) and fsync'd under an exclusive flock of the file. The flock is
+// held from counting today's auto actions to appending the decision, so
+// it also serialises the daily caps. A gate killed mid-write leaves a torn
+// last line: the next append ends it first, and readers skip it.
+
+// actionLog is the action log, open and flock'd.
+type actionLog struct {
+	path string
+	f    *os.File
+}
+
+// lockLog opens the log and takes its flock.
+func lockLog(path string) (*actionLog, error) {
+	f, err := openLocked(path)
+	if err != nil {
+		return nil, fmt.Errorf("action log: %w", err)
+	}
+	return &actionLog{path: path, f: f}, nil
+}
+
+// close releases the flock; closing again does nothing.
+func (l *actionLog) close() {
+	if l.f != nil {
+		l.f.Close()
+		l.f = nil
+	}
+}
+
+// autoCounts counts the auto decisions of day (UTC), by action.
+func (l *actionLog) autoCounts(day string) (map[string]int, error) {
+	ds, _, err := readDecisions(io.NewSectionReader(l.f, 0, 1<<62))
+	if err != nil {
+		return nil, fmt.Errorf("action log %s: %w", l.path, err)
+	}
+	counts := map[string]int{}
+	for _, d := range ds {
+		if d.Outcome == policies.OutcomeAuto && orchestrator.Today(d.TS) == day {
+			counts[d.Action]++
+		}
+	}
+	return counts, nil
+}
+
+// append writes d as one line and returns once it is on disk. A torn last
+// line is ended first, in the same write, so this one is whole.
+func (l *actionLog) append(d Decision) error {
+	var buf bytes.Buffer
+	if st, err := l.f.Stat(); err != nil {
+		return fmt.Errorf("action log %s: %w", l.path, err)
+	} else if st.Size() > 0 {
+		last := make([]byte, 1)
+		if _, err := l.f.ReadAt(last, st.Size()-1); err != nil {
+			return fmt.Errorf("action log %s: %w", l.path, err)
+		}
+		if last[0] != '\n' {
+			buf.WriteByte('\n')
+		}
+	}
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(d); err != nil {
+		return fmt.Errorf("action log %s: %w", l.path, err)
+	}
+	if _, err := l.f.Write(buf.Bytes()); err != nil {
+		return fmt.Errorf("action log: %w", err)
+	}
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("action log: %w", err)
+	}
+	return nil
+}
+
+// ReadLog reads an action log: its decisions, in order, and how many lines
+// were skipped as torn or unreadable. A missing log has none.
+func ReadLog(path string) (ds []Decision, torn int, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("action log: %w", err)
+	}
+	defer f.Close()
+	ds, torn, err = readDecisions(f)
+	if err != nil {
+		return nil, 0, fmt.Errorf("action log %s: %w", path, err)
+	}
+	return ds, torn, nil
+}
+
+func readDecisions(r io.Reader) (ds []Decision, torn int, err error) {
+	br := bufio.NewReader(r)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			var d Decision
+			if json.Unmarshal(line, &d) != nil || d.Action == "" || d.Outcome == "" {
+				torn++
+			} else {
+				ds = append(ds, d)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return ds, torn, nil
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+}
