@@ -23,6 +23,7 @@ var envKnobs = map[string]string{
 	"AIRLOCK_POLICY_QUARANTINE":  "policy-quarantine",
 	"AIRLOCK_LOG_LEVEL":          "log-level",
 	"AIRLOCK_ADMIN_SOCKET":       "socket",
+	"AIRLOCK_DAILY_TOKENS":       "daily-tokens",
 }
 
 // applyEnvKnobs sets unset flags of cmd from their AIRLOCK_* variables and
