@@ -60,7 +60,7 @@ func newSpawnCmd() *cobra.Command {
 				Home: h, Engine: engine, Airlock: self, Log: slog.Default(),
 				Budget: budget.Budget{Dir: h.Budget(), Daily: dailyTokens},
 				Substrates: map[string]spawn.Substrate{
-					"local": local.Substrate{Airlock: self, LaunchArgs: launchArgs(cmd), Log: slog.Default()},
+					"local": local.Substrate{LaunchArgs: launchArgs(cmd)},
 				},
 			}
 			// A stop signal ends the sub-agent (its sandbox with it) and
