@@ -39,6 +39,11 @@ func newSpawnCmd() *cobra.Command {
 			if kindName == "" || (taskFile == "" && !dryRun) {
 				return &exitError{ExitUsage, errors.New("--kind and --task-file are required")}
 			}
+			for name := range notForwarded {
+				if f := cmd.Flags().Lookup(name); f.Changed && name != "policy-sha256" {
+					return &exitError{ExitUsage, fmt.Errorf("--%s is per sandbox: a spawn's audit lines go to subagents/ID/%s, and its proxy serves no metrics", name, local.AuditFile)}
+				}
+			}
 			if dailyTokens < 0 {
 				return &exitError{ExitUsage, fmt.Errorf("--daily-tokens %d: want 0 or more", dailyTokens)}
 			}
@@ -93,6 +98,10 @@ func newSpawnCmd() *cobra.Command {
 	})
 	xf.register(cmd)
 	inGroup(fl, "Policy", func() { pf.register(cmd, true) })
+	// Each sandbox's proxy writes its own audit log and serves no
+	// metrics: those two proxy flags are not the operator's here.
+	fl.MarkHidden("audit-log")
+	fl.MarkHidden("metrics")
 	groupedHelp(cmd, "Spawn", "Proxy", "Policy")
 	return cmd
 }
