@@ -24,6 +24,7 @@ var envKnobs = map[string]string{
 	"AIRLOCK_LOG_LEVEL":          "log-level",
 	"AIRLOCK_ADMIN_SOCKET":       "socket",
 	"AIRLOCK_HOME":               "home",
+	"AIRLOCK_DAILY_TOKENS":       "daily-tokens",
 }
 
 // applyEnvKnobs sets unset flags of cmd from their AIRLOCK_* variables and
