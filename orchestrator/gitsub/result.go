@@ -1,0 +1,92 @@
+package gitsub
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Result is result.json, as the runner writes it and the local substrate
+// writes its own.
+type Result struct {
+	Task      string          `json:"task"`
+	Kind      string          `json:"kind"`
+	Substrate string          `json:"substrate"`
+	Status    string          `json:"status"`
+	ExitCode  int             `json:"exit_code"`
+	Started   time.Time       `json:"started,omitzero"`
+	Ended     time.Time       `json:"ended,omitzero"`
+	Usage     *Usage          `json:"usage,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Detail    string          `json:"detail,omitempty"`
+}
+
+type Usage struct {
+	Tokens int64 `json:"tokens"`
+}
+
+// Returned are the files a runner commits back; only these are copied
+// into the local spawn directory, whatever else the branch holds.
+var Returned = []string{"result.json", "stdout.log", "stderr.log", "audit.jsonl"}
+
+// parseResult reads a runner's result.json for task id. A result that does
+// not parse, is for another task or has no known status is not trusted:
+// the task failed, and the detail says why.
+func parseResult(id, kind string, b []byte) *Result {
+	var r Result
+	err := json.Unmarshal(b, &r)
+	switch {
+	case err != nil:
+	case r.Task != id:
+		err = fmt.Errorf("it is for task %q", r.Task)
+	case r.Status != "done" && r.Status != "failed" && r.Status != "timeout":
+		err = fmt.Errorf("status %q is not done, failed or timeout", r.Status)
+	case r.Status == "done" && r.ExitCode != 0:
+		err = fmt.Errorf("status done with exit code %d", r.ExitCode)
+	}
+	if err != nil {
+		return &Result{Task: id, Kind: kind, Substrate: "git", Status: "failed", ExitCode: 1,
+			Detail: fmt.Sprintf("the runner's result.json on %s is unusable: %v", Branch(id), err)}
+	}
+	r.Substrate = "git"
+	return &r
+}
+
+// timedOut is the result Poll and Wait write for a runner that committed
+// nothing in time.
+func timedOut(id, kind string, started, now time.Time, within time.Duration) *Result {
+	return &Result{Task: id, Kind: kind, Substrate: "git", Status: "failed", ExitCode: 124,
+		Started: started, Ended: now,
+		Detail: fmt.Sprintf("the runner did not commit a result to %s within %d s", Branch(id), int64(within/time.Second))}
+}
+
+// writeFiles writes name → content into dir (made 0700), each file whole
+// (temp + rename), so a reader never sees half a result.
+func writeFiles(dir string, files map[string][]byte) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("spawn directory: %w", err)
+	}
+	for name, b := range files {
+		tmp, err := os.CreateTemp(dir, "."+name+".*")
+		if err != nil {
+			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+		}
+		_, err = tmp.Write(b)
+		if err == nil {
+			err = tmp.Sync()
+		}
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), filepath.Join(dir, name))
+		}
+		if err != nil {
+			os.Remove(tmp.Name())
+			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+		}
+	}
+	return nil
+}

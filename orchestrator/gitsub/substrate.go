@@ -1,0 +1,152 @@
+package gitsub
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Defaults of Substrate: the original design's poll interval, and how long
+// past the kind's timeout a runner may take to start and commit.
+const (
+	DefaultPollEvery = 10 * time.Second
+	DefaultGrace     = 600 * time.Second
+)
+
+// Substrate runs spawns on branches of Remote, started by Dispatcher.
+type Substrate struct {
+	Remote     Remote
+	Dispatcher Dispatcher
+	PollEvery  time.Duration    // DefaultPollEvery when zero
+	Grace      time.Duration    // DefaultGrace when zero
+	Now        func() time.Time // time.Now when nil
+}
+
+func (s *Substrate) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *Substrate) grace() time.Duration {
+	if s.Grace > 0 {
+		return s.Grace
+	}
+	return DefaultGrace
+}
+
+// Deadline is when a runner that has committed no result is given up on.
+func (s *Substrate) Deadline(m *Manifest, started time.Time) time.Time {
+	return started.Add(m.Timeout() + s.grace())
+}
+
+// Start records the spawn's files in dir (the local spawn directory), pushes
+// them as spawn/<id> and dispatches a runner for it. It returns the commit
+// pushed. A failed dispatch leaves the branch, which GC reclaims.
+func (s *Substrate) Start(ctx context.Context, dir string, f *Files) (string, error) {
+	files, err := f.encode()
+	if err != nil {
+		return "", err
+	}
+	if err := writeFiles(dir, files); err != nil {
+		return "", err
+	}
+	if s.Dispatcher == nil {
+		return "", fmt.Errorf("git substrate: no dispatcher configured (--dispatch-cmd, or --github-repo with AIRLOCK_GITHUB_TOKEN)")
+	}
+	id := f.Manifest.ID
+	commit, err := s.Remote.Push(ctx, id, files)
+	if err != nil {
+		return "", err
+	}
+	if err := s.Dispatcher.Dispatch(ctx, Dispatch{ID: id, Branch: Branch(id), Remote: s.Remote.URL}); err != nil {
+		return commit, err
+	}
+	return commit, nil
+}
+
+// Wait polls spawn/<id> every PollEvery until the runner's result appears
+// on it (the branch moves past pushed, the commit Start made), copies it
+// into dir and returns it. Once Deadline passes with no result it writes
+// and returns a failed result with exit code 124 instead.
+func (s *Substrate) Wait(ctx context.Context, dir string, m *Manifest, pushed string, started time.Time) (*Result, error) {
+	every := s.PollEvery
+	if every <= 0 {
+		every = DefaultPollEvery
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		tip, err := s.Remote.Tip(ctx, m.ID)
+		if err != nil {
+			return nil, err
+		}
+		if tip == "" {
+			return nil, fmt.Errorf("branch %s is gone from %s while its task runs", Branch(m.ID), s.Remote.URL)
+		}
+		if tip != pushed {
+			r, _, err := s.collect(ctx, dir, m.ID, m.Kind)
+			if r != nil || err != nil {
+				return r, err
+			}
+		}
+		if now := s.now(); now.After(s.Deadline(m, started)) {
+			return s.giveUp(dir, m, started, now)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for %s: %w", Branch(m.ID), ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// collect fetches the branch and, when the runner's result.json is on it,
+// writes the returned files into dir and returns the result. It returns the
+// manifest on the branch either way (nil when it has none).
+func (s *Substrate) collect(ctx context.Context, dir, id, kind string) (*Result, *Manifest, error) {
+	f, err := s.Remote.Fetch(ctx, id, append([]string{"manifest.json"}, Returned...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	var m *Manifest
+	if b, ok := f.Files["manifest.json"]; ok {
+		m = new(Manifest)
+		if err := json.Unmarshal(b, m); err != nil {
+			m = nil
+		}
+	}
+	raw, ok := f.Files["result.json"]
+	if !ok {
+		return nil, m, nil
+	}
+	r := parseResult(id, kind, raw)
+	files := map[string][]byte{}
+	for _, name := range Returned {
+		if b, ok := f.Files[name]; ok {
+			files[name] = b
+		}
+	}
+	// What is kept locally is what was judged: an unusable result is
+	// replaced by the failure that says why.
+	if files["result.json"], err = json.MarshalIndent(r, "", "  "); err != nil {
+		return nil, m, err
+	}
+	if err := writeFiles(dir, files); err != nil {
+		return nil, m, err
+	}
+	return r, m, nil
+}
+
+// giveUp writes and returns the result of a runner that committed nothing
+// in time.
+func (s *Substrate) giveUp(dir string, m *Manifest, started, now time.Time) (*Result, error) {
+	r := timedOut(m.ID, m.Kind, started, now, m.Timeout()+s.grace())
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return r, writeFiles(dir, map[string][]byte{"result.json": b})
+}
