@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/airlock-sandbox/airlock/supervisor/manifest"
+	"github.com/airlock-sandbox/airlock/internal/yamlobj"
 	"github.com/airlock-sandbox/airlock/watchdogs"
 	"github.com/spf13/cobra"
 )
@@ -31,7 +31,7 @@ func (f *gatewayFlags) check() error {
 	case f.heapMB < 0 || f.maxHeapMB < 1 || f.heapMB > f.maxHeapMB:
 		return fmt.Errorf("--heap-mb %d and --max-heap-mb %d: want 0 ≤ --heap-mb ≤ --max-heap-mb, and a positive cap", f.heapMB, f.maxHeapMB)
 	}
-	v, ok := manifest.ParseSize(f.maxMemory)
+	v, ok := yamlobj.ParseSize(f.maxMemory)
 	if !ok || v <= 0 {
 		return fmt.Errorf("--max-memory %q: want a size, bytes or with K, M or G (\"8G\")", f.maxMemory)
 	}

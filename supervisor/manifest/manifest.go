@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/yamlobj"
 	"github.com/airlock-sandbox/airlock/proxy"
 )
 
@@ -254,14 +255,14 @@ func Parse(name string, data []byte, baseDir string) (*Pod, error) {
 	if !filepath.IsAbs(baseDir) {
 		return nil, fmt.Errorf("manifest %s: base directory %q is not absolute", name, baseDir)
 	}
-	d := newDecoder(name)
-	p := d.pod(data)
+	d := yamlobj.NewDecoder(name)
+	p := readPod(d, data)
 	if p == nil {
-		return nil, d.err()
+		return nil, d.Err()
 	}
 	resolve(p, baseDir)
-	validate(p, d.report)
-	if err := d.err(); err != nil {
+	validate(p, d.Report)
+	if err := d.Err(); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -1,192 +1,159 @@
 package manifest
 
 import (
-	"bytes"
-	"errors"
-	"io"
-	"regexp"
-	"strconv"
-
+	"github.com/airlock-sandbox/airlock/internal/yamlobj"
 	"gopkg.in/yaml.v3"
 )
 
-// pod reads the whole document into a Pod holding the defaults for every
-// field the manifest leaves out; nil when the YAML cannot be parsed.
-func (d *decoder) pod(data []byte) *Pod {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			d.errorf(0, "", "the manifest is empty")
-		} else {
-			d.syntax(err)
-		}
-		return nil
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		if err != nil {
-			d.syntax(err)
-		} else {
-			d.errorf(extra.Line, "", "a second YAML document: a manifest is one document")
-		}
+// readPod reads the whole document into a Pod holding the defaults for
+// every field the manifest leaves out; nil when the YAML cannot be parsed.
+func readPod(d *yamlobj.Decoder, data []byte) *Pod {
+	doc := d.Document(data)
+	if doc == nil {
 		return nil
 	}
 	p := defaultPod()
-	d.lines[""] = doc.Content[0].Line
-	root := d.object(deref(doc.Content[0]), "")
-	root.str("name", true, &p.Name)
-	root.str("state_dir", true, &p.StateDir)
-	root.object("events", false, func(o *obj) {
-		o.str("file", false, &p.Events.File)
-		o.size("max_bytes", &p.Events.MaxBytes)
-		o.int("keep", false, &p.Events.Keep)
+	root := d.Object(doc, "")
+	root.Str("name", true, &p.Name)
+	root.Str("state_dir", true, &p.StateDir)
+	root.Object("events", false, func(o *yamlobj.Obj) {
+		o.Str("file", false, &p.Events.File)
+		o.Size("max_bytes", &p.Events.MaxBytes)
+		o.Int("keep", false, &p.Events.Keep)
 	})
-	root.object("policy", false, func(o *obj) { readPolicy(o, &p.Policy) })
-	root.object("proxy", false, func(o *obj) { readProxy(o, &p.Proxy) })
-	root.object("admin", false, func(o *obj) {
-		o.str("socket", false, &p.Admin.Socket)
-		o.str("http", false, &p.Admin.HTTP)
+	root.Object("policy", false, func(o *yamlobj.Obj) { readPolicy(o, &p.Policy) })
+	root.Object("proxy", false, func(o *yamlobj.Obj) { readProxy(o, &p.Proxy) })
+	root.Object("admin", false, func(o *yamlobj.Obj) {
+		o.Str("socket", false, &p.Admin.Socket)
+		o.Str("http", false, &p.Admin.HTTP)
 	})
-	root.list("services", true, func(n *yaml.Node, path string) {
+	root.List("services", true, func(n *yaml.Node, path string) {
 		s := defaultService()
-		o := d.object(n, path)
+		o := d.Object(n, path)
 		readService(o, &s)
-		o.end()
+		o.End()
 		p.Services = append(p.Services, s)
 	})
-	root.list("ingress", false, func(n *yaml.Node, path string) {
+	root.List("ingress", false, func(n *yaml.Node, path string) {
 		var in Ingress
-		o := d.object(n, path)
-		o.str("name", true, &in.Name)
-		o.str("listen", true, &in.Listen)
-		o.str("service", true, &in.Service)
-		o.int("port", true, &in.Port)
-		o.str("keys", true, &in.Keys)
-		o.end()
+		o := d.Object(n, path)
+		o.Str("name", true, &in.Name)
+		o.Str("listen", true, &in.Listen)
+		o.Str("service", true, &in.Service)
+		o.Int("port", true, &in.Port)
+		o.Str("keys", true, &in.Keys)
+		o.End()
 		p.Ingress = append(p.Ingress, in)
 	})
-	root.duration("stop_grace", &p.StopGrace)
-	root.end()
+	root.Duration("stop_grace", &p.StopGrace)
+	root.End()
 	return p
 }
 
-// yamlLine finds the line in a yaml.v3 syntax error ("yaml: line 3: ...").
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-func (d *decoder) syntax(err error) {
-	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		d.errorf(line, "", "%s", m[2])
-		return
-	}
-	d.errorf(0, "", "%v", err)
+func readPolicy(o *yamlobj.Obj, p *Policy) {
+	o.Str("bundle", false, &p.Bundle)
+	o.Str("sha256", false, &p.SHA256)
+	o.Str("lock", false, &p.Lock)
+	o.Str("public_key", false, &p.PublicKey)
+	o.Str("key_id", false, &p.KeyID)
+	o.Str("signing_alg", false, &p.SigningAlg)
+	o.Bool("watch", &p.Watch)
+	o.Bool("quarantine", &p.Quarantine)
 }
 
-func readPolicy(o *obj, p *Policy) {
-	o.str("bundle", false, &p.Bundle)
-	o.str("sha256", false, &p.SHA256)
-	o.str("lock", false, &p.Lock)
-	o.str("public_key", false, &p.PublicKey)
-	o.str("key_id", false, &p.KeyID)
-	o.str("signing_alg", false, &p.SigningAlg)
-	o.bool("watch", &p.Watch)
-	o.bool("quarantine", &p.Quarantine)
-}
-
-func readProxy(o *obj, p *Proxy) {
-	o.int("port", false, &p.Port)
-	o.str("ca_dir", false, &p.CADir)
-	o.str("ca_cert", false, &p.CACert)
-	o.str("ca_key", false, &p.CAKey)
-	o.strs("upstream_ca", false, &p.UpstreamCA)
-	o.strs("resolve", false, &p.Resolve)
-	o.strs("allow_range", false, &p.AllowRange)
-	o.str("audit_log", false, &p.AuditLog)
-	o.str("audit_failure", false, &p.AuditFailure)
-	o.object("limits", false, func(o *obj) {
+func readProxy(o *yamlobj.Obj, p *Proxy) {
+	o.Int("port", false, &p.Port)
+	o.Str("ca_dir", false, &p.CADir)
+	o.Str("ca_cert", false, &p.CACert)
+	o.Str("ca_key", false, &p.CAKey)
+	o.Strs("upstream_ca", false, &p.UpstreamCA)
+	o.Strs("resolve", false, &p.Resolve)
+	o.Strs("allow_range", false, &p.AllowRange)
+	o.Str("audit_log", false, &p.AuditLog)
+	o.Str("audit_failure", false, &p.AuditFailure)
+	o.Object("limits", false, func(o *yamlobj.Obj) {
 		l := &p.Limits
-		o.int("max_conns", false, &l.MaxConns)
-		o.int("max_header_bytes", false, &l.MaxHeaderBytes)
-		o.duration("read_header_timeout", &l.ReadHeaderTimeout)
-		o.duration("idle_timeout", &l.IdleTimeout)
-		o.duration("handshake_timeout", &l.HandshakeTimeout)
-		o.duration("tunnel_idle_timeout", &l.TunnelIdleTimeout)
-		o.duration("write_timeout", &l.WriteTimeout)
-		o.duration("upstream_header_timeout", &l.UpstreamHeaderTimeout)
-		o.duration("dial_timeout", &l.DialTimeout)
+		o.Int("max_conns", false, &l.MaxConns)
+		o.Int("max_header_bytes", false, &l.MaxHeaderBytes)
+		o.Duration("read_header_timeout", &l.ReadHeaderTimeout)
+		o.Duration("idle_timeout", &l.IdleTimeout)
+		o.Duration("handshake_timeout", &l.HandshakeTimeout)
+		o.Duration("tunnel_idle_timeout", &l.TunnelIdleTimeout)
+		o.Duration("write_timeout", &l.WriteTimeout)
+		o.Duration("upstream_header_timeout", &l.UpstreamHeaderTimeout)
+		o.Duration("dial_timeout", &l.DialTimeout)
 	})
 }
 
-func readService(o *obj, s *Service) {
-	d := o.d
-	o.str("name", true, &s.Name)
-	o.strs("command", true, &s.Command)
-	o.str("dir", false, &s.Dir)
-	o.str("user", false, &s.User)
-	o.strs("keep_caps", false, &s.KeepCaps)
-	o.str("preset", true, &s.Preset)
-	o.mapping("env", func(key string, n *yaml.Node, path string) {
-		if v, ok := d.str(n, path); ok {
+func readService(o *yamlobj.Obj, s *Service) {
+	d := o.Decoder()
+	o.Str("name", true, &s.Name)
+	o.Strs("command", true, &s.Command)
+	o.Str("dir", false, &s.Dir)
+	o.Str("user", false, &s.User)
+	o.Strs("keep_caps", false, &s.KeepCaps)
+	o.Str("preset", true, &s.Preset)
+	o.Mapping("env", func(key string, n *yaml.Node, path string) {
+		if v, ok := d.Str(n, path); ok {
 			if s.Env == nil {
 				s.Env = map[string]string{}
 			}
 			s.Env[key] = v
 		}
 	})
-	o.mapping("secrets", func(key string, n *yaml.Node, path string) {
+	o.Mapping("secrets", func(key string, n *yaml.Node, path string) {
 		var sec Secret
-		c := d.object(n, path)
-		c.str("env", false, &sec.Env)
-		c.str("file", false, &sec.File)
-		c.end()
+		c := d.Object(n, path)
+		c.Str("env", false, &sec.Env)
+		c.Str("file", false, &sec.File)
+		c.End()
 		if s.Secrets == nil {
 			s.Secrets = map[string]Secret{}
 		}
 		s.Secrets[key] = sec
 	})
-	o.object("landlock", false, func(o *obj) {
-		o.strs("ro", false, &s.Landlock.RO)
-		o.strs("rw", false, &s.Landlock.RW)
-		o.strs("exec", false, &s.Landlock.Exec)
-		o.str("mode", false, &s.Landlock.Mode)
+	o.Object("landlock", false, func(o *yamlobj.Obj) {
+		o.Strs("ro", false, &s.Landlock.RO)
+		o.Strs("rw", false, &s.Landlock.RW)
+		o.Strs("exec", false, &s.Landlock.Exec)
+		o.Str("mode", false, &s.Landlock.Mode)
 	})
-	o.size("memory_max", &s.MemoryMax)
-	o.int64("pids_max", &s.PidsMax)
-	if n, path := o.get("ports", false); n != nil {
-		s.Ports = d.ints(n, path)
+	o.Size("memory_max", &s.MemoryMax)
+	o.Int64("pids_max", &s.PidsMax)
+	if n, path := o.Get("ports", false); n != nil {
+		s.Ports = d.Ints(n, path)
 	}
-	o.object("health", false, func(o *obj) {
+	o.Object("health", false, func(o *yamlobj.Obj) {
 		h := defaultHealth()
-		o.object("http", false, func(o *obj) {
+		o.Object("http", false, func(o *yamlobj.Obj) {
 			h.HTTP = &HTTPCheck{Path: "/"}
-			o.int("port", true, &h.HTTP.Port)
-			o.str("path", false, &h.HTTP.Path)
+			o.Int("port", true, &h.HTTP.Port)
+			o.Str("path", false, &h.HTTP.Path)
 		})
-		o.object("tcp", false, func(o *obj) {
+		o.Object("tcp", false, func(o *yamlobj.Obj) {
 			h.TCP = &TCPCheck{}
-			o.int("port", true, &h.TCP.Port)
+			o.Int("port", true, &h.TCP.Port)
 		})
-		o.strs("exec", false, &h.Exec)
-		o.duration("interval", &h.Interval)
-		o.duration("timeout", &h.Timeout)
-		o.int("threshold", false, &h.Threshold)
-		o.duration("start_period", &h.StartPeriod)
+		o.Strs("exec", false, &h.Exec)
+		o.Duration("interval", &h.Interval)
+		o.Duration("timeout", &h.Timeout)
+		o.Int("threshold", false, &h.Threshold)
+		o.Duration("start_period", &h.StartPeriod)
 		s.Health = &h
 	})
-	o.strs("after", false, &s.After)
-	o.object("restart", false, func(o *obj) {
+	o.Strs("after", false, &s.After)
+	o.Object("restart", false, func(o *yamlobj.Obj) {
 		r := &s.Restart
-		o.str("policy", false, &r.Policy)
-		o.object("backoff", false, func(o *obj) {
-			o.duration("initial", &r.Initial)
-			o.duration("max", &r.Max)
-			o.float("multiplier", &r.Multiplier)
-			o.float("jitter", &r.Jitter)
+		o.Str("policy", false, &r.Policy)
+		o.Object("backoff", false, func(o *yamlobj.Obj) {
+			o.Duration("initial", &r.Initial)
+			o.Duration("max", &r.Max)
+			o.Float("multiplier", &r.Multiplier)
+			o.Float("jitter", &r.Jitter)
 		})
-		o.object("give_up", false, func(o *obj) {
-			o.int("restarts", false, &r.GiveUpAfter)
-			o.duration("window", &r.GiveUpWindow)
+		o.Object("give_up", false, func(o *yamlobj.Obj) {
+			o.Int("restarts", false, &r.GiveUpAfter)
+			o.Duration("window", &r.GiveUpWindow)
 		})
 	})
 }

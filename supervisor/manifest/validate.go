@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/yamlobj"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
 	"github.com/moby/sys/capability"
@@ -17,7 +18,7 @@ import (
 // part of it (runc's validate.Validate). Each reports through the report,
 // so every problem is found in one pass; a field the decoder already
 // failed on is not reported again.
-var checks = []func(*Pod, *report){
+var checks = []func(*Pod, *yamlobj.Report){
 	checkPod,
 	checkPolicy,
 	checkProxy,
@@ -30,7 +31,7 @@ var checks = []func(*Pod, *report){
 	checkIngress,
 }
 
-func validate(p *Pod, r *report) {
+func validate(p *Pod, r *yamlobj.Report) {
 	for _, check := range checks {
 		check(p, r)
 	}
@@ -47,63 +48,63 @@ var (
 // "unchanged" to setresuid.
 const maxID = 1<<32 - 2
 
-func checkName(r *report, path, name string) {
+func checkName(r *yamlobj.Report, path, name string) {
 	if name != "" && !namePattern.MatchString(name) {
-		r.at(path, "%q: want lower-case letters, digits and - only (it names cgroups)", name)
+		r.At(path, "%q: want lower-case letters, digits and - only (it names cgroups)", name)
 	}
 }
 
-func checkPod(p *Pod, r *report) {
+func checkPod(p *Pod, r *yamlobj.Report) {
 	checkName(r, "name", p.Name)
 	if p.Events.MaxBytes <= 0 {
-		r.at("events.max_bytes", "%d: want a positive size", p.Events.MaxBytes)
+		r.At("events.max_bytes", "%d: want a positive size", p.Events.MaxBytes)
 	}
 	if p.Events.Keep < 1 {
-		r.at("events.keep", "%d: want at least 1 rotated file (rotation must not lose lines)", p.Events.Keep)
+		r.At("events.keep", "%d: want at least 1 rotated file (rotation must not lose lines)", p.Events.Keep)
 	}
 	if p.StopGrace <= 0 {
-		r.at("stop_grace", "%s: want a positive duration", p.StopGrace)
+		r.At("stop_grace", "%s: want a positive duration", p.StopGrace)
 	}
 }
 
-func checkPolicy(p *Pod, r *report) {
+func checkPolicy(p *Pod, r *yamlobj.Report) {
 	if p.Policy.SHA256 != "" {
 		pin, err := policies.ParsePin(p.Policy.SHA256)
 		if err != nil {
-			r.at("policy.sha256", "%q: want sha256:<64 hex digits> (see `airlock policy hash`)", p.Policy.SHA256)
+			r.At("policy.sha256", "%q: want sha256:<64 hex digits> (see `airlock policy hash`)", p.Policy.SHA256)
 		}
 		p.Policy.SHA256 = pin
 	}
 	if p.Policy.PublicKey == "" {
 		for _, f := range []string{"key_id", "signing_alg"} {
-			if r.given("policy." + f) {
-				r.at("policy."+f, "only means something with policy.public_key")
+			if r.Given("policy." + f) {
+				r.At("policy."+f, "only means something with policy.public_key")
 			}
 		}
 	}
 }
 
-func checkProxy(p *Pod, r *report) {
+func checkProxy(p *Pod, r *yamlobj.Report) {
 	x := p.Proxy
 	checkPort(r, "proxy.port", x.Port)
 	if (x.CACert == "") != (x.CAKey == "") {
-		r.at("proxy", "ca_cert and ca_key go together")
+		r.At("proxy", "ca_cert and ca_key go together")
 	}
 	if x.CACert != "" && x.CADir != "" {
-		r.at("proxy.ca_dir", "give either ca_dir (a generated CA) or ca_cert and ca_key (yours), not both")
+		r.At("proxy.ca_dir", "give either ca_dir (a generated CA) or ca_cert and ca_key (yours), not both")
 	}
 	for i, s := range x.Resolve {
 		if _, err := egress.New(egress.Options{Resolve: []string{s}}); err != nil {
-			r.at(index("proxy.resolve", i), "%s (want HOST:PORT:ADDR[,ADDR])", strings.TrimPrefix(err.Error(), "--resolve "))
+			r.At(yamlobj.Index("proxy.resolve", i), "%s (want HOST:PORT:ADDR[,ADDR])", strings.TrimPrefix(err.Error(), "--resolve "))
 		}
 	}
 	for i, s := range x.AllowRange {
 		if _, err := egress.ParseAllowRange(s); err != nil {
-			r.at(index("proxy.allow_range", i), "%s (want a CIDR, e.g. 127.0.0.1/32)", strings.TrimPrefix(err.Error(), "--allow-range "))
+			r.At(yamlobj.Index("proxy.allow_range", i), "%s (want a CIDR, e.g. 127.0.0.1/32)", strings.TrimPrefix(err.Error(), "--allow-range "))
 		}
 	}
 	if x.AuditFailure != "closed" && x.AuditFailure != "warn" {
-		r.at("proxy.audit_failure", "%q: want closed or warn", x.AuditFailure)
+		r.At("proxy.audit_failure", "%q: want closed or warn", x.AuditFailure)
 	}
 	l := x.Limits
 	for name, v := range map[string]int64{
@@ -115,86 +116,86 @@ func checkProxy(p *Pod, r *report) {
 	} {
 		// A zero or negative limit is a mistake, not a way to turn the
 		// guard off (as `airlock proxy` refuses it).
-		if path := "proxy.limits." + name; r.given(path) && v <= 0 {
-			r.at(path, "must be positive (leave it out for the proxy's default)")
+		if path := "proxy.limits." + name; r.Given(path) && v <= 0 {
+			r.At(path, "must be positive (leave it out for the proxy's default)")
 		}
 	}
 }
 
 // checkAdmin keeps the admin HTTP endpoint on loopback: it has no
 // authentication, and the unix socket is the admin API proper.
-func checkAdmin(p *Pod, r *report) {
+func checkAdmin(p *Pod, r *yamlobj.Report) {
 	if p.Admin.HTTP == "" {
 		return
 	}
 	host, port, err := net.SplitHostPort(p.Admin.HTTP)
 	if err != nil {
-		r.at("admin.http", "%q: want 127.0.0.1:PORT", p.Admin.HTTP)
+		r.At("admin.http", "%q: want 127.0.0.1:PORT", p.Admin.HTTP)
 		return
 	}
 	if a, err := netip.ParseAddr(host); err != nil || !a.IsLoopback() {
-		r.at("admin.http", "%q: must be a loopback address (127.0.0.1:PORT or [::1]:PORT): it has no authentication", p.Admin.HTTP)
+		r.At("admin.http", "%q: must be a loopback address (127.0.0.1:PORT or [::1]:PORT): it has no authentication", p.Admin.HTTP)
 		return
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		r.at("admin.http", "%q: want a port from 1 to 65535", p.Admin.HTTP)
+		r.At("admin.http", "%q: want a port from 1 to 65535", p.Admin.HTTP)
 	}
 }
 
-func checkServices(p *Pod, r *report) {
+func checkServices(p *Pod, r *yamlobj.Report) {
 	seen := map[string]int{}
 	for i := range p.Services {
 		s := &p.Services[i]
-		path := index("services", i)
+		path := yamlobj.Index("services", i)
 		checkName(r, path+".name", s.Name)
 		if j, dup := seen[s.Name]; dup && s.Name != "" {
-			r.at(path+".name", "%q is also services[%d]'s name", s.Name, j)
+			r.At(path+".name", "%q is also services[%d]'s name", s.Name, j)
 		} else {
 			seen[s.Name] = i
 		}
 		if len(s.Command) > 0 {
 			c := s.Command[0]
 			if c == "" || (!strings.HasPrefix(c, "/") && strings.Contains(c, "/")) {
-				r.at(path+".command[0]", "%q: want an absolute path or a name looked up in PATH", c)
+				r.At(path+".command[0]", "%q: want an absolute path or a name looked up in PATH", c)
 			}
 		}
 		checkUser(r, path+".user", s.User)
 		known := knownCaps()
 		for j, c := range s.KeepCaps {
 			if !known[strings.ToLower(strings.TrimPrefix(strings.ToUpper(c), "CAP_"))] {
-				r.at(index(path+".keep_caps", j), "unknown capability %q", c)
+				r.At(yamlobj.Index(path+".keep_caps", j), "unknown capability %q", c)
 			}
 		}
 		if s.Preset != "" && !presetPattern.MatchString(s.Preset) {
-			r.at(path+".preset", "%q is not a preset name", s.Preset)
+			r.At(path+".preset", "%q is not a preset name", s.Preset)
 		}
 		for k := range s.Env {
 			if !envPattern.MatchString(k) {
-				r.at(field(path+".env", k), "%q is not an environment variable name", k)
+				r.At(yamlobj.Field(path+".env", k), "%q is not an environment variable name", k)
 			}
 		}
 		for k, sec := range s.Secrets {
-			sp := field(path+".secrets", k)
+			sp := yamlobj.Field(path+".secrets", k)
 			switch {
 			case !envPattern.MatchString(k):
-				r.at(sp, "%q is not an environment variable name", k)
-			case s.Env[k] != "" || r.given(field(path+".env", k)):
-				r.at(sp, "%s is also in env: a variable comes from one place", k)
+				r.At(sp, "%q is not an environment variable name", k)
+			case s.Env[k] != "" || r.Given(yamlobj.Field(path+".env", k)):
+				r.At(sp, "%s is also in env: a variable comes from one place", k)
 			}
 			if (sec.Env == "") == (sec.File == "") {
-				r.at(sp, "want exactly one of env (a variable of the supervisor's environment) or file")
+				r.At(sp, "want exactly one of env (a variable of the supervisor's environment) or file")
 			}
 		}
 		switch s.Landlock.Mode {
 		case "hard", "best-effort", "off":
 		default:
-			r.at(path+".landlock.mode", "%q: want hard, best-effort or off", s.Landlock.Mode)
+			r.At(path+".landlock.mode", "%q: want hard, best-effort or off", s.Landlock.Mode)
 		}
-		if r.given(path+".memory_max") && s.MemoryMax <= 0 {
-			r.at(path+".memory_max", "%d: want a positive size (leave it out for no limit)", s.MemoryMax)
+		if r.Given(path+".memory_max") && s.MemoryMax <= 0 {
+			r.At(path+".memory_max", "%d: want a positive size (leave it out for no limit)", s.MemoryMax)
 		}
-		if r.given(path+".pids_max") && s.PidsMax <= 0 {
-			r.at(path+".pids_max", "%d: want a positive number of processes (leave it out for no limit)", s.PidsMax)
+		if r.Given(path+".pids_max") && s.PidsMax <= 0 {
+			r.At(path+".pids_max", "%d: want a positive number of processes (leave it out for no limit)", s.PidsMax)
 		}
 	}
 }
@@ -210,68 +211,68 @@ func knownCaps() map[string]bool {
 // checkUser reads UID[:GID] or NAME[:GROUP] as `airlock launch --user`
 // does; names are looked up at boot. Root is refused: the sandbox never
 // runs as uid or gid 0.
-func checkUser(r *report, path, spec string) {
+func checkUser(r *yamlobj.Report, path, spec string) {
 	for i, part := range strings.SplitN(spec, ":", 2) {
 		what := map[int]string{0: "user", 1: "group"}[i]
 		if n, err := strconv.ParseInt(part, 10, 64); err == nil {
 			if n < 1 || n > maxID {
-				r.at(path, "%q: %s id %d: want 1 to %d (never root)", spec, what, n, int64(maxID))
+				r.At(path, "%q: %s id %d: want 1 to %d (never root)", spec, what, n, int64(maxID))
 				return
 			}
 			continue
 		}
 		if !userPattern.MatchString(part) {
-			r.at(path, "%q: want UID[:GID] or a user name", spec)
+			r.At(path, "%q: want UID[:GID] or a user name", spec)
 			return
 		}
 		if part == "root" {
-			r.at(path, "%q: the sandbox never runs as root", spec)
+			r.At(path, "%q: the sandbox never runs as root", spec)
 			return
 		}
 	}
 }
 
-func checkHealth(p *Pod, r *report) {
+func checkHealth(p *Pod, r *yamlobj.Report) {
 	for i, s := range p.Services {
 		h := s.Health
 		if h == nil {
 			continue
 		}
-		path := index("services", i) + ".health"
+		path := yamlobj.Index("services", i) + ".health"
 		var kinds []string
 		if h.HTTP != nil {
 			kinds = append(kinds, "http")
 			checkServicePort(r, path+".http.port", h.HTTP.Port, s, i)
 			if !strings.HasPrefix(h.HTTP.Path, "/") {
-				r.at(path+".http.path", "%q: want a path starting with /", h.HTTP.Path)
+				r.At(path+".http.path", "%q: want a path starting with /", h.HTTP.Path)
 			}
 		}
 		if h.TCP != nil {
 			kinds = append(kinds, "tcp")
 			checkServicePort(r, path+".tcp.port", h.TCP.Port, s, i)
 		}
-		if r.given(path + ".exec") {
+		if r.Given(path + ".exec") {
 			kinds = append(kinds, "exec")
 			if len(h.Exec) == 0 {
-				r.at(path+".exec", "must not be empty")
+				r.At(path+".exec", "must not be empty")
 			}
 		}
 		if len(kinds) != 1 {
-			r.at(path, "want exactly one of http, tcp or exec, got %s", orNone(kinds))
+			r.At(path, "want exactly one of http, tcp or exec, got %s", orNone(kinds))
 		}
 		if h.Interval <= 0 {
-			r.at(path+".interval", "%s: want a positive duration", h.Interval)
+			r.At(path+".interval", "%s: want a positive duration", h.Interval)
 		}
 		if h.Timeout <= 0 {
-			r.at(path+".timeout", "%s: want a positive duration", h.Timeout)
+			r.At(path+".timeout", "%s: want a positive duration", h.Timeout)
 		} else if h.Interval > 0 && h.Timeout > h.Interval {
-			r.at(path+".timeout", "%s is longer than the interval (%s)", h.Timeout, h.Interval)
+			r.At(path+".timeout", "%s is longer than the interval (%s)", h.Timeout, h.Interval)
 		}
 		if h.Threshold < 1 {
-			r.at(path+".threshold", "%d: want at least 1", h.Threshold)
+			r.At(path+".threshold", "%d: want at least 1", h.Threshold)
 		}
 		if h.StartPeriod < 0 {
-			r.at(path+".start_period", "%s: want zero or a positive duration", h.StartPeriod)
+			r.At(path+".start_period", "%s: want zero or a positive duration", h.StartPeriod)
 		}
 	}
 }
@@ -285,8 +286,8 @@ func orNone(xs []string) string {
 
 // checkServicePort says when a port a check or route uses is not one the
 // service declares: it would reach nothing, or another service.
-func checkServicePort(r *report, path string, port int, s Service, i int) {
-	if r.failed(index("services", i) + ".ports") {
+func checkServicePort(r *yamlobj.Report, path string, port int, s Service, i int) {
+	if r.Failed(yamlobj.Index("services", i) + ".ports") {
 		return
 	}
 	for _, p := range s.Ports {
@@ -294,42 +295,42 @@ func checkServicePort(r *report, path string, port int, s Service, i int) {
 			return
 		}
 	}
-	r.at(path, "%d is not one of service %q's ports %v", port, s.Name, s.Ports)
+	r.At(path, "%d is not one of service %q's ports %v", port, s.Name, s.Ports)
 }
 
-func checkRestart(p *Pod, r *report) {
+func checkRestart(p *Pod, r *yamlobj.Report) {
 	for i, s := range p.Services {
 		x := s.Restart
-		path := index("services", i) + ".restart"
+		path := yamlobj.Index("services", i) + ".restart"
 		switch x.Policy {
 		case "always", "on-failure", "never":
 		default:
-			r.at(path+".policy", "%q: want always, on-failure or never", x.Policy)
+			r.At(path+".policy", "%q: want always, on-failure or never", x.Policy)
 		}
 		if x.Initial <= 0 {
-			r.at(path+".backoff.initial", "%s: want a positive duration", x.Initial)
+			r.At(path+".backoff.initial", "%s: want a positive duration", x.Initial)
 		}
 		if x.Max < x.Initial {
-			r.at(path+".backoff.max", "%s is shorter than backoff.initial (%s)", x.Max, x.Initial)
+			r.At(path+".backoff.max", "%s is shorter than backoff.initial (%s)", x.Max, x.Initial)
 		}
 		if x.Multiplier < 1 {
-			r.at(path+".backoff.multiplier", "%g: want at least 1", x.Multiplier)
+			r.At(path+".backoff.multiplier", "%g: want at least 1", x.Multiplier)
 		}
 		if x.Jitter < 0 || x.Jitter > 1 {
-			r.at(path+".backoff.jitter", "%g: want 0 to 1", x.Jitter)
+			r.At(path+".backoff.jitter", "%g: want 0 to 1", x.Jitter)
 		}
 		if x.GiveUpAfter < 1 {
-			r.at(path+".give_up.restarts", "%d: want at least 1", x.GiveUpAfter)
+			r.At(path+".give_up.restarts", "%d: want at least 1", x.GiveUpAfter)
 		}
 		if x.GiveUpWindow <= 0 {
-			r.at(path+".give_up.window", "%s: want a positive duration", x.GiveUpWindow)
+			r.At(path+".give_up.window", "%s: want a positive duration", x.GiveUpWindow)
 		}
 	}
 }
 
-func checkPort(r *report, path string, port int) bool {
+func checkPort(r *yamlobj.Report, path string, port int) bool {
 	if port < 1 || port > 65535 {
-		r.at(path, "%d: want a port from 1 to 65535", port)
+		r.At(path, "%d: want a port from 1 to 65535", port)
 		return false
 	}
 	return true
@@ -337,19 +338,19 @@ func checkPort(r *report, path string, port int) bool {
 
 // checkPorts: the services share one network namespace, so a port is one
 // service's, and never the proxy's.
-func checkPorts(p *Pod, r *report) {
+func checkPorts(p *Pod, r *yamlobj.Report) {
 	owner := map[int]string{}
 	for i, s := range p.Services {
 		for j, port := range s.Ports {
-			path := index(index("services", i)+".ports", j)
+			path := yamlobj.Index(yamlobj.Index("services", i)+".ports", j)
 			if !checkPort(r, path, port) {
 				continue
 			}
 			switch prev, taken := owner[port]; {
 			case port == p.Proxy.Port:
-				r.at(path, "%d is the proxy's port (proxy.port)", port)
+				r.At(path, "%d is the proxy's port (proxy.port)", port)
 			case taken:
-				r.at(path, "%d is also %s", port, prev)
+				r.At(path, "%d is also %s", port, prev)
 			}
 			owner[port] = fmt.Sprintf("service %q's port", s.Name)
 		}
@@ -358,7 +359,7 @@ func checkPorts(p *Pod, r *report) {
 
 // checkAfter: every name in after is a service, and the order has no
 // cycle, each cycle reported once, by name, at its first service.
-func checkAfter(p *Pod, r *report) {
+func checkAfter(p *Pod, r *yamlobj.Report) {
 	byName := map[string]int{}
 	for i, s := range p.Services {
 		if _, dup := byName[s.Name]; !dup {
@@ -367,11 +368,11 @@ func checkAfter(p *Pod, r *report) {
 	}
 	for i, s := range p.Services {
 		for j, dep := range s.After {
-			path := index(index("services", i)+".after", j)
+			path := yamlobj.Index(yamlobj.Index("services", i)+".after", j)
 			if dep == s.Name {
-				r.at(path, "%q is the service itself", dep)
+				r.At(path, "%q is the service itself", dep)
 			} else if _, ok := byName[dep]; !ok {
-				r.at(path, "no service named %q", dep)
+				r.At(path, "no service named %q", dep)
 			}
 		}
 	}
@@ -414,7 +415,7 @@ func checkAfter(p *Pod, r *report) {
 					names = append(names, p.Services[cycle[(m+c)%len(cycle)]].Name)
 				}
 				first := cycle[m]
-				r.at(index("services", first)+".after", "dependency cycle: %s", strings.Join(names, " -> "))
+				r.At(yamlobj.Index("services", first)+".after", "dependency cycle: %s", strings.Join(names, " -> "))
 			}
 		}
 		stack = stack[:len(stack)-1]
@@ -427,17 +428,17 @@ func checkAfter(p *Pod, r *report) {
 	}
 }
 
-func checkIngress(p *Pod, r *report) {
+func checkIngress(p *Pod, r *yamlobj.Report) {
 	services := map[string]int{}
 	for i, s := range p.Services {
 		services[s.Name] = i
 	}
 	names, listens := map[string]int{}, map[string]int{}
 	for i, in := range p.Ingress {
-		path := index("ingress", i)
+		path := yamlobj.Index("ingress", i)
 		checkName(r, path+".name", in.Name)
 		if j, dup := names[in.Name]; dup && in.Name != "" {
-			r.at(path+".name", "%q is also ingress[%d]'s name", in.Name, j)
+			r.At(path+".name", "%q is also ingress[%d]'s name", in.Name, j)
 		} else {
 			names[in.Name] = i
 		}
@@ -446,14 +447,14 @@ func checkIngress(p *Pod, r *report) {
 			n, perr := strconv.Atoi(port)
 			switch {
 			case err != nil || host == "":
-				r.at(path+".listen", "%q: want HOST:PORT (0.0.0.0:PORT for every interface)", in.Listen)
+				r.At(path+".listen", "%q: want HOST:PORT (0.0.0.0:PORT for every interface)", in.Listen)
 			case perr != nil || n < 1 || n > 65535:
-				r.at(path+".listen", "%q: want a port from 1 to 65535", in.Listen)
+				r.At(path+".listen", "%q: want a port from 1 to 65535", in.Listen)
 			case in.Listen == p.Admin.HTTP:
-				r.at(path+".listen", "%q is also admin.http", in.Listen)
+				r.At(path+".listen", "%q is also admin.http", in.Listen)
 			default:
 				if j, dup := listens[in.Listen]; dup {
-					r.at(path+".listen", "%q is also ingress[%d]'s", in.Listen, j)
+					r.At(path+".listen", "%q is also ingress[%d]'s", in.Listen, j)
 				}
 				listens[in.Listen] = i
 			}
@@ -463,10 +464,10 @@ func checkIngress(p *Pod, r *report) {
 		}
 		si, ok := services[in.Service]
 		if !ok {
-			r.at(path+".service", "no service named %q", in.Service)
+			r.At(path+".service", "no service named %q", in.Service)
 			continue
 		}
-		if r.given(path + ".port") {
+		if r.Given(path + ".port") {
 			checkServicePort(r, path+".port", in.Port, p.Services[si], si)
 		}
 	}

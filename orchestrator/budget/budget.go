@@ -1,0 +1,100 @@
+// Package budget is the orchestrator's daily token budget: every spawn
+// reserves its kind's estimate before anything runs, and settles it with
+// what the sub-agent actually used.
+//
+// One file per UTC day, budget/<YYYY-MM-DD>.json, read, changed and
+// written whole (temp file, fsync, rename) under an exclusive flock on
+// <YYYY-MM-DD>.lock beside it, so concurrent spawns (goroutines or
+// processes) never overspend and a crash leaves the old or the new file,
+// never half of one.
+package budget
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrExhausted: the day's budget cannot hold the reservation.
+var ErrExhausted = errors.New("daily token budget exhausted")
+
+// Budget is the budget directory and its daily limit.
+type Budget struct {
+	Dir string
+	// Daily is the tokens per UTC day; 0 (or less) refuses everything.
+	Daily int64
+	// Now is time.Now when nil; tests set the day with it.
+	Now func() time.Time
+}
+
+// Reservation is tokens held for a task on a day, until settled.
+type Reservation struct {
+	Task, Day string
+	Tokens    int64
+}
+
+// Day is one day's account: the limit, what reservations hold and what
+// settled tasks spent.
+type Day struct{ Limit, Reserved, Spent int64 }
+
+// Reserve holds tokens for task today, or fails with an error wrapping
+// ErrExhausted that says the day's limit, what is reserved and spent, and
+// what was asked.
+func (b Budget) Reserve(task string, tokens int64) (Reservation, error) {
+	if task == "" || tokens < 0 {
+		return Reservation{}, fmt.Errorf("budget: reserve %d tokens for task %q: need a task and a non-negative estimate", tokens, task)
+	}
+	day := b.today()
+	r := Reservation{Task: task, Day: day, Tokens: tokens}
+	err := b.update(day, func(a *account) error {
+		if _, dup := a.Reserved[task]; dup {
+			return fmt.Errorf("budget %s: task %s already holds a reservation", day, task)
+		}
+		reserved := a.reserved()
+		if b.Daily <= 0 || reserved+a.Spent+tokens > b.Daily {
+			return fmt.Errorf("%w: %s: limit %d tokens, %d reserved, %d spent; task %s asked for %d",
+				ErrExhausted, day, max(b.Daily, 0), reserved, a.Spent, task, tokens)
+		}
+		a.Reserved[task] = tokens
+		return nil
+	})
+	if err != nil {
+		return Reservation{}, err
+	}
+	return r, nil
+}
+
+// Settle replaces the reservation with what was actually used (0 releases
+// it), on the reservation's day even when the task ended after midnight.
+// Settling a reservation the day does not hold is an error, so nothing is
+// charged twice.
+func (b Budget) Settle(r Reservation, used int64) error {
+	if used < 0 {
+		return fmt.Errorf("budget %s: task %s used %d tokens: must not be negative", r.Day, r.Task, used)
+	}
+	return b.update(r.Day, func(a *account) error {
+		if _, ok := a.Reserved[r.Task]; !ok {
+			return fmt.Errorf("budget %s: task %s holds no reservation (settled already?)", r.Day, r.Task)
+		}
+		delete(a.Reserved, r.Task)
+		a.Spent += used
+		return nil
+	})
+}
+
+// Today is today's account.
+func (b Budget) Today() (Day, error) {
+	a, err := b.read(b.today())
+	if err != nil {
+		return Day{}, err
+	}
+	return Day{Limit: max(b.Daily, 0), Reserved: a.reserved(), Spent: a.Spent}, nil
+}
+
+func (b Budget) today() string {
+	now := time.Now
+	if b.Now != nil {
+		now = b.Now
+	}
+	return now().UTC().Format(time.DateOnly)
+}

@@ -1,0 +1,112 @@
+package budget
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// account is one day's file.
+type account struct {
+	// Reserved maps a task to the tokens it holds.
+	Reserved map[string]int64 `json:"reserved"`
+	Spent    int64            `json:"spent"`
+}
+
+func (a *account) reserved() int64 {
+	var n int64
+	for _, t := range a.Reserved {
+		n += t
+	}
+	return n
+}
+
+func (b Budget) file(day string) string { return filepath.Join(b.Dir, day+".json") }
+
+// update runs change on day's account under the day's lock and writes the
+// account back when change succeeds.
+func (b Budget) update(day string, change func(*account) error) error {
+	if err := os.MkdirAll(b.Dir, 0o700); err != nil {
+		return fmt.Errorf("budget: %w", err)
+	}
+	lockPath := filepath.Join(b.Dir, day+".lock")
+	lock, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("budget: %w", err)
+	}
+	defer lock.Close() // releases the flock
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("budget %s: flock: %w", lockPath, err)
+	}
+	a, err := b.read(day)
+	if err != nil {
+		return err
+	}
+	if err := change(a); err != nil {
+		return err
+	}
+	return b.write(day, a)
+}
+
+// read reads day's account; a day with no file is empty. The file is only
+// ever replaced by rename, so a reader without the lock sees a whole one.
+func (b Budget) read(day string) (*account, error) {
+	a := &account{Reserved: map[string]int64{}}
+	data, err := os.ReadFile(b.file(day))
+	if errors.Is(err, os.ErrNotExist) {
+		return a, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("budget: %w", err)
+	}
+	// A file that does not parse refuses every reservation rather than
+	// starting the day afresh: that would overspend.
+	if err := json.Unmarshal(data, a); err != nil {
+		return nil, fmt.Errorf("budget %s: unreadable, refusing (fix or remove it): %w", b.file(day), err)
+	}
+	if a.Reserved == nil {
+		a.Reserved = map[string]int64{}
+	}
+	return a, nil
+}
+
+// write replaces day's file whole: temp file, fsync, rename, fsync of the
+// directory.
+func (b Budget) write(day string, a *account) error {
+	data, err := json.Marshal(a)
+	if err != nil {
+		return fmt.Errorf("budget: %w", err)
+	}
+	tmp, err := os.CreateTemp(b.Dir, "."+day+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("budget: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // no-op once renamed
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("budget %s: write: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("budget %s: fsync: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("budget: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), b.file(day)); err != nil {
+		return fmt.Errorf("budget: %w", err)
+	}
+	dir, err := os.Open(b.Dir)
+	if err != nil {
+		return fmt.Errorf("budget: %w", err)
+	}
+	defer dir.Close()
+	if err := dir.Sync(); err != nil {
+		return fmt.Errorf("budget %s: fsync: %w", b.Dir, err)
+	}
+	return nil
+}
