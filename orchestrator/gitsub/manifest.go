@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/orchestrator/kind"
 )
 
 // Manifest is spawns/<id>/manifest.json: all the runner reads. Args are
@@ -74,4 +76,29 @@ func (f *Files) encode() (map[string][]byte, error) {
 		"task":          f.Task,
 		"kind.yaml":     f.KindYAML,
 	}, nil
+}
+
+// NewFiles renders what spawn/<id> carries for kind k and task t: the
+// prompt, the arguments (their paths relative to the checkout, where the
+// runner runs them), the manifest pinned to the verified bundle's hash
+// policyPin, the task as given and the kind as read.
+func NewFiles(k *kind.Kind, t kind.Task, task []byte, policyPin string) (*Files, error) {
+	prompt, err := k.RenderPrompt(t)
+	if err != nil {
+		return nil, err
+	}
+	dir := Dir(t.ID)
+	args, err := k.RenderArgs(kind.ArgVars{ID: t.ID, Dir: dir, PromptFile: dir + "/prompt.txt", TaskFile: dir + "/task"})
+	if err != nil {
+		return nil, err
+	}
+	f := &Files{
+		Manifest: Manifest{
+			ID: t.ID, Kind: k.Name, Binary: k.Binary, SHA256: k.SHA256, Args: args, Env: k.Env,
+			Preset: k.Preset, TimeoutSeconds: int64((k.Timeout + time.Second - 1) / time.Second), Tokens: k.Tokens,
+			PolicySHA256: policyPin,
+		},
+		Prompt: []byte(prompt), Task: task, KindYAML: k.Source,
+	}
+	return f, f.Manifest.check()
 }

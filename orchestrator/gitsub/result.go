@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
 )
 
 // Result is result.json, as the runner writes it and the local substrate
@@ -14,17 +16,13 @@ type Result struct {
 	Task      string          `json:"task"`
 	Kind      string          `json:"kind"`
 	Substrate string          `json:"substrate"`
-	Status    string          `json:"status"`
+	Status    ledger.Status   `json:"status"`
 	ExitCode  int             `json:"exit_code"`
 	Started   time.Time       `json:"started,omitzero"`
 	Ended     time.Time       `json:"ended,omitzero"`
-	Usage     *Usage          `json:"usage,omitempty"`
+	Usage     *ledger.Usage   `json:"usage,omitempty"`
 	Result    json.RawMessage `json:"result,omitempty"`
 	Detail    string          `json:"detail,omitempty"`
-}
-
-type Usage struct {
-	Tokens int64 `json:"tokens"`
 }
 
 // Returned are the files a runner commits back; only these are copied
@@ -41,13 +39,13 @@ func parseResult(id, kind string, b []byte) *Result {
 	case err != nil:
 	case r.Task != id:
 		err = fmt.Errorf("it is for task %q", r.Task)
-	case r.Status != "done" && r.Status != "failed" && r.Status != "timeout":
+	case r.Status != ledger.Done && r.Status != ledger.Failed && r.Status != ledger.Timeout:
 		err = fmt.Errorf("status %q is not done, failed or timeout", r.Status)
-	case r.Status == "done" && r.ExitCode != 0:
+	case r.Status == ledger.Done && r.ExitCode != 0:
 		err = fmt.Errorf("status done with exit code %d", r.ExitCode)
 	}
 	if err != nil {
-		return &Result{Task: id, Kind: kind, Substrate: "git", Status: "failed", ExitCode: 1,
+		return &Result{Task: id, Kind: kind, Substrate: "git", Status: ledger.Failed, ExitCode: 1,
 			Detail: fmt.Sprintf("the runner's result.json on %s is unusable: %v", Branch(id), err)}
 	}
 	r.Substrate = "git"
@@ -57,7 +55,7 @@ func parseResult(id, kind string, b []byte) *Result {
 // timedOut is the result Poll and Wait write for a runner that committed
 // nothing in time.
 func timedOut(id, kind string, started, now time.Time, within time.Duration) *Result {
-	return &Result{Task: id, Kind: kind, Substrate: "git", Status: "failed", ExitCode: 124,
+	return &Result{Task: id, Kind: kind, Substrate: "git", Status: ledger.Failed, ExitCode: 124,
 		Started: started, Ended: now,
 		Detail: fmt.Sprintf("the runner did not commit a result to %s within %d s", Branch(id), int64(within/time.Second))}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
 )
 
 // testPin stands for the verified bundle's hash: without airlock on the
@@ -70,7 +71,7 @@ printf '{"args":"%s|%s","mode":"%s","usage":{"tokens":42}}\n' "$1" "$2" "$AGENT_
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Status != "done" || r.ExitCode != 0 || r.Usage == nil || r.Usage.Tokens != 42 || r.Substrate != "git" {
+	if r.Status != ledger.Done || r.ExitCode != 0 || r.Usage == nil || r.Usage.Tokens != 42 || r.Substrate != "git" {
 		t.Fatalf("result = %+v, want done, exit 0, 42 tokens", r)
 	}
 	var got map[string]any
@@ -90,7 +91,7 @@ printf '{"args":"%s|%s","mode":"%s","usage":{"tokens":42}}\n' "$1" "$2" "$AGENT_
 		}
 	}
 	var local Result
-	if b, err := os.ReadFile(filepath.Join(dir, "result.json")); err != nil || json.Unmarshal(b, &local) != nil || local.Status != "done" {
+	if b, err := os.ReadFile(filepath.Join(dir, "result.json")); err != nil || json.Unmarshal(b, &local) != nil || local.Status != ledger.Done {
 		t.Errorf("local result.json = %s, %v", b, err)
 	}
 }
@@ -101,7 +102,7 @@ func TestRunnerOutcomes(t *testing.T) {
 	for _, tc := range []struct {
 		name, body string
 		edit       func(*Manifest)
-		status     string
+		status     ledger.Status
 		exit       int
 		detail     string
 	}{
@@ -150,7 +151,7 @@ func TestWaitGivesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Status != "failed" || r.ExitCode != 124 || !strings.Contains(r.Detail, "did not commit a result to spawn/t-lost within 2 s") {
+	if r.Status != ledger.Failed || r.ExitCode != 124 || !strings.Contains(r.Detail, "did not commit a result to spawn/t-lost within 2 s") {
 		t.Errorf("result = %+v", r)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "result.json")); err != nil || !strings.Contains(string(b), `"exit_code": 124`) {
@@ -163,7 +164,7 @@ func TestWaitGivesUp(t *testing.T) {
 func TestParseResultRefuses(t *testing.T) {
 	for _, raw := range []string{`nope`, `{"task":"other","status":"done"}`, `{"task":"t-1","status":"fine"}`, `{"task":"t-1","status":"done","exit_code":2}`} {
 		r := parseResult("t-1", "reviewer", []byte(raw))
-		if r.Status != "failed" || !strings.Contains(r.Detail, "unusable") {
+		if r.Status != ledger.Failed || !strings.Contains(r.Detail, "unusable") {
 			t.Errorf("parseResult(%s) = %+v, want failed as unusable", raw, r)
 		}
 	}
