@@ -23,6 +23,12 @@ var envKnobs = map[string]string{
 	"AIRLOCK_POLICY_QUARANTINE":  "policy-quarantine",
 	"AIRLOCK_LOG_LEVEL":          "log-level",
 	"AIRLOCK_ADMIN_SOCKET":       "socket",
+	"AIRLOCK_GIT_REMOTE":         "git-remote",
+	"AIRLOCK_GIT_BASE":           "git-base",
+	"AIRLOCK_DISPATCH_CMD":       "dispatch-cmd",
+	"AIRLOCK_GITHUB_REPO":        "github-repo",
+	"AIRLOCK_GITHUB_WORKFLOW":    "github-workflow",
+	"AIRLOCK_GITHUB_API":         "github-api",
 }
 
 // applyEnvKnobs sets unset flags of cmd from their AIRLOCK_* variables and

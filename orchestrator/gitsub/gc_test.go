@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
 )
 
 func TestGC(t *testing.T) {
 	ctx := context.Background()
-	rm := Remote{URL: bareRemote(t)}
+	rm := Remote{URL: testutil.GitRemote(t)}
 	now := time.Date(2026, 11, 23, 2, 30, 0, 0, time.UTC)
 	day := 24 * time.Hour
 	ended := func(id string, st ledger.Status, ago time.Duration) ledger.Task {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/orchestrator/budget"
 	"github.com/airlock-sandbox/airlock/orchestrator/kind"
@@ -51,7 +52,7 @@ func TestPoll(t *testing.T) {
 	ctx := context.Background()
 	home := orchestrator.Home{Dir: t.TempDir()}
 	b := budget.Budget{Dir: home.Budget(), Daily: 10000}
-	remote := Remote{URL: bareRemote(t)}
+	remote := Remote{URL: testutil.GitRemote(t)}
 	run := &Substrate{Remote: remote, Dispatcher: runnerDispatch(t)}
 	lost := &Substrate{Remote: remote, Dispatcher: Command{Line: "true"}} // a dispatcher whose runner never runs
 	now := time.Now()

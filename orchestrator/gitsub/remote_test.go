@@ -4,11 +4,13 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 func TestPushFetchDelete(t *testing.T) {
 	ctx := context.Background()
-	rm := Remote{URL: bareRemote(t)}
+	rm := Remote{URL: testutil.GitRemote(t)}
 	files := map[string][]byte{"prompt.txt": []byte("hello\n"), "task": []byte("do it")}
 	commit, err := rm.Push(ctx, "t-1", files)
 	if err != nil {
@@ -16,7 +18,7 @@ func TestPushFetchDelete(t *testing.T) {
 	}
 	// The branch starts from the remote's HEAD: what the base carries (a
 	// workflow, the runner) is on it too.
-	if got := gitIn(t, "", nil, "--git-dir", rm.URL, "show", Branch("t-1")+":README"); got != "spawn state" {
+	if got := testutil.Git(t, "", "--git-dir", rm.URL, "show", Branch("t-1")+":README"); got != "spawn state" {
 		t.Errorf("README on the branch = %q, want the base's", got)
 	}
 	if tip, err := rm.Tip(ctx, "t-1"); err != nil || tip != commit {
@@ -49,7 +51,7 @@ func TestPushFetchDelete(t *testing.T) {
 }
 
 func TestPushRefusesBadNames(t *testing.T) {
-	rm := Remote{URL: bareRemote(t)}
+	rm := Remote{URL: testutil.GitRemote(t)}
 	for _, tc := range []struct {
 		id, file string
 	}{

@@ -56,7 +56,7 @@ func agent(t *testing.T, id, body string) *Files {
 
 func TestSpawnSync(t *testing.T) {
 	ctx := context.Background()
-	s := &Substrate{Remote: Remote{URL: bareRemote(t)}, Dispatcher: runnerDispatch(t), PollEvery: 50 * time.Millisecond}
+	s := &Substrate{Remote: Remote{URL: testutil.GitRemote(t)}, Dispatcher: runnerDispatch(t), PollEvery: 50 * time.Millisecond}
 	// The agent sees its arguments, environment and prompt as the kind
 	// said, in the checkout of its branch.
 	f := agent(t, "t-sync", `echo "working on $(cat "$1")" >&2
@@ -98,7 +98,7 @@ printf '{"args":"%s|%s","mode":"%s","usage":{"tokens":42}}\n' "$1" "$2" "$AGENT_
 
 func TestRunnerOutcomes(t *testing.T) {
 	ctx := context.Background()
-	s := &Substrate{Remote: Remote{URL: bareRemote(t)}, Dispatcher: runnerDispatch(t), PollEvery: 50 * time.Millisecond}
+	s := &Substrate{Remote: Remote{URL: testutil.GitRemote(t)}, Dispatcher: runnerDispatch(t), PollEvery: 50 * time.Millisecond}
 	for _, tc := range []struct {
 		name, body string
 		edit       func(*Manifest)
@@ -138,7 +138,7 @@ func TestRunnerOutcomes(t *testing.T) {
 // grace, with a failed result and exit 124, written locally.
 func TestWaitGivesUp(t *testing.T) {
 	ctx := context.Background()
-	s := &Substrate{Remote: Remote{URL: bareRemote(t)}, Dispatcher: Command{Line: "true"}, PollEvery: 20 * time.Millisecond, Grace: time.Second}
+	s := &Substrate{Remote: Remote{URL: testutil.GitRemote(t)}, Dispatcher: Command{Line: "true"}, PollEvery: 20 * time.Millisecond, Grace: time.Second}
 	f := agent(t, "t-lost", `echo '{}'`)
 	f.Manifest.TimeoutSeconds = 1
 	dir := t.TempDir()
