@@ -23,6 +23,7 @@ var envKnobs = map[string]string{
 	"AIRLOCK_POLICY_QUARANTINE":  "policy-quarantine",
 	"AIRLOCK_LOG_LEVEL":          "log-level",
 	"AIRLOCK_ADMIN_SOCKET":       "socket",
+	"AIRLOCK_HOME":               "home",
 	"AIRLOCK_GIT_REMOTE":         "git-remote",
 	"AIRLOCK_GIT_BASE":           "git-base",
 	"AIRLOCK_DISPATCH_CMD":       "dispatch-cmd",

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/events"
@@ -71,19 +70,6 @@ func (f *gitFlags) substrate(cmd *cobra.Command) (*gitsub.Substrate, error) {
 	return s, nil
 }
 
-// homeFlag is --home: the orchestrator's directory.
-func homeFlag(cmd *cobra.Command, dir *string) {
-	cmd.Flags().StringVar(dir, "home", "", "the orchestrator's `DIR` (default: $AIRLOCK_HOME, else /var/lib/airlock/agent as root, ~/.local/share/airlock/agent otherwise)")
-}
-
-func resolveHome(dir string) (orchestrator.Home, error) {
-	if dir == "" {
-		return orchestrator.DefaultHome()
-	}
-	abs, err := filepath.Abs(dir)
-	return orchestrator.Home{Dir: abs}, err
-}
-
 func newSpawnPollCmd() *cobra.Command {
 	var gf gitFlags
 	var homeDir string
@@ -103,7 +89,7 @@ A task whose runner committed nothing within its kind's timeout plus
 			if err != nil {
 				return err
 			}
-			home, err := resolveHome(homeDir)
+			home, err := openHome(homeDir)
 			if err != nil {
 				return err
 			}
@@ -155,7 +141,7 @@ ledger line, which are reported as drift for the operator to look at.`,
 			if err != nil {
 				return err
 			}
-			home, err := resolveHome(homeDir)
+			home, err := openHome(homeDir)
 			if err != nil {
 				return err
 			}

@@ -2,14 +2,19 @@ package ledger
 
 import "time"
 
-// Task is one task as its ledger lines leave it.
+// Task is one task as its ledger lines leave it (`airlock ledger --json`
+// prints it).
 type Task struct {
-	ID, Kind, Substrate    string
-	Status                 Status
-	Queued, Started, Ended time.Time // zero when not reached
-	Exit                   *int
-	Usage                  *Usage
-	Detail                 string
+	ID        string    `json:"task"`
+	Kind      string    `json:"kind"`
+	Substrate string    `json:"substrate"`
+	Status    Status    `json:"status"`
+	Queued    time.Time `json:"queued,omitzero"` // zero when not reached
+	Started   time.Time `json:"started,omitzero"`
+	Ended     time.Time `json:"ended,omitzero"`
+	Exit      *int      `json:"exit_code,omitempty"`
+	Usage     *Usage    `json:"usage,omitempty"`
+	Detail    string    `json:"detail,omitempty"`
 }
 
 // Fold folds entries into one Task per task id, in first-seen order. The
