@@ -30,6 +30,7 @@ var envKnobs = map[string]string{
 	"AIRLOCK_GITHUB_REPO":        "github-repo",
 	"AIRLOCK_GITHUB_WORKFLOW":    "github-workflow",
 	"AIRLOCK_GITHUB_API":         "github-api",
+	"AIRLOCK_DAILY_TOKENS":       "daily-tokens",
 }
 
 // applyEnvKnobs sets unset flags of cmd from their AIRLOCK_* variables and

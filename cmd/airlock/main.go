@@ -95,7 +95,7 @@ func newRoot() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "", "log `LEVEL`: debug, info, warn, error (default: info for proxy and up, warn for the other commands); on stderr, as text on a terminal and JSON lines otherwise")
 	root.SetFlagErrorFunc(flagError)
-	root.AddCommand(newPolicyCmd(), newDemoCmd(), newProxyCmd(), newLaunchCmd(), newUpCmd(), newStatusCmd(), newRestartCmd(), newEventsCmd(), newIngressCmd(), newRedirectCmd(), newWatchdogCmd(), newLedgerCmd())
+	root.AddCommand(newPolicyCmd(), newDemoCmd(), newProxyCmd(), newLaunchCmd(), newUpCmd(), newStatusCmd(), newRestartCmd(), newEventsCmd(), newIngressCmd(), newRedirectCmd(), newWatchdogCmd(), newLedgerCmd(), newSpawnCmd(), newCollectCmd())
 	usageErrors(root)
 	return root
 }

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/airlock-sandbox/airlock/orchestrator"
+	"github.com/airlock-sandbox/airlock/orchestrator/budget"
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/orchestrator/local"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+func newSpawnCmd() *cobra.Command {
+	var pf policyFlags
+	var xf proxyFlags
+	var (
+		kindName, taskFile, substrate, home string
+		async, dryRun                       bool
+		dailyTokens                         int64
+	)
+	cmd := &cobra.Command{
+		Use:   "spawn --kind KIND --task-file FILE",
+		Short: "Run a sub-agent of a kind on a task, in a sandbox decided by the kind's preset of the verified bundle, within the daily token budget",
+		Example: `  # what a reviewer could reach, without running it
+  airlock spawn --kind reviewer --task-file task.md --dry-run
+  # run it here, at most 200000 tokens a day for every spawn together
+  airlock spawn --kind reviewer --task-file task.md --substrate local --daily-tokens 200000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if kindName == "" || (taskFile == "" && !dryRun) {
+				return &exitError{ExitUsage, errors.New("--kind and --task-file are required")}
+			}
+			if dailyTokens < 0 {
+				return &exitError{ExitUsage, fmt.Errorf("--daily-tokens %d: want 0 or more", dailyTokens)}
+			}
+			h, err := homeDir(home)
+			if err != nil {
+				return &exitError{ExitUsage, err}
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			// The bundle is verified here, with its pin or lock, before
+			// anything is reserved or run (ErrIntegrity: exit 10).
+			engine, err := pf.engine(cmd.Context())
+			if err != nil {
+				return err
+			}
+			s := &spawn.Spawner{
+				Home: h, Engine: engine, Airlock: self, Log: slog.Default(),
+				Budget: budget.Budget{Dir: h.Budget(), Daily: dailyTokens},
+				Substrates: map[string]spawn.Substrate{
+					"local": local.Substrate{Airlock: self, LaunchArgs: launchArgs(cmd), Log: slog.Default()},
+				},
+			}
+			res, err := s.Spawn(cmd.Context(), spawn.Request{Kind: kindName, TaskFile: taskFile, Substrate: substrate, DryRun: dryRun, Async: async})
+			if err == nil {
+				err = report(cmd.OutOrStdout(), cmd.ErrOrStderr(), h, res)
+			}
+			if code := spawn.ExitCode(res, err); code != 0 {
+				if err == nil {
+					err = errSilent
+				}
+				return &exitError{code, err}
+			}
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	inGroup(fl, "Spawn", func() {
+		fl.StringVar(&kindName, "kind", "", "the sub-agent's kind: `NAME` of a manifest in the home's kinds/")
+		fl.StringVar(&taskFile, "task-file", "", "the task, a text `FILE` rendered into the kind's prompt")
+		fl.StringVar(&substrate, "substrate", "", "where it runs, `NAME`: local or git (default: the kind's)")
+		fl.BoolVar(&async, "async", false, "hand the task over and print its id at once (substrates that can: git)")
+		fl.BoolVar(&dryRun, "dry-run", false, "print what the sub-agent could reach (from its preset) and spawn nothing")
+		fl.StringVar(&home, "home", "", "orchestrator home `DIR` (default: $AIRLOCK_HOME, else /var/lib/airlock/agent as root)")
+		fl.Int64Var(&dailyTokens, "daily-tokens", 0, "the day's (UTC) token budget for all spawns, `N`; 0 refuses every spawn")
+	})
+	xf.register(cmd)
+	inGroup(fl, "Policy", func() { pf.register(cmd, true) })
+	groupedHelp(cmd, "Spawn", "Proxy", "Policy")
+	return cmd
+}
+
+// homeDir is --home made absolute (sub-agents run elsewhere), or the
+// default home.
+func homeDir(flag string) (orchestrator.Home, error) {
+	if flag == "" {
+		return orchestrator.DefaultHome()
+	}
+	abs, err := filepath.Abs(flag)
+	if err != nil {
+		return orchestrator.Home{}, fmt.Errorf("--home %q: %w", flag, err)
+	}
+	return orchestrator.Home{Dir: abs}, nil
+}
+
+// notForwarded are spawn's proxy and policy flags a launch must not get
+// from the operator: the substrate sets them per sub-agent (its own audit
+// log, the pin of the bundle the spawn verified), and one metrics address
+// cannot serve several sandboxes.
+var notForwarded = map[string]bool{"audit-log": true, "metrics": true, "policy-sha256": true}
+
+// launchArgs are the proxy and policy flags the operator set, as `airlock
+// launch` takes them: the sandbox is served by the same bundle and proxy
+// settings the spawn was given.
+func launchArgs(cmd *cobra.Command) []string {
+	var args []string
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if g := flagGroup(f); (g != "Proxy" && g != "Policy") || notForwarded[f.Name] {
+			return
+		}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			for _, v := range sv.GetSlice() {
+				args = append(args, "--"+f.Name+"="+v)
+			}
+			return
+		}
+		args = append(args, "--"+f.Name+"="+f.Value.String())
+	})
+	return args
+}
+
+// report prints a dry run's plan, an async task's id, or the result.
+func report(stdout, stderr io.Writer, h orchestrator.Home, res spawn.Result) error {
+	if res.Plan != nil {
+		fmt.Fprintf(stdout, "kind %s on the %s substrate: a dry run, nothing spawned\n", res.Kind, res.Substrate)
+		return res.Plan.WriteText(stdout)
+	}
+	dir := h.Subagent(res.Task)
+	if !ledger.Terminal(res.Status) {
+		fmt.Fprintln(stdout, res.Task)
+		return nil
+	}
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s\n", raw)
+	if res.Status != ledger.Done {
+		fmt.Fprintf(stderr, "airlock: task %s %s: %s (see %s)\n", res.Task, res.Status, res.Detail, dir)
+	}
+	return nil
+}

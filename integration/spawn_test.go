@@ -1,0 +1,299 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/orchestrator"
+	"github.com/airlock-sandbox/airlock/orchestrator/budget"
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
+)
+
+// spawnEnv is an orchestrator home beside a pod test's bundle and
+// upstream: kinds whose binary is testdata/subagent.py (python3 is the
+// process the proxy sees), served by the preset egress_ok (python3 may GET
+// api.test's /v1/**).
+type spawnEnv struct {
+	*podEnv
+	home, agent, task string
+}
+
+func newSpawnEnv(t *testing.T) *spawnEnv {
+	e := &spawnEnv{podEnv: newPodEnv(t)}
+	e.home = filepath.Join(e.dir, "home")
+	os.MkdirAll(filepath.Join(e.home, "kinds"), 0o755)
+	e.agent = filepath.Join(e.dir, "subagent.py")
+	raw, err := os.ReadFile("testdata/subagent.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(e.agent, raw, 0o755)
+	e.task = filepath.Join(e.dir, "task.md")
+	os.WriteFile(e.task, []byte("say hello"), 0o644)
+	return e
+}
+
+// kind writes kinds/<name>.yaml running the sub-agent in mode with args.
+func (e *spawnEnv) kind(t *testing.T, name, timeout string, tokens int, args ...string) {
+	t.Helper()
+	quoted := []string{`"{{.PromptFile}}"`}
+	for _, a := range args {
+		quoted = append(quoted, fmt.Sprintf("%q", a))
+	}
+	src := fmt.Sprintf(`name: %s
+binary: {path: %s}
+args: [%s]
+preset: egress_ok
+substrate: local
+timeout: %s
+tokens: %d
+prompt: "task {{.ID}}: {{.Text}}"
+`, name, e.agent, strings.Join(quoted, ", "), timeout, tokens)
+	if err := os.WriteFile(filepath.Join(e.home, "kinds", name+".yaml"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// spawn runs `airlock spawn` with the env's bundle and proxy settings.
+func (e *spawnEnv) spawn(t *testing.T, daily int, args ...string) (int, string, string) {
+	t.Helper()
+	args = append([]string{"spawn", "--home", e.home, "--task-file", e.task, "--substrate", "local",
+		"--daily-tokens", fmt.Sprint(daily), "--policy", e.bundle, "--upstream-ca", e.upstreamCA,
+		"--ca-dir", filepath.Join(e.dir, "ca"), "--resolve", fmt.Sprintf("api.test:%d:127.0.0.2", e.tlsPort),
+		"--allow-range", "127.0.0.2/32", "--log-level", "warn"}, args...)
+	cmd := exec.Command(airlockBin, args...)
+	cmd.Env = cleanEnv()
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return exitCode(err), stdout.String(), stderr.String()
+}
+
+func (e *spawnEnv) ledger(t *testing.T) ([]ledger.Entry, int) {
+	t.Helper()
+	entries, torn, err := ledger.Read(orchestrator.Home{Dir: e.home}.Ledger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entries, torn
+}
+
+func statuses(entries []ledger.Entry, task string) []ledger.Status {
+	var out []ledger.Status
+	for _, en := range entries {
+		if en.Task == task {
+			out = append(out, en.Status)
+		}
+	}
+	return out
+}
+
+// A local spawn runs the sub-agent in its sandbox: its allowed request
+// reaches the upstream, its denied one is refused and audited in the
+// task's own audit log as the kind's preset and binary; the ledger goes
+// queued → running → done past a torn line a crash left; result.json holds
+// the last line and its usage, which settles the budget; collect merges
+// the result into the day's memory file once.
+func TestSpawnLocal(t *testing.T) {
+	e := newSpawnEnv(t)
+	api := fmt.Sprintf("https://api.test:%d", e.tlsPort)
+	e.kind(t, "fetcher", "2m", 100, "net", api+"/v1/hello", api+"/v2/secret")
+	h := orchestrator.Home{Dir: e.home}
+	os.MkdirAll(filepath.Dir(h.Ledger()), 0o700)
+	os.WriteFile(h.Ledger(), []byte(`{"ts":"2026-01-01T00:00:00Z","task":"torn`), 0o600)
+
+	code, out, errs := e.spawn(t, 1000, "--kind", "fetcher")
+	if code != 0 {
+		t.Fatalf("airlock spawn = %d\n%s%s", code, out, errs)
+	}
+	var printed spawn.Result
+	if err := json.Unmarshal([]byte(out), &printed); err != nil {
+		t.Fatalf("spawn printed %q: %v", out, err)
+	}
+	id := printed.Task
+	entries, torn := e.ledger(t)
+	if got := statuses(entries, id); fmt.Sprint(got) != "[queued running done]" || torn != 1 {
+		t.Fatalf("ledger of %s: %v (torn %d); want [queued running done], the torn line skipped", id, got, torn)
+	}
+	last := entries[len(entries)-1]
+	if last.Exit == nil || *last.Exit != 0 || last.Usage == nil || last.Usage.Tokens != 42 || last.Kind != "fetcher" || last.Substrate != "local" {
+		t.Errorf("done line %+v; want exit 0, 42 tokens, kind fetcher, substrate local", last)
+	}
+
+	dir := h.Subagent(id)
+	res, err := spawn.ReadResult(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Prompt  string
+		Allowed struct{ Status int }
+		Denied  struct {
+			Status int
+			Body   string
+		}
+	}
+	json.Unmarshal(res.Result, &got)
+	if res.Status != ledger.Done || res.Usage == nil || res.Usage.Tokens != 42 || got.Prompt != "task "+id+": say hello" ||
+		got.Allowed.Status != 200 || got.Denied.Status != 403 || !strings.Contains(got.Denied.Body, "path_not_allowed") {
+		t.Fatalf("result.json %+v, result %+v", res, got)
+	}
+	for _, f := range []string{"prompt.txt", "task", "kind.yaml", "stdout.log", "stderr.log", "audit.jsonl", "work"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("the spawn dir lacks %s: %v", f, err)
+		}
+	}
+	denied := false
+	for _, l := range readLines(t, filepath.Join(dir, "audit.jsonl")) {
+		var a struct {
+			auditLine
+			Sandbox, Preset string
+		}
+		json.Unmarshal([]byte(l), &a)
+		if a.Reason == "path_not_allowed" && a.Path == "/v2/secret" {
+			denied = a.Preset == "egress_ok" && a.Binary == e.python && a.Sandbox == "spawn-"+id
+			if !denied {
+				t.Errorf("the denial is attributed to %+v", a)
+			}
+		}
+	}
+	if !denied {
+		t.Errorf("audit.jsonl has no denial of /v2/secret")
+	}
+	day, err := budget.Budget{Dir: h.Budget(), Daily: 1000}.Today()
+	if err != nil || day.Spent != 42 || day.Reserved != 0 {
+		t.Errorf("budget today %+v (%v); want 42 spent, nothing reserved", day, err)
+	}
+
+	for i, want := range []string{"1 result(s) added", "0 result(s) added"} {
+		out, err := exec.Command(airlockBin, "collect", "--today", "--home", e.home).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Fatalf("collect #%d: %v %s; want %q", i+1, err, out, want)
+		}
+	}
+	memory, _ := os.ReadFile(h.Memory(orchestrator.Today(time.Now())))
+	if n := strings.Count(string(memory), "<!-- airlock-task: "+id+" -->"); n != 1 || !strings.Contains(string(memory), `"tokens": 42`) {
+		t.Errorf("memory file has %s's section %d times; want once, with its result:\n%s", id, n, memory)
+	}
+}
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSpace(string(raw)), "\n")
+}
+
+// A sub-agent past its kind's timeout is killed with its whole tree: exit
+// 124, ledger and result timeout, and no process of it is left.
+func TestSpawnTimeout(t *testing.T) {
+	e := newSpawnEnv(t)
+	marker := fmt.Sprintf("spawn-timeout-%d", time.Now().UnixNano())
+	e.kind(t, "sleeper", "2s", 100, "sleep", marker)
+	code, out, errs := e.spawn(t, 1000, "--kind", "sleeper")
+	if code != spawn.ExitTimeout {
+		t.Fatalf("airlock spawn = %d; want 124\n%s%s", code, out, errs)
+	}
+	var res spawn.Result
+	json.Unmarshal([]byte(out), &res)
+	entries, _ := e.ledger(t)
+	if got := statuses(entries, res.Task); fmt.Sprint(got) != "[queued running timeout]" || res.Exit != 124 {
+		t.Fatalf("ledger %v, result %+v; want a timeout with exit 124", got, res)
+	}
+	testutil.WaitFor(t, "no process of the timed-out sub-agent left", func() bool { return len(withArg(marker)) == 0 })
+}
+
+// Over budget nothing is launched: exit 77, no sub-agent directory, one
+// ledger line refused, an inbox event.
+func TestSpawnOverBudget(t *testing.T) {
+	e := newSpawnEnv(t)
+	e.kind(t, "quick", "1m", 100, "quick")
+	code, out, errs := e.spawn(t, 99, "--kind", "quick")
+	if code != spawn.ExitOverBudget || !strings.Contains(errs, "daily token budget exhausted") {
+		t.Fatalf("airlock spawn = %d; want 77 naming the budget\n%s%s", code, out, errs)
+	}
+	h := orchestrator.Home{Dir: e.home}
+	if _, err := os.Stat(filepath.Dir(h.Subagent("x"))); !os.IsNotExist(err) {
+		t.Errorf("subagents/ exists (%v): something was prepared", err)
+	}
+	entries, _ := e.ledger(t)
+	if len(entries) != 1 || entries[0].Status != ledger.Refused {
+		t.Errorf("ledger %+v; want one refused line", entries)
+	}
+	evs, err := events.Read(h.Inbox(), time.Time{})
+	if err != nil || len(evs) != 1 || evs[0].Kind != "budget_exhausted" || evs[0].Source != "orchestrator" {
+		t.Errorf("inbox %+v (%v); want one budget_exhausted event", evs, err)
+	}
+}
+
+// 20 spawns at once against a budget of 3 estimates: exactly 3 run, 17 are
+// refused, and the day never holds more than the budget.
+func TestSpawnConcurrentNeverOverspends(t *testing.T) {
+	e := newSpawnEnv(t)
+	e.kind(t, "quick", "1m", 100, "quick")
+	codes, outs := make([]int, 20), make([]string, 20)
+	var wg sync.WaitGroup
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out, errs string
+			codes[i], out, errs = e.spawn(t, 300, "--kind", "quick")
+			outs[i] = out + errs
+		}()
+	}
+	wg.Wait()
+	n := map[int]int{}
+	for i, c := range codes {
+		n[c]++
+		if c != 0 && c != spawn.ExitOverBudget {
+			t.Errorf("spawn #%d = %d:\n%s", i, c, outs[i])
+		}
+	}
+	if n[0] != 3 || n[spawn.ExitOverBudget] != 17 {
+		t.Fatalf("exit codes %v; want 3 × 0 and 17 × 77", n)
+	}
+	h := orchestrator.Home{Dir: e.home}
+	day, err := budget.Budget{Dir: h.Budget(), Daily: 300}.Today()
+	if err != nil || day.Spent != 300 || day.Reserved != 0 {
+		t.Errorf("budget today %+v (%v); want 300 spent", day, err)
+	}
+	runs, _ := filepath.Glob(filepath.Join(filepath.Dir(h.Subagent("x")), "*"))
+	if len(runs) != 3 {
+		t.Errorf("%d sub-agent directories; want 3", len(runs))
+	}
+}
+
+// --dry-run prints what the kind's preset allows and spawns nothing.
+func TestSpawnDryRun(t *testing.T) {
+	e := newSpawnEnv(t)
+	e.kind(t, "quick", "1m", 100, "quick")
+	code, out, errs := e.spawn(t, 1000, "--kind", "quick", "--dry-run")
+	if code != 0 {
+		t.Fatalf("airlock spawn --dry-run = %d\n%s%s", code, out, errs)
+	}
+	for _, want := range []string{
+		"kind quick on the local substrate: a dry run, nothing spawned",
+		"binaries: " + e.python + " (unpinned)", "hosts:    api.test", fmt.Sprintf("ports:    %d", e.tlsPort),
+		"methods:  GET", "paths:    /v1/**", "tls:      inspected (every request decided)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry run lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(orchestrator.Home{Dir: e.home}.Ledger()); !os.IsNotExist(err) {
+		t.Errorf("a dry run wrote the ledger (%v)", err)
+	}
+}

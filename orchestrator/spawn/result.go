@@ -1,0 +1,134 @@
+package spawn
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// ResultFile is the result's name in a sub-agent's directory.
+const ResultFile = "result.json"
+
+// ExitTimeout is a sub-agent's exit code when its timeout killed it, as
+// timeout(1) reports.
+const ExitTimeout = 124
+
+// Result is subagents/<id>/result.json: the sub-agent's outcome and its
+// last stdout line, parsed. The git substrate's runner writes the same.
+type Result struct {
+	Task      string          `json:"task"`
+	Kind      string          `json:"kind"`
+	Substrate string          `json:"substrate"`
+	Status    ledger.Status   `json:"status"`
+	Exit      int             `json:"exit_code"`
+	Started   time.Time       `json:"started"`
+	Ended     time.Time       `json:"ended"`
+	Usage     *ledger.Usage   `json:"usage,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Detail    string          `json:"detail,omitempty"`
+
+	// Plan is what a dry run would give the sub-agent; set only then.
+	Plan *policies.Description `json:"-"`
+}
+
+// Judge sets the status, result and usage from the sub-agent's exit code
+// (r.Exit) and its last stdout line: done only when it exited 0 and the
+// line is a JSON object. A timeout stays a timeout.
+func (r *Result) Judge(last []byte) {
+	if r.Status == ledger.Timeout {
+		return
+	}
+	last = bytes.TrimSpace(last)
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(last, &obj); err != nil || obj == nil {
+		r.Status = ledger.Failed
+		r.Detail = joinDetail(r.Detail, fmt.Sprintf("the last stdout line is not a JSON object: %q", clip(last)))
+		if r.Exit != 0 {
+			r.Detail = joinDetail(fmt.Sprintf("exit code %d", r.Exit), r.Detail)
+		}
+		return
+	}
+	r.Result = json.RawMessage(last)
+	var u struct {
+		Usage *struct {
+			Tokens *int64 `json:"tokens"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(last, &u) == nil && u.Usage != nil && u.Usage.Tokens != nil && *u.Usage.Tokens >= 0 {
+		r.Usage = &ledger.Usage{Tokens: *u.Usage.Tokens}
+	}
+	if r.Exit != 0 {
+		r.Status = ledger.Failed
+		r.Detail = joinDetail(fmt.Sprintf("exit code %d", r.Exit), r.Detail)
+		return
+	}
+	r.Status = ledger.Done
+}
+
+func joinDetail(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
+// clip keeps a detail readable when a sub-agent's last line is huge.
+func clip(b []byte) string {
+	const max = 200
+	if len(b) > max {
+		return string(b[:max]) + "…"
+	}
+	return string(b)
+}
+
+// WriteResult writes r as dir/result.json, whole (temp + fsync + rename):
+// a reader (collect, poll) never sees half of one.
+func WriteResult(dir string, r Result) error {
+	raw, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".result-*.json")
+	if err != nil {
+		return fmt.Errorf("result of %s: %w", r.Task, err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(append(raw, '\n')); err != nil {
+		f.Close()
+		return fmt.Errorf("result of %s: %w", r.Task, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("result of %s: %w", r.Task, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("result of %s: %w", r.Task, err)
+	}
+	os.Chmod(f.Name(), 0o644)
+	if err := os.Rename(f.Name(), filepath.Join(dir, ResultFile)); err != nil {
+		return fmt.Errorf("result of %s: %w", r.Task, err)
+	}
+	return nil
+}
+
+// ReadResult reads dir/result.json.
+func ReadResult(dir string) (Result, error) {
+	var r Result
+	raw, err := os.ReadFile(filepath.Join(dir, ResultFile))
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return r, fmt.Errorf("%s: %w", filepath.Join(dir, ResultFile), err)
+	}
+	return r, nil
+}
