@@ -78,27 +78,23 @@ func (f *Files) encode() (map[string][]byte, error) {
 	}, nil
 }
 
-// NewFiles renders what spawn/<id> carries for kind k and task t: the
-// prompt, the arguments (their paths relative to the checkout, where the
-// runner runs them), the manifest pinned to the verified bundle's hash
-// policyPin, the task as given and the kind as read.
-func NewFiles(k *kind.Kind, t kind.Task, task []byte, policyPin string) (*Files, error) {
-	prompt, err := k.RenderPrompt(t)
+// NewFiles is what spawn/<id> carries for kind k: the rendered prompt and
+// the task as given, the kind as read, and the manifest: the arguments
+// rendered with paths relative to the checkout (where the runner runs
+// them), pinned to the verified bundle's hash policyPin.
+func NewFiles(k *kind.Kind, id string, prompt, task []byte, policyPin string) (*Files, error) {
+	dir := Dir(id)
+	args, err := k.RenderArgs(kind.ArgVars{ID: id, Dir: dir, PromptFile: dir + "/prompt.txt", TaskFile: dir + "/task"})
 	if err != nil {
-		return nil, err
-	}
-	dir := Dir(t.ID)
-	args, err := k.RenderArgs(kind.ArgVars{ID: t.ID, Dir: dir, PromptFile: dir + "/prompt.txt", TaskFile: dir + "/task"})
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kind %s: args: %w", k.Name, err)
 	}
 	f := &Files{
 		Manifest: Manifest{
-			ID: t.ID, Kind: k.Name, Binary: k.Binary, SHA256: k.SHA256, Args: args, Env: k.Env,
+			ID: id, Kind: k.Name, Binary: k.Binary, SHA256: k.SHA256, Args: args, Env: k.Env,
 			Preset: k.Preset, TimeoutSeconds: int64((k.Timeout + time.Second - 1) / time.Second), Tokens: k.Tokens,
 			PolicySHA256: policyPin,
 		},
-		Prompt: []byte(prompt), Task: task, KindYAML: k.Source,
+		Prompt: prompt, Task: task, KindYAML: k.Source,
 	}
 	return f, f.Manifest.check()
 }

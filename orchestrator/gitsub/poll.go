@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/orchestrator/budget"
 	"github.com/airlock-sandbox/airlock/orchestrator/kind"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 )
 
 // Reconciled is one task Poll settled.
@@ -85,14 +86,15 @@ func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b bud
 	if err != nil {
 		return nil, err
 	}
-	var r *Result
+	var r spawn.Result
+	found := false
 	tip, err := s.Remote.Tip(ctx, id)
 	switch {
 	case err != nil:
 		return nil, err
 	case tip != "":
 		var onBranch *Manifest
-		if r, onBranch, err = s.collect(ctx, dir, id, t.Kind); err != nil {
+		if r, found, onBranch, err = s.collect(ctx, dir, id, t.Kind); err != nil {
 			return nil, err
 		}
 		if m == nil {
@@ -102,7 +104,7 @@ func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b bud
 	if m == nil {
 		return nil, fmt.Errorf("no manifest.json in %s nor on %s: cannot tell its timeout", dir, Branch(id))
 	}
-	if r == nil {
+	if !found {
 		now := s.now()
 		if !now.After(s.Deadline(m, started)) {
 			return nil, nil
@@ -111,7 +113,7 @@ func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b bud
 			return nil, err
 		}
 	}
-	exit := r.ExitCode
+	exit := r.Exit
 	if err := ledger.Append(home.Ledger(), ledger.Entry{Task: id, Kind: t.Kind, Substrate: kind.Git,
 		Status: r.Status, Exit: &exit, Usage: r.Usage, Detail: r.Detail}); err != nil {
 		return nil, err

@@ -8,22 +8,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 )
-
-// Result is result.json, as the runner writes it and the local substrate
-// writes its own.
-type Result struct {
-	Task      string          `json:"task"`
-	Kind      string          `json:"kind"`
-	Substrate string          `json:"substrate"`
-	Status    ledger.Status   `json:"status"`
-	ExitCode  int             `json:"exit_code"`
-	Started   time.Time       `json:"started,omitzero"`
-	Ended     time.Time       `json:"ended,omitzero"`
-	Usage     *ledger.Usage   `json:"usage,omitempty"`
-	Result    json.RawMessage `json:"result,omitempty"`
-	Detail    string          `json:"detail,omitempty"`
-}
 
 // Returned are the files a runner commits back; only these are copied
 // into the local spawn directory, whatever else the branch holds.
@@ -32,8 +18,8 @@ var Returned = []string{"result.json", "stdout.log", "stderr.log", "audit.jsonl"
 // parseResult reads a runner's result.json for task id. A result that does
 // not parse, is for another task or has no known status is not trusted:
 // the task failed, and the detail says why.
-func parseResult(id, kind string, b []byte) *Result {
-	var r Result
+func parseResult(id, kind string, b []byte) spawn.Result {
+	var r spawn.Result
 	err := json.Unmarshal(b, &r)
 	switch {
 	case err != nil:
@@ -41,21 +27,21 @@ func parseResult(id, kind string, b []byte) *Result {
 		err = fmt.Errorf("it is for task %q", r.Task)
 	case r.Status != ledger.Done && r.Status != ledger.Failed && r.Status != ledger.Timeout:
 		err = fmt.Errorf("status %q is not done, failed or timeout", r.Status)
-	case r.Status == ledger.Done && r.ExitCode != 0:
-		err = fmt.Errorf("status done with exit code %d", r.ExitCode)
+	case r.Status == ledger.Done && r.Exit != 0:
+		err = fmt.Errorf("status done with exit code %d", r.Exit)
 	}
 	if err != nil {
-		return &Result{Task: id, Kind: kind, Substrate: "git", Status: ledger.Failed, ExitCode: 1,
+		return spawn.Result{Task: id, Kind: kind, Substrate: "git", Status: ledger.Failed, Exit: 1,
 			Detail: fmt.Sprintf("the runner's result.json on %s is unusable: %v", Branch(id), err)}
 	}
 	r.Substrate = "git"
-	return &r
+	return r
 }
 
 // timedOut is the result Poll and Wait write for a runner that committed
 // nothing in time.
-func timedOut(id, kind string, started, now time.Time, within time.Duration) *Result {
-	return &Result{Task: id, Kind: kind, Substrate: "git", Status: ledger.Failed, ExitCode: 124,
+func timedOut(id, kind string, started, now time.Time, within time.Duration) spawn.Result {
+	return spawn.Result{Task: id, Kind: kind, Substrate: "git", Status: ledger.Failed, Exit: spawn.ExitTimeout,
 		Started: started, Ended: now,
 		Detail: fmt.Sprintf("the runner did not commit a result to %s within %d s", Branch(id), int64(within/time.Second))}
 }

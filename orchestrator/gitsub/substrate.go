@@ -4,7 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 )
 
 // Defaults of Substrate: the original design's poll interval, and how long
@@ -14,13 +19,52 @@ const (
 	DefaultGrace     = 600 * time.Second
 )
 
-// Substrate runs spawns on branches of Remote, started by Dispatcher.
+// Substrate runs spawns on branches of Remote, started by Dispatcher. It is
+// the spawn flow's "git" substrate (spawn.AsyncSubstrate).
 type Substrate struct {
 	Remote     Remote
 	Dispatcher Dispatcher
 	PollEvery  time.Duration    // DefaultPollEvery when zero
 	Grace      time.Duration    // DefaultGrace when zero
 	Now        func() time.Time // time.Now when nil
+}
+
+// Async: a git spawn can be handed over; Poll settles it.
+func (s *Substrate) Async() bool { return true }
+
+// Run pushes the job as spawn/<id> and dispatches a runner. An async job
+// is then handed over (status running; Poll settles it). A sync job waits
+// for the runner's result, and holds the task's Claim until this process
+// exits, past the spawn's terminal ledger line, so that a Poll running
+// meanwhile never settles it too.
+func (s *Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) {
+	prompt, err := os.ReadFile(filepath.Join(j.Dir, "prompt.txt"))
+	if err != nil {
+		return spawn.Result{}, err
+	}
+	task, err := os.ReadFile(filepath.Join(j.Dir, "task"))
+	if err != nil {
+		return spawn.Result{}, err
+	}
+	f, err := NewFiles(j.Kind, j.ID, prompt, task, j.Policy)
+	if err != nil {
+		return spawn.Result{}, err
+	}
+	release, err := Claim(j.Dir)
+	if err != nil {
+		return spawn.Result{}, err
+	}
+	started := s.now()
+	pushed, err := s.Start(ctx, j.Dir, f)
+	if err != nil || j.Async {
+		release()
+		return spawn.Result{Status: ledger.Running, Started: started}, err
+	}
+	r, err := s.Wait(ctx, j.Dir, &f.Manifest, pushed, started)
+	if err != nil {
+		return spawn.Result{}, err
+	}
+	return r, nil
 }
 
 func (s *Substrate) now() time.Time {
@@ -50,11 +94,11 @@ func (s *Substrate) Start(ctx context.Context, dir string, f *Files) (string, er
 	if err != nil {
 		return "", err
 	}
-	if err := writeFiles(dir, files); err != nil {
-		return "", err
-	}
 	if s.Dispatcher == nil {
 		return "", fmt.Errorf("git substrate: no dispatcher configured (--dispatch-cmd, or --github-repo with AIRLOCK_GITHUB_TOKEN)")
+	}
+	if err := writeFiles(dir, files); err != nil {
+		return "", err
 	}
 	id := f.Manifest.ID
 	commit, err := s.Remote.Push(ctx, id, files)
@@ -71,7 +115,7 @@ func (s *Substrate) Start(ctx context.Context, dir string, f *Files) (string, er
 // on it (the branch moves past pushed, the commit Start made), copies it
 // into dir and returns it. Once Deadline passes with no result it writes
 // and returns a failed result with exit code 124 instead.
-func (s *Substrate) Wait(ctx context.Context, dir string, m *Manifest, pushed string, started time.Time) (*Result, error) {
+func (s *Substrate) Wait(ctx context.Context, dir string, m *Manifest, pushed string, started time.Time) (spawn.Result, error) {
 	every := s.PollEvery
 	if every <= 0 {
 		every = DefaultPollEvery
@@ -81,14 +125,14 @@ func (s *Substrate) Wait(ctx context.Context, dir string, m *Manifest, pushed st
 	for {
 		tip, err := s.Remote.Tip(ctx, m.ID)
 		if err != nil {
-			return nil, err
+			return spawn.Result{}, err
 		}
 		if tip == "" {
-			return nil, fmt.Errorf("branch %s is gone from %s while its task runs", Branch(m.ID), s.Remote.URL)
+			return spawn.Result{}, fmt.Errorf("branch %s is gone from %s while its task runs", Branch(m.ID), s.Remote.URL)
 		}
 		if tip != pushed {
-			r, _, err := s.collect(ctx, dir, m.ID, m.Kind)
-			if r != nil || err != nil {
+			r, found, _, err := s.collect(ctx, dir, m.ID, m.Kind)
+			if found || err != nil {
 				return r, err
 			}
 		}
@@ -97,56 +141,48 @@ func (s *Substrate) Wait(ctx context.Context, dir string, m *Manifest, pushed st
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for %s: %w", Branch(m.ID), ctx.Err())
+			return spawn.Result{}, fmt.Errorf("waiting for %s: %w", Branch(m.ID), ctx.Err())
 		case <-tick.C:
 		}
 	}
 }
 
 // collect fetches the branch and, when the runner's result.json is on it,
-// writes the returned files into dir and returns the result. It returns the
-// manifest on the branch either way (nil when it has none).
-func (s *Substrate) collect(ctx context.Context, dir, id, kind string) (*Result, *Manifest, error) {
+// writes the returned files into dir and returns the result (found). It
+// returns the manifest on the branch either way (nil when it has none).
+func (s *Substrate) collect(ctx context.Context, dir, id, kind string) (r spawn.Result, found bool, m *Manifest, err error) {
 	f, err := s.Remote.Fetch(ctx, id, append([]string{"manifest.json"}, Returned...)...)
 	if err != nil {
-		return nil, nil, err
+		return r, false, nil, err
 	}
-	var m *Manifest
 	if b, ok := f.Files["manifest.json"]; ok {
 		m = new(Manifest)
-		if err := json.Unmarshal(b, m); err != nil {
+		if json.Unmarshal(b, m) != nil {
 			m = nil
 		}
 	}
 	raw, ok := f.Files["result.json"]
 	if !ok {
-		return nil, m, nil
+		return r, false, m, nil
 	}
-	r := parseResult(id, kind, raw)
+	r = parseResult(id, kind, raw)
 	files := map[string][]byte{}
 	for _, name := range Returned {
-		if b, ok := f.Files[name]; ok {
+		if b, ok := f.Files[name]; ok && name != spawn.ResultFile {
 			files[name] = b
 		}
 	}
+	if err := writeFiles(dir, files); err != nil {
+		return r, true, m, err
+	}
 	// What is kept locally is what was judged: an unusable result is
 	// replaced by the failure that says why.
-	if files["result.json"], err = json.MarshalIndent(r, "", "  "); err != nil {
-		return nil, m, err
-	}
-	if err := writeFiles(dir, files); err != nil {
-		return nil, m, err
-	}
-	return r, m, nil
+	return r, true, m, spawn.WriteResult(dir, r)
 }
 
 // giveUp writes and returns the result of a runner that committed nothing
 // in time.
-func (s *Substrate) giveUp(dir string, m *Manifest, started, now time.Time) (*Result, error) {
+func (s *Substrate) giveUp(dir string, m *Manifest, started, now time.Time) (spawn.Result, error) {
 	r := timedOut(m.ID, m.Kind, started, now, m.Timeout()+s.grace())
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return r, writeFiles(dir, map[string][]byte{"result.json": b})
+	return r, spawn.WriteResult(dir, r)
 }

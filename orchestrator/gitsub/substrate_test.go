@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 )
 
 // testPin stands for the verified bundle's hash: without airlock on the
@@ -71,7 +72,7 @@ printf '{"args":"%s|%s","mode":"%s","usage":{"tokens":42}}\n' "$1" "$2" "$AGENT_
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Status != ledger.Done || r.ExitCode != 0 || r.Usage == nil || r.Usage.Tokens != 42 || r.Substrate != "git" {
+	if r.Status != ledger.Done || r.Exit != 0 || r.Usage == nil || r.Usage.Tokens != 42 || r.Substrate != "git" {
 		t.Fatalf("result = %+v, want done, exit 0, 42 tokens", r)
 	}
 	var got map[string]any
@@ -90,7 +91,7 @@ printf '{"args":"%s|%s","mode":"%s","usage":{"tokens":42}}\n' "$1" "$2" "$AGENT_
 			t.Errorf("%s = %q, %v; want it to contain %q", name, b, err, want)
 		}
 	}
-	var local Result
+	var local spawn.Result
 	if b, err := os.ReadFile(filepath.Join(dir, "result.json")); err != nil || json.Unmarshal(b, &local) != nil || local.Status != ledger.Done {
 		t.Errorf("local result.json = %s, %v", b, err)
 	}
@@ -127,8 +128,8 @@ func TestRunnerOutcomes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Status != tc.status || r.ExitCode != tc.exit || !strings.Contains(r.Detail, tc.detail) {
-				t.Errorf("result = %s exit %d %q; want %s exit %d with %q", r.Status, r.ExitCode, r.Detail, tc.status, tc.exit, tc.detail)
+			if r.Status != tc.status || r.Exit != tc.exit || !strings.Contains(r.Detail, tc.detail) {
+				t.Errorf("result = %s exit %d %q; want %s exit %d with %q", r.Status, r.Exit, r.Detail, tc.status, tc.exit, tc.detail)
 			}
 		})
 	}
@@ -151,7 +152,7 @@ func TestWaitGivesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Status != ledger.Failed || r.ExitCode != 124 || !strings.Contains(r.Detail, "did not commit a result to spawn/t-lost within 2 s") {
+	if r.Status != ledger.Failed || r.Exit != 124 || !strings.Contains(r.Detail, "did not commit a result to spawn/t-lost within 2 s") {
 		t.Errorf("result = %+v", r)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "result.json")); err != nil || !strings.Contains(string(b), `"exit_code": 124`) {
