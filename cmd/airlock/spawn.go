@@ -21,6 +21,7 @@ import (
 func newSpawnCmd() *cobra.Command {
 	var pf policyFlags
 	var xf proxyFlags
+	var gf gitFlags
 	var (
 		kindName, taskFile, substrate, home string
 		async, dryRun                       bool
@@ -62,6 +63,11 @@ func newSpawnCmd() *cobra.Command {
 					"local": local.Substrate{Airlock: self, LaunchArgs: launchArgs(cmd), Log: slog.Default()},
 				},
 			}
+			if gf.remote != "" {
+				if s.Substrates["git"], err = gf.substrate(cmd); err != nil {
+					return err
+				}
+			}
 			res, err := s.Spawn(cmd.Context(), spawn.Request{Kind: kindName, TaskFile: taskFile, Substrate: substrate, DryRun: dryRun, Async: async})
 			if err == nil {
 				err = report(cmd.OutOrStdout(), cmd.ErrOrStderr(), h, res)
@@ -85,9 +91,11 @@ func newSpawnCmd() *cobra.Command {
 		fl.StringVar(&home, "home", "", "orchestrator home `DIR` (default: $AIRLOCK_HOME, else /var/lib/airlock/agent as root)")
 		fl.Int64Var(&dailyTokens, "daily-tokens", 0, "the day's (UTC) token budget for all spawns, `N`; 0 refuses every spawn")
 	})
+	gf.register(cmd, true, true)
 	xf.register(cmd)
 	inGroup(fl, "Policy", func() { pf.register(cmd, true) })
-	groupedHelp(cmd, "Spawn", "Proxy", "Policy")
+	groupedHelp(cmd, "Spawn", "Git substrate", "Proxy", "Policy")
+	cmd.AddCommand(newSpawnPollCmd(), newSpawnGCCmd())
 	return cmd
 }
 

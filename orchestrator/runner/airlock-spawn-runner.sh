@@ -8,6 +8,11 @@
 #                         workflow, a URL carrying the job's token)
 #   AIRLOCK_SPAWN_BRANCH  the branch (default spawn/$AIRLOCK_SPAWN_ID)
 #   AIRLOCK_RUNNER_AIRLOCK  the airlock binary (default: airlock on PATH)
+#   AIRLOCK_RUNNER_LAUNCH_ARGS  this runner's own flags for airlock launch,
+#                         split at blanks (--upstream-ca FILE, --memory-max N,
+#                         ...); the job's preset and pin come after them and win
+#   AIRLOCK_POLICY ...    read by airlock launch itself: the bundle, which
+#                         must be the one whose hash the spawn pinned
 #
 # It clones the branch, reads spawns/<id>/manifest.json, and runs the
 # sub-agent under `airlock launch --preset <preset> --policy-sha256 <pin>`:
@@ -111,7 +116,7 @@ if [ -n "$airlock" ]; then
 	# The sandbox's user reads the checkout and writes only its spawn directory.
 	chmod -R a+rX "$work"
 	chmod a+w "$dir"
-	launch="$(printf '%s' "$airlock" | jq -Rr @sh) launch --preset $(printf '%s' "$preset" | jq -Rr @sh)"
+	launch="$(printf '%s' "$airlock" | jq -Rr @sh) launch ${AIRLOCK_RUNNER_LAUNCH_ARGS:-} --preset $(printf '%s' "$preset" | jq -Rr @sh)"
 	launch="$launch --policy-sha256 $(printf '%s' "$policy" | jq -Rr @sh) --audit-log $dir/audit.jsonl"
 	launch="$launch --cwd $(printf '%s' "$root" | jq -Rr @sh) --ro $(printf '%s' "$root" | jq -Rr @sh)"
 	launch="$launch --rw $(printf '%s' "$root/$dir" | jq -Rr @sh) --exec $(printf '%s' "$binary" | jq -Rr @sh)"
