@@ -40,7 +40,7 @@ func (f *gitFlags) register(cmd *cobra.Command, grace, dispatch bool) {
 		}
 		fl.StringVar(&f.base, "git-base", "HEAD", "the remote's `REF` a spawn branch starts from (where the runner workflow lives)")
 		fl.StringVar(&f.dispatch, "dispatch-cmd", "", "start a runner by running `CMD` (/bin/sh -c) with AIRLOCK_SPAWN_ID, AIRLOCK_SPAWN_BRANCH and AIRLOCK_SPAWN_REMOTE set")
-		fl.StringVar(&f.ghRepo, "github-repo", "", "start a runner through GitHub Actions' workflow_dispatch on `OWNER/NAME` (the token in "+githubTokenEnv+")")
+		fl.StringVar(&f.ghRepo, "github-repo", "", "start a runner through GitHub Actions' workflow_dispatch on `REPO`, owner/name (the token in "+githubTokenEnv+")")
 		fl.StringVar(&f.ghWorkflow, "github-workflow", "airlock-spawn.yml", "the workflow `FILE` (or id) --github-repo dispatches")
 		fl.StringVar(&f.ghAPI, "github-api", gitsub.DefaultGitHubAPI, "GitHub's REST API base `URL`")
 		fl.DurationVar(&f.pollEvery, "poll-every", gitsub.DefaultPollEvery, "how often a sync spawn looks for the runner's result on its branch")
