@@ -117,7 +117,7 @@ if [ -n "$airlock" ]; then
 	chmod -R a+rX "$work"
 	chmod a+w "$dir"
 	launch="$(printf '%s' "$airlock" | jq -Rr @sh) launch ${AIRLOCK_RUNNER_LAUNCH_ARGS:-} --preset $(printf '%s' "$preset" | jq -Rr @sh)"
-	launch="$launch --policy-sha256 $(printf '%s' "$policy" | jq -Rr @sh) --audit-log $dir/audit.jsonl"
+	launch="$launch --policy-sha256 $(printf '%s' "$policy" | jq -Rr @sh) --audit-log $dir/audit.jsonl --sandbox-id spawn-$id"
 	launch="$launch --cwd $(printf '%s' "$root" | jq -Rr @sh) --ro $(printf '%s' "$root" | jq -Rr @sh)"
 	launch="$launch --rw $(printf '%s' "$root/$dir" | jq -Rr @sh) --exec $(printf '%s' "$binary" | jq -Rr @sh)"
 	launch="$launch $envflags --"
