@@ -139,6 +139,27 @@ func TestSpawnGitSync(t *testing.T) {
 	}
 }
 
+// A runner whose airlock serves another bundle than the one the spawn
+// verified (here its embedded presets) refuses to run the sub-agent: the
+// pin in manifest.json is enforced there (exit 10), never widened to what
+// the runner happens to have.
+func TestSpawnGitRunnerOtherBundle(t *testing.T) {
+	e := newGitEnv(t)
+	e.kind(t, "quick", "2m", 100, "quick")
+	other := strings.Replace(e.runner(t, true), "AIRLOCK_POLICY="+e.bundle+" ", "", 1)
+	code, out, errs := e.spawnGit(t, nil, "--kind", "quick", "--dispatch-cmd", other)
+	if code != 10 {
+		t.Fatalf("spawn with a runner on another bundle = %d %q %s; want 10", code, out, errs)
+	}
+	var res spawn.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Status != ledger.Failed || res.Exit != 10 {
+		t.Errorf("result %+v (%v); want failed, exit 10", res, err)
+	}
+	if stderr, err := os.ReadFile(filepath.Join(orchestrator.Home{Dir: e.home}.Subagent(res.Task), "stderr.log")); err != nil || !strings.Contains(string(stderr), "does not match pinned") {
+		t.Errorf("the runner's stderr.log = %q, %v; want the pin refused", stderr, err)
+	}
+}
+
 // An async git spawn returns its task id at once, running; `spawn poll`
 // copies the runner's result back, ends it in the ledger and settles the
 // budget at the estimate (the sub-agent reported no usage); the result

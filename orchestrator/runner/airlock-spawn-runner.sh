@@ -46,7 +46,7 @@ done
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-git clone --quiet --depth 1 --branch "$branch" "$remote" "$work/repo" ||
+git clone --quiet --no-local --depth 1 --branch "$branch" "$remote" "$work/repo" ||
 	die "cannot clone $branch from $remote"
 cd "$work/repo"
 dir=spawns/$id
