@@ -1,20 +1,29 @@
 package main
 
 import (
+	"fmt"
+	"path/filepath"
+
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/spf13/cobra"
 )
 
-// homeFlag registers --home, the orchestrator's directory, on the
-// orchestrator's commands (spawn, collect, gate, ledger).
+// homeFlag is --home, the orchestrator's directory, on the orchestrator's
+// commands (spawn, poll, gc, collect, gate, ledger); AIRLOCK_HOME is its
+// knob.
 func homeFlag(cmd *cobra.Command, dir *string) {
-	cmd.Flags().StringVar(dir, "home", "", "the orchestrator's `DIR` (default: /var/lib/airlock/agent as root, else ~/.local/share/airlock/agent)")
+	cmd.Flags().StringVar(dir, "home", "", "the orchestrator's `DIR` (default: $AIRLOCK_HOME, else /var/lib/airlock/agent as root, ~/.local/share/airlock/agent otherwise)")
 }
 
-// openHome is --home when given (or AIRLOCK_HOME), else the default.
-func openHome(dir string) (orchestrator.Home, error) {
-	if dir != "" {
-		return orchestrator.Home{Dir: dir}, nil
+// resolveHome is --home made absolute (a sub-agent runs in another
+// directory and must find the same home), else the default home.
+func resolveHome(dir string) (orchestrator.Home, error) {
+	if dir == "" {
+		return orchestrator.DefaultHome()
 	}
-	return orchestrator.DefaultHome()
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return orchestrator.Home{}, fmt.Errorf("--home %q: %w", dir, err)
+	}
+	return orchestrator.Home{Dir: abs}, nil
 }

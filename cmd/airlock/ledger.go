@@ -15,9 +15,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// statuses are the values --status takes.
-var statuses = []ledger.Status{ledger.Queued, ledger.Running, ledger.Done, ledger.Failed, ledger.Timeout, ledger.Refused}
-
 func newLedgerCmd() *cobra.Command {
 	var dir, status string
 	var today, asJSON bool
@@ -26,10 +23,10 @@ func newLedgerCmd() *cobra.Command {
 		Short: "Show the orchestrator's tasks: the ledger (queue/tasks.jsonl) folded to one row per task",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if status != "" && !slices.Contains(statuses, ledger.Status(status)) {
-				return &exitError{ExitUsage, fmt.Errorf("--status %q: want one of %v", status, statuses)}
+			if status != "" && !slices.Contains(ledger.Statuses(), ledger.Status(status)) {
+				return &exitError{ExitUsage, fmt.Errorf("--status %q: want one of %v", status, ledger.Statuses())}
 			}
-			h, err := openHome(dir)
+			h, err := resolveHome(dir)
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -83,4 +85,28 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// TestREADMEKind: the kind the README shows loads as written.
+func TestREADMEKind(t *testing.T) {
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(raw), "```yaml\nname: reviewer ")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("README.md shows no kind (a yaml block starting name: reviewer)")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "reviewer.yaml"), []byte("name: reviewer "+block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k, err := kind.Load(dir, "reviewer")
+	if err != nil {
+		t.Fatalf("README's kind: %v", err)
+	}
+	if err := k.CheckPreset(embeddedEngine(t)); err != nil {
+		t.Errorf("README's kind: %v", err)
+	}
 }

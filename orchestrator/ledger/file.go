@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,8 +18,8 @@ import (
 // it (directory 0700, file 0600) when missing. TS is set to now (UTC) when
 // zero. The line is on disk (fsync) when Append returns nil.
 func Append(path string, e Entry) error {
-	if e.Task == "" || e.Status == "" {
-		return fmt.Errorf("ledger %s: an entry needs a task and a status (got task %q, status %q)", path, e.Task, e.Status)
+	if e.Task == "" || !slices.Contains(Statuses(), e.Status) {
+		return fmt.Errorf("ledger %s: an entry needs a task and a status, one of %v (got task %q, status %q)", path, Statuses(), e.Task, e.Status)
 	}
 	if e.TS.IsZero() {
 		e.TS = time.Now()
@@ -33,6 +34,8 @@ func Append(path string, e Entry) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
+	_, err = os.Lstat(path)
+	created := errors.Is(err, os.ErrNotExist)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
@@ -59,6 +62,22 @@ func Append(path string, e Entry) error {
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("ledger %s: fsync: %w", path, err)
+	}
+	if created {
+		// The new file's name is durable only once its directory is.
+		return syncDir(filepath.Dir(path))
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("ledger %s: fsync: %w", dir, err)
 	}
 	return nil
 }

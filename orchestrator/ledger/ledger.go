@@ -26,6 +26,9 @@ const (
 	Refused Status = "refused"
 )
 
+// Statuses are every status, in the order a task meets them.
+func Statuses() []Status { return []Status{Queued, Running, Done, Failed, Timeout, Refused} }
+
 // Terminal says whether a task in status s is over: done, failed, timeout
 // or refused.
 func Terminal(s Status) bool {

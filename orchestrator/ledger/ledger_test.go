@@ -127,7 +127,7 @@ func TestReadMissing(t *testing.T) {
 
 func TestAppendRefusesAnEmptyEntry(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tasks.jsonl")
-	for _, e := range []ledger.Entry{{Status: ledger.Queued}, {Task: "a"}} {
+	for _, e := range []ledger.Entry{{Status: ledger.Queued}, {Task: "a"}, {Task: "a", Status: "finished"}} {
 		if err := ledger.Append(path, e); err == nil {
 			t.Errorf("Append(%+v) = nil, want an error", e)
 		}
