@@ -89,7 +89,7 @@ A task whose runner committed nothing within its kind's timeout plus
 			if err != nil {
 				return err
 			}
-			home, err := openHome(homeDir)
+			home, err := resolveHome(homeDir)
 			if err != nil {
 				return err
 			}
@@ -141,7 +141,7 @@ ledger line, which are reported as drift for the operator to look at.`,
 			if err != nil {
 				return err
 			}
-			home, err := openHome(homeDir)
+			home, err := resolveHome(homeDir)
 			if err != nil {
 				return err
 			}
