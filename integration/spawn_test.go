@@ -297,3 +297,43 @@ func TestSpawnDryRun(t *testing.T) {
 		t.Errorf("a dry run wrote the ledger (%v)", err)
 	}
 }
+
+// A bundle that is not the pinned one is exit 10 before anything else:
+// no budget, no ledger, no directory.
+func TestSpawnRefusesAnotherBundle(t *testing.T) {
+	e := newSpawnEnv(t)
+	e.kind(t, "quick", "1m", 100, "quick")
+	code, out, errs := e.spawn(t, 1000, "--kind", "quick", "--policy-sha256", "sha256:"+strings.Repeat("0", 64))
+	if code != 10 {
+		t.Fatalf("airlock spawn with another pin = %d; want 10\n%s%s", code, out, errs)
+	}
+	for _, p := range []string{"queue", "budget", "subagents"} {
+		if _, err := os.Stat(filepath.Join(e.home, p)); !os.IsNotExist(err) {
+			t.Errorf("%s exists (%v): the spawn went past the pin", p, err)
+		}
+	}
+}
+
+// A sub-agent that exits 0 but whose last line is not a JSON object
+// failed: exit 1, ledger and result failed quoting the line, the budget
+// settled at the estimate, a spawn_failed event.
+func TestSpawnUnusableResult(t *testing.T) {
+	e := newSpawnEnv(t)
+	e.kind(t, "garbage", "1m", 100, "garbage")
+	code, out, errs := e.spawn(t, 1000, "--kind", "garbage")
+	var res spawn.Result
+	json.Unmarshal([]byte(out), &res)
+	if code != 1 || res.Status != ledger.Failed || res.Exit != 0 || !strings.Contains(res.Detail, `"not json"`) {
+		t.Fatalf("airlock spawn = %d, result %+v; want 1, failed quoting the line\n%s", code, res, errs)
+	}
+	entries, _ := e.ledger(t)
+	if got := statuses(entries, res.Task); fmt.Sprint(got) != "[queued running failed]" {
+		t.Errorf("ledger %v", got)
+	}
+	h := orchestrator.Home{Dir: e.home}
+	day, _ := budget.Budget{Dir: h.Budget(), Daily: 1000}.Today()
+	evs, _ := events.Read(h.Inbox(), time.Time{})
+	if day.Spent != 100 || len(evs) != 1 || evs[0].Kind != "spawn_failed" {
+		t.Errorf("budget %+v, inbox %+v; want the estimate spent and one spawn_failed", day, evs)
+	}
+}

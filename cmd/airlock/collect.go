@@ -24,7 +24,7 @@ func newCollectCmd() *cobra.Command {
 			if !today {
 				return &exitError{ExitUsage, errors.New("say which day: --today")}
 			}
-			h, err := homeDir(home)
+			h, err := resolveHome(home)
 			if err != nil {
 				return &exitError{ExitUsage, err}
 			}
@@ -38,6 +38,6 @@ func newCollectCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&today, "today", false, "the tasks that ended today (UTC)")
-	cmd.Flags().StringVar(&home, "home", "", "orchestrator home `DIR` (default: $AIRLOCK_HOME, else /var/lib/airlock/agent as root)")
+	homeFlag(cmd, &home)
 	return cmd
 }

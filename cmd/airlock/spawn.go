@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/orchestrator/budget"
@@ -42,7 +41,7 @@ func newSpawnCmd() *cobra.Command {
 			if dailyTokens < 0 {
 				return &exitError{ExitUsage, fmt.Errorf("--daily-tokens %d: want 0 or more", dailyTokens)}
 			}
-			h, err := homeDir(home)
+			h, err := resolveHome(home)
 			if err != nil {
 				return &exitError{ExitUsage, err}
 			}
@@ -88,7 +87,7 @@ func newSpawnCmd() *cobra.Command {
 		fl.StringVar(&substrate, "substrate", "", "where it runs, `NAME`: local or git (default: the kind's)")
 		fl.BoolVar(&async, "async", false, "hand the task over and print its id at once (substrates that can: git)")
 		fl.BoolVar(&dryRun, "dry-run", false, "print what the sub-agent could reach (from its preset) and spawn nothing")
-		fl.StringVar(&home, "home", "", "orchestrator home `DIR` (default: $AIRLOCK_HOME, else /var/lib/airlock/agent as root)")
+		homeFlag(cmd, &home)
 		fl.Int64Var(&dailyTokens, "daily-tokens", 0, "the day's (UTC) token budget for all spawns, `N`; 0 refuses every spawn")
 	})
 	gf.register(cmd, true, true)
@@ -97,19 +96,6 @@ func newSpawnCmd() *cobra.Command {
 	groupedHelp(cmd, "Spawn", "Git substrate", "Proxy", "Policy")
 	cmd.AddCommand(newSpawnPollCmd(), newSpawnGCCmd())
 	return cmd
-}
-
-// homeDir is --home made absolute (sub-agents run elsewhere), or the
-// default home.
-func homeDir(flag string) (orchestrator.Home, error) {
-	if flag == "" {
-		return orchestrator.DefaultHome()
-	}
-	abs, err := filepath.Abs(flag)
-	if err != nil {
-		return orchestrator.Home{}, fmt.Errorf("--home %q: %w", flag, err)
-	}
-	return orchestrator.Home{Dir: abs}, nil
 }
 
 // notForwarded are spawn's proxy and policy flags a launch must not get

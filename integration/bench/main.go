@@ -8,8 +8,10 @@
 // "transparent", as root) the same proxy's transparent path beside its
 // explicit one, inside an `airlock launch` sandbox (transparent.go); and
 // (scenario "watchdog", as root) `airlock watchdog` daemons' fault to
-// recovered time for each fault they recover from (watchdog.go). `make
-// bench` runs it.
+// recovered time for each fault they recover from (watchdog.go); and
+// (scenario "spawn", as root) `airlock spawn`'s overhead on the local
+// substrate beyond `airlock launch`'s own start (spawn.go). `make bench`
+// runs it.
 package main
 
 import (
@@ -42,7 +44,7 @@ var (
 	conc      = flag.Int("c", 8, "concurrent clients")
 	airlock   = flag.String("airlock", "bin/airlock", "airlock binary")
 	only      = flag.String("proxies", "direct,airlock,squid,tinyproxy,go-relay", "which to measure")
-	which     = flag.String("scenarios", "plain,tunnels,bulk,mitm,transparent,pod,watchdog", "which scenarios to run (transparent: airlock launch, pod: airlock up, watchdog: airlock watchdog daemons, as root)")
+	which     = flag.String("scenarios", "plain,tunnels,bulk,mitm,transparent,pod,watchdog,spawn", "which scenarios to run (transparent: airlock launch, pod: airlock up, watchdog: airlock watchdog daemons, spawn: airlock spawn beside airlock launch, as root)")
 	relayAddr = flag.String("relay", "", "run as the go-relay reference on this address (the bench starts it)")
 	rounds    = flag.Int("rounds", 3, "rounds, each measuring every proxy; the table shows medians")
 )
@@ -124,6 +126,9 @@ func run() error {
 	}
 	if wanted("watchdog") { // measured even when the pod failed
 		err = errors.Join(err, runWatchdogs())
+	}
+	if wanted("spawn") {
+		err = errors.Join(err, runSpawn())
 	}
 	return err
 }

@@ -114,7 +114,8 @@ func (s Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) {
 		return res, nil
 	}
 	if step, ok := setupFailed(j.Dir); ok {
-		return res, fmt.Errorf("the sandbox could not be set up (%s): see %s", step, filepath.Join(j.Dir, StderrFile))
+		said, _ := lastLine(stderr.Name())
+		return res, fmt.Errorf("the sandbox could not be set up (%s): the launcher said %q (%s)", step, clip(said), stderr.Name())
 	}
 	last, err := lastLine(stdout.Name())
 	if err != nil {
@@ -209,6 +210,15 @@ func setupFailed(dir string) (string, bool) {
 		return "", false
 	}
 	return fmt.Sprintf("step %q: %s", st.Step, st.Error), true
+}
+
+// clip keeps an error readable whatever the launcher printed.
+func clip(b []byte) string {
+	const max = 300
+	if len(b) > max {
+		return string(b[:max]) + "…"
+	}
+	return string(b)
 }
 
 // lastLine is the last non-empty line of the file, read from its end: a

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/sys/unix"
 )
 
 // File names inside the CA directory.
@@ -45,9 +46,20 @@ type CA struct {
 
 // LoadOrCreate loads the CA from dir, or generates one (ECDSA P-256, key
 // written 0600) when dir holds neither file. A directory with only one of
-// the two files, or a key readable by others, is an error.
+// the two files, or a key readable by others, is an error. Proxies
+// starting together on a fresh dir (concurrent `airlock spawn`s) take
+// turns under a lock of dir, so the second loads the CA the first made
+// instead of finding its key without its certificate.
 func LoadOrCreate(dir string, cacheSize int) (*CA, error) {
 	certPath, keyPath := filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("CA directory: %w", err)
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	_, certErr := os.Stat(certPath)
 	_, keyErr := os.Stat(keyPath)
 	switch {
@@ -97,10 +109,20 @@ func Load(certPath, keyPath string, cacheSize int) (*CA, error) {
 	return &CA{Cert: cert, CertPEM: certPEM, key: signer, leafKey: leafKey, leaves: cache}, nil
 }
 
-func create(dir, certPath, keyPath string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("CA directory: %w", err)
+// lockDir holds an exclusive flock of dir itself until unlock.
+func lockDir(dir string) (unlock func(), err error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("CA directory: %w", err)
 	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, &os.PathError{Op: "flock", Path: dir, Err: err}
+	}
+	return func() { f.Close() }, nil
+}
+
+func create(dir, certPath, keyPath string) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err

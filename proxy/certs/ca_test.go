@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -80,4 +81,32 @@ func BenchmarkLeaf(b *testing.B) {
 			}
 		}
 	})
+}
+
+// Proxies starting together on a fresh directory (concurrent spawns) all
+// get the one CA the first of them made.
+func TestLoadOrCreateConcurrently(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ca")
+	cas := make([]*CA, 16)
+	errs := make([]error, len(cas))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range cas {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			cas[i], errs[i] = LoadOrCreate(dir, 8)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("LoadOrCreate #%d: %v", i, err)
+		}
+		if !cas[i].Cert.Equal(cas[0].Cert) {
+			t.Fatalf("LoadOrCreate #%d loaded another CA than #0", i)
+		}
+	}
 }

@@ -1,0 +1,60 @@
+package spawn
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/orchestrator"
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+)
+
+// Collect adds each task that ended on the day once: a second run adds
+// nothing; tasks still running, refused or from another day are left out;
+// a task that failed before it had a result is told from the ledger.
+func TestCollectIsIdempotent(t *testing.T) {
+	h := orchestrator.Home{Dir: t.TempDir()}
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	day := orchestrator.Today(now)
+	add := func(task string, st ledger.Status, at time.Time, detail string) {
+		t.Helper()
+		if err := ledger.Append(h.Ledger(), ledger.Entry{TS: at, Task: task, Kind: "k", Substrate: "local", Status: st, Detail: detail}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, task := range []string{"done-today", "failed-early", "running", "refused", "done-yesterday"} {
+		add(task, ledger.Queued, now.Add(-25*time.Hour), "")
+	}
+	add("done-today", ledger.Done, now, "")
+	add("failed-early", ledger.Failed, now, "the sandbox could not be set up")
+	add("running", ledger.Running, now, "")
+	add("refused", ledger.Refused, now, "over budget")
+	add("done-yesterday", ledger.Done, now.Add(-24*time.Hour), "")
+	for _, task := range []string{"done-today", "done-yesterday"} {
+		os.MkdirAll(h.Subagent(task), 0o755)
+		r := Result{Task: task, Kind: "k", Substrate: "local", Status: ledger.Done, Result: json.RawMessage(`{"answer":"` + task + `"}`)}
+		if err := WriteResult(h.Subagent(task), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, want := range []int{2, 0} {
+		n, err := Collect(h, day)
+		if err != nil || n != want {
+			t.Fatalf("Collect #%d = %d, %v; want %d", i+1, n, err, want)
+		}
+	}
+	raw, _ := os.ReadFile(h.Memory(day))
+	mem := string(raw)
+	for _, want := range []string{`"answer": "done-today"`, "## k: failed-early, failed", "- the sandbox could not be set up"} {
+		if strings.Count(mem, want) != 1 {
+			t.Errorf("memory has %q %d times; want once:\n%s", want, strings.Count(mem, want), mem)
+		}
+	}
+	for _, absent := range []string{"running", "refused", "done-yesterday"} {
+		if strings.Contains(mem, absent) {
+			t.Errorf("memory names %q:\n%s", absent, mem)
+		}
+	}
+}

@@ -1,0 +1,66 @@
+package spawn
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/orchestrator/budget"
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// The last stdout line decides: done only for exit 0 and a JSON object;
+// usage.tokens is read when it is there; a timeout stays one.
+func TestJudge(t *testing.T) {
+	for _, c := range []struct {
+		exit   int
+		status ledger.Status
+		last   string
+		want   ledger.Status
+		tokens int64 // -1: no usage
+		spawn  int   // airlock spawn's exit code
+	}{
+		{0, "", `{"ok":true,"usage":{"tokens":7}}`, ledger.Done, 7, 0},
+		{0, "", `{"ok":true}` + "\n\n", ledger.Done, -1, 0},
+		{0, "", `{"usage":{"tokens":-3}}`, ledger.Done, -1, 0},
+		{0, "", `not json`, ledger.Failed, -1, 1},
+		{0, "", `[1,2]`, ledger.Failed, -1, 1},
+		{0, "", `null`, ledger.Failed, -1, 1},
+		{0, "", ``, ledger.Failed, -1, 1},
+		{3, "", `{"error":"x","usage":{"tokens":5}}`, ledger.Failed, 5, 3},
+		{3, "", `oops`, ledger.Failed, -1, 3},
+		{ExitTimeout, ledger.Timeout, `{"ok":true}`, ledger.Timeout, -1, ExitTimeout},
+	} {
+		r := Result{Exit: c.exit, Status: c.status}
+		r.Judge([]byte(c.last))
+		tokens := int64(-1)
+		if r.Usage != nil {
+			tokens = r.Usage.Tokens
+		}
+		if r.Status != c.want || tokens != c.tokens || ExitCode(r, nil) != c.spawn {
+			t.Errorf("Judge(exit %d, %q) = %s, tokens %d, spawn exit %d (%s); want %s, %d, %d",
+				c.exit, c.last, r.Status, tokens, ExitCode(r, nil), r.Detail, c.want, c.tokens, c.spawn)
+		}
+		if r.Status == ledger.Failed && r.Detail == "" {
+			t.Errorf("Judge(exit %d, %q): failed without a detail", c.exit, c.last)
+		}
+	}
+}
+
+// Refusals map to their exit codes, whatever wraps them.
+func TestExitCodeOfRefusals(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{fmt.Errorf("reserve: %w", budget.ErrExhausted), ExitOverBudget},
+		{fmt.Errorf("open: %w", policies.ErrIntegrity), ExitIntegrity},
+		{&UsageError{errors.New("no kind")}, ExitUsage},
+		{errors.New("disk full"), 1},
+	} {
+		if got := ExitCode(Result{}, c.err); got != c.want {
+			t.Errorf("ExitCode(%v) = %d; want %d", c.err, got, c.want)
+		}
+	}
+}
