@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -83,6 +87,7 @@ func TestSpawnPollAndGC(t *testing.T) {
 
 func TestSpawnGitUsage(t *testing.T) {
 	home := filepath.Join(t.TempDir(), "home")
+	t.Setenv(githubTokenEnv, "")
 	for _, tc := range []struct {
 		cmd  *cobra.Command
 		args []string
@@ -90,11 +95,59 @@ func TestSpawnGitUsage(t *testing.T) {
 	}{
 		{newSpawnPollCmd(), []string{"--home", home}, "needs --git-remote"},
 		{newSpawnGCCmd(), []string{"--home", home, "--git-remote", "/r.git", "--keep-done", "0s"}, "want positive durations"},
+		{newSpawnCmd(), []string{"--home", home, "--kind", "k", "--task-file", "/dev/null", "--git-remote", "/r.git", "--github-repo", "acme/state"}, "no token in AIRLOCK_GITHUB_TOKEN"},
+		{newSpawnCmd(), []string{"--home", home, "--kind", "k", "--task-file", "/dev/null", "--git-remote", "/r.git", "--github-repo", "acme/state", "--dispatch-cmd", "true"}, "both given"},
 	} {
 		_, err := execute(t, tc.cmd, tc.args...)
 		var ee *exitError
 		if !errors.As(err, &ee) || ee.code != ExitUsage || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %v: %v, want a usage error with %q", tc.cmd.Name(), tc.args, err, tc.want)
 		}
+	}
+}
+
+// `airlock spawn --substrate git --github-repo` pushes the branch, then asks
+// GitHub (a loopback server here) to run the workflow on it, with the token
+// from AIRLOCK_GITHUB_TOKEN; --async returns the task id at once.
+func TestSpawnGitHubDispatch(t *testing.T) {
+	type dispatched struct {
+		path, auth string
+		body       struct {
+			Ref    string
+			Inputs map[string]string
+		}
+	}
+	got := make(chan dispatched, 1)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var d dispatched
+		d.path, d.auth = r.URL.Path, r.Header.Get("Authorization")
+		json.NewDecoder(r.Body).Decode(&d.body)
+		got <- d
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer api.Close()
+	remote := testutil.GitRemote(t)
+	home := t.TempDir()
+	os.MkdirAll(filepath.Join(home, "kinds"), 0o755)
+	// A kind of the embedded bundle's reviewer preset; the runner, not
+	// this host, would run its binary.
+	os.WriteFile(filepath.Join(home, "kinds", "quick.yaml"), []byte("name: quick\nbinary: {path: /bin/true}\npreset: reviewer\nsubstrate: git\ntimeout: 1m\ntokens: 10\nprompt: \"{{.Text}}\"\n"), 0o644)
+	task := filepath.Join(home, "task.md")
+	os.WriteFile(task, []byte("hello"), 0o644)
+	t.Setenv(githubTokenEnv, "tok-secret")
+
+	code, out, errs := airlock(t, "", "spawn", "--home", home, "--kind", "quick", "--task-file", task, "--daily-tokens", "100", "--async",
+		"--git-remote", remote, "--github-repo", "acme/agent-state", "--github-api", api.URL)
+	if code != 0 {
+		t.Fatalf("airlock spawn --github-repo = %d %q %s", code, out, errs)
+	}
+	id := strings.TrimSpace(out)
+	d := <-got
+	if d.path != "/repos/acme/agent-state/actions/workflows/airlock-spawn.yml/dispatches" || d.auth != "Bearer tok-secret" ||
+		d.body.Ref != gitsub.Branch(id) || d.body.Inputs["task"] != id {
+		t.Errorf("GitHub was asked %+v; want the workflow on %s with the token", d, gitsub.Branch(id))
+	}
+	if tip, err := (gitsub.Remote{URL: remote}).Tip(context.Background(), id); err != nil || tip == "" {
+		t.Errorf("spawn/%s on the remote: %q, %v", id, tip, err)
 	}
 }
