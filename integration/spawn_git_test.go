@@ -139,6 +139,41 @@ func TestSpawnGitSync(t *testing.T) {
 	}
 }
 
+// On the runner the sandboxed sub-agent writes only spawns/<id>/work (its
+// .Dir): the files the runner commits as its record (logs, audit lines,
+// result) are beyond its reach.
+func TestSpawnGitSubagentWritesOnlyWork(t *testing.T) {
+	e := newGitEnv(t)
+	agent := filepath.Join(e.dir, "writer.sh")
+	os.WriteFile(agent, []byte(`#!/bin/sh
+if rm -f "$1/../stdout.log" && echo forged > "$1/../stdout.log"; then tamper=allowed; else tamper=denied; fi
+if echo out > "$1/out.txt"; then work=ok; else work=failed; fi
+echo "{\"tamper\":\"$tamper\",\"work\":\"$work\"}"
+`), 0o755)
+	os.WriteFile(filepath.Join(e.home, "kinds", "writer.yaml"), []byte(fmt.Sprintf(`name: writer
+binary: {path: %s}
+args: ["{{.Dir}}"]
+preset: egress_ok
+substrate: git
+timeout: 2m
+tokens: 10
+prompt: "{{.Text}}"
+`, agent)), 0o644)
+	code, out, errs := e.spawnGit(t, nil, "--kind", "writer", "--dispatch-cmd", e.runner(t, true))
+	var res spawn.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 {
+		t.Fatalf("spawn = %d %q %s", code, out, errs)
+	}
+	var got struct{ Tamper, Work string }
+	json.Unmarshal(res.Result, &got)
+	if got.Tamper != "denied" || got.Work != "ok" {
+		t.Errorf("the sub-agent's writes: %+v; want replacing its stdout.log denied, its work dir ok", got)
+	}
+	if onBranch := testutil.Git(t, "", "--git-dir", e.remote, "show", gitsub.Branch(res.Task)+":spawns/"+res.Task+"/work/out.txt"); onBranch != "out" {
+		t.Errorf("work/out.txt on the branch: %q", onBranch)
+	}
+}
+
 // A runner whose airlock serves another bundle than the one the spawn
 // verified (here its embedded presets) refuses to run the sub-agent: the
 // pin in manifest.json is enforced there (exit 10), never widened to what

@@ -81,10 +81,12 @@ func (f *Files) encode() (map[string][]byte, error) {
 // NewFiles is what spawn/<id> carries for kind k: the rendered prompt and
 // the task as given, the kind as read, and the manifest: the arguments
 // rendered with paths relative to the checkout (where the runner runs
-// them), pinned to the verified bundle's hash policyPin.
+// them; .Dir is spawns/<id>/work, the one directory the runner lets the
+// sub-agent write, as the local substrate's work/), pinned to the verified
+// bundle's hash policyPin.
 func NewFiles(k *kind.Kind, id string, prompt, task []byte, policyPin string) (*Files, error) {
 	dir := Dir(id)
-	args, err := k.RenderArgs(kind.ArgVars{ID: id, Dir: dir, PromptFile: dir + "/prompt.txt", TaskFile: dir + "/task"})
+	args, err := k.RenderArgs(kind.ArgVars{ID: id, Dir: dir + "/work", PromptFile: dir + "/prompt.txt", TaskFile: dir + "/task"})
 	if err != nil {
 		return nil, fmt.Errorf("kind %s: args: %w", k.Name, err)
 	}

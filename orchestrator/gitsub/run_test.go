@@ -60,7 +60,7 @@ func TestRun(t *testing.T) {
 	if err := json.Unmarshal(f.Files["manifest.json"], &m); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"spawns/t-async/prompt.txt", "--dir=spawns/t-async"}; !slices.Equal(m.Args, want) || m.TimeoutSeconds != 90 || m.PolicySHA256 != testPin {
+	if want := []string{"spawns/t-async/prompt.txt", "--dir=spawns/t-async/work"}; !slices.Equal(m.Args, want) || m.TimeoutSeconds != 90 || m.PolicySHA256 != testPin {
 		t.Errorf("manifest = %+v, want args %q, 90 s, the pin", m, want)
 	}
 	if string(f.Files["prompt.txt"]) != "review this\n" {

@@ -56,9 +56,13 @@ func (s *Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) 
 	}
 	started := s.now()
 	pushed, err := s.Start(ctx, j.Dir, f)
-	if err != nil || j.Async {
+	if err != nil {
 		release()
-		return spawn.Result{Status: ledger.Running, Started: started}, err
+		return spawn.Result{}, err
+	}
+	if j.Async {
+		release()
+		return spawn.Result{Status: ledger.Running, Started: started}, nil
 	}
 	r, err := s.Wait(ctx, j.Dir, &f.Manifest, pushed, started)
 	if err != nil {

@@ -109,17 +109,19 @@ if [ -n "$pin" ]; then
 		finish failed 1 "binary $binary does not have the pinned sha256 $pin (it has $(sha256sum "$binary" | cut -d' ' -f1))"
 fi
 
+mkdir -p "$dir/work"
 airlock=${AIRLOCK_RUNNER_AIRLOCK:-$(command -v airlock || true)}
 root=$PWD
 if [ -n "$airlock" ]; then
 	[ -n "$policy" ] || finish failed 1 "manifest.json has no policy_sha256: refusing to run under a bundle nobody pinned"
-	# The sandbox's user reads the checkout and writes only its spawn directory.
+	# The sandbox's user reads the checkout and writes only spawns/<id>/work:
+	# its logs, audit log and result, beside it, are beyond its reach.
 	chmod -R a+rX "$work"
-	chmod a+w "$dir"
+	chmod a+rwx "$dir/work"
 	launch="$(printf '%s' "$airlock" | jq -Rr @sh) launch ${AIRLOCK_RUNNER_LAUNCH_ARGS:-} --preset $(printf '%s' "$preset" | jq -Rr @sh)"
 	launch="$launch --policy-sha256 $(printf '%s' "$policy" | jq -Rr @sh) --audit-log $dir/audit.jsonl --sandbox-id spawn-$id"
 	launch="$launch --cwd $(printf '%s' "$root" | jq -Rr @sh) --ro $(printf '%s' "$root" | jq -Rr @sh)"
-	launch="$launch --rw $(printf '%s' "$root/$dir" | jq -Rr @sh) --exec $(printf '%s' "$binary" | jq -Rr @sh)"
+	launch="$launch --rw $(printf '%s' "$root/$dir/work" | jq -Rr @sh) --exec $(printf '%s' "$binary" | jq -Rr @sh)"
 	launch="$launch $envflags --"
 else
 	warning="WARNING: airlock is not on this runner: the sub-agent ran WITHOUT a sandbox and WITHOUT its preset's egress policy ($preset)"
