@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -336,4 +337,33 @@ func TestSpawnUnusableResult(t *testing.T) {
 	if day.Spent != 100 || len(evs) != 1 || evs[0].Kind != "spawn_failed" {
 		t.Errorf("budget %+v, inbox %+v; want the estimate spent and one spawn_failed", day, evs)
 	}
+}
+
+// A stopped `airlock spawn` (SIGTERM) takes its sub-agent and sandbox with
+// it and records the task as failed, never leaving it running.
+func TestSpawnStopped(t *testing.T) {
+	e := newSpawnEnv(t)
+	marker := fmt.Sprintf("spawn-stopped-%d", time.Now().UnixNano())
+	e.kind(t, "sleeper", "10m", 100, "sleep", marker)
+	cmd := exec.Command(airlockBin, "spawn", "--home", e.home, "--task-file", e.task, "--kind", "sleeper",
+		"--daily-tokens", "1000", "--policy", e.bundle, "--ca-dir", filepath.Join(e.dir, "ca"), "--log-level", "warn")
+	cmd.Env = cleanEnv()
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the sub-agent's sleep", func() bool { return len(withArg(marker)) >= 2 })
+	cmd.Process.Signal(syscall.SIGTERM)
+	code := exitCode(cmd.Wait())
+	var res spawn.Result
+	json.Unmarshal([]byte(stdout.String()), &res)
+	if code == 0 || code == spawn.ExitTimeout || res.Status != ledger.Failed || !strings.Contains(res.Detail, "stopped before it ended") {
+		t.Fatalf("stopped spawn = %d, result %+v; want failed, stopped", code, res)
+	}
+	entries, _ := e.ledger(t)
+	if got := statuses(entries, res.Task); fmt.Sprint(got) != "[queued running failed]" {
+		t.Errorf("ledger %v", got)
+	}
+	testutil.WaitFor(t, "no process of the stopped sub-agent left", func() bool { return len(withArg(marker)) == 0 })
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/orchestrator/budget"
@@ -67,7 +69,12 @@ func newSpawnCmd() *cobra.Command {
 					return err
 				}
 			}
-			res, err := s.Spawn(cmd.Context(), spawn.Request{Kind: kindName, TaskFile: taskFile, Substrate: substrate, DryRun: dryRun, Async: async})
+			// A stop signal ends the sub-agent (its sandbox with it) and
+			// the task is recorded as failed: never a sandbox orphaned
+			// with its ledger line left running.
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+			defer stop()
+			res, err := s.Spawn(ctx, spawn.Request{Kind: kindName, TaskFile: taskFile, Substrate: substrate, DryRun: dryRun, Async: async})
 			if err == nil {
 				err = report(cmd.OutOrStdout(), cmd.ErrOrStderr(), h, res)
 			}

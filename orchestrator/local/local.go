@@ -96,7 +96,9 @@ func (s Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) {
 	// Its own process group: a timeout kills the launcher and whatever
 	// it started outside the sandbox, and the launcher's
 	// --die-with-parent takes the sandbox with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: should the orchestrator die without stopping it (a
+	// SIGKILL), the launcher is told to stop, and its sandbox with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	res := spawn.Result{Started: time.Now().UTC()}
 	if err := cmd.Start(); err != nil {
 		return res, fmt.Errorf("start %s launch: %w", s.Airlock, err)
@@ -110,7 +112,7 @@ func (s Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) {
 		return res, nil
 	}
 	if err := ctx.Err(); err != nil {
-		res.Status, res.Detail = ledger.Failed, fmt.Sprintf("stopped: %v", err)
+		res.Status, res.Detail = ledger.Failed, fmt.Sprintf("stopped before it ended (%v): the sub-agent and its sandbox were killed", context.Cause(ctx))
 		return res, nil
 	}
 	if step, ok := setupFailed(j.Dir); ok {
