@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/orchestrator"
@@ -214,7 +215,7 @@ func TestSpawnGitAsyncPollGC(t *testing.T) {
 	}
 	poll := []string{"spawn", "poll", "--home", e.home, "--git-remote", e.remote}
 	code, out, errs = e.airlock(t, nil, poll...)
-	if code != 0 || !strings.Contains(out, id+"\tdone\texit 0\tWARNING: airlock is not on this runner") {
+	if code != 0 || !strings.Contains(out, id+"\tdone\texit 0\tWARNING: airlock is not on this runner") || !strings.Contains(out, "1 result(s) added") {
 		t.Fatalf("spawn poll = %d %q %s", code, out, errs)
 	}
 	entries, _ = e.ledger(t)
@@ -232,6 +233,9 @@ func TestSpawnGitAsyncPollGC(t *testing.T) {
 	day, err := budget.Budget{Dir: h.Budget(), Daily: 1000}.Today()
 	if err != nil || day.Spent != 100 || day.Reserved != 0 {
 		t.Errorf("budget today %+v (%v); want the estimate (100) spent, nothing reserved", day, err)
+	}
+	if memory, _ := os.ReadFile(h.Memory(orchestrator.Today(time.Now()))); !strings.Contains(string(memory), "<!-- airlock-task: "+id+" -->") {
+		t.Errorf("poll did not collect %s into today's memory:\n%s", id, memory)
 	}
 	if code, out, _ = e.airlock(t, nil, poll...); code != 0 || out != "" {
 		t.Errorf("a second poll = %d %q, want nothing to do", code, out)

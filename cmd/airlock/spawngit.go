@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/orchestrator/budget"
 	"github.com/airlock-sandbox/airlock/orchestrator/gitsub"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 	"github.com/spf13/cobra"
 )
 
@@ -81,7 +82,9 @@ carries the runner's result.json, copy the result and logs into
 subagents/<id>/, append the task's terminal line (done, failed or timeout) and
 settle its reservation at the usage reported (else at the kind's estimate).
 A task whose runner committed nothing within its kind's timeout plus
---git-grace fails with exit code 124. Run it from a timer for --async spawns.`,
+--git-grace fails with exit code 124. What it settled is then collected into
+today's memory file, as airlock collect --today does. Run it from a timer for
+--async spawns.`,
 		Example: `  airlock spawn poll --git-remote git@github.com:acme/agent-state.git`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -100,6 +103,16 @@ A task whose runner committed nothing within its kind's timeout plus
 				if r.Status != ledger.Done {
 					err = errors.Join(err, inboxSpawnFailed(home, r))
 				}
+			}
+			if len(done) > 0 {
+				// What was settled flows into today's memory, as
+				// `airlock collect --today` would add it.
+				day := orchestrator.Today(time.Now())
+				n, cerr := spawn.Collect(home, day)
+				if cerr == nil {
+					fmt.Fprintf(out, "%d result(s) added to %s\n", n, home.Memory(day))
+				}
+				err = errors.Join(err, cerr)
 			}
 			return err
 		},
