@@ -84,3 +84,21 @@ func TestRun(t *testing.T) {
 		t.Errorf("Claim after a sync Run = %v, want ErrClaimed", err)
 	}
 }
+
+// A sync spawn stopped while it waits (^C) hands the task over: its runner
+// carries on, so it is still running, for Poll to settle.
+func TestRunStoppedHandsOver(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	j := job(t, "t-stopped", false)
+	s := &Substrate{Remote: Remote{URL: testutil.GitRemote(t)}, PollEvery: 10 * time.Millisecond,
+		Dispatcher: dispatchFunc(func(context.Context, Dispatch) error { cancel(); return nil })}
+	r, err := s.Run(ctx, j)
+	if err != nil || r.Status != ledger.Running {
+		t.Errorf("Run stopped while waiting = %+v, %v; want running, handed over", r, err)
+	}
+}
+
+// dispatchFunc is a Dispatcher that calls itself.
+type dispatchFunc func(context.Context, Dispatch) error
+
+func (f dispatchFunc) Dispatch(ctx context.Context, d Dispatch) error { return f(ctx, d) }

@@ -36,7 +36,8 @@ func (s *Substrate) Async() bool { return true }
 // is then handed over (status running; Poll settles it). A sync job waits
 // for the runner's result, and holds the task's Claim until this process
 // exits, past the spawn's terminal ledger line, so that a Poll running
-// meanwhile never settles it too.
+// meanwhile never settles it too; stopped while it waits (ctx), it is
+// handed over as an async job is.
 func (s *Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) {
 	prompt, err := os.ReadFile(filepath.Join(j.Dir, "prompt.txt"))
 	if err != nil {
@@ -65,6 +66,12 @@ func (s *Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) 
 		return spawn.Result{Status: ledger.Running, Started: started}, nil
 	}
 	r, err := s.Wait(ctx, j.Dir, &f.Manifest, pushed, started)
+	if err != nil && ctx.Err() != nil {
+		// Stopped while waiting: the runner carries on regardless, so
+		// the task is still running, and Poll settles it.
+		return spawn.Result{Status: ledger.Running, Started: started,
+			Detail: "stopped waiting: handed over to airlock spawn poll"}, nil
+	}
 	if err != nil {
 		return spawn.Result{}, err
 	}
