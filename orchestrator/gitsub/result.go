@@ -34,7 +34,9 @@ func parseResult(id, kind string, b []byte) spawn.Result {
 		return spawn.Result{Task: id, Kind: kind, Substrate: "git", Status: ledger.Failed, Exit: 1,
 			Detail: fmt.Sprintf("the runner's result.json on %s is unusable: %v", Branch(id), err)}
 	}
-	r.Substrate = "git"
+	// The runner reports what its manifest said; the ledger's kind is the
+	// one spawned.
+	r.Kind, r.Substrate = kind, "git"
 	return r
 }
 

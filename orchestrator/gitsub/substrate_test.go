@@ -109,6 +109,7 @@ func TestRunnerOutcomes(t *testing.T) {
 	}{
 		{"exit code", `echo '{"partial":true}'; echo broke >&2; exit 3`, nil, "failed", 3, "exited 3: broke"},
 		{"no JSON last line", `echo '{"a":1}'; echo done`, nil, "failed", 0, "not a JSON object"},
+		{"two JSON values", `echo '{"a":1} {"b":2}'`, nil, "failed", 0, "not a JSON object"},
 		{"timeout", `sleep 30`, func(m *Manifest) { m.TimeoutSeconds = 1 }, "timeout", 124, "timed out after 1 s"},
 		{"binary pin", `echo '{}'`, func(m *Manifest) { m.SHA256 = hex.EncodeToString(make([]byte, sha256.Size)) }, "failed", 1, "does not have the pinned sha256"},
 		{"missing binary", `echo '{}'`, func(m *Manifest) { m.Binary = "/nonexistent/agent" }, "failed", 1, "not an executable file"},
@@ -167,6 +168,33 @@ func TestParseResultRefuses(t *testing.T) {
 		r := parseResult("t-1", "reviewer", []byte(raw))
 		if r.Status != ledger.Failed || !strings.Contains(r.Detail, "unusable") {
 			t.Errorf("parseResult(%s) = %+v, want failed as unusable", raw, r)
+		}
+	}
+}
+
+// The runner checks a manifest itself (one not pushed by Start): a timeout
+// of 0, which timeout(1) reads as none, or a manifest for another task, is
+// refused with a failed result.
+func TestRunnerRefusesManifest(t *testing.T) {
+	ctx := context.Background()
+	rm := Remote{URL: testutil.GitRemote(t)}
+	for id, manifest := range map[string]string{
+		"t-zero":  `{"id":"t-zero","kind":"k","binary":"/bin/true","preset":"p","timeout_seconds":0,"policy_sha256":"x"}`,
+		"t-other": `{"id":"t-else","kind":"k","binary":"/bin/true","preset":"p","timeout_seconds":5,"policy_sha256":"x"}`,
+	} {
+		if _, err := rm.Push(ctx, id, map[string][]byte{"manifest.json": []byte(manifest)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := runnerDispatch(t).Dispatch(ctx, Dispatch{ID: id, Branch: Branch(id), Remote: rm.URL}); err != nil {
+			t.Fatal(err)
+		}
+		f, err := rm.Fetch(ctx, id, "result.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := parseResult(id, "k", f.Files["result.json"])
+		if r.Status != ledger.Failed || !strings.Contains(r.Detail, "manifest.json") {
+			t.Errorf("%s: result %+v, want failed naming manifest.json", id, r)
 		}
 	}
 }

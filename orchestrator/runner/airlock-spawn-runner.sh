@@ -103,6 +103,8 @@ fields=$(jq -r '
 eval "$fields"
 [ "$mid" = "$id" ] || finish failed 1 "manifest.json is for task $mid, not $id"
 case $secs in '' | *[!0-9]*) finish failed 1 "manifest.json: timeout_seconds '$secs' is not a number" ;; esac
+# timeout(1) reads 0 as no timeout at all.
+[ "$secs" -gt 0 ] || finish failed 1 "manifest.json: timeout_seconds $secs: want a positive timeout"
 [ -x "$binary" ] || finish failed 1 "binary $binary is not an executable file on this runner"
 if [ -n "$pin" ]; then
 	echo "$pin  $binary" | sha256sum -c --status - ||
@@ -138,7 +140,8 @@ set -e
 last=$(tail -n 1 "$dir/stdout.log")
 result=null
 tokens=
-if printf '%s' "$last" | jq -e 'type == "object"' >/dev/null 2>&1; then
+# Exactly one JSON value, an object: a line like `{} {}` is not a result.
+if printf '%s' "$last" | jq -se 'length == 1 and (.[0] | type == "object")' >/dev/null 2>&1; then
 	result=$last
 	tokens=$(printf '%s' "$last" | jq -r '.usage.tokens | if type == "number" and . >= 0 and . == floor then tostring else empty end')
 fi
