@@ -97,9 +97,10 @@ func (s *Substrate) Deadline(m *Manifest, started time.Time) time.Time {
 	return started.Add(m.Timeout() + s.grace())
 }
 
-// Start records the spawn's files in dir (the local spawn directory), pushes
-// them as spawn/<id> and dispatches a runner for it. It returns the commit
-// pushed. A failed dispatch leaves the branch, which GC reclaims.
+// Start records the manifest in dir (the local spawn directory, where the
+// spawn flow rendered the rest), pushes the spawn's files as spawn/<id> and
+// dispatches a runner for it. It returns the commit pushed. A failed
+// dispatch leaves the branch, which GC reclaims.
 func (s *Substrate) Start(ctx context.Context, dir string, f *Files) (string, error) {
 	files, err := f.encode()
 	if err != nil {
@@ -108,7 +109,7 @@ func (s *Substrate) Start(ctx context.Context, dir string, f *Files) (string, er
 	if s.Dispatcher == nil {
 		return "", fmt.Errorf("git substrate: no dispatcher configured (--dispatch-cmd, or --github-repo with AIRLOCK_GITHUB_TOKEN)")
 	}
-	if err := writeFiles(dir, files); err != nil {
+	if err := writeFiles(dir, map[string][]byte{"manifest.json": files["manifest.json"]}); err != nil {
 		return "", err
 	}
 	id := f.Manifest.ID

@@ -86,7 +86,7 @@ printf '{"args":"%s|%s","mode":"%s","usage":{"tokens":42}}\n' "$1" "$2" "$AGENT_
 	if !strings.Contains(r.Detail, "WITHOUT its preset's egress policy (reviewer)") {
 		t.Errorf("detail = %q, want the loud warning", r.Detail)
 	}
-	for name, want := range map[string]string{"stderr.log": "working on review this", "prompt.txt": "review this", "manifest.json": `"policy_sha256"`} {
+	for name, want := range map[string]string{"stderr.log": "working on review this", "manifest.json": `"policy_sha256"`} {
 		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || !strings.Contains(string(b), want) {
 			t.Errorf("%s = %q, %v; want it to contain %q", name, b, err, want)
 		}
