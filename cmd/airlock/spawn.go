@@ -40,6 +40,11 @@ func newSpawnCmd() *cobra.Command {
 			if kindName == "" || (taskFile == "" && !dryRun) {
 				return &exitError{ExitUsage, errors.New("--kind and --task-file are required")}
 			}
+			for name := range notForwarded {
+				if f := cmd.Flags().Lookup(name); f.Changed && name != "policy-sha256" {
+					return &exitError{ExitUsage, fmt.Errorf("--%s is per sandbox: a spawn's audit lines go to subagents/ID/%s, and its proxy serves no metrics", name, local.AuditFile)}
+				}
+			}
 			if dailyTokens < 0 {
 				return &exitError{ExitUsage, fmt.Errorf("--daily-tokens %d: want 0 or more", dailyTokens)}
 			}
@@ -61,7 +66,7 @@ func newSpawnCmd() *cobra.Command {
 				Home: h, Engine: engine, Airlock: self, Log: slog.Default(),
 				Budget: budget.Budget{Dir: h.Budget(), Daily: dailyTokens},
 				Substrates: map[string]spawn.Substrate{
-					"local": local.Substrate{Airlock: self, LaunchArgs: launchArgs(cmd), Log: slog.Default()},
+					"local": local.Substrate{LaunchArgs: launchArgs(cmd)},
 				},
 			}
 			if gf.remote != "" {
@@ -100,6 +105,10 @@ func newSpawnCmd() *cobra.Command {
 	gf.register(cmd, true, true)
 	xf.register(cmd)
 	inGroup(fl, "Policy", func() { pf.register(cmd, true) })
+	// Each sandbox's proxy writes its own audit log and serves no
+	// metrics: those two proxy flags are not the operator's here.
+	fl.MarkHidden("audit-log")
+	fl.MarkHidden("metrics")
 	groupedHelp(cmd, "Spawn", "Git substrate", "Proxy", "Policy")
 	cmd.AddCommand(newSpawnPollCmd(), newSpawnGCCmd())
 	return cmd

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,8 +37,6 @@ const DefaultGrace = 5 * time.Second
 
 // Substrate runs jobs through `airlock launch`.
 type Substrate struct {
-	// Airlock is the airlock binary.
-	Airlock string
 	// LaunchArgs are flags passed to every launch before the ones the
 	// job sets: the bundle (--policy, --policy-lock, ...) and the proxy's
 	// settings (--upstream-ca, --resolve, ...). The job's own flags come
@@ -50,7 +47,6 @@ type Substrate struct {
 	// UID and GID the sub-agent runs as (DefaultUID when zero): its work
 	// directory is made theirs.
 	UID, GID int
-	Log      *slog.Logger
 }
 
 // DefaultUID is the sandbox's uid and gid unless set, as airlock launch's.
@@ -85,7 +81,7 @@ func (s Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) {
 	}
 	defer stderr.Close()
 
-	cmd := exec.Command(s.Airlock, s.args(j)...)
+	cmd := exec.Command(j.Airlock, s.args(j)...)
 	cmd.Dir = j.Work
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = stdout, stderr
@@ -101,7 +97,7 @@ func (s Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	res := spawn.Result{Started: time.Now().UTC()}
 	if err := cmd.Start(); err != nil {
-		return res, fmt.Errorf("start %s launch: %w", s.Airlock, err)
+		return res, fmt.Errorf("start %s launch: %w", j.Airlock, err)
 	}
 	timedOut := s.wait(ctx, cmd, j.Kind.Timeout)
 	res.Ended = time.Now().UTC()
@@ -117,7 +113,7 @@ func (s Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) {
 	}
 	if step, ok := setupFailed(j.Dir); ok {
 		said, _ := lastLine(stderr.Name())
-		return res, fmt.Errorf("the sandbox could not be set up (%s): the launcher said %q (%s)", step, clip(said), stderr.Name())
+		return res, fmt.Errorf("the sandbox could not be set up (%s): the launcher said %q (%s)", step, spawn.Clip(said), stderr.Name())
 	}
 	last, err := lastLine(stdout.Name())
 	if err != nil {
@@ -212,15 +208,6 @@ func setupFailed(dir string) (string, bool) {
 		return "", false
 	}
 	return fmt.Sprintf("step %q: %s", st.Step, st.Error), true
-}
-
-// clip keeps an error readable whatever the launcher printed.
-func clip(b []byte) string {
-	const max = 300
-	if len(b) > max {
-		return string(b[:max]) + "…"
-	}
-	return string(b)
 }
 
 // lastLine is the last non-empty line of the file, read from its end: a

@@ -48,7 +48,7 @@ func (r *Result) Judge(last []byte) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(last, &obj); err != nil || obj == nil {
 		r.Status = ledger.Failed
-		r.Detail = joinDetail(r.Detail, fmt.Sprintf("the last stdout line is not a JSON object: %q", clip(last)))
+		r.Detail = joinDetail(r.Detail, fmt.Sprintf("the last stdout line is not a JSON object: %q", Clip(last)))
 		if r.Exit != 0 {
 			r.Detail = joinDetail(fmt.Sprintf("exit code %d", r.Exit), r.Detail)
 		}
@@ -81,8 +81,9 @@ func joinDetail(a, b string) string {
 	return a + "; " + b
 }
 
-// clip keeps a detail readable when a sub-agent's last line is huge.
-func clip(b []byte) string {
+// Clip keeps a detail readable whatever a sub-agent or its launcher
+// printed: at most 200 bytes of b.
+func Clip(b []byte) string {
 	const max = 200
 	if len(b) > max {
 		return string(b[:max]) + "…"

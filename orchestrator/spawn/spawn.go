@@ -19,13 +19,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/orchestrator/budget"
 	"github.com/airlock-sandbox/airlock/orchestrator/kind"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
 	"github.com/airlock-sandbox/airlock/policies"
-	"time"
 )
 
 // Spawner spawns sub-agents from a home's kinds.
@@ -209,7 +209,7 @@ func (s *Spawner) render(k *kind.Kind, id string, text []byte) (Job, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return Job{}, fmt.Errorf("render task %s: %w", id, err)
 	}
-	job := Job{ID: id, Kind: k, Dir: dir, Work: filepath.Join(dir, workDir), Policy: s.Engine.Hash()}
+	job := Job{ID: id, Kind: k, Dir: dir, Work: filepath.Join(dir, workDir), Policy: s.Engine.Hash(), Airlock: s.Airlock}
 	prompt, err := k.RenderPrompt(kind.Task{ID: id, Kind: k.Name, Text: string(text)})
 	if err != nil {
 		return job, fmt.Errorf("kind %s: prompt: %w", k.Name, err)
