@@ -119,6 +119,7 @@ today's memory file, as airlock collect --today does. Run it from a timer for
 	}
 	homeFlag(cmd, &homeDir)
 	gf.register(cmd, true, false)
+	groupedHelp(cmd, "Git substrate")
 	return cmd
 }
 
@@ -178,5 +179,6 @@ ledger line, which are reported as drift for the operator to look at.`,
 	gf.register(cmd, false, false)
 	cmd.Flags().DurationVar(&keep.Done, "keep-done", gitsub.DefaultRetention.Done, "keep a done task's branch this `LONG` after it ended")
 	cmd.Flags().DurationVar(&keep.Failed, "keep-failed", gitsub.DefaultRetention.Failed, "keep a failed or timed-out task's branch this `LONG` after it ended")
+	groupedHelp(cmd, "Git substrate")
 	return cmd
 }
