@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 )
 
@@ -77,12 +77,12 @@ type GitHub struct {
 }
 
 func (g GitHub) Dispatch(ctx context.Context, job Dispatch) error {
-	owner, name, ok := strings.Cut(g.Repo, "/")
-	if !ok || owner == "" || name == "" || strings.Contains(name, "/") {
+	owner, name, _ := strings.Cut(g.Repo, "/")
+	if !pathSegment(owner) || !pathSegment(name) {
 		return fmt.Errorf("GitHub repository %q: want owner/name", g.Repo)
 	}
-	if g.Workflow == "" {
-		return errors.New("GitHub dispatch: no workflow configured")
+	if !pathSegment(g.Workflow) {
+		return fmt.Errorf("GitHub workflow %q: want a file name (airlock-spawn.yml) or an id", g.Workflow)
 	}
 	if g.Token == "" {
 		return fmt.Errorf("GitHub dispatch to %s: no token (AIRLOCK_GITHUB_TOKEN)", g.Repo)
@@ -127,6 +127,14 @@ func (g GitHub) Dispatch(ctx context.Context, job Dispatch) error {
 	}
 	return nil
 }
+
+// pathSegment says whether s is one plain segment of an API path: it is
+// joined into the URL, where "..", "/" or "?" would change what is asked.
+func pathSegment(s string) bool {
+	return s != "." && s != ".." && githubName.MatchString(s)
+}
+
+var githubName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
 func isLoopback(host string) bool {
 	if host == "localhost" {

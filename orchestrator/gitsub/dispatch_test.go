@@ -57,6 +57,8 @@ func TestGitHubDispatchRefuses(t *testing.T) {
 		{"the API's refusal", ok, "422"},
 		{"no token", GitHub{API: srv.URL, Repo: "acme/state", Workflow: "w.yml"}, "no token"},
 		{"a bad repository", GitHub{API: srv.URL, Repo: "acme", Workflow: "w.yml", Token: "t"}, "owner/name"},
+		{"a repository that climbs", GitHub{API: srv.URL, Repo: "../..", Workflow: "w.yml", Token: "t"}, "owner/name"},
+		{"a workflow that climbs", GitHub{API: srv.URL, Repo: "acme/state", Workflow: "../../../user", Token: "t"}, "want a file name"},
 		// the token would cross a network in clear
 		{"plain http off loopback", GitHub{API: "http://api.github.test", Repo: "acme/state", Workflow: "w.yml", Token: "t"}, "want https"},
 	} {
