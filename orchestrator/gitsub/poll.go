@@ -36,15 +36,27 @@ func (s *Substrate) Poll(ctx context.Context, home orchestrator.Home, b budget.B
 	if err != nil {
 		return nil, err
 	}
+	var running []string
+	for _, t := range ledger.Fold(entries) {
+		if t.Status == ledger.Running && t.Substrate == kind.Git {
+			running = append(running, t.ID)
+		}
+	}
+	if len(running) == 0 {
+		return nil, nil
+	}
+	// One listing of the remote for all: a branch is fetched only when
+	// it exists.
+	tips, err := s.Remote.Branches(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var done []Reconciled
 	var errs []error
-	for _, t := range ledger.Fold(entries) {
-		if t.Status != ledger.Running || t.Substrate != kind.Git {
-			continue
-		}
-		r, err := s.reconcile(ctx, home, b, t.ID)
+	for _, id := range running {
+		r, err := s.reconcile(ctx, home, b, id, tips[id] != "")
 		if err != nil {
-			errs = append(errs, fmt.Errorf("task %s: %w", t.ID, err))
+			errs = append(errs, fmt.Errorf("task %s: %w", id, err))
 		}
 		if r != nil {
 			done = append(done, *r)
@@ -53,7 +65,9 @@ func (s *Substrate) Poll(ctx context.Context, home orchestrator.Home, b budget.B
 	return done, errors.Join(errs...)
 }
 
-func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b budget.Budget, id string) (*Reconciled, error) {
+// reconcile settles task id if its result is on its branch (onRemote:
+// the branch exists) or its deadline has passed.
+func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b budget.Budget, id string, onRemote bool) (*Reconciled, error) {
 	dir := home.Subagent(id)
 	release, err := Claim(dir)
 	if errors.Is(err, ErrClaimed) {
@@ -88,11 +102,7 @@ func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b bud
 	}
 	var r spawn.Result
 	found := false
-	tip, err := s.Remote.Tip(ctx, id)
-	switch {
-	case err != nil:
-		return nil, err
-	case tip != "":
+	if onRemote {
 		var onBranch *Manifest
 		if r, found, onBranch, err = s.collect(ctx, dir, id, t.Kind); err != nil {
 			return nil, err

@@ -61,6 +61,9 @@ func TestPoll(t *testing.T) {
 	startAsync(t, lost, home, b, agent(t, "t-lost", `echo '{}'`), now.Add(-time.Hour))
 	startAsync(t, lost, home, b, agent(t, "t-young", `echo '{}'`), now)
 	startAsync(t, lost, home, b, agent(t, "t-held", `echo '{}'`), now.Add(-time.Hour))
+	startAsync(t, lost, home, b, agent(t, "t-gone", `echo '{}'`), now.Add(-time.Hour))
+	// Its branch deleted by hand: Poll still gives up on it at its deadline.
+	testutil.Git(t, "", "--git-dir", remote.URL, "branch", "-D", Branch("t-gone"))
 	// A sync spawn still waits for t-held: Poll leaves it to it.
 	release, err := Claim(home.Subagent("t-held"))
 	if err != nil {
@@ -77,6 +80,7 @@ func TestPoll(t *testing.T) {
 		"t-done": {ID: "t-done", Status: ledger.Done, Exit: 0},
 		// 60 s timeout + 1 s grace, an hour ago
 		"t-lost": {ID: "t-lost", Status: ledger.Failed, Exit: 124, Detail: "the runner did not commit a result to spawn/t-lost within 61 s"},
+		"t-gone": {ID: "t-gone", Status: ledger.Failed, Exit: 124, Detail: "the runner did not commit a result to spawn/t-gone within 61 s"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("Poll reconciled %+v, want %v", got, want)
@@ -101,14 +105,14 @@ func TestPoll(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(home.Subagent("t-done"), "stdout.log")); err != nil {
 		t.Error(err)
 	}
-	// t-done settled at its usage (42), t-lost at its estimate (500); the
-	// two still running keep their reservations.
+	// t-done settled at its usage (42), t-lost and t-gone at their
+	// estimate (500); the two still running keep their reservations.
 	day, err := b.Today()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if day.Spent != 542 || day.Reserved != 1000 {
-		t.Errorf("budget = %+v, want 542 spent, 1000 reserved", day)
+	if day.Spent != 1042 || day.Reserved != 1000 {
+		t.Errorf("budget = %+v, want 1042 spent, 1000 reserved", day)
 	}
 	// Nothing is reconciled twice.
 	if again, err := poller.Poll(ctx, home, b); err != nil || len(again) != 0 {
