@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -80,6 +81,7 @@ func TestRun(t *testing.T) {
 	if err != nil || r.Status != ledger.Done || json.Unmarshal(r.Result, &read) != nil || read.Read != "review this" {
 		t.Fatalf("sync Run = %+v (result %s), %v; want done, the prompt read", r, r.Result, err)
 	}
+	runtime.GC() // a claim nothing refers to would be closed by now
 	if _, err := Claim(sync.Dir); !errors.Is(err, ErrClaimed) {
 		t.Errorf("Claim after a sync Run = %v, want ErrClaimed", err)
 	}

@@ -65,6 +65,7 @@ func (s *Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) 
 		release()
 		return spawn.Result{Status: ledger.Running, Started: started}, nil
 	}
+	keepUntilExit(release)
 	r, err := s.Wait(ctx, j.Dir, &f.Manifest, pushed, started)
 	if err != nil && ctx.Err() != nil {
 		// Stopped while waiting: the runner carries on regardless, so
