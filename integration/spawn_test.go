@@ -149,9 +149,16 @@ func TestSpawnLocal(t *testing.T) {
 		got.Allowed.Status != 200 || got.Denied.Status != 403 || !strings.Contains(got.Denied.Body, "path_not_allowed") {
 		t.Fatalf("result.json %+v, result %+v", res, got)
 	}
-	for _, f := range []string{"prompt.txt", "task", "kind.yaml", "stdout.log", "stderr.log", "audit.jsonl", "work"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			t.Errorf("the spawn dir lacks %s: %v", f, err)
+	for _, f := range []struct {
+		name    string
+		private bool // the operator's alone: no access for the sub-agent's uid
+	}{{"prompt.txt", false}, {"task", false}, {"kind.yaml", false}, {"stdout.log", true}, {"stderr.log", true},
+		{"audit.jsonl", true}, {"result.json", true}, {"work", false}} {
+		fi, err := os.Stat(filepath.Join(dir, f.name))
+		if err != nil {
+			t.Errorf("the spawn dir lacks %s: %v", f.name, err)
+		} else if private := fi.Mode().Perm()&0o077 == 0; private != f.private {
+			t.Errorf("%s is mode %v; want private %v", f.name, fi.Mode().Perm(), f.private)
 		}
 	}
 	denied := false

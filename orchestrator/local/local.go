@@ -70,12 +70,15 @@ func (s Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) {
 	if err := os.Chown(j.Work, uid, gid); err != nil {
 		return spawn.Result{}, fmt.Errorf("give the sub-agent its work directory: %w", err)
 	}
-	stdout, err := os.OpenFile(filepath.Join(j.Dir, StdoutFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	// The sub-agent's output is the operator's to read (0600): what it
+	// prints may be what it was not meant to send anywhere. It writes
+	// through the descriptors it inherits, never by path.
+	stdout, err := os.OpenFile(filepath.Join(j.Dir, StdoutFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return spawn.Result{}, err
 	}
 	defer stdout.Close()
-	stderr, err := os.OpenFile(filepath.Join(j.Dir, StderrFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	stderr, err := os.OpenFile(filepath.Join(j.Dir, StderrFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return spawn.Result{}, err
 	}

@@ -92,7 +92,8 @@ func Clip(b []byte) string {
 }
 
 // WriteResult writes r as dir/result.json, whole (temp + fsync + rename):
-// a reader (collect, poll) never sees half of one.
+// a reader (collect, poll) never sees half of one. It is 0600 (the temp
+// file's mode), the operator's alone, as the sub-agent's output is.
 func WriteResult(dir string, r Result) error {
 	raw, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -114,7 +115,6 @@ func WriteResult(dir string, r Result) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("result of %s: %w", r.Task, err)
 	}
-	os.Chmod(f.Name(), 0o644)
 	if err := os.Rename(f.Name(), filepath.Join(dir, ResultFile)); err != nil {
 		return fmt.Errorf("result of %s: %w", r.Task, err)
 	}
