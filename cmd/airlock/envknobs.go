@@ -24,6 +24,12 @@ var envKnobs = map[string]string{
 	"AIRLOCK_LOG_LEVEL":          "log-level",
 	"AIRLOCK_ADMIN_SOCKET":       "socket",
 	"AIRLOCK_HOME":               "home",
+	"AIRLOCK_GIT_REMOTE":         "git-remote",
+	"AIRLOCK_GIT_BASE":           "git-base",
+	"AIRLOCK_DISPATCH_CMD":       "dispatch-cmd",
+	"AIRLOCK_GITHUB_REPO":        "github-repo",
+	"AIRLOCK_GITHUB_WORKFLOW":    "github-workflow",
+	"AIRLOCK_GITHUB_API":         "github-api",
 	"AIRLOCK_DAILY_TOKENS":       "daily-tokens",
 }
 

@@ -22,6 +22,7 @@ import (
 func newSpawnCmd() *cobra.Command {
 	var pf policyFlags
 	var xf proxyFlags
+	var gf gitFlags
 	var (
 		kindName, taskFile, substrate, home string
 		async, dryRun                       bool
@@ -68,6 +69,11 @@ func newSpawnCmd() *cobra.Command {
 					"local": local.Substrate{LaunchArgs: launchArgs(cmd)},
 				},
 			}
+			if gf.remote != "" {
+				if s.Substrates["git"], err = gf.substrate(cmd); err != nil {
+					return err
+				}
+			}
 			// A stop signal ends the sub-agent (its sandbox with it) and
 			// the task is recorded as failed: never a sandbox orphaned
 			// with its ledger line left running.
@@ -96,13 +102,15 @@ func newSpawnCmd() *cobra.Command {
 		homeFlag(cmd, &home)
 		fl.Int64Var(&dailyTokens, "daily-tokens", 0, "the day's (UTC) token budget for all spawns, `N`; 0 refuses every spawn")
 	})
+	gf.register(cmd, true, true)
 	xf.register(cmd)
 	inGroup(fl, "Policy", func() { pf.register(cmd, true) })
 	// Each sandbox's proxy writes its own audit log and serves no
 	// metrics: those two proxy flags are not the operator's here.
 	fl.MarkHidden("audit-log")
 	fl.MarkHidden("metrics")
-	groupedHelp(cmd, "Spawn", "Proxy", "Policy")
+	groupedHelp(cmd, "Spawn", "Git substrate", "Proxy", "Policy")
+	cmd.AddCommand(newSpawnPollCmd(), newSpawnGCCmd())
 	return cmd
 }
 

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/orchestrator"
+	"github.com/airlock-sandbox/airlock/orchestrator/budget"
+	"github.com/airlock-sandbox/airlock/orchestrator/gitsub"
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
+	"github.com/spf13/cobra"
+)
+
+// gitFlags configure the git substrate; `airlock spawn`, `spawn poll` and
+// `spawn gc` share them.
+type gitFlags struct {
+	remote, base, dispatch, ghRepo, ghWorkflow, ghAPI string
+	pollEvery, grace                                  time.Duration
+}
+
+// githubTokenEnv holds the GitHub token: read from the environment only,
+// never a flag, so it is not in the process list.
+const githubTokenEnv = "AIRLOCK_GITHUB_TOKEN"
+
+// register adds the flags every git command needs (the remote, and the
+// grace when it waits or polls), and with dispatch those that start a
+// spawn.
+func (f *gitFlags) register(cmd *cobra.Command, grace, dispatch bool) {
+	fl := cmd.Flags()
+	inGroup(fl, "Git substrate", func() {
+		fl.StringVar(&f.remote, "git-remote", "", "the remote (`URL` or path) holding the spawn branches, spawn/<task id>")
+		if grace {
+			fl.DurationVar(&f.grace, "git-grace", gitsub.DefaultGrace, "how long past a kind's timeout a runner may take to commit its result before the task fails with exit code 124")
+		}
+		if !dispatch {
+			return
+		}
+		fl.StringVar(&f.base, "git-base", "HEAD", "the remote's `REF` a spawn branch starts from (where the runner workflow lives)")
+		fl.StringVar(&f.dispatch, "dispatch-cmd", "", "start a runner by running `CMD` (/bin/sh -c) with AIRLOCK_SPAWN_ID, AIRLOCK_SPAWN_BRANCH and AIRLOCK_SPAWN_REMOTE set")
+		fl.StringVar(&f.ghRepo, "github-repo", "", "start a runner through GitHub Actions' workflow_dispatch on `REPO`, owner/name (the token in "+githubTokenEnv+")")
+		fl.StringVar(&f.ghWorkflow, "github-workflow", "airlock-spawn.yml", "the workflow `FILE` (or id) --github-repo dispatches")
+		fl.StringVar(&f.ghAPI, "github-api", gitsub.DefaultGitHubAPI, "GitHub's REST API base `URL`")
+		fl.DurationVar(&f.pollEvery, "poll-every", gitsub.DefaultPollEvery, "how often a sync spawn looks for the runner's result on its branch")
+	})
+}
+
+// substrate is the configured git substrate. Without a dispatcher it can
+// poll and collect, and refuses to start a spawn.
+func (f *gitFlags) substrate(cmd *cobra.Command) (*gitsub.Substrate, error) {
+	if f.remote == "" {
+		return nil, &exitError{ExitUsage, errors.New("the git substrate needs --git-remote (or AIRLOCK_GIT_REMOTE)")}
+	}
+	if cmd.Flags().Lookup("git-grace") != nil && f.grace <= 0 {
+		return nil, &exitError{ExitUsage, fmt.Errorf("--git-grace %v: want a positive duration", f.grace)}
+	}
+	s := &gitsub.Substrate{Remote: gitsub.Remote{URL: f.remote, Base: f.base}, PollEvery: f.pollEvery, Grace: f.grace}
+	switch {
+	case f.dispatch != "" && f.ghRepo != "":
+		return nil, &exitError{ExitUsage, errors.New("--dispatch-cmd and --github-repo both given: say which dispatcher starts the runner")}
+	case f.dispatch != "":
+		s.Dispatcher = gitsub.Command{Line: f.dispatch, Stdout: cmd.ErrOrStderr(), Stderr: cmd.ErrOrStderr()}
+	case f.ghRepo != "" && os.Getenv(githubTokenEnv) == "":
+		return nil, &exitError{ExitUsage, fmt.Errorf("--github-repo %s: no token in %s", f.ghRepo, githubTokenEnv)}
+	case f.ghRepo != "":
+		s.Dispatcher = gitsub.GitHub{API: f.ghAPI, Repo: f.ghRepo, Workflow: f.ghWorkflow, Token: os.Getenv(githubTokenEnv)}
+	}
+	return s, nil
+}
+
+func newSpawnPollCmd() *cobra.Command {
+	var gf gitFlags
+	var homeDir string
+	cmd := &cobra.Command{
+		Use:   "poll --git-remote URL [--home DIR]",
+		Short: "Reconcile the git substrate's running tasks: copy results back, end them in the ledger, settle the budget",
+		Long: `For every task the ledger has running on the git substrate: when its branch
+carries the runner's result.json, copy the result and logs into
+subagents/<id>/, append the task's terminal line (done, failed or timeout) and
+settle its reservation at the usage reported (else at the kind's estimate).
+A task whose runner committed nothing within its kind's timeout plus
+--git-grace fails with exit code 124. What it settled is then collected into
+today's memory file, as airlock collect --today does. Run it from a timer for
+--async spawns.`,
+		Example: `  airlock spawn poll --git-remote git@github.com:acme/agent-state.git`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := gf.substrate(cmd)
+			if err != nil {
+				return err
+			}
+			home, err := resolveHome(homeDir)
+			if err != nil {
+				return err
+			}
+			done, err := s.Poll(cmd.Context(), home, budget.Budget{Dir: home.Budget()})
+			out := cmd.OutOrStdout()
+			for _, r := range done {
+				fmt.Fprintf(out, "%s\t%s\texit %d\t%s\n", r.ID, r.Status, r.Exit, r.Detail)
+				if r.Status != ledger.Done {
+					err = errors.Join(err, inboxSpawnFailed(home, r))
+				}
+			}
+			if len(done) > 0 {
+				// What was settled flows into today's memory, as
+				// `airlock collect --today` would add it.
+				day := orchestrator.Today(time.Now())
+				n, cerr := spawn.Collect(home, day)
+				if cerr == nil {
+					fmt.Fprintf(out, "%d result(s) added to %s\n", n, home.Memory(day))
+				}
+				err = errors.Join(err, cerr)
+			}
+			return err
+		},
+	}
+	homeFlag(cmd, &homeDir)
+	gf.register(cmd, true, false)
+	groupedHelp(cmd, "Git substrate")
+	return cmd
+}
+
+// inboxSpawnFailed tells the operator's inbox that a reconciled task failed.
+func inboxSpawnFailed(home orchestrator.Home, r gitsub.Reconciled) error {
+	log, err := events.Open(home.Inbox(), events.Options{})
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	return log.Append(events.Event{Source: "orchestrator", Kind: "spawn_failed", Severity: events.Warning,
+		Detail: fmt.Sprintf("task %s (git substrate) %s with exit code %d: %s", r.ID, r.Status, r.Exit, r.Detail)})
+}
+
+func newSpawnGCCmd() *cobra.Command {
+	var gf gitFlags
+	var homeDir string
+	var keep gitsub.Retention
+	cmd := &cobra.Command{
+		Use:   "gc --git-remote URL [--home DIR]",
+		Short: "Delete the spawn branches of finished tasks past their retention; report branches no ledger line knows",
+		Long: `Delete spawn/<id> branches of tasks the ledger says ended longer ago than
+their retention (done: --keep-done, failed or timed out: --keep-failed). The
+branches of queued and running tasks are kept, and so are branches with no
+ledger line, which are reported as drift for the operator to look at.`,
+		Example: `  airlock spawn gc --git-remote git@github.com:acme/agent-state.git --keep-done 72h`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if keep.Done <= 0 || keep.Failed <= 0 {
+				return &exitError{ExitUsage, fmt.Errorf("--keep-done %v, --keep-failed %v: want positive durations", keep.Done, keep.Failed)}
+			}
+			s, err := gf.substrate(cmd)
+			if err != nil {
+				return err
+			}
+			home, err := resolveHome(homeDir)
+			if err != nil {
+				return err
+			}
+			entries, _, err := ledger.Read(home.Ledger())
+			if err != nil {
+				return err
+			}
+			rep, err := s.Remote.GC(cmd.Context(), ledger.Fold(entries), time.Now(), keep)
+			out := cmd.OutOrStdout()
+			for _, id := range rep.Deleted {
+				fmt.Fprintf(out, "deleted\t%s\n", gitsub.Branch(id))
+			}
+			for _, id := range rep.Drift {
+				fmt.Fprintf(out, "drift\t%s\tno ledger line: kept\n", gitsub.Branch(id))
+			}
+			fmt.Fprintf(out, "%s\n", rep)
+			return err
+		},
+	}
+	homeFlag(cmd, &homeDir)
+	gf.register(cmd, false, false)
+	cmd.Flags().DurationVar(&keep.Done, "keep-done", gitsub.DefaultRetention.Done, "keep a done task's branch this `LONG` after it ended")
+	cmd.Flags().DurationVar(&keep.Failed, "keep-failed", gitsub.DefaultRetention.Failed, "keep a failed or timed-out task's branch this `LONG` after it ended")
+	groupedHelp(cmd, "Git substrate")
+	return cmd
+}

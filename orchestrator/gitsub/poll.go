@@ -1,0 +1,164 @@
+package gitsub
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/airlock-sandbox/airlock/orchestrator"
+	"github.com/airlock-sandbox/airlock/orchestrator/budget"
+	"github.com/airlock-sandbox/airlock/orchestrator/kind"
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
+)
+
+// Reconciled is one task Poll settled.
+type Reconciled struct {
+	ID     string
+	Status ledger.Status
+	Exit   int
+	Detail string
+}
+
+// Poll reconciles every task the ledger at home has running on the git
+// substrate: when its branch carries the runner's result, the returned
+// files are copied into the task's directory, the ledger gets the task's
+// terminal line and its reservation is settled (at the usage reported,
+// else the estimate); when Deadline has passed with no result (or with the
+// branch gone), the task fails with exit code 124. A task claimed by a
+// process still waiting for it is left alone. Errors of single tasks are
+// joined; the others are still reconciled.
+func (s *Substrate) Poll(ctx context.Context, home orchestrator.Home, b budget.Budget) ([]Reconciled, error) {
+	entries, _, err := ledger.Read(home.Ledger())
+	if err != nil {
+		return nil, err
+	}
+	var running []string
+	for _, t := range ledger.Fold(entries) {
+		if t.Status == ledger.Running && t.Substrate == kind.Git {
+			running = append(running, t.ID)
+		}
+	}
+	if len(running) == 0 {
+		return nil, nil
+	}
+	// One listing of the remote for all: a branch is fetched only when
+	// it exists.
+	tips, err := s.Remote.Branches(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var done []Reconciled
+	var errs []error
+	for _, id := range running {
+		r, err := s.reconcile(ctx, home, b, id, tips[id] != "")
+		if err != nil {
+			errs = append(errs, fmt.Errorf("task %s: %w", id, err))
+		}
+		if r != nil {
+			done = append(done, *r)
+		}
+	}
+	return done, errors.Join(errs...)
+}
+
+// reconcile settles task id if its result is on its branch (onRemote:
+// the branch exists) or its deadline has passed.
+func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b budget.Budget, id string, onRemote bool) (*Reconciled, error) {
+	dir := home.Subagent(id)
+	release, err := Claim(dir)
+	if errors.Is(err, ErrClaimed) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	// Under the claim, the task must still be running: whoever held it
+	// before may have settled it.
+	entries, _, err := ledger.Read(home.Ledger())
+	if err != nil {
+		return nil, err
+	}
+	var t *ledger.Task
+	for _, ft := range ledger.Fold(entries) {
+		if ft.ID == id {
+			t = &ft
+		}
+	}
+	if t == nil || t.Status != ledger.Running {
+		return nil, nil
+	}
+	started := t.Started
+	if started.IsZero() {
+		started = t.Queued
+	}
+	m, err := readManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	var r spawn.Result
+	found := false
+	if onRemote {
+		var onBranch *Manifest
+		if r, found, onBranch, err = s.collect(ctx, dir, id, t.Kind); err != nil {
+			return nil, err
+		}
+		if m == nil {
+			m = onBranch
+		}
+	}
+	if m == nil {
+		return nil, fmt.Errorf("no manifest.json in %s nor on %s: cannot tell its timeout", dir, Branch(id))
+	}
+	if !found {
+		now := s.now()
+		if !now.After(s.Deadline(m, started)) {
+			return nil, nil
+		}
+		if r, err = s.giveUp(dir, m, started, now); err != nil {
+			return nil, err
+		}
+	}
+	exit := r.Exit
+	if err := ledger.Append(home.Ledger(), ledger.Entry{Task: id, Kind: t.Kind, Substrate: kind.Git,
+		Status: r.Status, Exit: &exit, Usage: r.Usage, Detail: r.Detail}); err != nil {
+		return nil, err
+	}
+	// The ledger first: a settle that fails leaves tokens reserved (the
+	// budget errs toward refusing), never a task settled twice.
+	used := m.Tokens
+	if r.Usage != nil {
+		used = r.Usage.Tokens
+	}
+	rc := &Reconciled{ID: id, Status: r.Status, Exit: exit, Detail: r.Detail}
+	// The reservation was made just before the task was queued.
+	day := t.Queued
+	if day.IsZero() {
+		day = started
+	}
+	if err := b.Settle(budget.Reservation{Task: id, Day: orchestrator.Today(day), Tokens: m.Tokens}, used); err != nil {
+		return rc, err
+	}
+	return rc, nil
+}
+
+// readManifest reads the manifest Start recorded in dir; nil when there is
+// none (the directory was lost: the branch's is used).
+func readManifest(dir string) (*Manifest, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "manifest.json"), err)
+	}
+	return &m, nil
+}

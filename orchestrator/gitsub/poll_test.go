@@ -1,0 +1,121 @@
+package gitsub
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/orchestrator"
+	"github.com/airlock-sandbox/airlock/orchestrator/budget"
+	"github.com/airlock-sandbox/airlock/orchestrator/kind"
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+)
+
+// startAsync does what an async spawn does before it returns: reserve the
+// estimate, ledger queued, push and dispatch, ledger running (at started).
+func startAsync(t *testing.T, s *Substrate, home orchestrator.Home, b budget.Budget, f *Files, started time.Time) {
+	t.Helper()
+	id := f.Manifest.ID
+	if _, err := b.Reserve(id, f.Manifest.Tokens); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []ledger.Status{ledger.Queued, ledger.Running} {
+		if err := ledger.Append(home.Ledger(), ledger.Entry{TS: started, Task: id, Kind: f.Manifest.Kind, Substrate: kind.Git, Status: st}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Start(context.Background(), home.Subagent(id), f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func lastStatus(t *testing.T, home orchestrator.Home, id string) ledger.Task {
+	t.Helper()
+	entries, _, err := ledger.Read(home.Ledger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range ledger.Fold(entries) {
+		if task.ID == id {
+			return task
+		}
+	}
+	t.Fatalf("no ledger line for %s", id)
+	return ledger.Task{}
+}
+
+func TestPoll(t *testing.T) {
+	ctx := context.Background()
+	home := orchestrator.Home{Dir: t.TempDir()}
+	b := budget.Budget{Dir: home.Budget(), Daily: 10000}
+	remote := Remote{URL: testutil.GitRemote(t)}
+	run := &Substrate{Remote: remote, Dispatcher: runnerDispatch(t)}
+	lost := &Substrate{Remote: remote, Dispatcher: Command{Line: "true"}} // a dispatcher whose runner never runs
+	now := time.Now()
+
+	startAsync(t, run, home, b, agent(t, "t-done", `echo '{"answer":1,"usage":{"tokens":42}}'`), now)
+	startAsync(t, lost, home, b, agent(t, "t-lost", `echo '{}'`), now.Add(-time.Hour))
+	startAsync(t, lost, home, b, agent(t, "t-young", `echo '{}'`), now)
+	startAsync(t, lost, home, b, agent(t, "t-held", `echo '{}'`), now.Add(-time.Hour))
+	startAsync(t, lost, home, b, agent(t, "t-gone", `echo '{}'`), now.Add(-time.Hour))
+	// Its branch deleted by hand: Poll still gives up on it at its deadline.
+	testutil.Git(t, "", "--git-dir", remote.URL, "branch", "-D", Branch("t-gone"))
+	// A sync spawn still waits for t-held: Poll leaves it to it.
+	release, err := Claim(home.Subagent("t-held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+
+	poller := &Substrate{Remote: remote, Grace: time.Second}
+	got, err := poller.Poll(ctx, home, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Reconciled{
+		"t-done": {ID: "t-done", Status: ledger.Done, Exit: 0},
+		// 60 s timeout + 1 s grace, an hour ago
+		"t-lost": {ID: "t-lost", Status: ledger.Failed, Exit: 124, Detail: "the runner did not commit a result to spawn/t-lost within 61 s"},
+		"t-gone": {ID: "t-gone", Status: ledger.Failed, Exit: 124, Detail: "the runner did not commit a result to spawn/t-gone within 61 s"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Poll reconciled %+v, want %v", got, want)
+	}
+	for _, r := range got {
+		w := want[r.ID]
+		if r.Status != w.Status || r.Exit != w.Exit || !strings.HasPrefix(r.Detail, w.Detail) {
+			t.Errorf("reconciled %+v, want %+v", r, w)
+		}
+		if task := lastStatus(t, home, r.ID); task.Status != w.Status || task.Exit == nil || *task.Exit != w.Exit {
+			t.Errorf("ledger of %s: %+v", r.ID, task)
+		}
+	}
+	for id, want := range map[string]ledger.Status{"t-young": ledger.Running, "t-held": ledger.Running} {
+		if task := lastStatus(t, home, id); task.Status != want {
+			t.Errorf("ledger of %s: %s, want %s", id, task.Status, want)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(home.Subagent("t-done"), "result.json")); err != nil || !strings.Contains(string(b), `"answer": 1`) {
+		t.Errorf("t-done's result.json = %s, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(home.Subagent("t-done"), "stdout.log")); err != nil {
+		t.Error(err)
+	}
+	// t-done settled at its usage (42), t-lost and t-gone at their
+	// estimate (500); the two still running keep their reservations.
+	day, err := b.Today()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if day.Spent != 1042 || day.Reserved != 1000 {
+		t.Errorf("budget = %+v, want 1042 spent, 1000 reserved", day)
+	}
+	// Nothing is reconciled twice.
+	if again, err := poller.Poll(ctx, home, b); err != nil || len(again) != 0 {
+		t.Errorf("second Poll = %+v, %v", again, err)
+	}
+}

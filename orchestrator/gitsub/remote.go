@@ -1,0 +1,217 @@
+package gitsub
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Remote is the repository spawn branches live on.
+type Remote struct {
+	URL  string // anything git fetches from and pushes to: a URL, or a path (a bare repository in tests)
+	Base string // the ref of URL a spawn branch starts from (so a workflow on it is on the branch too); "HEAD" when empty
+	Git  string // the git binary; "git" when empty
+}
+
+// BranchPrefix names every spawn branch: spawn/<task id>.
+const BranchPrefix = "spawn/"
+
+// Branch is the task's branch.
+func Branch(id string) string { return BranchPrefix + id }
+
+// Dir is the task's directory inside its branch.
+func Dir(id string) string { return "spawns/" + id }
+
+// validID is what a task id must look like to be a branch and a path
+// component: no "..", no slashes, nothing git or a shell reads specially.
+var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]*$`)
+
+func checkID(id string) error {
+	if !validID.MatchString(id) {
+		return fmt.Errorf("task id %q: want letters, digits and '-'", id)
+	}
+	return nil
+}
+
+func (rm Remote) repo(ctx context.Context) (*repo, error) {
+	if rm.URL == "" {
+		return nil, errors.New("git substrate: no remote configured (--git-remote)")
+	}
+	g := rm.Git
+	if g == "" {
+		g = "git"
+	}
+	return newRepo(ctx, g)
+}
+
+// Push makes one commit on top of the remote's base holding files under
+// spawns/<id>/ and pushes it as the new branch spawn/<id>. Nothing is
+// cloned: the base is fetched one commit deep into a scratch repository,
+// and the commit is built with plumbing (a temporary index). Pushing onto a
+// branch that exists is refused, so a task id is never reused. It returns
+// the commit pushed.
+func (rm Remote) Push(ctx context.Context, id string, files map[string][]byte) (string, error) {
+	if err := checkID(id); err != nil {
+		return "", err
+	}
+	r, err := rm.repo(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer r.close()
+	base := rm.Base
+	if base == "" {
+		base = "HEAD"
+	}
+	if _, err := r.run(ctx, nil, "fetch", "--quiet", "--no-tags", "--depth=1", rm.URL, base); err != nil {
+		return "", fmt.Errorf("fetch the base %s of %s (a spawn branch starts from it): %w", base, rm.URL, err)
+	}
+	index := []string{"GIT_INDEX_FILE=" + r.dir + "/spawn.index"}
+	if _, err := r.run(ctx, index, "read-tree", "FETCH_HEAD"); err != nil {
+		return "", err
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if strings.ContainsAny(name, "/\x00") || name == "." || name == ".." || name == "" {
+			return "", fmt.Errorf("spawn file %q: want a plain file name", name)
+		}
+		blob, err := r.lineIn(ctx, files[name], "hash-object", "-w", "--stdin")
+		if err != nil {
+			return "", err
+		}
+		if _, err := r.run(ctx, index, "update-index", "--add", "--cacheinfo", "100644,"+blob+","+Dir(id)+"/"+name); err != nil {
+			return "", err
+		}
+	}
+	tree, err := r.line(ctx, index, "write-tree")
+	if err != nil {
+		return "", err
+	}
+	commit, err := r.line(ctx, nil, "commit-tree", tree, "-p", "FETCH_HEAD", "-m", "spawn "+id)
+	if err != nil {
+		return "", err
+	}
+	// An explicit refs/heads/ destination that must not exist yet: a
+	// push onto an existing branch is refused rather than merged.
+	if _, err := r.run(ctx, nil, "push", "--quiet", "--force-with-lease=refs/heads/"+Branch(id)+":", rm.URL, commit+":refs/heads/"+Branch(id)); err != nil {
+		return "", fmt.Errorf("push %s to %s: %w", Branch(id), rm.URL, err)
+	}
+	return commit, nil
+}
+
+func (r *repo) lineIn(ctx context.Context, stdin []byte, args ...string) (string, error) {
+	out, err := r.runIn(ctx, stdin, nil, args...)
+	return strings.TrimSpace(string(out)), err
+}
+
+// Branches lists the remote's spawn branches: task id → tip commit.
+func (rm Remote) Branches(ctx context.Context) (map[string]string, error) {
+	return rm.lsRemote(ctx, "refs/heads/"+BranchPrefix+"*")
+}
+
+// Tip is the commit spawn/<id> points at on the remote, "" when there is no
+// such branch.
+func (rm Remote) Tip(ctx context.Context, id string) (string, error) {
+	if err := checkID(id); err != nil {
+		return "", err
+	}
+	tips, err := rm.lsRemote(ctx, "refs/heads/"+Branch(id))
+	return tips[id], err
+}
+
+func (rm Remote) lsRemote(ctx context.Context, pattern string) (map[string]string, error) {
+	r, err := rm.repo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	out, err := r.run(ctx, nil, "ls-remote", "--heads", rm.URL, pattern)
+	if err != nil {
+		return nil, fmt.Errorf("list the spawn branches of %s: %w", rm.URL, err)
+	}
+	tips := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		hash, ref, ok := strings.Cut(sc.Text(), "\t")
+		id, isSpawn := strings.CutPrefix(ref, "refs/heads/"+BranchPrefix)
+		if ok && isSpawn {
+			tips[id] = hash
+		}
+	}
+	return tips, nil
+}
+
+// Delete removes spawn/<id> from the remote if it still points at tip: a
+// branch that moved since it was judged (a runner committing late) is
+// kept.
+func (rm Remote) Delete(ctx context.Context, id, tip string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	r, err := rm.repo(ctx)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	ref := "refs/heads/" + Branch(id)
+	if _, err := r.run(ctx, nil, "push", "--quiet", "--force-with-lease="+ref+":"+tip, rm.URL, ":"+ref); err != nil {
+		return fmt.Errorf("delete %s on %s: %w", Branch(id), rm.URL, err)
+	}
+	return nil
+}
+
+// Fetched are the files the runner committed back, as of one tip.
+type Fetched struct {
+	Tip   string
+	Files map[string][]byte // name → content, for the names asked that exist
+}
+
+// Fetch reads the named files of spawns/<id>/ at the branch's tip. A name
+// the tip does not have is left out; a branch that does not exist is an
+// error.
+func (rm Remote) Fetch(ctx context.Context, id string, names ...string) (*Fetched, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	r, err := rm.repo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	if _, err := r.run(ctx, nil, "fetch", "--quiet", "--no-tags", "--depth=1", rm.URL, "refs/heads/"+Branch(id)); err != nil {
+		return nil, fmt.Errorf("fetch %s from %s: %w", Branch(id), rm.URL, err)
+	}
+	tip, err := r.line(ctx, nil, "rev-parse", "FETCH_HEAD^{commit}")
+	if err != nil {
+		return nil, err
+	}
+	f := &Fetched{Tip: tip, Files: map[string][]byte{}}
+	out, err := r.run(ctx, nil, "ls-tree", "--name-only", tip, Dir(id)+"/")
+	if err != nil {
+		return nil, err
+	}
+	present := map[string]bool{}
+	for _, p := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		present[strings.TrimPrefix(p, Dir(id)+"/")] = true
+	}
+	for _, name := range names {
+		if !present[name] {
+			continue
+		}
+		b, err := r.run(ctx, nil, "cat-file", "blob", tip+":"+Dir(id)+"/"+name)
+		if err != nil {
+			return nil, err
+		}
+		f.Files[name] = b
+	}
+	return f, nil
+}

@@ -1,0 +1,67 @@
+package gitsub
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+)
+
+func TestPushFetchDelete(t *testing.T) {
+	ctx := context.Background()
+	rm := Remote{URL: testutil.GitRemote(t)}
+	files := map[string][]byte{"prompt.txt": []byte("hello\n"), "task": []byte("do it")}
+	commit, err := rm.Push(ctx, "t-1", files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The branch starts from the remote's HEAD: what the base carries (a
+	// workflow, the runner) is on it too.
+	if got := testutil.Git(t, "", "--git-dir", rm.URL, "show", Branch("t-1")+":README"); got != "spawn state" {
+		t.Errorf("README on the branch = %q, want the base's", got)
+	}
+	if tip, err := rm.Tip(ctx, "t-1"); err != nil || tip != commit {
+		t.Errorf("Tip = %q, %v; want %q", tip, err, commit)
+	}
+	f, err := rm.Fetch(ctx, "t-1", "prompt.txt", "task", "result.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(f.Files["prompt.txt"]) != "hello\n" || string(f.Files["task"]) != "do it" {
+		t.Errorf("fetched %q", f.Files)
+	}
+	if _, ok := f.Files["result.json"]; ok {
+		t.Error("result.json fetched before the runner wrote one")
+	}
+	// A task id is never reused: a second push to the branch is refused.
+	if _, err := rm.Push(ctx, "t-1", map[string][]byte{"task": []byte("other")}); err == nil {
+		t.Error("second push onto spawn/t-1 succeeded")
+	}
+	// A branch that moved since it was judged is kept.
+	if err := rm.Delete(ctx, "t-1", strings.Repeat("0", 40)); err == nil {
+		t.Error("Delete with a stale tip succeeded")
+	}
+	if err := rm.Delete(ctx, "t-1", commit); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := rm.Branches(ctx); err != nil || len(b) != 0 {
+		t.Errorf("Branches after delete = %v, %v", b, err)
+	}
+}
+
+func TestPushRefusesBadNames(t *testing.T) {
+	rm := Remote{URL: testutil.GitRemote(t)}
+	for _, tc := range []struct {
+		id, file string
+	}{
+		{"../x", "task"},
+		{"a/b", "task"},
+		{"ok", "../task"},
+		{"ok", ".."},
+	} {
+		if _, err := rm.Push(context.Background(), tc.id, map[string][]byte{tc.file: nil}); err == nil {
+			t.Errorf("Push(%q, %q) succeeded", tc.id, tc.file)
+		}
+	}
+}

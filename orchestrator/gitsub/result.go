@@ -1,0 +1,78 @@
+package gitsub
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
+)
+
+// Returned are the files a runner commits back; only these are copied
+// into the local spawn directory, whatever else the branch holds.
+var Returned = []string{"result.json", "stdout.log", "stderr.log", "audit.jsonl"}
+
+// parseResult reads a runner's result.json for task id. A result that does
+// not parse, is for another task or has no known status is not trusted:
+// the task failed, and the detail says why.
+func parseResult(id, kind string, b []byte) spawn.Result {
+	var r spawn.Result
+	err := json.Unmarshal(b, &r)
+	switch {
+	case err != nil:
+	case r.Task != id:
+		err = fmt.Errorf("it is for task %q", r.Task)
+	case r.Status != ledger.Done && r.Status != ledger.Failed && r.Status != ledger.Timeout:
+		err = fmt.Errorf("status %q is not done, failed or timeout", r.Status)
+	case r.Status == ledger.Done && r.Exit != 0:
+		err = fmt.Errorf("status done with exit code %d", r.Exit)
+	}
+	if err != nil {
+		return spawn.Result{Task: id, Kind: kind, Substrate: "git", Status: ledger.Failed, Exit: 1,
+			Detail: fmt.Sprintf("the runner's result.json on %s is unusable: %v", Branch(id), err)}
+	}
+	// The runner reports what its manifest said; the ledger's kind is the
+	// one spawned.
+	r.Kind, r.Substrate = kind, "git"
+	return r
+}
+
+// timedOut is the result Poll and Wait write for a runner that committed
+// nothing in time.
+func timedOut(id, kind string, started, now time.Time, within time.Duration) spawn.Result {
+	return spawn.Result{Task: id, Kind: kind, Substrate: "git", Status: ledger.Failed, Exit: spawn.ExitTimeout,
+		Started: started, Ended: now,
+		Detail: fmt.Sprintf("the runner did not commit a result to %s within %d s", Branch(id), int64(within/time.Second))}
+}
+
+// writeFiles writes name → content into dir (made 0700), each file whole
+// (temp + rename), so a reader never sees half a result.
+func writeFiles(dir string, files map[string][]byte) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("spawn directory: %w", err)
+	}
+	for name, b := range files {
+		tmp, err := os.CreateTemp(dir, "."+name+".*")
+		if err != nil {
+			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+		}
+		_, err = tmp.Write(b)
+		if err == nil {
+			err = tmp.Sync()
+		}
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), filepath.Join(dir, name))
+		}
+		if err != nil {
+			os.Remove(tmp.Name())
+			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+		}
+	}
+	return nil
+}
