@@ -440,3 +440,25 @@ func cmdline(pid int) []string {
 	raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	return strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
 }
+
+// A sandbox whose command cannot be run (its interpreter is missing) is
+// exit 1, the task failed with the setup step named, and nothing of the
+// sandbox left behind.
+func TestSpawnSetupFailure(t *testing.T) {
+	e := newSpawnEnv(t)
+	e.agent = filepath.Join(e.dir, "broken.sh")
+	os.WriteFile(e.agent, []byte("#!/nonexistent/interpreter\n"), 0o755)
+	e.kind(t, "broken", "1m", 100)
+	code, out, errs := e.spawn(t, 1000, "--kind", "broken")
+	if code != 1 || !strings.Contains(errs, `setup step "exec" failed`) {
+		t.Fatalf("airlock spawn = %d; want 1 naming the failed step\n%s%s", code, out, errs)
+	}
+	entries, _ := e.ledger(t)
+	last := entries[len(entries)-1]
+	if got := statuses(entries, last.Task); fmt.Sprint(got) != "[queued running failed]" || !strings.Contains(last.Detail, `setup step "exec" failed`) {
+		t.Errorf("ledger %v, last line %+v; want failed naming the step", got, last)
+	}
+	if left := cgroupsOf("spawn-" + last.Task); len(left) != 0 {
+		t.Errorf("the failed sandbox's cgroups are left: %v", left)
+	}
+}
