@@ -360,6 +360,8 @@ func TestSpawnStopped(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// A failure before the stop must not leave the spawn running.
+	t.Cleanup(func() { cmd.Process.Kill() })
 	testutil.WaitFor(t, "the sub-agent's sleep", func() bool { return len(withArg(marker)) >= 2 })
 	cmd.Process.Signal(syscall.SIGTERM)
 	code := exitCode(cmd.Wait())
@@ -389,7 +391,7 @@ func TestSpawnKilledTakesItsSandbox(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { cmd.Process.Kill() })
 	testutil.WaitFor(t, "the sub-agent and its child", func() bool { return len(withArg(marker)) >= 2 })
 	between := 0
 	for pid := withArg(marker)[0]; pid != cmd.Process.Pid; pid = parentOf(t, pid) {
