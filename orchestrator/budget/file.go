@@ -20,7 +20,7 @@ type account struct {
 func (a *account) reserved() int64 {
 	var n int64
 	for _, t := range a.Reserved {
-		n += t
+		n = addSat(n, t)
 	}
 	return n
 }
@@ -70,6 +70,15 @@ func (b Budget) read(day string) (*account, error) {
 	}
 	if a.Reserved == nil {
 		a.Reserved = map[string]int64{}
+	}
+	// A negative figure would widen the day: the file was not written by
+	// this package.
+	bad := a.Spent < 0
+	for _, t := range a.Reserved {
+		bad = bad || t < 0
+	}
+	if bad {
+		return nil, fmt.Errorf("budget %s: a negative amount, refusing (fix or remove it)", b.file(day))
 	}
 	return a, nil
 }
