@@ -26,6 +26,10 @@ const collectMarker = "<!-- airlock-task: %s -->"
 // while it is read and appended to, as other writers (the gate parking
 // drafts) share it.
 func Collect(h orchestrator.Home, day string) (int, error) {
+	// day names the memory file: a date, never a path.
+	if _, err := time.Parse(time.DateOnly, day); err != nil {
+		return 0, fmt.Errorf("collect: day %q: want YYYY-MM-DD", day)
+	}
 	entries, _, err := ledger.Read(h.Ledger())
 	if err != nil {
 		return 0, fmt.Errorf("ledger %s: %w", h.Ledger(), err)
