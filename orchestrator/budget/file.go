@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/airlock-sandbox/airlock/internal/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -83,39 +84,14 @@ func (b Budget) read(day string) (*account, error) {
 	return a, nil
 }
 
-// write replaces day's file whole: temp file, fsync, rename, fsync of the
-// directory.
+// write replaces day's file whole (durable.WriteFile).
 func (b Budget) write(day string, a *account) error {
 	data, err := json.Marshal(a)
 	if err != nil {
 		return fmt.Errorf("budget: %w", err)
 	}
-	tmp, err := os.CreateTemp(b.Dir, "."+day+".*.tmp")
-	if err != nil {
+	if err := durable.WriteFile(b.file(day), data, 0o600); err != nil {
 		return fmt.Errorf("budget: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op once renamed
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("budget %s: write: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("budget %s: fsync: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("budget: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), b.file(day)); err != nil {
-		return fmt.Errorf("budget: %w", err)
-	}
-	dir, err := os.Open(b.Dir)
-	if err != nil {
-		return fmt.Errorf("budget: %w", err)
-	}
-	defer dir.Close()
-	if err := dir.Sync(); err != nil {
-		return fmt.Errorf("budget %s: fsync: %w", b.Dir, err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/durable"
 	"github.com/airlock-sandbox/airlock/orchestrator/kind"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
 	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
@@ -50,29 +51,14 @@ func timedOut(id, kindName string, started, now time.Time, within time.Duration)
 }
 
 // writeFiles writes name → content into dir (made 0700), each file whole
-// (temp + rename), so a reader never sees half a result.
+// and 0600 (durable.WriteFile), so a reader never sees half a result.
 func writeFiles(dir string, files map[string][]byte) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("spawn directory: %w", err)
 	}
 	for name, b := range files {
-		tmp, err := os.CreateTemp(dir, "."+name+".*")
-		if err != nil {
-			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
-		}
-		_, err = tmp.Write(b)
-		if err == nil {
-			err = tmp.Sync()
-		}
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Rename(tmp.Name(), filepath.Join(dir, name))
-		}
-		if err != nil {
-			os.Remove(tmp.Name())
-			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+		if err := durable.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			return err
 		}
 	}
 	return nil
