@@ -50,7 +50,7 @@ a collect of that day: a daily timer should run both
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&day, "day", "", "the UTC day (YYYY-MM-DD) whose ended tasks to collect (default today)")
+	cmd.Flags().StringVar(&day, "day", "", "the UTC `DAY` (YYYY-MM-DD) whose ended tasks to collect (default today)")
 	cmd.Flags().BoolVar(&today, "today", false, "the tasks that ended today (UTC): the default")
 	homeFlag(cmd, &home)
 	return cmd
