@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -19,8 +20,21 @@ type EnvOptions struct {
 	CABundle string
 }
 
-// caVars are the trust-store variables of the common clients.
-var caVars = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "DENO_CERT"}
+// The variables the sandbox sets to route the common clients through its
+// proxy and have them trust its CA.
+var (
+	proxyVars   = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"}
+	noProxyVars = []string{"NO_PROXY", "no_proxy"}
+	nodeProxy   = "NODE_USE_ENV_PROXY"
+	caVars      = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "DENO_CERT"}
+)
+
+// ReservedEnv are the names Environment sets to route and trust the
+// proxy. A caller that lets others name variables (a kind's env) refuses
+// these: egress is the preset's to decide.
+func ReservedEnv() []string {
+	return slices.Concat(proxyVars, noProxyVars, []string{nodeProxy}, caVars)
+}
 
 // Environment builds the explicit environment of the command.
 func Environment(o EnvOptions) ([]string, error) {
@@ -35,11 +49,13 @@ func Environment(o EnvOptions) ([]string, error) {
 		}
 	}
 	if o.ProxyURL != "" {
-		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"} {
+		for _, k := range proxyVars {
 			env[k] = o.ProxyURL
 		}
-		env["NO_PROXY"], env["no_proxy"] = "localhost,127.0.0.1,::1", "localhost,127.0.0.1,::1"
-		env["NODE_USE_ENV_PROXY"] = "1"
+		for _, k := range noProxyVars {
+			env[k] = "localhost,127.0.0.1,::1"
+		}
+		env[nodeProxy] = "1"
 	}
 	if o.CABundle != "" {
 		for _, k := range caVars {

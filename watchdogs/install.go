@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/airlock-sandbox/airlock/internal/durable"
 )
 
 // Written says what Install did with one file.
@@ -48,47 +50,10 @@ func Install(dir string, files []File, force bool) ([]Written, error) {
 	}
 	for i, f := range files {
 		if out[i].Changed {
-			if err := writeWhole(out[i].Path, f.Data, 0o644); err != nil {
+			if err := durable.WriteFile(out[i].Path, f.Data, 0o644); err != nil {
 				return out[:i], err
 			}
 		}
 	}
 	return out, nil
-}
-
-// writeWhole writes data to path with perm, atomically: a temporary file
-// in the same directory, fsync'd, renamed over the old one, and the
-// directory fsync'd, so a run killed mid-write (or a power cut) leaves the
-// old file or the new, never half.
-func writeWhole(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name()) // after the rename, nothing is there
-	if _, err = tmp.Write(data); err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), perm)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err == nil {
-		err = d.Sync()
-		d.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: fsync of its directory: %w", path, err)
-	}
-	return nil
 }

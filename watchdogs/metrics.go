@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/durable"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
@@ -242,7 +243,7 @@ func (m *Metrics) Handler() http.Handler {
 
 // WriteTextfile writes the metrics in the text exposition format to path,
 // a *.prom file in node_exporter's textfile collector directory, whole
-// (writeWhole): the collector never reads half a file. It is 0644, as the
+// (durable.WriteFile): the collector never reads half a file. It is 0644, as the
 // collector runs as its own user; the temporary file's name does not end
 // in .prom, so the collector skips it.
 func (m *Metrics) WriteTextfile(path string) error {
@@ -256,7 +257,7 @@ func (m *Metrics) WriteTextfile(path string) error {
 			return fmt.Errorf("watchdog metrics %s: %w", path, err)
 		}
 	}
-	if err := writeWhole(path, b.Bytes(), 0o644); err != nil {
+	if err := durable.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("watchdog metrics: %w", err)
 	}
 	return nil

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/durable"
 )
 
 // State is what one watchdog remembers between rounds. A one-shot run (a
@@ -51,7 +53,7 @@ func LoadState(path string) (State, error) {
 	return st, nil
 }
 
-// Save writes the state atomically (writeWhole).
+// Save writes the state atomically (durable.WriteFile).
 func (st State) Save(path string) error {
 	raw, err := json.Marshal(st)
 	if err != nil {
@@ -61,7 +63,7 @@ func (st State) Save(path string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("watchdog state %s: %w", path, err)
 	}
-	if err := writeWhole(path, raw, 0o600); err != nil {
+	if err := durable.WriteFile(path, raw, 0o600); err != nil {
 		return fmt.Errorf("watchdog state: %w", err)
 	}
 	return nil

@@ -12,23 +12,36 @@ import (
 
 func newCollectCmd() *cobra.Command {
 	var (
-		home  string
-		today bool
+		home, day string
+		today     bool
 	)
 	cmd := &cobra.Command{
-		Use:     "collect --today",
-		Short:   "Merge the results of the sub-agents that ended today into the home's memory/<date>.md (once each)",
-		Example: "  airlock collect --today --home /var/lib/airlock/agent",
+		Use:   "collect [--day YYYY-MM-DD | --today]",
+		Short: "Merge the results of the sub-agents that ended on a day (default today) into the home's memory/<date>.md (once each)",
+		Long: `Merge the results of the sub-agents the ledger says ended on a UTC day
+(--day, default today) into memory/<date>.md, each once: collecting again adds
+only what is new.
+
+A task that ends between a day's last collect and midnight is collected only by
+a collect of that day: a daily timer should run both
+  airlock collect --day "$(date -u -d yesterday +%F)"
+  airlock collect`,
+		Example: "  airlock collect --home /var/lib/airlock/agent\n  airlock collect --day 2026-11-22 --home /var/lib/airlock/agent",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !today {
-				return &exitError{ExitUsage, errors.New("say which day: --today")}
+			switch {
+			case day != "" && today:
+				return &exitError{ExitUsage, errors.New("--day or --today, not both")}
+			case day == "":
+				day = orchestrator.Today(time.Now())
+			}
+			if _, err := time.Parse(time.DateOnly, day); err != nil {
+				return &exitError{ExitUsage, fmt.Errorf("--day %q: want a UTC date, YYYY-MM-DD", day)}
 			}
 			h, err := resolveHome(home)
 			if err != nil {
 				return &exitError{ExitUsage, err}
 			}
-			day := orchestrator.Today(time.Now())
 			n, err := spawn.Collect(h, day)
 			if err != nil {
 				return err
@@ -37,7 +50,8 @@ func newCollectCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&today, "today", false, "the tasks that ended today (UTC)")
+	cmd.Flags().StringVar(&day, "day", "", "the UTC `DAY` (YYYY-MM-DD) whose ended tasks to collect (default today)")
+	cmd.Flags().BoolVar(&today, "today", false, "the tasks that ended today (UTC): the default")
 	homeFlag(cmd, &home)
 	return cmd
 }

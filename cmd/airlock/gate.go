@@ -21,6 +21,15 @@ var gateExit = map[policies.Outcome]int{
 	gate.Killed:            6,
 }
 
+// gateExitCode is outcome's exit code; an outcome it does not know blocks
+// (4): only auto's 0 lets the caller act, so an unknown one must not.
+func gateExitCode(outcome policies.Outcome) int {
+	if code, ok := gateExit[outcome]; ok {
+		return code
+	}
+	return gateExit[policies.OutcomeBlock]
+}
+
 func newGateCmd() *cobra.Command {
 	var pf policyFlags
 	var action, target, home string
@@ -67,7 +76,7 @@ pinned one; 2: usage.`,
 			if err != nil {
 				return fmt.Errorf("%s %q not recorded, take no action: %w", action, target, err)
 			}
-			if code := gateExit[d.Outcome]; code != ExitOK {
+			if code := gateExitCode(d.Outcome); code != ExitOK {
 				return &exitError{code, errSilent}
 			}
 			return nil

@@ -199,3 +199,18 @@ func TestGateExitCodesAreDocumented(t *testing.T) {
 		}
 	}
 }
+
+// An outcome the command does not know (a newer policy's, a typo) blocks:
+// never 0, which lets the caller act.
+func TestGateExitCodeOfUnknownOutcome(t *testing.T) {
+	for _, o := range []policies.Outcome{"", "allow", "Auto"} {
+		if got := gateExitCode(o); got != 4 {
+			t.Errorf("gateExitCode(%q) = %d, want 4 (block)", o, got)
+		}
+	}
+	for o, want := range gateExit {
+		if got := gateExitCode(o); got != want {
+			t.Errorf("gateExitCode(%q) = %d, want %d", o, got, want)
+		}
+	}
+}

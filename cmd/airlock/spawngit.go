@@ -6,7 +6,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/orchestrator/budget"
 	"github.com/airlock-sandbox/airlock/orchestrator/gitsub"
@@ -101,7 +100,8 @@ today's memory file, as airlock collect --today does. Run it from a timer for
 			for _, r := range done {
 				fmt.Fprintf(out, "%s\t%s\texit %d\t%s\n", r.ID, r.Status, r.Exit, r.Detail)
 				if r.Status != ledger.Done {
-					err = errors.Join(err, inboxSpawnFailed(home, r))
+					err = errors.Join(err, home.Notify("spawn_failed",
+						fmt.Sprintf("task %s (git substrate) %s with exit code %d: %s", r.ID, r.Status, r.Exit, r.Detail)))
 				}
 			}
 			if len(done) > 0 {
@@ -121,17 +121,6 @@ today's memory file, as airlock collect --today does. Run it from a timer for
 	gf.register(cmd, true, false)
 	groupedHelp(cmd, "Git substrate")
 	return cmd
-}
-
-// inboxSpawnFailed tells the operator's inbox that a reconciled task failed.
-func inboxSpawnFailed(home orchestrator.Home, r gitsub.Reconciled) error {
-	log, err := events.Open(home.Inbox(), events.Options{})
-	if err != nil {
-		return err
-	}
-	defer log.Close()
-	return log.Append(events.Event{Source: "orchestrator", Kind: "spawn_failed", Severity: events.Warning,
-		Detail: fmt.Sprintf("task %s (git substrate) %s with exit code %d: %s", r.ID, r.Status, r.Exit, r.Detail)})
 }
 
 func newSpawnGCCmd() *cobra.Command {

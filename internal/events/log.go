@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -84,7 +85,7 @@ func openLive(path string) (int, error) {
 		return -1, &os.PathError{Op: "chmod", Path: path, Err: err}
 	}
 	// The new name must survive a crash as the lines in it will.
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := durable.SyncDir(filepath.Dir(path)); err != nil {
 		unix.Close(fd)
 		return -1, err
 	}
@@ -279,18 +280,6 @@ func (l *Log) Close() error {
 
 // rotated names the i-th rotated file (1 the newest).
 func rotated(path string, i int) string { return path + "." + strconv.Itoa(i) }
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
-}
 
 // retry repeats a system call a signal interrupted before it did anything.
 func retry(call func() (int, error)) (int, error) {

@@ -12,6 +12,7 @@ package budget
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -51,7 +52,9 @@ func (b Budget) Reserve(task string, tokens int64) (Reservation, error) {
 			return fmt.Errorf("budget %s: task %s already holds a reservation", day, task)
 		}
 		reserved := a.reserved()
-		if b.Daily <= 0 || reserved+a.Spent+tokens > b.Daily {
+		// Compared as what is left, never as a sum: a sum can wrap
+		// past the limit and let everything through.
+		if b.Daily <= 0 || tokens > b.Daily || reserved > b.Daily-tokens || a.Spent > b.Daily-tokens-reserved {
 			return fmt.Errorf("%w: %s: limit %d tokens, %d reserved, %d spent; task %s asked for %d",
 				ErrExhausted, day, max(b.Daily, 0), reserved, a.Spent, task, tokens)
 		}
@@ -67,7 +70,9 @@ func (b Budget) Reserve(task string, tokens int64) (Reservation, error) {
 // Settle replaces the reservation with what was actually used (0 releases
 // it), on the reservation's day even when the task ended after midnight.
 // Settling a reservation the day does not hold is an error, so nothing is
-// charged twice.
+// charged twice. What a sub-agent reports is its own word, so the charge
+// is capped at the day's limit (a huge report spends the day, no more)
+// and added saturating: Spent never wraps negative and reopens the day.
 func (b Budget) Settle(r Reservation, used int64) error {
 	if used < 0 {
 		return fmt.Errorf("budget %s: task %s used %d tokens: must not be negative", r.Day, r.Task, used)
@@ -77,9 +82,17 @@ func (b Budget) Settle(r Reservation, used int64) error {
 			return fmt.Errorf("budget %s: task %s holds no reservation (settled already?)", r.Day, r.Task)
 		}
 		delete(a.Reserved, r.Task)
-		a.Spent += used
+		a.Spent = addSat(a.Spent, min(used, max(b.Daily, 0)))
 		return nil
 	})
+}
+
+// addSat is a+b for non-negative a and b, stopping at math.MaxInt64.
+func addSat(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // Today is today's account.

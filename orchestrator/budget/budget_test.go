@@ -3,6 +3,7 @@ package budget_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,5 +192,74 @@ func TestUnreadableDayRefuses(t *testing.T) {
 	}
 	if _, err := b.Reserve("a", 1); err == nil || !strings.Contains(err.Error(), "unreadable, refusing") {
 		t.Errorf("Reserve = %v, want refused", err)
+	}
+}
+
+// TestHugeUsage: a sub-agent reporting absurd usage spends the day, and
+// no sum wraps around to reopen it (Spent, the reservations, the check).
+func TestHugeUsage(t *testing.T) {
+	const huge = math.MaxInt64
+	for _, tc := range []struct {
+		name         string
+		daily, spent int64 // spent: after two huge reports
+	}{
+		{"small limit", 1000, 2000},
+		{"limit at int64's max", huge, huge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := budget.Budget{Dir: t.TempDir(), Daily: tc.daily}
+			var held []budget.Reservation
+			for _, task := range []string{"a", "b"} {
+				r, err := b.Reserve(task, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, r)
+			}
+			for _, r := range held {
+				if err := b.Settle(r, huge); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Each charge is capped at the limit; their sum saturates.
+			if day, err := b.Today(); err != nil || day.Spent != tc.spent {
+				t.Errorf("Today = %+v, %v; want spent %d (each charge capped at the limit, the sum not wrapped)", day, err, tc.spent)
+			}
+			for _, tokens := range []int64{1, huge} {
+				if _, err := b.Reserve("c", tokens); !errors.Is(err, budget.ErrExhausted) {
+					t.Errorf("Reserve(%d) after huge usage = %v, want ErrExhausted", tokens, err)
+				}
+			}
+		})
+	}
+}
+
+// TestHugeReservations: reservations whose sum passes int64's max are
+// refused, not wrapped into room.
+func TestHugeReservations(t *testing.T) {
+	b := budget.Budget{Dir: t.TempDir(), Daily: math.MaxInt64}
+	if _, err := b.Reserve("a", math.MaxInt64-1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Reserve("b", math.MaxInt64); !errors.Is(err, budget.ErrExhausted) {
+		t.Errorf("Reserve past int64's max = %v, want ErrExhausted", err)
+	}
+	if _, err := b.Reserve("c", 1); err != nil {
+		t.Errorf("Reserve of the 1 token left = %v, want it to fit", err)
+	}
+}
+
+// TestNegativeDayRefuses: a day file with a negative amount (which would
+// widen the day) refuses.
+func TestNegativeDayRefuses(t *testing.T) {
+	now := func() time.Time { return time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC) }
+	for _, body := range []string{`{"spent":-5}`, `{"reserved":{"x":-5}}`} {
+		b := budget.Budget{Dir: t.TempDir(), Daily: 1000, Now: now}
+		if err := os.WriteFile(filepath.Join(b.Dir, "2026-11-23.json"), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Reserve("a", 1); err == nil || !strings.Contains(err.Error(), "negative amount, refusing") {
+			t.Errorf("Reserve with %s = %v, want refused", body, err)
+		}
 	}
 }

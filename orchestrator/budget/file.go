@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/airlock-sandbox/airlock/internal/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,7 +21,7 @@ type account struct {
 func (a *account) reserved() int64 {
 	var n int64
 	for _, t := range a.Reserved {
-		n += t
+		n = addSat(n, t)
 	}
 	return n
 }
@@ -71,42 +72,26 @@ func (b Budget) read(day string) (*account, error) {
 	if a.Reserved == nil {
 		a.Reserved = map[string]int64{}
 	}
+	// A negative figure would widen the day: the file was not written by
+	// this package.
+	bad := a.Spent < 0
+	for _, t := range a.Reserved {
+		bad = bad || t < 0
+	}
+	if bad {
+		return nil, fmt.Errorf("budget %s: a negative amount, refusing (fix or remove it)", b.file(day))
+	}
 	return a, nil
 }
 
-// write replaces day's file whole: temp file, fsync, rename, fsync of the
-// directory.
+// write replaces day's file whole (durable.WriteFile).
 func (b Budget) write(day string, a *account) error {
 	data, err := json.Marshal(a)
 	if err != nil {
 		return fmt.Errorf("budget: %w", err)
 	}
-	tmp, err := os.CreateTemp(b.Dir, "."+day+".*.tmp")
-	if err != nil {
+	if err := durable.WriteFile(b.file(day), data, 0o600); err != nil {
 		return fmt.Errorf("budget: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op once renamed
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("budget %s: write: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("budget %s: fsync: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("budget: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), b.file(day)); err != nil {
-		return fmt.Errorf("budget: %w", err)
-	}
-	dir, err := os.Open(b.Dir)
-	if err != nil {
-		return fmt.Errorf("budget: %w", err)
-	}
-	defer dir.Close()
-	if err := dir.Sync(); err != nil {
-		return fmt.Errorf("budget %s: fsync: %w", b.Dir, err)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/airlock-sandbox/airlock/internal/durable"
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -27,7 +28,7 @@ type actionLog struct {
 
 // lockLog opens the log and takes its flock.
 func lockLog(path string) (*actionLog, error) {
-	f, err := openLocked(path)
+	f, err := durable.OpenLocked(path)
 	if err != nil {
 		return nil, fmt.Errorf("action log: %w", err)
 	}
@@ -61,27 +62,13 @@ func (l *actionLog) autoCounts(day string) (map[string]int, error) {
 // line is ended first, in the same write, so this one is whole.
 func (l *actionLog) append(d Decision) error {
 	var buf bytes.Buffer
-	if st, err := l.f.Stat(); err != nil {
-		return fmt.Errorf("action log %s: %w", l.path, err)
-	} else if st.Size() > 0 {
-		last := make([]byte, 1)
-		if _, err := l.f.ReadAt(last, st.Size()-1); err != nil {
-			return fmt.Errorf("action log %s: %w", l.path, err)
-		}
-		if last[0] != '\n' {
-			buf.WriteByte('\n')
-		}
-	}
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(d); err != nil {
 		return fmt.Errorf("action log %s: %w", l.path, err)
 	}
-	if _, err := l.f.Write(buf.Bytes()); err != nil {
-		return fmt.Errorf("action log: %w", err)
-	}
-	if err := l.f.Sync(); err != nil {
-		return fmt.Errorf("action log: %w", err)
+	if err := durable.AppendLine(l.f, buf.Bytes()); err != nil {
+		return fmt.Errorf("action log %s: %w", l.path, err)
 	}
 	return nil
 }

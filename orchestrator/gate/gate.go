@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -88,7 +87,8 @@ func Decide(ctx context.Context, home orchestrator.Home, e *policies.Engine, act
 
 	switch d.Outcome {
 	case Killed:
-		return d, notifyKilled(home, d)
+		// The inbox is told that an action was halted.
+		return d, home.Notify("gate_killed", fmt.Sprintf("action %s on %q halted: %s", d.Action, d.Target, d.Reason))
 	case policies.OutcomeDraft, policies.OutcomeBlock:
 		return d, park(home.Memory(orchestrator.Today(d.TS)), d)
 	}
@@ -128,20 +128,4 @@ func killFile(path string) (string, bool) {
 		return "", false
 	}
 	return fmt.Sprintf("kill file %s cannot be checked, so it counts as present: %v", path, err), true
-}
-
-// notifyKilled tells the agent's inbox that an action was halted.
-func notifyKilled(home orchestrator.Home, d Decision) error {
-	l, err := events.Open(home.Inbox(), events.Options{})
-	if err != nil {
-		return err
-	}
-	err = l.Append(events.Event{
-		Source: "orchestrator", Kind: "gate_killed", Severity: events.Warning,
-		Detail: fmt.Sprintf("action %s on %q halted: %s", d.Action, d.Target, d.Reason),
-	})
-	if cerr := l.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -3,9 +3,10 @@ package gate
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/durable"
 )
 
 // ParkedHeading heads the memory file's section of parked actions.
@@ -13,34 +14,25 @@ const ParkedHeading = "## Parked actions"
 
 // park appends d's line to the memory file's parked actions: under the
 // section when it is the file's last, else under a new heading at the end.
-// What is there is never rewritten: others (`airlock collect`) write the
-// same file, under the same flock.
+// What is there is never rewritten: others (`airlock collect`) append to
+// the same file, under the same flock (durable.Append).
 func park(path string, d Decision) error {
-	f, err := openLocked(path)
-	if err != nil {
-		return fmt.Errorf("memory file: %w", err)
-	}
-	defer f.Close()
-	raw, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<62))
-	if err != nil {
-		return fmt.Errorf("memory file %s: %w", path, err)
-	}
-	var b bytes.Buffer
-	if len(raw) > 0 && raw[len(raw)-1] != '\n' {
-		b.WriteByte('\n')
-	}
-	if lastHeading(raw) != ParkedHeading {
-		if len(raw) > 0 {
+	err := durable.Append(path, func(raw []byte) ([]byte, error) {
+		var b bytes.Buffer
+		if len(raw) > 0 && raw[len(raw)-1] != '\n' {
 			b.WriteByte('\n')
 		}
-		b.WriteString(ParkedHeading + "\n\n")
-	}
-	b.WriteString(parkedLine(d))
-	if _, err := f.Write(b.Bytes()); err != nil {
-		return fmt.Errorf("memory file: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("memory file: %w", err)
+		if lastHeading(raw) != ParkedHeading {
+			if len(raw) > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(ParkedHeading + "\n\n")
+		}
+		b.WriteString(parkedLine(d))
+		return b.Bytes(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("memory file %s: %w", path, err)
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/durable"
+	"github.com/airlock-sandbox/airlock/orchestrator/kind"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
 	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 )
@@ -18,7 +20,7 @@ var Returned = []string{"result.json", "stdout.log", "stderr.log", "audit.jsonl"
 // parseResult reads a runner's result.json for task id. A result that does
 // not parse, is for another task or has no known status is not trusted:
 // the task failed, and the detail says why.
-func parseResult(id, kind string, b []byte) spawn.Result {
+func parseResult(id, kindName string, b []byte) spawn.Result {
 	var r spawn.Result
 	err := json.Unmarshal(b, &r)
 	switch {
@@ -31,47 +33,32 @@ func parseResult(id, kind string, b []byte) spawn.Result {
 		err = fmt.Errorf("status done with exit code %d", r.Exit)
 	}
 	if err != nil {
-		return spawn.Result{Task: id, Kind: kind, Substrate: "git", Status: ledger.Failed, Exit: 1,
+		return spawn.Result{Task: id, Kind: kindName, Substrate: kind.Git, Status: ledger.Failed, Exit: 1,
 			Detail: fmt.Sprintf("the runner's result.json on %s is unusable: %v", Branch(id), err)}
 	}
 	// The runner reports what its manifest said; the ledger's kind is the
 	// one spawned.
-	r.Kind, r.Substrate = kind, "git"
+	r.Kind, r.Substrate = kindName, kind.Git
 	return r
 }
 
 // timedOut is the result Poll and Wait write for a runner that committed
 // nothing in time.
-func timedOut(id, kind string, started, now time.Time, within time.Duration) spawn.Result {
-	return spawn.Result{Task: id, Kind: kind, Substrate: "git", Status: ledger.Failed, Exit: spawn.ExitTimeout,
+func timedOut(id, kindName string, started, now time.Time, within time.Duration) spawn.Result {
+	return spawn.Result{Task: id, Kind: kindName, Substrate: kind.Git, Status: ledger.Failed, Exit: spawn.ExitTimeout,
 		Started: started, Ended: now,
 		Detail: fmt.Sprintf("the runner did not commit a result to %s within %d s", Branch(id), int64(within/time.Second))}
 }
 
 // writeFiles writes name → content into dir (made 0700), each file whole
-// (temp + rename), so a reader never sees half a result.
+// and 0600 (durable.WriteFile), so a reader never sees half a result.
 func writeFiles(dir string, files map[string][]byte) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("spawn directory: %w", err)
 	}
 	for name, b := range files {
-		tmp, err := os.CreateTemp(dir, "."+name+".*")
-		if err != nil {
-			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
-		}
-		_, err = tmp.Write(b)
-		if err == nil {
-			err = tmp.Sync()
-		}
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Rename(tmp.Name(), filepath.Join(dir, name))
-		}
-		if err != nil {
-			os.Remove(tmp.Name())
-			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+		if err := durable.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			return err
 		}
 	}
 	return nil

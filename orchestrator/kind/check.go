@@ -1,6 +1,7 @@
 package kind
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -11,13 +12,28 @@ import (
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
-// Check refuses a kind the engine's verified bundle cannot serve, or
-// whose binary is missing, not executable, or not the pinned one.
-func (k *Kind) Check(e *policies.Engine) error {
+// Check refuses a kind the engine's verified bundle cannot serve on
+// substrate (the kind's own when ""). On the local substrate its binary
+// must be here, executable and the pinned one; on git it runs on another
+// host, whose runner checks the binary against the pin, so only the pin's
+// format is checked here.
+func (k *Kind) Check(e *policies.Engine, substrate string) error {
 	if err := k.CheckPreset(e); err != nil {
 		return err
 	}
+	if cmp.Or(substrate, k.Substrate) == Git {
+		return k.checkPin()
+	}
 	return k.CheckBinary()
+}
+
+// checkPin refuses a pin that is not 64 lower-case hex digits (Load
+// normalises a valid one so; a Kind built otherwise may not be).
+func (k *Kind) checkPin() error {
+	if k.SHA256 != "" && !hexPattern.MatchString(k.SHA256) {
+		return k.fieldError("binary.sha256", "%q: want 64 lower-case hex digits", k.SHA256)
+	}
+	return nil
 }
 
 // CheckPreset refuses a kind whose preset is not in e's bundle: the error

@@ -9,8 +9,9 @@
 // value (a relative binary, a template that does not parse or names a
 // field the task does not have) is an error naming the file, the line and
 // the field. A kind that loads is then Checked against the verified bundle
-// and the disk: its preset must be in the bundle, its binary present,
-// executable and, when pinned, the pinned one.
+// and the disk: its preset must be in the bundle and, on the local
+// substrate, its binary present, executable and, when pinned, the pinned
+// one (on git the runner's host checks the binary).
 package kind
 
 import "time"

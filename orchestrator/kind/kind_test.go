@@ -134,10 +134,50 @@ func TestCheckPreset(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := embeddedEngine(t)
-	err = k.Check(e)
+	err = k.Check(e, "")
 	if !errors.Is(err, policies.ErrNoPreset) || !strings.Contains(err.Error(), `k.yaml:4: preset: "nosuch" is not in the verified policy bundle sha256:`) ||
 		!strings.Contains(err.Error(), "reviewer") {
 		t.Errorf("Check = %v, want ErrNoPreset naming the field, the bundle and its presets", err)
+	}
+}
+
+// TestCheckBySubstrate: a git kind's binary lives on the runner's host,
+// so its absence here is no refusal (the runner checks the pin); the
+// local substrate needs it here, whichever the kind names by default.
+func TestCheckBySubstrate(t *testing.T) {
+	e := embeddedEngine(t)
+	missing := filepath.Join(t.TempDir(), "not-here")
+	for _, tc := range []struct {
+		name, kindSub, spawnSub, want string
+	}{
+		{"git kind", "git", "", ""},
+		{"git kind spawned on git", "git", "git", ""},
+		{"local kind spawned on git", "local", "git", ""},
+		{"local kind", "local", "", "binary.path: open " + missing},
+		{"git kind spawned locally", "git", "local", "binary.path: open " + missing},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.Replace(valid, "{path: /bin/true}", "{path: "+missing+", sha256: "+strings.Repeat("a", 64)+"}", 1)
+			src = strings.Replace(src, "substrate: local", "substrate: "+tc.kindSub, 1)
+			dir := t.TempDir()
+			writeKind(t, dir, "k", src)
+			k, err := kind.Load(dir, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = k.Check(e, tc.spawnSub)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Check = %v, want nil", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("Check = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	// A pin not in sha256sum's form is refused on git too.
+	k := &kind.Kind{Name: "k", Binary: missing, SHA256: "sha256:XYZ", Preset: "reviewer", Substrate: "git"}
+	if err := k.Check(e, ""); err == nil || !strings.Contains(err.Error(), "binary.sha256") {
+		t.Errorf("Check(bad pin) = %v, want refused at binary.sha256", err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/yamlobj"
+	"github.com/airlock-sandbox/airlock/sandbox"
 	"gopkg.in/yaml.v3"
 )
 
@@ -20,14 +21,6 @@ var (
 	envPattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	hexPattern    = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
-
-// sandboxEnv are the variables the sandbox sets to route and trust its
-// proxy (sandbox/env.go). A kind's env must not replace them: egress is
-// its preset's to decide, not its manifest's.
-var sandboxEnv = []string{
-	"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "NODE_USE_ENV_PROXY",
-	"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "DENO_CERT",
-}
 
 // Load reads dir/<name>.yaml. A name that is not [a-z0-9-]+ is refused
 // before any file is opened, so a kind cannot name a path.
@@ -149,7 +142,7 @@ func validate(k *Kind, r *yamlobj.Report, base string) {
 		switch {
 		case !envPattern.MatchString(name):
 			r.At(path, "%q is not an environment variable name", name)
-		case slices.Contains(sandboxEnv, strings.ToUpper(name)):
+		case slices.ContainsFunc(sandbox.ReservedEnv(), func(r string) bool { return strings.EqualFold(r, name) }):
 			r.At(path, "%s is the sandbox's (its proxy and CA): a kind cannot set it", name)
 		}
 	}

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/durable"
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
-	"golang.org/x/sys/unix"
 )
 
 // collectMarker starts each collected task's section; a task whose marker
@@ -22,63 +20,52 @@ const collectMarker = "<!-- airlock-task: %s -->"
 
 // Collect merges the results of the tasks the ledger says ended on day
 // (UTC, "YYYY-MM-DD") as done, failed or timeout into memory/<day>.md, one
-// section each, and reports how many it added. The memory file is locked
-// while it is read and appended to, as other writers (the gate parking
-// drafts) share it.
+// section each, and reports how many it added. The memory file is appended
+// to under its flock (durable.Append), as the gate, parking drafts, shares
+// it: O_NOFOLLOW, and the file made durable when created.
 func Collect(h orchestrator.Home, day string) (int, error) {
+	// day names the memory file: a date, never a path.
+	if _, err := time.Parse(time.DateOnly, day); err != nil {
+		return 0, fmt.Errorf("collect: day %q: want YYYY-MM-DD", day)
+	}
 	entries, _, err := ledger.Read(h.Ledger())
 	if err != nil {
 		return 0, fmt.Errorf("ledger %s: %w", h.Ledger(), err)
 	}
 	path := h.Memory(day)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return 0, err
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		return 0, &os.PathError{Op: "flock", Path: path, Err: err}
-	}
-	have, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	var add bytes.Buffer
 	n := 0
-	for _, t := range ledger.Fold(entries) {
-		if t.Status != ledger.Done && t.Status != ledger.Failed && t.Status != ledger.Timeout {
-			continue
-		}
-		if orchestrator.Today(t.Ended) != day || bytes.Contains(have, []byte(fmt.Sprintf(collectMarker, t.ID))) {
-			continue
-		}
-		r, err := ReadResult(h.Subagent(t.ID))
-		if errors.Is(err, fs.ErrNotExist) {
-			// It never ran far enough to have a result: the ledger
-			// says why.
-			r = Result{Task: t.ID, Kind: t.Kind, Substrate: t.Substrate, Status: t.Status, Started: t.Started, Ended: t.Ended, Usage: t.Usage, Detail: t.Detail}
-			if t.Exit != nil {
-				r.Exit = *t.Exit
+	err = durable.Append(path, func(have []byte) ([]byte, error) {
+		var add bytes.Buffer
+		for _, t := range ledger.Fold(entries) {
+			if t.Status != ledger.Done && t.Status != ledger.Failed && t.Status != ledger.Timeout {
+				continue
 			}
-		} else if err != nil {
-			return n, err
+			if orchestrator.Today(t.Ended) != day || bytes.Contains(have, []byte(fmt.Sprintf(collectMarker, t.ID))) {
+				continue
+			}
+			r, err := ReadResult(h.Subagent(t.ID))
+			if errors.Is(err, fs.ErrNotExist) {
+				// It never ran far enough to have a result: the
+				// ledger says why.
+				r = Result{Task: t.ID, Kind: t.Kind, Substrate: t.Substrate, Status: t.Status, Started: t.Started, Ended: t.Ended, Usage: t.Usage, Detail: t.Detail}
+				if t.Exit != nil {
+					r.Exit = *t.Exit
+				}
+			} else if err != nil {
+				return nil, err
+			}
+			if add.Len() == 0 && len(have) == 0 {
+				fmt.Fprintf(&add, "# %s\n", day)
+			}
+			section(&add, r)
+			n++
 		}
-		if add.Len() == 0 && len(have) == 0 {
-			fmt.Fprintf(&add, "# %s\n", day)
-		}
-		section(&add, r)
-		n++
+		return add.Bytes(), nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("memory file %s: %w", path, err)
 	}
-	if add.Len() == 0 {
-		return 0, nil
-	}
-	if _, err := f.Write(add.Bytes()); err != nil {
-		return 0, fmt.Errorf("%s: %w", path, err)
-	}
-	return n, f.Sync()
+	return n, nil
 }
 
 // section is one task in the memory file.

@@ -2,8 +2,11 @@ package spawn
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,5 +59,31 @@ func TestCollectIsIdempotent(t *testing.T) {
 		if strings.Contains(mem, absent) {
 			t.Errorf("memory names %q:\n%s", absent, mem)
 		}
+	}
+}
+
+// A symlink planted at the memory file does not redirect collect's write:
+// it fails, naming the file, and the link's target is untouched.
+func TestCollectRefusesASymlinkedMemoryFile(t *testing.T) {
+	h := orchestrator.Home{Dir: t.TempDir()}
+	now := time.Now()
+	day := orchestrator.Today(now)
+	for _, st := range []ledger.Status{ledger.Queued, ledger.Failed} {
+		if err := ledger.Append(h.Ledger(), ledger.Entry{TS: now, Task: "t", Kind: "k", Substrate: "local", Status: st, Detail: "why"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	if err := os.MkdirAll(filepath.Dir(h.Memory(day)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, h.Memory(day)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Collect(h, day); !errors.Is(err, syscall.ELOOP) || !strings.Contains(err.Error(), h.Memory(day)) {
+		t.Errorf("Collect = %d, %v; want ELOOP naming the memory file", n, err)
+	}
+	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the symlink's target was written: %v", err)
 	}
 }

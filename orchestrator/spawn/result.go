@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/durable"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -91,31 +92,15 @@ func Clip(b []byte) string {
 	return string(b)
 }
 
-// WriteResult writes r as dir/result.json, whole (temp + fsync + rename):
-// a reader (collect, poll) never sees half of one. It is 0600 (the temp
-// file's mode), the operator's alone, as the sub-agent's output is.
+// WriteResult writes r as dir/result.json, whole (durable.WriteFile): a
+// reader (collect, poll) never sees half of one. It is 0600, the
+// operator's alone, as the sub-agent's output is.
 func WriteResult(dir string, r Result) error {
 	raw, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".result-*.json")
-	if err != nil {
-		return fmt.Errorf("result of %s: %w", r.Task, err)
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(append(raw, '\n')); err != nil {
-		f.Close()
-		return fmt.Errorf("result of %s: %w", r.Task, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("result of %s: %w", r.Task, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("result of %s: %w", r.Task, err)
-	}
-	if err := os.Rename(f.Name(), filepath.Join(dir, ResultFile)); err != nil {
+	if err := durable.WriteFile(filepath.Join(dir, ResultFile), append(raw, '\n'), 0o600); err != nil {
 		return fmt.Errorf("result of %s: %w", r.Task, err)
 	}
 	return nil

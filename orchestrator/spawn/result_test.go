@@ -31,6 +31,17 @@ func TestJudge(t *testing.T) {
 		{3, "", `{"error":"x","usage":{"tokens":5}}`, ledger.Failed, 5, 3},
 		{3, "", `oops`, ledger.Failed, -1, 3},
 		{ExitTimeout, ledger.Timeout, `{"ok":true}`, ledger.Timeout, -1, ExitTimeout},
+		{0, "", `{"usage":{"tokens":9223372036854775807}}`, ledger.Done, 9223372036854775807, 0}, // the budget caps it
+		// The sub-agent's own code never passes for airlock's answers
+		// or for no exit status.
+		{-1, "", `{}`, ledger.Failed, -1, 1},
+		{256, "", `{}`, ledger.Failed, -1, 1},
+		{ExitUsage, "", `{}`, ledger.Failed, -1, 1},
+		{ExitIntegrity, "", `{}`, ledger.Failed, -1, 1},
+		{ExitOverBudget, "", `{}`, ledger.Failed, -1, 1},
+		{125, "", `{}`, ledger.Failed, -1, 1},
+		{ExitTimeout, "", `{}`, ledger.Failed, -1, ExitTimeout},
+		{137, "", `{}`, ledger.Failed, -1, 137},
 	} {
 		r := Result{Exit: c.exit, Status: c.status}
 		r.Judge([]byte(c.last))

@@ -66,7 +66,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 	if err != nil {
 		return Result{}, &UsageError{err}
 	}
-	if err := k.Check(s.Engine); err != nil {
+	if err := k.Check(s.Engine, req.Substrate); err != nil {
 		return Result{}, &UsageError{fmt.Errorf("kind %s: %w", k.Name, err)}
 	}
 	name := req.Substrate
