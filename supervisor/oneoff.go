@@ -135,6 +135,9 @@ func (o *oneOffs) config(spec adminclient.SandboxSpec) (sandbox.Config, error) {
 	if _, ok := p.engine.Preset(spec.Preset); !ok {
 		return sandbox.Config{}, refuse(400, "preset %q: not in the pod's policy %s; it has %v", spec.Preset, p.engine.Hash(), p.engine.Presets())
 	}
+	if spec.Policy != "" && spec.Policy != p.engine.Hash() {
+		return sandbox.Config{}, refuse(412, "policy %s: the pod's proxy decides with policy %s, not the bundle its launcher verified", spec.Policy, p.engine.Hash())
+	}
 	if len(spec.Command) == 0 || !filepath.IsAbs(spec.Command[0]) {
 		return sandbox.Config{}, refuse(400, "command %q: want an absolute binary first (the pod does not search a PATH for it)", spec.Command)
 	}

@@ -31,6 +31,10 @@ type SandboxSpec struct {
 	// letters, digits, '.', '_', '-'; one running at a time per ID.
 	ID     string `json:"id"`
 	Preset string `json:"preset"`
+	// Policy, when set, is the hash of the bundle the launcher verified:
+	// a pod serving another refuses (412), for the sandbox would be
+	// decided by a bundle the launcher did not check.
+	Policy string `json:"policy,omitempty"`
 	// Command is an absolute binary, then its arguments.
 	Command []string `json:"command"`
 	// Env is KEY=VALUE; the pod adds its proxy and CA variables.
