@@ -210,8 +210,9 @@ func TestPodSandboxStops(t *testing.T) {
 		t.Errorf("airlock up with a one-off running: %v", e.pod.exitErr)
 	}
 	gone(marker)
-	if code, err := sb.Wait(); err == nil && code <= 128 {
-		t.Errorf("a one-off of a stopped pod: Wait = %d, %v; want killed, or an error", code, err)
+	// Stopped as the services are, SIGTERM first, and told its launcher.
+	if code, err := sb.Wait(); err != nil || code != 128+int(syscall.SIGTERM) {
+		t.Errorf("a one-off of a stopped pod: Wait = %d, %v; want 143 (SIGTERM)", code, err)
 	}
 }
 
