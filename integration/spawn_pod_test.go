@@ -173,7 +173,9 @@ func TestPodSandboxRefusals(t *testing.T) {
 // pod stops.
 func TestPodSandboxStops(t *testing.T) {
 	e := newPodSpawnEnv(t, "oneoff-stop")
-	gone := func(marker string) { testutil.WaitFor(t, "no process of "+marker+" left", func() bool { return len(withArg(marker)) == 0 }) }
+	gone := func(marker string) {
+		testutil.WaitFor(t, "no process of "+marker+" left", func() bool { return len(withArg(marker)) == 0 })
+	}
 	sleeper := func(id string) (local.Spec, string) {
 		marker := fmt.Sprintf("%s-%d", id, time.Now().UnixNano())
 		return e.spec(t, id, "egress_ok", e.python, "-c", sleeperScript, marker), marker
