@@ -374,3 +374,69 @@ func TestSpawnStopped(t *testing.T) {
 	}
 	testutil.WaitFor(t, "no process of the stopped sub-agent left", func() bool { return len(withArg(marker)) == 0 })
 }
+
+// The sandbox is launched in the spawn's own process (no second airlock
+// process compiling the bundle again: the sandbox's init is the spawn's
+// child), and dies with it: a SIGKILLed spawn leaves no process of its
+// sub-agent and no cgroup of its sandbox.
+func TestSpawnKilledTakesItsSandbox(t *testing.T) {
+	e := newSpawnEnv(t)
+	marker := fmt.Sprintf("spawn-killed-%d", time.Now().UnixNano())
+	e.kind(t, "sleeper", "10m", 100, "sleep", marker)
+	cmd := exec.Command(airlockBin, "spawn", "--home", e.home, "--task-file", e.task, "--kind", "sleeper",
+		"--daily-tokens", "1000", "--policy", e.bundle, "--ca-dir", filepath.Join(e.dir, "ca"), "--log-level", "warn")
+	cmd.Env = cleanEnv()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	testutil.WaitFor(t, "the sub-agent and its child", func() bool { return len(withArg(marker)) >= 2 })
+	between := 0
+	for pid := withArg(marker)[0]; pid != cmd.Process.Pid; pid = parentOf(t, pid) {
+		if pid <= 1 {
+			t.Fatalf("the sub-agent is not a descendant of airlock spawn (%d)", cmd.Process.Pid)
+		}
+		if argv := cmdline(pid); len(argv) > 1 && argv[1] == "launch" {
+			t.Errorf("process %d between the sub-agent and airlock spawn is %q: a second airlock launches it", pid, argv)
+		}
+		between++
+	}
+	if between > 3 { // the sub-agent's child, the sub-agent, the sandbox's init
+		t.Errorf("%d processes from the sub-agent up to airlock spawn; want the sandbox's init alone between", between)
+	}
+	runs, _ := filepath.Glob(filepath.Join(e.home, "subagents", "*"))
+	if len(runs) != 1 {
+		t.Fatalf("%d sub-agent directories; want 1", len(runs))
+	}
+	id := "spawn-" + filepath.Base(runs[0])
+	if len(cgroupsOf(id)) == 0 {
+		t.Fatalf("no cgroup airlock-%s while it runs", id)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	testutil.WaitFor(t, "no process of the killed spawn's sub-agent left", func() bool { return len(withArg(marker)) == 0 })
+	testutil.WaitFor(t, "no cgroup of the killed spawn's sandbox left", func() bool { return len(cgroupsOf(id)) == 0 })
+}
+
+// parentOf is pid's parent (PPid in /proc/PID/status).
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(l, "PPid:"); ok {
+			var ppid int
+			fmt.Sscan(v, &ppid)
+			return ppid
+		}
+	}
+	t.Fatalf("/proc/%d/status has no PPid", pid)
+	return 0
+}
+
+func cmdline(pid int) []string {
+	raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+}

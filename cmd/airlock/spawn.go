@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"os/signal"
 	"syscall"
 
@@ -15,8 +14,8 @@ import (
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
 	"github.com/airlock-sandbox/airlock/orchestrator/local"
 	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
+	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 )
 
 func newSpawnCmd() *cobra.Command {
@@ -40,8 +39,8 @@ func newSpawnCmd() *cobra.Command {
 			if kindName == "" || (taskFile == "" && !dryRun) {
 				return &exitError{ExitUsage, errors.New("--kind and --task-file are required")}
 			}
-			for name := range notForwarded {
-				if f := cmd.Flags().Lookup(name); f.Changed && name != "policy-sha256" {
+			for name := range perSandbox {
+				if f := cmd.Flags().Lookup(name); f.Changed {
 					return &exitError{ExitUsage, fmt.Errorf("--%s is per sandbox: a spawn's audit lines go to subagents/ID/%s, and its proxy serves no metrics", name, local.AuditFile)}
 				}
 			}
@@ -52,9 +51,9 @@ func newSpawnCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{ExitUsage, err}
 			}
-			self, err := os.Executable()
-			if err != nil {
-				return err
+			var le *proxy.LimitError
+			if err := proxy.CheckLimits(xf.limits, xf.dialTimeout); errors.As(err, &le) {
+				return &exitError{ExitUsage, fmt.Errorf("--%s must be positive", le.Name)}
 			}
 			// The bundle is verified here, with its pin or lock, before
 			// anything is reserved or run (ErrIntegrity: exit 10).
@@ -63,10 +62,12 @@ func newSpawnCmd() *cobra.Command {
 				return err
 			}
 			s := &spawn.Spawner{
-				Home: h, Engine: engine, Airlock: self, Log: slog.Default(),
+				Home: h, Engine: engine, Log: slog.Default(),
 				Budget: budget.Budget{Dir: h.Budget(), Daily: dailyTokens},
 				Substrates: map[string]spawn.Substrate{
-					"local": local.Substrate{LaunchArgs: launchArgs(cmd)},
+					// In this process, with the engine just verified:
+					// the bundle is compiled once.
+					"local": local.Substrate{Launcher: spawnLauncher{engine: engine, proxy: xf.options(slog.Default()), log: slog.Default()}},
 				},
 			}
 			if gf.remote != "" {
@@ -106,39 +107,22 @@ func newSpawnCmd() *cobra.Command {
 	xf.register(cmd)
 	inGroup(fl, "Policy", func() { pf.register(cmd, true) })
 	// Each sandbox's proxy writes its own audit log and serves no
-	// metrics: those two proxy flags are not the operator's here.
+	// metrics: those two proxy flags are not the operator's here. Its
+	// engine is the one the spawn verified, never reloaded: nothing to
+	// watch.
 	fl.MarkHidden("audit-log")
 	fl.MarkHidden("metrics")
+	fl.MarkHidden("policy-watch")
 	groupedHelp(cmd, "Spawn", "Git substrate", "Proxy", "Policy")
 	cmd.AddCommand(newSpawnPollCmd(), newSpawnGCCmd())
 	return cmd
 }
 
-// notForwarded are spawn's proxy and policy flags a launch must not get
-// from the operator: the substrate sets them per sub-agent (its own audit
-// log, the pin of the bundle the spawn verified), and one metrics address
-// cannot serve several sandboxes.
-var notForwarded = map[string]bool{"audit-log": true, "metrics": true, "policy-sha256": true}
-
-// launchArgs are the proxy and policy flags the operator set, as `airlock
-// launch` takes them: the sandbox is served by the same bundle and proxy
-// settings the spawn was given.
-func launchArgs(cmd *cobra.Command) []string {
-	var args []string
-	cmd.Flags().Visit(func(f *pflag.Flag) {
-		if g := flagGroup(f); (g != "Proxy" && g != "Policy") || notForwarded[f.Name] {
-			return
-		}
-		if sv, ok := f.Value.(pflag.SliceValue); ok {
-			for _, v := range sv.GetSlice() {
-				args = append(args, "--"+f.Name+"="+v)
-			}
-			return
-		}
-		args = append(args, "--"+f.Name+"="+f.Value.String())
-	})
-	return args
-}
+// perSandbox are spawn's proxy and policy flags the operator must not
+// set: each sandbox writes its own audit log (subagents/ID/audit.jsonl)
+// and its proxy serves no metrics (one address cannot serve several), and
+// the bundle is the one the spawn verified.
+var perSandbox = map[string]bool{"audit-log": true, "metrics": true}
 
 // report prints a dry run's plan, an async task's id, or the result.
 func report(stdout, stderr io.Writer, h orchestrator.Home, res spawn.Result) error {

@@ -16,10 +16,11 @@ import (
 // less the same for `airlock launch` with the same preset. The sub-agent is
 // bash whose first instruction writes $EPOCHREALTIME (a builtin: no fork
 // before the stamp), so both figures end at the same instruction and the
-// difference is what the spawn adds: the kind and the bundle checked, the
-// budget reserved, the ledger written, the task rendered, a second airlock
-// process (the launcher the spawn runs). Runs alternate, spawn and launch,
-// so that the machine's load weighs on both alike.
+// difference is what the spawn adds: the kind checked, the budget
+// reserved, the ledger written, the task rendered (the sandbox is launched
+// in the spawn's own process, with the engine it verified, as `airlock
+// launch` launches its own). Runs alternate, spawn and launch, so that the
+// machine's load weighs on both alike.
 
 var spawnRuns = flag.Int("spawn-runs", 7, "samples of spawn and of launch, alternated")
 

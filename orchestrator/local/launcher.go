@@ -15,15 +15,14 @@ type Launcher interface {
 
 // Spec is one sub-agent's sandbox.
 type Spec struct {
-	ID      string   // "spawn-<task>": its cgroup, decisions and audit lines
-	Preset  string   // decided by this preset of the verified bundle
-	Command []string // absolute binary, then its rendered args
-	Env     []string // KEY=VALUE: the kind's env (the sandbox sets its own proxy/CA variables)
-	Dir     string   // its working directory: the job's work dir
-	RW      []string // writable paths (the work dir)
-	RO      []string // readable paths (prompt.txt, task, ...)
-	UID     int
-	GID     int
+	ID       string   // "spawn-<task>": its cgroup, decisions and audit lines
+	Preset   string   // decided by this preset of the verified bundle
+	Command  []string // absolute binary, then its rendered args
+	Env      []string // KEY=VALUE: the kind's env (the sandbox sets its own proxy/CA variables)
+	Dir      string   // its working directory: the job's work dir
+	RW       []string // writable paths (the work dir)
+	RO       []string // readable paths (prompt.txt, task, ...)
+	UID, GID int
 	// Files the launcher opens (as root) and the sandbox's output and
 	// audit lines go to: absolute paths in the job's directory, 0600,
 	// created anew.

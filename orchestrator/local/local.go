@@ -1,19 +1,16 @@
-// Package local is the local substrate: a sub-agent runs on this host as
-// a child `airlock launch`, in a fresh sandbox whose proxy decides with
-// the kind's preset of the verified bundle, under the kind's timeout.
+// Package local is the local substrate: a sub-agent runs on this host in
+// a fresh sandbox, started by a Launcher, whose proxy decides with the
+// kind's preset of the verified bundle, under the kind's timeout.
 package local
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
@@ -25,23 +22,16 @@ const (
 	StdoutFile = "stdout.log"
 	StderrFile = "stderr.log"
 	AuditFile  = "audit.jsonl"
-	// statusFile is the launcher's --json-status: whether the sandbox
-	// started at all, which the exit code alone cannot tell (a command
-	// may exit 125 too).
-	statusFile = "launch-status.json"
 )
 
-// DefaultGrace is how long a timed-out launcher has, after SIGTERM, to
-// kill its sandbox itself before its whole process group is killed.
-const DefaultGrace = 5 * time.Second
+// DefaultGrace is how long a sub-agent has, after the SIGTERM of a
+// timeout or a stop, before every process of its sandbox is killed.
+const DefaultGrace = 2 * time.Second
 
-// Substrate runs jobs through `airlock launch`.
+// Substrate runs jobs through a Launcher.
 type Substrate struct {
-	// LaunchArgs are flags passed to every launch before the ones the
-	// job sets: the bundle (--policy, --policy-lock, ...) and the proxy's
-	// settings (--upstream-ca, --resolve, ...). The job's own flags come
-	// after them and win: the preset, the bundle's pin, the audit log.
-	LaunchArgs []string
+	// Launcher starts each job's sandbox (required).
+	Launcher Launcher
 	// Grace is DefaultGrace when zero.
 	Grace time.Duration
 	// UID and GID the sub-agent runs as (DefaultUID when zero): its work
@@ -51,11 +41,6 @@ type Substrate struct {
 
 // DefaultUID is the sandbox's uid and gid unless set, as airlock launch's.
 const DefaultUID = 998
-
-// stopTimeout is the launcher's --stop-timeout: after the SIGTERM of a
-// timeout the sub-agent has this long before the launcher kills the
-// sandbox, well within the grace before the group is killed.
-const stopTimeout = "2s"
 
 // Async: the local substrate runs a sub-agent in the foreground only.
 func (s Substrate) Async() bool { return false }
@@ -70,55 +55,28 @@ func (s Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) {
 	if err := os.Chown(j.Work, uid, gid); err != nil {
 		return spawn.Result{}, fmt.Errorf("give the sub-agent its work directory: %w", err)
 	}
-	// The sub-agent's output is the operator's to read (0600): what it
-	// prints may be what it was not meant to send anywhere. It writes
-	// through the descriptors it inherits, never by path.
-	stdout, err := os.OpenFile(filepath.Join(j.Dir, StdoutFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return spawn.Result{}, err
-	}
-	defer stdout.Close()
-	stderr, err := os.OpenFile(filepath.Join(j.Dir, StderrFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return spawn.Result{}, err
-	}
-	defer stderr.Close()
-
-	cmd := exec.Command(j.Airlock, s.args(j)...)
-	cmd.Dir = j.Work
-	cmd.Stdin = nil
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	// The launcher's environment is the orchestrator's: the proxy in it
-	// reads the secrets a preset injects from there; the sandbox scrubs
-	// what the command sees.
-	cmd.Env = os.Environ()
-	// Its own process group: a timeout kills the launcher and whatever
-	// it started outside the sandbox, and the launcher's
-	// --die-with-parent takes the sandbox with it.
-	// Pdeathsig: should the orchestrator die without stopping it (a
-	// SIGKILL), the launcher is told to stop, and its sandbox with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	spec := s.spec(j)
 	res := spawn.Result{Started: time.Now().UTC()}
-	if err := cmd.Start(); err != nil {
-		return res, fmt.Errorf("start %s launch: %w", j.Airlock, err)
+	sb, err := s.Launcher.Launch(ctx, spec)
+	if err != nil {
+		return res, fmt.Errorf("the sandbox %s could not be set up: %w", spec.ID, err)
 	}
-	timedOut := s.wait(ctx, cmd, j.Kind.Timeout)
+	code, timedOut, err := s.wait(ctx, sb, j.Kind.Timeout)
 	res.Ended = time.Now().UTC()
-	res.Exit = cmd.ProcessState.ExitCode()
+	res.Exit = code
 	if timedOut {
 		res.Status, res.Exit = ledger.Timeout, spawn.ExitTimeout
-		res.Detail = fmt.Sprintf("killed after the kind's timeout of %s (with its whole process tree)", j.Kind.Timeout)
+		res.Detail = fmt.Sprintf("killed after the kind's timeout of %s (with every process of its sandbox)", j.Kind.Timeout)
 		return res, nil
 	}
 	if err := ctx.Err(); err != nil {
 		res.Status, res.Detail = ledger.Failed, fmt.Sprintf("stopped before it ended (%v): the sub-agent and its sandbox were killed", context.Cause(ctx))
 		return res, nil
 	}
-	if step, ok := setupFailed(j.Dir); ok {
-		said, _ := lastLine(stderr.Name())
-		return res, fmt.Errorf("the sandbox could not be set up (%s): the launcher said %q (%s)", step, spawn.Clip(said), stderr.Name())
+	if err != nil {
+		return res, fmt.Errorf("the sandbox %s could not run %s: %w", spec.ID, spec.Command[0], err)
 	}
-	last, err := lastLine(stdout.Name())
+	last, err := lastLine(spec.Stdout)
 	if err != nil {
 		return res, err
 	}
@@ -133,37 +91,37 @@ func (s Substrate) ids() (int, int) {
 	return s.UID, s.GID
 }
 
-// args: the operator's launch flags, then the job's, then the command.
-func (s Substrate) args(j spawn.Job) []string {
+// spec is the job's sandbox: the kind's binary, args and env, in its work
+// directory (the one place it may write), its task's files readable, its
+// output and audit lines in its directory.
+func (s Substrate) spec(j spawn.Job) Spec {
 	uid, gid := s.ids()
-	args := append([]string{"launch"}, s.LaunchArgs...)
-	args = append(args,
-		"--preset", j.Kind.Preset,
-		"--policy-sha256", j.Policy,
-		"--sandbox-id", "spawn-"+j.ID,
-		"--audit-log", filepath.Join(j.Dir, AuditFile),
-		"--json-status", filepath.Join(j.Dir, statusFile),
-		"--rw", j.Work,
-		"--ro", j.Dir,
-		"--exec", j.Kind.Binary,
-		"--cwd", j.Work,
-		"--die-with-parent",
-		"--stop-timeout", stopTimeout,
-		"--user", fmt.Sprintf("%d:%d", uid, gid),
-	)
-	for _, k := range sortedKeys(j.Kind.Env) {
-		args = append(args, "--env", k+"="+j.Kind.Env[k])
+	sp := Spec{
+		ID: "spawn-" + j.ID, Preset: j.Kind.Preset,
+		Command: append([]string{j.Kind.Binary}, j.Args...),
+		Dir:     j.Work, RW: []string{j.Work}, RO: []string{j.Dir},
+		UID: uid, GID: gid,
+		Stdout: filepath.Join(j.Dir, StdoutFile), Stderr: filepath.Join(j.Dir, StderrFile), Audit: filepath.Join(j.Dir, AuditFile),
 	}
-	args = append(args, "--", j.Kind.Binary)
-	return append(args, j.Args...)
+	for _, k := range sortedKeys(j.Kind.Env) {
+		sp.Env = append(sp.Env, k+"="+j.Kind.Env[k])
+	}
+	return sp
 }
 
-// wait waits for the launcher; at the timeout (or ctx's end) it asks the
-// launcher to stop (SIGTERM: it stops its sandbox), then after the grace
-// kills the whole group. It reports whether the timeout fired.
-func (s Substrate) wait(ctx context.Context, cmd *exec.Cmd, timeout time.Duration) bool {
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
+// wait waits for the sandbox; at the timeout (or ctx's end) it stops it
+// (SIGTERM, then after the grace every process killed). It returns the
+// exit code and whether the timeout fired.
+func (s Substrate) wait(ctx context.Context, sb Sandbox, timeout time.Duration) (int, bool, error) {
+	type exit struct {
+		code int
+		err  error
+	}
+	done := make(chan exit, 1)
+	go func() {
+		code, err := sb.Wait()
+		done <- exit{code, err}
+	}()
 	var expired <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -172,45 +130,19 @@ func (s Substrate) wait(ctx context.Context, cmd *exec.Cmd, timeout time.Duratio
 	}
 	timedOut := false
 	select {
-	case <-done:
-		return false
+	case e := <-done:
+		return e.code, false, e.err
 	case <-expired:
 		timedOut = true
 	case <-ctx.Done():
 	}
-	pgid := cmd.Process.Pid
-	syscall.Kill(-pgid, syscall.SIGTERM)
 	grace := s.Grace
 	if grace <= 0 {
 		grace = DefaultGrace
 	}
-	select {
-	case <-done:
-	case <-time.After(grace):
-		syscall.Kill(-pgid, syscall.SIGKILL)
-		<-done
-	}
-	return timedOut
-}
-
-// setupFailed reads the launcher's status: started false names the step.
-func setupFailed(dir string) (string, bool) {
-	raw, err := os.ReadFile(filepath.Join(dir, statusFile))
-	if err != nil {
-		return "no launch status: " + err.Error(), true
-	}
-	var st struct {
-		Started bool   `json:"started"`
-		Step    string `json:"step"`
-		Error   string `json:"error"`
-	}
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return fmt.Sprintf("launch status %q unreadable: %v", raw, err), true
-	}
-	if st.Started {
-		return "", false
-	}
-	return fmt.Sprintf("step %q: %s", st.Step, st.Error), true
+	sb.Stop(grace)
+	e := <-done
+	return e.code, timedOut, e.err
 }
 
 // lastLine is the last non-empty line of the file, read from its end: a

@@ -35,8 +35,6 @@ type Spawner struct {
 	// refuses a mismatch with ErrIntegrity before a Spawner exists).
 	Engine *policies.Engine
 	Budget budget.Budget
-	// Airlock is the airlock binary substrates launch sandboxes with.
-	Airlock string
 	// Substrates by name ("local", "git").
 	Substrates map[string]Substrate
 	Now        func() time.Time
@@ -209,7 +207,7 @@ func (s *Spawner) render(k *kind.Kind, id string, text []byte) (Job, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return Job{}, fmt.Errorf("render task %s: %w", id, err)
 	}
-	job := Job{ID: id, Kind: k, Dir: dir, Work: filepath.Join(dir, workDir), Policy: s.Engine.Hash(), Airlock: s.Airlock}
+	job := Job{ID: id, Kind: k, Dir: dir, Work: filepath.Join(dir, workDir), Policy: s.Engine.Hash()}
 	prompt, err := k.RenderPrompt(kind.Task{ID: id, Kind: k.Name, Text: string(text)})
 	if err != nil {
 		return job, fmt.Errorf("kind %s: prompt: %w", k.Name, err)

@@ -24,9 +24,6 @@ type Job struct {
 	// Policy is the hash of the bundle the spawn verified: the sandbox
 	// must be decided by exactly that bundle.
 	Policy string
-	// Airlock is the airlock binary that launches sandboxes on this
-	// host (Spawner.Airlock).
-	Airlock string
 	// Async asks the substrate to return once the task is handed over;
 	// a substrate that cannot is never given one (Spawn refuses first).
 	Async bool
