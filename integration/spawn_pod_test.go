@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/adminclient"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/orchestrator"
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
 	"github.com/airlock-sandbox/airlock/orchestrator/local"
 	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 )
@@ -241,4 +244,136 @@ func rawLaunch(t *testing.T, socket string, s local.Spec) net.Conn {
 		t.Fatalf("launch: %v %v", resp, err)
 	}
 	return conn
+}
+
+// `airlock spawn --pod-socket` runs the sub-agent inside the pod: decided
+// by the kind's preset (the pod's one service has none that reaches
+// api.test), its audit lines in the task's audit.jsonl and in the pod's
+// log, its ledger and result as for a local spawn.
+func TestSpawnInPod(t *testing.T) {
+	e := newPodSpawnEnv(t, "spawn-pod")
+	api := fmt.Sprintf("https://api.test:%d", e.tlsPort)
+	e.kind(t, "fetcher", "2m", 100, "net", api+"/v1/hello", api+"/v2/secret")
+	code, out, errs := e.spawn(t, 1000, "--kind", "fetcher", "--pod-socket", e.pod.socket)
+	if code != 0 {
+		t.Fatalf("airlock spawn --pod-socket = %d\n%s%s", code, out, errs)
+	}
+	var printed spawn.Result
+	if err := json.Unmarshal([]byte(out), &printed); err != nil {
+		t.Fatalf("spawn printed %q: %v", out, err)
+	}
+	id := printed.Task
+	entries, _ := e.ledger(t)
+	if got := statuses(entries, id); fmt.Sprint(got) != "[queued running done]" {
+		t.Fatalf("ledger of %s: %v; want [queued running done]", id, got)
+	}
+	dir := orchestrator.Home{Dir: e.home}.Subagent(id)
+	res, err := spawn.ReadResult(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Allowed struct{ Status int }
+		Denied  struct{ Status int }
+	}
+	json.Unmarshal(res.Result, &got)
+	if res.Status != ledger.Done || res.Usage == nil || res.Usage.Tokens != 42 || got.Allowed.Status != 200 || got.Denied.Status != 403 {
+		t.Fatalf("result.json %+v, result %+v", res, got)
+	}
+	for _, log := range []string{filepath.Join(dir, local.AuditFile), filepath.Join(e.pod.state, "audit.jsonl")} {
+		denied := false
+		for _, l := range readLines(t, log) {
+			var a struct {
+				auditLine
+				Sandbox, Preset string
+			}
+			json.Unmarshal([]byte(l), &a)
+			if a.Sandbox == "spawn-"+id && a.Reason == "path_not_allowed" && a.Path == "/v2/secret" {
+				denied = a.Preset == "egress_ok" && a.Binary == e.python
+			}
+		}
+		if !denied {
+			t.Errorf("%s has no denial of /v2/secret by sandbox spawn-%s, preset egress_ok, binary %s", log, id, e.python)
+		}
+	}
+}
+
+// In a pod a timed-out sub-agent is killed with every process of it
+// (exit 124, none left in the pod's cgroup), and a SIGKILLed `airlock
+// spawn` takes its sub-agent with it: the pod sees its connection close.
+func TestSpawnInPodEnds(t *testing.T) {
+	e := newPodSpawnEnv(t, "spawn-pod-end")
+	marker := fmt.Sprintf("spawn-pod-timeout-%d", time.Now().UnixNano())
+	e.kind(t, "sleeper", "2s", 100, "sleep", marker)
+	code, out, errs := e.spawn(t, 1000, "--kind", "sleeper", "--pod-socket", e.pod.socket)
+	var res spawn.Result
+	json.Unmarshal([]byte(out), &res)
+	if code != spawn.ExitTimeout || res.Status != ledger.Timeout {
+		t.Fatalf("airlock spawn --pod-socket of a sleeper = %d, %+v; want 124, timeout\n%s", code, res, errs)
+	}
+	testutil.WaitFor(t, "no process of the timed-out sub-agent left", func() bool { return len(withArg(marker)) == 0 })
+	if _, err := os.Stat(filepath.Join(podGroup(t, e.name), "airlock-spawn-"+res.Task)); !os.IsNotExist(err) {
+		t.Errorf("the timed-out sub-agent's cgroup is left in the pod's (%v)", err)
+	}
+
+	marker = fmt.Sprintf("spawn-pod-killed-%d", time.Now().UnixNano())
+	e.kind(t, "sleeper", "10m", 100, "sleep", marker)
+	cmd := exec.Command(airlockBin, "spawn", "--home", e.home, "--task-file", e.task, "--kind", "sleeper",
+		"--daily-tokens", "1000", "--policy", e.bundle, "--pod-socket", e.pod.socket, "--log-level", "warn")
+	cmd.Env = cleanEnv()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the sub-agent's sleep", func() bool { return len(withArg(marker)) >= 2 })
+	cmd.Process.Kill()
+	cmd.Wait()
+	testutil.WaitFor(t, "no process of the killed spawn's sub-agent left", func() bool { return len(withArg(marker)) == 0 })
+}
+
+// A spawn the pod cannot serve fails loudly and runs nothing: a kind whose
+// preset the pod's bundle lacks is refused (exit 2, naming the preset),
+// and a pod that does not answer is an error (exit 1), never a fallback
+// to a sandbox outside the pod.
+func TestSpawnInPodRefused(t *testing.T) {
+	e := newPodSpawnEnv(t, "spawn-pod-refuse")
+	// The spawn's bundle has a preset the pod's lacks.
+	other := filepath.Join(e.dir, "other-bundle")
+	os.MkdirAll(other, 0o755)
+	for _, name := range []string{"egress_ok", "egress_none"} {
+		raw, _ := os.ReadFile(filepath.Join(e.bundle, name+".rego"))
+		os.WriteFile(filepath.Join(other, name+".rego"), raw, 0o644)
+	}
+	raw, _ := os.ReadFile(filepath.Join(e.bundle, "egress_ok.rego"))
+	os.WriteFile(filepath.Join(other, "extra_ok.rego"), []byte(strings.Replace(string(raw), "presets.egress_ok", "presets.extra_ok", 1)), 0o644)
+	e.kind(t, "extra", "1m", 100, "quick")
+	kindFile := filepath.Join(e.home, "kinds", "extra.yaml")
+	src, _ := os.ReadFile(kindFile)
+	os.WriteFile(kindFile, []byte(strings.Replace(string(src), "preset: egress_ok", "preset: extra_ok", 1)), 0o644)
+	e.kind(t, "quick", "1m", 100, "quick")
+
+	for _, tc := range []struct {
+		name, kind, socket, bundle string
+		code                       int
+		want                       string
+	}{
+		{"preset the pod lacks", "extra", e.pod.socket, other, 2, `preset "extra_ok": not in the pod's policy`},
+		{"no pod", "quick", filepath.Join(e.dir, "no-pod.sock"), e.bundle, 1, "the pod's admin socket does not answer"},
+	} {
+		cmd := exec.Command(airlockBin, "spawn", "--home", e.home, "--task-file", e.task, "--kind", tc.kind,
+			"--daily-tokens", "1000", "--policy", tc.bundle, "--pod-socket", tc.socket, "--log-level", "warn")
+		cmd.Env = cleanEnv()
+		out, err := cmd.CombinedOutput()
+		if code := exitCode(err); code != tc.code || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s: airlock spawn = %d; want %d naming %q\n%s", tc.name, code, tc.code, tc.want, out)
+		}
+	}
+	entries, _ := e.ledger(t)
+	for _, en := range entries {
+		if en.Status == ledger.Done {
+			t.Errorf("a refused spawn ran: %+v", en)
+		}
+		if _, err := os.Stat(filepath.Join(orchestrator.Home{Dir: e.home}.Subagent(en.Task), local.StdoutFile)); !os.IsNotExist(err) {
+			t.Errorf("task %s has a stdout.log (%v): something ran", en.Task, err)
+		}
+	}
 }
