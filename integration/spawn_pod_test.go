@@ -331,8 +331,9 @@ func TestSpawnInPodEnds(t *testing.T) {
 }
 
 // A spawn the pod cannot serve fails loudly and runs nothing: a kind whose
-// preset the pod's bundle lacks is refused (exit 2, naming the preset),
-// and a pod that does not answer is an error (exit 1), never a fallback
+// preset the pod's bundle lacks is refused (exit 2, naming the preset), a
+// pod serving another bundle than the spawn verified is an integrity
+// failure (exit 10), and a pod that does not answer is an error (exit 1), never a fallback
 // to a sandbox outside the pod.
 func TestSpawnInPodRefused(t *testing.T) {
 	e := newPodSpawnEnv(t, "spawn-pod-refuse")
@@ -357,6 +358,7 @@ func TestSpawnInPodRefused(t *testing.T) {
 		want                       string
 	}{
 		{"preset the pod lacks", "extra", e.pod.socket, other, 2, `preset "extra_ok": not in the pod's policy`},
+		{"another bundle", "quick", e.pod.socket, other, 10, "not the bundle its launcher verified"},
 		{"no pod", "quick", filepath.Join(e.dir, "no-pod.sock"), e.bundle, 1, "the pod's admin socket does not answer"},
 	} {
 		cmd := exec.Command(airlockBin, "spawn", "--home", e.home, "--task-file", e.task, "--kind", tc.kind,
