@@ -172,7 +172,7 @@ func TestPodSandboxRefusals(t *testing.T) {
 }
 
 // A one-off ends, with every process of it, when its launcher stops it,
-// when its launcher's connection closes (the launcher died), and when the
+// when an operator does (DELETE), when its launcher's connection closes (the launcher died), and when the
 // pod stops.
 func TestPodSandboxStops(t *testing.T) {
 	e := newPodSpawnEnv(t, "oneoff-stop")
@@ -193,6 +193,25 @@ func TestPodSandboxStops(t *testing.T) {
 	sb.Stop(time.Second)
 	if code, err := sb.Wait(); err != nil || code <= 128 {
 		t.Errorf("a stopped one-off: Wait = %d, %v; want killed by a signal", code, err)
+	}
+	gone(marker)
+
+	// An operator's DELETE stops it the same way, and answers its exit.
+	s, marker = sleeper("spawn-deleted")
+	sb, err = e.launcher().Launch(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the sleeper and its child", func() bool { return len(withArg(marker)) >= 2 })
+	resp, err := adminclient.Do(context.Background(), e.pod.socket, http.MethodDelete, adminclient.StopPath(s.ID, time.Second))
+	if err != nil {
+		t.Fatalf("DELETE %s: %v", s.ID, err)
+	}
+	var exit adminclient.SandboxExit
+	json.NewDecoder(resp.Body).Decode(&exit)
+	resp.Body.Close()
+	if code, err := sb.Wait(); err != nil || code <= 128 || exit.Exit != code {
+		t.Errorf("a one-off stopped by DELETE: Wait = %d, %v, DELETE answered %+v; want killed by a signal, both", code, err, exit)
 	}
 	gone(marker)
 
