@@ -77,6 +77,12 @@ func serveSandboxLaunch(p *Pod, w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "sandbox spec: " + err.Error()})
 		return
 	}
+	// The rest of the body (a client's trailing newline) is read now: left
+	// in the buffer, it would be taken for a stop line once upgraded.
+	if _, err := io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20)); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "sandbox spec: " + err.Error()})
+		return
+	}
 	x, err := p.sandboxes.launch(spec)
 	if err != nil {
 		status := http.StatusInternalServerError // a setup step failed
