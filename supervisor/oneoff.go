@@ -52,6 +52,9 @@ type oneOff struct {
 	files []*os.File // stdout, stderr, audit
 	audit *os.File
 
+	// launched is closed once sb is set, or its launch failed (sb nil):
+	// a stop (the pod's, an operator's) may find it in between.
+	launched chan struct{}
 	stopOnce sync.Once
 	done     chan struct{} // closed once it has ended and is forgotten
 	exit     adminclient.SandboxExit
@@ -96,9 +99,10 @@ func (o *oneOffs) Reachable(host string) bool { return (*o.reach.Load())(host) }
 
 // tee copies a decision line of a one-off to its launcher's audit file.
 func (o *oneOffs) tee(id string, line []byte) error {
+	// Held while writing: forget, and the file's close after it, wait.
 	o.mu.RLock()
+	defer o.mu.RUnlock()
 	x, ok := o.byID[id]
-	o.mu.RUnlock()
 	if !ok {
 		return nil
 	}
@@ -212,7 +216,7 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec) (*oneOff, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &oneOff{spec: spec, cg: cg, done: make(chan struct{})}
+	x := &oneOff{spec: spec, cg: cg, launched: make(chan struct{}), done: make(chan struct{})}
 	// The files are opened before the route learns the leaf: the tee
 	// has its file from the first decision on.
 	for _, f := range []struct {
@@ -229,16 +233,23 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec) (*oneOff, error) {
 	}
 	c.Stdout, c.Stderr, x.audit = x.files[0], x.files[1], x.files[2]
 	if err := o.add(x); err != nil {
+		// Made by this launch (O_EXCL), and nothing ran to write them.
 		x.closeFiles()
+		for _, f := range x.files {
+			os.Remove(f.Name())
+		}
 		return nil, err
 	}
 	x.sb, err = Launch(p.ctx, SandboxOptions{
 		ID: spec.ID, Config: c, Env: sandbox.EnvOptions{Set: spec.Env}, CgroupParent: p.group,
 		Network: p.network, CABundle: p.caBundle, Logger: p.log,
 	})
+	close(x.launched)
 	if err != nil {
 		o.forget(x)
 		x.closeFiles()
+		x.exit.Error = err.Error()
+		close(x.done)
 		p.event("sandbox_failed", events.Warning, spec.ID, "one-off sandbox not launched: "+err.Error())
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
@@ -271,11 +282,15 @@ func (x *oneOff) closeFiles() {
 // stop ends x: SIGTERM to its command, then, when ctx ends, every process
 // of it killed; it returns once x has ended. The first stop's ctx rules.
 func (x *oneOff) stop(ctx context.Context) {
+	<-x.launched
 	x.stopOnce.Do(func() {
 		select {
 		case <-x.done:
 			return
 		default:
+		}
+		if x.sb == nil {
+			return // its launch failed: nothing runs
 		}
 		if err := x.sb.Shutdown(ctx); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			x.sb.log.Error("stop one-off sandbox", "sandbox", x.spec.ID, "err", err)
