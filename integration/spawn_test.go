@@ -360,6 +360,8 @@ func TestSpawnStopped(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// A failure before the stop must not leave the spawn running.
+	t.Cleanup(func() { cmd.Process.Kill() })
 	testutil.WaitFor(t, "the sub-agent's sleep", func() bool { return len(withArg(marker)) >= 2 })
 	cmd.Process.Signal(syscall.SIGTERM)
 	code := exitCode(cmd.Wait())
@@ -389,7 +391,7 @@ func TestSpawnKilledTakesItsSandbox(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { cmd.Process.Kill() })
 	testutil.WaitFor(t, "the sub-agent and its child", func() bool { return len(withArg(marker)) >= 2 })
 	between := 0
 	for pid := withArg(marker)[0]; pid != cmd.Process.Pid; pid = parentOf(t, pid) {
@@ -439,4 +441,26 @@ func parentOf(t *testing.T, pid int) int {
 func cmdline(pid int) []string {
 	raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	return strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+}
+
+// A sandbox whose command cannot be run (its interpreter is missing) is
+// exit 1, the task failed with the setup step named, and nothing of the
+// sandbox left behind.
+func TestSpawnSetupFailure(t *testing.T) {
+	e := newSpawnEnv(t)
+	e.agent = filepath.Join(e.dir, "broken.sh")
+	os.WriteFile(e.agent, []byte("#!/nonexistent/interpreter\n"), 0o755)
+	e.kind(t, "broken", "1m", 100)
+	code, out, errs := e.spawn(t, 1000, "--kind", "broken")
+	if code != 1 || !strings.Contains(errs, `setup step "exec" failed`) {
+		t.Fatalf("airlock spawn = %d; want 1 naming the failed step\n%s%s", code, out, errs)
+	}
+	entries, _ := e.ledger(t)
+	last := entries[len(entries)-1]
+	if got := statuses(entries, last.Task); fmt.Sprint(got) != "[queued running failed]" || !strings.Contains(last.Detail, `setup step "exec" failed`) {
+		t.Errorf("ledger %v, last line %+v; want failed naming the step", got, last)
+	}
+	if left := cgroupsOf("spawn-" + last.Task); len(left) != 0 {
+		t.Errorf("the failed sandbox's cgroups are left: %v", left)
+	}
 }

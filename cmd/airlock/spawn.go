@@ -120,10 +120,9 @@ func newSpawnCmd() *cobra.Command {
 	return cmd
 }
 
-// perSandbox are spawn's proxy and policy flags the operator must not
-// set: each sandbox writes its own audit log (subagents/ID/audit.jsonl)
-// and its proxy serves no metrics (one address cannot serve several), and
-// the bundle is the one the spawn verified.
+// perSandbox are spawn's proxy flags the operator must not set: each
+// sandbox writes its own audit log (subagents/ID/audit.jsonl) and its
+// proxy serves no metrics (one address cannot serve several).
 var perSandbox = map[string]bool{"audit-log": true, "metrics": true}
 
 // report prints a dry run's plan, an async task's id, or the result.

@@ -14,3 +14,14 @@ func TestSpawnRefusesPerSandboxFlags(t *testing.T) {
 		}
 	}
 }
+
+// A proxy limit that would enforce nothing is a usage error before
+// anything is reserved, as for airlock launch.
+func TestSpawnRefusesZeroLimits(t *testing.T) {
+	for _, flag := range []string{"--max-conns", "--idle-timeout"} {
+		code, _, errs := airlock(t, "", "spawn", "--kind", "k", "--task-file", "t", flag, "0", "--home", t.TempDir())
+		if code != ExitUsage || !strings.Contains(errs, flag+" must be positive") {
+			t.Errorf("spawn %s 0 = %d %q; want a usage error naming it", flag, code, errs)
+		}
+	}
+}
