@@ -20,6 +20,9 @@ import (
 func Dial(ctx context.Context, socket, addr string) (net.Conn, error) {
 	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("the pod's admin socket %s: %w", socket, ctx.Err())
+		}
 		// Not the service's refusal: the pod's (%v, so that an
 		// ECONNREFUSED here is not taken for the service's).
 		return nil, fmt.Errorf("%w: %s: %v", ErrNoPod, socket, err)
