@@ -83,44 +83,16 @@ func Launch(ctx context.Context, socket string, spec SandboxSpec) (*Sandbox, err
 	if err != nil {
 		return nil, err
 	}
-	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrNoPod, socket, err)
-	}
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	r, err := launch(conn, body, spec.ID)
-	if !stop() {
-		err = ctx.Err()
-	}
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	conn.SetDeadline(time.Time{})
-	return &Sandbox{conn: conn, r: r}, nil
-}
-
-func launch(conn net.Conn, body []byte, id string) (*bufio.Reader, error) {
 	req, err := http.NewRequest(http.MethodPost, "http://pod"+SandboxesPath, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", SandboxUpgrade)
-	if err := req.Write(conn); err != nil {
-		return nil, fmt.Errorf("launch sandbox %s in the pod: %w", id, err)
-	}
-	r := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(r, req)
+	conn, r, err := upgradeTo(ctx, socket, req, SandboxUpgrade, "launch sandbox "+spec.ID+" in the pod")
 	if err != nil {
-		return nil, fmt.Errorf("launch sandbox %s in the pod: %w", id, err)
+		return nil, err
 	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		defer resp.Body.Close()
-		return nil, statusError("launch sandbox "+id+" in the pod", resp)
-	}
-	return r, nil
+	return &Sandbox{conn: conn, r: r}, nil
 }
 
 // Wait returns the command's exit code once the sandbox has ended (every
