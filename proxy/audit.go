@@ -51,10 +51,13 @@ type auditLog struct {
 	// numbers its decisions.
 	run string
 	seq atomic.Uint64
+	// tee, when set, is given each decision's line after w took it
+	// (Config.AuditTee).
+	tee func(sandbox string, line []byte) error
 }
 
-func newAuditLog(w io.Writer) *auditLog {
-	l := &auditLog{w: w, buf: sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}}
+func newAuditLog(w io.Writer, tee func(sandbox string, line []byte) error) *auditLog {
+	l := &auditLog{w: w, tee: tee, buf: sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}}
 	if f, ok := w.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
 			l.file = f
@@ -195,7 +198,7 @@ func (l *auditLog) write(dc *decision, msg string, status int, up, down int64) e
 		// brought, decided as its destination.
 		b = jsonString(b, "via", "transparent")
 	}
-	return l.finish(bp, b)
+	return l.finish(bp, b, dc.in.Sandbox.ID)
 }
 
 // appendHead begins a line: its time, level and message, up to its id's
@@ -210,11 +213,18 @@ func (l *auditLog) appendHead(b []byte, level, msg string) []byte {
 	return append(b, `","id":"`...)
 }
 
-// finish ends the line in b, writes it (put) and gives the buffer back to
-// the pool, unless it grew outsized.
-func (l *auditLog) finish(bp *[]byte, b []byte) error {
+// finish ends the line in b, the decision of sandbox (a pod's DNS
+// answerer's: ""), writes it (put) and its tee, and gives the buffer back
+// to the pool, unless it grew outsized.
+func (l *auditLog) finish(bp *[]byte, b []byte, sandbox string) error {
 	b = append(b, "}\n"...)
 	err := l.put(b)
+	if err == nil && l.tee != nil && sandbox != "" {
+		// A line its tee cannot take fails as one the log cannot: an
+		// allowed decision is then refused (admit), never left off the
+		// record its sandbox's owner reads.
+		err = l.tee(sandbox, b)
+	}
 	if cap(b) <= 64<<10 {
 		*bp = b
 		l.buf.Put(bp)

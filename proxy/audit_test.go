@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func TestAuditLineMatchesSlog(t *testing.T) {
 	for _, allow := range []bool{true, false} {
 		dc := auditDecision(allow)
 		var got bytes.Buffer
-		(&Proxy{audit: newAuditLog(&got)}).record(dc, 403, 12, 34)
+		(&Proxy{audit: newAuditLog(&got, nil)}).record(dc, 403, 12, 34)
 		var fields map[string]any
 		if err := json.Unmarshal(got.Bytes(), &fields); err != nil {
 			t.Fatal(err)
@@ -79,7 +80,7 @@ func TestAuditLineMatchesSlog(t *testing.T) {
 }
 
 func BenchmarkAuditLine(b *testing.B) {
-	p := &Proxy{audit: newAuditLog(io.Discard)}
+	p := &Proxy{audit: newAuditLog(io.Discard, nil)}
 	dc := auditDecision(true)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -113,7 +114,7 @@ func auditLines(t *testing.T, raw []byte) []map[string]any {
 // decision line.
 func TestAdmitThenClose(t *testing.T) {
 	var buf bytes.Buffer
-	p := &Proxy{audit: newAuditLog(&buf), log: slog.New(slog.DiscardHandler)}
+	p := &Proxy{audit: newAuditLog(&buf, nil), log: slog.New(slog.DiscardHandler)}
 	allowed := auditDecision(true)
 	if !p.admit(allowed) {
 		t.Fatalf("admit refused: %s", allowed.detail)
@@ -170,7 +171,7 @@ func TestAdmitFailsClosed(t *testing.T) {
 	}{{"disk full", full, "no space left on device"}, {"reader gone", closedPipe, "broken pipe"}} {
 		for _, failOpen := range []bool{false, true} {
 			var logs bytes.Buffer
-			p := &Proxy{audit: newAuditLog(tc.w), log: slog.New(slog.NewTextHandler(&logs, nil)), cfg: Config{AuditFailOpen: failOpen}}
+			p := &Proxy{audit: newAuditLog(tc.w, nil), log: slog.New(slog.NewTextHandler(&logs, nil)), cfg: Config{AuditFailOpen: failOpen}}
 			dc := auditDecision(true)
 			if got := p.admit(dc); got != failOpen {
 				t.Fatalf("%s, fail open %v: admit = %v", tc.name, failOpen, got)
@@ -202,7 +203,7 @@ func TestAuditLineWholeOrNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	p := &Proxy{audit: newAuditLog(f), log: slog.New(slog.DiscardHandler)}
+	p := &Proxy{audit: newAuditLog(f, nil), log: slog.New(slog.DiscardHandler)}
 	dc := auditDecision(true)
 	written := 0
 	for ; written < 1000; written++ {
@@ -225,5 +226,30 @@ func TestAuditLineWholeOrNothing(t *testing.T) {
 	lines := auditLines(t, raw)
 	if len(lines) != written+1 || lines[written]["msg"] != AuditCloseMessage {
 		t.Fatalf("after the disk had room again: %d lines, last %v; want %d, the last the close line", len(lines), lines[len(lines)-1], written+1)
+	}
+}
+
+// A decision's line goes to the tee with its sandbox after the log took
+// it, and a tee that cannot take it fails the decision as the log would.
+func TestAuditTee(t *testing.T) {
+	var log bytes.Buffer
+	teed := map[string]string{}
+	var teeErr error
+	tee := func(sandbox string, line []byte) error {
+		teed[sandbox] += string(line)
+		return teeErr
+	}
+	p := &Proxy{audit: newAuditLog(&log, tee), log: slog.New(slog.DiscardHandler)}
+	dc := auditDecision(true)
+	if !p.admit(dc) {
+		t.Fatalf("admit = false with a tee that takes the line; detail %q", dc.detail)
+	}
+	if got := teed[dc.in.Sandbox.ID]; got == "" || got != log.String() {
+		t.Fatalf("tee of sandbox %q got %q, want the log's line %q", dc.in.Sandbox.ID, got, log.String())
+	}
+	teeErr = syscall.ENOSPC
+	dc = auditDecision(true)
+	if p.admit(dc) || dc.d.Reason != policies.ReasonAuditUnavailable {
+		t.Fatalf("a tee that fails: admit allowed, decision %+v; want audit_unavailable", dc.d)
 	}
 }

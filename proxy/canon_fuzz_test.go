@@ -110,7 +110,7 @@ func FuzzAuditLine(f *testing.F) {
 		dc.d = policies.Decision{Reason: policies.ReasonPathNotAllowed}
 		dc.detail = detail
 		var line bytes.Buffer
-		(&Proxy{audit: newAuditLog(&line)}).record(dc, 403, 0, 0)
+		(&Proxy{audit: newAuditLog(&line, nil)}).record(dc, 403, 0, 0)
 		if bytes.IndexByte(line.Bytes(), '\n') != line.Len()-1 {
 			t.Fatalf("audit line is not one line: %q", line.String())
 		}

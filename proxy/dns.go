@@ -95,7 +95,7 @@ func (p *Proxy) auditDNS(sb *Sandbox, r *fakedns.Refusal, count int64) error {
 	if count > 0 {
 		b = jsonInt(b, "count", count)
 	}
-	err := l.finish(bp, b)
+	err := l.finish(bp, b, "")
 	if err == nil {
 		return nil
 	}

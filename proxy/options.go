@@ -41,7 +41,9 @@ type Options struct {
 	AuditLog string
 	// AuditFailOpen serves a decision the audit log cannot take (UNSAFE).
 	AuditFailOpen bool
-	Limits        Limits
+	// AuditTee is Config.AuditTee.
+	AuditTee func(sandbox string, line []byte) error
+	Limits   Limits
 	// DialTimeout bounds an upstream TCP connect; egress's default when 0.
 	DialTimeout time.Duration
 	Logger      *slog.Logger
@@ -131,7 +133,7 @@ func Build(decider policies.Decider, o Options) (*Proxy, error) {
 	if o.AuditFailOpen {
 		log.Warn("UNSAFE: audit failure is warn: a decision the audit log cannot take is served anyway, with only an error logged")
 	}
-	p, err := New(Config{Decider: decider, CA: ca, Guard: guard, UpstreamRoots: roots, Audit: audit, AuditFailOpen: o.AuditFailOpen,
+	p, err := New(Config{Decider: decider, CA: ca, Guard: guard, UpstreamRoots: roots, Audit: audit, AuditFailOpen: o.AuditFailOpen, AuditTee: o.AuditTee,
 		Metrics: NewMetrics(ca), Limits: o.Limits, Logger: log})
 	if err != nil {
 		closeAudit()

@@ -110,6 +110,11 @@ type Config struct {
 	// (--audit-failure=warn); by default it is refused, 503
 	// audit_unavailable, and nothing is dialled for it.
 	AuditFailOpen bool
+	// AuditTee, when set, is given each decision line after Audit took
+	// it, with the sandbox it is of: a pod copies a one-off sandbox's
+	// lines to its owner's file. Its error fails the line as Audit's
+	// would (an allowed decision becomes audit_unavailable).
+	AuditTee func(sandbox string, line []byte) error
 	// Metrics, nil for none.
 	Metrics *Metrics
 	Limits  Limits
@@ -175,7 +180,7 @@ func New(cfg Config) (*Proxy, error) {
 	p := &Proxy{
 		cfg:         cfg,
 		log:         cfg.Logger,
-		audit:       newAuditLog(cfg.Audit),
+		audit:       newAuditLog(cfg.Audit, cfg.AuditTee),
 		hashes:      identity.NewHashCache(1024),
 		servers:     map[*http.Server]struct{}{},
 		hijacked:    map[net.Conn]*tracked{},

@@ -154,7 +154,9 @@ func newAdmin(p *Pod) (*admin, error) {
 	})
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) { serveEvents(p, w, r) })
 	mux.HandleFunc("GET /v1/dial", func(w http.ResponseWriter, r *http.Request) { serveDial(p, w, r) })
-	a.sock = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	mux.HandleFunc("POST /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) { serveSandboxLaunch(p, w, r) })
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) { serveSandboxStop(p, w, r) })
+	a.sock = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ConnContext: withConn}
 	go a.sock.Serve(ln)
 
 	if p.m.Admin.HTTP != "" {

@@ -53,6 +53,8 @@ type Pod struct {
 	ingress  []*ingress.Server
 	admin    *admin
 	metrics  *podMetrics
+	// sandboxes are the one-off sandboxes launched in the pod (oneoff.go).
+	sandboxes *oneOffs
 
 	ctx       context.Context // ends at Stop
 	cancel    context.CancelFunc
@@ -100,6 +102,7 @@ func Up(ctx context.Context, m *manifest.Pod, o Options) (_ *Pod, err error) {
 		p.out = os.Stderr
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.sandboxes = newOneOffs(p)
 	p.stateCh = make(chan struct{})
 	p.failed = make(chan struct{})
 	defer func() {
@@ -203,7 +206,7 @@ func (p *Pod) buildProxy(context.Context) error {
 		CADir: x.CADir, CACert: x.CACert, CAKey: x.CAKey, UpstreamCAs: x.UpstreamCA,
 		Resolve: x.Resolve, AllowRanges: x.AllowRange, AuditLog: x.AuditLog, AuditFailOpen: x.AuditFailure == "warn",
 		Limits:      x.Limits.Limits,
-		DialTimeout: x.Limits.DialTimeout, Logger: p.log,
+		DialTimeout: x.Limits.DialTimeout, Logger: p.log, AuditTee: p.sandboxes.tee,
 	})
 	if err != nil {
 		return err
@@ -306,11 +309,14 @@ func (p *Pod) serveProxy(context.Context) error {
 		members[path] = proxy.Service{ID: s.name, Kind: s.spec.Preset, Preset: s.spec.Preset}
 	}
 	p.hook = AttachHook(p.group, p.log)
-	sb := proxy.Sandbox{ID: p.m.Name, Kind: "pod", Candidates: identity.Cgroup(p.group), NetNS: p.network.NS, Route: proxy.ByCgroup(members),
+	// The route and the reachability learn each one-off sandbox while it
+	// runs (oneoff.go).
+	p.sandboxes.serve(members, presets)
+	sb := proxy.Sandbox{ID: p.m.Name, Kind: "pod", Candidates: identity.Cgroup(p.group), NetNS: p.network.NS, Route: p.sandboxes.Route,
 		// The services share one DNS answerer, which cannot tell which of
 		// them asks: a name any of their presets could reach resolves, and
 		// the connection is decided by the asking service's own preset.
-		Reachable: p.engine.Reachable(presets...)}
+		Reachable: p.sandboxes.Reachable}
 	if p.hook != nil {
 		sb.Hook = p.hook
 	}
@@ -471,6 +477,9 @@ func (p *Pod) stopServices(ctx context.Context) {
 	p.stopping.Store(true)
 	ctx, cancel := context.WithTimeout(ctx, p.m.StopGrace)
 	defer cancel()
+	// The one-off sandboxes first, within the same deadline: none is
+	// launched from now on.
+	p.sandboxes.close(ctx)
 	tiers := dependencyTiers(p.services)
 	for i := len(tiers) - 1; i >= 0; i-- {
 		var wg sync.WaitGroup

@@ -31,6 +31,7 @@ var envKnobs = map[string]string{
 	"AIRLOCK_GITHUB_WORKFLOW":    "github-workflow",
 	"AIRLOCK_GITHUB_API":         "github-api",
 	"AIRLOCK_DAILY_TOKENS":       "daily-tokens",
+	"AIRLOCK_POD_SOCKET":         "pod-socket",
 }
 
 // applyEnvKnobs sets unset flags of cmd from their AIRLOCK_* variables and

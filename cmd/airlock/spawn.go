@@ -27,6 +27,7 @@ func newSpawnCmd() *cobra.Command {
 		async, dryRun                       bool
 		dailyTokens                         int64
 	)
+	var podSocket string
 	cmd := &cobra.Command{
 		Use:   "spawn --kind KIND --task-file FILE",
 		Short: "Run a sub-agent of a kind on a task, in a sandbox decided by the kind's preset of the verified bundle, within the daily token budget",
@@ -67,7 +68,7 @@ func newSpawnCmd() *cobra.Command {
 				Substrates: map[string]spawn.Substrate{
 					// In this process, with the engine just verified:
 					// the bundle is compiled once.
-					"local": local.Substrate{Launcher: spawnLauncher{engine: engine, proxy: xf.options(slog.Default()), log: slog.Default()}},
+					"local": local.Substrate{Launcher: podOr(podSocket, engine, spawnLauncher{engine: engine, proxy: xf.options(slog.Default()), log: slog.Default()})},
 				},
 			}
 			if gf.remote != "" {
@@ -101,6 +102,7 @@ func newSpawnCmd() *cobra.Command {
 		fl.BoolVar(&async, "async", false, "hand the task over and print its id at once (substrates that can: git)")
 		fl.BoolVar(&dryRun, "dry-run", false, "print what the sub-agent could reach (from its preset) and spawn nothing")
 		homeFlag(cmd, &home)
+		podSocketFlag(fl, &podSocket)
 		fl.Int64Var(&dailyTokens, "daily-tokens", 0, "the day's (UTC) token budget for all spawns, `N`; 0 refuses every spawn")
 	})
 	gf.register(cmd, true, true)

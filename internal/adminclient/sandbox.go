@@ -1,0 +1,132 @@
+package adminclient
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// SandboxesPath is where a one-off sandbox is launched in the pod (POST,
+// upgraded to the stream its exit comes on) and stopped
+// (DELETE SandboxesPath/ID?grace=2s).
+const SandboxesPath = "/v1/sandboxes"
+
+// SandboxUpgrade is the Upgrade token of a launch: the connection then
+// carries the stop request one way and the exit the other.
+const SandboxUpgrade = "airlock-sandbox"
+
+// SandboxSpec is a one-off sandbox the pod launches: in its network, under
+// its cgroup, its connections decided by the pod's proxy with Preset.
+type SandboxSpec struct {
+	// ID names it in the pod's decisions, audit lines and cgroups:
+	// letters, digits, '.', '_', '-'; one running at a time per ID.
+	ID     string `json:"id"`
+	Preset string `json:"preset"`
+	// Policy, when set, is the hash of the bundle the launcher verified:
+	// a pod serving another refuses (412), for the sandbox would be
+	// decided by a bundle the launcher did not check.
+	Policy string `json:"policy,omitempty"`
+	// Command is an absolute binary, then its arguments.
+	Command []string `json:"command"`
+	// Env is KEY=VALUE; the pod adds its proxy and CA variables.
+	Env []string `json:"env,omitempty"`
+	Dir string   `json:"dir"`
+	// RW and RO are the paths it may write and read, besides the
+	// sandbox's defaults.
+	RW  []string `json:"rw,omitempty"`
+	RO  []string `json:"ro,omitempty"`
+	UID int      `json:"uid"`
+	GID int      `json:"gid"`
+	// Stdout, Stderr and Audit are absolute paths the pod creates (0600,
+	// O_EXCL, as root): the command's output, and a copy of its audit
+	// lines.
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	Audit  string `json:"audit"`
+}
+
+// SandboxExit is the one line the pod writes on the stream when the
+// sandbox has ended: its exit code (128+N for signal N), or why it could
+// not be waited for.
+type SandboxExit struct {
+	Exit  int    `json:"exit"`
+	Error string `json:"error,omitempty"`
+}
+
+// Sandbox is a one-off sandbox running in a pod. Its connection to the pod
+// is its life line: when it closes (this process died) the pod stops it.
+type Sandbox struct {
+	conn     net.Conn
+	r        *bufio.Reader
+	stopOnce sync.Once
+	waitOnce sync.Once
+	exit     SandboxExit
+	err      error
+}
+
+// Launch starts spec's sandbox in the pod on socket. A refusal (a preset
+// the pod lacks, a relative command, an ID already running, a pod that is
+// stopping) or a failed setup is a *StatusError naming the field or step;
+// a pod that does not answer is ErrNoPod. ctx bounds the launch, not the
+// sandbox's life.
+func Launch(ctx context.Context, socket string, spec SandboxSpec) (*Sandbox, error) {
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequest(http.MethodPost, "http://pod"+SandboxesPath, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	conn, r, err := upgradeTo(ctx, socket, req, SandboxUpgrade, "launch sandbox "+spec.ID+" in the pod")
+	if err != nil {
+		return nil, err
+	}
+	return &Sandbox{conn: conn, r: r}, nil
+}
+
+// Wait returns the command's exit code once the sandbox has ended (every
+// process of it gone), or an error when the pod could not say.
+func (s *Sandbox) Wait() (int, error) {
+	s.waitOnce.Do(func() {
+		defer s.conn.Close()
+		line, err := s.r.ReadBytes('\n')
+		if err != nil && !(errors.Is(err, io.EOF) && len(line) > 0) {
+			s.err = fmt.Errorf("the pod ended the sandbox's stream without its exit: %w", err)
+			return
+		}
+		if err := json.Unmarshal(line, &s.exit); err != nil {
+			s.err = fmt.Errorf("the pod's exit line %q: %w", line, err)
+			return
+		}
+		if s.exit.Error != "" {
+			s.err = errors.New(s.exit.Error)
+		}
+	})
+	return s.exit.Exit, s.err
+}
+
+// Stop asks the pod to stop the sandbox: SIGTERM to its command, and
+// after grace every process of it killed. Wait then returns. Safe to call
+// more than once and after the end.
+func (s *Sandbox) Stop(grace time.Duration) {
+	s.stopOnce.Do(func() {
+		// One line on the stream: the grace, as Go writes a duration.
+		fmt.Fprintf(s.conn, "%s\n", grace)
+	})
+}
+
+// StopPath is the API path that stops sandbox id after grace.
+func StopPath(id string, grace time.Duration) string {
+	return SandboxesPath + "/" + url.PathEscape(id) + "?" + url.Values{"grace": {grace.String()}}.Encode()
+}

@@ -1,0 +1,323 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/adminclient"
+	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/proxy"
+	"github.com/airlock-sandbox/airlock/proxy/identity"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// A one-off sandbox runs one command in the pod, beside its services: in
+// the pod's network namespace, in its own leaf under the pod's cgroup, its
+// connections decided by the pod's proxy with the preset its launcher
+// named (a sub-agent's kind's), and its audit lines copied to its
+// launcher's file. It is not restarted; it ends when its command exits,
+// when it is stopped, when its launcher's connection closes, or with the
+// pod.
+
+// oneOffs are the pod's one-off sandboxes, and the pod's route and DNS
+// reachability, which learn each one's leaf and preset while it runs.
+type oneOffs struct {
+	pod *Pod
+	// services are the services' leaves and presets, fixed at boot.
+	services map[string]proxy.Service
+	presets  []string
+
+	mu     sync.RWMutex
+	closed bool // the pod is stopping: no more launches
+	byID   map[string]*oneOff
+	wg     sync.WaitGroup
+
+	route atomic.Pointer[func(*identity.Process) (proxy.Service, error)]
+	reach atomic.Pointer[func(string) bool]
+}
+
+// oneOff is one running one-off sandbox.
+type oneOff struct {
+	spec  adminclient.SandboxSpec
+	cg    string // its leaf, as the route keys it
+	sb    *Sandbox
+	files []*os.File // stdout, stderr, audit
+	audit *os.File
+
+	// launched is closed once sb is set, or its launch failed (sb nil):
+	// a stop (the pod's, an operator's) may find it in between.
+	launched chan struct{}
+	stopOnce sync.Once
+	done     chan struct{} // closed once it has ended and is forgotten
+	exit     adminclient.SandboxExit
+}
+
+func newOneOffs(p *Pod) *oneOffs {
+	return &oneOffs{pod: p, byID: map[string]*oneOff{}}
+}
+
+// serve fixes the services' routes and publishes the first route.
+func (o *oneOffs) serve(services map[string]proxy.Service, presets []string) {
+	o.services, o.presets = services, presets
+	o.mu.Lock()
+	o.publish()
+	o.mu.Unlock()
+}
+
+// publish rebuilds the route and reachability from the services and the
+// one-offs running now (o.mu held).
+func (o *oneOffs) publish() {
+	members := make(map[string]proxy.Service, len(o.services)+len(o.byID))
+	for k, v := range o.services {
+		members[k] = v
+	}
+	presets := append([]string(nil), o.presets...)
+	for _, x := range o.byID {
+		members[x.cg] = proxy.Service{ID: x.spec.ID, Kind: x.spec.Preset, Preset: x.spec.Preset}
+		presets = append(presets, x.spec.Preset)
+	}
+	route := proxy.ByCgroup(members)
+	reach := o.pod.engine.Reachable(presets...)
+	o.route.Store(&route)
+	o.reach.Store(&reach)
+}
+
+// Route places a process of the pod: in a service, or in a one-off.
+func (o *oneOffs) Route(p *identity.Process) (proxy.Service, error) { return (*o.route.Load())(p) }
+
+// Reachable is the DNS answerer's: a name any service's or running
+// one-off's preset could reach resolves.
+func (o *oneOffs) Reachable(host string) bool { return (*o.reach.Load())(host) }
+
+// tee copies a decision line of a one-off to its launcher's audit file.
+func (o *oneOffs) tee(id string, line []byte) error {
+	// Held while writing: forget, and the file's close after it, wait.
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	x, ok := o.byID[id]
+	if !ok {
+		return nil
+	}
+	if _, err := x.audit.Write(line); err != nil {
+		return fmt.Errorf("sandbox %s's audit file %s: %w", id, x.spec.Audit, err)
+	}
+	return nil
+}
+
+// sandboxID is what a one-off's ID may be: its cgroup's name and a field
+// of every audit line.
+var sandboxID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+
+// refusal is a launch refused before anything ran: Status and the
+// message naming the field.
+type refusal struct {
+	status int
+	msg    string
+}
+
+func (r *refusal) Error() string { return r.msg }
+
+func refuse(status int, format string, args ...any) error {
+	return &refusal{status, fmt.Sprintf(format, args...)}
+}
+
+// config checks spec and makes its sandbox's config; a refusal names the
+// field.
+func (o *oneOffs) config(spec adminclient.SandboxSpec) (sandbox.Config, error) {
+	p := o.pod
+	if !sandboxID.MatchString(spec.ID) {
+		return sandbox.Config{}, refuse(400, "id %q: want letters, digits, '.', '_', '-' (at most 100, not starting with a punctuation)", spec.ID)
+	}
+	if _, ok := p.engine.Preset(spec.Preset); !ok {
+		return sandbox.Config{}, refuse(400, "preset %q: not in the pod's policy %s; it has %v", spec.Preset, p.engine.Hash(), p.engine.Presets())
+	}
+	if spec.Policy != "" && spec.Policy != p.engine.Hash() {
+		return sandbox.Config{}, refuse(412, "policy %s: the pod's proxy decides with policy %s, not the bundle its launcher verified", spec.Policy, p.engine.Hash())
+	}
+	if len(spec.Command) == 0 || !filepath.IsAbs(spec.Command[0]) {
+		return sandbox.Config{}, refuse(400, "command %q: want an absolute binary first (the pod does not search a PATH for it)", spec.Command)
+	}
+	for _, f := range []struct {
+		name  string
+		paths []string
+	}{{"dir", []string{spec.Dir}}, {"stdout", []string{spec.Stdout}}, {"stderr", []string{spec.Stderr}}, {"audit", []string{spec.Audit}}, {"rw", spec.RW}, {"ro", spec.RO}} {
+		for _, path := range f.paths {
+			if !filepath.IsAbs(path) {
+				return sandbox.Config{}, refuse(400, "%s %q: want an absolute path", f.name, path)
+			}
+		}
+	}
+	c := sandbox.Defaults()
+	c.Command = append([]string(nil), spec.Command...)
+	c.UID, c.GID, c.Dir = spec.UID, spec.GID, spec.Dir
+	c.Net, c.ProxyPort = sandbox.NetProxy, p.m.Proxy.Port
+	c.RO = append(c.RO, spec.RO...)
+	c.RW = append(c.RW, spec.RW...)
+	c.Exec = append(c.Exec, spec.Command[0])
+	if err := c.Validate(); err != nil {
+		return sandbox.Config{}, refuse(400, "sandbox: %v", err)
+	}
+	return c, nil
+}
+
+// add registers x: from now on its leaf routes to its preset. A second
+// one of the same ID, one whose leaf would be a service's, or any while
+// the pod stops, is refused.
+func (o *oneOffs) add(x *oneOff) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return refuse(503, "pod %s is stopping: no sandbox is launched", o.pod.m.Name)
+	}
+	if _, ok := o.byID[x.spec.ID]; ok {
+		return refuse(409, "id %q: a sandbox of that id is running in pod %s", x.spec.ID, o.pod.m.Name)
+	}
+	if _, ok := o.services[x.cg]; ok {
+		return refuse(409, "id %q: its cgroup is a service's of pod %s", x.spec.ID, o.pod.m.Name)
+	}
+	o.byID[x.spec.ID] = x
+	o.wg.Add(1)
+	o.publish()
+	return nil
+}
+
+// forget removes x, once every process of it is gone.
+func (o *oneOffs) forget(x *oneOff) {
+	o.mu.Lock()
+	delete(o.byID, x.spec.ID)
+	o.publish()
+	o.mu.Unlock()
+	o.wg.Done()
+}
+
+func (o *oneOffs) get(id string) (*oneOff, bool) {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	x, ok := o.byID[id]
+	return x, ok
+}
+
+// launch starts spec's sandbox. Its end (wait) is the caller's to await.
+func (o *oneOffs) launch(spec adminclient.SandboxSpec) (*oneOff, error) {
+	p := o.pod
+	c, err := o.config(spec)
+	if err != nil {
+		return nil, err
+	}
+	cg, err := identity.CgroupPath(filepath.Join(p.group, "airlock-"+spec.ID))
+	if err != nil {
+		return nil, err
+	}
+	x := &oneOff{spec: spec, cg: cg, launched: make(chan struct{}), done: make(chan struct{})}
+	// The files are opened before the route learns the leaf: the tee
+	// has its file from the first decision on.
+	for _, f := range []struct {
+		name, path string
+	}{{"stdout", spec.Stdout}, {"stderr", spec.Stderr}, {"audit", spec.Audit}} {
+		// O_EXCL and O_NOFOLLOW: a file (or a link) already there is
+		// not the pod's to write through, as root.
+		fh, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|os.O_APPEND, 0o600)
+		if err != nil {
+			x.closeFiles()
+			return nil, refuse(400, "%s: %v", f.name, err)
+		}
+		x.files = append(x.files, fh)
+	}
+	c.Stdout, c.Stderr, x.audit = x.files[0], x.files[1], x.files[2]
+	if err := o.add(x); err != nil {
+		// Made by this launch (O_EXCL), and nothing ran to write them.
+		x.closeFiles()
+		for _, f := range x.files {
+			os.Remove(f.Name())
+		}
+		return nil, err
+	}
+	x.sb, err = Launch(p.ctx, SandboxOptions{
+		ID: spec.ID, Config: c, Env: sandbox.EnvOptions{Set: spec.Env}, CgroupParent: p.group,
+		Network: p.network, CABundle: p.caBundle, Logger: p.log,
+	})
+	close(x.launched)
+	if err != nil {
+		o.forget(x)
+		x.closeFiles()
+		x.exit.Error = err.Error()
+		close(x.done)
+		p.event("sandbox_failed", events.Warning, spec.ID, "one-off sandbox not launched: "+err.Error())
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	p.event("sandbox_started", events.Info, spec.ID, fmt.Sprintf("one-off sandbox, preset %s, pid %d: %q", spec.Preset, x.sb.Pid(), spec.Command))
+	go o.wait(x)
+	return x, nil
+}
+
+// wait waits for x's end, then forgets it: its route, its files.
+func (o *oneOffs) wait(x *oneOff) {
+	out, err := x.sb.Wait()
+	x.exit.Exit = out.ExitCode
+	detail := exitDetail(out.ExitCode)
+	if err != nil {
+		x.exit.Error = fmt.Sprintf("sandbox %s: wait: %v", x.spec.ID, err)
+		detail = x.exit.Error
+	}
+	o.forget(x)
+	x.closeFiles()
+	o.pod.event("sandbox_exit", events.Info, x.spec.ID, detail)
+	close(x.done)
+}
+
+func (x *oneOff) closeFiles() {
+	for _, f := range x.files {
+		f.Close()
+	}
+}
+
+// stop ends x: SIGTERM to its command, then, when ctx ends, every process
+// of it killed; it returns once x has ended. The first stop's ctx rules.
+func (x *oneOff) stop(ctx context.Context) {
+	<-x.launched
+	x.stopOnce.Do(func() {
+		select {
+		case <-x.done:
+			return
+		default:
+		}
+		if x.sb == nil {
+			return // its launch failed: nothing runs
+		}
+		if err := x.sb.Shutdown(ctx); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			x.sb.log.Error("stop one-off sandbox", "sandbox", x.spec.ID, "err", err)
+		}
+	})
+	<-x.done
+}
+
+// stopGrace is stop with grace from now.
+func (x *oneOff) stopGrace(grace time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	x.stop(ctx)
+}
+
+// close refuses further launches and stops the running ones, each within
+// ctx (the pod's stop deadline); it returns once all have ended.
+func (o *oneOffs) close(ctx context.Context) {
+	o.mu.Lock()
+	o.closed = true
+	running := make([]*oneOff, 0, len(o.byID))
+	for _, x := range o.byID {
+		running = append(running, x)
+	}
+	o.mu.Unlock()
+	for _, x := range running {
+		go x.stop(ctx)
+	}
+	o.wg.Wait()
+}
