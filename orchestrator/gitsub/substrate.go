@@ -61,6 +61,7 @@ func (s *Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) 
 	if err != nil {
 		return spawn.Result{}, err
 	}
+	f.Manifest.ReservedDay = j.Reserved
 	release, err := claim(j.Dir, true)
 	if err != nil {
 		return spawn.Result{}, err
