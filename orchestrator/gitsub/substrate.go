@@ -159,7 +159,7 @@ func (s *Substrate) Wait(ctx context.Context, dir string, m *Manifest, pushed st
 		case err != nil:
 			err = fmt.Errorf("%w: %w", errRemote, err)
 		case tip == "":
-			return spawn.Result{}, fmt.Errorf("branch %s is gone from %s while its task runs", Branch(m.ID), s.Remote.URL)
+			return spawn.Result{}, fmt.Errorf("branch %s is gone from %s while its task runs", Branch(m.ID), s.Remote)
 		case tip != pushed:
 			var r spawn.Result
 			var found bool
