@@ -204,6 +204,7 @@ func TestSpawnGitRunnerOtherBundle(t *testing.T) {
 func TestSpawnGitAsyncPollGC(t *testing.T) {
 	e := newGitEnv(t)
 	e.kind(t, "quick", "2m", 100, "quick")
+	dayBefore := orchestrator.Today(time.Now())
 	code, out, errs := e.spawnGit(t, nil, "--kind", "quick", "--async", "--dispatch-cmd", e.runner(t, false))
 	if code != 0 {
 		t.Fatalf("airlock spawn --async = %d\n%s%s", code, out, errs)
@@ -212,6 +213,13 @@ func TestSpawnGitAsyncPollGC(t *testing.T) {
 	entries, _ := e.ledger(t)
 	if got := statuses(entries, id); fmt.Sprint(got) != "[queued running]" {
 		t.Fatalf("ledger of %s after --async: %v; want [queued running]", id, got)
+	}
+	// The manifest records the day the estimate is reserved on: poll
+	// settles there, even after midnight.
+	var m gitsub.Manifest
+	if b, err := os.ReadFile(filepath.Join(orchestrator.Home{Dir: e.home}.Subagent(id), "manifest.json")); err != nil || json.Unmarshal(b, &m) != nil ||
+		(m.ReservedDay != dayBefore && m.ReservedDay != orchestrator.Today(time.Now())) {
+		t.Errorf("manifest.json's reserved_day = %q (%v), want the day of the spawn", m.ReservedDay, err)
 	}
 	poll := []string{"spawn", "poll", "--home", e.home, "--git-remote", e.remote}
 	code, out, errs = e.airlock(t, nil, poll...)
