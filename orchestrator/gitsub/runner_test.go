@@ -48,10 +48,15 @@ func TestRunnerHostileManifest(t *testing.T) {
 		{"t-preset-nl", `{"id":"t-preset-nl","kind":"k","binary":"/bin/true","preset":"p\n$(touch ` + mark + `)","timeout_seconds":5,"policy_sha256":"` + pin + `"}`, "want a preset name"},
 		{"t-policy-nl", `{"id":"t-policy-nl","kind":"k","binary":"/bin/true","preset":"p","timeout_seconds":5,"policy_sha256":"` + pin + `\n'; touch ` + mark + `"}`, "policy_sha256"},
 		{"t-pin-quote", `{"id":"t-pin-quote","kind":"k","binary":"/bin/true","sha256":"'$(touch ` + mark + `)'","preset":"p","timeout_seconds":5,"policy_sha256":"` + pin + `"}`, "want 64 hex digits"},
+		{"t-no-manifest", "", "no spawns/t-no-manifest/manifest.json"},
 		{"t-args-obj", `{"id":"t-args-obj","kind":"k","binary":"/bin/true","args":{"a":"$(touch ` + mark + `)"},"preset":"p","timeout_seconds":5,"policy_sha256":"` + pin + `"}`, "args is not a list of strings"},
 	} {
 		t.Run(tc.id, func(t *testing.T) {
-			r, _ := runOnce(t, rm, tc.id, map[string][]byte{"manifest.json": []byte(tc.manifest)})
+			files := map[string][]byte{"manifest.json": []byte(tc.manifest)}
+			if tc.manifest == "" {
+				files = map[string][]byte{} // a branch without spawns/<id>/
+			}
+			r, _ := runOnce(t, rm, tc.id, files)
 			if r.Status != ledger.Failed || !strings.Contains(r.Detail, "manifest.json") || !strings.Contains(r.Detail, tc.detail) {
 				t.Errorf("result %+v, want failed naming manifest.json and %q", r, tc.detail)
 			}

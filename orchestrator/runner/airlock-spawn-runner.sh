@@ -124,6 +124,7 @@ finish() {
 		detail="$warning${detail:+; $detail}"
 	fi
 	printf '%s' "$detail" >"$detailfile"
+	mkdir -p "$dir" # a branch without spawns/<id>/ gets its result too
 	touch "$dir/stdout.log" "$dir/stderr.log"
 	jq -n --arg task "$id" --arg kind "$kind" --arg status "$1" --argjson exit "$2" \
 		--arg started "$started" --arg ended "$(now)" --rawfile detail "$detailfile" \
