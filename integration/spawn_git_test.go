@@ -204,6 +204,7 @@ func TestSpawnGitRunnerOtherBundle(t *testing.T) {
 func TestSpawnGitAsyncPollGC(t *testing.T) {
 	e := newGitEnv(t)
 	e.kind(t, "quick", "2m", 100, "quick")
+	dayBefore := orchestrator.Today(time.Now())
 	code, out, errs := e.spawnGit(t, nil, "--kind", "quick", "--async", "--dispatch-cmd", e.runner(t, false))
 	if code != 0 {
 		t.Fatalf("airlock spawn --async = %d\n%s%s", code, out, errs)
@@ -212,6 +213,13 @@ func TestSpawnGitAsyncPollGC(t *testing.T) {
 	entries, _ := e.ledger(t)
 	if got := statuses(entries, id); fmt.Sprint(got) != "[queued running]" {
 		t.Fatalf("ledger of %s after --async: %v; want [queued running]", id, got)
+	}
+	// The manifest records the day the estimate is reserved on: poll
+	// settles there, even after midnight.
+	var m gitsub.Manifest
+	if b, err := os.ReadFile(filepath.Join(orchestrator.Home{Dir: e.home}.Subagent(id), "manifest.json")); err != nil || json.Unmarshal(b, &m) != nil ||
+		(m.ReservedDay != dayBefore && m.ReservedDay != orchestrator.Today(time.Now())) {
+		t.Errorf("manifest.json's reserved_day = %q (%v), want the day of the spawn", m.ReservedDay, err)
 	}
 	poll := []string{"spawn", "poll", "--home", e.home, "--git-remote", e.remote}
 	code, out, errs = e.airlock(t, nil, poll...)
@@ -275,5 +283,48 @@ func TestSpawnGitTimeout(t *testing.T) {
 	entries, _ := e.ledger(t)
 	if got := statuses(entries, id); fmt.Sprint(got) != "[queued running failed]" {
 		t.Errorf("ledger of %s: %v", id, got)
+	}
+}
+
+// A remote URL carrying a CI job's token: the runner clones and pushes with
+// it, but the sandboxed sub-agent can read neither the checkout's .git (nor
+// anything of the checkout outside spawns/<id>/) nor its environment's
+// copy, so no secret reaches what it writes.
+func TestSpawnGitRemoteSecret(t *testing.T) {
+	const secret = "s3cr3t-t0ken"
+	e := newGitEnv(t)
+	e.remote, _ = testutil.GitHTTPRemote(t, "x-access-token", secret)
+	agent := filepath.Join(e.dir, "snoop.sh")
+	os.WriteFile(agent, []byte(`#!/bin/sh
+if cat .git/config; then git=read; else git=denied; fi
+if cat README; then checkout=read; else checkout=denied; fi
+if cat "$1" >/dev/null; then prompt=read; else prompt=denied; fi
+env
+echo "{\"git\":\"$git\",\"checkout\":\"$checkout\",\"prompt\":\"$prompt\"}"
+`), 0o755)
+	os.WriteFile(filepath.Join(e.home, "kinds", "snoop.yaml"), []byte(fmt.Sprintf(`name: snoop
+binary: {path: %s}
+args: ["{{.PromptFile}}"]
+preset: egress_ok
+substrate: git
+timeout: 2m
+tokens: 10
+prompt: "{{.Text}}"
+`, agent)), 0o644)
+	code, out, errs := e.spawnGit(t, nil, "--kind", "snoop", "--dispatch-cmd", e.runner(t, true))
+	var res spawn.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 {
+		t.Fatalf("spawn = %d %q %s", code, out, errs)
+	}
+	var got struct{ Git, Checkout, Prompt string }
+	json.Unmarshal(res.Result, &got)
+	if got.Git != "denied" || got.Checkout != "denied" || got.Prompt != "read" {
+		t.Errorf("the sub-agent's reads: %+v; want .git and the checkout denied, its prompt read", got)
+	}
+	dir := orchestrator.Home{Dir: e.home}.Subagent(res.Task)
+	for _, name := range gitsub.Returned {
+		if b, _ := os.ReadFile(filepath.Join(dir, name)); strings.Contains(string(b), secret) {
+			t.Errorf("%s holds the remote's secret:\n%s", name, b)
+		}
 	}
 }

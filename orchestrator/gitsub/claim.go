@@ -19,7 +19,10 @@ var ErrClaimed = errors.New("task is being settled by another process")
 // exit, so a crashed spawn frees its task). A sync spawn holds it from
 // Start until its terminal ledger line, so Poll never settles a task twice;
 // a claim held elsewhere is ErrClaimed, at once.
-func Claim(dir string) (release func(), err error) {
+func Claim(dir string) (release func(), err error) { return claim(dir, false) }
+
+// claim is Claim; with wait, a claim held elsewhere is waited for.
+func claim(dir string, wait bool) (release func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("spawn directory: %w", err)
 	}
@@ -28,7 +31,11 @@ func Claim(dir string) (release func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("claim %s: %w", path, err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	how := unix.LOCK_EX | unix.LOCK_NB
+	if wait {
+		how = unix.LOCK_EX
+	}
+	if err := flock(f, how); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%s: %w", dir, ErrClaimed)
@@ -51,4 +58,14 @@ func keepUntilExit(release func()) {
 	kept.Lock()
 	defer kept.Unlock()
 	kept.claims = append(kept.claims, release)
+}
+
+// flock is unix.Flock, again when a signal interrupts a wait.
+func flock(f *os.File, how int) error {
+	for {
+		err := unix.Flock(int(f.Fd()), how)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
 }

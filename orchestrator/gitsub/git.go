@@ -61,7 +61,11 @@ func (r *repo) runIn(ctx context.Context, stdin []byte, env []string, args ...st
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		shown := make([]string, len(args))
+		for i, a := range args {
+			shown[i] = redact(a) // a remote's URL may carry a token
+		}
+		return nil, fmt.Errorf("git %s: %w: %s", strings.Join(shown, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.Bytes(), nil
 }

@@ -23,6 +23,10 @@ type Manifest struct {
 	TimeoutSeconds int64             `json:"timeout_seconds"`
 	Tokens         int64             `json:"tokens"`        // the estimate reserved
 	PolicySHA256   string            `json:"policy_sha256"` // the verified bundle's pin: airlock launch on the runner enforces it
+	// ReservedDay is the UTC day the estimate is reserved on (Poll settles
+	// there: the reservation may precede the ledger's queued line by a
+	// midnight); empty for a manifest written before it was recorded.
+	ReservedDay string `json:"reserved_day,omitempty"`
 }
 
 // Timeout is the kind's timeout.

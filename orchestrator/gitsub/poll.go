@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/orchestrator/budget"
@@ -111,8 +112,8 @@ func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b bud
 			m = onBranch
 		}
 	}
-	if m == nil {
-		return nil, fmt.Errorf("no manifest.json in %s nor on %s: cannot tell its timeout", dir, Branch(id))
+	if m == nil && !found {
+		return s.neverPushed(home, b, t, dir, started)
 	}
 	if !found {
 		now := s.now()
@@ -123,24 +124,55 @@ func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b bud
 			return nil, err
 		}
 	}
+	var used int64
+	var day string
+	if m != nil {
+		used, day = m.Tokens, m.ReservedDay
+	}
+	if r.Usage != nil {
+		used = r.Usage.Tokens
+	}
+	return s.settle(home, b, t, day, r, used)
+}
+
+// neverPushed settles a task with no manifest, here or on its branch: its
+// spawn stopped before it pushed the task (Start records the manifest
+// first), so nothing runs it. Not before the grace has passed since it
+// started, though: its spawn may be just about to take the claim this Poll
+// holds, and start it.
+func (s *Substrate) neverPushed(home orchestrator.Home, b budget.Budget, t *ledger.Task, dir string, started time.Time) (*Reconciled, error) {
+	now := s.now()
+	if !now.After(started.Add(s.grace())) {
+		return nil, nil
+	}
+	r := spawn.Result{Task: t.ID, Kind: t.Kind, Substrate: kind.Git, Status: ledger.Failed, Exit: 1, Started: started, Ended: now,
+		Detail: fmt.Sprintf("no manifest.json in %s nor on %s: the spawn stopped before it pushed the task, and nothing runs it", dir, Branch(t.ID))}
+	if err := spawn.WriteResult(dir, r); err != nil {
+		return nil, err
+	}
+	return s.settle(home, b, t, "", r, 0)
+}
+
+// settle ends task t with r in the ledger, then settles its reservation at
+// used, on day (the day the manifest recorded; else, or when that is not a
+// date, which a branch's manifest may say, the day of the queued line).
+func (s *Substrate) settle(home orchestrator.Home, b budget.Budget, t *ledger.Task, day string, r spawn.Result, used int64) (*Reconciled, error) {
 	exit := r.Exit
-	if err := ledger.Append(home.Ledger(), ledger.Entry{Task: id, Kind: t.Kind, Substrate: kind.Git,
+	if err := ledger.Append(home.Ledger(), ledger.Entry{Task: t.ID, Kind: t.Kind, Substrate: kind.Git,
 		Status: r.Status, Exit: &exit, Usage: r.Usage, Detail: r.Detail}); err != nil {
 		return nil, err
 	}
 	// The ledger first: a settle that fails leaves tokens reserved (the
 	// budget errs toward refusing), never a task settled twice.
-	used := m.Tokens
-	if r.Usage != nil {
-		used = r.Usage.Tokens
+	rc := &Reconciled{ID: t.ID, Status: r.Status, Exit: exit, Detail: r.Detail}
+	if _, err := time.Parse(time.DateOnly, day); err != nil {
+		queued := t.Queued
+		if queued.IsZero() {
+			queued = t.Started
+		}
+		day = orchestrator.Today(queued)
 	}
-	rc := &Reconciled{ID: id, Status: r.Status, Exit: exit, Detail: r.Detail}
-	// The reservation was made just before the task was queued.
-	day := t.Queued
-	if day.IsZero() {
-		day = started
-	}
-	if err := b.Settle(budget.Reservation{Task: id, Day: orchestrator.Today(day), Tokens: m.Tokens}, used); err != nil {
+	if err := b.Settle(budget.Reservation{Task: t.ID, Day: day}, used); err != nil {
 		return rc, err
 	}
 	return rc, nil

@@ -119,3 +119,80 @@ func TestPoll(t *testing.T) {
 		t.Errorf("second Poll = %+v, %v", again, err)
 	}
 }
+
+// running appends task id's queued and running lines at ts.
+func running(t *testing.T, home orchestrator.Home, id string, ts time.Time) {
+	t.Helper()
+	for _, st := range []ledger.Status{ledger.Queued, ledger.Running} {
+		if err := ledger.Append(home.Ledger(), ledger.Entry{TS: ts, Task: id, Kind: "reviewer", Substrate: kind.Git, Status: st}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A task reserved just before midnight and queued just after is settled on
+// the day of its reservation, which its manifest records.
+func TestPollSettlesOnReservationDay(t *testing.T) {
+	ctx := context.Background()
+	home := orchestrator.Home{Dir: t.TempDir()}
+	midnight := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	before := budget.Budget{Dir: home.Budget(), Daily: 1000, Now: func() time.Time { return midnight.Add(-time.Second) }}
+	resv, err := before.Reserve("t-midnight", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running(t, home, "t-midnight", midnight.Add(time.Second))
+	j := job(t, "t-midnight", true)
+	j.Dir, j.Reserved = home.Subagent("t-midnight"), resv.Day
+	for name, content := range map[string]string{"prompt.txt": "review this\n", "task": "the task\n"} {
+		if err := os.MkdirAll(j.Dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(j.Dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	remote := Remote{URL: testutil.GitRemote(t)}
+	s := &Substrate{Remote: remote, Dispatcher: runnerDispatch(t)}
+	if r, err := s.Run(ctx, j); err != nil || r.Status != ledger.Running {
+		t.Fatalf("Run = %+v, %v", r, err)
+	}
+	after := budget.Budget{Dir: home.Budget(), Daily: 1000, Now: func() time.Time { return midnight.Add(time.Hour) }}
+	got, err := (&Substrate{Remote: remote}).Poll(ctx, home, after)
+	if err != nil || len(got) != 1 || got[0].Status != ledger.Done {
+		t.Fatalf("Poll = %+v, %v; want t-midnight done and settled", got, err)
+	}
+	if day, err := before.Today(); err != nil || day.Reserved != 0 || day.Spent != 10 {
+		t.Errorf("the reservation's day: %+v, %v; want the estimate (10) spent, nothing reserved", day, err)
+	}
+}
+
+// A task whose spawn stopped before it recorded a manifest (nothing pushed,
+// nothing runs it) is failed once the grace has passed, its reservation
+// released, instead of failing every poll; a young one is left to its
+// spawn, which may be about to start it.
+func TestPollNeverPushed(t *testing.T) {
+	ctx := context.Background()
+	home := orchestrator.Home{Dir: t.TempDir()}
+	b := budget.Budget{Dir: home.Budget(), Daily: 1000}
+	for id, ts := range map[string]time.Time{"t-crashed": time.Now().Add(-time.Hour), "t-starting": time.Now()} {
+		if _, err := b.Reserve(id, 100); err != nil {
+			t.Fatal(err)
+		}
+		running(t, home, id, ts)
+	}
+	s := &Substrate{Remote: Remote{URL: testutil.GitRemote(t)}, Grace: time.Minute}
+	got, err := s.Poll(ctx, home, b)
+	if err != nil || len(got) != 1 || got[0].ID != "t-crashed" || got[0].Status != ledger.Failed || !strings.Contains(got[0].Detail, "stopped before it pushed") {
+		t.Fatalf("Poll = %+v, %v; want t-crashed failed, never pushed", got, err)
+	}
+	if task := lastStatus(t, home, "t-starting"); task.Status != ledger.Running {
+		t.Errorf("t-starting: %s, want running", task.Status)
+	}
+	if day, err := b.Today(); err != nil || day.Spent != 0 || day.Reserved != 100 {
+		t.Errorf("budget %+v, %v; want t-crashed's reservation released, t-starting's held", day, err)
+	}
+	if again, err := s.Poll(ctx, home, b); err != nil || len(again) != 0 {
+		t.Errorf("second Poll = %+v, %v; want nothing", again, err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
 	"sort"
 	"strings"
@@ -16,6 +17,19 @@ type Remote struct {
 	URL  string // anything git fetches from and pushes to: a URL, or a path (a bare repository in tests)
 	Base string // the ref of URL a spawn branch starts from (so a workflow on it is on the branch too); "HEAD" when empty
 	Git  string // the git binary; "git" when empty
+}
+
+// String is the URL without its password (a CI job's token), for messages.
+func (rm Remote) String() string { return redact(rm.URL) }
+
+// redact is s with the password of a URL replaced; s itself when it is not
+// a URL with one.
+func redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	return u.Redacted()
 }
 
 // BranchPrefix names every spawn branch: spawn/<task id>.
@@ -69,7 +83,7 @@ func (rm Remote) Push(ctx context.Context, id string, files map[string][]byte) (
 		base = "HEAD"
 	}
 	if _, err := r.run(ctx, nil, "fetch", "--quiet", "--no-tags", "--depth=1", rm.URL, base); err != nil {
-		return "", fmt.Errorf("fetch the base %s of %s (a spawn branch starts from it): %w", base, rm.URL, err)
+		return "", fmt.Errorf("fetch the base %s of %s (a spawn branch starts from it): %w", base, rm, err)
 	}
 	index := []string{"GIT_INDEX_FILE=" + r.dir + "/spawn.index"}
 	if _, err := r.run(ctx, index, "read-tree", "FETCH_HEAD"); err != nil {
@@ -103,7 +117,7 @@ func (rm Remote) Push(ctx context.Context, id string, files map[string][]byte) (
 	// An explicit refs/heads/ destination that must not exist yet: a
 	// push onto an existing branch is refused rather than merged.
 	if _, err := r.run(ctx, nil, "push", "--quiet", "--force-with-lease=refs/heads/"+Branch(id)+":", rm.URL, commit+":refs/heads/"+Branch(id)); err != nil {
-		return "", fmt.Errorf("push %s to %s: %w", Branch(id), rm.URL, err)
+		return "", fmt.Errorf("push %s to %s: %w", Branch(id), rm, err)
 	}
 	return commit, nil
 }
@@ -136,7 +150,7 @@ func (rm Remote) lsRemote(ctx context.Context, pattern string) (map[string]strin
 	defer r.close()
 	out, err := r.run(ctx, nil, "ls-remote", "--heads", rm.URL, pattern)
 	if err != nil {
-		return nil, fmt.Errorf("list the spawn branches of %s: %w", rm.URL, err)
+		return nil, fmt.Errorf("list the spawn branches of %s: %w", rm, err)
 	}
 	tips := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -164,7 +178,7 @@ func (rm Remote) Delete(ctx context.Context, id, tip string) error {
 	defer r.close()
 	ref := "refs/heads/" + Branch(id)
 	if _, err := r.run(ctx, nil, "push", "--quiet", "--force-with-lease="+ref+":"+tip, rm.URL, ":"+ref); err != nil {
-		return fmt.Errorf("delete %s on %s: %w", Branch(id), rm.URL, err)
+		return fmt.Errorf("delete %s on %s: %w", Branch(id), rm, err)
 	}
 	return nil
 }
@@ -188,7 +202,7 @@ func (rm Remote) Fetch(ctx context.Context, id string, names ...string) (*Fetche
 	}
 	defer r.close()
 	if _, err := r.run(ctx, nil, "fetch", "--quiet", "--no-tags", "--depth=1", rm.URL, "refs/heads/"+Branch(id)); err != nil {
-		return nil, fmt.Errorf("fetch %s from %s: %w", Branch(id), rm.URL, err)
+		return nil, fmt.Errorf("fetch %s from %s: %w", Branch(id), rm, err)
 	}
 	tip, err := r.line(ctx, nil, "rev-parse", "FETCH_HEAD^{commit}")
 	if err != nil {

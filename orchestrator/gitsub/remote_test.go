@@ -65,3 +65,22 @@ func TestPushRefusesBadNames(t *testing.T) {
 		}
 	}
 }
+
+// A remote URL's token never shows in an error (which reaches the ledger,
+// the inbox and the terminal): git's command line in it is redacted too.
+func TestRemoteErrorsHideToken(t *testing.T) {
+	ctx := context.Background()
+	const token = "wr0ng-t0ken"
+	good, _ := testutil.GitHTTPRemote(t, "x-access-token", "right")
+	rm := Remote{URL: strings.Replace(good, ":right@", ":"+token+"@", 1)}
+	_, pushErr := rm.Push(ctx, "t-1", map[string][]byte{"task": []byte("x")})
+	_, tipErr := rm.Tip(ctx, "t-1")
+	_, fetchErr := rm.Fetch(ctx, "t-1", "task")
+	for name, err := range map[string]error{"Push": pushErr, "Tip": tipErr, "Fetch": fetchErr, "Delete": rm.Delete(ctx, "t-1", "0000000000000000000000000000000000000000")} {
+		if err == nil {
+			t.Errorf("%s with a wrong token succeeded", name)
+		} else if strings.Contains(err.Error(), token) || !strings.Contains(err.Error(), "127.0.0.1") {
+			t.Errorf("%s: %v; want the remote named, its token not", name, err)
+		}
+	}
+}

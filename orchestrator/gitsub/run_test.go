@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/orchestrator/kind"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
 	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
+	"golang.org/x/sys/unix"
 )
 
 // job is what the spawn flow hands a substrate: the task rendered in its
@@ -104,3 +107,112 @@ func TestRunStoppedHandsOver(t *testing.T) {
 type dispatchFunc func(context.Context, Dispatch) error
 
 func (f dispatchFunc) Dispatch(ctx context.Context, d Dispatch) error { return f(ctx, d) }
+
+// flakyGit is a git for Remote.Git whose calls on the remote (ls-remote,
+// fetch) fail as an unreachable remote's do while the file it returns
+// holds a positive count, one call per count; it is git otherwise.
+func flakyGit(t *testing.T) (bin, count string) {
+	t.Helper()
+	dir := t.TempDir()
+	bin, count = filepath.Join(dir, "git"), filepath.Join(dir, "fails")
+	script := `#!/bin/sh
+n=$(cat ` + count + ` 2>/dev/null || echo 0)
+if [ "$n" -gt 0 ] && { [ "$1" = ls-remote ] || [ "$1" = fetch ]; }; then
+	echo $((n - 1)) >` + count + `
+	echo "fatal: unable to access the remote: Could not resolve host" >&2
+	exit 128
+fi
+exec git "$@"
+`
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin, count
+}
+
+// A sync spawn whose remote fails for a while as it waits keeps waiting:
+// the runner's result is collected once the remote answers again. One that
+// never answers again hands the task over, running, for Poll: the runner
+// may well have delivered.
+func TestRunRemoteErrors(t *testing.T) {
+	ctx := context.Background()
+	bin, count := flakyGit(t)
+	remote := Remote{URL: testutil.GitRemote(t), Git: bin}
+	runner := runnerDispatch(t)
+	// The runner runs (with the real git), then the remote fails the
+	// spawn's next three calls.
+	failAfterRun := func(fails string) Dispatcher {
+		return dispatchFunc(func(ctx context.Context, d Dispatch) error {
+			if err := runner.Dispatch(ctx, d); err != nil {
+				return err
+			}
+			return os.WriteFile(count, []byte(fails), 0o644)
+		})
+	}
+
+	s := &Substrate{Remote: remote, Dispatcher: failAfterRun("3"), PollEvery: 10 * time.Millisecond}
+	r, err := s.Run(ctx, job(t, "t-flaky", false))
+	if err != nil || r.Status != ledger.Done {
+		t.Fatalf("Run with a remote failing three times = %+v, %v; want done", r, err)
+	}
+	if b, _ := os.ReadFile(count); string(b) != "0\n" {
+		t.Fatalf("the remote failed %q more times: the wait did not go through the failures", b)
+	}
+
+	j := job(t, "t-unreachable", false)
+	j.Kind.Timeout = time.Second
+	s = &Substrate{Remote: remote, Dispatcher: failAfterRun("1000000"), PollEvery: 10 * time.Millisecond, Grace: time.Millisecond}
+	r, err = s.Run(ctx, j)
+	if err != nil || r.Status != ledger.Running || !strings.Contains(r.Detail, "Could not resolve host") {
+		t.Errorf("Run with a remote failing past the deadline = %+v, %v; want running, handed over, naming the error", r, err)
+	}
+	if _, err := os.Stat(filepath.Join(j.Dir, "result.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a result was written for a task nothing is known of: %v", err)
+	}
+}
+
+// A Poll that claimed a task between its running line and Run (it finds
+// nothing pushed and lets go) does not fail the spawn: Run waits for the
+// claim, then starts the task.
+func TestRunWaitsForClaim(t *testing.T) {
+	j := job(t, "t-claimed", true)
+	release, err := Claim(j.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(j.Dir, ".claim"), &st); err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		r   spawn.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		s := &Substrate{Remote: Remote{URL: testutil.GitRemote(t)}, Dispatcher: Command{Line: "true"}}
+		r, err := s.Run(context.Background(), j)
+		done <- outcome{r, err}
+	}()
+	// /proc/locks lists a waiter as "N: -> FLOCK ... <maj>:<min>:<inode>".
+	waiting := fmt.Sprintf(":%d ", st.Ino)
+	testutil.WaitFor(t, "Run to wait for the claim", func() bool {
+		select {
+		case o := <-done:
+			done <- o
+			return true // it did not wait: the check below says how it ended
+		default:
+		}
+		locks, _ := os.ReadFile("/proc/locks")
+		for _, l := range strings.Split(string(locks), "\n") {
+			if strings.Contains(l, "->") && strings.Contains(l+" ", waiting) {
+				return true
+			}
+		}
+		return false
+	})
+	release()
+	if o := <-done; o.err != nil || o.r.Status != ledger.Running {
+		t.Errorf("Run while a poll held the claim = %+v, %v; want it started, running", o.r, o.err)
+	}
+}

@@ -3,6 +3,7 @@ package gitsub
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -32,12 +33,21 @@ type Substrate struct {
 // Async: a git spawn can be handed over; Poll settles it.
 func (s *Substrate) Async() bool { return true }
 
+// errRemote marks a failure to reach the remote while a task runs: it may
+// pass, so Wait tries again at its next poll.
+var errRemote = errors.New("the remote did not answer")
+
 // Run pushes the job as spawn/<id> and dispatches a runner. An async job
 // is then handed over (status running; Poll settles it). A sync job waits
 // for the runner's result, and holds the task's Claim until this process
 // exits, past the spawn's terminal ledger line, so that a Poll running
-// meanwhile never settles it too; stopped while it waits (ctx), it is
-// handed over as an async job is.
+// meanwhile never settles it too; stopped while it waits (ctx), or unable
+// to reach the remote up to the deadline, it is handed over as an async
+// job is: the runner carries on regardless.
+//
+// Run waits for the claim (a Poll that took it between the spawn's running
+// line and this call holds it for one reconcile, and finds nothing pushed
+// to settle): the task is this process's to start.
 func (s *Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) {
 	prompt, err := os.ReadFile(filepath.Join(j.Dir, "prompt.txt"))
 	if err != nil {
@@ -51,7 +61,8 @@ func (s *Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) 
 	if err != nil {
 		return spawn.Result{}, err
 	}
-	release, err := Claim(j.Dir)
+	f.Manifest.ReservedDay = j.Reserved
+	release, err := claim(j.Dir, true)
 	if err != nil {
 		return spawn.Result{}, err
 	}
@@ -67,11 +78,15 @@ func (s *Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) 
 	}
 	keepUntilExit(release)
 	r, err := s.Wait(ctx, j.Dir, &f.Manifest, pushed, started)
-	if err != nil && ctx.Err() != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
 		// Stopped while waiting: the runner carries on regardless, so
 		// the task is still running, and Poll settles it.
 		return spawn.Result{Status: ledger.Running, Started: started,
 			Detail: "stopped waiting: handed over to airlock spawn poll"}, nil
+	case errors.Is(err, errRemote):
+		return spawn.Result{Status: ledger.Running, Started: started,
+			Detail: fmt.Sprintf("handed over to airlock spawn poll: %v", err)}, nil
 	}
 	if err != nil {
 		return spawn.Result{}, err
@@ -127,7 +142,10 @@ func (s *Substrate) Start(ctx context.Context, dir string, f *Files) (string, er
 // Wait polls spawn/<id> every PollEvery until the runner's result appears
 // on it (the branch moves past pushed, the commit Start made), copies it
 // into dir and returns it. Once Deadline passes with no result it writes
-// and returns a failed result with exit code 124 instead.
+// and returns a failed result with exit code 124 instead. A remote that
+// does not answer is asked again at the next poll; one that still did not
+// at the deadline is an error wrapping errRemote (nothing is known of the
+// runner: it is not given up on).
 func (s *Substrate) Wait(ctx context.Context, dir string, m *Manifest, pushed string, started time.Time) (spawn.Result, error) {
 	every := s.PollEvery
 	if every <= 0 {
@@ -137,19 +155,23 @@ func (s *Substrate) Wait(ctx context.Context, dir string, m *Manifest, pushed st
 	defer tick.Stop()
 	for {
 		tip, err := s.Remote.Tip(ctx, m.ID)
-		if err != nil {
-			return spawn.Result{}, err
-		}
-		if tip == "" {
-			return spawn.Result{}, fmt.Errorf("branch %s is gone from %s while its task runs", Branch(m.ID), s.Remote.URL)
-		}
-		if tip != pushed {
-			r, found, _, err := s.collect(ctx, dir, m.ID, m.Kind)
-			if found || err != nil {
+		switch {
+		case err != nil:
+			err = fmt.Errorf("%w: %w", errRemote, err)
+		case tip == "":
+			return spawn.Result{}, fmt.Errorf("branch %s is gone from %s while its task runs", Branch(m.ID), s.Remote)
+		case tip != pushed:
+			var r spawn.Result
+			var found bool
+			r, found, _, err = s.collect(ctx, dir, m.ID, m.Kind)
+			if found || (err != nil && !errors.Is(err, errRemote)) {
 				return r, err
 			}
 		}
 		if now := s.now(); now.After(s.Deadline(m, started)) {
+			if err != nil {
+				return spawn.Result{}, fmt.Errorf("waiting for %s until its deadline: %w", Branch(m.ID), err)
+			}
 			return s.giveUp(dir, m, started, now)
 		}
 		select {
@@ -166,7 +188,7 @@ func (s *Substrate) Wait(ctx context.Context, dir string, m *Manifest, pushed st
 func (s *Substrate) collect(ctx context.Context, dir, id, kind string) (r spawn.Result, found bool, m *Manifest, err error) {
 	f, err := s.Remote.Fetch(ctx, id, append([]string{"manifest.json"}, Returned...)...)
 	if err != nil {
-		return r, false, nil, err
+		return r, false, nil, fmt.Errorf("%w: %w", errRemote, err)
 	}
 	if b, ok := f.Files["manifest.json"]; ok {
 		m = new(Manifest)

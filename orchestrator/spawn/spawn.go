@@ -111,7 +111,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 	}
 	job, err := s.render(k, id, text)
 	if err == nil {
-		job.Async = req.Async
+		job.Async, job.Reserved = req.Async, resv.Day
 		err = ledger.Append(s.Home.Ledger(), entry(base, ledger.Running))
 	}
 	if err != nil {

@@ -27,6 +27,9 @@ type Job struct {
 	// Async asks the substrate to return once the task is handed over;
 	// a substrate that cannot is never given one (Spawn refuses first).
 	Async bool
+	// Reserved is the UTC day (YYYY-MM-DD) the task's tokens are reserved
+	// on: a reconciler settles them there, whenever the task ends.
+	Reserved string
 }
 
 // Substrate runs a Job to its end (or, for an async job, hands it over).
