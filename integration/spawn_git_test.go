@@ -177,15 +177,18 @@ prompt: "{{.Text}}"
 
 // A runner whose airlock serves another bundle than the one the spawn
 // verified (here its embedded presets) refuses to run the sub-agent: the
-// pin in manifest.json is enforced there (exit 10), never widened to what
-// the runner happens to have.
+// pin in manifest.json is enforced there (its launcher exits 10, which
+// result.json and the ledger keep), never widened to what the runner
+// happens to have. The spawn exits 1: a remote exit code of 10 cannot be
+// told from a sub-agent's own, which must not pass for airlock's integrity
+// refusal.
 func TestSpawnGitRunnerOtherBundle(t *testing.T) {
 	e := newGitEnv(t)
 	e.kind(t, "quick", "2m", 100, "quick")
 	other := strings.Replace(e.runner(t, true), "AIRLOCK_POLICY="+e.bundle+" ", "", 1)
 	code, out, errs := e.spawnGit(t, nil, "--kind", "quick", "--dispatch-cmd", other)
-	if code != 10 {
-		t.Fatalf("spawn with a runner on another bundle = %d %q %s; want 10", code, out, errs)
+	if code != 1 {
+		t.Fatalf("spawn with a runner on another bundle = %d %q %s; want 1", code, out, errs)
 	}
 	var res spawn.Result
 	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Status != ledger.Failed || res.Exit != 10 {

@@ -82,7 +82,13 @@ func (b Budget) Settle(r Reservation, used int64) error {
 			return fmt.Errorf("budget %s: task %s holds no reservation (settled already?)", r.Day, r.Task)
 		}
 		delete(a.Reserved, r.Task)
-		a.Spent = addSat(a.Spent, min(used, max(b.Daily, 0)))
+		charge := used
+		if b.Daily > 0 {
+			// A settler that does not know the day's limit (spawn poll)
+			// charges what was reported; the sum saturates either way.
+			charge = min(used, b.Daily)
+		}
+		a.Spent = addSat(a.Spent, charge)
 		return nil
 	})
 }
