@@ -157,8 +157,8 @@ func TestSpawnLocal(t *testing.T) {
 		fi, err := os.Stat(filepath.Join(dir, f.name))
 		if err != nil {
 			t.Errorf("the spawn dir lacks %s: %v", f.name, err)
-		} else if private := fi.Mode().Perm()&0o077 == 0; private != f.private {
-			t.Errorf("%s is mode %v; want private %v", f.name, fi.Mode().Perm(), f.private)
+		} else if private := fi.Mode().Perm()&0o077 == 0; private != f.private || fi.Mode().Perm()&0o007 != 0 {
+			t.Errorf("%s is mode %v; want private %v, and nothing for other users", f.name, fi.Mode().Perm(), f.private)
 		}
 	}
 	denied := false

@@ -49,8 +49,15 @@ func (s Substrate) Async() bool { return false }
 // kind's timeout, and judges its last stdout line.
 func (s Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) {
 	uid, gid := s.ids()
-	if err := reachable(j.Work); err != nil {
+	if err := reachable(j.Dir); err != nil {
 		return spawn.Result{}, err
+	}
+	// The spawn directory and its task files are root's, readable by the
+	// sandbox's group and no one else; work/ is the sub-agent's.
+	for _, name := range []string{"", "prompt.txt", "task", "kind.yaml"} {
+		if err := os.Chown(filepath.Join(j.Dir, name), -1, gid); err != nil {
+			return spawn.Result{}, fmt.Errorf("give the sub-agent's group its task: %w", err)
+		}
 	}
 	if err := os.Chown(j.Work, uid, gid); err != nil {
 		return spawn.Result{}, fmt.Errorf("give the sub-agent its work directory: %w", err)

@@ -196,15 +196,17 @@ func (s *Spawner) substrateNames() []string {
 const workDir = "work"
 
 // render writes the task into subagents/<id>/: prompt.txt, task and the
-// kind as it is now (kind.yaml). The directory and its files are root's
-// and world-readable, the sub-agent's uid may only write in work/, so a
-// sub-agent cannot rewrite its own prompt, result or audit log.
+// kind as it is now (kind.yaml). The directory and its files are root's and
+// no other user's to read (a task may hold what only the operator should
+// see); the local substrate gives its sandbox's group read access. The
+// sub-agent's uid may only write in work/, so it cannot rewrite its own
+// prompt, result or audit log.
 func (s *Spawner) render(k *kind.Kind, id string, text []byte) (Job, error) {
 	dir := s.Home.Subagent(id)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
 		return Job{}, fmt.Errorf("render task %s: %w", id, err)
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, 0o750); err != nil {
 		return Job{}, fmt.Errorf("render task %s: %w", id, err)
 	}
 	job := Job{ID: id, Kind: k, Dir: dir, Work: filepath.Join(dir, workDir), Policy: s.Engine.Hash()}
@@ -214,11 +216,11 @@ func (s *Spawner) render(k *kind.Kind, id string, text []byte) (Job, error) {
 	}
 	files := map[string][]byte{"prompt.txt": []byte(prompt), "task": text, "kind.yaml": k.Source}
 	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o640); err != nil {
 			return job, fmt.Errorf("render task %s: %w", id, err)
 		}
 	}
-	if err := os.Mkdir(job.Work, 0o755); err != nil {
+	if err := os.Mkdir(job.Work, 0o750); err != nil {
 		return job, fmt.Errorf("render task %s: %w", id, err)
 	}
 	job.Args, err = k.RenderArgs(kind.ArgVars{ID: id, Dir: job.Work,
