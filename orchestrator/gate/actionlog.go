@@ -1,7 +1,6 @@
 package gate
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -91,23 +90,8 @@ func ReadLog(path string) (ds []Decision, torn int, err error) {
 	return ds, torn, nil
 }
 
-func readDecisions(r io.Reader) (ds []Decision, torn int, err error) {
-	br := bufio.NewReader(r)
-	for {
-		line, err := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			var d Decision
-			if json.Unmarshal(line, &d) != nil || d.Action == "" || d.Outcome == "" {
-				torn++
-			} else {
-				ds = append(ds, d)
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return ds, torn, nil
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-	}
+// readDecisions reads the log's decisions; a line with no action or
+// outcome is torn.
+func readDecisions(r io.Reader) ([]Decision, int, error) {
+	return durable.ReadLines(r, func(d *Decision) bool { return d.Action != "" && d.Outcome != "" })
 }

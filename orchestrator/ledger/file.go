@@ -1,11 +1,9 @@
 package ledger
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"time"
@@ -59,20 +57,9 @@ func Read(path string) (entries []Entry, torn int, err error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
 		return nil, 0, fmt.Errorf("ledger %s: flock: %w", path, err)
 	}
-	data, err := io.ReadAll(f)
+	entries, torn, err = durable.ReadLines(f, func(e *Entry) bool { return e.Task != "" && e.Status != "" })
 	if err != nil {
 		return nil, 0, fmt.Errorf("ledger %s: %w", path, err)
-	}
-	for line := range bytes.SplitSeq(data, []byte{'\n'}) {
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		var e Entry
-		if json.Unmarshal(line, &e) != nil || e.Task == "" || e.Status == "" {
-			torn++
-			continue
-		}
-		entries = append(entries, e)
 	}
 	return entries, torn, nil
 }
