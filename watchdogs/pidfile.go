@@ -123,30 +123,40 @@ func readPidFile(path string) (pid int, written time.Time, err error) {
 // processStart is when pid started (from /proc/PID/stat's starttime, in
 // clock ticks after boot) and whether it is a zombie.
 func processStart(pid int) (time.Time, bool, error) {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	state, ticks, err := procStat(pid)
 	if err != nil {
 		return time.Time{}, false, err
-	}
-	// The fields after the command's closing parenthesis: state is the
-	// first (field 3), starttime the 20th (field 22).
-	i := bytes.LastIndexByte(raw, ')')
-	if i < 0 {
-		return time.Time{}, false, fmt.Errorf("/proc/%d/stat: no command", pid)
-	}
-	f := strings.Fields(string(raw[i+1:]))
-	if len(f) < 20 {
-		return time.Time{}, false, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	ticks, err := strconv.ParseInt(f[19], 10, 64)
-	if err != nil {
-		return time.Time{}, false, fmt.Errorf("/proc/%d/stat: starttime %q", pid, f[19])
 	}
 	boot, err := bootTime()
 	if err != nil {
 		return time.Time{}, false, err
 	}
 	// USER_HZ is 100 on every Linux architecture Go runs on.
-	return boot.Add(time.Duration(ticks) * (time.Second / 100)), f[0] == "Z" || f[0] == "X", nil
+	return boot.Add(time.Duration(ticks) * (time.Second / 100)), state == "Z" || state == "X", nil
+}
+
+// procStat reads pid's state and start time (ticks after boot) from
+// /proc/PID/stat.
+func procStat(pid int) (state string, ticks int64, err error) {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", 0, err
+	}
+	// The fields after the command's closing parenthesis: state is the
+	// first (field 3), starttime the 20th (field 22).
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return "", 0, fmt.Errorf("/proc/%d/stat: no command", pid)
+	}
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 20 {
+		return "", 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	ticks, err = strconv.ParseInt(f[19], 10, 64)
+	if err != nil {
+		return "", 0, fmt.Errorf("/proc/%d/stat: starttime %q", pid, f[19])
+	}
+	return f[0], ticks, nil
 }
 
 func bootTime() (time.Time, error) {
@@ -166,8 +176,9 @@ func bootTime() (time.Time, error) {
 	return time.Time{}, errors.New("/proc/stat: no btime")
 }
 
-// gone reports whether pid has exited: no /proc entry, or a zombie.
+// gone reports whether pid has exited: no /proc entry, or a zombie. It
+// is polled while a kill is waited for: the state alone, no boot time.
 func gone(pid int) bool {
-	_, zombie, err := processStart(pid)
-	return err != nil || zombie
+	state, _, err := procStat(pid)
+	return err != nil || state == "Z" || state == "X"
 }
