@@ -69,6 +69,30 @@ func (e *gitEnv) spawnGit(t *testing.T, env []string, args ...string) (int, stri
 		"--daily-tokens", "1000", "--policy", e.bundle, "--git-remote", e.remote, "--poll-every", "100ms", "--log-level", "warn"}, args...)...)
 }
 
+// spawnScript spawns, on the git substrate with a sandboxed runner, a kind
+// named name whose sub-agent is script, given one argument (a template:
+// {{.Dir}}, {{.PromptFile}}); the spawn must succeed.
+func (e *gitEnv) spawnScript(t *testing.T, name, arg, script string) spawn.Result {
+	t.Helper()
+	agent := filepath.Join(e.dir, name+".sh")
+	os.WriteFile(agent, []byte(script), 0o755)
+	os.WriteFile(filepath.Join(e.home, "kinds", name+".yaml"), []byte(fmt.Sprintf(`name: %s
+binary: {path: %s}
+args: [%q]
+preset: egress_ok
+substrate: git
+timeout: 2m
+tokens: 10
+prompt: "{{.Text}}"
+`, name, agent, arg)), 0o644)
+	code, out, errs := e.spawnGit(t, nil, "--kind", name, "--dispatch-cmd", e.runner(t, true))
+	var res spawn.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 {
+		t.Fatalf("spawn = %d %q %s", code, out, errs)
+	}
+	return res
+}
+
 // A sync git spawn whose runner has airlock: the sub-agent runs in a
 // sandbox on the runner decided by the kind's preset of the very bundle
 // the spawn verified (its pin travels in manifest.json), so its allowed
@@ -113,23 +137,7 @@ func TestSpawnGitSync(t *testing.T) {
 	if strings.Contains(res.Detail, "WARNING") {
 		t.Errorf("a sandboxed run warns: %q", res.Detail)
 	}
-	denied := false
-	for _, l := range readLines(t, filepath.Join(h.Subagent(id), "audit.jsonl")) {
-		var a struct {
-			auditLine
-			Sandbox, Preset string
-		}
-		json.Unmarshal([]byte(l), &a)
-		if a.Reason == "path_not_allowed" && a.Path == "/v2/secret" {
-			denied = a.Preset == "egress_ok" && a.Binary == e.python && a.Sandbox == "spawn-"+id
-			if !denied {
-				t.Errorf("the denial is attributed to %+v", a)
-			}
-		}
-	}
-	if !denied {
-		t.Errorf("the copied-back audit.jsonl has no denial of /v2/secret")
-	}
+	checkSecretDenied(t, filepath.Join(h.Subagent(id), "audit.jsonl"), "spawn-"+id, e.python)
 	// The branch is the job record: the result is on it too.
 	if onBranch := testutil.Git(t, "", "--git-dir", e.remote, "show", gitsub.Branch(id)+":spawns/"+id+"/result.json"); !strings.Contains(onBranch, `"status": "done"`) {
 		t.Errorf("result.json on %s: %s", gitsub.Branch(id), onBranch)
@@ -145,26 +153,11 @@ func TestSpawnGitSync(t *testing.T) {
 // result) are beyond its reach.
 func TestSpawnGitSubagentWritesOnlyWork(t *testing.T) {
 	e := newGitEnv(t)
-	agent := filepath.Join(e.dir, "writer.sh")
-	os.WriteFile(agent, []byte(`#!/bin/sh
+	res := e.spawnScript(t, "writer", "{{.Dir}}", `#!/bin/sh
 if rm -f "$1/../stdout.log" && echo forged > "$1/../stdout.log"; then tamper=allowed; else tamper=denied; fi
 if echo out > "$1/out.txt"; then work=ok; else work=failed; fi
 echo "{\"tamper\":\"$tamper\",\"work\":\"$work\"}"
-`), 0o755)
-	os.WriteFile(filepath.Join(e.home, "kinds", "writer.yaml"), []byte(fmt.Sprintf(`name: writer
-binary: {path: %s}
-args: ["{{.Dir}}"]
-preset: egress_ok
-substrate: git
-timeout: 2m
-tokens: 10
-prompt: "{{.Text}}"
-`, agent)), 0o644)
-	code, out, errs := e.spawnGit(t, nil, "--kind", "writer", "--dispatch-cmd", e.runner(t, true))
-	var res spawn.Result
-	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 {
-		t.Fatalf("spawn = %d %q %s", code, out, errs)
-	}
+`)
 	var got struct{ Tamper, Work string }
 	json.Unmarshal(res.Result, &got)
 	if got.Tamper != "denied" || got.Work != "ok" {
@@ -297,28 +290,13 @@ func TestSpawnGitRemoteSecret(t *testing.T) {
 	const secret = "s3cr3t-t0ken"
 	e := newGitEnv(t)
 	e.remote, _ = testutil.GitHTTPRemote(t, "x-access-token", secret)
-	agent := filepath.Join(e.dir, "snoop.sh")
-	os.WriteFile(agent, []byte(`#!/bin/sh
+	res := e.spawnScript(t, "snoop", "{{.PromptFile}}", `#!/bin/sh
 if cat .git/config; then git=read; else git=denied; fi
 if cat README; then checkout=read; else checkout=denied; fi
 if cat "$1" >/dev/null; then prompt=read; else prompt=denied; fi
 env
 echo "{\"git\":\"$git\",\"checkout\":\"$checkout\",\"prompt\":\"$prompt\"}"
-`), 0o755)
-	os.WriteFile(filepath.Join(e.home, "kinds", "snoop.yaml"), []byte(fmt.Sprintf(`name: snoop
-binary: {path: %s}
-args: ["{{.PromptFile}}"]
-preset: egress_ok
-substrate: git
-timeout: 2m
-tokens: 10
-prompt: "{{.Text}}"
-`, agent)), 0o644)
-	code, out, errs := e.spawnGit(t, nil, "--kind", "snoop", "--dispatch-cmd", e.runner(t, true))
-	var res spawn.Result
-	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 {
-		t.Fatalf("spawn = %d %q %s", code, out, errs)
-	}
+`)
 	var got struct{ Git, Checkout, Prompt string }
 	json.Unmarshal(res.Result, &got)
 	if got.Git != "denied" || got.Checkout != "denied" || got.Prompt != "read" {

@@ -300,20 +300,7 @@ func TestSpawnInPod(t *testing.T) {
 		t.Fatalf("result.json %+v, result %+v", res, got)
 	}
 	for _, log := range []string{filepath.Join(dir, local.AuditFile), filepath.Join(e.pod.state, "audit.jsonl")} {
-		denied := false
-		for _, l := range readLines(t, log) {
-			var a struct {
-				auditLine
-				Sandbox, Preset string
-			}
-			json.Unmarshal([]byte(l), &a)
-			if a.Sandbox == "spawn-"+id && a.Reason == "path_not_allowed" && a.Path == "/v2/secret" {
-				denied = a.Preset == "egress_ok" && a.Binary == e.python
-			}
-		}
-		if !denied {
-			t.Errorf("%s has no denial of /v2/secret by sandbox spawn-%s, preset egress_ok, binary %s", log, id, e.python)
-		}
+		checkSecretDenied(t, log, "spawn-"+id, e.python)
 	}
 }
 

@@ -161,23 +161,7 @@ func TestSpawnLocal(t *testing.T) {
 			t.Errorf("%s is mode %v; want private %v, and nothing for other users", f.name, fi.Mode().Perm(), f.private)
 		}
 	}
-	denied := false
-	for _, l := range readLines(t, filepath.Join(dir, "audit.jsonl")) {
-		var a struct {
-			auditLine
-			Sandbox, Preset string
-		}
-		json.Unmarshal([]byte(l), &a)
-		if a.Reason == "path_not_allowed" && a.Path == "/v2/secret" {
-			denied = a.Preset == "egress_ok" && a.Binary == e.python && a.Sandbox == "spawn-"+id
-			if !denied {
-				t.Errorf("the denial is attributed to %+v", a)
-			}
-		}
-	}
-	if !denied {
-		t.Errorf("audit.jsonl has no denial of /v2/secret")
-	}
+	checkSecretDenied(t, filepath.Join(dir, "audit.jsonl"), "spawn-"+id, e.python)
 	day, err := budget.Budget{Dir: h.Budget(), Daily: 1000}.Today()
 	if err != nil || day.Spent != 42 || day.Reserved != 0 {
 		t.Errorf("budget today %+v (%v); want 42 spent, nothing reserved", day, err)
@@ -462,5 +446,32 @@ func TestSpawnSetupFailure(t *testing.T) {
 	}
 	if left := cgroupsOf("spawn-" + last.Task); len(left) != 0 {
 		t.Errorf("the failed sandbox's cgroups are left: %v", left)
+	}
+}
+
+// checkSecretDenied checks that the audit log at path holds sandbox's
+// denial of /v2/secret (path_not_allowed), decided by the kind's preset
+// (egress_ok) for binary. Other sandboxes' lines (a pod's log) are not
+// looked at.
+func checkSecretDenied(t *testing.T, path, sandbox, binary string) {
+	t.Helper()
+	denied := false
+	for _, l := range readLines(t, path) {
+		var a struct {
+			auditLine
+			Sandbox, Preset string
+		}
+		json.Unmarshal([]byte(l), &a)
+		if a.Sandbox != sandbox || a.Reason != "path_not_allowed" || a.Path != "/v2/secret" {
+			continue
+		}
+		if a.Preset != "egress_ok" || a.Binary != binary {
+			t.Errorf("%s: the denial is attributed to %+v, want preset egress_ok, binary %s", path, a, binary)
+			continue
+		}
+		denied = true
+	}
+	if !denied {
+		t.Errorf("%s has no denial of /v2/secret by sandbox %s", path, sandbox)
 	}
 }

@@ -57,6 +57,10 @@ func (p *runningPod) watchdog(t *testing.T, name string, args ...string) (int, s
 	argv := append([]string{"watchdog", name, "--once", "--state", state, "--admin-socket", p.socket, "--inbox", p.events, "--settle", "20s"}, args...)
 	out, errs, code := runAirlock(t, argv...)
 	t.Logf("airlock watchdog %s: exit %d\n%s", name, code, errs)
+	if code != 0 {
+		// A failed round says what it was on stderr ("gateway gave up:").
+		return code, errs
+	}
 	return code, strings.TrimSpace(out)
 }
 
@@ -204,8 +208,8 @@ func TestGatewayWatchdogPodCrashLoopIsGivenUp(t *testing.T) {
 	pod.awaitState("gateway", "exited")
 	args := []string{"--max-restarts", "2", "--settle", "2s"}
 	for i, want := range []string{"gateway failed", "gateway failed", "gateway gave up", "gateway gave up"} {
-		if code, _ := pod.watchdog(t, "gateway", args...); code != 1 {
-			t.Fatalf("round %d = %d, want 1 (%s)", i, code, want)
+		if code, said := pod.watchdog(t, "gateway", args...); code != 1 || !strings.Contains(said, want+":") {
+			t.Fatalf("round %d = %d %q, want 1 and %q", i, code, said, want)
 		}
 	}
 	const want = "gateway_crash/warning/false restart/critical/false gateway_crash/warning/false restart/critical/false gateway_crash/warning/false give_up/critical/false"
