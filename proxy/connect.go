@@ -113,7 +113,7 @@ func connectTarget(target string) (req policies.Request, why string) {
 // earlyConn reads the bytes that came with the CONNECT before the socket's.
 // Only the inspection loop, which reads through TLS anyway, sees it: an
 // opaque tunnel writes them ahead and keeps the bare connection, whose
-// relay splices.
+// relay reads the socket itself.
 type earlyConn struct {
 	net.Conn
 	r io.Reader

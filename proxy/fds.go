@@ -8,13 +8,12 @@ import (
 )
 
 // fdsPerConn is the most descriptors one client connection holds: an
-// opaque tunnel's two sockets and, while both directions move bytes, a
-// splice pipe (two ends) each. A plain or inspected connection holds its
+// opaque tunnel's two sockets. A plain or inspected connection holds its
 // socket and one upstream connection at a time.
-const fdsPerConn = 6
+const fdsPerConn = 2
 
 // What the proxy holds besides its sandboxes' connections: idle upstream
-// connections, spare pipes, and a margin for listeners, the audit log,
+// connections and a margin for listeners, the audit log,
 // metrics, netlink and BPF.
 const (
 	maxIdleUpstream = 256
@@ -27,7 +26,7 @@ const (
 // open, and the proxy's own.
 func fdsNeeded(maxConns, sandboxes int) uint64 {
 	per := uint64(maxConns)*fdsPerConn + maxRefusing + identity.ProcCacheSize
-	return uint64(sandboxes)*per + 2*maxSparePipes + maxIdleUpstream + fdMargin
+	return uint64(sandboxes)*per + maxIdleUpstream + fdMargin
 }
 
 // EnsureFDs checks that the process may open the descriptors sandboxes
@@ -38,8 +37,7 @@ func fdsNeeded(maxConns, sandboxes int) uint64 {
 // proxy fails new connections before --max-conns answers 503 (closed, but
 // as identity_unknown or an upstream error, which names the wrong cause).
 // It is a warning, not a refusal, because the count is a worst case (every
-// connection an opaque tunnel moving bytes both ways); a plain or
-// inspected connection holds two descriptors. err is a failed syscall.
+// connection holding an upstream one). err is a failed syscall.
 func EnsureFDs(maxConns, sandboxes int) (warning string, err error) {
 	need := fdsNeeded(maxConns, sandboxes)
 	var lim unix.Rlimit

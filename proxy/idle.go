@@ -11,9 +11,9 @@ import (
 
 // watchIdle closes conns (both ends of an opaque tunnel, or the client's
 // socket of a WebSocket, which carries its traffic both ways) once none
-// has sent or received data for idle. The relay splices in the kernel, so
-// the bytes never pass through code that could note the time; the kernel's
-// own TCP_INFO (last data sent/received) tells instead. The check runs on a
+// has sent or received data for idle. The relay does not read the clock
+// for each chunk it moves (a cost on every read of a bulk transfer); the
+// kernel's own TCP_INFO (last data sent/received) tells instead. The check runs on a
 // timer, not a goroutine per tunnel; the returned stop ends it and reports
 // whether the watcher closed conns, which the audit line then says.
 func watchIdle(idle time.Duration, conns ...net.Conn) (stop func() (closed bool)) {

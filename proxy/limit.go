@@ -16,7 +16,7 @@ import (
 // which cuts clients that stop reading and follows their requests'
 // framing, inside a servedConn, which audits the server's own refusals. A
 // connection taken over from the server is unwrapped again (bareConn, then
-// rawConn for an opaque tunnel), so its relay still splices it.
+// rawConn for an opaque tunnel), so its relay reads the socket itself.
 type limitListener struct {
 	net.Listener
 	p           *Proxy

@@ -328,14 +328,14 @@ type recordingHook struct {
 	tgids map[int]bool
 }
 
-func (h *recordingHook) Lookup(cookie uint64) (int, time.Duration, bool) {
-	tgid, at, ok := h.hook.Lookup(cookie)
+func (h *recordingHook) Lookup(cookie uint64) (int, int, time.Duration, bool) {
+	tgid, fd, at, ok := h.hook.Lookup(cookie)
 	if ok {
 		h.mu.Lock()
 		h.tgids[tgid] = true
 		h.mu.Unlock()
 	}
-	return tgid, at, ok
+	return tgid, fd, at, ok
 }
 
 func (h *recordingHook) seen() []int {

@@ -22,8 +22,8 @@ import (
 // does not (417). Such an answer is a refusal like any other, so servedConn
 // audits it as it goes out and gives it the reason every denial carries: a
 // write while no handler has the connection's current request is the
-// server's own. A taken-over connection is used bare (bareConn), so
-// tunnels still splice.
+// server's own. A taken-over connection is used bare (bareConn), so a
+// tunnel relays between the sockets themselves (relayCopy).
 type servedConn struct {
 	net.Conn
 	p  *Proxy

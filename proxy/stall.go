@@ -19,7 +19,7 @@ import (
 // not on a whole response, which may be a stream of any length.
 //
 // Every plain and inspected connection is wrapped; an opaque tunnel
-// relays the bare connection (rawConn), which splices, and is bounded by
+// relays the bare connection (rawConn) and is bounded by
 // --tunnel-idle-timeout instead.
 type stallConn struct {
 	net.Conn

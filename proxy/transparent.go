@@ -114,7 +114,7 @@ func checkConntrack(st *sandboxState) error { return st.conntrack.Check() }
 func (p *Proxy) serveTransparent(cc *clientConn) {
 	defer cc.sb.active.Add(-1) // limitListener took the slot
 	client := cc.conn          // stallConn: a client that stops reading is cut
-	raw := rawConn(client)     // the socket, which an opaque tunnel splices
+	raw := rawConn(client)     // the socket, which an opaque tunnel relays
 	t, release := p.track(raw)
 	defer release()
 	if t == nil {

@@ -27,8 +27,7 @@ func (p *Proxy) dialChecked(dc *decision) (net.Conn, bool) {
 
 // tunnel relays an allowed, uninspected connection to its upstream, dialled
 // to exactly the addresses the guard checked (dialChecked), early (what
-// the client sent before the relay began) first. The relay splices
-// (spliceCopy): the bytes never enter user space.
+// the client sent before the relay began) first.
 func (p *Proxy) tunnel(client, upstream net.Conn, early []byte, dc *decision) {
 	if len(early) > 0 {
 		if _, err := upstream.Write(early); err != nil {
@@ -72,13 +71,13 @@ func relay(client, upstream net.Conn) (up, down int64) {
 	return up, down
 }
 
-// copyConn copies src to dst until src's EOF: spliced between TCP
-// connections, else through a buffer.
+// copyConn copies src to dst until src's EOF: through a pooled buffer
+// between TCP connections (relayCopy), else through io.Copy's.
 func copyConn(dst, src net.Conn) (int64, error) {
 	d, ok1 := dst.(*net.TCPConn)
 	s, ok2 := src.(*net.TCPConn)
 	if ok1 && ok2 {
-		return spliceCopy(d, s)
+		return relayCopy(d, s)
 	}
 	return io.Copy(dst, src)
 }

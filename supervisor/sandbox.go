@@ -198,8 +198,16 @@ func AttachHook(dir string, log *slog.Logger) *connhook.Hook {
 		log.Warn("cgroup connect hook unavailable; each new connection scans the sandbox's processes (slower, same decisions)", "cgroup", dir, "err", err)
 		return nil
 	}
+	if h.FDs != nil {
+		fdsOnce.Do(func() {
+			log.Warn("the connect hook records no descriptors; each new connection reads its connector's whole fd table (slower, same decisions)", "err", h.FDs)
+		})
+	}
 	return h
 }
+
+// fdsOnce says once per process that connections are checked the slow way.
+var fdsOnce sync.Once
 
 // Pid is the host pid of the sandbox's init.
 func (s *Sandbox) Pid() int { return s.proc.Pid }

@@ -43,6 +43,15 @@ func RequireRoot(t testing.TB, feature string) {
 	}
 }
 
+// RequireFeature requires a kernel or host feature the test is about;
+// err says why it is missing (nil: present).
+func RequireFeature(t testing.TB, feature string, err error) {
+	t.Helper()
+	if err != nil {
+		missing(t, "test needs %s: %v", feature, err)
+	}
+}
+
 // RequireCgroup2 returns where the cgroup v2 hierarchy is mounted.
 func RequireCgroup2(t testing.TB) string {
 	t.Helper()

@@ -34,8 +34,8 @@ func newProcCache(size int) *procCache {
 // get returns the cached description of pid if that process still runs the
 // same executable at the same path, started by startedBy (when not zero),
 // runs as uid (a process that changed uid is described afresh) and, when
-// socket is not nil, holds that socket (its fd link, socketLink).
-func (c *procCache) get(pid int, startedBy time.Duration, uid int, socket []byte) (*Process, bool) {
+// socket is not nil, holds that socket.
+func (c *procCache) get(pid int, startedBy time.Duration, uid int, socket *heldSocket) (*Process, bool) {
 	e, ok := c.lru.Get(pid)
 	if !ok {
 		return nil, false
@@ -51,7 +51,7 @@ func (c *procCache) get(pid int, startedBy time.Duration, uid int, socket []byte
 	if exe, err := e.dir.exe(); err != nil || exe != e.p.Exe {
 		return nil, false
 	}
-	if socket != nil && !e.dir.holds(socket) {
+	if socket != nil && !e.dir.holds(*socket) {
 		return nil, false
 	}
 	return e.p, true

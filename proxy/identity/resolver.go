@@ -37,10 +37,11 @@ var self = os.Getpid()
 // holds open: one descriptor each.
 const ProcCacheSize = 512
 
-// ConnHook knows which process connected a socket, and when (time since
-// boot), by the socket's cookie (the connhook package's cgroup BPF programs).
+// ConnHook knows which process connected a socket, on which descriptor
+// (-1: not known) and when (time since boot), by the socket's cookie (the
+// connhook package's BPF programs).
 type ConnHook interface {
-	Lookup(cookie uint64) (tgid int, connectedAt time.Duration, ok bool)
+	Lookup(cookie uint64) (tgid, fd int, connectedAt time.Duration, ok bool)
 }
 
 // WithConnHook makes lookups O(1): the owner is the process the hook saw
@@ -103,8 +104,8 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 		return nil, unknown("socket %s→%s has no inode (closed)", client, server)
 	}
 	if r.hook != nil {
-		if tgid, at, ok := r.hook.Lookup(sock.cookie); ok && tgid != self {
-			if p := r.connector(tgid, at, sock); p != nil {
+		if tgid, fd, at, ok := r.hook.Lookup(sock.cookie); ok && tgid != self {
+			if p := r.connector(tgid, fd, at, sock); p != nil {
 				return p, nil
 			}
 		}
@@ -125,10 +126,11 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 // scan. A process that started after the connect is not the connector but
 // a later owner of its pid; one that handed the socket on and closed its
 // own copy is not the owner any more. The check and the description go
-// through one /proc directory, so both are of the same process.
-func (r *Resolver) connector(tgid int, at time.Duration, sock diagSocket) *Process {
-	socket := socketLink(sock.inode)
-	if p, ok := r.procs.get(tgid, at+startSlack, int(sock.uid), socket); ok {
+// through one /proc directory, so both are of the same process. fd is
+// where the connector connected the socket, checked first (-1: not known).
+func (r *Resolver) connector(tgid, fd int, at time.Duration, sock diagSocket) *Process {
+	socket := heldSocket{link: socketLink(sock.inode), fd: fd}
+	if p, ok := r.procs.get(tgid, at+startSlack, int(sock.uid), &socket); ok {
 		return p
 	}
 	d, err := openProc(tgid)
@@ -281,7 +283,7 @@ func findOwners(pids []int, inode uint32) []procDir {
 		if err != nil {
 			continue // exited
 		}
-		if d.holds(socket) {
+		if d.holds(heldSocket{link: socket, fd: -1}) {
 			owners = append(owners, d)
 		} else {
 			d.close()
@@ -294,10 +296,24 @@ func socketLink(inode uint32) []byte {
 	return []byte("socket:[" + strconv.FormatUint(uint64(inode), 10) + "]")
 }
 
-// holds reports whether the process has socket (a socketLink) open. Its fd
-// links are read with readlinkat on the fd directory, newest first: a
-// connection being attributed was usually opened last.
-func (p procDir) holds(socket []byte) bool {
+// heldSocket is a socket to find in a process's fd table: its link
+// (socketLink) and the descriptor it is expected at (-1: not known).
+type heldSocket struct {
+	link []byte
+	fd   int
+}
+
+// holds reports whether the process has the socket open: at its expected
+// descriptor (one readlink), else anywhere in its fd table, whose links are
+// read with readlinkat on the fd directory, newest first.
+func (p procDir) holds(socket heldSocket) bool {
+	var buf [64]byte
+	if socket.fd >= 0 {
+		n, err := unix.Readlinkat(p.fd, "fd/"+strconv.Itoa(socket.fd), buf[:])
+		if err == nil && bytes.Equal(buf[:n], socket.link) {
+			return true
+		}
+	}
 	fd, err := unix.Openat(p.fd, "fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false // exited, or a kernel thread
@@ -308,10 +324,9 @@ func (p procDir) holds(socket []byte) bool {
 	if err != nil {
 		return false
 	}
-	var buf [64]byte
 	for i := len(names) - 1; i >= 0; i-- {
 		n, err := unix.Readlinkat(fd, names[i], buf[:])
-		if err == nil && bytes.Equal(buf[:n], socket) {
+		if err == nil && bytes.Equal(buf[:n], socket.link) {
 			return true
 		}
 	}

@@ -15,11 +15,16 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// Hook is the attached programs and the cookie → tgid map they fill.
+// Hook is the attached programs and the cookie → connector map they fill.
 type Hook struct {
 	conns *ebpf.Map
 	progs []*ebpf.Program
 	links []link.Link
+	// FDs is nil when the hook records the descriptor each connection was
+	// made on, else why it does not (no tracefs, no syscall tracepoints):
+	// a lookup then checks that the connector still holds the socket by
+	// reading its whole fd table instead of one entry.
+	FDs error
 }
 
 // maxEntries bounds the map; it is an LRU, so old connections age out and
@@ -34,19 +39,20 @@ func Attach(cgroupDir string) (*Hook, error) {
 		Name:       "airlock_conns",
 		Type:       ebpf.LRUHash,
 		KeySize:    8,  // socket cookie
-		ValueSize:  16, // struct { u32 tgid; u32 pad; u64 boot_ns }
+		ValueSize:  16, // struct { u32 tgid; u32 fd + 1, or 0; u64 boot_ns }
 		MaxEntries: maxEntries,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connhook: create map: %w", err)
 	}
-	h := &Hook{conns: conns}
+	fds, fdErr := connectFDs()
+	h := &Hook{conns: conns, FDs: fdErr}
 	for _, at := range []ebpf.AttachType{ebpf.AttachCGroupInet4Connect, ebpf.AttachCGroupInet6Connect} {
 		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 			Name:         "airlock_connect",
 			Type:         ebpf.CGroupSockAddr,
 			AttachType:   at,
-			Instructions: record(conns),
+			Instructions: record(conns, fds),
 			License:      "Dual MIT/GPL",
 		})
 		if err != nil {
@@ -64,20 +70,44 @@ func Attach(cgroupDir string) (*Hook, error) {
 	return h, nil
 }
 
-// record is the program: conns[socket cookie] = {current tgid, boot time};
-// then allow the connect (the hook observes, the network namespace decides).
-// The time lets the proxy tell the connector from a later process that got
-// its pid.
-func record(conns *ebpf.Map) asm.Instructions {
-	return asm.Instructions{
+// record is the program: conns[socket cookie] = {current tgid, the fd the
+// thread passed to connect(2) (fds, filled at the syscall's entry; 0 when
+// not known), boot time}; then allow the connect (the hook observes, the
+// network namespace decides). The time lets the proxy tell the connector
+// from a later process that got its pid; the fd lets it check that the
+// connector still holds the socket with one readlink.
+func record(conns, fds *ebpf.Map) asm.Instructions {
+	insns := asm.Instructions{
 		// r1 is the bpf_sock_addr context.
 		asm.FnGetSocketCookie.Call(),
 		asm.StoreMem(asm.RFP, -8, asm.R0, asm.DWord),
 		asm.FnGetCurrentPidTgid.Call(),
-		asm.RSh.Imm(asm.R0, 32), // the upper half is the tgid
-		asm.StoreMem(asm.RFP, -24, asm.R0, asm.DWord),
+		asm.StoreMem(asm.RFP, -32, asm.R0, asm.DWord), // fds' key: the thread
+		asm.RSh.Imm(asm.R0, 32),                       // the upper half is the tgid
+		asm.StoreMem(asm.RFP, -24, asm.R0, asm.Word),
+		asm.StoreImm(asm.RFP, -20, 0, asm.Word),
 		asm.FnKtimeGetBootNs.Call(),
 		asm.StoreMem(asm.RFP, -16, asm.R0, asm.DWord),
+	}
+	if fds != nil {
+		insns = append(insns,
+			asm.LoadMapPtr(asm.R1, fds.FD()),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -32),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "update"),
+			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+			asm.Add.Imm(asm.R1, 1),
+			asm.StoreMem(asm.RFP, -20, asm.R1, asm.Word),
+			// Taken: a later connect on this thread that the tracepoint
+			// does not see (io_uring) must not inherit it.
+			asm.LoadMapPtr(asm.R1, fds.FD()),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -32),
+			asm.FnMapDeleteElem.Call(),
+		)
+	}
+	update := asm.Instructions{
 		asm.LoadMapPtr(asm.R1, conns.FD()),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, -8),
@@ -88,25 +118,27 @@ func record(conns *ebpf.Map) asm.Instructions {
 		asm.Mov.Imm(asm.R0, 1),
 		asm.Return(),
 	}
+	update[0] = update[0].WithSymbol("update")
+	return append(insns, update...)
 }
 
 // entry mirrors the map value.
 type entry struct {
 	TGID   uint32
-	_      uint32
+	FD1    uint32 // the fd + 1; 0: not known
 	BootNs uint64
 }
 
-// Lookup returns the tgid that connected the socket with this cookie and
-// when, as time since boot.
-func (h *Hook) Lookup(cookie uint64) (int, time.Duration, bool) {
+// Lookup returns the tgid that connected the socket with this cookie, the
+// descriptor it connected it on (-1 when not known) and when, as time since
+// boot.
+func (h *Hook) Lookup(cookie uint64) (tgid, fd int, at time.Duration, ok bool) {
 	var e entry
 	if err := h.conns.Lookup(cookie, &e); err != nil {
-		return 0, 0, false
+		return 0, -1, 0, false
 	}
-	return int(e.TGID), time.Duration(e.BootNs), true
+	return int(e.TGID), int(e.FD1) - 1, time.Duration(e.BootNs), true
 }
-
 // Close detaches the programs and frees the map.
 func (h *Hook) Close() error {
 	var errs []error

@@ -178,3 +178,60 @@ func TestHookFollowsAHandOff(t *testing.T) {
 		t.Fatalf("Lookup after bash (pid %d) handed its socket to sleep (pid %d) = %+v, %v", cmd.Process.Pid, holder, p, err)
 	}
 }
+
+// The hook records the descriptor each connection was made on, so that a
+// lookup checks the connector still holds the socket with one readlink
+// instead of reading its whole fd table. A program that opens files before
+// it connects puts the socket at a descriptor of its choosing.
+func TestHookRecordsTheDescriptor(t *testing.T) {
+	testutil.RequireRoot(t, "cgroup BPF connect hooks")
+	python := testutil.RequireTool(t, "python3")
+	mnt, err := cgroup2.Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := cgroup2.Create(mnt, fmt.Sprintf("airlock-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cgroup2.Remove(cg)
+	hook, err := connhook.Attach(cg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hook.Close()
+	testutil.RequireFeature(t, "the connect(2) tracepoint (tracefs at /sys/kernel/tracing; .ci/run mounts it)", hook.FDs)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	script := fmt.Sprintf(`import os, socket, sys
+sys.stdin.readline()
+held = [os.open("/dev/null", os.O_RDONLY) for _ in range(20)]
+s = socket.create_connection(("127.0.0.1", %d))
+cookie = s.getsockopt(socket.SOL_SOCKET, 57, 8)  # SO_COOKIE
+print(s.fileno(), int.from_bytes(cookie, "little"), flush=True)
+sys.stdin.readline()
+`, ln.Addr().(*net.TCPAddr).Port)
+	cmd := exec.Command(python, "-c", script)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }()
+	if err := cgroup2.Add(cg, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Write([]byte("go\n"))
+	var fd int
+	var cookie uint64
+	if _, err := fmt.Fscan(stdout, &fd, &cookie); err != nil {
+		t.Fatal(err)
+	}
+	tgid, got, _, ok := hook.Lookup(cookie)
+	if !ok || tgid != cmd.Process.Pid || got != fd {
+		t.Fatalf("Lookup(cookie %d) = tgid %d fd %d (found %v); want tgid %d fd %d", cookie, tgid, got, ok, cmd.Process.Pid, fd)
+	}
+}
