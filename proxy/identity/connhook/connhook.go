@@ -139,6 +139,7 @@ func (h *Hook) Lookup(cookie uint64) (tgid, fd int, at time.Duration, ok bool) {
 	}
 	return int(e.TGID), int(e.FD1) - 1, time.Duration(e.BootNs), true
 }
+
 // Close detaches the programs and frees the map.
 func (h *Hook) Close() error {
 	var errs []error
