@@ -75,7 +75,10 @@ func New(o Options) (*Guard, error) {
 	if g.dialer.Timeout == 0 {
 		g.dialer.Timeout = DefaultDialTimeout
 	}
-	g.dialer.KeepAlive = 30 * time.Second
+	// No keepalive probes: four setsockopt calls on every upstream
+	// connection, for what the tunnels' idle watcher (TCP_INFO) and the
+	// transport's idle timeout already end.
+	g.dialer.KeepAlive = -1
 	for _, a := range o.Self {
 		g.self = append(g.self, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
 	}
