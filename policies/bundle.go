@@ -17,6 +17,7 @@ import (
 	"strings"
 	"testing/fstest"
 
+	"github.com/airlock-sandbox/airlock/internal/durable"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 )
@@ -349,22 +350,10 @@ func WriteLock(file string, l Lock) error {
 	if err != nil {
 		return err
 	}
-	tmp := file + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
+	if err := durable.WriteFile(file, append(raw, '\n'), 0o644); err != nil {
 		return fmt.Errorf("policy lock: %w", err)
 	}
-	if _, err = f.Write(append(raw, '\n')); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("policy lock %s: %w", file, err)
-	}
-	return os.Rename(tmp, file)
+	return nil
 }
 
 // Verify checks b against a pinned hash. With lock non-nil the error names

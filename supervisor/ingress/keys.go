@@ -12,10 +12,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
+
+	"github.com/airlock-sandbox/airlock/internal/durable"
 )
 
 // Key file format, one line per key:
@@ -235,7 +236,7 @@ func AddKey(path, operator string, replace bool) (string, error) {
 	case !replace:
 		return "", fmt.Errorf("ingress key file %s:%d: %w: %s (use --replace to replace it)", path, lines[0], ErrOperatorExists, operator)
 	default:
-		err = rewriteKeyFile(path, withoutLines(old, lines)+entry)
+		err = durable.WriteFile(path, []byte(withoutLines(old, lines)+entry), 0o600) // a crash leaves the old file or the new one
 	}
 	if err != nil {
 		return "", fmt.Errorf("ingress key file %s: %w", path, err)
@@ -299,26 +300,4 @@ func withoutLines(content []byte, drop []int) string {
 		}
 	}
 	return b.String()
-}
-
-// rewriteKeyFile replaces the file whole (a temporary file renamed over
-// it), so a crash leaves the old file or the new one, never half of each.
-func rewriteKeyFile(path, content string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := appendSync(tmp, content); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
