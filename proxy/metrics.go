@@ -11,7 +11,8 @@ import (
 )
 
 // Metrics are the proxy's Prometheus metrics. Labels are bounded: sandbox
-// ids are the listeners the operator configured, reasons a fixed set. A nil
+// ids are the listeners the operator configured (and the one-off sandboxes
+// of a pod while they run: Forget drops them), reasons a fixed set. A nil
 // *Metrics records nothing.
 type Metrics struct {
 	registry  *prometheus.Registry
@@ -84,6 +85,20 @@ func (m *Metrics) Register(cs ...prometheus.Collector) error {
 
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// Forget drops every series of a sandbox that has ended for good (a pod's
+// one-off sandbox), so that a long-lived pod's /metrics does not grow by
+// one set of series per sandbox it ever ran.
+func (m *Metrics) Forget(sandbox string) {
+	if m == nil {
+		return
+	}
+	for _, v := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{m.decisions, m.tunnels, m.bytes, m.scrubbed, m.dns} {
+		v.DeletePartialMatch(prometheus.Labels{"sandbox": sandbox})
+	}
 }
 
 func (m *Metrics) countDecision(sandbox, decision, reason string) {
