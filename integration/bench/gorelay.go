@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 )
 
 // goRelay is the floor for any Go proxy: the least a CONNECT relay can do
@@ -51,10 +50,10 @@ func relayOne(c net.Conn) {
 	<-done
 }
 
-func startGoRelay(string, *upstreams) (string, *exec.Cmd, func(), error) {
+func startGoRelay(string, *upstreams) (*running, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return "", nil, nil, err
+		return nil, err
 	}
 	addr := freePort()
 	return startWith(addr, self, "-relay", addr)

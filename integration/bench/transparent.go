@@ -379,14 +379,14 @@ func runSandboxClient(port string) error {
 		explicit, transparent func() result // explicit nil: no such step
 	}{
 		{stepTunnels,
-			func() result { return newTunnels(proxy.Host, explicit(benchHost), benchHost, originRoots) },
-			transparent(benchHost, func(addr string) result { return newTunnels("", addr, benchHost, originRoots) })},
+			func() result { return newTunnels(nil, proxy.Host, explicit(benchHost), benchHost, originRoots) },
+			transparent(benchHost, func(addr string) result { return newTunnels(nil, "", addr, benchHost, originRoots) })},
 		{stepKeepAlive,
-			func() result { return tlsKeepAlive(proxy.Host, explicit(benchHost), benchHost, originRoots) },
-			transparent(benchHost, func(addr string) result { return tlsKeepAlive("", addr, benchHost, originRoots) })},
+			func() result { return tlsKeepAlive(nil, proxy.Host, explicit(benchHost), benchHost, originRoots) },
+			transparent(benchHost, func(addr string) result { return tlsKeepAlive(nil, "", addr, benchHost, originRoots) })},
 		{stepInspected,
-			func() result { return tlsKeepAlive(proxy.Host, explicit(inspectHost), inspectHost, airlockRoots) },
-			transparent(inspectHost, func(addr string) result { return tlsKeepAlive("", addr, inspectHost, airlockRoots) })},
+			func() result { return tlsKeepAlive(nil, proxy.Host, explicit(inspectHost), inspectHost, airlockRoots) },
+			transparent(inspectHost, func(addr string) result { return tlsKeepAlive(nil, "", addr, inspectHost, airlockRoots) })},
 		// Each client its own name, again and again: Go's resolver shares
 		// one lookup among concurrent callers of the same name
 		// (singleflight), which would count one answer many times.
@@ -429,7 +429,7 @@ func ownCPU() time.Duration {
 // lookups measures A+AAAA lookups of the names next gives each client,
 // each counted as its two answers.
 func lookups(r *net.Resolver, next func(w int) string) result {
-	res := measure(func(w int) (int64, error) {
+	res := measure(nil, func(w int) (int64, error) {
 		_, err := lookupSynthetic(r, next(w))
 		return 0, err
 	})
