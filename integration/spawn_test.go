@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -65,6 +67,29 @@ prompt: "task {{.ID}}: {{.Text}}"
 	}
 }
 
+// pin pins kind name's binary (the sub-agent script) to its sha256: the
+// sandbox checks it on the file it execs and runs that file.
+func (e *spawnEnv) pin(t *testing.T, name string) {
+	t.Helper()
+	path := filepath.Join(e.home, "kinds", name+".yaml")
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(e.agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(raw)
+	pinned := strings.Replace(string(src), "binary: {path: "+e.agent+"}", "binary: {path: "+e.agent+", sha256: "+hex.EncodeToString(sum[:])+"}", 1)
+	if pinned == string(src) {
+		t.Fatalf("%s has no binary line to pin:\n%s", path, src)
+	}
+	if err := os.WriteFile(path, []byte(pinned), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // spawn runs `airlock spawn` with the env's bundle and proxy settings.
 func (e *spawnEnv) spawn(t *testing.T, daily int, args ...string) (int, string, string) {
 	t.Helper()
@@ -99,7 +124,8 @@ func statuses(entries []ledger.Entry, task string) []ledger.Status {
 	return out
 }
 
-// A local spawn runs the sub-agent in its sandbox: its allowed request
+// A local spawn runs the sub-agent (pinned: the sandbox checks the digest
+// on the script it execs) in its sandbox: its allowed request
 // reaches the upstream, its denied one is refused and audited in the
 // task's own audit log as the kind's preset and binary; the ledger goes
 // queued → running → done past a torn line a crash left; result.json holds
@@ -109,6 +135,7 @@ func TestSpawnLocal(t *testing.T) {
 	e := newSpawnEnv(t)
 	api := fmt.Sprintf("https://api.test:%d", e.tlsPort)
 	e.kind(t, "fetcher", "2m", 100, "net", api+"/v1/hello", api+"/v2/secret")
+	e.pin(t, "fetcher")
 	h := orchestrator.Home{Dir: e.home}
 	os.MkdirAll(filepath.Dir(h.Ledger()), 0o700)
 	os.WriteFile(h.Ledger(), []byte(`{"ts":"2026-01-01T00:00:00Z","task":"torn`), 0o600)
