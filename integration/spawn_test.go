@@ -296,7 +296,9 @@ func TestSpawnConcurrentNeverOverspends(t *testing.T) {
 	}
 }
 
-// --dry-run prints what the kind's preset allows and spawns nothing.
+// --dry-run prints what the kind's preset allows, all of it and nothing
+// else (the whole output is compared: a line too many is reach the preset
+// does not give), and spawns nothing.
 func TestSpawnDryRun(t *testing.T) {
 	e := newSpawnEnv(t)
 	e.kind(t, "quick", "1m", 100, "quick")
@@ -304,14 +306,23 @@ func TestSpawnDryRun(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("airlock spawn --dry-run = %d\n%s%s", code, out, errs)
 	}
-	for _, want := range []string{
-		"kind quick on the local substrate: a dry run, nothing spawned",
-		"binaries: " + e.python + " (unpinned)", "hosts:    api.test", fmt.Sprintf("ports:    %d", e.tlsPort),
-		"methods:  GET", "paths:    /v1/**", "tls:      inspected (every request decided)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("dry run lacks %q:\n%s", want, out)
-		}
+	hash, err := exec.Command(airlockBin, "policy", "hash", e.bundle).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`kind quick on the local substrate: a dry run, nothing spawned
+preset egress_ok (policy %s)
+allows:
+  api
+    binaries: %s (unpinned)
+    hosts:    api.test
+    ports:    %d
+    methods:  GET
+    paths:    /v1/**
+    tls:      inspected (every request decided)
+`, strings.TrimSpace(string(hash)), e.python, e.tlsPort)
+	if out != want {
+		t.Errorf("dry run printed:\n%s\nwant:\n%s", out, want)
 	}
 	if _, err := os.Stat(orchestrator.Home{Dir: e.home}.Ledger()); !os.IsNotExist(err) {
 		t.Errorf("a dry run wrote the ledger (%v)", err)
