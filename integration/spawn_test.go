@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,6 +68,29 @@ prompt: "task {{.ID}}: {{.Text}}"
 	}
 }
 
+// pin pins kind name's binary (the sub-agent script) to its sha256: the
+// sandbox checks it on the file it execs and runs that file.
+func (e *spawnEnv) pin(t *testing.T, name string) {
+	t.Helper()
+	path := filepath.Join(e.home, "kinds", name+".yaml")
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(e.agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(raw)
+	pinned := strings.Replace(string(src), "binary: {path: "+e.agent+"}", "binary: {path: "+e.agent+", sha256: "+hex.EncodeToString(sum[:])+"}", 1)
+	if pinned == string(src) {
+		t.Fatalf("%s has no binary line to pin:\n%s", path, src)
+	}
+	if err := os.WriteFile(path, []byte(pinned), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // spawn runs `airlock spawn` with the env's bundle and proxy settings.
 func (e *spawnEnv) spawn(t *testing.T, daily int, args ...string) (int, string, string) {
 	t.Helper()
@@ -99,7 +125,8 @@ func statuses(entries []ledger.Entry, task string) []ledger.Status {
 	return out
 }
 
-// A local spawn runs the sub-agent in its sandbox: its allowed request
+// A local spawn runs the sub-agent (pinned: the sandbox checks the digest
+// on the script it execs) in its sandbox: its allowed request
 // reaches the upstream, its denied one is refused and audited in the
 // task's own audit log as the kind's preset and binary; the ledger goes
 // queued → running → done past a torn line a crash left; result.json holds
@@ -109,6 +136,7 @@ func TestSpawnLocal(t *testing.T) {
 	e := newSpawnEnv(t)
 	api := fmt.Sprintf("https://api.test:%d", e.tlsPort)
 	e.kind(t, "fetcher", "2m", 100, "net", api+"/v1/hello", api+"/v2/secret")
+	e.pin(t, "fetcher")
 	h := orchestrator.Home{Dir: e.home}
 	os.MkdirAll(filepath.Dir(h.Ledger()), 0o700)
 	os.WriteFile(h.Ledger(), []byte(`{"ts":"2026-01-01T00:00:00Z","task":"torn`), 0o600)
@@ -268,7 +296,9 @@ func TestSpawnConcurrentNeverOverspends(t *testing.T) {
 	}
 }
 
-// --dry-run prints what the kind's preset allows and spawns nothing.
+// --dry-run prints what the kind's preset allows, all of it and nothing
+// else (the whole output is compared: a line too many is reach the preset
+// does not give), and spawns nothing.
 func TestSpawnDryRun(t *testing.T) {
 	e := newSpawnEnv(t)
 	e.kind(t, "quick", "1m", 100, "quick")
@@ -276,14 +306,23 @@ func TestSpawnDryRun(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("airlock spawn --dry-run = %d\n%s%s", code, out, errs)
 	}
-	for _, want := range []string{
-		"kind quick on the local substrate: a dry run, nothing spawned",
-		"binaries: " + e.python + " (unpinned)", "hosts:    api.test", fmt.Sprintf("ports:    %d", e.tlsPort),
-		"methods:  GET", "paths:    /v1/**", "tls:      inspected (every request decided)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("dry run lacks %q:\n%s", want, out)
-		}
+	hash, err := exec.Command(airlockBin, "policy", "hash", e.bundle).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`kind quick on the local substrate: a dry run, nothing spawned
+preset egress_ok (policy %s)
+allows:
+  api
+    binaries: %s (unpinned)
+    hosts:    api.test
+    ports:    %d
+    methods:  GET
+    paths:    /v1/**
+    tls:      inspected (every request decided)
+`, strings.TrimSpace(string(hash)), e.python, e.tlsPort)
+	if out != want {
+		t.Errorf("dry run printed:\n%s\nwant:\n%s", out, want)
 	}
 	if _, err := os.Stat(orchestrator.Home{Dir: e.home}.Ledger()); !os.IsNotExist(err) {
 		t.Errorf("a dry run wrote the ledger (%v)", err)
@@ -330,22 +369,30 @@ func TestSpawnUnusableResult(t *testing.T) {
 	}
 }
 
+// start starts `airlock spawn` of kind in the background (a budget of
+// 1000), its stdout to stdout; it is killed when the test ends.
+func (e *spawnEnv) start(t *testing.T, kind string, stdout io.Writer) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(airlockBin, "spawn", "--home", e.home, "--task-file", e.task, "--kind", kind,
+		"--daily-tokens", "1000", "--policy", e.bundle, "--ca-dir", filepath.Join(e.dir, "ca"), "--log-level", "warn")
+	cmd.Env = cleanEnv()
+	cmd.Stdout = stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// A failure before the test's own stop must not leave it running.
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd
+}
+
 // A stopped `airlock spawn` (SIGTERM) takes its sub-agent and sandbox with
 // it and records the task as failed, never leaving it running.
 func TestSpawnStopped(t *testing.T) {
 	e := newSpawnEnv(t)
 	marker := fmt.Sprintf("spawn-stopped-%d", time.Now().UnixNano())
 	e.kind(t, "sleeper", "10m", 100, "sleep", marker)
-	cmd := exec.Command(airlockBin, "spawn", "--home", e.home, "--task-file", e.task, "--kind", "sleeper",
-		"--daily-tokens", "1000", "--policy", e.bundle, "--ca-dir", filepath.Join(e.dir, "ca"), "--log-level", "warn")
-	cmd.Env = cleanEnv()
 	var stdout strings.Builder
-	cmd.Stdout = &stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// A failure before the stop must not leave the spawn running.
-	t.Cleanup(func() { cmd.Process.Kill() })
+	cmd := e.start(t, "sleeper", &stdout)
 	testutil.WaitFor(t, "the sub-agent's sleep", func() bool { return len(withArg(marker)) >= 2 })
 	cmd.Process.Signal(syscall.SIGTERM)
 	code := exitCode(cmd.Wait())
@@ -369,13 +416,7 @@ func TestSpawnKilledTakesItsSandbox(t *testing.T) {
 	e := newSpawnEnv(t)
 	marker := fmt.Sprintf("spawn-killed-%d", time.Now().UnixNano())
 	e.kind(t, "sleeper", "10m", 100, "sleep", marker)
-	cmd := exec.Command(airlockBin, "spawn", "--home", e.home, "--task-file", e.task, "--kind", "sleeper",
-		"--daily-tokens", "1000", "--policy", e.bundle, "--ca-dir", filepath.Join(e.dir, "ca"), "--log-level", "warn")
-	cmd.Env = cleanEnv()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill() })
+	cmd := e.start(t, "sleeper", nil)
 	testutil.WaitFor(t, "the sub-agent and its child", func() bool { return len(withArg(marker)) >= 2 })
 	between := 0
 	for pid := withArg(marker)[0]; pid != cmd.Process.Pid; pid = parentOf(t, pid) {
@@ -402,6 +443,59 @@ func TestSpawnKilledTakesItsSandbox(t *testing.T) {
 	cmd.Wait()
 	testutil.WaitFor(t, "no process of the killed spawn's sub-agent left", func() bool { return len(withArg(marker)) == 0 })
 	testutil.WaitFor(t, "no cgroup of the killed spawn's sandbox left", func() bool { return len(cgroupsOf(id)) == 0 })
+}
+
+// A SIGKILLed spawn cannot record its task's end: spawn poll leaves the
+// task alone while its spawner lives, then, once it is gone, ends it failed
+// with exit 1 and "spawner gone" in the ledger, result.json and the inbox,
+// settles its reservation at the estimate, and never settles it twice.
+func TestSpawnKilledIsReconciled(t *testing.T) {
+	e := newSpawnEnv(t)
+	marker := fmt.Sprintf("spawn-reconciled-%d", time.Now().UnixNano())
+	e.kind(t, "sleeper", "10m", 100, "sleep", marker)
+	cmd := e.start(t, "sleeper", nil)
+	testutil.WaitFor(t, "the sub-agent's sleep", func() bool { return len(withArg(marker)) >= 2 })
+	poll := func() string {
+		t.Helper()
+		out, err := exec.Command(airlockBin, "spawn", "poll", "--home", e.home).CombinedOutput()
+		if err != nil {
+			t.Fatalf("spawn poll: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	if out := poll(); out != "" {
+		t.Fatalf("spawn poll while the spawn runs printed %q; want nothing settled", out)
+	}
+	entries, _ := e.ledger(t)
+	id := entries[0].Task
+	cmd.Process.Kill()
+	cmd.Wait()
+
+	out := poll()
+	if !strings.HasPrefix(out, id+"\tfailed\texit 1\tspawner gone: airlock spawn (pid "+fmt.Sprint(cmd.Process.Pid)+")") {
+		t.Fatalf("spawn poll after the kill printed %q; want %s failed, exit 1, spawner gone", out, id)
+	}
+	entries, _ = e.ledger(t)
+	last := entries[len(entries)-1]
+	if got := statuses(entries, id); fmt.Sprint(got) != "[queued running failed]" || last.Exit == nil || *last.Exit != 1 ||
+		!strings.HasPrefix(last.Detail, "spawner gone") {
+		t.Fatalf("ledger %v, last line %+v; want failed, exit 1, spawner gone", got, last)
+	}
+	h := orchestrator.Home{Dir: e.home}
+	if res, err := spawn.ReadResult(h.Subagent(id)); err != nil || res.Status != ledger.Failed || res.Exit != 1 {
+		t.Errorf("result.json %+v (%v); want failed, exit 1", res, err)
+	}
+	day, err := budget.Budget{Dir: h.Budget(), Daily: 1000}.Today()
+	if err != nil || day.Spent != 100 || day.Reserved != 0 {
+		t.Errorf("budget today %+v (%v); want the estimate of 100 spent, nothing reserved", day, err)
+	}
+	evs, _ := events.Read(h.Inbox(), time.Time{})
+	if len(evs) != 1 || evs[0].Kind != "spawn_failed" || !strings.Contains(evs[0].Detail, "spawner gone") {
+		t.Errorf("inbox %+v; want one spawn_failed naming the spawner gone", evs)
+	}
+	if out := poll(); out != "" {
+		t.Errorf("a second spawn poll printed %q; want nothing settled twice", out)
+	}
 }
 
 // parentOf is pid's parent (PPid in /proc/PID/status).

@@ -43,6 +43,11 @@ type Config struct {
 	Command []string `json:"command"`
 	Dir     string   `json:"dir,omitempty"`
 
+	// CommandSHA256 pins Command[0]'s content (64 lower-case hex digits;
+	// Command[0] must then be absolute): the command stage hashes the
+	// file it execs and refuses another (execpin.go). "" is unpinned.
+	CommandSHA256 string `json:"command_sha256,omitempty"`
+
 	UID      int      `json:"uid"`
 	GID      int      `json:"gid"`
 	KeepCaps []string `json:"keep_caps,omitempty"` // e.g. CAP_NET_BIND_SERVICE
@@ -126,6 +131,14 @@ func (c *Config) Validate() error {
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if len(c.Command) == 0 {
 		fail("no command to run")
+	}
+	if c.CommandSHA256 != "" {
+		if !sha256Hex.MatchString(c.CommandSHA256) {
+			fail("command sha256 %q: want 64 lower-case hex digits", c.CommandSHA256)
+		}
+		if len(c.Command) > 0 && !filepath.IsAbs(c.Command[0]) {
+			fail("pinned command %q must be an absolute path", c.Command[0])
+		}
 	}
 	if c.UID == 0 || c.GID == 0 {
 		fail("refusing to run the sandbox as uid/gid 0; use --user")

@@ -81,6 +81,9 @@ func runCommandStage() {
 		// Landlock's paths must be opened before the uid switch can make
 		// them unreadable.
 		{"open landlock paths", openLandlock},
+		// A pinned command is opened and hashed here, as root, and that
+		// descriptor is what the exec runs (execpin.go).
+		{"verify pinned binary", openPinned},
 		// The bounding set caps what any later exec can gain; dropping
 		// it needs CAP_SETPCAP, so it goes before the uid switch.
 		{"drop capability bounding set", dropBounding},
@@ -120,6 +123,9 @@ func runCommandStage() {
 		if err := os.Chdir(c.Dir); err != nil {
 			fail(err)
 		}
+	}
+	if pinned >= 0 {
+		fail(execPinned(c.Command, c.Env))
 	}
 	fail(syscall.Exec(path, c.Command, c.Env))
 }

@@ -1,7 +1,6 @@
 package watchdogs
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/procstat"
 	"golang.org/x/sys/unix"
 )
 
@@ -123,7 +123,7 @@ func readPidFile(path string) (pid int, written time.Time, err error) {
 // processStart is when pid started (from /proc/PID/stat's starttime, in
 // clock ticks after boot) and whether it is a zombie.
 func processStart(pid int) (time.Time, bool, error) {
-	state, ticks, err := procStat(pid)
+	state, ticks, err := procstat.Stat(pid)
 	if err != nil {
 		return time.Time{}, false, err
 	}
@@ -132,31 +132,7 @@ func processStart(pid int) (time.Time, bool, error) {
 		return time.Time{}, false, err
 	}
 	// USER_HZ is 100 on every Linux architecture Go runs on.
-	return boot.Add(time.Duration(ticks) * (time.Second / 100)), state == "Z" || state == "X", nil
-}
-
-// procStat reads pid's state and start time (ticks after boot) from
-// /proc/PID/stat.
-func procStat(pid int) (state string, ticks int64, err error) {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", 0, err
-	}
-	// The fields after the command's closing parenthesis: state is the
-	// first (field 3), starttime the 20th (field 22).
-	i := bytes.LastIndexByte(raw, ')')
-	if i < 0 {
-		return "", 0, fmt.Errorf("/proc/%d/stat: no command", pid)
-	}
-	f := strings.Fields(string(raw[i+1:]))
-	if len(f) < 20 {
-		return "", 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	ticks, err = strconv.ParseInt(f[19], 10, 64)
-	if err != nil {
-		return "", 0, fmt.Errorf("/proc/%d/stat: starttime %q", pid, f[19])
-	}
-	return f[0], ticks, nil
+	return boot.Add(time.Duration(ticks) * (time.Second / 100)), procstat.Dead(state), nil
 }
 
 func bootTime() (time.Time, error) {
@@ -179,6 +155,6 @@ func bootTime() (time.Time, error) {
 // gone reports whether pid has exited: no /proc entry, or a zombie. It
 // is polled while a kill is waited for: the state alone, no boot time.
 func gone(pid int) bool {
-	state, _, err := procStat(pid)
-	return err != nil || state == "Z" || state == "X"
+	state, _, err := procstat.Stat(pid)
+	return err != nil || procstat.Dead(state)
 }

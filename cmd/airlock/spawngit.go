@@ -6,11 +6,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/orchestrator"
-	"github.com/airlock-sandbox/airlock/orchestrator/budget"
 	"github.com/airlock-sandbox/airlock/orchestrator/gitsub"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
-	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 	"github.com/spf13/cobra"
 )
 
@@ -68,59 +65,6 @@ func (f *gitFlags) substrate(cmd *cobra.Command) (*gitsub.Substrate, error) {
 		s.Dispatcher = gitsub.GitHub{API: f.ghAPI, Repo: f.ghRepo, Workflow: f.ghWorkflow, Token: os.Getenv(githubTokenEnv)}
 	}
 	return s, nil
-}
-
-func newSpawnPollCmd() *cobra.Command {
-	var gf gitFlags
-	var homeDir string
-	cmd := &cobra.Command{
-		Use:   "poll --git-remote URL [--home DIR]",
-		Short: "Reconcile the git substrate's running tasks: copy results back, end them in the ledger, settle the budget",
-		Long: `For every task the ledger has running on the git substrate: when its branch
-carries the runner's result.json, copy the result and logs into
-subagents/<id>/, append the task's terminal line (done, failed or timeout) and
-settle its reservation at the usage reported (else at the kind's estimate).
-A task whose runner committed nothing within its kind's timeout plus
---git-grace fails with exit code 124. What it settled is then collected into
-today's memory file, as airlock collect --today does. Run it from a timer for
---async spawns.`,
-		Example: `  airlock spawn poll --git-remote git@github.com:acme/agent-state.git`,
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := gf.substrate(cmd)
-			if err != nil {
-				return err
-			}
-			home, err := resolveHome(homeDir)
-			if err != nil {
-				return err
-			}
-			done, err := s.Poll(cmd.Context(), home, budget.Budget{Dir: home.Budget()})
-			out := cmd.OutOrStdout()
-			for _, r := range done {
-				fmt.Fprintf(out, "%s\t%s\texit %d\t%s\n", r.ID, r.Status, r.Exit, r.Detail)
-				if r.Status != ledger.Done {
-					err = errors.Join(err, home.Notify("spawn_failed",
-						fmt.Sprintf("task %s (git substrate) %s with exit code %d: %s", r.ID, r.Status, r.Exit, r.Detail)))
-				}
-			}
-			if len(done) > 0 {
-				// What was settled flows into today's memory, as
-				// `airlock collect --today` would add it.
-				day := orchestrator.Today(time.Now())
-				n, cerr := spawn.Collect(home, day)
-				if cerr == nil {
-					fmt.Fprintf(out, "%d result(s) added to %s\n", n, home.Memory(day))
-				}
-				err = errors.Join(err, cerr)
-			}
-			return err
-		},
-	}
-	homeFlag(cmd, &homeDir)
-	gf.register(cmd, true, false)
-	groupedHelp(cmd, "Git substrate")
-	return cmd
 }
 
 func newSpawnGCCmd() *cobra.Command {

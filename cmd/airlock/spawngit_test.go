@@ -93,7 +93,7 @@ func TestSpawnGitUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{newSpawnPollCmd(), []string{"--home", home}, "needs --git-remote"},
+		{newSpawnPollCmd(), []string{"--home", home, "--git-remote", "/r.git", "--git-grace", "0s"}, "want a positive duration"},
 		{newSpawnGCCmd(), []string{"--home", home, "--git-remote", "/r.git", "--keep-done", "0s"}, "want positive durations"},
 		{newSpawnCmd(), []string{"--home", home, "--kind", "k", "--task-file", "/dev/null", "--git-remote", "/r.git", "--github-repo", "acme/state"}, "no token in AIRLOCK_GITHUB_TOKEN"},
 		{newSpawnCmd(), []string{"--home", home, "--kind", "k", "--task-file", "/dev/null", "--git-remote", "/r.git", "--github-repo", "acme/state", "--dispatch-cmd", "true"}, "both given"},

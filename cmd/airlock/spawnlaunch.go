@@ -42,7 +42,7 @@ func (l spawnLauncher) Launch(ctx context.Context, s local.Spec) (_ local.Sandbo
 		return nil, err
 	}
 	c := sandbox.Defaults()
-	c.Command, c.Dir = s.Command, s.Dir
+	c.Command, c.CommandSHA256, c.Dir = s.Command, s.SHA256, s.Dir
 	c.UID, c.GID = s.UID, s.GID
 	c.ProxyPort = manifest.DefaultProxyPort
 	c.RO, c.RW = append(c.RO, s.RO...), append(c.RW, s.RW...)

@@ -77,16 +77,29 @@ func (b Budget) Settle(r Reservation, used int64) error {
 	if used < 0 {
 		return fmt.Errorf("budget %s: task %s used %d tokens: must not be negative", r.Day, r.Task, used)
 	}
+	return b.settle(r, func(int64) int64 { return used })
+}
+
+// SettleHeld settles r charging what it holds, the task's estimate: for a
+// task whose usage nobody can report (its spawner died with it).
+func (b Budget) SettleHeld(r Reservation) error {
+	return b.settle(r, func(held int64) int64 { return held })
+}
+
+// settle replaces r's reservation with the charge used says, given what r
+// holds.
+func (b Budget) settle(r Reservation, used func(held int64) int64) error {
 	return b.update(r.Day, func(a *account) error {
-		if _, ok := a.Reserved[r.Task]; !ok {
+		held, ok := a.Reserved[r.Task]
+		if !ok {
 			return fmt.Errorf("budget %s: task %s holds no reservation (settled already?)", r.Day, r.Task)
 		}
 		delete(a.Reserved, r.Task)
-		charge := used
+		charge := used(held)
 		if b.Daily > 0 {
 			// A settler that does not know the day's limit (spawn poll)
 			// charges what was reported; the sum saturates either way.
-			charge = min(used, b.Daily)
+			charge = min(charge, b.Daily)
 		}
 		a.Spent = addSat(a.Spent, charge)
 		return nil

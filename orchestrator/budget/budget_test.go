@@ -140,6 +140,24 @@ func TestSettle(t *testing.T) {
 	}
 }
 
+// A task whose usage no one can report is charged what it holds, once.
+func TestSettleHeld(t *testing.T) {
+	b := budget.Budget{Dir: t.TempDir()}
+	r, err := (budget.Budget{Dir: b.Dir, Daily: 1000}).Reserve("t", 250)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SettleHeld(r); err != nil {
+		t.Fatal(err)
+	}
+	if day, err := b.Today(); err != nil || day.Spent != 250 || day.Reserved != 0 {
+		t.Errorf("Today = %+v, %v; want the 250 held spent, nothing reserved", day, err)
+	}
+	if err := b.SettleHeld(r); err == nil || !strings.Contains(err.Error(), "holds no reservation") {
+		t.Errorf("second SettleHeld = %v, want refused", err)
+	}
+}
+
 func TestReserveRefusesATaskTwice(t *testing.T) {
 	b := budget.Budget{Dir: t.TempDir(), Daily: 1000}
 	if _, err := b.Reserve("a", 1); err != nil {

@@ -9,8 +9,6 @@ import (
 	"os"
 
 	"github.com/airlock-sandbox/airlock/internal/durable"
-	"github.com/airlock-sandbox/airlock/orchestrator"
-	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // auto-action-log.jsonl: one JSON line per decision, appended with one
@@ -42,17 +40,16 @@ func (l *actionLog) close() {
 	}
 }
 
-// autoCounts counts the auto decisions of day (UTC), by action.
+// autoCounts counts the auto decisions of day (UTC), by action, from the
+// log's end (countAuto).
 func (l *actionLog) autoCounts(day string) (map[string]int, error) {
-	ds, _, err := readDecisions(io.NewSectionReader(l.f, 0, 1<<62))
+	fi, err := l.f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("action log %s: %w", l.path, err)
 	}
-	counts := map[string]int{}
-	for _, d := range ds {
-		if d.Outcome == policies.OutcomeAuto && orchestrator.Today(d.TS) == day {
-			counts[d.Action]++
-		}
+	counts, err := countAuto(l.f, fi.Size(), day)
+	if err != nil {
+		return nil, fmt.Errorf("action log %s: %w", l.path, err)
 	}
 	return counts, nil
 }

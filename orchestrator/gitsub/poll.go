@@ -16,14 +16,6 @@ import (
 	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 )
 
-// Reconciled is one task Poll settled.
-type Reconciled struct {
-	ID     string
-	Status ledger.Status
-	Exit   int
-	Detail string
-}
-
 // Poll reconciles every task the ledger at home has running on the git
 // substrate: when its branch carries the runner's result, the returned
 // files are copied into the task's directory, the ledger gets the task's
@@ -32,7 +24,7 @@ type Reconciled struct {
 // branch gone), the task fails with exit code 124. A task claimed by a
 // process still waiting for it is left alone. Errors of single tasks are
 // joined; the others are still reconciled.
-func (s *Substrate) Poll(ctx context.Context, home orchestrator.Home, b budget.Budget) ([]Reconciled, error) {
+func (s *Substrate) Poll(ctx context.Context, home orchestrator.Home, b budget.Budget) ([]spawn.Reconciled, error) {
 	entries, _, err := ledger.Read(home.Ledger())
 	if err != nil {
 		return nil, err
@@ -52,7 +44,7 @@ func (s *Substrate) Poll(ctx context.Context, home orchestrator.Home, b budget.B
 	if err != nil {
 		return nil, err
 	}
-	var done []Reconciled
+	var done []spawn.Reconciled
 	var errs []error
 	for _, id := range running {
 		r, err := s.reconcile(ctx, home, b, id, tips[id] != "")
@@ -68,10 +60,10 @@ func (s *Substrate) Poll(ctx context.Context, home orchestrator.Home, b budget.B
 
 // reconcile settles task id if its result is on its branch (onRemote:
 // the branch exists) or its deadline has passed.
-func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b budget.Budget, id string, onRemote bool) (*Reconciled, error) {
+func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b budget.Budget, id string, onRemote bool) (*spawn.Reconciled, error) {
 	dir := home.Subagent(id)
-	release, err := Claim(dir)
-	if errors.Is(err, ErrClaimed) {
+	release, err := spawn.Claim(dir)
+	if errors.Is(err, spawn.ErrClaimed) {
 		return nil, nil
 	}
 	if err != nil {
@@ -140,7 +132,7 @@ func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b bud
 // first), so nothing runs it. Not before the grace has passed since it
 // started, though: its spawn may be just about to take the claim this Poll
 // holds, and start it.
-func (s *Substrate) neverPushed(home orchestrator.Home, b budget.Budget, t *ledger.Task, dir string, started time.Time) (*Reconciled, error) {
+func (s *Substrate) neverPushed(home orchestrator.Home, b budget.Budget, t *ledger.Task, dir string, started time.Time) (*spawn.Reconciled, error) {
 	now := s.now()
 	if !now.After(started.Add(s.grace())) {
 		return nil, nil
@@ -156,7 +148,7 @@ func (s *Substrate) neverPushed(home orchestrator.Home, b budget.Budget, t *ledg
 // settle ends task t with r in the ledger, then settles its reservation at
 // used, on day (the day the manifest recorded; else, or when that is not a
 // date, which a branch's manifest may say, the day of the queued line).
-func (s *Substrate) settle(home orchestrator.Home, b budget.Budget, t *ledger.Task, day string, r spawn.Result, used int64) (*Reconciled, error) {
+func (s *Substrate) settle(home orchestrator.Home, b budget.Budget, t *ledger.Task, day string, r spawn.Result, used int64) (*spawn.Reconciled, error) {
 	exit := r.Exit
 	if err := ledger.Append(home.Ledger(), ledger.Entry{Task: t.ID, Kind: t.Kind, Substrate: kind.Git,
 		Status: r.Status, Exit: &exit, Usage: r.Usage, Detail: r.Detail}); err != nil {
@@ -164,7 +156,7 @@ func (s *Substrate) settle(home orchestrator.Home, b budget.Budget, t *ledger.Ta
 	}
 	// The ledger first: a settle that fails leaves tokens reserved (the
 	// budget errs toward refusing), never a task settled twice.
-	rc := &Reconciled{ID: t.ID, Status: r.Status, Exit: exit, Detail: r.Detail}
+	rc := &spawn.Reconciled{ID: t.ID, Status: r.Status, Exit: exit, Detail: r.Detail}
 	if _, err := time.Parse(time.DateOnly, day); err != nil {
 		queued := t.Queued
 		if queued.IsZero() {

@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-sandbox/airlock/orchestrator/budget"
 	"github.com/airlock-sandbox/airlock/orchestrator/kind"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 )
 
 // startAsync does what an async spawn does before it returns: reserve the
@@ -65,7 +66,7 @@ func TestPoll(t *testing.T) {
 	// Its branch deleted by hand: Poll still gives up on it at its deadline.
 	testutil.Git(t, "", "--git-dir", remote.URL, "branch", "-D", Branch("t-gone"))
 	// A sync spawn still waits for t-held: Poll leaves it to it.
-	release, err := Claim(home.Subagent("t-held"))
+	release, err := spawn.Claim(home.Subagent("t-held"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestPoll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]Reconciled{
+	want := map[string]spawn.Reconciled{
 		"t-done": {ID: "t-done", Status: ledger.Done, Exit: 0},
 		// 60 s timeout + 1 s grace, an hour ago
 		"t-lost": {ID: "t-lost", Status: ledger.Failed, Exit: 124, Detail: "the runner did not commit a result to spawn/t-lost within 61 s"},

@@ -70,7 +70,7 @@ func TestRun(t *testing.T) {
 	if string(f.Files["prompt.txt"]) != "review this\n" {
 		t.Errorf("prompt.txt on the branch = %q", f.Files["prompt.txt"])
 	}
-	release, err := Claim(async.Dir)
+	release, err := spawn.Claim(async.Dir)
 	if err != nil {
 		t.Errorf("an async task stays claimed: %v", err)
 	} else {
@@ -85,8 +85,8 @@ func TestRun(t *testing.T) {
 		t.Fatalf("sync Run = %+v (result %s), %v; want done, the prompt read", r, r.Result, err)
 	}
 	runtime.GC() // a claim nothing refers to would be closed by now
-	if _, err := Claim(sync.Dir); !errors.Is(err, ErrClaimed) {
-		t.Errorf("Claim after a sync Run = %v, want ErrClaimed", err)
+	if _, err := spawn.Claim(sync.Dir); !errors.Is(err, spawn.ErrClaimed) {
+		t.Errorf("Claim after a sync Run = %v, want spawn.ErrClaimed", err)
 	}
 }
 
@@ -176,7 +176,7 @@ func TestRunRemoteErrors(t *testing.T) {
 // claim, then starts the task.
 func TestRunWaitsForClaim(t *testing.T) {
 	j := job(t, "t-claimed", true)
-	release, err := Claim(j.Dir)
+	release, err := spawn.Claim(j.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}

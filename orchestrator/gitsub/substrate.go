@@ -62,7 +62,7 @@ func (s *Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) 
 		return spawn.Result{}, err
 	}
 	f.Manifest.ReservedDay = j.Reserved
-	release, err := claim(j.Dir, true)
+	release, err := spawn.ClaimWait(j.Dir, true)
 	if err != nil {
 		return spawn.Result{}, err
 	}

@@ -15,6 +15,8 @@ type Task struct {
 	Exit      *int      `json:"exit_code,omitempty"`
 	Usage     *Usage    `json:"usage,omitempty"`
 	Detail    string    `json:"detail,omitempty"`
+	Spawner   *Process  `json:"spawner,omitempty"`
+	Reserved  string    `json:"reserved_day,omitempty"`
 }
 
 // Fold folds entries into one Task per task id, in first-seen order. The
@@ -56,6 +58,12 @@ func Fold(entries []Entry) []Task {
 		}
 		if e.Detail != "" {
 			t.Detail = e.Detail
+		}
+		if e.Spawner != nil {
+			t.Spawner = e.Spawner
+		}
+		if e.Reserved != "" {
+			t.Reserved = e.Reserved
 		}
 	}
 	return tasks

@@ -15,9 +15,13 @@ type Launcher interface {
 
 // Spec is one sub-agent's sandbox.
 type Spec struct {
-	ID       string   // "spawn-<task>": its cgroup, decisions and audit lines
-	Preset   string   // decided by this preset of the verified bundle
-	Command  []string // absolute binary, then its rendered args
+	ID      string   // "spawn-<task>": its cgroup, decisions and audit lines
+	Preset  string   // decided by this preset of the verified bundle
+	Command []string // absolute binary, then its rendered args
+	// SHA256 pins Command[0] (the kind's binary.sha256; "" unpinned):
+	// the sandbox checks it on the very file it execs, so a binary
+	// swapped after the kind's Check is refused, never run.
+	SHA256   string
 	Env      []string // KEY=VALUE: the kind's env (the sandbox sets its own proxy/CA variables)
 	Dir      string   // its working directory: the job's work dir
 	RW       []string // writable paths (the work dir)

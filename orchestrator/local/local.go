@@ -105,8 +105,8 @@ func (s Substrate) spec(j spawn.Job) Spec {
 	uid, gid := s.ids()
 	sp := Spec{
 		ID: "spawn-" + j.ID, Preset: j.Kind.Preset,
-		Command: append([]string{j.Kind.Binary}, j.Args...),
-		Dir:     j.Work, RW: []string{j.Work}, RO: []string{j.Dir},
+		Command: append([]string{j.Kind.Binary}, j.Args...), SHA256: j.Kind.SHA256,
+		Dir: j.Work, RW: []string{j.Work}, RO: []string{j.Dir},
 		UID: uid, GID: gid,
 		Stdout: filepath.Join(j.Dir, StdoutFile), Stderr: filepath.Join(j.Dir, StderrFile), Audit: filepath.Join(j.Dir, AuditFile),
 	}

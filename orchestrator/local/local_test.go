@@ -1,6 +1,8 @@
 package local
 
 import (
+	"github.com/airlock-sandbox/airlock/orchestrator/kind"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,5 +48,15 @@ func TestReachable(t *testing.T) {
 	os.Chmod(closed, 0o711)
 	if err := reachable(filepath.Join(closed, "task", "work")); err != nil {
 		t.Fatalf("reachable under 0711 dirs = %v", err)
+	}
+}
+
+// A job's sandbox carries the kind's pin, for the sandbox to check on the
+// file it execs.
+func TestSpecCarriesThePin(t *testing.T) {
+	pin := strings.Repeat("a", 64)
+	j := spawn.Job{ID: "t1", Kind: &kind.Kind{Name: "k", Binary: "/bin/true", SHA256: pin, Preset: "reviewer"}, Dir: "/d", Work: "/d/work"}
+	if sp := (Substrate{}).spec(j); sp.SHA256 != pin || sp.Command[0] != "/bin/true" {
+		t.Fatalf("spec = %+v; want the kind's pin on its binary", sp)
 	}
 }

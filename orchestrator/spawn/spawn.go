@@ -112,7 +112,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 	job, err := s.render(k, id, text)
 	if err == nil {
 		job.Async, job.Reserved = req.Async, resv.Day
-		err = ledger.Append(s.Home.Ledger(), entry(base, ledger.Running))
+		err = s.running(base, resv.Day)
 	}
 	if err != nil {
 		return s.fail(res, resv, base, err)
@@ -153,6 +153,20 @@ func (s *Spawner) fail(res Result, resv budget.Reservation, base ledger.Entry, e
 	s.settle(resv, 0)
 	s.event("spawn_failed", fmt.Sprintf("task %s (kind %s) could not run: %v", base.Task, base.Kind, err))
 	return res, err
+}
+
+// running appends the task's running line, naming this process and the
+// reservation's day: should the process die before the task's end, a
+// reconciler sees it gone and settles the task (local.Reconcile).
+func (s *Spawner) running(base ledger.Entry, day string) error {
+	e := entry(base, ledger.Running)
+	e.Reserved = day
+	self, err := ledger.Self()
+	if err != nil {
+		return fmt.Errorf("name this spawn in the ledger: %w", err)
+	}
+	e.Spawner = self
+	return ledger.Append(s.Home.Ledger(), e)
 }
 
 func entry(base ledger.Entry, st ledger.Status) ledger.Entry {

@@ -1,28 +1,29 @@
-package gitsub
+package spawn
 
 import (
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
 	"golang.org/x/sys/unix"
 )
 
-// ErrClaimed: another process (a sync spawn waiting for its runner, or
+// ErrClaimed: another process (a sync git spawn waiting for its runner, or
 // another poll) is settling the task.
 var ErrClaimed = errors.New("task is being settled by another process")
 
 // Claim takes the task whose directory is dir for this process: an
 // exclusive flock on dir/.claim, held until release (or this process's
-// exit, so a crashed spawn frees its task). A sync spawn holds it from
-// Start until its terminal ledger line, so Poll never settles a task twice;
-// a claim held elsewhere is ErrClaimed, at once.
-func Claim(dir string) (release func(), err error) { return claim(dir, false) }
+// exit, so a crashed spawn frees its task). A sync git spawn holds it from
+// Start until its terminal ledger line, and a reconciler settles a task
+// only under it, so none is settled twice; a claim held elsewhere is
+// ErrClaimed, at once.
+func Claim(dir string) (release func(), err error) { return ClaimWait(dir, false) }
 
-// claim is Claim; with wait, a claim held elsewhere is waited for.
-func claim(dir string, wait bool) (release func(), err error) {
+// ClaimWait is Claim; with wait, a claim held elsewhere is waited for.
+func ClaimWait(dir string, wait bool) (release func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("spawn directory: %w", err)
 	}
@@ -45,21 +46,6 @@ func claim(dir string, wait bool) (release func(), err error) {
 	return func() { f.Close() }, nil
 }
 
-// kept are the claims held until this process exits. Kept reachable: an
-// *os.File nothing refers to is closed by its finalizer, and the lock
-// would go with it at the next garbage collection.
-var kept struct {
-	sync.Mutex
-	claims []func()
-}
-
-// keepUntilExit holds a claim for the rest of this process's life.
-func keepUntilExit(release func()) {
-	kept.Lock()
-	defer kept.Unlock()
-	kept.claims = append(kept.claims, release)
-}
-
 // flock is unix.Flock, again when a signal interrupts a wait.
 func flock(f *os.File, how int) error {
 	for {
@@ -68,4 +54,12 @@ func flock(f *os.File, how int) error {
 			return err
 		}
 	}
+}
+
+// Reconciled is one task a reconciler (spawn poll) settled.
+type Reconciled struct {
+	ID     string
+	Status ledger.Status
+	Exit   int
+	Detail string
 }
