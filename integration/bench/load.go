@@ -42,15 +42,22 @@ type window struct {
 }
 
 func (w *window) open() {
-	if w != nil {
-		w.proxyCPU, w.endsCPU = -cpuTime(w.proxy), -cpuTime(nil)
+	if w == nil {
+		return
+	}
+	w.endsCPU = -cpuTime(nil)
+	if w.proxy != nil {
+		w.proxyCPU = -cpuTime(w.proxy)
 	}
 }
 
 func (w *window) close() {
-	if w != nil {
+	if w == nil {
+		return
+	}
+	w.endsCPU += cpuTime(nil)
+	if w.proxy != nil {
 		w.proxyCPU += cpuTime(w.proxy)
-		w.endsCPU += cpuTime(nil)
 	}
 }
 

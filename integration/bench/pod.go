@@ -436,7 +436,6 @@ func (p *upRun) stop() {
 // --- the table ----------------------------------------------------------------
 
 func printPod(boots []bootSample, crashes []crashSample, mems []memSample) {
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	fmt.Printf("\n%-44s %10s %10s %10s %14s\n", fmt.Sprintf("airlock up, %d demo pods", len(boots)), "median", "max", "target", "median/target")
 	row := func(name string, vals []float64, unit string, target float64) {
 		if len(vals) == 0 {

@@ -188,6 +188,7 @@ func startVerdict(name string, wall, bwrap time.Duration) (target string, met, o
 	return "", false, false
 }
 
+// ms is d in milliseconds, to the µs.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func printStart(w io.Writer, starters []starter, samples [][]startSample, missing []string) {

@@ -404,7 +404,6 @@ func (p *wdProc) cleanup() {
 // --- the table ----------------------------------------------------------------
 
 func printWatchdogs(samples [][]wdSample) {
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	fmt.Printf("\n%-50s %10s %10s %10s %14s\n", fmt.Sprintf("watchdog daemons, %d samples per fault", *wdRuns), "median", "max", "target", "median/target")
 	row := func(name string, ss []wdSample, part func(wdSample) time.Duration, target time.Duration) {
 		if len(ss) == 0 {
