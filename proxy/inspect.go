@@ -199,6 +199,11 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 	// were checked against it above.
 	out := req.Clone(ctx)
 	out.RequestURI = ""
+	// The client's Connection: close is about its connection with the
+	// proxy (hopByHop dropped the header): the upstream connection stays
+	// pooled for the next request, tunnel or client, instead of a new
+	// upstream handshake for each.
+	out.Close = false
 	out.URL.Scheme = "http"
 	if _, ok := c.(*tls.Conn); ok {
 		out.URL.Scheme = "https"

@@ -2,6 +2,10 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -23,5 +27,47 @@ func TestUnquotedKeepsSecretsOut(t *testing.T) {
 		if msg := unquoted(err); msg == "" || strings.Contains(msg, "SECRET") {
 			t.Errorf("unquoted(%v) = %q", err, msg)
 		}
+	}
+}
+
+// A client's Connection: close ends its connection with the proxy, not
+// the proxy's pooled upstream connection: the next client's request goes
+// over the same one, without a new upstream handshake.
+func TestClientCloseKeepsUpstream(t *testing.T) {
+	fx := newTPFixture(t)
+	d := fx.dialer(t)
+	tlsTo := func(c net.Conn) net.Conn {
+		return tls.Client(c, &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"}})
+	}
+	inspected := "GET /ok/x HTTP/1.1\r\nHost: api.tp.test\r\nConnection: close\r\n\r\n"
+	for _, tc := range []struct {
+		name    string
+		open    func() net.Conn
+		request string
+	}{
+		{"inspected, CONNECT", func() net.Conn { return tlsTo(connectTo(t, d, "api.tp.test")) }, inspected},
+		{"inspected, transparent", func() net.Conn { return tlsTo(d.dial(t, fmt.Sprintf("%s:%d", tpAPI, fx.port))) }, inspected},
+		{"plain, absolute-form", func() net.Conn { return d.dial(t, fx.explicit) },
+			fmt.Sprintf("GET http://web.tp.test:%d/ok/x HTTP/1.1\r\nHost: web.tp.test:%[1]d\r\nConnection: close\r\n\r\n", fx.port)},
+		{"plain, transparent", func() net.Conn { return d.dial(t, fmt.Sprintf("%s:%d", tpWeb, fx.port)) },
+			fmt.Sprintf("GET /ok/x HTTP/1.1\r\nHost: web.tp.test:%d\r\nConnection: close\r\n\r\n", fx.port)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var upstream []string
+			for range 2 {
+				c := tc.open()
+				br := bufio.NewReader(c)
+				resp := get(t, c, br, tc.request)
+				// The client asked to close: the proxy closes.
+				if _, err := br.ReadByte(); !resp.Close || err != io.EOF {
+					t.Fatalf("after an answer to Connection: close: close=%v, read %v; want the connection closed", resp.Close, err)
+				}
+				c.Close()
+				upstream = append(upstream, resp.Header.Get(tpUpstreamConn))
+			}
+			if upstream[0] == "" || upstream[0] != upstream[1] {
+				t.Fatalf("upstream connections %q; want the second request on the first's", upstream)
+			}
+		})
 	}
 }
