@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,17 +42,37 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 	p.serveRequests(cc, tc, t, dc, tc.ConnectionState().ServerName)
 }
 
+// localCurves are the key exchanges of the client's leg, in order. Go
+// would choose X25519MLKEM768 whenever a client offers it, which costs
+// the proxy more than the rest of its handshake; its post-quantum half
+// protects recorded traffic from a future decryption, and this leg never
+// leaves the machine (a client the proxy cannot attribute to a local
+// process is refused), so it is not worth its cost here. The upstream leg
+// keeps Go's defaults.
+var localCurves = []tls.CurveID{tls.X25519, tls.CurveP256, tls.CurveP384}
+
 // serverTLS completes the client's handshake as leafName, with a leaf
 // from the airlock CA, within the handshake timeout.
 func (p *Proxy) serverTLS(c net.Conn, leafName string) (*tls.Conn, error) {
-	tc := tls.Server(c, &tls.Config{
+	cfg := &tls.Config{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.cfg.CA.Leaf(leafName) },
 		// HTTP/2 would multiplex requests the proxy decides one by one.
 		// A client offering only http/1.0 (curl -0) is served too: with
 		// no protocol in common, Go would fail its handshake.
-		NextProtos: []string{"http/1.1", "http/1.0"},
-		MinVersion: tls.VersionTLS12,
-	})
+		NextProtos:       []string{"http/1.1", "http/1.0"},
+		MinVersion:       tls.VersionTLS12,
+		CurvePreferences: localCurves,
+	}
+	cfg.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		if slices.ContainsFunc(h.SupportedCurves, func(id tls.CurveID) bool { return slices.Contains(localCurves, id) }) {
+			return nil, nil
+		}
+		// A client with only post-quantum key exchanges: Go's own.
+		pq := cfg.Clone()
+		pq.CurvePreferences, pq.GetConfigForClient = nil, nil
+		return pq, nil
+	}
+	tc := tls.Server(c, cfg)
 	tc.SetDeadline(time.Now().Add(p.cfg.Limits.HandshakeTimeout))
 	if err := tc.Handshake(); err != nil {
 		return nil, fmt.Errorf("client TLS handshake: %w", err)

@@ -3,12 +3,15 @@ package proxy
 import (
 	"bufio"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/proxy/certs"
 )
 
 // A request net/http cannot parse is described without what it quotes:
@@ -67,6 +70,52 @@ func TestClientCloseKeepsUpstream(t *testing.T) {
 			}
 			if upstream[0] == "" || upstream[0] != upstream[1] {
 				t.Fatalf("upstream connections %q; want the second request on the first's", upstream)
+			}
+		})
+	}
+}
+
+// The client's leg of an inspected connection agrees on X25519 with a
+// client that offers it beside a post-quantum exchange (Go's and
+// OpenSSL's defaults), and still serves one that offers only the latter.
+func TestClientLegKeyExchange(t *testing.T) {
+	ca, err := certs.LoadOrCreate(t.TempDir(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{cfg: Config{CA: ca, Limits: DefaultLimits}}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM)
+	for _, tc := range []struct {
+		name   string
+		offers []tls.CurveID // nil: Go's defaults
+		want   tls.CurveID
+	}{
+		{"Go's defaults", nil, tls.X25519},
+		{"P-256 only", []tls.CurveID{tls.CurveP256}, tls.CurveP256},
+		{"post-quantum only", []tls.CurveID{tls.X25519MLKEM768}, tls.X25519MLKEM768},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server := net.Pipe()
+			defer client.Close()
+			done := make(chan error, 1)
+			go func() {
+				tc, err := p.serverTLS(server, "api.test")
+				if err == nil {
+					tc.Close()
+				}
+				done <- err
+			}()
+			c := tls.Client(client, &tls.Config{ServerName: "api.test", RootCAs: roots, CurvePreferences: tc.offers})
+			if err := c.Handshake(); err != nil {
+				t.Fatalf("handshake: %v (server: %v)", err, <-done)
+			}
+			if got := c.ConnectionState().CurveID; got != tc.want {
+				t.Fatalf("key exchange %v; want %v", got, tc.want)
+			}
+			client.Close()
+			if err := <-done; err != nil {
+				t.Fatalf("server: %v", err)
 			}
 		})
 	}
