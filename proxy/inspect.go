@@ -170,10 +170,12 @@ func socketOf(c net.Conn) net.Conn {
 // writeResponse writes resp through bw and flushes it. The body is read
 // through flushFirst, so a streamed response (server-sent events, long
 // polls) reaches the client as the upstream produces it, not when the
-// buffer fills.
+// buffer fills. A body of known length is no stream: its first bytes
+// go out with the header, in one write (one TLS record, one syscall), and
+// a small one whole.
 func writeResponse(bw *bufio.Writer, resp *http.Response) error {
 	if resp.Body != nil {
-		resp.Body = flushFirst{ReadCloser: resp.Body, w: bw}
+		resp.Body = &flushFirst{ReadCloser: resp.Body, w: bw, hold: resp.ContentLength > 0}
 	}
 	// Hide bufio.Writer's ReadFrom: it reads into the buffer that
 	// flushFirst would flush underneath it.
@@ -184,14 +186,19 @@ func writeResponse(bw *bufio.Writer, resp *http.Response) error {
 }
 
 // flushFirst flushes w before each read of the body: what the last read
-// produced goes out before the next can wait on the upstream.
+// produced goes out before the next can wait on the upstream. With hold,
+// the first read is not flushed before: the header waits for the body's
+// first bytes.
 type flushFirst struct {
 	io.ReadCloser
-	w *bufio.Writer
+	w    *bufio.Writer
+	hold bool
 }
 
-func (f flushFirst) Read(p []byte) (int, error) {
-	if err := f.w.Flush(); err != nil {
+func (f *flushFirst) Read(p []byte) (int, error) {
+	if f.hold {
+		f.hold = false
+	} else if err := f.w.Flush(); err != nil {
 		return 0, err
 	}
 	return f.ReadCloser.Read(p)
@@ -263,7 +270,7 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 		out.Body = body
 	}
 	if out.Body == nil && !websocket {
-		defer watchClient(c, br, cancel)()
+		defer watchClient(c, br, cancel, watchDelay)()
 	}
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
@@ -384,22 +391,48 @@ var errClientGone = errors.New("the client closed the connection before the resp
 // client that half-closes its end counts as gone. Bytes the client sends
 // meanwhile (its next request) stay in br for the loop. The returned stop
 // ends the watch before the loop reads br again.
-func watchClient(c net.Conn, br *bufio.Reader, cancel context.CancelCauseFunc) (stop func()) {
-	done := make(chan struct{})
-	go func() {
+//
+// The watch begins after watchDelay: most answers come sooner, and for them
+// the proxy then spends no goroutine, read and deadline changes on a
+// client that is waiting, as nearly all are. One that left meanwhile is
+// seen when the watch begins.
+func watchClient(c net.Conn, br *bufio.Reader, cancel context.CancelCauseFunc, after time.Duration) (stop func()) {
+	var mu sync.Mutex
+	var done chan struct{} // the watch has begun; closed when it ends
+	stopped := false
+	timer := time.AfterFunc(after, func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
+		}
+		done = make(chan struct{})
+		mu.Unlock()
 		defer close(done)
 		if _, err := br.Peek(1); err != nil && !isTimeout(err) {
 			cancel(errClientGone)
 		}
-	}()
+	})
 	return func() {
+		timer.Stop()
+		mu.Lock()
+		stopped = true
+		watching := done
+		mu.Unlock()
+		if watching == nil {
+			return
+		}
 		// A deadline in the past wakes the read; crypto/tls keeps the
 		// connection usable after a timeout.
 		c.SetReadDeadline(time.Unix(1, 0))
-		<-done
+		<-watching
 		c.SetReadDeadline(time.Time{})
 	}
 }
+
+// watchDelay is how long an inner request waits for its answer before its
+// client is watched (watchClient).
+const watchDelay = 50 * time.Millisecond
 
 // unquoted is a parse error's message without what it quotes: net/http
 // quotes the request line (query values) or a header line (credentials),

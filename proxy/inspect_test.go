@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 )
@@ -116,6 +118,124 @@ func TestClientLegKeyExchange(t *testing.T) {
 			client.Close()
 			if err := <-done; err != nil {
 				t.Fatalf("server: %v", err)
+			}
+		})
+	}
+}
+
+// writeCounter records each write that reaches it (a syscall, and over
+// TLS a record, each), and hands it on to seen.
+type writeCounter struct{ seen chan string }
+
+func (w writeCounter) Write(p []byte) (int, error) {
+	w.seen <- string(p)
+	return len(p), nil
+}
+
+// A response whose body's length is known goes out in one write, header
+// and body; a stream's header and each part go out as they come, before
+// the upstream is waited on for the next.
+func TestWriteResponseWrites(t *testing.T) {
+	response := func(body io.Reader, length int64) *http.Response {
+		return &http.Response{StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{},
+			Body: io.NopCloser(body), ContentLength: length}
+	}
+	t.Run("known length", func(t *testing.T) {
+		w := writeCounter{seen: make(chan string, 8)}
+		if err := writeResponse(bufio.NewWriterSize(w, 16<<10), response(strings.NewReader("hello"), 5)); err != nil {
+			t.Fatal(err)
+		}
+		close(w.seen)
+		var writes []string
+		for s := range w.seen {
+			writes = append(writes, s)
+		}
+		if len(writes) != 1 || !strings.HasSuffix(writes[0], "\r\n\r\nhello") {
+			t.Fatalf("writes %q; want the header and the body in one", writes)
+		}
+	})
+	t.Run("stream", func(t *testing.T) {
+		w := writeCounter{seen: make(chan string, 8)}
+		up, upstream := io.Pipe()
+		done := make(chan error, 1)
+		go func() { done <- writeResponse(bufio.NewWriterSize(w, 16<<10), response(up, -1)) }()
+		got := ""
+		for _, part := range []string{"", "data: one\n\n", "data: two\n\n"} {
+			if part == "" { // the header, before the stream's first part
+				part = "\r\n\r\n"
+			} else {
+				upstream.Write([]byte(part)) // returns once the proxy has read it
+			}
+			for !strings.Contains(got, part) {
+				select {
+				case s := <-w.seen: // the part is written before the next read
+					got += s
+				case <-time.After(10 * time.Second):
+					t.Fatalf("wrote %q; %q not written while the upstream is waited on", got, part)
+				}
+			}
+		}
+		upstream.Close()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// tcpPair is both ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if client, err = net.Dial("tcp", ln.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if server, err = ln.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+// watchClient sees a client leave, whether before its watch begins or
+// after, and keeps what a staying client sends for the next request; an
+// answer before the watch begins ends it unstarted.
+func TestWatchClient(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+		leave bool
+	}{
+		{"client leaves", 0, true},
+		{"client leaves before the watch", 20 * time.Millisecond, true},
+		{"client sends its next request", 0, false},
+		{"answered before the watch", time.Hour, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server := tcpPair(t)
+			br := bufio.NewReader(server)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			stop := watchClient(server, br, cancel, tc.after)
+			if tc.leave {
+				client.Close()
+				<-ctx.Done()
+				stop()
+				if cause := context.Cause(ctx); cause != errClientGone {
+					t.Fatalf("cancelled for %v; want %v", cause, errClientGone)
+				}
+				return
+			}
+			io.WriteString(client, "GET /next HTTP/1.1\r\n")
+			stop()
+			if ctx.Err() != nil {
+				t.Fatalf("cancelled (%v) with the client still there", context.Cause(ctx))
+			}
+			if line, err := br.ReadString('\n'); line != "GET /next HTTP/1.1\r\n" {
+				t.Fatalf("next request %q, %v; want what the client sent", line, err)
 			}
 		})
 	}
