@@ -470,7 +470,7 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 // pinnedHost checks that a request inside a tunnel names the tunnel's host
 // everywhere it names a host; it returns what differs.
 func pinnedHost(req *http.Request, sni, host string, port int) string {
-	if sni != "" && !sameName(sni, host) {
+	if sni != "" && sni != host && !sameName(sni, host) {
 		return fmt.Sprintf("TLS server name %q in a tunnel to %s", sni, host)
 	}
 	if req.URL.IsAbs() && !sameHost(req.URL.Host, host, port) {
@@ -484,16 +484,21 @@ func pinnedHost(req *http.Request, sni, host string, port int) string {
 
 // sameHost compares a Host value (host or host:port) with the tunnel's
 // canonical host and port; the port may be omitted when it is the default.
+// A name spelled as decided, as clients nearly always send it, is
+// canonical already (CanonicalHost is idempotent): it is not canonicalised
+// again for every request.
 func sameHost(hostport, host string, port int) bool {
 	h, p, err := net.SplitHostPort(hostport)
 	if err != nil {
 		h, p = hostport, ""
 	}
-	c, err := policies.CanonicalHost(h)
-	if err != nil || c != host {
-		return false
+	if h != host {
+		if c, err := policies.CanonicalHost(h); err != nil || c != host {
+			return false
+		}
 	}
-	return p == "" || p == strconv.Itoa(port)
+	var digits [20]byte
+	return p == "" || p == string(strconv.AppendInt(digits[:0], int64(port), 10))
 }
 
 // refuse answers a denied inner request and records it. The connection

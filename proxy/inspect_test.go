@@ -240,3 +240,28 @@ func TestWatchClient(t *testing.T) {
 		})
 	}
 }
+
+// A request inside a tunnel names its host as the tunnel's, in its
+// canonical spelling or another; the canonical one, which clients nearly
+// always send, is matched without canonicalising it again.
+func TestSameHost(t *testing.T) {
+	for _, tc := range []struct {
+		hostport string
+		want     bool
+	}{
+		{"api.test:443", true},
+		{"api.test", true},
+		{"API.Test.:443", true},
+		{"api.test:444", false},
+		{"api.test:0443", false},
+		{"other.test:443", false},
+		{"api.test.evil:443", false},
+	} {
+		if got := sameHost(tc.hostport, "api.test", 443); got != tc.want {
+			t.Errorf("sameHost(%q, api.test, 443) = %v, want %v", tc.hostport, got, tc.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { sameHost("api.test:443", "api.test", 443) }); n != 0 {
+		t.Errorf("sameHost of the canonical spelling: %v allocations, want 0 (no canonicalisation)", n)
+	}
+}
