@@ -72,6 +72,11 @@ func (p *Proxy) serverTLS(c net.Conn, leafName string) (*tls.Conn, error) {
 		pq.CurvePreferences, pq.GetConfigForClient = nil, nil
 		return pq, nil
 	}
+	keys, err := p.cfg.CA.TicketKeys()
+	if err != nil {
+		return nil, err
+	}
+	cfg.SetSessionTicketKeys(keys)
 	tc := tls.Server(c, cfg)
 	tc.SetDeadline(time.Now().Add(p.cfg.Limits.HandshakeTimeout))
 	if err := tc.Handshake(); err != nil {

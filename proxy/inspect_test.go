@@ -9,10 +9,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 )
 
@@ -263,5 +265,44 @@ func TestSameHost(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { sameHost("api.test:443", "api.test", 443) }); n != 0 {
 		t.Errorf("sameHost of the canonical spelling: %v allocations, want 0 (no canonicalisation)", n)
+	}
+}
+
+// A client that keeps its TLS sessions resumes on its next inspected
+// connection, to the same host, whichever way it came: and each request on
+// it is decided as on a full handshake.
+func TestInspectedConnectionsResume(t *testing.T) {
+	fx := newTPFixture(t)
+	d := fx.dialer(t)
+	for _, tc := range []struct {
+		name string
+		open func() net.Conn
+	}{
+		{"CONNECT", func() net.Conn { return connectTo(t, d, "api.tp.test") }},
+		{"transparent", func() net.Conn { return d.dial(t, fmt.Sprintf("%s:%d", tpAPI, fx.port)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"},
+				ClientSessionCache: tls.NewLRUClientSessionCache(4)}
+			var resumed []bool
+			for _, path := range []string{"/ok/x", "/no"} {
+				c := tls.Client(tc.open(), cfg)
+				fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: api.tp.test\r\nConnection: close\r\n\r\n", path)
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if path == "/ok/x" {
+					wantBody(t, resp, http.StatusOK, tpUpstreamBody)
+				} else {
+					wantDenial(t, resp, http.StatusForbidden, policies.ReasonPathNotAllowed, "api.tp.test")
+				}
+				resumed = append(resumed, c.ConnectionState().DidResume)
+				c.Close()
+			}
+			if !slices.Equal(resumed, []bool{false, true}) {
+				t.Fatalf("resumed %v; want the second connection resumed", resumed)
+			}
+		})
 	}
 }

@@ -83,10 +83,18 @@ func BenchmarkInspectedKeepAlive(b *testing.B) {
 
 // BenchmarkInspectedConnection is a new inspected tunnel per iteration:
 // CONNECT, the TLS handshake with the minted leaf, one request, close.
-func BenchmarkInspectedConnection(b *testing.B) {
+func BenchmarkInspectedConnection(b *testing.B) { benchInspectedConnections(b, nil) }
+
+// BenchmarkInspectedConnectionResumed is BenchmarkInspectedConnection for
+// a client that keeps its TLS sessions: each handshake resumes.
+func BenchmarkInspectedConnectionResumed(b *testing.B) {
+	benchInspectedConnections(b, tls.NewLRUClientSessionCache(1))
+}
+
+func benchInspectedConnections(b *testing.B, sessions tls.ClientSessionCache) {
 	fx := newTPFixture(b)
 	d := fx.dialer(b)
-	cfg := &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"}}
+	cfg := &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"}, ClientSessionCache: sessions}
 	request := "GET /ok/x HTTP/1.1\r\nHost: api.tp.test\r\nConnection: close\r\n\r\n"
 	loopCPU(b, func() {
 		c := connectTo(b, d, "api.tp.test")
