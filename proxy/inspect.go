@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,17 +42,42 @@ func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decisio
 	p.serveRequests(cc, tc, t, dc, tc.ConnectionState().ServerName)
 }
 
+// localCurves are the key exchanges of the client's leg, in order. Go
+// would choose X25519MLKEM768 whenever a client offers it, which costs
+// the proxy more than the rest of its handshake; its post-quantum half
+// protects recorded traffic from a future decryption, and this leg never
+// leaves the machine (a client the proxy cannot attribute to a local
+// process is refused), so it is not worth its cost here. The upstream leg
+// keeps Go's defaults.
+var localCurves = []tls.CurveID{tls.X25519, tls.CurveP256, tls.CurveP384}
+
 // serverTLS completes the client's handshake as leafName, with a leaf
 // from the airlock CA, within the handshake timeout.
 func (p *Proxy) serverTLS(c net.Conn, leafName string) (*tls.Conn, error) {
-	tc := tls.Server(c, &tls.Config{
+	cfg := &tls.Config{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.cfg.CA.Leaf(leafName) },
 		// HTTP/2 would multiplex requests the proxy decides one by one.
 		// A client offering only http/1.0 (curl -0) is served too: with
 		// no protocol in common, Go would fail its handshake.
-		NextProtos: []string{"http/1.1", "http/1.0"},
-		MinVersion: tls.VersionTLS12,
-	})
+		NextProtos:       []string{"http/1.1", "http/1.0"},
+		MinVersion:       tls.VersionTLS12,
+		CurvePreferences: localCurves,
+	}
+	cfg.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		if slices.ContainsFunc(h.SupportedCurves, func(id tls.CurveID) bool { return slices.Contains(localCurves, id) }) {
+			return nil, nil
+		}
+		// A client with only post-quantum key exchanges: Go's own.
+		pq := cfg.Clone()
+		pq.CurvePreferences, pq.GetConfigForClient = nil, nil
+		return pq, nil
+	}
+	keys, err := p.cfg.CA.TicketKeys()
+	if err != nil {
+		return nil, err
+	}
+	cfg.SetSessionTicketKeys(keys)
+	tc := tls.Server(c, cfg)
 	tc.SetDeadline(time.Now().Add(p.cfg.Limits.HandshakeTimeout))
 	if err := tc.Handshake(); err != nil {
 		return nil, fmt.Errorf("client TLS handshake: %w", err)
@@ -149,10 +175,12 @@ func socketOf(c net.Conn) net.Conn {
 // writeResponse writes resp through bw and flushes it. The body is read
 // through flushFirst, so a streamed response (server-sent events, long
 // polls) reaches the client as the upstream produces it, not when the
-// buffer fills.
+// buffer fills. A body of known length is no stream: its first bytes
+// go out with the header, in one write (one TLS record, one syscall), and
+// a small one whole.
 func writeResponse(bw *bufio.Writer, resp *http.Response) error {
 	if resp.Body != nil {
-		resp.Body = flushFirst{ReadCloser: resp.Body, w: bw}
+		resp.Body = &flushFirst{ReadCloser: resp.Body, w: bw, hold: resp.ContentLength > 0}
 	}
 	// Hide bufio.Writer's ReadFrom: it reads into the buffer that
 	// flushFirst would flush underneath it.
@@ -163,14 +191,19 @@ func writeResponse(bw *bufio.Writer, resp *http.Response) error {
 }
 
 // flushFirst flushes w before each read of the body: what the last read
-// produced goes out before the next can wait on the upstream.
+// produced goes out before the next can wait on the upstream. With hold,
+// the first read is not flushed before: the header waits for the body's
+// first bytes.
 type flushFirst struct {
 	io.ReadCloser
-	w *bufio.Writer
+	w    *bufio.Writer
+	hold bool
 }
 
-func (f flushFirst) Read(p []byte) (int, error) {
-	if err := f.w.Flush(); err != nil {
+func (f *flushFirst) Read(p []byte) (int, error) {
+	if f.hold {
+		f.hold = false
+	} else if err := f.w.Flush(); err != nil {
 		return 0, err
 	}
 	return f.ReadCloser.Read(p)
@@ -199,6 +232,11 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 	// were checked against it above.
 	out := req.Clone(ctx)
 	out.RequestURI = ""
+	// The client's Connection: close is about its connection with the
+	// proxy (hopByHop dropped the header): the upstream connection stays
+	// pooled for the next request, tunnel or client, instead of a new
+	// upstream handshake for each.
+	out.Close = false
 	out.URL.Scheme = "http"
 	if _, ok := c.(*tls.Conn); ok {
 		out.URL.Scheme = "https"
@@ -237,7 +275,7 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 		out.Body = body
 	}
 	if out.Body == nil && !websocket {
-		defer watchClient(c, br, cancel)()
+		defer watchClient(c, br, cancel, watchDelay)()
 	}
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
@@ -358,22 +396,48 @@ var errClientGone = errors.New("the client closed the connection before the resp
 // client that half-closes its end counts as gone. Bytes the client sends
 // meanwhile (its next request) stay in br for the loop. The returned stop
 // ends the watch before the loop reads br again.
-func watchClient(c net.Conn, br *bufio.Reader, cancel context.CancelCauseFunc) (stop func()) {
-	done := make(chan struct{})
-	go func() {
+//
+// The watch begins after watchDelay: most answers come sooner, and for them
+// the proxy then spends no goroutine, read and deadline changes on a
+// client that is waiting, as nearly all are. One that left meanwhile is
+// seen when the watch begins.
+func watchClient(c net.Conn, br *bufio.Reader, cancel context.CancelCauseFunc, after time.Duration) (stop func()) {
+	var mu sync.Mutex
+	var done chan struct{} // the watch has begun; closed when it ends
+	stopped := false
+	timer := time.AfterFunc(after, func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
+		}
+		done = make(chan struct{})
+		mu.Unlock()
 		defer close(done)
 		if _, err := br.Peek(1); err != nil && !isTimeout(err) {
 			cancel(errClientGone)
 		}
-	}()
+	})
 	return func() {
+		timer.Stop()
+		mu.Lock()
+		stopped = true
+		watching := done
+		mu.Unlock()
+		if watching == nil {
+			return
+		}
 		// A deadline in the past wakes the read; crypto/tls keeps the
 		// connection usable after a timeout.
 		c.SetReadDeadline(time.Unix(1, 0))
-		<-done
+		<-watching
 		c.SetReadDeadline(time.Time{})
 	}
 }
+
+// watchDelay is how long an inner request waits for its answer before its
+// client is watched (watchClient).
+const watchDelay = 50 * time.Millisecond
 
 // unquoted is a parse error's message without what it quotes: net/http
 // quotes the request line (query values) or a header line (credentials),
@@ -411,7 +475,7 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 // pinnedHost checks that a request inside a tunnel names the tunnel's host
 // everywhere it names a host; it returns what differs.
 func pinnedHost(req *http.Request, sni, host string, port int) string {
-	if sni != "" && !sameName(sni, host) {
+	if sni != "" && sni != host && !sameName(sni, host) {
 		return fmt.Sprintf("TLS server name %q in a tunnel to %s", sni, host)
 	}
 	if req.URL.IsAbs() && !sameHost(req.URL.Host, host, port) {
@@ -425,16 +489,21 @@ func pinnedHost(req *http.Request, sni, host string, port int) string {
 
 // sameHost compares a Host value (host or host:port) with the tunnel's
 // canonical host and port; the port may be omitted when it is the default.
+// A name spelled as decided, as clients nearly always send it, is
+// canonical already (CanonicalHost is idempotent): it is not canonicalised
+// again for every request.
 func sameHost(hostport, host string, port int) bool {
 	h, p, err := net.SplitHostPort(hostport)
 	if err != nil {
 		h, p = hostport, ""
 	}
-	c, err := policies.CanonicalHost(h)
-	if err != nil || c != host {
-		return false
+	if h != host {
+		if c, err := policies.CanonicalHost(h); err != nil || c != host {
+			return false
+		}
 	}
-	return p == "" || p == strconv.Itoa(port)
+	var digits [20]byte
+	return p == "" || p == string(strconv.AppendInt(digits[:0], int64(port), 10))
 }
 
 // refuse answers a denied inner request and records it. The connection

@@ -2,9 +2,20 @@ package proxy
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/proxy/certs"
 )
 
 // A request net/http cannot parse is described without what it quotes:
@@ -23,5 +34,275 @@ func TestUnquotedKeepsSecretsOut(t *testing.T) {
 		if msg := unquoted(err); msg == "" || strings.Contains(msg, "SECRET") {
 			t.Errorf("unquoted(%v) = %q", err, msg)
 		}
+	}
+}
+
+// A client's Connection: close ends its connection with the proxy, not
+// the proxy's pooled upstream connection: the next client's request goes
+// over the same one, without a new upstream handshake.
+func TestClientCloseKeepsUpstream(t *testing.T) {
+	fx := newTPFixture(t)
+	d := fx.dialer(t)
+	tlsTo := func(c net.Conn) net.Conn {
+		return tls.Client(c, &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"}})
+	}
+	inspected := "GET /ok/x HTTP/1.1\r\nHost: api.tp.test\r\nConnection: close\r\n\r\n"
+	for _, tc := range []struct {
+		name    string
+		open    func() net.Conn
+		request string
+	}{
+		{"inspected, CONNECT", func() net.Conn { return tlsTo(connectTo(t, d, "api.tp.test")) }, inspected},
+		{"inspected, transparent", func() net.Conn { return tlsTo(d.dial(t, fmt.Sprintf("%s:%d", tpAPI, fx.port))) }, inspected},
+		{"plain, absolute-form", func() net.Conn { return d.dial(t, fx.explicit) },
+			fmt.Sprintf("GET http://web.tp.test:%d/ok/x HTTP/1.1\r\nHost: web.tp.test:%[1]d\r\nConnection: close\r\n\r\n", fx.port)},
+		{"plain, transparent", func() net.Conn { return d.dial(t, fmt.Sprintf("%s:%d", tpWeb, fx.port)) },
+			fmt.Sprintf("GET /ok/x HTTP/1.1\r\nHost: web.tp.test:%d\r\nConnection: close\r\n\r\n", fx.port)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var upstream []string
+			for range 2 {
+				c := tc.open()
+				br := bufio.NewReader(c)
+				resp := get(t, c, br, tc.request)
+				// The client asked to close: the proxy closes.
+				if _, err := br.ReadByte(); !resp.Close || err != io.EOF {
+					t.Fatalf("after an answer to Connection: close: close=%v, read %v; want the connection closed", resp.Close, err)
+				}
+				c.Close()
+				upstream = append(upstream, resp.Header.Get(tpUpstreamConn))
+			}
+			if upstream[0] == "" || upstream[0] != upstream[1] {
+				t.Fatalf("upstream connections %q; want the second request on the first's", upstream)
+			}
+		})
+	}
+}
+
+// The client's leg of an inspected connection agrees on X25519 with a
+// client that offers it beside a post-quantum exchange (Go's and
+// OpenSSL's defaults), and still serves one that offers only the latter.
+func TestClientLegKeyExchange(t *testing.T) {
+	ca, err := certs.LoadOrCreate(t.TempDir(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{cfg: Config{CA: ca, Limits: DefaultLimits}}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM)
+	for _, tc := range []struct {
+		name   string
+		offers []tls.CurveID // nil: Go's defaults
+		want   tls.CurveID
+	}{
+		{"Go's defaults", nil, tls.X25519},
+		{"P-256 only", []tls.CurveID{tls.CurveP256}, tls.CurveP256},
+		{"post-quantum only", []tls.CurveID{tls.X25519MLKEM768}, tls.X25519MLKEM768},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server := net.Pipe()
+			defer client.Close()
+			done := make(chan error, 1)
+			go func() {
+				tc, err := p.serverTLS(server, "api.test")
+				if err == nil {
+					tc.Close()
+				}
+				done <- err
+			}()
+			c := tls.Client(client, &tls.Config{ServerName: "api.test", RootCAs: roots, CurvePreferences: tc.offers})
+			if err := c.Handshake(); err != nil {
+				t.Fatalf("handshake: %v (server: %v)", err, <-done)
+			}
+			if got := c.ConnectionState().CurveID; got != tc.want {
+				t.Fatalf("key exchange %v; want %v", got, tc.want)
+			}
+			client.Close()
+			if err := <-done; err != nil {
+				t.Fatalf("server: %v", err)
+			}
+		})
+	}
+}
+
+// writeCounter records each write that reaches it (a syscall, and over
+// TLS a record, each), and hands it on to seen.
+type writeCounter struct{ seen chan string }
+
+func (w writeCounter) Write(p []byte) (int, error) {
+	w.seen <- string(p)
+	return len(p), nil
+}
+
+// A response whose body's length is known goes out in one write, header
+// and body; a stream's header and each part go out as they come, before
+// the upstream is waited on for the next.
+func TestWriteResponseWrites(t *testing.T) {
+	response := func(body io.Reader, length int64) *http.Response {
+		return &http.Response{StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{},
+			Body: io.NopCloser(body), ContentLength: length}
+	}
+	t.Run("known length", func(t *testing.T) {
+		w := writeCounter{seen: make(chan string, 8)}
+		if err := writeResponse(bufio.NewWriterSize(w, 16<<10), response(strings.NewReader("hello"), 5)); err != nil {
+			t.Fatal(err)
+		}
+		close(w.seen)
+		var writes []string
+		for s := range w.seen {
+			writes = append(writes, s)
+		}
+		if len(writes) != 1 || !strings.HasSuffix(writes[0], "\r\n\r\nhello") {
+			t.Fatalf("writes %q; want the header and the body in one", writes)
+		}
+	})
+	t.Run("stream", func(t *testing.T) {
+		w := writeCounter{seen: make(chan string, 8)}
+		up, upstream := io.Pipe()
+		done := make(chan error, 1)
+		go func() { done <- writeResponse(bufio.NewWriterSize(w, 16<<10), response(up, -1)) }()
+		got := ""
+		for _, part := range []string{"", "data: one\n\n", "data: two\n\n"} {
+			if part == "" { // the header, before the stream's first part
+				part = "\r\n\r\n"
+			} else {
+				upstream.Write([]byte(part)) // returns once the proxy has read it
+			}
+			for !strings.Contains(got, part) {
+				select {
+				case s := <-w.seen: // the part is written before the next read
+					got += s
+				case <-time.After(10 * time.Second):
+					t.Fatalf("wrote %q; %q not written while the upstream is waited on", got, part)
+				}
+			}
+		}
+		upstream.Close()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// tcpPair is both ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if client, err = net.Dial("tcp", ln.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if server, err = ln.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+// watchClient sees a client leave, whether before its watch begins or
+// after, and keeps what a staying client sends for the next request; an
+// answer before the watch begins ends it unstarted.
+func TestWatchClient(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+		leave bool
+	}{
+		{"client leaves", 0, true},
+		{"client leaves before the watch", 20 * time.Millisecond, true},
+		{"client sends its next request", 0, false},
+		{"answered before the watch", time.Hour, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server := tcpPair(t)
+			br := bufio.NewReader(server)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			stop := watchClient(server, br, cancel, tc.after)
+			if tc.leave {
+				client.Close()
+				<-ctx.Done()
+				stop()
+				if cause := context.Cause(ctx); cause != errClientGone {
+					t.Fatalf("cancelled for %v; want %v", cause, errClientGone)
+				}
+				return
+			}
+			io.WriteString(client, "GET /next HTTP/1.1\r\n")
+			stop()
+			if ctx.Err() != nil {
+				t.Fatalf("cancelled (%v) with the client still there", context.Cause(ctx))
+			}
+			if line, err := br.ReadString('\n'); line != "GET /next HTTP/1.1\r\n" {
+				t.Fatalf("next request %q, %v; want what the client sent", line, err)
+			}
+		})
+	}
+}
+
+// A request inside a tunnel names its host as the tunnel's, in its
+// canonical spelling or another; the canonical one, which clients nearly
+// always send, is matched without canonicalising it again.
+func TestSameHost(t *testing.T) {
+	for _, tc := range []struct {
+		hostport string
+		want     bool
+	}{
+		{"api.test:443", true},
+		{"api.test", true},
+		{"API.Test.:443", true},
+		{"api.test:444", false},
+		{"api.test:0443", false},
+		{"other.test:443", false},
+		{"api.test.evil:443", false},
+	} {
+		if got := sameHost(tc.hostport, "api.test", 443); got != tc.want {
+			t.Errorf("sameHost(%q, api.test, 443) = %v, want %v", tc.hostport, got, tc.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { sameHost("api.test:443", "api.test", 443) }); n != 0 {
+		t.Errorf("sameHost of the canonical spelling: %v allocations, want 0 (no canonicalisation)", n)
+	}
+}
+
+// A client that keeps its TLS sessions resumes on its next inspected
+// connection, to the same host, whichever way it came: and each request on
+// it is decided as on a full handshake.
+func TestInspectedConnectionsResume(t *testing.T) {
+	fx := newTPFixture(t)
+	d := fx.dialer(t)
+	for _, tc := range []struct {
+		name string
+		open func() net.Conn
+	}{
+		{"CONNECT", func() net.Conn { return connectTo(t, d, "api.tp.test") }},
+		{"transparent", func() net.Conn { return d.dial(t, fmt.Sprintf("%s:%d", tpAPI, fx.port)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"},
+				ClientSessionCache: tls.NewLRUClientSessionCache(4)}
+			var resumed []bool
+			for _, path := range []string{"/ok/x", "/no"} {
+				c := tls.Client(tc.open(), cfg)
+				fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: api.tp.test\r\nConnection: close\r\n\r\n", path)
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if path == "/ok/x" {
+					wantBody(t, resp, http.StatusOK, tpUpstreamBody)
+				} else {
+					wantDenial(t, resp, http.StatusForbidden, policies.ReasonPathNotAllowed, "api.tp.test")
+				}
+				resumed = append(resumed, c.ConnectionState().DidResume)
+				c.Close()
+			}
+			if !slices.Equal(resumed, []bool{false, true}) {
+				t.Fatalf("resumed %v; want the second connection resumed", resumed)
+			}
+		})
 	}
 }

@@ -114,6 +114,9 @@ func (p *Proxy) refuseClosing(w http.ResponseWriter, r *http.Request, dc *decisi
 func (p *Proxy) forwardPlain(r *http.Request, dc *decision) (*http.Request, *counter) {
 	r = r.WithContext(dc.upstreamContext(r.Context()))
 	r.URL.Host = net.JoinHostPort(dc.in.Request.Host, strconv.Itoa(dc.in.Request.Port))
+	// The client's Connection: close ends its own connection (the server
+	// read it from the request it keeps), not the pooled upstream one.
+	r.Close = false
 	body := &counter{r: r.Body}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = body

@@ -62,6 +62,7 @@ var (
 	tpSSHUpstream  = netip.MustParseAddr("127.0.0.8") // greets first, then echoes
 	tpBanner       = "220 upstream greets first\r\n"
 	tpUpstreamBody = "hello from upstream"
+	tpUpstreamConn = "X-Upstream-Conn" // the upstreams' header: the request's source address
 )
 
 // tpNames is the sandbox's DNS memory: a name for each synthetic address,
@@ -126,7 +127,11 @@ func newTPFixture(tb testing.TB) *tpFixture {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, tpUpstreamBody) })
+	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Which of the proxy's upstream connections carried the request.
+		w.Header().Set(tpUpstreamConn, r.RemoteAddr)
+		io.WriteString(w, tpUpstreamBody)
+	})
 	for _, a := range []netip.Addr{tpTLSUpstream, tpWebUpstream} {
 		srv := &http.Server{Handler: hello, ErrorLog: log.New(io.Discard, "", 0)}
 		if a == tpTLSUpstream {

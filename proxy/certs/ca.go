@@ -18,6 +18,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,7 @@ type CA struct {
 	leaves  *lru.Cache[string, *tls.Certificate]
 	hits    atomic.Uint64
 	misses  atomic.Uint64
+	tickets ticketKeys
 }
 
 // LoadOrCreate loads the CA from dir, or generates one (ECDSA P-256, key
@@ -203,3 +205,39 @@ func (ca *CA) Leaf(host string) (*tls.Certificate, error) {
 
 // CacheStats reports leaf cache hits and misses since start.
 func (ca *CA) CacheStats() (hits, misses uint64) { return ca.hits.Load(), ca.misses.Load() }
+
+// ticketKeys encrypt the TLS session tickets given to the clients of
+// inspected connections.
+type ticketKeys struct {
+	mu      sync.Mutex
+	keys    [][32]byte // newest first
+	rotated time.Time
+}
+
+// Ticket keys rotate daily and are kept a week, as crypto/tls's own.
+const (
+	ticketKeyRotation = 24 * time.Hour
+	ticketKeysKept    = 7
+)
+
+// TicketKeys are the keys for tls.Config.SetSessionTicketKeys of every
+// connection served with this CA's leaves. crypto/tls makes its own keys
+// per Config, and each inspected connection has its own Config: without
+// shared keys no ticket could be used on a later connection, and a
+// client that resumes (Node's agents, libcurl within a process, Go's with
+// a session cache) would pay a full handshake every time. The caller must
+// not modify the slice.
+func (ca *CA) TicketKeys() ([][32]byte, error) {
+	t := &ca.tickets
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.keys) == 0 || time.Since(t.rotated) >= ticketKeyRotation {
+		var k [32]byte
+		if _, err := rand.Read(k[:]); err != nil {
+			return nil, fmt.Errorf("session ticket key: %w", err)
+		}
+		t.keys = append([][32]byte{k}, t.keys[:min(len(t.keys), ticketKeysKept-1)]...)
+		t.rotated = time.Now()
+	}
+	return t.keys, nil
+}

@@ -110,3 +110,30 @@ func TestLoadOrCreateConcurrently(t *testing.T) {
 		}
 	}
 }
+
+// Every connection of one CA gets the same ticket keys (a ticket from one
+// opens on the next); another CA's are its own.
+func TestTicketKeysShared(t *testing.T) {
+	keys := func(ca *CA) [][32]byte {
+		k, err := ca.TicketKeys()
+		if err != nil || len(k) != 1 {
+			t.Fatalf("TicketKeys() = %d keys, %v; want 1", len(k), err)
+		}
+		return k
+	}
+	a, err := LoadOrCreate(t.TempDir(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := LoadOrCreate(t.TempDir(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := keys(a)
+	if again := keys(a); again[0] != first[0] {
+		t.Fatal("a CA's ticket key changed between two connections")
+	}
+	if keys(b)[0] == first[0] {
+		t.Fatal("two CAs share a ticket key")
+	}
+}
