@@ -44,7 +44,7 @@ func (p *Proxy) ServeDNS(sb Sandbox, pool *fakedns.Pool, packets []net.PacketCon
 		return fmt.Errorf("proxy: sandbox %s: %w", sb.ID, err)
 	}
 	p.mu.Lock()
-	if p.closing {
+	if p.closing.Load() {
 		// Serve then closes the sockets and says the server is closed.
 		srv.Shutdown(context.Background())
 	}

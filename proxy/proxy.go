@@ -145,7 +145,9 @@ type Proxy struct {
 	tunnels  sync.WaitGroup
 	hijacked map[net.Conn]*tracked
 	dns      map[*fakedns.Server]struct{}
-	closing  bool
+	// closing is set, under mu, once Shutdown has begun; awaitRequest
+	// reads it on every inspected request without taking mu.
+	closing atomic.Bool
 	// sandboxes counts those open (Open): each may hold its --max-conns.
 	sandboxes int
 }
@@ -393,7 +395,7 @@ func (p *Proxy) newSandboxState(sb Sandbox) (*sandboxState, error) {
 func (p *Proxy) register(srv *http.Server) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closing {
+	if p.closing.Load() {
 		return http.ErrServerClosed
 	}
 	p.servers[srv] = struct{}{}
@@ -404,7 +406,7 @@ func (p *Proxy) register(srv *http.Server) error {
 // until ctx ends, then closes what is left.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
-	p.closing = true
+	p.closing.Store(true)
 	servers := make([]*http.Server, 0, len(p.servers))
 	for s := range p.servers {
 		servers = append(servers, s)
@@ -453,7 +455,7 @@ func (p *Proxy) track(c net.Conn) (t *tracked, release func()) {
 	t = &tracked{conn: c}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closing {
+	if p.closing.Load() {
 		// Taken over after Shutdown began, which may already be done
 		// waiting: closed, and nil tells the caller to start nothing.
 		c.Close()
@@ -472,14 +474,11 @@ func (p *Proxy) track(c net.Conn) (t *tracked, release func()) {
 // awaitRequest marks t idle until the next request's first byte arrives on
 // br. It reports false, without waiting, once Shutdown has begun: idle is
 // set before closing is read, and Shutdown sets closing before it reads
-// idle, so one of the two always sees the other.
+// idle (both atomics), so one of the two always sees the other.
 func (p *Proxy) awaitRequest(t *tracked, br *bufio.Reader) bool {
 	t.idle.Store(true)
 	defer t.idle.Store(false)
-	p.mu.Lock()
-	closing := p.closing
-	p.mu.Unlock()
-	if closing {
+	if p.closing.Load() {
 		return false
 	}
 	_, err := br.Peek(1)

@@ -68,11 +68,7 @@ func (e *Egress) ServeTransparent(ln net.Listener) error {
 }
 
 // isClosing reports whether Shutdown has begun.
-func (p *Proxy) isClosing() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.closing
-}
+func (p *Proxy) isClosing() bool { return p.closing.Load() }
 
 // redirected is the source and destination a redirected connection's
 // client sent it from and to, which conntrack remembers (st.conntrack) by
