@@ -21,7 +21,7 @@ type reaper struct {
 }
 
 func startReaper(v2, freezer string, dirs []string) (*reaper, error) {
-	self, err := os.Executable()
+	self, err := stageExe()
 	if err != nil {
 		return nil, err
 	}
