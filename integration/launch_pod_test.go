@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // podLaunch runs `airlock launch --pod-socket` for the pod and returns its
@@ -102,4 +104,29 @@ func TestLaunchInPodRefusals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A pod killed with SIGKILL cleans up nothing itself: its one tree reaper
+// kills what ran under its cgroup, a one-off launched into it included
+// (whose leaf has no reaper of its own), and removes every group.
+func TestPodKilledLeavesNoCgroup(t *testing.T) {
+	e := newPodSpawnEnv(t, "launch-pod-kill")
+	group := podGroup(t, e.name)
+	cmd := exec.Command(airlockBin, "launch", "--pod-socket", e.pod.socket, "--preset", "egress_ok", "--user", fmt.Sprint(oneOffUID),
+		"--sandbox-id", "doomed", "--", "/bin/sleep", "600")
+	cmd.Env = cleanEnv()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	leaf := filepath.Join(group, "airlock-doomed")
+	testutil.WaitFor(t, "the one-off's leaf to hold its command", func() bool {
+		raw, _ := os.ReadFile(filepath.Join(leaf, "cgroup.procs"))
+		return len(strings.Fields(string(raw))) > 0
+	})
+	e.pod.cmd.Process.Kill()
+	testutil.WaitFor(t, "the pod's cgroup tree to be removed", func() bool {
+		_, err := os.Stat(group)
+		return os.IsNotExist(err)
+	})
 }
