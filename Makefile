@@ -71,4 +71,4 @@ soak: build
 	$(GO) run ./integration/soak -airlock bin/airlock
 
 clean:
-	rm -rf bin
+	rm -rf bin $(STAGE)
