@@ -84,23 +84,27 @@ func TestLaunchInPod(t *testing.T) {
 }
 
 // What the pod decides is refused with exit 2, naming the flag or the
-// preset, and nothing runs.
+// preset, and a pin of another bundle than the pod's with 10 (integrity);
+// nothing runs.
 func TestLaunchInPodRefusals(t *testing.T) {
 	e := newPodSpawnEnv(t, "launch-pod-refuse")
 	for _, c := range []struct {
 		name string
 		args []string
+		code int
 		want string
 	}{
-		{"a policy of its own", []string{"--preset", "egress_ok", "--policy", e.dir, "--", "/bin/true"}, "--policy: with --pod-socket the pod decides"},
-		{"limits", []string{"--preset", "egress_ok", "--memory-max", "1000000", "--net", "none", "--", "/bin/true"}, "--memory-max, --net: with --pod-socket"},
-		{"no preset", []string{"--", "/bin/true"}, "--pod-socket needs --preset"},
-		{"a preset the pod lacks", []string{"--preset", "nosuch", "--", "/bin/true"}, `preset "nosuch": not in the pod's policy`},
+		{"a policy of its own", []string{"--preset", "egress_ok", "--policy", e.dir, "--", "/bin/true"}, 2, "--policy: with --pod-socket the pod decides"},
+		{"limits", []string{"--preset", "egress_ok", "--memory-max", "1000000", "--net", "none", "--", "/bin/true"}, 2, "--memory-max, --net: with --pod-socket"},
+		{"no preset", []string{"--", "/bin/true"}, 2, "--pod-socket needs --preset"},
+		{"a preset the pod lacks", []string{"--preset", "nosuch", "--", "/bin/true"}, 2, `preset "nosuch": not in the pod's policy`},
+		// A pin is the pod's to check against what it serves.
+		{"another bundle's pin", []string{"--preset", "egress_ok", "--policy-sha256", "sha256:" + strings.Repeat("0", 64), "--", "/bin/true"}, 10, "the pod's proxy decides with policy"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, stderr, code := e.podLaunch(t, c.args...)
-			if code != 2 || !strings.Contains(stderr, c.want) {
-				t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, c.want)
+			if code != c.code || !strings.Contains(stderr, c.want) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr, c.code, c.want)
 			}
 		})
 	}

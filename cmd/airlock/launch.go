@@ -58,7 +58,7 @@ func newLaunchCmd() *cobra.Command {
 				return launchInPod(cmd, podLaunch{
 					socket: podSocket, preset: preset, id: sandboxID, user: userSpec, cwd: cwd,
 					auditLog: xf.auditLog, jsonStatus: jsonStatus, ro: ro, rw: rw, envs: envs, keepEnv: keepEnv,
-					stopTimeout: stopTimeout,
+					pin: string(pf.sha256), stopTimeout: stopTimeout,
 				}, args, log)
 			}
 			// Everything past validation that fails is a setup failure:

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/adminclient"
+	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -29,13 +30,16 @@ var podLaunchFlags = map[string]bool{
 	"pod-socket": true, "preset": true, "user": true, "ro": true, "rw": true, "env": true,
 	"keep-env": true, "cwd": true, "sandbox-id": true, "stop-timeout": true, "json-status": true,
 	"audit-log": true, "log-level": true,
+	// A pin is checked by the pod against the bundle it serves (412), not
+	// by loading one here.
+	"policy-sha256": true,
 }
 
 // podLaunch is `airlock launch --pod-socket`'s request.
 type podLaunch struct {
-	socket, preset, id, user, cwd, auditLog, jsonStatus string
-	ro, rw, envs, keepEnv                               []string
-	stopTimeout                                         time.Duration
+	socket, preset, id, user, cwd, auditLog, jsonStatus, pin string
+	ro, rw, envs, keepEnv                                    []string
+	stopTimeout                                              time.Duration
 }
 
 // checkPodFlags refuses every flag set that the pod decides (exit 2).
@@ -68,7 +72,7 @@ func launchInPod(cmd *cobra.Command, o podLaunch, args []string, log *slog.Logge
 	if o.stopTimeout <= 0 {
 		return usage(fmt.Errorf("--stop-timeout %v: want a positive duration", o.stopTimeout))
 	}
-	spec := adminclient.SandboxSpec{ID: o.id, Preset: o.preset, RO: o.ro, RW: o.rw}
+	spec := adminclient.SandboxSpec{ID: o.id, Preset: o.preset, Policy: o.pin, RO: o.ro, RW: o.rw}
 	if spec.ID == "" {
 		spec.ID = fmt.Sprintf("launch-%d", os.Getpid())
 	}
@@ -128,6 +132,9 @@ func launchInPod(cmd *cobra.Command, o podLaunch, args []string, log *slog.Logge
 		switch {
 		case errors.As(err, &se) && se.Status == http.StatusBadRequest:
 			return usage(err) // the pod's refusal of the spec: a preset it lacks
+		case errors.As(err, &se) && se.Status == http.StatusPreconditionFailed:
+			// --policy-sha256 is not the bundle the pod serves.
+			return &exitError{ExitIntegrity, fmt.Errorf("%w: %w", policies.ErrIntegrity, err)}
 		}
 		status.write(map[string]any{"started": false, "error": err.Error(), "exit_code": ExitLaunch}, log)
 		return &exitError{ExitLaunch, err}
