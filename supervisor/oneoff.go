@@ -115,7 +115,7 @@ func (o *oneOffs) tee(id string, line []byte) error {
 // and a field of every audit line): 1 to 100 letters, digits, '.', '_',
 // '-', the first a letter or digit. Checked by hand: the equivalent
 // regexp's {0,99} cost every airlock command about a millisecond to
-// compile at start.
+// compile at start, in every process of the binary.
 func validSandboxID(id string) bool {
 	if len(id) == 0 || len(id) > 100 {
 		return false
