@@ -12,8 +12,14 @@ export PATH := $(GOBIN):$(PATH)
 
 build: bin/airlock
 
+# The sandbox's own processes (init, command stage, reaper) as a small
+# binary embedded in airlock (sandbox/stagebin): each starts in a few
+# milliseconds instead of paying airlock's whole start.
+STAGE := sandbox/stagebin/airlock-stage
+
 bin/airlock: $(shell find . -name '*.go' -o -name '*.rego' | grep -v _test.go) go.mod go.sum
-	$(GO) build -o $@ ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags=-s\ -w -o $(STAGE) ./sandbox/stagecmd
+	$(GO) build -tags airlock_stage -o $@ ./cmd/airlock
 
 # The demo pod (needs root): a gateway and a shim in their sandboxes behind
 # the proxy, until Ctrl-C. `./bin/airlock demo` shows policy decisions only.
@@ -65,4 +71,4 @@ soak: build
 	$(GO) run ./integration/soak -airlock bin/airlock
 
 clean:
-	rm -rf bin
+	rm -rf bin $(STAGE)

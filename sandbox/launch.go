@@ -67,7 +67,7 @@ func Start(c Config, net *Network) (*Process, error) {
 		return nil, err
 	}
 	defer lifeR.Close()
-	self, err := os.Executable()
+	self, err := stageExe()
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,31 @@ type reaper struct {
 }
 
 func startReaper(v2, freezer string, dirs []string) (*reaper, error) {
-	self, err := os.Executable()
+	return spawnReaper(append([]string{modeReaper, orDash(v2), orDash(freezer)}, dirs...))
+}
+
+// TreeReaper is a reaper for a cgroup directory and everything below it (a
+// pod's group and its sandboxes' leaves): leaves made under it need no
+// reaper each (LeafConfig.Reap false), which saves a process per sandbox.
+type TreeReaper struct{ r *reaper }
+
+// StartTreeReaper starts the reaper of dir's tree: when the launcher exits
+// without releasing it, it kills every process below dir and removes the
+// groups (RemoveTree).
+func StartTreeReaper(dir string) (*TreeReaper, error) {
+	r, err := spawnReaper([]string{modeTreeReaper, dir})
+	if err != nil {
+		return nil, err
+	}
+	return &TreeReaper{r}, nil
+}
+
+// Release tells the reaper the launcher has removed the tree itself, and
+// waits for it to exit.
+func (t *TreeReaper) Release() { t.r.release() }
+
+func spawnReaper(args []string) (*reaper, error) {
+	self, err := stageExe()
 	if err != nil {
 		return nil, err
 	}
@@ -30,7 +54,7 @@ func startReaper(v2, freezer string, dirs []string) (*reaper, error) {
 		return nil, err
 	}
 	defer r.Close()
-	args := append([]string{"airlock", Stage2Arg, modeReaper, orDash(v2), orDash(freezer)}, dirs...)
+	args = append([]string{"airlock", Stage2Arg}, args...)
 	cmd := &exec.Cmd{
 		Path:   self,
 		Args:   args,
@@ -69,15 +93,20 @@ func undash(s string) string {
 	return s
 }
 
-// runReaper is the reaper process: args are v2, freezer, then every group.
-func runReaper(args []string) {
+// runReaper is the reaper process: args are v2, freezer, then every group;
+// or, for a tree reaper, the tree's directory alone.
+func runReaper(tree bool, args []string) {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	if len(args) < 2 {
+	if !tree && len(args) < 2 || tree && len(args) != 1 {
 		fmt.Fprintln(os.Stderr, "airlock: cgroup reaper: missing arguments")
 		os.Exit(2)
 	}
 	io.Copy(io.Discard, os.Stdin) // returns at EOF: the launcher is gone
-	if err := destroyGroups(undash(args[0]), undash(args[1]), args[2:]); err != nil {
+	destroy := func() error { return destroyGroups(undash(args[0]), undash(args[1]), args[2:]) }
+	if tree {
+		destroy = func() error { return RemoveTree(args[0]) }
+	}
+	if err := destroy(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: cgroup reaper: %v\n", err)
 		os.Exit(1)
 	}

@@ -22,6 +22,8 @@ const (
 	modeInit    = "init"    // PID 1 of the sandbox (init.go)
 	modeCommand = "command" // the ordered restrictions, then exec of the command
 	modeReaper  = "reaper"  // removes the cgroups of a launcher that died (reaper.go)
+	// modeTreeReaper removes a cgroup tree (a pod's) of a launcher that died.
+	modeTreeReaper = "reaper-tree"
 )
 
 // File descriptors the launcher hands to the init, and the init to the
@@ -50,8 +52,8 @@ func RunStage2() {
 		runInit()
 	case modeCommand:
 		runCommandStage()
-	case modeReaper:
-		runReaper(os.Args[3:])
+	case modeReaper, modeTreeReaper:
+		runReaper(mode == modeTreeReaper, os.Args[3:])
 	}
 	fmt.Fprintf(os.Stderr, "airlock: unknown sandbox stage %q\n", mode)
 	os.Exit(125)

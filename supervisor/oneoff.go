@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -103,7 +102,7 @@ func (o *oneOffs) tee(id string, line []byte) error {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	x, ok := o.byID[id]
-	if !ok {
+	if !ok || x.audit == nil {
 		return nil
 	}
 	if _, err := x.audit.Write(line); err != nil {
@@ -112,9 +111,24 @@ func (o *oneOffs) tee(id string, line []byte) error {
 	return nil
 }
 
-// sandboxID is what a one-off's ID may be: its cgroup's name and a field
-// of every audit line.
-var sandboxID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+// validSandboxID says whether id may be a one-off's ID (its cgroup's name
+// and a field of every audit line): 1 to 100 letters, digits, '.', '_',
+// '-', the first a letter or digit. Checked by hand: the equivalent
+// regexp's {0,99} cost every airlock command about a millisecond to
+// compile at start, in every process of the binary.
+func validSandboxID(id string) bool {
+	if len(id) == 0 || len(id) > 100 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // refusal is a launch refused before anything ran: Status and the
 // message naming the field.
@@ -133,7 +147,7 @@ func refuse(status int, format string, args ...any) error {
 // field.
 func (o *oneOffs) config(spec adminclient.SandboxSpec) (sandbox.Config, error) {
 	p := o.pod
-	if !sandboxID.MatchString(spec.ID) {
+	if !validSandboxID(spec.ID) {
 		return sandbox.Config{}, refuse(400, "id %q: want letters, digits, '.', '_', '-' (at most 100, not starting with a punctuation)", spec.ID)
 	}
 	if _, ok := p.engine.Preset(spec.Preset); !ok {
@@ -145,10 +159,23 @@ func (o *oneOffs) config(spec adminclient.SandboxSpec) (sandbox.Config, error) {
 	if len(spec.Command) == 0 || !filepath.IsAbs(spec.Command[0]) {
 		return sandbox.Config{}, refuse(400, "command %q: want an absolute binary first (the pod does not search a PATH for it)", spec.Command)
 	}
-	for _, f := range []struct {
+	type field struct {
 		name  string
 		paths []string
-	}{{"dir", []string{spec.Dir}}, {"stdout", []string{spec.Stdout}}, {"stderr", []string{spec.Stderr}}, {"audit", []string{spec.Audit}}, {"rw", spec.RW}, {"ro", spec.RO}} {
+	}
+	fields := []field{{"dir", []string{spec.Dir}}, {"rw", spec.RW}, {"ro", spec.RO}}
+	if spec.Stdio {
+		// The launcher's own streams: no file of the pod's to name.
+		if spec.Stdout != "" || spec.Stderr != "" {
+			return sandbox.Config{}, refuse(400, "stdout %q, stderr %q: want none with stdio (the launcher passes its own)", spec.Stdout, spec.Stderr)
+		}
+		if spec.Audit != "" {
+			fields = append(fields, field{"audit", []string{spec.Audit}})
+		}
+	} else {
+		fields = append(fields, field{"stdout", []string{spec.Stdout}}, field{"stderr", []string{spec.Stderr}}, field{"audit", []string{spec.Audit}})
+	}
+	for _, f := range fields {
 		for _, path := range f.paths {
 			if !filepath.IsAbs(path) {
 				return sandbox.Config{}, refuse(400, "%s %q: want an absolute path", f.name, path)
@@ -205,23 +232,39 @@ func (o *oneOffs) get(id string) (*oneOff, bool) {
 	return x, ok
 }
 
-// launch starts spec's sandbox. Its end (wait) is the caller's to await.
-func (o *oneOffs) launch(spec adminclient.SandboxSpec) (*oneOff, error) {
+// launch starts spec's sandbox; stdio, with spec.Stdio, are the
+// launcher's stdin, stdout and stderr, closed here (after the sandbox's
+// end once it started). Its end (wait) is the caller's to await.
+func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File) (*oneOff, error) {
 	p := o.pod
 	c, err := o.config(spec)
-	if err != nil {
-		return nil, err
+	if err == nil && spec.Stdio != (len(stdio) == 3) {
+		err = fmt.Errorf("sandbox %s: stdio %v with %d descriptors: want 3 exactly with stdio", spec.ID, spec.Stdio, len(stdio))
 	}
-	cg, err := identity.CgroupPath(filepath.Join(p.group, "airlock-"+spec.ID))
+	var cg string
+	if err == nil {
+		cg, err = identity.CgroupPath(filepath.Join(p.group, "airlock-"+spec.ID))
+	}
 	if err != nil {
+		for _, f := range stdio {
+			f.Close()
+		}
 		return nil, err
 	}
 	x := &oneOff{spec: spec, cg: cg, launched: make(chan struct{}), done: make(chan struct{})}
+	named := []struct{ name, path string }{{"stdout", spec.Stdout}, {"stderr", spec.Stderr}, {"audit", spec.Audit}}
+	if spec.Stdio {
+		x.files = append(x.files, stdio...)
+		c.Stdin, c.Stdout, c.Stderr = stdio[0], stdio[1], stdio[2]
+		named = named[2:]
+		if spec.Audit == "" {
+			named = nil
+		}
+	}
 	// The files are opened before the route learns the leaf: the tee
 	// has its file from the first decision on.
-	for _, f := range []struct {
-		name, path string
-	}{{"stdout", spec.Stdout}, {"stderr", spec.Stderr}, {"audit", spec.Audit}} {
+	var made []*os.File
+	for _, f := range named {
 		// O_EXCL and O_NOFOLLOW: a file (or a link) already there is
 		// not the pod's to write through, as root.
 		fh, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|os.O_APPEND, 0o600)
@@ -230,18 +273,24 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec) (*oneOff, error) {
 			return nil, refuse(400, "%s: %v", f.name, err)
 		}
 		x.files = append(x.files, fh)
+		made = append(made, fh)
 	}
-	c.Stdout, c.Stderr, x.audit = x.files[0], x.files[1], x.files[2]
+	if !spec.Stdio {
+		c.Stdout, c.Stderr = made[0], made[1]
+	}
+	if len(made) > 0 {
+		x.audit = made[len(made)-1]
+	}
 	if err := o.add(x); err != nil {
 		// Made by this launch (O_EXCL), and nothing ran to write them.
 		x.closeFiles()
-		for _, f := range x.files {
+		for _, f := range made {
 			os.Remove(f.Name())
 		}
 		return nil, err
 	}
 	x.sb, err = Launch(p.ctx, SandboxOptions{
-		ID: spec.ID, Config: c, Env: sandbox.EnvOptions{Set: spec.Env}, CgroupParent: p.group,
+		ID: spec.ID, Config: c, Env: sandbox.EnvOptions{Set: spec.Env}, CgroupParent: p.group, ParentReaped: true,
 		Network: p.network, CABundle: p.caBundle, Logger: p.log,
 	})
 	close(x.launched)

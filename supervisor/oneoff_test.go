@@ -38,3 +38,20 @@ func TestOneOffAddRefusals(t *testing.T) {
 		}
 	}
 }
+
+// A one-off's ID is its cgroup's name: 1 to 100 of letters, digits, '.',
+// '_', '-', not starting with punctuation; nothing else (no '/', no "..").
+func TestValidSandboxID(t *testing.T) {
+	for _, tc := range []struct {
+		id   string
+		want bool
+	}{
+		{"spawn-1", true}, {"a", true}, {"A.b_c-9", true}, {strings.Repeat("x", 100), true},
+		{"", false}, {strings.Repeat("x", 101), false}, {"-a", false}, {".a", false}, {"_a", false},
+		{"..", false}, {"a/b", false}, {"a b", false}, {"é", false}, {"a\n", false},
+	} {
+		if got := validSandboxID(tc.id); got != tc.want {
+			t.Errorf("validSandboxID(%q) = %v, want %v", tc.id, got, tc.want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -83,14 +84,13 @@ func serveSandboxLaunch(p *Pod, w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "sandbox spec: " + err.Error()})
 		return
 	}
-	x, err := p.sandboxes.launch(spec)
+	if spec.Stdio {
+		serveStdioLaunch(p, w, spec)
+		return
+	}
+	x, err := p.sandboxes.launch(spec, nil)
 	if err != nil {
-		status := http.StatusInternalServerError // a setup step failed
-		var ref *refusal
-		if errors.As(err, &ref) {
-			status = ref.status
-		}
-		writeJSON(w, status, map[string]string{"error": err.Error()})
+		writeLaunchError(w, err)
 		return
 	}
 	client, buf, err := http.NewResponseController(w).Hijack()
@@ -100,13 +100,106 @@ func serveSandboxLaunch(p *Pod, w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer client.Close()
-	client.SetDeadline(time.Time{}) // the server's header deadline no longer applies
-	buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + adminclient.SandboxUpgrade + "\r\n\r\n")
-	if err := buf.Flush(); err != nil {
+	if err := switchProtocols(client, buf); err != nil {
 		x.stopGrace(disconnectGrace)
 		return
 	}
-	go watchLauncher(x, buf.Reader)
+	hold(x, client, buf.Reader)
+}
+
+// serveStdioLaunch launches a sandbox on the launcher's own standard
+// streams: the spec is checked first (a refusal is still an HTTP status),
+// then the connection switches protocols, the three descriptors arrive
+// (SCM_RIGHTS, with one byte) and the sandbox starts; a failure from then
+// on is the stream's exit line, with 125.
+func serveStdioLaunch(p *Pod, w http.ResponseWriter, spec adminclient.SandboxSpec) {
+	if _, err := p.sandboxes.config(spec); err != nil {
+		writeLaunchError(w, err)
+		return
+	}
+	client, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "sandboxes: " + err.Error()})
+		return
+	}
+	defer client.Close()
+	if err := switchProtocols(client, buf); err != nil {
+		return
+	}
+	stdio, err := receiveStdio(client, buf.Reader)
+	var x *oneOff
+	if err == nil {
+		x, err = p.sandboxes.launch(spec, stdio)
+	}
+	if err != nil {
+		line, _ := json.Marshal(adminclient.SandboxExit{Exit: 125, Error: err.Error()})
+		client.Write(append(line, '\n'))
+		return
+	}
+	hold(x, client, buf.Reader)
+}
+
+// stdioWait bounds how long a launcher may take to pass its streams once
+// the pod has switched protocols.
+const stdioWait = 5 * time.Second
+
+// receiveStdio reads the launcher's stdin, stdout and stderr: one byte
+// carrying exactly three descriptors (close-on-exec here: Go's
+// ReadMsgUnix asks for MSG_CMSG_CLOEXEC). Nothing else may come first.
+func receiveStdio(c net.Conn, r *bufio.Reader) ([]*os.File, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return nil, fmt.Errorf("stdio: %T is not a unix socket, descriptors cannot pass", c)
+	}
+	if r.Buffered() > 0 {
+		return nil, errors.New("stdio: the launcher wrote before passing its streams")
+	}
+	uc.SetReadDeadline(time.Now().Add(stdioWait))
+	defer uc.SetReadDeadline(time.Time{})
+	b, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, flags, _, err := uc.ReadMsgUnix(b, oob)
+	if err != nil {
+		return nil, fmt.Errorf("stdio: receive the launcher's streams: %w", err)
+	}
+	var fds []int
+	msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
+	for _, m := range msgs {
+		got, err := unix.ParseUnixRights(&m)
+		if err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	files := make([]*os.File, 0, len(fds))
+	for i, fd := range fds {
+		files = append(files, os.NewFile(uintptr(fd), fmt.Sprintf("stdio%d", i)))
+	}
+	if n != 1 || perr != nil || flags&unix.MSG_CTRUNC != 0 || len(files) != 3 {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, fmt.Errorf("stdio: want one byte carrying 3 descriptors (stdin, stdout, stderr), got %d bytes and %d descriptors", n, len(fds))
+	}
+	return files, nil
+}
+
+func writeLaunchError(w http.ResponseWriter, err error) {
+	status := http.StatusInternalServerError // a setup step failed
+	var ref *refusal
+	if errors.As(err, &ref) {
+		status = ref.status
+	}
+	writeJSON(w, status, map[string]string{"error": err.Error()})
+}
+
+func switchProtocols(client net.Conn, buf *bufio.ReadWriter) error {
+	client.SetDeadline(time.Time{}) // the server's header deadline no longer applies
+	buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + adminclient.SandboxUpgrade + "\r\n\r\n")
+	return buf.Flush()
+}
+
+// hold carries x's stop one way and its exit the other, until it ends.
+func hold(x *oneOff, client net.Conn, r *bufio.Reader) {
+	go watchLauncher(x, r)
 	<-x.done
 	line, _ := json.Marshal(x.exit)
 	client.Write(append(line, '\n'))

@@ -267,10 +267,17 @@ func (p *Pod) openGroup(context.Context) error {
 		return fmt.Errorf("create the pod's cgroup: %w", err)
 	}
 	p.group = dir
+	// One reaper for the whole tree, should the pod be killed: its
+	// one-offs' leaves need none of their own (SandboxOptions.ParentReaped).
+	reaper, err := sandbox.StartTreeReaper(dir)
+	if err != nil {
+		return errors.Join(err, sandbox.RemoveTree(dir))
+	}
 	p.cleanup = append(p.cleanup, func() {
 		if err := sandbox.RemoveTree(dir); err != nil {
 			p.log.Error("the pod's cgroup could not be removed", "err", err)
 		}
+		reaper.Release()
 	})
 	// The services' limits are enforced in their leaves: the controllers
 	// must be enabled below the pod's group.

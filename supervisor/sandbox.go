@@ -34,6 +34,10 @@ type SandboxOptions struct {
 	// under ("" for the root); MemoryMax and PidsMax its limits (0: none).
 	CgroupParent       string
 	MemoryMax, PidsMax int64
+	// ParentReaped says a reaper already covers CgroupParent's whole tree
+	// (sandbox.StartTreeReaper, a pod's): the leaf gets no reaper of its
+	// own, one process less per launch.
+	ParentReaped bool
 	// Network, when set, is shared (a pod's): the sandbox joins it and
 	// leaves it open. Otherwise one is made for the sandbox alone.
 	Network *sandbox.Network
@@ -117,7 +121,9 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 	// runs anything.
 	s.leaf, err = sandbox.NewLeaf(sandbox.LeafConfig{
 		Parent: o.CgroupParent, ID: o.ID, MemoryMax: o.MemoryMax, PidsMax: o.PidsMax,
-		Reap: c.DieWithParent, Logger: s.log,
+		// A limit may be enforced in a v1 group outside the parent's
+		// tree, which only the leaf's own reaper would remove.
+		Reap: c.DieWithParent && !(o.ParentReaped && o.MemoryMax == 0 && o.PidsMax == 0), Logger: s.log,
 	})
 	if err != nil {
 		return nil, err

@@ -28,12 +28,12 @@ func newLaunchCmd() *cobra.Command {
 	var pf policyFlags
 	var xf proxyFlags
 	var (
-		userSpec, netMode, landlock, seccompMode, jsonStatus, preset, sandboxID, cwd, cgroupParent string
-		keepCaps, ro, rw, execPaths, rlimits, envs, keepEnv                                        []string
-		proxyPort                                                                                  int
-		memoryMax, pidsMax                                                                         int64
-		dieWithParent, noDefaultPaths                                                              bool
-		stopTimeout                                                                                time.Duration
+		userSpec, netMode, landlock, seccompMode, jsonStatus, preset, sandboxID, cwd, cgroupParent, podSocket string
+		keepCaps, ro, rw, execPaths, rlimits, envs, keepEnv                                                   []string
+		proxyPort                                                                                             int
+		memoryMax, pidsMax                                                                                    int64
+		dieWithParent, noDefaultPaths                                                                         bool
+		stopTimeout                                                                                           time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "launch [flags] -- CMD [ARGS...]",
@@ -54,6 +54,13 @@ func newLaunchCmd() *cobra.Command {
 		},
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			log := slog.Default()
+			if podSocket != "" {
+				return launchInPod(cmd, podLaunch{
+					socket: podSocket, preset: preset, id: sandboxID, user: userSpec, cwd: cwd,
+					auditLog: xf.auditLog, jsonStatus: jsonStatus, ro: ro, rw: rw, envs: envs, keepEnv: keepEnv,
+					pin: string(pf.sha256), stopTimeout: stopTimeout,
+				}, args, log)
+			}
 			// Everything past validation that fails is a setup failure:
 			// the command never ran.
 			defer func() {
@@ -205,6 +212,7 @@ func newLaunchCmd() *cobra.Command {
 	xf.register(cmd)
 	inGroup(fl, "Policy", func() {
 		fl.StringVar(&preset, "preset", "", "with --net proxy: serve the proxy for this sandbox in-process, deciding with preset `NAME`")
+		fl.StringVar(&podSocket, "pod-socket", "", "run the command as a one-off sandbox of the running pod (airlock up) on this admin socket `PATH`, decided by the pod's proxy with --preset; no policy is loaded here, and flags the pod decides are refused")
 		pf.register(cmd, true)
 	})
 	groupedHelp(cmd, "Sandbox", "Network", "Proxy", "Policy")

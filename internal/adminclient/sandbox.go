@@ -11,8 +11,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // SandboxesPath is where a one-off sandbox is launched in the pod (POST,
@@ -52,6 +55,10 @@ type SandboxSpec struct {
 	Stdout string `json:"stdout"`
 	Stderr string `json:"stderr"`
 	Audit  string `json:"audit"`
+	// Stdio says the launcher hands the command its own standard streams
+	// (LaunchStdio): Stdout and Stderr are then empty, and Audit may be
+	// (the pod's audit log has the lines anyway).
+	Stdio bool `json:"stdio,omitempty"`
 }
 
 // SandboxExit is the one line the pod writes on the stream when the
@@ -93,6 +100,31 @@ func Launch(ctx context.Context, socket string, spec SandboxSpec) (*Sandbox, err
 		return nil, err
 	}
 	return &Sandbox{conn: conn, r: r}, nil
+}
+
+// LaunchStdio is Launch for a command that reads and writes the
+// launcher's own stdin, stdout and stderr, as `airlock launch` gives them
+// to its sandboxes (a terminal, a pipe): once the pod has switched
+// protocols it receives the three descriptors over the socket
+// (SCM_RIGHTS, with one byte), then launches. A launch that fails past
+// that point is Wait's error, with exit 125.
+func LaunchStdio(ctx context.Context, socket string, spec SandboxSpec, stdin, stdout, stderr *os.File) (*Sandbox, error) {
+	spec.Stdio = true
+	s, err := Launch(ctx, socket, spec)
+	if err != nil {
+		return nil, err
+	}
+	uc, ok := s.conn.(*net.UnixConn)
+	if !ok {
+		s.conn.Close()
+		return nil, fmt.Errorf("launch sandbox %s in the pod: %T is not a unix socket, descriptors cannot pass", spec.ID, s.conn)
+	}
+	rights := unix.UnixRights(int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
+	if _, _, err := uc.WriteMsgUnix([]byte{0}, rights, nil); err != nil {
+		s.conn.Close()
+		return nil, fmt.Errorf("launch sandbox %s in the pod: pass the standard streams: %w", spec.ID, err)
+	}
+	return s, nil
 }
 
 // Wait returns the command's exit code once the sandbox has ended (every
