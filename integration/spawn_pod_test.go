@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,6 +71,7 @@ func TestPodSandboxDecidedByItsPreset(t *testing.T) {
 	e := newPodSpawnEnv(t, "oneoff-preset")
 	api := fmt.Sprintf("https://api.test:%d", e.tlsPort)
 	s := e.spec(t, "spawn-net", "egress_ok", e.agent, filepath.Join(e.dir, "spawn-net", "prompt.txt"), "net", api+"/v1/hello", api+"/v2/secret")
+	s.Kind = "fetcher"
 	sb, err := e.launcher().Launch(context.Background(), s)
 	if err != nil {
 		t.Fatal(err)
@@ -94,10 +96,10 @@ func TestPodSandboxDecidedByItsPreset(t *testing.T) {
 	for _, l := range readLines(t, s.Audit) {
 		var a struct {
 			auditLine
-			Sandbox, Preset string
+			Sandbox, Preset, Kind string
 		}
 		json.Unmarshal([]byte(l), &a)
-		if a.Sandbox != "spawn-net" || a.Preset != "egress_ok" || a.Binary != e.python {
+		if a.Sandbox != "spawn-net" || a.Preset != "egress_ok" || a.Kind != "fetcher" || a.Binary != e.python {
 			t.Errorf("the sandbox's audit file holds a line of another: %s", l)
 		}
 		decided[a.Path+" "+a.Reason] = true
@@ -123,6 +125,50 @@ func TestPodSandboxDecidedByItsPreset(t *testing.T) {
 	}
 	if addr := strings.TrimSpace(readFile(r.Stdout)); !strings.HasPrefix(addr, "198.18.") && !strings.HasPrefix(addr, "198.19.") {
 		t.Errorf("api.test resolved to %q in the one-off; want a fake address of the pod's answerer", addr)
+	}
+}
+
+// A pinned one-off runs only the file its pin names: the pod's sandbox
+// hashes the binary it execs, so one that is not the pinned file (swapped
+// after the launcher's check) is refused at setup, naming both digests,
+// and nothing runs; the right pin runs it.
+func TestPodSandboxChecksItsPin(t *testing.T) {
+	e := newPodSpawnEnv(t, "oneoff-pin")
+	raw, err := os.ReadFile(e.python)
+	if err != nil {
+		t.Fatal(err)
+	}
+	right := fmt.Sprintf("%x", sha256.Sum256(raw))
+	wrong := fmt.Sprintf("%x", sha256.Sum256([]byte("another binary")))
+	// The command leaves a file in its work dir: whether it ran.
+	ran := func(pin, id string) (local.Spec, string) {
+		s := e.spec(t, id, "egress_ok", e.python, "-c", "open('ran', 'w').write('ran')")
+		s.SHA256 = pin
+		return s, filepath.Join(s.Dir, "ran")
+	}
+
+	s, marker := ran(wrong, "spawn-pin-wrong")
+	sb, err := e.launcher().Launch(context.Background(), s)
+	if err == nil {
+		_, err = sb.Wait()
+	}
+	if err == nil || !strings.Contains(err.Error(), wrong) {
+		t.Fatalf("a one-off pinned to another digest: %v; want a setup failure naming %s", err, wrong)
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatalf("the wrongly pinned command ran (%v)", err)
+	}
+
+	s, marker = ran(right, "spawn-pin-right")
+	sb, err = e.launcher().Launch(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := sb.Wait(); err != nil || code != 0 {
+		t.Fatalf("the rightly pinned one-off: exit %d, %v\nstderr: %s", code, err, readFile(s.Stderr))
+	}
+	if readFile(marker) != "ran" {
+		t.Fatal("the rightly pinned command did not run")
 	}
 }
 
@@ -300,7 +346,7 @@ func TestSpawnInPod(t *testing.T) {
 		t.Fatalf("result.json %+v, result %+v", res, got)
 	}
 	for _, log := range []string{filepath.Join(dir, local.AuditFile), filepath.Join(e.pod.state, "audit.jsonl")} {
-		checkSecretDenied(t, log, "spawn-"+id, e.python)
+		checkSecretDenied(t, log, "spawn-"+id, "fetcher", e.python)
 	}
 }
 

@@ -189,7 +189,7 @@ func TestSpawnLocal(t *testing.T) {
 			t.Errorf("%s is mode %v; want private %v, and nothing for other users", f.name, fi.Mode().Perm(), f.private)
 		}
 	}
-	checkSecretDenied(t, filepath.Join(dir, "audit.jsonl"), "spawn-"+id, e.python)
+	checkSecretDenied(t, filepath.Join(dir, "audit.jsonl"), "spawn-"+id, "fetcher", e.python)
 	day, err := budget.Budget{Dir: h.Budget(), Daily: 1000}.Today()
 	if err != nil || day.Spent != 42 || day.Reserved != 0 {
 		t.Errorf("budget today %+v (%v); want 42 spent, nothing reserved", day, err)
@@ -547,20 +547,22 @@ func TestSpawnSetupFailure(t *testing.T) {
 // denial of /v2/secret (path_not_allowed), decided by the kind's preset
 // (egress_ok) for binary. Other sandboxes' lines (a pod's log) are not
 // looked at.
-func checkSecretDenied(t *testing.T, path, sandbox, binary string) {
+// kind is what the line must call the sandbox: the sub-agent's kind, or
+// its preset where the kind does not reach (the git runner's launch).
+func checkSecretDenied(t *testing.T, path, sandbox, kind, binary string) {
 	t.Helper()
 	denied := false
 	for _, l := range readLines(t, path) {
 		var a struct {
 			auditLine
-			Sandbox, Preset string
+			Sandbox, Preset, Kind string
 		}
 		json.Unmarshal([]byte(l), &a)
 		if a.Sandbox != sandbox || a.Reason != "path_not_allowed" || a.Path != "/v2/secret" {
 			continue
 		}
-		if a.Preset != "egress_ok" || a.Binary != binary {
-			t.Errorf("%s: the denial is attributed to %+v, want preset egress_ok, binary %s", path, a, binary)
+		if a.Preset != "egress_ok" || a.Kind != kind || a.Binary != binary {
+			t.Errorf("%s: the denial is attributed to %+v, want preset egress_ok, kind %s, binary %s", path, a, kind, binary)
 			continue
 		}
 		denied = true

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -80,7 +81,7 @@ func (o *oneOffs) publish() {
 	}
 	presets := append([]string(nil), o.presets...)
 	for _, x := range o.byID {
-		members[x.cg] = proxy.Service{ID: x.spec.ID, Kind: x.spec.Preset, Preset: x.spec.Preset}
+		members[x.cg] = proxy.Service{ID: x.spec.ID, Kind: cmp.Or(x.spec.Kind, x.spec.Preset), Preset: x.spec.Preset}
 		presets = append(presets, x.spec.Preset)
 	}
 	route := proxy.ByCgroup(members)
@@ -184,6 +185,7 @@ func (o *oneOffs) config(spec adminclient.SandboxSpec) (sandbox.Config, error) {
 	}
 	c := sandbox.Defaults()
 	c.Command = append([]string(nil), spec.Command...)
+	c.CommandSHA256 = spec.SHA256
 	c.UID, c.GID, c.Dir = spec.UID, spec.GID, spec.Dir
 	c.Net, c.ProxyPort = sandbox.NetProxy, p.m.Proxy.Port
 	c.RO = append(c.RO, spec.RO...)
@@ -216,12 +218,14 @@ func (o *oneOffs) add(x *oneOff) error {
 	return nil
 }
 
-// forget removes x, once every process of it is gone.
+// forget removes x, once every process of it is gone, and its series
+// from the proxy's metrics: a pod runs one-offs for its whole life.
 func (o *oneOffs) forget(x *oneOff) {
 	o.mu.Lock()
 	delete(o.byID, x.spec.ID)
 	o.publish()
 	o.mu.Unlock()
+	o.pod.proxy.Metrics().Forget(x.spec.ID)
 	o.wg.Done()
 }
 

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,6 +62,9 @@ type OwnProxy struct {
 	// Preset's rules could reach.
 	Engine *policies.Engine
 	Preset string
+	// Kind is what the audit lines call the sandbox (a sub-agent's
+	// kind); the preset when empty.
+	Kind string
 	// CADir holds the CA bundle the command's clients trust; it must be
 	// readable by the sandbox (it is added to Config.RO).
 	CADir string
@@ -176,7 +180,7 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 	}
 	if o.Proxy != nil {
 		s.proxy = o.Proxy.Proxy
-		sb := proxy.Sandbox{ID: o.ID, Kind: o.Proxy.Preset, Preset: o.Proxy.Preset, Candidates: identity.Tree(s.proc.Pid), NetNS: network.NS,
+		sb := proxy.Sandbox{ID: o.ID, Kind: cmp.Or(o.Proxy.Kind, o.Proxy.Preset), Preset: o.Proxy.Preset, Candidates: identity.Tree(s.proc.Pid), NetNS: network.NS,
 			Reachable: o.Proxy.Engine.Reachable(o.Proxy.Preset)}
 		if s.leaf.V2 != "" {
 			sb.Candidates = identity.Cgroup(s.leaf.V2)

@@ -92,7 +92,7 @@ func (l spawnLauncher) Launch(ctx context.Context, s local.Spec) (_ local.Sandbo
 	}
 	sb.sb, err = supervisor.Launch(ctx, supervisor.SandboxOptions{
 		ID: s.ID, Config: c, Env: sandbox.EnvOptions{Set: s.Env}, Logger: log,
-		Proxy: &supervisor.OwnProxy{Proxy: p, Engine: l.engine, Preset: s.Preset, CADir: caDir},
+		Proxy: &supervisor.OwnProxy{Proxy: p, Engine: l.engine, Preset: s.Preset, Kind: s.Kind, CADir: caDir},
 	})
 	if err != nil {
 		return nil, err

@@ -34,12 +34,18 @@ type SandboxSpec struct {
 	// letters, digits, '.', '_', '-'; one running at a time per ID.
 	ID     string `json:"id"`
 	Preset string `json:"preset"`
+	// Kind is what its audit lines and decisions call it (a sub-agent's
+	// kind); the preset when empty.
+	Kind string `json:"kind,omitempty"`
 	// Policy, when set, is the hash of the bundle the launcher verified:
 	// a pod serving another refuses (412), for the sandbox would be
 	// decided by a bundle the launcher did not check.
 	Policy string `json:"policy,omitempty"`
 	// Command is an absolute binary, then its arguments.
 	Command []string `json:"command"`
+	// SHA256, when set, pins Command[0]: the sandbox checks it on the
+	// very file it execs (sandbox.Config.CommandSHA256).
+	SHA256 string `json:"sha256,omitempty"`
 	// Env is KEY=VALUE; the pod adds its proxy and CA variables.
 	Env []string `json:"env,omitempty"`
 	Dir string   `json:"dir"`

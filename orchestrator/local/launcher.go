@@ -17,6 +17,7 @@ type Launcher interface {
 type Spec struct {
 	ID      string   // "spawn-<task>": its cgroup, decisions and audit lines
 	Preset  string   // decided by this preset of the verified bundle
+	Kind    string   // the sub-agent's kind: what its audit lines call it
 	Command []string // absolute binary, then its rendered args
 	// SHA256 pins Command[0] (the kind's binary.sha256; "" unpinned):
 	// the sandbox checks it on the very file it execs, so a binary

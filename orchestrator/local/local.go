@@ -104,7 +104,7 @@ func (s Substrate) ids() (int, int) {
 func (s Substrate) spec(j spawn.Job) Spec {
 	uid, gid := s.ids()
 	sp := Spec{
-		ID: "spawn-" + j.ID, Preset: j.Kind.Preset,
+		ID: "spawn-" + j.ID, Preset: j.Kind.Preset, Kind: j.Kind.Name,
 		Command: append([]string{j.Kind.Binary}, j.Args...), SHA256: j.Kind.SHA256,
 		Dir: j.Work, RW: []string{j.Work}, RO: []string{j.Dir},
 		UID: uid, GID: gid,

@@ -30,7 +30,7 @@ type PodLauncher struct {
 // policies.ErrIntegrity.
 func (l PodLauncher) Launch(ctx context.Context, s Spec) (Sandbox, error) {
 	sb, err := adminclient.Launch(ctx, l.Socket, adminclient.SandboxSpec{
-		ID: s.ID, Preset: s.Preset, Policy: l.Policy, Command: s.Command, Env: s.Env, Dir: s.Dir, RW: s.RW, RO: s.RO,
+		ID: s.ID, Preset: s.Preset, Kind: s.Kind, Policy: l.Policy, Command: s.Command, SHA256: s.SHA256, Env: s.Env, Dir: s.Dir, RW: s.RW, RO: s.RO,
 		UID: s.UID, GID: s.GID, Stdout: s.Stdout, Stderr: s.Stderr, Audit: s.Audit,
 	})
 	var se *adminclient.StatusError
