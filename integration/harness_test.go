@@ -25,16 +25,29 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	airlockBin = filepath.Join(dir, "airlock")
-	build := exec.Command("go", "build", "-o", airlockBin, "../cmd/airlock")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build airlock:", err)
+	// As `make build` builds it: the tests run what ships.
+	if airlockBin, err = stagedAirlock(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// stagedAirlock builds airlock as `make build` does, with the sandbox's
+// stage binary embedded (sandbox/stagebin), into dir.
+func stagedAirlock(dir string) (string, error) {
+	stage := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", "../sandbox/stagebin/airlock-stage", "../sandbox/stagecmd")
+	stage.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := stage.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the sandbox's stage: %v\n%s", err, out)
+	}
+	bin := filepath.Join(dir, "airlock")
+	if out, err := exec.Command("go", "build", "-tags", "airlock_stage", "-o", bin, "../cmd/airlock").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build airlock with its stage: %v\n%s", err, out)
+	}
+	return bin, nil
 }
 
 // runningProxy is an `airlock proxy` process.

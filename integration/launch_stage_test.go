@@ -12,22 +12,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
-// stagedAirlock builds airlock as `make build` does, with the sandbox's
-// stage binary embedded (sandbox/stagebin), into dir.
-func stagedAirlock(t *testing.T, dir string) string {
-	t.Helper()
-	stage := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", "../sandbox/stagebin/airlock-stage", "../sandbox/stagecmd")
-	stage.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := stage.CombinedOutput(); err != nil {
-		t.Fatalf("build the stage: %v\n%s", err, out)
-	}
-	bin := filepath.Join(dir, "airlock-staged")
-	if out, err := exec.Command("go", "build", "-tags", "airlock_stage", "-o", bin, "../cmd/airlock").CombinedOutput(); err != nil {
-		t.Fatalf("build airlock with its stage: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // children lists the processes a launcher forked, under any of its threads.
 func children(pid int) []string {
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
@@ -44,8 +28,7 @@ func children(pid int) []string {
 // them several times more), and hands neither that file's descriptor.
 func TestLaunchRunsEmbeddedStage(t *testing.T) {
 	testutil.RequireRoot(t, "airlock launch (uid switch, namespaces)")
-	bin := stagedAirlock(t, t.TempDir())
-	cmd := exec.Command(bin, "launch", "--net", "none", "--user", "61000", "--", "/bin/sleep", "60")
+	cmd := exec.Command(airlockBin, "launch", "--net", "none", "--user", "61000", "--", "/bin/sleep", "60")
 	cmd.Env = cleanEnv()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
