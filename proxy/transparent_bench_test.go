@@ -149,16 +149,7 @@ func benchTunnels(b *testing.B, open func(d *dialer) net.Conn) {
 // BenchmarkConnectTunnel is a new CONNECT tunnel through the explicit
 // proxy per iteration (benchTunnels).
 func BenchmarkConnectTunnel(b *testing.B) {
-	benchTunnels(b, func(d *dialer) net.Conn {
-		c := d.dial(b, d.fx.explicit)
-		fmt.Fprintf(c, "CONNECT tls.tp.test:%d HTTP/1.1\r\nHost: tls.tp.test:%d\r\n\r\n", d.fx.port, d.fx.port)
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-		if err != nil || resp.StatusCode != http.StatusOK || br.Buffered() > 0 {
-			b.Fatalf("CONNECT: %v %v", resp, err)
-		}
-		return c
-	})
+	benchTunnels(b, func(d *dialer) net.Conn { return connectTo(b, d, "tls.tp.test") })
 }
 
 // BenchmarkTransparentTunnel is a new transparent tunnel per iteration

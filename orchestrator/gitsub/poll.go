@@ -62,29 +62,11 @@ func (s *Substrate) Poll(ctx context.Context, home orchestrator.Home, b budget.B
 // the branch exists) or its deadline has passed.
 func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b budget.Budget, id string, onRemote bool) (*spawn.Reconciled, error) {
 	dir := home.Subagent(id)
-	release, err := spawn.Claim(dir)
-	if errors.Is(err, spawn.ErrClaimed) {
-		return nil, nil
-	}
-	if err != nil {
+	t, release, err := spawn.ClaimRunning(home, id)
+	if t == nil || err != nil {
 		return nil, err
 	}
 	defer release()
-	// Under the claim, the task must still be running: whoever held it
-	// before may have settled it.
-	entries, _, err := ledger.Read(home.Ledger())
-	if err != nil {
-		return nil, err
-	}
-	var t *ledger.Task
-	for _, ft := range ledger.Fold(entries) {
-		if ft.ID == id {
-			t = &ft
-		}
-	}
-	if t == nil || t.Status != ledger.Running {
-		return nil, nil
-	}
 	started := t.Started
 	if started.IsZero() {
 		started = t.Queued

@@ -58,19 +58,11 @@ func reconcile(home orchestrator.Home, b budget.Budget, t ledger.Task, now func(
 	}
 	id := t.ID
 	dir := home.Subagent(id)
-	release, err := spawn.Claim(dir)
-	if errors.Is(err, spawn.ErrClaimed) {
-		return nil, nil
-	}
-	if err != nil {
+	still, release, err := spawn.ClaimRunning(home, id)
+	if still == nil || err != nil {
 		return nil, err
 	}
 	defer release()
-	// Under the claim, the task must still be running: another poll may
-	// have settled it.
-	if still, err := stillRunning(home, id); !still || err != nil {
-		return nil, err
-	}
 	r, err := spawn.ReadResult(dir)
 	if err != nil || !ledger.Terminal(r.Status) {
 		r = spawn.Result{Task: id, Kind: t.Kind, Substrate: kind.Local, Status: ledger.Failed, Exit: ExitSpawnerGone,
@@ -93,18 +85,4 @@ func reconcile(home orchestrator.Home, b budget.Budget, t ledger.Task, now func(
 		return rc, b.Settle(resv, r.Usage.Tokens)
 	}
 	return rc, b.SettleHeld(resv)
-}
-
-// stillRunning says whether the ledger has task id running.
-func stillRunning(home orchestrator.Home, id string) (bool, error) {
-	entries, _, err := ledger.Read(home.Ledger())
-	if err != nil {
-		return false, err
-	}
-	for _, t := range ledger.Fold(entries) {
-		if t.ID == id {
-			return t.Status == ledger.Running, nil
-		}
-	}
-	return false, nil
 }

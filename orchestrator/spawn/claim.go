@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
 	"golang.org/x/sys/unix"
 )
@@ -62,4 +63,30 @@ type Reconciled struct {
 	Status ledger.Status
 	Exit   int
 	Detail string
+}
+
+// ClaimRunning claims task id for a reconciler and returns its ledger state
+// read under the claim, when it is still running: whoever held the claim
+// before may have settled it. A nil task (and release) means there is
+// nothing to do: another process holds the claim, or the task has ended.
+func ClaimRunning(home orchestrator.Home, id string) (t *ledger.Task, release func(), err error) {
+	release, err = Claim(home.Subagent(id))
+	if errors.Is(err, ErrClaimed) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	entries, _, err := ledger.Read(home.Ledger())
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	for _, ft := range ledger.Fold(entries) {
+		if ft.ID == id && ft.Status == ledger.Running {
+			return &ft, release, nil
+		}
+	}
+	release()
+	return nil, nil, nil
 }

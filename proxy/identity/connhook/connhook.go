@@ -107,19 +107,22 @@ func record(conns, fds *ebpf.Map) asm.Instructions {
 			asm.FnMapDeleteElem.Call(),
 		)
 	}
-	update := asm.Instructions{
-		asm.LoadMapPtr(asm.R1, conns.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -8),
-		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, -24),
-		asm.Mov.Imm(asm.R4, 0), // BPF_ANY
-		asm.FnMapUpdateElem.Call(),
-		asm.Mov.Imm(asm.R0, 1),
-		asm.Return(),
-	}
+	update := append(mapUpdate(conns, -8, -24), asm.Mov.Imm(asm.R0, 1), asm.Return())
 	update[0] = update[0].WithSymbol("update")
 	return append(insns, update...)
+}
+
+// mapUpdate is m[*(fp+key)] = *(fp+value), whatever was there (BPF_ANY).
+func mapUpdate(m *ebpf.Map, key, value int32) asm.Instructions {
+	return asm.Instructions{
+		asm.LoadMapPtr(asm.R1, m.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, key),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, value),
+		asm.Mov.Imm(asm.R4, 0), // BPF_ANY
+		asm.FnMapUpdateElem.Call(),
+	}
 }
 
 // entry mirrors the map value.

@@ -28,21 +28,13 @@ func TestMain(m *testing.M) {
 func sandbox(t testing.TB, n int) (hook *connhook.Hook, cg string, client *exec.Cmd, server net.Conn) {
 	t.Helper()
 	testutil.RequireRoot(t, "cgroup BPF connect hooks")
-	mnt, err := cgroup2.Mount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cg, err = cgroup2.Create(mnt, fmt.Sprintf("airlock-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cg, hook = hookedCgroup(t)
 	var kids []*exec.Cmd
 	t.Cleanup(func() {
 		for _, k := range kids {
 			k.Process.Kill()
 			k.Wait()
 		}
-		cgroup2.Remove(cg)
 	})
 	for i := 1; i < n; i++ {
 		k := exec.Command("sleep", "300")
@@ -54,11 +46,6 @@ func sandbox(t testing.TB, n int) (hook *connhook.Hook, cg string, client *exec.
 			t.Fatal(err)
 		}
 	}
-	hook, err = connhook.Attach(cg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hook.Close() })
 
 	// The client joins the cgroup before it connects.
 	client, server = testutil.StartClient(t, func(pid int) {
@@ -67,6 +54,27 @@ func sandbox(t testing.TB, n int) (hook *connhook.Hook, cg string, client *exec.
 		}
 	})
 	return hook, cg, client, server
+}
+
+// hookedCgroup is a fresh cgroup v2 leaf with the hook attached, both gone
+// when the test ends (the leaf once its processes are).
+func hookedCgroup(t testing.TB) (string, *connhook.Hook) {
+	t.Helper()
+	mnt, err := cgroup2.Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := cgroup2.Create(mnt, fmt.Sprintf("airlock-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cgroup2.Remove(cg) })
+	hook, err := connhook.Attach(cg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hook.Close() })
+	return cg, hook
 }
 
 func addrs(c net.Conn) (netip.AddrPort, netip.AddrPort) {
@@ -119,20 +127,7 @@ func TestHookFollowsAHandOff(t *testing.T) {
 	bash := testutil.RequireTool(t, "bash")
 	sleep, _ := exec.LookPath("sleep")
 	sleep, _ = filepath.EvalSymlinks(sleep)
-	mnt, err := cgroup2.Mount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cg, err := cgroup2.Create(mnt, fmt.Sprintf("airlock-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cgroup2.Remove(cg)
-	hook, err := connhook.Attach(cg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hook.Close()
+	cg, hook := hookedCgroup(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -186,20 +181,7 @@ func TestHookFollowsAHandOff(t *testing.T) {
 func TestHookRecordsTheDescriptor(t *testing.T) {
 	testutil.RequireRoot(t, "cgroup BPF connect hooks")
 	python := testutil.RequireTool(t, "python3")
-	mnt, err := cgroup2.Mount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cg, err := cgroup2.Create(mnt, fmt.Sprintf("airlock-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cgroup2.Remove(cg)
-	hook, err := connhook.Attach(cg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hook.Close()
+	cg, hook := hookedCgroup(t)
 	testutil.RequireFeature(t, "the connect(2) tracepoint (tracefs at /sys/kernel/tracing; .ci/run mounts it)", hook.FDs)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

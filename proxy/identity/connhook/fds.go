@@ -65,20 +65,13 @@ const sysEnterFD = 16
 
 // noteFD is the tracepoint's program: fds[current pid_tgid] = the fd.
 func noteFD(fds *ebpf.Map) asm.Instructions {
-	return asm.Instructions{
+	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1), // the record
 		asm.FnGetCurrentPidTgid.Call(),
 		asm.StoreMem(asm.RFP, -8, asm.R0, asm.DWord),
 		asm.LoadMem(asm.R1, asm.R6, sysEnterFD, asm.DWord),
 		asm.StoreMem(asm.RFP, -16, asm.R1, asm.DWord),
-		asm.LoadMapPtr(asm.R1, fds.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -8),
-		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, -16),
-		asm.Mov.Imm(asm.R4, 0), // BPF_ANY
-		asm.FnMapUpdateElem.Call(),
-		asm.Mov.Imm(asm.R0, 0),
-		asm.Return(),
 	}
+	insns = append(insns, mapUpdate(fds, -8, -16)...)
+	return append(insns, asm.Mov.Imm(asm.R0, 0), asm.Return())
 }
