@@ -137,7 +137,7 @@ func TestSpawnGitSync(t *testing.T) {
 	if strings.Contains(res.Detail, "WARNING") {
 		t.Errorf("a sandboxed run warns: %q", res.Detail)
 	}
-	checkSecretDenied(t, filepath.Join(h.Subagent(id), "audit.jsonl"), "spawn-"+id, "egress_ok", e.python)
+	checkSecretDenied(t, filepath.Join(h.Subagent(id), "audit.jsonl"), "spawn-"+id, "fetcher", e.python)
 	// The branch is the job record: the result is on it too.
 	if onBranch := testutil.Git(t, "", "--git-dir", e.remote, "show", gitsub.Branch(id)+":spawns/"+id+"/result.json"); !strings.Contains(onBranch, `"status": "done"`) {
 		t.Errorf("result.json on %s: %s", gitsub.Branch(id), onBranch)

@@ -547,8 +547,7 @@ func TestSpawnSetupFailure(t *testing.T) {
 // denial of /v2/secret (path_not_allowed), decided by the kind's preset
 // (egress_ok) for binary. Other sandboxes' lines (a pod's log) are not
 // looked at.
-// kind is what the line must call the sandbox: the sub-agent's kind, or
-// its preset where the kind does not reach (the git runner's launch).
+// kind is what the line must call the sandbox: the sub-agent's kind.
 func checkSecretDenied(t *testing.T, path, sandbox, kind, binary string) {
 	t.Helper()
 	denied := false

@@ -28,12 +28,12 @@ func newLaunchCmd() *cobra.Command {
 	var pf policyFlags
 	var xf proxyFlags
 	var (
-		userSpec, netMode, landlock, seccompMode, jsonStatus, preset, sandboxID, cwd, cgroupParent, podSocket string
-		keepCaps, ro, rw, execPaths, rlimits, envs, keepEnv                                                   []string
-		proxyPort                                                                                             int
-		memoryMax, pidsMax                                                                                    int64
-		dieWithParent, noDefaultPaths                                                                         bool
-		stopTimeout                                                                                           time.Duration
+		userSpec, netMode, landlock, seccompMode, jsonStatus, preset, kind, sandboxID, cwd, cgroupParent, podSocket string
+		keepCaps, ro, rw, execPaths, rlimits, envs, keepEnv                                                         []string
+		proxyPort                                                                                                   int
+		memoryMax, pidsMax                                                                                          int64
+		dieWithParent, noDefaultPaths                                                                               bool
+		stopTimeout                                                                                                 time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "launch [flags] -- CMD [ARGS...]",
@@ -56,7 +56,7 @@ func newLaunchCmd() *cobra.Command {
 			log := slog.Default()
 			if podSocket != "" {
 				return launchInPod(cmd, podLaunch{
-					socket: podSocket, preset: preset, id: sandboxID, user: userSpec, cwd: cwd,
+					socket: podSocket, preset: preset, kind: kind, id: sandboxID, user: userSpec, cwd: cwd,
 					auditLog: xf.auditLog, jsonStatus: jsonStatus, ro: ro, rw: rw, envs: envs, keepEnv: keepEnv,
 					pin: string(pf.sha256), stopTimeout: stopTimeout,
 				}, args, log)
@@ -141,7 +141,7 @@ func newLaunchCmd() *cobra.Command {
 				}
 				defer os.RemoveAll(dir)
 				os.Chmod(dir, 0o755)
-				o.Proxy = &supervisor.OwnProxy{Proxy: p, Engine: engine, Preset: preset, CADir: dir}
+				o.Proxy = &supervisor.OwnProxy{Proxy: p, Engine: engine, Preset: preset, Kind: kind, CADir: dir}
 			} else if c.Net == sandbox.NetProxy {
 				log.Warn("--net proxy without --preset: nothing serves the proxy inside the sandbox, so its connections and DNS queries wait unanswered; use --preset, or --net none")
 			}
@@ -212,6 +212,7 @@ func newLaunchCmd() *cobra.Command {
 	xf.register(cmd)
 	inGroup(fl, "Policy", func() {
 		fl.StringVar(&preset, "preset", "", "with --net proxy: serve the proxy for this sandbox in-process, deciding with preset `NAME`")
+		fl.StringVar(&kind, "kind", "", "what decisions and audit lines call the sandbox (a sub-agent's kind, `NAME`); default: the preset")
 		fl.StringVar(&podSocket, "pod-socket", "", "run the command as a one-off sandbox of the running pod (airlock up) on this admin socket `PATH`, decided by the pod's proxy with --preset; no policy is loaded here, and flags the pod decides are refused")
 		pf.register(cmd, true)
 	})

@@ -27,7 +27,7 @@ import (
 // policy, CA, Landlock and seccomp modes, limits, cgroup) is the pod's to
 // decide, and a flag that names it is refused rather than ignored.
 var podLaunchFlags = map[string]bool{
-	"pod-socket": true, "preset": true, "user": true, "ro": true, "rw": true, "env": true,
+	"pod-socket": true, "preset": true, "kind": true, "user": true, "ro": true, "rw": true, "env": true,
 	"keep-env": true, "cwd": true, "sandbox-id": true, "stop-timeout": true, "json-status": true,
 	"audit-log": true, "log-level": true,
 	// A pin is checked by the pod against the bundle it serves (412), not
@@ -37,9 +37,9 @@ var podLaunchFlags = map[string]bool{
 
 // podLaunch is `airlock launch --pod-socket`'s request.
 type podLaunch struct {
-	socket, preset, id, user, cwd, auditLog, jsonStatus, pin string
-	ro, rw, envs, keepEnv                                    []string
-	stopTimeout                                              time.Duration
+	socket, preset, kind, id, user, cwd, auditLog, jsonStatus, pin string
+	ro, rw, envs, keepEnv                                          []string
+	stopTimeout                                                    time.Duration
 }
 
 // checkPodFlags refuses every flag set that the pod decides (exit 2).
@@ -72,7 +72,7 @@ func launchInPod(cmd *cobra.Command, o podLaunch, args []string, log *slog.Logge
 	if o.stopTimeout <= 0 {
 		return usage(fmt.Errorf("--stop-timeout %v: want a positive duration", o.stopTimeout))
 	}
-	spec := adminclient.SandboxSpec{ID: o.id, Preset: o.preset, Policy: o.pin, RO: o.ro, RW: o.rw}
+	spec := adminclient.SandboxSpec{ID: o.id, Preset: o.preset, Kind: o.kind, Policy: o.pin, RO: o.ro, RW: o.rw}
 	if spec.ID == "" {
 		spec.ID = fmt.Sprintf("launch-%d", os.Getpid())
 	}

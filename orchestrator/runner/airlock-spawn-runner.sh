@@ -224,7 +224,7 @@ if [ -n "$airlock" ]; then
 	chmod a+rwx "$dir/work"
 	set -f # the runner's own flags are split at blanks, never globbed
 	# shellcheck disable=SC2086
-	set -- "$@" "$airlock" launch ${AIRLOCK_RUNNER_LAUNCH_ARGS:-} --preset "$preset" --policy-sha256 "$policy" \
+	set -- "$@" "$airlock" launch ${AIRLOCK_RUNNER_LAUNCH_ARGS:-} --preset "$preset" --kind="$kind" --policy-sha256 "$policy" \
 		--audit-log "$dir/audit.jsonl" --sandbox-id "spawn-$id" --cwd "$root" --ro "$root/$dir" \
 		--rw "$root/$dir/work" --exec "$binary"
 	set +f
