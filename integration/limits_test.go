@@ -242,7 +242,7 @@ func TestMaxConnsCheckedAgainstFileLimit(t *testing.T) {
 		return ""
 	}
 	out := started("5000")
-	for _, want := range []string{"--max-conns 5000", "RLIMIT_NOFILE allows 2048", "lower --max-conns to at most 138", "ulimit -n"} {
+	for _, want := range []string{"--max-conns 5000", "RLIMIT_NOFILE allows 2048", "lower --max-conns to at most 480", "ulimit -n"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("airlock proxy --max-conns 5000 under ulimit -n 2048 logged\n%s\nwant a warning naming %q", out, want)
 		}
