@@ -133,7 +133,7 @@ func (c *Config) Validate() error {
 		fail("no command to run")
 	}
 	if c.CommandSHA256 != "" {
-		if !sha256Hex.MatchString(c.CommandSHA256) {
+		if !isSHA256Hex(c.CommandSHA256) {
 			fail("command sha256 %q: want 64 lower-case hex digits", c.CommandSHA256)
 		}
 		if len(c.Command) > 0 && !filepath.IsAbs(c.Command[0]) {

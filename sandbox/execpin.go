@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"regexp"
 	"strconv"
 	"syscall"
 
@@ -33,8 +32,20 @@ import (
 // itself is not pinned, and one that resolves its script's path and
 // re-opens it by name (node does) reads by path again.
 
-// sha256Hex is a pin's form: sha256sum's output.
-var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+// isSHA256Hex reports whether s has a pin's form: sha256sum's output, 64
+// lower-case hex digits. Checked by hand: a package-level regexp would be
+// compiled at the start of every process of the sandbox's stage binary.
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // pinned is the descriptor of the verified command, -1 when unpinned.
 var pinned = -1

@@ -94,6 +94,8 @@ func TestValidatePin(t *testing.T) {
 		{"relative", "sh", strings.Repeat("a", 64), `pinned command "sh" must be an absolute path`},
 		{"not hex", "/bin/sh", "sha256:" + strings.Repeat("a", 64), "want 64 lower-case hex digits"},
 		{"upper case", "/bin/sh", strings.Repeat("A", 64), "want 64 lower-case hex digits"},
+		{"short", "/bin/sh", strings.Repeat("a", 63), "want 64 lower-case hex digits"},
+		{"a letter past f", "/bin/sh", strings.Repeat("a", 63) + "g", "want 64 lower-case hex digits"},
 		{"good", "/bin/sh", strings.Repeat("a", 64), ""},
 	} {
 		c := Defaults()
