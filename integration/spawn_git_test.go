@@ -117,23 +117,7 @@ func TestSpawnGitSync(t *testing.T) {
 	if got := statuses(entries, id); fmt.Sprint(got) != "[queued running done]" {
 		t.Fatalf("ledger of %s: %v; want [queued running done]", id, got)
 	}
-	res, err := spawn.ReadResult(h.Subagent(id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got struct {
-		Prompt  string
-		Allowed struct{ Status int }
-		Denied  struct {
-			Status int
-			Body   string
-		}
-	}
-	json.Unmarshal(res.Result, &got)
-	if res.Status != ledger.Done || res.Substrate != "git" || res.Usage == nil || res.Usage.Tokens != 42 || got.Prompt != "task "+id+": say hello" ||
-		got.Allowed.Status != 200 || got.Denied.Status != 403 || !strings.Contains(got.Denied.Body, "path_not_allowed") {
-		t.Fatalf("result.json %+v, result %+v", res, got)
-	}
+	res := checkFetched(t, h.Subagent(id), id, "git")
 	if strings.Contains(res.Detail, "WARNING") {
 		t.Errorf("a sandboxed run warns: %q", res.Detail)
 	}

@@ -333,18 +333,7 @@ func TestSpawnInPod(t *testing.T) {
 		t.Fatalf("ledger of %s: %v; want [queued running done]", id, got)
 	}
 	dir := orchestrator.Home{Dir: e.home}.Subagent(id)
-	res, err := spawn.ReadResult(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got struct {
-		Allowed struct{ Status int }
-		Denied  struct{ Status int }
-	}
-	json.Unmarshal(res.Result, &got)
-	if res.Status != ledger.Done || res.Usage == nil || res.Usage.Tokens != 42 || got.Allowed.Status != 200 || got.Denied.Status != 403 {
-		t.Fatalf("result.json %+v, result %+v", res, got)
-	}
+	checkFetched(t, dir, id, "local")
 	for _, log := range []string{filepath.Join(dir, local.AuditFile), filepath.Join(e.pod.state, "audit.jsonl")} {
 		checkSecretDenied(t, log, "spawn-"+id, "fetcher", e.python)
 	}

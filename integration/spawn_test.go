@@ -160,23 +160,7 @@ func TestSpawnLocal(t *testing.T) {
 	}
 
 	dir := h.Subagent(id)
-	res, err := spawn.ReadResult(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got struct {
-		Prompt  string
-		Allowed struct{ Status int }
-		Denied  struct {
-			Status int
-			Body   string
-		}
-	}
-	json.Unmarshal(res.Result, &got)
-	if res.Status != ledger.Done || res.Usage == nil || res.Usage.Tokens != 42 || got.Prompt != "task "+id+": say hello" ||
-		got.Allowed.Status != 200 || got.Denied.Status != 403 || !strings.Contains(got.Denied.Body, "path_not_allowed") {
-		t.Fatalf("result.json %+v, result %+v", res, got)
-	}
+	checkFetched(t, dir, id, "local")
 	for _, f := range []struct {
 		name    string
 		private bool // the operator's alone: no access for the sub-agent's uid
@@ -547,6 +531,31 @@ func TestSpawnSetupFailure(t *testing.T) {
 // denial of /v2/secret (path_not_allowed), decided by the kind's preset
 // (egress_ok) for binary. Other sandboxes' lines (a pod's log) are not
 // looked at.
+// checkFetched checks the result.json of a done "fetcher" spawn (the
+// sub-agent in net mode): its prompt, its allowed and denied requests, the
+// usage it reported and its substrate.
+func checkFetched(t *testing.T, dir, id, substrate string) spawn.Result {
+	t.Helper()
+	res, err := spawn.ReadResult(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Prompt  string
+		Allowed struct{ Status int }
+		Denied  struct {
+			Status int
+			Body   string
+		}
+	}
+	json.Unmarshal(res.Result, &got)
+	if res.Status != ledger.Done || res.Substrate != substrate || res.Usage == nil || res.Usage.Tokens != 42 || got.Prompt != "task "+id+": say hello" ||
+		got.Allowed.Status != 200 || got.Denied.Status != 403 || !strings.Contains(got.Denied.Body, "path_not_allowed") {
+		t.Fatalf("result.json %+v, result %+v", res, got)
+	}
+	return res
+}
+
 // kind is what the line must call the sandbox: the sub-agent's kind.
 func checkSecretDenied(t *testing.T, path, sandbox, kind, binary string) {
 	t.Helper()
