@@ -402,35 +402,22 @@ var errClientGone = errors.New("the client closed the connection before the resp
 // client that is waiting, as nearly all are. One that left meanwhile is
 // seen when the watch begins.
 func watchClient(c net.Conn, br *bufio.Reader, cancel context.CancelCauseFunc, after time.Duration) (stop func()) {
-	var mu sync.Mutex
-	var done chan struct{} // the watch has begun; closed when it ends
-	stopped := false
+	done := make(chan struct{}) // closed when the watch has ended
 	timer := time.AfterFunc(after, func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		done = make(chan struct{})
-		mu.Unlock()
 		defer close(done)
 		if _, err := br.Peek(1); err != nil && !isTimeout(err) {
 			cancel(errClientGone)
 		}
 	})
 	return func() {
-		timer.Stop()
-		mu.Lock()
-		stopped = true
-		watching := done
-		mu.Unlock()
-		if watching == nil {
-			return
+		if timer.Stop() {
+			return // the watch never began
 		}
-		// A deadline in the past wakes the read; crypto/tls keeps the
-		// connection usable after a timeout.
+		// A deadline in the past wakes the read, or fails it at once if
+		// it has not begun; crypto/tls keeps the connection usable after
+		// a timeout.
 		c.SetReadDeadline(time.Unix(1, 0))
-		<-watching
+		<-done
 		c.SetReadDeadline(time.Time{})
 	}
 }
@@ -475,7 +462,7 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 // pinnedHost checks that a request inside a tunnel names the tunnel's host
 // everywhere it names a host; it returns what differs.
 func pinnedHost(req *http.Request, sni, host string, port int) string {
-	if sni != "" && sni != host && !sameName(sni, host) {
+	if sni != "" && !sameName(sni, host) {
 		return fmt.Sprintf("TLS server name %q in a tunnel to %s", sni, host)
 	}
 	if req.URL.IsAbs() && !sameHost(req.URL.Host, host, port) {
@@ -489,18 +476,13 @@ func pinnedHost(req *http.Request, sni, host string, port int) string {
 
 // sameHost compares a Host value (host or host:port) with the tunnel's
 // canonical host and port; the port may be omitted when it is the default.
-// A name spelled as decided, as clients nearly always send it, is
-// canonical already (CanonicalHost is idempotent): it is not canonicalised
-// again for every request.
 func sameHost(hostport, host string, port int) bool {
 	h, p, err := net.SplitHostPort(hostport)
 	if err != nil {
 		h, p = hostport, ""
 	}
-	if h != host {
-		if c, err := policies.CanonicalHost(h); err != nil || c != host {
-			return false
-		}
+	if !sameName(h, host) {
+		return false
 	}
 	var digits [20]byte
 	return p == "" || p == string(strconv.AppendInt(digits[:0], int64(port), 10))

@@ -224,7 +224,11 @@ func TestWatchClient(t *testing.T) {
 			stop := watchClient(server, br, cancel, tc.after)
 			if tc.leave {
 				client.Close()
-				<-ctx.Done()
+				select {
+				case <-ctx.Done():
+				case <-time.After(10 * time.Second):
+					t.Fatal("the client's leaving was not seen")
+				}
 				stop()
 				if cause := context.Cause(ctx); cause != errClientGone {
 					t.Fatalf("cancelled for %v; want %v", cause, errClientGone)

@@ -196,8 +196,14 @@ func transparentTarget(names NameMap, orig netip.AddrPort) (req policies.Request
 	return req, forgotten
 }
 
-// sameName reports whether a TLS server name names host (canonical).
+// sameName reports whether a name a client sent (TLS server name, Host)
+// names host (canonical).
 func sameName(serverName, host string) bool {
+	// Spelled as decided, as clients nearly always send it: canonical
+	// already (CanonicalHost is idempotent), not canonicalised again.
+	if serverName == host {
+		return true
+	}
 	c, err := policies.CanonicalHost(serverName)
 	return err == nil && c == host
 }
