@@ -54,15 +54,18 @@ var localCurves = []tls.CurveID{tls.X25519, tls.CurveP256, tls.CurveP384}
 // serverTLS completes the client's handshake as leafName, with a leaf
 // from the airlock CA, within the handshake timeout.
 func (p *Proxy) serverTLS(c net.Conn, leafName string) (*tls.Conn, error) {
-	cfg := &tls.Config{
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.cfg.CA.Leaf(leafName) },
-		// HTTP/2 would multiplex requests the proxy decides one by one.
-		// A client offering only http/1.0 (curl -0) is served too: with
-		// no protocol in common, Go would fail its handshake.
-		NextProtos:       []string{"http/1.1", "http/1.0"},
-		MinVersion:       tls.VersionTLS12,
-		CurvePreferences: localCurves,
+	tickets, err := p.cfg.CA.TicketConfig()
+	if err != nil {
+		return nil, err
 	}
+	cfg := tickets.Clone() // the CA's session ticket keys, shared
+	cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.cfg.CA.Leaf(leafName) }
+	// HTTP/2 would multiplex requests the proxy decides one by one. A
+	// client offering only http/1.0 (curl -0) is served too: with no
+	// protocol in common, Go would fail its handshake.
+	cfg.NextProtos = []string{"http/1.1", "http/1.0"}
+	cfg.MinVersion = tls.VersionTLS12
+	cfg.CurvePreferences = localCurves
 	cfg.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
 		if slices.ContainsFunc(h.SupportedCurves, func(id tls.CurveID) bool { return slices.Contains(localCurves, id) }) {
 			return nil, nil
@@ -72,11 +75,6 @@ func (p *Proxy) serverTLS(c net.Conn, leafName string) (*tls.Conn, error) {
 		pq.CurvePreferences, pq.GetConfigForClient = nil, nil
 		return pq, nil
 	}
-	keys, err := p.cfg.CA.TicketKeys()
-	if err != nil {
-		return nil, err
-	}
-	cfg.SetSessionTicketKeys(keys)
 	tc := tls.Server(c, cfg)
 	tc.SetDeadline(time.Now().Add(p.cfg.Limits.HandshakeTimeout))
 	if err := tc.Handshake(); err != nil {

@@ -212,6 +212,9 @@ type ticketKeys struct {
 	mu      sync.Mutex
 	keys    [][32]byte // newest first
 	rotated time.Time
+	// config holds keys, set once per rotation: SetSessionTicketKeys
+	// derives each key anew (a SHA-512 each), which a clone carries.
+	config *tls.Config
 }
 
 // Ticket keys rotate daily and are kept a week, as crypto/tls's own.
@@ -238,6 +241,20 @@ func (ca *CA) TicketKeys() ([][32]byte, error) {
 		}
 		t.keys = append([][32]byte{k}, t.keys[:min(len(t.keys), ticketKeysKept-1)]...)
 		t.rotated = time.Now()
+		t.config = &tls.Config{}
+		t.config.SetSessionTicketKeys(t.keys)
 	}
 	return t.keys, nil
+}
+
+// TicketConfig is a tls.Config holding the TicketKeys, for an inspected
+// connection to Clone and fill in: its keys are derived once per rotation,
+// not on every handshake. The caller must not modify it.
+func (ca *CA) TicketConfig() (*tls.Config, error) {
+	if _, err := ca.TicketKeys(); err != nil {
+		return nil, err
+	}
+	ca.tickets.mu.Lock()
+	defer ca.tickets.mu.Unlock()
+	return ca.tickets.config, nil
 }
