@@ -172,6 +172,11 @@ func TestPodSandboxChecksItsPin(t *testing.T) {
 	}
 }
 
+func withEnv(s local.Spec, env ...string) local.Spec {
+	s.Env = append(s.Env, env...)
+	return s
+}
+
 func readFile(path string) string {
 	raw, _ := os.ReadFile(path)
 	return string(raw)
@@ -199,6 +204,7 @@ func TestPodSandboxRefusals(t *testing.T) {
 		{"no such preset", e.spec(t, "spawn-nopreset", "nope", e.agent), `preset "nope": not in the pod's policy`},
 		{"relative command", e.spec(t, "spawn-relative", "egress_ok", "python3"), `command ["python3"]: want an absolute binary`},
 		{"id running", dup, `id "spawn-dup": a sandbox of that id is running`},
+		{"the sandbox's proxy variable", withEnv(e.spec(t, "spawn-env", "egress_ok", e.agent), "https_proxy=http://elsewhere.test:1"), `env https_proxy: the sandbox's`},
 	} {
 		_, err := e.launcher().Launch(context.Background(), tc.spec)
 		var ue *spawn.UsageError

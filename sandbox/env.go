@@ -36,6 +36,12 @@ func ReservedEnv() []string {
 	return slices.Concat(proxyVars, noProxyVars, []string{nodeProxy}, caVars)
 }
 
+// IsReservedEnv reports whether name (any case) is one of ReservedEnv: a
+// variable the sandbox sets and a caller's environment may not.
+func IsReservedEnv(name string) bool {
+	return slices.ContainsFunc(ReservedEnv(), func(r string) bool { return strings.EqualFold(r, name) })
+}
+
 // Environment builds the explicit environment of the command.
 func Environment(o EnvOptions) ([]string, error) {
 	env := map[string]string{

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -84,6 +86,10 @@ func (o *oneOffs) publish() {
 		members[x.cg] = proxy.Service{ID: x.spec.ID, Kind: cmp.Or(x.spec.Kind, x.spec.Preset), Preset: x.spec.Preset}
 		presets = append(presets, x.spec.Preset)
 	}
+	// Each DNS query scans every listed preset's rules: one-offs of one
+	// kind share theirs.
+	slices.Sort(presets)
+	presets = slices.Compact(presets)
 	route := proxy.ByCgroup(members)
 	reach := o.pod.engine.Reachable(presets...)
 	o.route.Store(&route)
@@ -156,6 +162,11 @@ func (o *oneOffs) config(spec adminclient.SandboxSpec) (sandbox.Config, error) {
 	}
 	if spec.Policy != "" && spec.Policy != p.engine.Hash() {
 		return sandbox.Config{}, refuse(412, "policy %s: the pod's proxy decides with policy %s, not the bundle its launcher verified", spec.Policy, p.engine.Hash())
+	}
+	for _, kv := range spec.Env {
+		if name, _, _ := strings.Cut(kv, "="); sandbox.IsReservedEnv(name) {
+			return sandbox.Config{}, refuse(400, "env %s: the sandbox's (its proxy and CA), which the pod sets", name)
+		}
 	}
 	if len(spec.Command) == 0 || !filepath.IsAbs(spec.Command[0]) {
 		return sandbox.Config{}, refuse(400, "command %q: want an absolute binary first (the pod does not search a PATH for it)", spec.Command)

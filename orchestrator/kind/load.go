@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 
@@ -142,7 +141,7 @@ func validate(k *Kind, r *yamlobj.Report, base string) {
 		switch {
 		case !envPattern.MatchString(name):
 			r.At(path, "%q is not an environment variable name", name)
-		case slices.ContainsFunc(sandbox.ReservedEnv(), func(r string) bool { return strings.EqualFold(r, name) }):
+		case sandbox.IsReservedEnv(name):
 			r.At(path, "%s is the sandbox's (its proxy and CA): a kind cannot set it", name)
 		}
 	}
