@@ -23,6 +23,7 @@ func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Requ
 	}
 	r, body := p.forwardPlain(r, dc)
 	gctx.UserData = &plainState{dc: dc, body: body}
+	gctx.RoundTripper = p.sendPlain // not goproxy's own http.Transport
 	return r, nil
 }
 

@@ -127,7 +127,9 @@ type Proxy struct {
 	cfg       Config
 	log       *slog.Logger
 	audit     *auditLog
-	transport *http.Transport
+	transport *upstreamTransport
+	// sendPlain is goproxy's round trip for plain requests: transport.
+	sendPlain goproxy.RoundTripper
 	hashes    *identity.HashCache
 	// closeAudit closes the audit file Build opened; nil for a Proxy
 	// made with New, whose caller owns its writer.
@@ -190,7 +192,7 @@ func New(cfg Config) (*Proxy, error) {
 		origin:      redirected,
 		checkOrigin: checkConntrack,
 	}
-	p.transport = &http.Transport{
+	p.transport = newUpstreamTransport(&http.Transport{
 		Proxy:       nil,
 		DialContext: cfg.Guard.DialContext,
 		TLSClientConfig: &tls.Config{
@@ -205,10 +207,12 @@ func New(cfg Config) (*Proxy, error) {
 		// once the origin asks for it, or after this long without a word.
 		ExpectContinueTimeout: time.Second,
 		MaxIdleConnsPerHost:   64,
-		MaxIdleConns:          maxIdleUpstream, // counted in EnsureFDs
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true, // pass encodings through untouched
-	}
+	})
+	p.sendPlain = goproxy.RoundTripperFunc(func(req *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
+		return p.transport.RoundTrip(req)
+	})
 	// Before anything listens: short of descriptors, connections would
 	// fail (as identity_unknown) before --max-conns is reached. Serve
 	// checks again as further sandboxes are served.
@@ -301,7 +305,7 @@ func (e *Egress) Serve(ln net.Listener) error {
 
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = log.New(io.Discard, "", 0)
-	gp.Tr = p.transport   // our dialer, verification, no env proxy
+	gp.Tr = p.transport.fallback // our dialer, verification, no env proxy (handlePlain sends through p.transport)
 	gp.ConnectDial = nil  // never used: CONNECT is served before goproxy
 	gp.KeepHeader = false // strip Proxy-Authorization upstream
 	gp.OnRequest().DoFunc(p.handlePlain)

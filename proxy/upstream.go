@@ -1,0 +1,317 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// upstreamTransport sends the requests agents send most, a replayable
+// method without a body (GET, HEAD, OPTIONS, TRACE), in the caller's
+// goroutine on connections it keeps itself: write the request, read the
+// answer, hand the connection back once its body is read. http.Transport
+// does the same with a reader and a writer goroutine per connection, and
+// the hand-offs between them and the caller were the largest part of the
+// proxy's CPU per keep-alive request after the syscalls themselves
+// (docs/performance.md). Every other request (a body, Expect, an upgrade)
+// goes through fallback, which can write a body while it reads an early
+// answer.
+type upstreamTransport struct {
+	fallback *http.Transport
+	// maxIdle and maxIdlePerHost bound the connections kept; with
+	// fallback's they make the maxIdleUpstream that EnsureFDs counts.
+	maxIdle, maxIdlePerHost int
+
+	mu     sync.Mutex
+	idle   map[string][]*keptConn // by scheme://host:port
+	nidle  int
+	closed bool
+}
+
+// newUpstreamTransport keeps fallbackIdle of maxIdleUpstream for
+// fallback's requests, the rare ones, and the rest for its own.
+func newUpstreamTransport(fallback *http.Transport) *upstreamTransport {
+	const fallbackIdle = maxIdleUpstream / 4
+	fallback.MaxIdleConns = fallbackIdle
+	return &upstreamTransport{
+		fallback:       fallback,
+		maxIdle:        maxIdleUpstream - fallbackIdle,
+		maxIdlePerHost: fallback.MaxIdleConnsPerHost,
+		idle:           map[string][]*keptConn{},
+	}
+}
+
+// replayable says whether req may be sent again on a fresh connection when
+// a kept one turns out to have been closed by the upstream before it read
+// anything (net/http's rule for the same race): no body, and a method
+// that changes nothing.
+func replayable(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+	default:
+		return false
+	}
+	return (req.Body == nil || req.Body == http.NoBody) && req.Header["Expect"] == nil && req.Header["Upgrade"] == nil
+}
+
+// RoundTrip sends req and reads its answer's header; the caller reads and
+// closes the body, which hands the connection back.
+func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !replayable(req) {
+		return t.fallback.RoundTrip(req)
+	}
+	key := req.URL.Scheme + "://" + req.URL.Host
+	for {
+		kc, reused, err := t.get(req.Context(), key, req)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := kc.roundTrip(req)
+		if err == nil {
+			return resp, nil
+		}
+		kc.close()
+		// A kept connection the upstream closed while it was idle fails
+		// before a byte of answer: the request never reached anyone.
+		if !reused || kc.answered || req.Context().Err() != nil {
+			return nil, err
+		}
+	}
+}
+
+// CloseIdleConnections closes every kept connection not in use, and from
+// then on closes those handed back (Shutdown).
+func (t *upstreamTransport) CloseIdleConnections() {
+	t.mu.Lock()
+	idle := t.idle
+	t.idle, t.nidle, t.closed = map[string][]*keptConn{}, 0, true
+	t.mu.Unlock()
+	for _, conns := range idle {
+		for _, kc := range conns {
+			kc.close()
+		}
+	}
+	t.fallback.CloseIdleConnections()
+}
+
+// get is a kept connection to key, the most recently used first (the one
+// least likely to have been closed by the upstream's idle timeout), or a
+// new one.
+func (t *upstreamTransport) get(ctx context.Context, key string, req *http.Request) (kc *keptConn, reused bool, err error) {
+	t.mu.Lock()
+	if conns := t.idle[key]; len(conns) > 0 {
+		kc = conns[len(conns)-1]
+		conns[len(conns)-1] = nil
+		if len(conns) == 1 {
+			delete(t.idle, key)
+		} else {
+			t.idle[key] = conns[:len(conns)-1]
+		}
+		t.nidle--
+	}
+	t.mu.Unlock()
+	if kc != nil {
+		kc.idleTimer.Stop()
+		return kc, true, nil
+	}
+	kc, err = t.dial(ctx, key, req)
+	return kc, false, err
+}
+
+// dial connects as fallback would: its dialer (the guard, to the addresses
+// checked for this request), its TLS configuration and handshake timeout.
+func (t *upstreamTransport) dial(ctx context.Context, key string, req *http.Request) (*keptConn, error) {
+	conn, err := t.fallback.DialContext(ctx, "tcp", req.URL.Host)
+	if err != nil {
+		return nil, err
+	}
+	if req.URL.Scheme == "https" {
+		cfg := t.fallback.TLSClientConfig.Clone()
+		cfg.ServerName = req.URL.Hostname()
+		tc := tls.Client(conn, cfg)
+		hctx, cancel := context.WithTimeout(ctx, t.fallback.TLSHandshakeTimeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("tls handshake with %s: %w", req.URL.Host, err)
+		}
+		conn = tc
+	}
+	kc := &keptConn{t: t, key: key, conn: conn}
+	kc.counted = &countingReader{r: conn}
+	kc.br = bufio.NewReader(kc.counted)
+	kc.bw = bufio.NewWriter(conn)
+	kc.idleTimer = time.AfterFunc(time.Hour, kc.expire)
+	kc.idleTimer.Stop()
+	return kc, nil
+}
+
+// put keeps kc for the next request to its host, unless the transport is
+// closed or holds enough.
+func (t *upstreamTransport) put(kc *keptConn) {
+	t.mu.Lock()
+	if t.closed || t.nidle >= t.maxIdle || len(t.idle[kc.key]) >= t.maxIdlePerHost {
+		t.mu.Unlock()
+		kc.close()
+		return
+	}
+	t.idle[kc.key] = append(t.idle[kc.key], kc)
+	t.nidle++
+	kc.idleTimer.Reset(t.fallback.IdleConnTimeout)
+	t.mu.Unlock()
+}
+
+// keptConn is one upstream connection and its buffers.
+type keptConn struct {
+	t         *upstreamTransport
+	key       string
+	conn      net.Conn
+	counted   *countingReader
+	br        *bufio.Reader
+	bw        *bufio.Writer
+	idleTimer *time.Timer
+	// answered: some of the current answer was read, so the request
+	// reached the upstream and must not be sent again.
+	answered bool
+}
+
+// aLongTimeAgo is a deadline that has passed: it wakes a blocked read or
+// write at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// roundTrip writes req and reads its answer's header, skipping
+// informational answers, within fallback's ResponseHeaderTimeout; req's
+// context cancels it.
+func (kc *keptConn) roundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	kc.answered = false
+	kc.conn.SetDeadline(time.Now().Add(kc.t.fallback.ResponseHeaderTimeout))
+	// Registered after the deadline above, which would otherwise undo it.
+	stop := context.AfterFunc(ctx, func() { kc.conn.SetDeadline(aLongTimeAgo) })
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		if cause := context.Cause(ctx); cause != nil {
+			err = cause
+		}
+		return nil, err
+	}
+	if err := req.Write(kc.bw); err != nil {
+		return fail(err)
+	}
+	if err := kc.bw.Flush(); err != nil {
+		return fail(err)
+	}
+	read := kc.counted.n
+	var resp *http.Response
+	for informational := 0; ; informational++ {
+		var err error
+		resp, err = http.ReadResponse(kc.br, req)
+		kc.answered = kc.counted.n > read
+		if err != nil {
+			return fail(err)
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+		if informational == 5 {
+			return fail(fmt.Errorf("%s sent more than 5 informational answers", req.URL.Host))
+		}
+	}
+	// The body has no deadline, as with fallback. Cancelled meanwhile,
+	// the callback may have run before the clear: cut again.
+	kc.conn.SetDeadline(time.Time{})
+	if ctx.Err() != nil {
+		kc.conn.SetDeadline(aLongTimeAgo)
+	}
+	// Whether the upstream keeps the connection is read now: the caller
+	// sets resp.Close for its own client's connection.
+	last := resp.Close || resp.StatusCode == http.StatusSwitchingProtocols
+	resp.Body = &keptBody{ReadCloser: resp.Body, kc: kc, last: last, stop: stop}
+	return resp, nil
+}
+
+// expire closes kc once it has been idle for IdleConnTimeout, unless a
+// request took it meanwhile.
+func (kc *keptConn) expire() {
+	t := kc.t
+	t.mu.Lock()
+	conns := t.idle[kc.key]
+	for i, c := range conns {
+		if c == kc {
+			t.idle[kc.key] = append(conns[:i:i], conns[i+1:]...)
+			if len(t.idle[kc.key]) == 0 {
+				delete(t.idle, kc.key)
+			}
+			t.nidle--
+			t.mu.Unlock()
+			kc.close()
+			return
+		}
+	}
+	t.mu.Unlock()
+}
+
+func (kc *keptConn) close() {
+	kc.idleTimer.Stop()
+	kc.conn.Close()
+}
+
+// keptBody hands its connection back when it is closed after the whole
+// body was read, with nothing more from the upstream waiting; any other
+// end closes the connection.
+type keptBody struct {
+	io.ReadCloser
+	kc   *keptConn
+	last bool // the upstream ends the connection after this answer
+	stop func() bool
+	eof  bool
+	done bool
+}
+
+func (b *keptBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *keptBody) Close() error {
+	if b.done {
+		return nil
+	}
+	b.done = true
+	err := b.ReadCloser.Close()
+	if !b.eof && b.ReadCloser == http.NoBody {
+		b.eof = true
+	}
+	// stop reports false once the context's callback has run (or will):
+	// the connection's deadline is spoilt.
+	reusable := b.stop() && b.eof && err == nil && !b.last && b.kc.br.Buffered() == 0
+	if reusable {
+		b.kc.t.put(b.kc)
+	} else {
+		b.kc.close()
+	}
+	return err
+}
+
+// countingReader counts what is read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}

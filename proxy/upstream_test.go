@@ -1,0 +1,253 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// rawOrigin is an HTTP/1.1 origin on loopback whose every connection is
+// served by serve, request by request, so that a test can answer as no
+// well-behaved server would. closed receives each connection's end.
+type rawOrigin struct {
+	addr   string
+	conns  atomic.Int32
+	closed chan struct{}
+}
+
+func newRawOrigin(t *testing.T, serve func(n int, c net.Conn, req *http.Request) (keep bool)) *rawOrigin {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &rawOrigin{addr: ln.Addr().String(), closed: make(chan struct{}, 16)}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			o.conns.Add(1)
+			go func() {
+				defer func() { c.Close(); o.closed <- struct{}{} }()
+				br := bufio.NewReader(c)
+				for n := 0; ; n++ {
+					req, err := http.ReadRequest(br)
+					if err != nil || !serve(n, c, req) {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return o
+}
+
+func newTestUpstreamTransport() *upstreamTransport {
+	return newUpstreamTransport(&http.Transport{
+		DialContext:           (&net.Dialer{}).DialContext,
+		ResponseHeaderTimeout: time.Minute,
+		IdleConnTimeout:       time.Minute,
+		MaxIdleConnsPerHost:   4,
+	})
+}
+
+// send GETs / from o through tr and reads the whole answer.
+func send(ctx context.Context, tr *upstreamTransport, o *rawOrigin) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.addr+"/", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return fmt.Sprintf("%d %s", resp.StatusCode, b), err
+}
+
+// ok answers "ok", with extra headers; a header "X: y" sends bytes after
+// the answer, in the same write.
+func ok(c net.Conn, extra string) {
+	after := ""
+	if extra == "X: y\r\n" {
+		after = "junk"
+	}
+	io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"+extra+"\r\nok"+after)
+}
+
+// The transport keeps a connection for the next request, and sends a
+// request again on a new one only when a kept connection turns out to be
+// gone before a byte of answer: what a client relies on is one answer per
+// request, and no request repeated once an upstream has begun answering.
+func TestUpstreamTransportKeepsAndReplays(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		serve     func(n int, c net.Conn, req *http.Request) bool
+		wantConns int32
+		wantErr   bool
+	}{
+		{"kept", func(n int, c net.Conn, _ *http.Request) bool { ok(c, ""); return true }, 1, false},
+		{"upstream says close", func(n int, c net.Conn, _ *http.Request) bool { ok(c, "Connection: close\r\n"); return false }, 2, false},
+		// Closed after its answer without saying so: the second request
+		// meets the close and goes again on a new connection.
+		{"closed while kept", func(n int, c net.Conn, _ *http.Request) bool { ok(c, ""); return false }, 2, false},
+		// More than the answer: the connection's next bytes are no answer
+		// to anything the proxy sends, so it is not kept.
+		{"more than the answer", func(n int, c net.Conn, _ *http.Request) bool { ok(c, "X: y\r\n"); return true }, 2, false},
+		// Informational answers precede the final one.
+		{"early hints", func(n int, c net.Conn, _ *http.Request) bool {
+			io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\n")
+			ok(c, "")
+			return true
+		}, 1, false},
+		// The second request's answer had begun: it is not sent again.
+		{"cut mid-answer", func(n int, c net.Conn, _ *http.Request) bool {
+			if n == 1 {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Len")
+				return false
+			}
+			ok(c, "")
+			return true
+		}, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newRawOrigin(t, tc.serve)
+			tr := newTestUpstreamTransport()
+			defer tr.CloseIdleConnections()
+			var errs []error
+			for range 2 {
+				got, err := send(context.Background(), tr, o)
+				if err == nil && got != "200 ok" {
+					t.Fatalf("answer %q; want 200 ok", got)
+				}
+				errs = append(errs, err)
+			}
+			if errs[0] != nil || (errs[1] != nil) != tc.wantErr {
+				t.Fatalf("errors %v; want an error for the second only: %v", errs, tc.wantErr)
+			}
+			if n := o.conns.Load(); n != tc.wantConns {
+				t.Fatalf("%d upstream connections; want %d", n, tc.wantConns)
+			}
+		})
+	}
+}
+
+// A request the transport cannot send again (a POST) goes through the
+// fallback transport, and still reaches the origin once.
+func TestUpstreamTransportFallsBack(t *testing.T) {
+	var posts atomic.Int32
+	o := newRawOrigin(t, func(n int, c net.Conn, req *http.Request) bool {
+		io.Copy(io.Discard, req.Body)
+		if req.Method == http.MethodPost {
+			posts.Add(1)
+		}
+		ok(c, "")
+		return true
+	})
+	tr := newTestUpstreamTransport()
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+o.addr+"/", nil)
+	if !replayable(mustGet(t, o)) || replayable(req) {
+		t.Fatal("replayable: want GET without a body only")
+	}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if posts.Load() != 1 {
+		t.Fatalf("%d POSTs reached the origin; want 1", posts.Load())
+	}
+}
+
+func mustGet(t *testing.T, o *rawOrigin) *http.Request {
+	req, err := http.NewRequest(http.MethodGet, "http://"+o.addr+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// A request whose context ends (its client went away) or whose upstream
+// does not answer within the header timeout fails with that cause, and its
+// connection is closed, not kept.
+func TestUpstreamTransportCancels(t *testing.T) {
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	o := newRawOrigin(t, func(n int, c net.Conn, _ *http.Request) bool { <-hold; return false })
+	gone := errors.New("client gone")
+	for _, tc := range []struct {
+		name   string
+		ctx    func() context.Context
+		header time.Duration
+		want   func(error) bool
+	}{
+		{"cancelled", func() context.Context {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			time.AfterFunc(50*time.Millisecond, func() { cancel(gone) })
+			return ctx
+		}, 10 * time.Second, func(err error) bool { return errors.Is(err, gone) }},
+		{"header timeout", context.Background, 50 * time.Millisecond, func(err error) bool {
+			var ne net.Error
+			return errors.As(err, &ne) && ne.Timeout()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTestUpstreamTransport()
+			tr.fallback.ResponseHeaderTimeout = tc.header
+			_, err := send(tc.ctx(), tr, o)
+			if !tc.want(err) {
+				t.Fatalf("error %v; want the request's own cause", err)
+			}
+			if tr.nidle != 0 {
+				t.Fatal("the connection was kept")
+			}
+		})
+	}
+}
+
+// A kept connection is closed once idle for IdleConnTimeout, and
+// CloseIdleConnections closes those kept and those handed back later.
+func TestUpstreamTransportCloses(t *testing.T) {
+	o := newRawOrigin(t, func(n int, c net.Conn, _ *http.Request) bool { ok(c, ""); return true })
+	waitClosed := func() {
+		t.Helper()
+		select {
+		case <-o.closed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the kept connection is still open")
+		}
+	}
+	tr := newTestUpstreamTransport()
+	tr.fallback.IdleConnTimeout = 50 * time.Millisecond
+	if _, err := send(context.Background(), tr, o); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed()
+
+	tr = newTestUpstreamTransport()
+	resp, err := tr.RoundTrip(mustGet(t, o)) // in use while the transport closes
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := send(context.Background(), tr, o); err != nil { // on a second connection, kept
+		t.Fatal(err)
+	}
+	tr.CloseIdleConnections()
+	waitClosed()
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	waitClosed()
+}
