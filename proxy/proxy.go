@@ -306,8 +306,8 @@ func (e *Egress) Serve(ln net.Listener) error {
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = log.New(io.Discard, "", 0)
 	gp.Tr = p.transport.fallback // our dialer, verification, no env proxy (handlePlain sends through p.transport)
-	gp.ConnectDial = nil  // never used: CONNECT is served before goproxy
-	gp.KeepHeader = false // strip Proxy-Authorization upstream
+	gp.ConnectDial = nil         // never used: CONNECT is served before goproxy
+	gp.KeepHeader = false        // strip Proxy-Authorization upstream
 	gp.OnRequest().DoFunc(p.handlePlain)
 	gp.OnResponse().DoFunc(p.handlePlainResponse)
 
