@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"sync"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/sys/unix"
@@ -25,12 +26,26 @@ type fileKey struct {
 // caches digests by fileKey.
 type HashCache struct {
 	cache *lru.Cache[fileKey, string]
+	// hashing holds the files being hashed: a program that opens many
+	// connections at once, as soon as it starts, has each of their
+	// lookups miss the cache together, and a 100 MB binary hashed once
+	// per connection would cost seconds of CPU instead of a fraction of
+	// one.
+	mu      sync.Mutex
+	hashing map[fileKey]*hashCall
+}
+
+// hashCall is one file being hashed; done is closed when sum or err is set.
+type hashCall struct {
+	done chan struct{}
+	sum  string
+	err  error
 }
 
 // NewHashCache keeps up to size digests.
 func NewHashCache(size int) *HashCache {
 	c, _ := lru.New[fileKey, string](size)
-	return &HashCache{cache: c}
+	return &HashCache{cache: c, hashing: map[fileKey]*hashCall{}}
 }
 
 func keyOf(st *unix.Stat_t) fileKey {
@@ -48,11 +63,36 @@ func exeKey(d procDir) (fileKey, error) {
 }
 
 // Exe returns the sha256 (hex) of the executable the process is running,
-// whose key (exeKey) is k. A cache hit reads nothing.
+// whose key (exeKey) is k. A cache hit reads nothing; a lookup of a file
+// being hashed for another waits for that digest.
 func (h *HashCache) Exe(d procDir, k fileKey) (string, error) {
 	if sum, ok := h.cache.Get(k); ok {
 		return sum, nil
 	}
+	h.mu.Lock()
+	if c, ok := h.hashing[k]; ok {
+		h.mu.Unlock()
+		<-c.done
+		if c.err == nil {
+			return c.sum, nil
+		}
+		// That process could not be read (it may have exited): this
+		// one may still be.
+		return h.hash(d, k)
+	}
+	c := &hashCall{done: make(chan struct{})}
+	h.hashing[k] = c
+	h.mu.Unlock()
+	c.sum, c.err = h.hash(d, k)
+	h.mu.Lock()
+	delete(h.hashing, k)
+	h.mu.Unlock()
+	close(c.done)
+	return c.sum, c.err
+}
+
+// hash reads and hashes the executable d runs, and caches its digest.
+func (h *HashCache) hash(d procDir, k fileKey) (string, error) {
 	link := "/proc/" + strconv.Itoa(d.pid) + "/exe"
 	fd, err := unix.Openat(d.fd, "exe", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
