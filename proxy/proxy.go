@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/proxy/egress"
 	"github.com/airlock-sandbox/airlock/proxy/fakedns"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
+	"github.com/airlock-sandbox/airlock/proxy/relay"
 	"github.com/elazarl/goproxy"
 	"github.com/vishvananda/netns"
 )
@@ -128,6 +129,11 @@ type Proxy struct {
 	log       *slog.Logger
 	audit     *auditLog
 	transport *upstreamTransport
+	// relays copy opaque tunnels' bytes (proxy/relay).
+	relays *relay.Loops
+	// forced is closed when Shutdown's grace has run out: tunnels on the
+	// relay loops end then, as hijacked connections are closed.
+	forced chan struct{}
 	// sendPlain is goproxy's round trip for plain requests: transport.
 	sendPlain goproxy.RoundTripper
 	hashes    *identity.HashCache
@@ -213,6 +219,11 @@ func New(cfg Config) (*Proxy, error) {
 	p.sendPlain = goproxy.RoundTripperFunc(func(req *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
 		return p.transport.RoundTrip(req)
 	})
+	relays, err := relay.Start(0)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	p.relays, p.forced = relays, make(chan struct{})
 	// Before anything listens: short of descriptors, connections would
 	// fail (as identity_unknown) before --max-conns is reached. Serve
 	// checks again as further sandboxes are served.
@@ -442,10 +453,12 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 			c.Close()
 		}
 		p.mu.Unlock()
+		close(p.forced)
 		<-done
 		errs = append(errs, ctx.Err())
 	}
 	p.transport.CloseIdleConnections()
+	p.relays.Stop()
 	return errors.Join(errs...)
 }
 

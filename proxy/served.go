@@ -23,7 +23,7 @@ import (
 // audits it as it goes out and gives it the reason every denial carries: a
 // write while no handler has the connection's current request is the
 // server's own. A taken-over connection is used bare (bareConn), so a
-// tunnel relays between the sockets themselves (relayCopy).
+// tunnel relays between the sockets themselves (proxy/relay).
 type servedConn struct {
 	net.Conn
 	p  *Proxy

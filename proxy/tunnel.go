@@ -2,12 +2,14 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -38,48 +40,85 @@ func (p *Proxy) tunnel(client, upstream net.Conn, early []byte, dc *decision) {
 	}
 	p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
 	defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
-	stopIdle := watchIdle(p.cfg.Limits.TunnelIdleTimeout, client, upstream)
-	up, down := relay(client, upstream)
-	if stopIdle() {
+	var up, down int64
+	var idle bool
+	c, ok1 := client.(*net.TCPConn)
+	u, ok2 := upstream.(*net.TCPConn)
+	if ok1 && ok2 {
+		var err error
+		if up, down, idle, err = p.relayOnLoop(c, u); err != nil {
+			dc.detail = err.Error()
+		}
+	} else {
+		stopIdle := watchIdle(p.cfg.Limits.TunnelIdleTimeout, client, upstream)
+		up, down = copyBoth(client, upstream)
+		idle = stopIdle()
+	}
+	if idle {
 		dc.detail = p.idleClosed()
 	}
 	p.record(dc, http.StatusOK, int64(len(early))+up, down)
 }
+
+// relayOnLoop hands a tunnel's two sockets to an event loop (proxy/relay)
+// and waits for the pair to end: both sides done, a side's error, no data
+// either way for --tunnel-idle-timeout, or Shutdown's grace run out. err
+// is a failure to hand them over (the sockets are closed then).
+func (p *Proxy) relayOnLoop(client, upstream *net.TCPConn) (up, down int64, idleClosed bool, err error) {
+	pair, err := p.relays.Relay(client, upstream)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	idle := p.cfg.Limits.TunnelIdleTimeout
+	check := time.NewTimer(idle / 4)
+	defer check.Stop()
+	for {
+		select {
+		case <-pair.Done():
+			r := pair.Result()
+			return r.AToB, r.BToA, idleClosed, nil
+		case <-check.C:
+			if pair.IdleFor() >= idle {
+				idleClosed = true
+				pair.Abort(errIdleTunnel)
+			} else {
+				check.Reset(idle / 4)
+			}
+		case <-p.forced:
+			pair.Abort(errForced)
+		}
+	}
+}
+
+var (
+	errIdleTunnel = errors.New("idle")
+	errForced     = errors.New("closed by the proxy's shutdown")
+)
 
 // idleClosed is the audit detail of a tunnel the idle watcher closed.
 func (p *Proxy) idleClosed() string {
 	return fmt.Sprintf("closed by the proxy after %s without data either way (--tunnel-idle-timeout)", p.cfg.Limits.TunnelIdleTimeout)
 }
 
-// relay copies both ways until both directions end, passing a half-close
+// copyBoth copies both ways until both directions end, passing a half-close
 // on; an error in either direction tears both down. The caller closes both
-// connections afterwards.
-func relay(client, upstream net.Conn) (up, down int64) {
+// connections afterwards. It serves a tunnel whose ends are not both TCP
+// sockets (a listener of another kind); the relay loops serve the rest.
+func copyBoth(client, upstream net.Conn) (up, down int64) {
 	var ended atomic.Int32
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		var err error
-		down, err = copyConn(client, upstream)
+		down, err = io.Copy(client, upstream)
 		finish(client, upstream, err, &ended)
 	}()
 	var err error
-	up, err = copyConn(upstream, client)
+	up, err = io.Copy(upstream, client)
 	finish(upstream, client, err, &ended)
 	wg.Wait()
 	return up, down
-}
-
-// copyConn copies src to dst until src's EOF: through a pooled buffer
-// between TCP connections (relayCopy), else through io.Copy's.
-func copyConn(dst, src net.Conn) (int64, error) {
-	d, ok1 := dst.(*net.TCPConn)
-	s, ok2 := src.(*net.TCPConn)
-	if ok1 && ok2 {
-		return relayCopy(d, s)
-	}
-	return io.Copy(dst, src)
 }
 
 // finish ends one direction: an error closes both connections so the other

@@ -17,7 +17,7 @@ func relayed(t testing.TB) (client, upstream net.Conn, done <-chan [2]int64) {
 	upstreamSide, upstream := testutil.TCPPair(t)
 	ch := make(chan [2]int64, 1)
 	go func() {
-		up, down := relay(clientSide, upstreamSide)
+		up, down := copyBoth(clientSide, upstreamSide)
 		clientSide.Close()
 		upstreamSide.Close()
 		ch <- [2]int64{up, down}
@@ -51,33 +51,5 @@ func TestRelayCarriesBothWaysAndHalfClose(t *testing.T) {
 	}
 	if n := <-done; n[0] != int64(len(bulk)+5) || n[1] != 3 {
 		t.Fatalf("relay counted up %d, down %d; want %d, 3", n[0], n[1], len(bulk)+5)
-	}
-}
-
-// BenchmarkRelayRoundTrip is one 1 KiB request and reply through the relay:
-// the small exchanges most tunnels carry.
-func BenchmarkRelayRoundTrip(b *testing.B) {
-	client, upstream, _ := relayed(b)
-	go io.Copy(upstream, upstream) // echo
-	msg, buf := make([]byte, 1024), make([]byte, 1024)
-	b.SetBytes(int64(len(msg)))
-	for b.Loop() {
-		client.Write(msg)
-		if _, err := io.ReadFull(client, buf); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkRelayBulk streams through the relay one way.
-func BenchmarkRelayBulk(b *testing.B) {
-	client, upstream, _ := relayed(b)
-	go io.Copy(io.Discard, client)
-	chunk := make([]byte, 256<<10)
-	b.SetBytes(int64(len(chunk)))
-	for b.Loop() {
-		if _, err := upstream.Write(chunk); err != nil {
-			b.Fatal(err)
-		}
 	}
 }
