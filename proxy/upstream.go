@@ -193,7 +193,9 @@ var aLongTimeAgo = time.Unix(1, 0)
 func (kc *keptConn) roundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	kc.answered = false
-	kc.conn.SetDeadline(time.Now().Add(kc.t.fallback.ResponseHeaderTimeout))
+	// A read deadline (one timer): a bodiless request is a few hundred
+	// bytes, which a socket takes without waiting.
+	kc.conn.SetReadDeadline(time.Now().Add(kc.t.fallback.ResponseHeaderTimeout))
 	// Registered after the deadline above, which would otherwise undo it.
 	stop := context.AfterFunc(ctx, func() { kc.conn.SetDeadline(aLongTimeAgo) })
 	fail := func(err error) (*http.Response, error) {
@@ -227,7 +229,7 @@ func (kc *keptConn) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	// The body has no deadline, as with fallback. Cancelled meanwhile,
 	// the callback may have run before the clear: cut again.
-	kc.conn.SetDeadline(time.Time{})
+	kc.conn.SetReadDeadline(time.Time{})
 	if ctx.Err() != nil {
 		kc.conn.SetDeadline(aLongTimeAgo)
 	}
