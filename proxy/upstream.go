@@ -217,6 +217,12 @@ func (kc *keptConn) roundTrip(req *http.Request) (*http.Response, error) {
 		var err error
 		resp, err = http.ReadResponse(kc.br, req)
 		kc.answered = kc.counted.n > read
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+			// The hint an agent reads says which limit it met.
+			err = fmt.Errorf("timeout awaiting response headers from %s after %s (--upstream-header-timeout): %w",
+				req.URL.Host, kc.t.fallback.ResponseHeaderTimeout, err)
+		}
 		if err != nil {
 			return fail(err)
 		}
@@ -291,14 +297,21 @@ func (b *keptBody) Close() error {
 		return nil
 	}
 	b.done = true
-	err := b.ReadCloser.Close()
-	if !b.eof && b.ReadCloser == http.NoBody {
+	if b.ReadCloser == http.NoBody {
 		b.eof = true
 	}
 	// stop reports false once the context's callback has run (or will):
 	// the connection's deadline is spoilt.
-	reusable := b.stop() && b.eof && err == nil && !b.last && b.kc.br.Buffered() == 0
-	if reusable {
+	stopped := b.stop()
+	if !b.eof {
+		// net/http's body would read the rest to its end before closing,
+		// which for an endless answer to a stalled client is never: the
+		// connection goes instead.
+		b.kc.close()
+		return nil
+	}
+	err := b.ReadCloser.Close()
+	if stopped && err == nil && !b.last && b.kc.br.Buffered() == 0 {
 		b.kc.t.put(b.kc)
 	} else {
 		b.kc.close()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -201,7 +202,7 @@ func TestUpstreamTransportCancels(t *testing.T) {
 		}, 10 * time.Second, func(err error) bool { return errors.Is(err, gone) }},
 		{"header timeout", context.Background, 50 * time.Millisecond, func(err error) bool {
 			var ne net.Error
-			return errors.As(err, &ne) && ne.Timeout()
+			return errors.As(err, &ne) && ne.Timeout() && strings.Contains(err.Error(), "timeout awaiting response headers")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -250,4 +251,36 @@ func TestUpstreamTransportCloses(t *testing.T) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	waitClosed()
+}
+
+// A body closed before its end closes its connection at once, without
+// reading the rest: an endless answer to a client that stopped reading
+// must not hold the request forever.
+func TestUpstreamTransportClosesAnUnreadBody(t *testing.T) {
+	o := newRawOrigin(t, func(n int, c net.Conn, _ *http.Request) bool {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for {
+			if _, err := io.WriteString(c, "4\r\nmore\r\n"); err != nil {
+				return false
+			}
+		}
+	})
+	tr := newTestUpstreamTransport()
+	resp, err := tr.RoundTrip(mustGet(t, o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadFull(resp.Body, make([]byte, 64))
+	closed := make(chan struct{})
+	go func() { resp.Body.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close is reading the endless body")
+	}
+	select {
+	case <-o.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection was not closed")
+	}
 }
