@@ -48,13 +48,17 @@ type LeafConfig struct {
 	Logger *slog.Logger
 }
 
-// NewLeaf creates the sandbox's groups, airlock-<id>.
+// LeafName is the name of sandbox id's group under its parent: a pod
+// finds its services' and one-offs' groups by it.
+func LeafName(id string) string { return "airlock-" + id }
+
+// NewLeaf creates the sandbox's groups, LeafName(id).
 func NewLeaf(lc LeafConfig) (*Leaf, error) {
 	if lc.MemoryMax < 0 || lc.PidsMax < 0 {
 		return nil, fmt.Errorf("cgroup limits must not be negative (memory.max %d, pids.max %d)", lc.MemoryMax, lc.PidsMax)
 	}
 	l := &Leaf{}
-	name := "airlock-" + lc.ID
+	name := LeafName(lc.ID)
 	parent, err := lc.Parent, error(nil)
 	if parent == "" {
 		parent, err = cgroup2.Mount()

@@ -258,7 +258,7 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File) (*oneOf
 	}
 	var cg string
 	if err == nil {
-		cg, err = identity.CgroupPath(filepath.Join(p.group, "airlock-"+spec.ID))
+		cg, err = identity.CgroupPath(filepath.Join(p.group, sandbox.LeafName(spec.ID)))
 	}
 	if err != nil {
 		for _, f := range stdio {

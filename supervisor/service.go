@@ -136,7 +136,7 @@ func newService(p *Pod, s manifest.Service) (*service, error) {
 
 // leafDir is the service's cgroup, made anew at each launch.
 func (s *service) leafDir() string {
-	return filepath.Join(s.pod.group, "airlock-"+s.leafID())
+	return filepath.Join(s.pod.group, sandbox.LeafName(s.leafID()))
 }
 
 func (s *service) leafID() string { return s.pod.m.Name + "-" + s.name }

@@ -200,7 +200,11 @@ func newProxyCmd() *cobra.Command {
 				n.DNSPackets, n.DNSStreams = append(n.DNSPackets, pc), append(n.DNSStreams, tl)
 			}
 			if xf.metrics != "" {
-				go serveMetrics(ctx, xf.metrics, p.Metrics().Handler(), log)
+				stop, err := serveMetrics(xf.metrics, p.Metrics().Handler())
+				if err != nil {
+					return err
+				}
+				defer stop()
 			}
 			if sandboxID == "" {
 				sandboxID = preset
@@ -268,14 +272,19 @@ func reloadOnHUP(ctx context.Context, engine *policies.Engine, log *slog.Logger)
 	}()
 }
 
-func serveMetrics(ctx context.Context, addr string, h http.Handler, log *slog.Logger) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", h)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { <-ctx.Done(); srv.Close() }()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Error("metrics server", "addr", addr, "err", err)
+// serveMetrics serves h on GET /metrics at addr until stop. It listens
+// before it returns, so a taken port fails the command at its start
+// instead of leaving it running without the metrics it was asked for.
+func serveMetrics(addr string, h http.Handler) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
 	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return func() { srv.Close() }, nil
 }
 
 // oneFamily is "4" or "6", the family of addr's IP address. A redirect

@@ -4,16 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/netip"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 	"github.com/airlock-sandbox/airlock/watchdogs"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -83,15 +80,8 @@ func (r *runFlags) check() error {
 // checkLoopbackAddr keeps a listener with no authentication on loopback,
 // as the manifest's admin.http is kept.
 func checkLoopbackAddr(flag, addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("%s %q: want 127.0.0.1:PORT", flag, addr)
-	}
-	if a, err := netip.ParseAddr(host); err != nil || !a.IsLoopback() {
-		return fmt.Errorf("%s %q: must be a loopback address (127.0.0.1:PORT or [::1]:PORT): it has no authentication", flag, addr)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return fmt.Errorf("%s %q: want a port from 1 to 65535", flag, addr)
+	if why := manifest.CheckLoopback(addr); why != "" {
+		return fmt.Errorf("%s %q: %s", flag, addr, why)
 	}
 	return nil
 }
@@ -108,7 +98,7 @@ func runWatchdog(cmd *cobra.Command, w *watchdogs.Watchdog, r *runFlags) error {
 	if r.metrics != "" {
 		// Listening first: a daemon that cannot serve its metrics
 		// fails at its start, not silently later.
-		stop, err := serveWatchdogMetrics(r.metrics, m)
+		stop, err := serveMetrics(r.metrics, m.Handler())
 		if err != nil {
 			return err
 		}
@@ -145,19 +135,4 @@ func runWatchdog(cmd *cobra.Command, w *watchdogs.Watchdog, r *runFlags) error {
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", r.service, res.Outcome)
 	return nil
-}
-
-// serveWatchdogMetrics serves m on GET /metrics at addr until stop. It
-// listens before it returns (unlike `airlock proxy --metrics`), so a
-// taken port fails the command at its start.
-func serveWatchdogMetrics(addr string, m *watchdogs.Metrics) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	return func() { srv.Close() }, nil
 }

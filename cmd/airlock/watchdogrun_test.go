@@ -169,36 +169,45 @@ func TestWatchdogShimDaemonServesMetrics(t *testing.T) {
 	}
 }
 
-// A port the metrics cannot have fails the daemon at its start, naming
-// the address, before it opens its inbox. A process of its own: a daemon
-// that did not fail would run on, and is killed after a while.
-func TestWatchdogShimMetricsPortTaken(t *testing.T) {
+// A port the metrics cannot have fails the daemon (a watchdog, the proxy)
+// at its start, naming the address, before it opens its inbox or serves.
+// A process of its own: a daemon that did not fail would run on, and is
+// killed after a while.
+func TestMetricsPortTaken(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	inbox := filepath.Join(t.TempDir(), "agent-inbox.jsonl")
-	cmd := exec.Command(os.Args[0], "watchdog", "shim", "--interval", "1s", "--url", "http://127.0.0.1:9/v1/models", "--inbox", inbox, "--restart-cmd", "true", "--metrics", ln.Addr().String())
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("watchdog shim --metrics on a taken port is still running after 20s: want it to fail at its start\n%s", stderr.String())
-	}
-	if code := cmd.ProcessState.ExitCode(); code != ExitError || !strings.Contains(stderr.String(), "--metrics "+ln.Addr().String()) {
-		t.Errorf("watchdog shim --metrics on a taken port = %d %q, want %d naming it", code, stderr.String(), ExitError)
-	}
-	if _, err := os.Stat(inbox); err == nil {
-		t.Errorf("the inbox was opened")
+	dir := t.TempDir()
+	inbox := filepath.Join(dir, "agent-inbox.jsonl")
+	for _, args := range [][]string{
+		{"watchdog", "shim", "--interval", "1s", "--url", "http://127.0.0.1:9/v1/models", "--inbox", inbox, "--restart-cmd", "true"},
+		{"proxy", "--listen", "127.0.0.1:0", "--preset", "strict", "--ca-dir", filepath.Join(dir, "ca"), "--audit-log", filepath.Join(dir, "audit.log")},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], append(args, "--metrics", ln.Addr().String())...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				cmd.Process.Kill()
+				<-done
+				t.Fatalf("%s --metrics on a taken port is still running after 20s: want it to fail at its start\n%s", args[0], stderr.String())
+			}
+			if code := cmd.ProcessState.ExitCode(); code != ExitError || !strings.Contains(stderr.String(), "--metrics "+ln.Addr().String()) {
+				t.Errorf("%s --metrics on a taken port = %d %q, want %d naming it", args[0], code, stderr.String(), ExitError)
+			}
+			if _, err := os.Stat(inbox); err == nil {
+				t.Errorf("the inbox was opened")
+			}
+		})
 	}
 }
 

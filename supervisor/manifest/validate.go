@@ -128,18 +128,25 @@ func checkAdmin(p *Pod, r *yamlobj.Report) {
 	if p.Admin.HTTP == "" {
 		return
 	}
-	host, port, err := net.SplitHostPort(p.Admin.HTTP)
+	if why := CheckLoopback(p.Admin.HTTP); why != "" {
+		r.At("admin.http", "%q: %s", p.Admin.HTTP, why)
+	}
+}
+
+// CheckLoopback says why addr, where a listener without authentication
+// would serve, is not a loopback host:port; "" when it is one.
+func CheckLoopback(addr string) (why string) {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		r.At("admin.http", "%q: want 127.0.0.1:PORT", p.Admin.HTTP)
-		return
+		return "want 127.0.0.1:PORT"
 	}
 	if a, err := netip.ParseAddr(host); err != nil || !a.IsLoopback() {
-		r.At("admin.http", "%q: must be a loopback address (127.0.0.1:PORT or [::1]:PORT): it has no authentication", p.Admin.HTTP)
-		return
+		return "must be a loopback address (127.0.0.1:PORT or [::1]:PORT): it has no authentication"
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		r.At("admin.http", "%q: want a port from 1 to 65535", p.Admin.HTTP)
+		return "want a port from 1 to 65535"
 	}
+	return ""
 }
 
 func checkServices(p *Pod, r *yamlobj.Report) {
