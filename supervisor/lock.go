@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,7 +33,7 @@ func (p *Pod) lockPod() error {
 		if err != nil {
 			return fmt.Errorf("pod lock: %w", err)
 		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if err := durable.Flock(f, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			raw, _ := os.ReadFile(path)
 			f.Close()
 			if errors.Is(err, unix.EWOULDBLOCK) {

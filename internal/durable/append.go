@@ -33,13 +33,7 @@ func OpenLocked(path string) (*os.File, error) {
 			return nil, err
 		}
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil {
+	if err := Flock(f, unix.LOCK_EX); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("flock %s: %w", path, err)
 	}
@@ -95,4 +89,16 @@ func Append(path string, add func(have []byte) ([]byte, error)) error {
 		return err
 	}
 	return f.Sync()
+}
+
+// Flock is flock(2) on f with how (LOCK_EX, LOCK_SH, LOCK_NB, LOCK_UN),
+// again when a signal interrupts the wait. Its error is the errno, for
+// errors.Is (EWOULDBLOCK with LOCK_NB).
+func Flock(f *os.File, how int) error {
+	for {
+		err := unix.Flock(int(f.Fd()), how)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
 }

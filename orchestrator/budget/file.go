@@ -40,7 +40,7 @@ func (b Budget) update(day string, change func(*account) error) error {
 		return fmt.Errorf("budget: %w", err)
 	}
 	defer lock.Close() // releases the flock
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+	if err := durable.Flock(lock, unix.LOCK_EX); err != nil {
 		return fmt.Errorf("budget %s: flock: %w", lockPath, err)
 	}
 	a, err := b.read(day)

@@ -54,7 +54,7 @@ func Read(path string) (entries []Entry, torn int, err error) {
 	}
 	defer f.Close()
 	// A shared lock: no appender is midway through its write.
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+	if err := durable.Flock(f, unix.LOCK_SH); err != nil {
 		return nil, 0, fmt.Errorf("ledger %s: flock: %w", path, err)
 	}
 	entries, torn, err = durable.ReadLines(f, func(e *Entry) bool { return e.Task != "" && e.Status != "" })

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/airlock-sandbox/airlock/internal/durable"
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
 	"golang.org/x/sys/unix"
@@ -37,7 +38,7 @@ func ClaimWait(dir string, wait bool) (release func(), err error) {
 	if wait {
 		how = unix.LOCK_EX
 	}
-	if err := flock(f, how); err != nil {
+	if err := durable.Flock(f, how); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%s: %w", dir, ErrClaimed)
@@ -45,16 +46,6 @@ func ClaimWait(dir string, wait bool) (release func(), err error) {
 		return nil, fmt.Errorf("claim %s: flock: %w", path, err)
 	}
 	return func() { f.Close() }, nil
-}
-
-// flock is unix.Flock, again when a signal interrupts a wait.
-func flock(f *os.File, how int) error {
-	for {
-		err := unix.Flock(int(f.Fd()), how)
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
 }
 
 // Reconciled is one task a reconciler (spawn poll) settled.

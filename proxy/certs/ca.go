@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/durable"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/sys/unix"
 )
@@ -117,7 +118,7 @@ func lockDir(dir string) (unlock func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("CA directory: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+	if err := durable.Flock(f, unix.LOCK_EX); err != nil {
 		f.Close()
 		return nil, &os.PathError{Op: "flock", Path: dir, Err: err}
 	}
