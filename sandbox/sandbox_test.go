@@ -520,6 +520,34 @@ func TestForkBombStoppedByPidsMax(t *testing.T) {
 	t.Log(strings.TrimSpace(out))
 }
 
+// The command is in each of its leaf's groups from its start: born in the
+// v2 leaf (CLONE_INTO_CGROUP) and written into the v1 ones a hybrid host
+// enforces limits with.
+func TestCommandJoinsItsGroups(t *testing.T) {
+	testutil.RequireRoot(t, "cgroups")
+	id := fmt.Sprintf("test-join-%d", os.Getpid())
+	leaf, err := NewLeaf(LeafConfig{ID: id, PidsMax: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leaf.Destroy()
+	c := base(t, "/bin/cat", "/proc/self/cgroup")
+	c.Cgroups = leaf.Joined
+	out, code, err := run(t, c)
+	if err != nil || code != 0 {
+		t.Fatalf("cat /proc/self/cgroup: %v exit %d\n%s", err, code, out)
+	}
+	in := 0
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.HasSuffix(line, ":/"+LeafName(id)) {
+			in++
+		}
+	}
+	if in != len(leaf.Joined) {
+		t.Errorf("the command is in %d of its %d groups %v:\n%s", in, len(leaf.Joined), leaf.Joined, out)
+	}
+}
+
 // BenchmarkLaunch is the launcher's overhead: /bin/true in a full sandbox
 // (network namespace, Landlock, seccomp) against a plain fork and exec.
 func BenchmarkLaunch(b *testing.B) {
