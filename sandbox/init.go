@@ -22,14 +22,6 @@ import (
 // with the launcher, the kernel kills every process left in the namespace:
 // nothing the command started outlives the sandbox.
 func runInit() {
-	// The init takes no orders from signals: every catchable one is
-	// caught and dropped. What reaches it directly came to the command
-	// too (a terminal's ^C goes to the whole foreground group), or came
-	// from inside the sandbox, which must not be able to make the init
-	// crash or dump (SIGABRT, SIGSEGV) where Landlock cannot scope
-	// signals. The launcher's signals for the command arrive on the life
-	// pipe instead, so each reaches the command once.
-	signal.Notify(make(chan os.Signal, 1))
 	// setns(CLONE_NEWNET) is per thread: join on this one and start the
 	// command stage from it, so the command inherits the namespace.
 	runtime.LockOSThread()
@@ -288,6 +280,10 @@ func startCommandStage(c *Config) (int, error) {
 		cfgW.Close()
 		return 0, err
 	}
+	// Ignored only now, the command stage started: it would inherit
+	// SIG_IGN, and so would the command. And before its config is
+	// sent: it runs nothing of the sandbox's until then.
+	ignoreSignals()
 	err = json.NewEncoder(cfgW).Encode(c)
 	cfgW.Close()
 	if err != nil {
@@ -295,6 +291,29 @@ func startCommandStage(c *Config) (int, error) {
 		return 0, fmt.Errorf("send the config to the command stage: %w", err)
 	}
 	return p.Pid, nil
+}
+
+// ignoreSignals makes the init take no orders from signals. What reaches
+// it directly came to the command too (a terminal's ^C goes to the whole
+// foreground group), or came from inside the sandbox, which must not be
+// able to make the init crash or dump (SIGABRT, SIGSEGV) where Landlock
+// cannot scope signals. The launcher's signals for the command arrive on
+// the life pipe instead, so each reaches the command once. Ignored, not
+// caught (signal.Notify): catching all of them costs ~2 ms of round trips
+// with the runtime's signal thread, each sandbox start; a synchronous
+// signal (SIGSEGV) sent by kill(2) is dropped by the runtime's handler
+// once ignored. SIGCHLD stays: ignoring it would reap the command behind
+// the init's back; SIGURG is the runtime's preemption.
+func ignoreSignals() {
+	var sigs []os.Signal
+	for s := syscall.Signal(1); s <= 64; s++ {
+		switch s {
+		case syscall.SIGCHLD, syscall.SIGURG, syscall.SIGKILL, syscall.SIGSTOP:
+			continue
+		}
+		sigs = append(sigs, s)
+	}
+	signal.Ignore(sigs...)
 }
 
 // openV2Leaf opens the first of dirs that is a cgroup v2 directory, for

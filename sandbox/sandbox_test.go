@@ -472,6 +472,21 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
+// The command cannot end or crash the sandbox's init (PID 1, its uid)
+// with signals, synchronous ones sent by kill(2) included; and the
+// command's own dispositions are the defaults, nothing the init ignores.
+// Landlock off: its signal scope (ABI 6) would refuse the kill itself,
+// and the init must hold on kernels without it.
+func TestInitTakesNoSignalsFromInside(t *testing.T) {
+	c := base(t, "/bin/sh", "-c",
+		"for s in TERM INT HUP QUIT ABRT SEGV BUS FPE ILL TRAP USR1 USR2 PIPE ALRM; do kill -$s 1 || exit 1; done; sleep 0.2; echo alive; kill -INT $$")
+	c.Landlock = LandlockOff
+	out, code, err := run(t, c)
+	if err != nil || code != 128+int(syscall.SIGINT) || out != "alive\n" {
+		t.Fatalf("signals to the init: %v exit %d %q; want %q and exit %d (the command killed by its own SIGINT)", err, code, out, "alive\n", 128+int(syscall.SIGINT))
+	}
+}
+
 func TestEnvironmentIsExplicit(t *testing.T) {
 	t.Setenv("AIRLOCK_SECRET_TOKEN", "leak")
 	t.Setenv("NOTIFY_SOCKET", "/run/systemd/notify")
