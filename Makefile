@@ -16,10 +16,14 @@ build: bin/airlock
 # binary embedded in airlock (sandbox/stagebin): each starts in a few
 # milliseconds instead of paying airlock's whole start.
 STAGE := sandbox/stagebin/airlock-stage
+# airlock itself is static too (CGO_ENABLED=0): a launcher run as root
+# loads no shared objects (ld.so, libc's NSS modules for a user lookup),
+# and starts ~1 ms sooner for it. User and group names come from
+# /etc/passwd and /etc/group.
 
 bin/airlock: $(shell find . -name '*.go' -o -name '*.rego' | grep -v _test.go) go.mod go.sum
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags=-s\ -w -o $(STAGE) ./sandbox/stagecmd
-	$(GO) build -tags airlock_stage -o $@ ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -tags airlock_stage -o $@ ./cmd/airlock
 
 # The demo pod (needs root): a gateway and a shim in their sandboxes behind
 # the proxy, until Ctrl-C. `./bin/airlock demo` shows policy decisions only.

@@ -44,7 +44,9 @@ func stagedAirlock(dir string) (string, error) {
 		return "", fmt.Errorf("build the sandbox's stage: %v\n%s", err, out)
 	}
 	bin := filepath.Join(dir, "airlock")
-	if out, err := exec.Command("go", "build", "-tags", "airlock_stage", "-o", bin, "../cmd/airlock").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-tags", "airlock_stage", "-o", bin, "../cmd/airlock")
+	build.Env = stage.Env
+	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build airlock with its stage: %v\n%s", err, out)
 	}
 	return bin, nil

@@ -28,8 +28,20 @@ func TestSealedStage(t *testing.T) {
 		t.Fatalf("sealedStage() = %q, want /proc/self/fd/N", path)
 	}
 	defer unix.Close(fd)
-	if err := exec.Command(path).Run(); err != nil {
-		t.Errorf("exec %s: %v", path, err)
+	// Run as the init is: with descriptors laid out from 3 in the
+	// child before the path is resolved.
+	cmd := exec.Command(path)
+	for range 8 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		defer w.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, r)
+	}
+	if err := cmd.Run(); err != nil {
+		t.Errorf("exec %s with %d descriptors passed: %v", path, len(cmd.ExtraFiles), err)
 	}
 	if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC == 0 {
 		t.Errorf("F_GETFD = %#x, %v: want FD_CLOEXEC (the sandbox's init must not inherit it)", flags, err)

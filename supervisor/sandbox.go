@@ -121,6 +121,21 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 	if o.Proxy != nil && c.Net != sandbox.NetProxy {
 		return nil, errors.New("a sandbox's own proxy needs its proxy network")
 	}
+	// The stage binary is written while the network namespace is made.
+	sandbox.PrepareStage()
+	network := o.Network
+	if network == nil && c.Net != sandbox.NetHost {
+		port := 0
+		if c.Net == sandbox.NetProxy {
+			port = c.ProxyPort
+		}
+		// Its peers' ports (ConnectPorts): on the proxy network the
+		// redirect's filter enforces them, not Landlock.
+		if network, err = sandbox.NewNetwork(sandbox.NetworkConfig{ProxyPort: port, LocalPorts: c.ConnectPorts}); err != nil {
+			return nil, err
+		}
+		s.network = network
+	}
 	// The groups exist before the process, which joins them before it
 	// runs anything.
 	s.leaf, err = sandbox.NewLeaf(sandbox.LeafConfig{
@@ -135,19 +150,6 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 	s.closers = append(s.closers, s.destroyLeaf)
 	c.Cgroups = s.leaf.Joined
 
-	network := o.Network
-	if network == nil && c.Net != sandbox.NetHost {
-		port := 0
-		if c.Net == sandbox.NetProxy {
-			port = c.ProxyPort
-		}
-		// Its peers' ports (ConnectPorts): on the proxy network the
-		// redirect's filter enforces them, not Landlock.
-		if network, err = sandbox.NewNetwork(sandbox.NetworkConfig{ProxyPort: port, LocalPorts: c.ConnectPorts}); err != nil {
-			return nil, err
-		}
-		s.network = network
-	}
 	env := o.Env
 	if c.Net == sandbox.NetProxy {
 		env.ProxyURL = fmt.Sprintf("http://127.0.0.1:%d", c.ProxyPort)
