@@ -4,6 +4,7 @@ package procstat
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -17,21 +18,45 @@ func Stat(pid int) (state string, ticks int64, err error) {
 	if err != nil {
 		return "", 0, err
 	}
-	// The fields after the command's closing parenthesis: state is the
-	// first (field 3), starttime the 20th (field 22).
+	state, ticks, err = Parse(raw)
+	if err != nil {
+		return "", 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return state, ticks, nil
+}
+
+// Parse reads the state and start time (clock ticks after boot) from the
+// contents of a /proc/PID/stat. It allocates nothing: the proxy's identity
+// lookup parses one per new connection.
+func Parse(raw []byte) (state string, ticks int64, err error) {
+	// The fields after the command's closing parenthesis (the command
+	// may hold spaces and parentheses itself): state is the first (field
+	// 3), starttime the 20th (field 22).
 	i := bytes.LastIndexByte(raw, ')')
 	if i < 0 {
-		return "", 0, fmt.Errorf("/proc/%d/stat: no command", pid)
+		return "", 0, errors.New("no command field")
 	}
-	f := strings.Fields(string(raw[i+1:]))
-	if len(f) < 20 {
-		return "", 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	rest := raw[i+1:]
+	for n := 0; ; n++ {
+		rest = bytes.TrimLeft(rest, " \n")
+		if len(rest) == 0 {
+			return "", 0, fmt.Errorf("%d fields after the command, want 20 or more", n)
+		}
+		end := bytes.IndexAny(rest, " \n")
+		if end < 0 {
+			end = len(rest)
+		}
+		switch field := rest[:end]; n {
+		case 0:
+			state = string(field)
+		case 19:
+			if ticks, err = strconv.ParseInt(string(field), 10, 64); err != nil {
+				return "", 0, fmt.Errorf("starttime %q", field)
+			}
+			return state, ticks, nil
+		}
+		rest = rest[end:]
 	}
-	ticks, err = strconv.ParseInt(f[19], 10, 64)
-	if err != nil {
-		return "", 0, fmt.Errorf("/proc/%d/stat: starttime %q", pid, f[19])
-	}
-	return f[0], ticks, nil
 }
 
 // Dead says whether a state Stat read is a process that has exited (a

@@ -26,3 +26,29 @@ func TestStat(t *testing.T) {
 		t.Errorf("BootID = %q, %q, %v; want one non-empty id", a, b, err)
 	}
 }
+
+func TestParse(t *testing.T) {
+	tail := " 1 1 0 34816 1 4194560 109 0 0 0 0 0 0 0 20 0 1 0 4242 1 2 3\n"
+	for _, c := range []struct {
+		name, raw string
+		state     string
+		ticks     int64
+		bad       bool
+	}{
+		{"plain", "12 (sh) S" + tail, "S", 4242, false},
+		// A command may name itself anything: the last ')' ends it.
+		{"spaces and parens", "12 (a) Z (b c)) Z" + tail, "Z", 4242, false},
+		{"no command", "12 sh S" + tail, "", 0, true},
+		{"short", "12 (sh) S 1 1 0\n", "", 0, true},
+		{"bad starttime", "12 (sh) S 1 1 0 34816 1 4194560 109 0 0 0 0 0 0 0 20 0 1 0 x 1\n", "", 0, true},
+	} {
+		state, ticks, err := Parse([]byte(c.raw))
+		if (err != nil) != c.bad || state != c.state || ticks != c.ticks {
+			t.Errorf("%s: Parse = %q, %d, %v; want %q, %d, error %v", c.name, state, ticks, err, c.state, c.ticks, c.bad)
+		}
+	}
+	raw := []byte("12 (sh) S" + tail)
+	if n := testing.AllocsPerRun(100, func() { Parse(raw) }); n != 0 {
+		t.Errorf("Parse allocates %v times, want none (it runs per new connection)", n)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/procstat"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -345,8 +346,7 @@ type procStat struct {
 // 100 on every Linux ABI.
 const clockTicks = 100
 
-// readStat parses /proc/<pid>/stat after the comm field, which may itself
-// contain spaces and parentheses.
+// readStat reads /proc/<pid>/stat through d.
 func readStat(d procDir) (procStat, error) {
 	buf := procBufs.Get().(*[4096]byte)
 	defer procBufs.Put(buf)
@@ -354,17 +354,9 @@ func readStat(d procDir) (procStat, error) {
 	if err != nil {
 		return procStat{}, err
 	}
-	i := bytes.LastIndexByte(raw, ')')
-	if i < 0 {
-		return procStat{}, errors.New("malformed stat")
-	}
-	f := bytes.Fields(raw[i+1:])
-	if len(f) < 20 {
-		return procStat{}, errors.New("short stat")
-	}
-	ticks, err := strconv.ParseUint(string(f[19]), 10, 64)
+	_, ticks, err := procstat.Parse(raw)
 	if err != nil {
-		return procStat{}, errors.New("malformed stat")
+		return procStat{}, fmt.Errorf("stat: %w", err)
 	}
 	return procStat{start: time.Duration(ticks) * time.Second / clockTicks}, nil
 }
