@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/procstat"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
@@ -32,11 +33,21 @@ func TestLaunchWithInProcessProxy(t *testing.T) {
 		args = append(args, "--resolve", fmt.Sprintf("%s:%d:127.0.0.2", name, w.tlsPort))
 	}
 	args = append(args, "--", "/bin/sh", "-c", script)
+	// The sandbox's CA bundle is made under TMPDIR, and gone with it.
+	tmp, err := os.MkdirTemp("", "itest-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	os.Chmod(tmp, 0o755)
 	cmd := exec.Command(airlockBin, args...)
-	cmd.Env = cleanEnv("ITEST_TOKEN=" + secretValue)
+	cmd.Env = cleanEnv("ITEST_TOKEN="+secretValue, "TMPDIR="+tmp)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("airlock launch: %v\n%s", err, out)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("left in TMPDIR after the launch: %v", left)
 	}
 	s := string(out)
 	for _, want := range []string{"hello from api.test", `"reason":"method_not_allowed"`, "direct-refused"} {
@@ -50,14 +61,10 @@ func TestLaunchWithInProcessProxy(t *testing.T) {
 	}
 }
 
+// alive: a zombie awaiting its reaper is dead too.
 func alive(pid int) bool {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// A zombie awaiting its reaper is dead too.
-	i := strings.LastIndexByte(string(raw), ')')
-	return i >= 0 && len(raw) > i+2 && raw[i+2] != 'Z'
+	state, _, err := procstat.Stat(pid)
+	return err == nil && !procstat.Dead(state)
 }
 
 // --json-status reports the outcome, --rlimit reaches the command, and a

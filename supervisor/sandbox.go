@@ -65,9 +65,6 @@ type OwnProxy struct {
 	// Kind is what the audit lines call the sandbox (a sub-agent's
 	// kind); the preset when empty.
 	Kind string
-	// CADir holds the CA bundle the command's clients trust; it must be
-	// readable by the sandbox (it is added to Config.RO).
-	CADir string
 }
 
 // Sandbox is a running sandboxed command: runc's libcontainer Process, with
@@ -157,7 +154,17 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 	var hook *connhook.Hook
 	bundle := o.CABundle
 	if o.Proxy != nil {
-		if bundle, err = sandbox.WriteCABundle(o.Proxy.CADir, o.Proxy.Proxy.CACert()); err != nil {
+		// The CA bundle the command's clients trust, in a directory of
+		// its own that the sandbox's uid can read (added to Config.RO).
+		dir, err := os.MkdirTemp("", "airlock-ca-")
+		if err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, func() { os.RemoveAll(dir) })
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return nil, err
+		}
+		if bundle, err = sandbox.WriteCABundle(dir, o.Proxy.Proxy.CACert()); err != nil {
 			return nil, err
 		}
 		if s.leaf.V2 != "" {

@@ -135,13 +135,7 @@ func newLaunchCmd() *cobra.Command {
 					return err
 				}
 				defer p.Close()
-				dir, err := os.MkdirTemp("", "airlock-launch-")
-				if err != nil {
-					return err
-				}
-				defer os.RemoveAll(dir)
-				os.Chmod(dir, 0o755)
-				o.Proxy = &supervisor.OwnProxy{Proxy: p, Engine: engine, Preset: preset, Kind: kind, CADir: dir}
+				o.Proxy = &supervisor.OwnProxy{Proxy: p, Engine: engine, Preset: preset, Kind: kind}
 			} else if c.Net == sandbox.NetProxy {
 				log.Warn("--net proxy without --preset: nothing serves the proxy inside the sandbox, so its connections and DNS queries wait unanswered; use --preset, or --net none")
 			}

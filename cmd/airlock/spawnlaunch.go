@@ -81,18 +81,9 @@ func (l spawnLauncher) Launch(ctx context.Context, s local.Spec) (_ local.Sandbo
 		return nil, err
 	}
 	sb.closers = append(sb.closers, func() { p.Close() })
-	// The CA bundle the sub-agent's clients trust, readable by its uid.
-	caDir, err := os.MkdirTemp("", "airlock-spawn-")
-	if err != nil {
-		return nil, err
-	}
-	sb.closers = append(sb.closers, func() { os.RemoveAll(caDir) })
-	if err := os.Chmod(caDir, 0o755); err != nil {
-		return nil, err
-	}
 	sb.sb, err = supervisor.Launch(ctx, supervisor.SandboxOptions{
 		ID: s.ID, Config: c, Env: sandbox.EnvOptions{Set: s.Env}, Logger: log,
-		Proxy: &supervisor.OwnProxy{Proxy: p, Engine: l.engine, Preset: s.Preset, Kind: s.Kind, CADir: caDir},
+		Proxy: &supervisor.OwnProxy{Proxy: p, Engine: l.engine, Preset: s.Preset, Kind: s.Kind},
 	})
 	if err != nil {
 		return nil, err
