@@ -26,7 +26,10 @@ type stallConn struct {
 	timeout time.Duration
 	// own is the write deadline a caller set (unix ns, 0 for none),
 	// which bounds a write as given: a lingering close keeps its bound.
-	own     atomic.Int64
+	own atomic.Int64
+	// armed is the deadline armWrite set (unix ns), 0 when it must set
+	// one anew.
+	armed   atomic.Int64
 	stalled atomic.Bool
 	// frames follows the requests read from the connection, whose
 	// framing http.Server does not let the handler see.
@@ -42,11 +45,7 @@ func (c *stallConn) Read(b []byte) (int, error) {
 func (c *stallConn) Write(b []byte) (int, error) {
 	written := 0
 	for {
-		d := time.Now().Add(c.timeout)
-		if own := c.own.Load(); own != 0 && own < d.UnixNano() {
-			d = time.Unix(0, own)
-		}
-		c.Conn.SetWriteDeadline(d)
+		c.armWrite()
 		n, err := c.Conn.Write(b[written:])
 		written += n
 		if err == nil || !isTimeout(err) {
@@ -60,16 +59,40 @@ func (c *stallConn) Write(b []byte) (int, error) {
 			return written, err
 		}
 		// Some of it went: the client is reading. Wait for the rest.
+		c.armed.Store(0)
 	}
+}
+
+// armWrite sets the deadline a write's progress is measured by: timeout
+// from now, or the caller's own deadline if that is sooner. Setting a
+// deadline updates a runtime timer (~4% of a plain request's CPU when
+// every write did): one set with an eighth of timeout to spare is kept
+// until less than timeout remains, so a client that takes nothing is cut
+// after between timeout and 9/8 of it.
+func (c *stallConn) armWrite() {
+	now := time.Now().UnixNano()
+	if own := c.own.Load(); own != 0 {
+		c.armed.Store(0)
+		c.Conn.SetWriteDeadline(time.Unix(0, min(now+int64(c.timeout), own)))
+		return
+	}
+	if at := c.armed.Load(); at != 0 && at-now >= int64(c.timeout) {
+		return
+	}
+	d := now + int64(c.timeout) + int64(c.timeout)/8
+	c.armed.Store(d)
+	c.Conn.SetWriteDeadline(time.Unix(0, d))
 }
 
 func (c *stallConn) SetWriteDeadline(t time.Time) error {
 	c.own.Store(unixNano(t))
+	c.armed.Store(0)
 	return c.Conn.SetWriteDeadline(t)
 }
 
 func (c *stallConn) SetDeadline(t time.Time) error {
 	c.own.Store(unixNano(t))
+	c.armed.Store(0)
 	return c.Conn.SetDeadline(t)
 }
 

@@ -58,3 +58,35 @@ func TestStallConn(t *testing.T) {
 		})
 	}
 }
+
+// Many small writes share a deadline (armWrite keeps one with time to
+// spare): a client reading steadily is never cut however long the writes
+// go on past the timeout, and one that stops reading is cut all the same.
+func TestStallConnManyWrites(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	chunk := bytes.Repeat([]byte("x"), 1024)
+	t.Run("steady reader", func(t *testing.T) {
+		client, server := testutil.TCPPair(t)
+		go io.Copy(io.Discard, client)
+		c := &stallConn{Conn: server, timeout: timeout}
+		for end := time.Now().Add(5 * timeout); time.Now().Before(end); {
+			if _, err := c.Write(chunk); err != nil {
+				t.Fatalf("Write to a reading client: %v", err)
+			}
+			time.Sleep(timeout / 20)
+		}
+	})
+	t.Run("stopped reader", func(t *testing.T) {
+		client, server := testutil.TCPPair(t)
+		client.(*net.TCPConn).SetReadBuffer(64 << 10)
+		server.(*net.TCPConn).SetWriteBuffer(64 << 10)
+		c := &stallConn{Conn: server, timeout: timeout}
+		var err error
+		for n := 0; err == nil && n < 1<<20; n++ {
+			_, err = c.Write(chunk)
+		}
+		if err == nil || !c.stalled.Load() {
+			t.Fatalf("writes to a client reading nothing: %v, stalled %v; want a stall", err, c.stalled.Load())
+		}
+	})
+}
