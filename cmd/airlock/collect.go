@@ -40,7 +40,7 @@ a collect of that day: a daily timer should run both
 			}
 			h, err := resolveHome(home)
 			if err != nil {
-				return &exitError{ExitUsage, err}
+				return err
 			}
 			n, err := spawn.Collect(h, day)
 			if err != nil {

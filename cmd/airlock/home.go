@@ -16,14 +16,19 @@ func homeFlag(cmd *cobra.Command, dir *string) {
 }
 
 // resolveHome is --home made absolute (a sub-agent runs in another
-// directory and must find the same home), else the default home.
+// directory and must find the same home), else the default home. Not
+// finding one is a usage error, whichever command asks.
 func resolveHome(dir string) (orchestrator.Home, error) {
 	if dir == "" {
-		return orchestrator.DefaultHome()
+		h, err := orchestrator.DefaultHome()
+		if err != nil {
+			return h, &exitError{ExitUsage, err}
+		}
+		return h, nil
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return orchestrator.Home{}, fmt.Errorf("--home %q: %w", dir, err)
+		return orchestrator.Home{}, &exitError{ExitUsage, fmt.Errorf("--home %q: %w", dir, err)}
 	}
 	return orchestrator.Home{Dir: abs}, nil
 }

@@ -50,7 +50,7 @@ func newSpawnCmd() *cobra.Command {
 			}
 			h, err := resolveHome(home)
 			if err != nil {
-				return &exitError{ExitUsage, err}
+				return err
 			}
 			var le *proxy.LimitError
 			if err := proxy.CheckLimits(xf.limits, xf.dialTimeout); errors.As(err, &le) {

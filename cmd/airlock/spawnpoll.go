@@ -42,7 +42,7 @@ collect --today does. Run it from a timer.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			home, err := resolveHome(homeDir)
 			if err != nil {
-				return &exitError{ExitUsage, err}
+				return err
 			}
 			b := budget.Budget{Dir: home.Budget()}
 			done, err := local.Reconcile(home, b, time.Now)
