@@ -44,6 +44,10 @@ type LeafConfig struct {
 	// exit path leaks them. Off for a sandbox meant to outlive its
 	// launcher (DieWithParent false).
 	Reap bool
+	// ParentReaped says a reaper already covers Parent's whole tree
+	// (StartTreeReaper, a pod's): the leaf starts one of its own only for
+	// groups outside that tree (v1 limit groups on a hybrid host).
+	ParentReaped bool
 	// Logger says what is lost without a v2 leaf; slog.Default() when nil.
 	Logger *slog.Logger
 }
@@ -98,12 +102,22 @@ func NewLeaf(lc LeafConfig) (*Leaf, error) {
 			return nil, errors.Join(fmt.Errorf("cannot enforce %s.max=%d: %w", ctrl, v, err), l.Destroy())
 		}
 	}
-	if lc.Reap {
+	if lc.Reap && !(lc.ParentReaped && lc.Parent != "" && l.under(lc.Parent)) {
 		if l.reaper, err = startReaper(l.V2, l.freezer, l.Joined); err != nil {
 			return nil, errors.Join(err, l.Destroy())
 		}
 	}
 	return l, nil
+}
+
+// under says whether every group of the leaf is below dir.
+func (l *Leaf) under(dir string) bool {
+	for _, d := range l.Joined {
+		if !strings.HasPrefix(d, filepath.Clean(dir)+"/") {
+			return false
+		}
+	}
+	return true
 }
 
 // limitDir is where controller ctrl is enforced: the v2 leaf when the

@@ -658,3 +658,45 @@ func TestDestroyKillsAndRemoves(t *testing.T) {
 		})
 	}
 }
+
+// Under a parent a tree reaper covers (a pod's), a leaf starts no reaper
+// of its own, unless a limit puts one of its groups outside that tree (a
+// v1 group on a hybrid host), which only its own reaper would remove.
+func TestLeafReapsOnlyOutsideAReapedParent(t *testing.T) {
+	testutil.RequireRoot(t, "cgroups")
+	mnt, err := cgroup2.Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, err := cgroup2.Create(mnt, fmt.Sprintf("airlock-reaped-%d", os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer RemoveTree(parent)
+	// Where v2 offers pids, the limit goes in the leaf, under the parent.
+	os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+pids"), 0)
+	for _, tc := range []struct {
+		id   string
+		pids int64
+	}{{"nolimit", 0}, {"pidsmax", 64}} {
+		l, err := NewLeaf(LeafConfig{Parent: parent, ID: tc.id, PidsMax: tc.pids, Reap: true, ParentReaped: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var outside []string
+		for _, d := range l.Joined {
+			if !strings.HasPrefix(d, parent+"/") {
+				outside = append(outside, d)
+			}
+		}
+		if got := l.reaper != nil; got != (len(outside) > 0) {
+			t.Errorf("%s: a reaper of its own %v, with groups outside the parent %v", tc.id, got, outside)
+		}
+		if tc.pids == 0 && len(outside) > 0 {
+			t.Errorf("%s: groups outside the parent without a limit: %v", tc.id, outside)
+		}
+		if err := l.Destroy(); err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -74,7 +74,7 @@ func (s *service) execProbe(ctx context.Context, argv []string, timeout time.Dur
 	c.Stdin, c.Stdout, c.Stderr = nil, nil, nil
 	// ".probe": service names cannot hold a dot, so a probe's leaf is
 	// never a service's, whose preset would then decide for the probe.
-	sb, err := Launch(ctx, SandboxOptions{ID: s.leafID() + ".probe", Config: c, Env: s.env, CgroupParent: s.pod.group, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log})
+	sb, err := Launch(ctx, SandboxOptions{ID: s.leafID() + ".probe", Config: c, Env: s.env, CgroupParent: s.pod.group, ParentReaped: true, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log})
 	if err != nil {
 		return fmt.Errorf("exec probe: %w", err)
 	}

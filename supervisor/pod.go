@@ -267,8 +267,9 @@ func (p *Pod) openGroup(context.Context) error {
 		return fmt.Errorf("create the pod's cgroup: %w", err)
 	}
 	p.group = dir
-	// One reaper for the whole tree, should the pod be killed: its
-	// one-offs' leaves need none of their own (SandboxOptions.ParentReaped).
+	// One reaper for the whole tree, should the pod be killed: the
+	// leaves of its services, probes and one-offs need none of their own
+	// (SandboxOptions.ParentReaped).
 	reaper, err := sandbox.StartTreeReaper(dir)
 	if err != nil {
 		return errors.Join(err, sandbox.RemoveTree(dir))

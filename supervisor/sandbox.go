@@ -37,7 +37,8 @@ type SandboxOptions struct {
 	MemoryMax, PidsMax int64
 	// ParentReaped says a reaper already covers CgroupParent's whole tree
 	// (sandbox.StartTreeReaper, a pod's): the leaf gets no reaper of its
-	// own, one process less per launch.
+	// own unless a limit needs a group outside the tree (a v1 group on a
+	// hybrid host), one process less per launch.
 	ParentReaped bool
 	// Network, when set, is shared (a pod's): the sandbox joins it and
 	// leaves it open. Otherwise one is made for the sandbox alone.
@@ -137,9 +138,7 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 	// runs anything.
 	s.leaf, err = sandbox.NewLeaf(sandbox.LeafConfig{
 		Parent: o.CgroupParent, ID: o.ID, MemoryMax: o.MemoryMax, PidsMax: o.PidsMax,
-		// A limit may be enforced in a v1 group outside the parent's
-		// tree, which only the leaf's own reaper would remove.
-		Reap: c.DieWithParent && !(o.ParentReaped && o.MemoryMax == 0 && o.PidsMax == 0), Logger: s.log,
+		Reap: c.DieWithParent, ParentReaped: o.ParentReaped, Logger: s.log,
 	})
 	if err != nil {
 		return nil, err

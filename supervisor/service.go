@@ -268,7 +268,7 @@ func (s *service) once() (why string, failed bool) {
 	s.out.reset()
 	env, memoryMax := s.launchEnv(), s.memoryLimit()
 	sb, err := Launch(s.pod.ctx, SandboxOptions{
-		ID: s.leafID(), Config: s.cfg, Env: env, CgroupParent: s.pod.group,
+		ID: s.leafID(), Config: s.cfg, Env: env, CgroupParent: s.pod.group, ParentReaped: true,
 		MemoryMax: memoryMax, PidsMax: s.spec.PidsMax, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log,
 	})
 	if err != nil {
