@@ -75,8 +75,9 @@ func Remove(dir string) error {
 
 // Enter moves the calling process into a new group named name at the top of
 // the hierarchy, so that a proxy can attribute its connections with the
-// connect hook (benchmarks, soak tests). leave moves it back and removes
-// the group.
+// connect hook (benchmarks, soak tests). leave moves it back, kills what
+// it started meanwhile and left there (a peer proxy's helpers that
+// outlive it kept the bench's groups behind), and removes the group.
 func Enter(name string) (dir string, leave func(), err error) {
 	mnt, err := Mount()
 	if err != nil {
@@ -87,6 +88,7 @@ func Enter(name string) (dir string, leave func(), err error) {
 	}
 	leave = func() {
 		Add(mnt, os.Getpid())
+		os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
 		Remove(dir)
 	}
 	if err := Add(dir, os.Getpid()); err != nil {
