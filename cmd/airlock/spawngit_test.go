@@ -44,7 +44,8 @@ func TestSpawnPollAndGC(t *testing.T) {
 	b := budget.Budget{Dir: home.Budget(), Daily: 1000}
 	id := "20261123-190102-3f9a2c"
 	started := time.Now().Add(-time.Hour)
-	if _, err := b.Reserve(id, 100); err != nil {
+	r, err := b.Reserve(id, 100)
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, st := range []ledger.Status{ledger.Queued, ledger.Running} {
@@ -54,7 +55,7 @@ func TestSpawnPollAndGC(t *testing.T) {
 	}
 	never := &gitsub.Substrate{Remote: gitsub.Remote{URL: remote}, Dispatcher: gitsub.Command{Line: "true"}}
 	f := &gitsub.Files{Manifest: gitsub.Manifest{ID: id, Kind: "reviewer", Binary: "/bin/true", Preset: "reviewer",
-		TimeoutSeconds: 60, Tokens: 100, PolicySHA256: "sha256:" + strings.Repeat("0", 64)}}
+		TimeoutSeconds: 60, Tokens: 100, ReservedDay: r.Day, PolicySHA256: "sha256:" + strings.Repeat("0", 64)}}
 	if _, err := never.Start(ctx, home.Subagent(id), f); err != nil {
 		t.Fatal(err)
 	}

@@ -21,9 +21,12 @@ import (
 func startAsync(t *testing.T, s *Substrate, home orchestrator.Home, b budget.Budget, f *Files, started time.Time) {
 	t.Helper()
 	id := f.Manifest.ID
-	if _, err := b.Reserve(id, f.Manifest.Tokens); err != nil {
+	r, err := b.Reserve(id, f.Manifest.Tokens)
+	if err != nil {
 		t.Fatal(err)
 	}
+	// As the spawn records it: the day may be before the queued line's.
+	f.Manifest.ReservedDay = r.Day
 	for _, st := range []ledger.Status{ledger.Queued, ledger.Running} {
 		if err := ledger.Append(home.Ledger(), ledger.Entry{TS: started, Task: id, Kind: f.Manifest.Kind, Substrate: kind.Git, Status: st}); err != nil {
 			t.Fatal(err)
@@ -177,7 +180,11 @@ func TestPollNeverPushed(t *testing.T) {
 	home := orchestrator.Home{Dir: t.TempDir()}
 	b := budget.Budget{Dir: home.Budget(), Daily: 1000}
 	for id, ts := range map[string]time.Time{"t-crashed": time.Now().Add(-time.Hour), "t-starting": time.Now()} {
-		if _, err := b.Reserve(id, 100); err != nil {
+		// Reserved when queued, on that day (yesterday's, just after
+		// midnight): with no manifest, the queued line names the day.
+		at := b
+		at.Now = func() time.Time { return ts }
+		if _, err := at.Reserve(id, 100); err != nil {
 			t.Fatal(err)
 		}
 		running(t, home, id, ts)
