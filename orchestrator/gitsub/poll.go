@@ -129,7 +129,8 @@ func (s *Substrate) neverPushed(home orchestrator.Home, b budget.Budget, t *ledg
 
 // settle ends task t with r in the ledger, then settles its reservation at
 // used, on day (the day the manifest recorded; else, or when that is not a
-// date, which a branch's manifest may say, the day of the queued line).
+// date, which a branch's manifest may say, the day its running line
+// recorded; else the day of the queued line).
 func (s *Substrate) settle(home orchestrator.Home, b budget.Budget, t *ledger.Task, day string, r spawn.Result, used int64) (*spawn.Reconciled, error) {
 	exit := r.Exit
 	if err := ledger.Append(home.Ledger(), ledger.Entry{Task: t.ID, Kind: t.Kind, Substrate: kind.Git,
@@ -139,6 +140,9 @@ func (s *Substrate) settle(home orchestrator.Home, b budget.Budget, t *ledger.Ta
 	// The ledger first: a settle that fails leaves tokens reserved (the
 	// budget errs toward refusing), never a task settled twice.
 	rc := &spawn.Reconciled{ID: t.ID, Status: r.Status, Exit: exit, Detail: r.Detail}
+	if _, err := time.Parse(time.DateOnly, day); err != nil {
+		day = t.Reserved
+	}
 	if _, err := time.Parse(time.DateOnly, day); err != nil {
 		queued := t.Queued
 		if queued.IsZero() {

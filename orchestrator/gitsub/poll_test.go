@@ -204,3 +204,34 @@ func TestPollNeverPushed(t *testing.T) {
 		t.Errorf("second Poll = %+v, %v; want nothing", again, err)
 	}
 }
+
+// A task reserved just before midnight whose spawn died after its running
+// line, before it recorded a manifest, is settled on the day the running
+// line names, not on the queued line's.
+func TestPollNeverPushedSettlesOnReservedDay(t *testing.T) {
+	ctx := context.Background()
+	home := orchestrator.Home{Dir: t.TempDir()}
+	midnight := time.Now().UTC().Truncate(24 * time.Hour).Add(-24 * time.Hour)
+	before := budget.Budget{Dir: home.Budget(), Daily: 1000, Now: func() time.Time { return midnight.Add(-time.Second) }}
+	resv, err := before.Reserve("t-late", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []ledger.Status{ledger.Queued, ledger.Running} {
+		e := ledger.Entry{TS: midnight.Add(time.Second), Task: "t-late", Kind: "reviewer", Substrate: kind.Git, Status: st}
+		if st == ledger.Running {
+			e.Reserved = resv.Day
+		}
+		if err := ledger.Append(home.Ledger(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &Substrate{Remote: Remote{URL: testutil.GitRemote(t)}, Grace: time.Minute}
+	got, err := s.Poll(ctx, home, budget.Budget{Dir: home.Budget()})
+	if err != nil || len(got) != 1 || got[0].Status != ledger.Failed {
+		t.Fatalf("Poll = %+v, %v; want t-late failed, its reservation settled", got, err)
+	}
+	if day, err := before.Today(); err != nil || day.Reserved != 0 {
+		t.Errorf("budget of %s: %+v, %v; want the reservation released", resv.Day, day, err)
+	}
+}
