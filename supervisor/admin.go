@@ -156,7 +156,7 @@ func newAdmin(p *Pod) (*admin, error) {
 	mux.HandleFunc("GET /v1/dial", func(w http.ResponseWriter, r *http.Request) { serveDial(p, w, r) })
 	mux.HandleFunc("POST /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) { serveSandboxLaunch(p, w, r) })
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) { serveSandboxStop(p, w, r) })
-	a.sock = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ConnContext: withConn}
+	a.sock = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: adminIdle, ConnContext: withConn}
 	go a.sock.Serve(ln)
 
 	if p.m.Admin.HTTP != "" {
@@ -182,11 +182,17 @@ func newAdmin(p *Pod) (*admin, error) {
 			writeJSON(w, code, map[string]any{"ready": st.Ready, "services": services})
 		})
 		hm.Handle("GET /metrics", p.proxy.Metrics().Handler())
-		a.http = &http.Server{Handler: hm, ReadHeaderTimeout: 5 * time.Second}
+		a.http = &http.Server{Handler: hm, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: adminIdle}
 		go a.http.Serve(hl)
 	}
 	return a, nil
 }
+
+// adminIdle closes a client's kept connection it has left unused: a
+// client that keeps one per request (a watchdog asks every round) would
+// pile them up for the pod's life. A hijacked stream (a one-off's stdio,
+// a dial) is not idle.
+const adminIdle = time.Minute
 
 func (a *admin) close() {
 	for _, s := range []*http.Server{a.sock, a.http} {

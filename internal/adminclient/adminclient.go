@@ -69,8 +69,12 @@ func do(ctx context.Context, socket, method, path string, body io.Reader) (*http
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	// A transport per request, so no kept connections: one kept idle
+	// would stay open in both processes for good (a watchdog daemon asks
+	// every round), with the transport's goroutines.
 	client := &http.Client{Transport: &http.Transport{
-		Proxy: nil,
+		Proxy:             nil,
+		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 		},
