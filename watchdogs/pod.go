@@ -3,6 +3,7 @@ package watchdogs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -129,7 +130,12 @@ func (t PodTarget) Restart(ctx context.Context, c Change, m *TargetMemory) error
 		}
 		select {
 		case <-rctx.Done():
-			return fmt.Errorf("restart through the admin socket %s: the supervisor did not begin a new instance within %v", t.Socket, t.Timeout)
+			why := fmt.Errorf("restart through the admin socket %s: the supervisor did not begin a new instance within %v", t.Socket, t.Timeout)
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				// Why the last look saw no new instance, when it failed.
+				why = fmt.Errorf("%w (the last status read: %v)", why, err)
+			}
+			return why
 		case <-tick.C:
 		}
 	}

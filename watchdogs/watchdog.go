@@ -193,8 +193,11 @@ func (w *Watchdog) round(ctx context.Context) (Result, error) {
 			w.Log.Warn("watchdog: still blind", "service", w.Service, "detail", f.Detail)
 			return res, nil
 		}
-		st.Blind = true
-		return res, w.report(f.Kind, events.Warning, f.Detail+"; nothing restarted while the watchdog cannot see", false)
+		// Marked said only once the inbox has it: a line that could
+		// not be written is tried again next round.
+		err := w.report(f.Kind, events.Warning, f.Detail+"; nothing restarted while the watchdog cannot see", false)
+		st.Blind = err == nil
+		return res, err
 	}
 	st.Blind = false
 	if f.Kind == "" {
@@ -217,8 +220,9 @@ func (w *Watchdog) round(ctx context.Context) (Result, error) {
 			w.Log.Error("watchdog: given up", "service", w.Service, "detail", detail)
 			return res, nil
 		}
-		st.GaveUp = true
-		return res, errors.Join(w.report(f.Kind, events.Warning, f.Detail, false), w.report("give_up", events.Critical, detail, false))
+		err := errors.Join(w.report(f.Kind, events.Warning, f.Detail, false), w.report("give_up", events.Critical, detail, false))
+		st.GaveUp = err == nil
+		return res, err
 	}
 	if err := w.report(f.Kind, events.Warning, f.Detail, false); err != nil {
 		return Result{Outcome: Failed, Kind: f.Kind, Detail: f.Detail}, err
