@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/internal/procstat"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
@@ -163,4 +164,10 @@ func (e *procEnv) once(w *Watchdog, want Outcome) Result {
 		e.t.Fatalf("Once = %v (%s: %s), want %v", res.Outcome, res.Kind, res.Detail, want)
 	}
 	return res
+}
+
+// gone reports whether pid has exited: no /proc entry, or a zombie.
+func gone(pid int) bool {
+	state, _, err := procstat.Stat(pid)
+	return err != nil || procstat.Dead(state)
 }

@@ -70,21 +70,26 @@ func track(path string) (*tracked, error) {
 func (p *tracked) close() { unix.Close(p.fd) }
 
 // kill SIGKILLs the process and waits until it is gone (reaped, or a
-// zombie: its sockets are closed then).
+// zombie: its sockets are closed then). It waits on the pidfd, which turns
+// readable when that process exits: the bare pid, reaped and reused by
+// then, would read as still there.
 func (p *tracked) kill(ctx context.Context) error {
 	if err := unix.PidfdSendSignal(p.fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("kill process %d: %w", p.pid, err)
 	}
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for !gone(p.pid) {
-		select {
-		case <-ctx.Done():
+	for {
+		fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 10)
+		if n > 0 {
+			return nil
+		}
+		if err != nil && err != unix.EINTR {
+			return fmt.Errorf("wait for process %d: poll its pidfd: %w", p.pid, err)
+		}
+		if ctx.Err() != nil {
 			return fmt.Errorf("process %d still there after SIGKILL: %w", p.pid, ctx.Err())
-		case <-t.C:
 		}
 	}
-	return nil
 }
 
 // readPidFile reads a pid file the watchdog may believe, and when it was
@@ -150,11 +155,4 @@ func bootTime() (time.Time, error) {
 		}
 	}
 	return time.Time{}, errors.New("/proc/stat: no btime")
-}
-
-// gone reports whether pid has exited: no /proc entry, or a zombie. It
-// is polled while a kill is waited for: the state alone, no boot time.
-func gone(pid int) bool {
-	state, _, err := procstat.Stat(pid)
-	return err != nil || procstat.Dead(state)
 }
