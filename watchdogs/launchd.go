@@ -17,9 +17,13 @@ const ThrottleInterval = 30
 
 // Launchd returns a plist per watchdog: launchd runs it once at load and
 // every Cadence after (StartInterval), and again, no sooner than
-// ThrottleInterval, when it did not exit 0 (KeepAlive: SuccessfulExit
-// false): a watchdog that dies is started again. The pod itself has no
-// launchd job: `airlock up` needs Linux.
+// ThrottleInterval, when it crashed (KeepAlive: Crashed, killed by a
+// signal): a watchdog that dies is started again. Not on any exit that is
+// not 0: a round that reports a failed restart, a give-up or blindness
+// exits 1, and run every 30 s it would spend its restart budget in a
+// minute and a half, not on the Cadence its budget is set for (as the
+// systemd timer runs it). The pod itself has no launchd job: `airlock
+// up` needs Linux.
 func (u Units) Launchd() ([]File, error) {
 	if err := u.check(); err != nil {
 		return nil, err
@@ -52,7 +56,7 @@ func (u Units) Launchd() ([]File, error) {
 		key("StartInterval")
 		fmt.Fprintf(&b, "\t<integer>%d</integer>\n", int(Cadence.Seconds()))
 		key("KeepAlive")
-		b.WriteString("\t<dict>\n\t\t<key>SuccessfulExit</key>\n\t\t<false/>\n\t</dict>\n")
+		b.WriteString("\t<dict>\n\t\t<key>Crashed</key>\n\t\t<true/>\n\t</dict>\n")
 		key("ThrottleInterval")
 		fmt.Fprintf(&b, "\t<integer>%d</integer>\n", ThrottleInterval)
 		key("StandardOutPath")

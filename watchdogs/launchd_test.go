@@ -58,7 +58,7 @@ func TestLaunchdPlistsParse(t *testing.T) {
 			"ProgramArguments":  []any{u.Airlock, "watchdog", name, "--once", "--state", "/var/lib/airlock/watchdog-" + name + ".json", "--admin-socket", "/var/lib/airlock/my pod/admin.sock", "$HOME", `<&"'>`},
 			"RunAtLoad":         true,
 			"StartInterval":     300.0,
-			"KeepAlive":         map[string]any{"SuccessfulExit": false},
+			"KeepAlive":         map[string]any{"Crashed": true},
 			"ThrottleInterval":  30.0,
 			"StandardOutPath":   "/var/log/airlock/airlock-watchdog-" + name + ".log",
 			"StandardErrorPath": "/var/log/airlock/airlock-watchdog-" + name + ".err.log",
