@@ -216,3 +216,19 @@ func TestRunWaitsForClaim(t *testing.T) {
 		t.Errorf("Run while a poll held the claim = %+v, %v; want it started, running", o.r, o.err)
 	}
 }
+
+// A sync wait that fails once the runner was dispatched (here its branch
+// is deleted under it) hands the task over to Poll instead of failing it:
+// the runner may be running, and a failed task would be charged nothing.
+func TestRunHandsOverAFailedWait(t *testing.T) {
+	remote := Remote{URL: testutil.GitRemote(t)}
+	deleteBranch := dispatchFunc(func(_ context.Context, d Dispatch) error {
+		testutil.Git(t, "", "--git-dir", remote.URL, "branch", "-D", d.Branch)
+		return nil
+	})
+	s := &Substrate{Remote: remote, Dispatcher: deleteBranch, PollEvery: 10 * time.Millisecond}
+	r, err := s.Run(context.Background(), job(t, "t-lost-branch", false))
+	if err != nil || r.Status != ledger.Running || !strings.Contains(r.Detail, "is gone") {
+		t.Errorf("Run whose branch went away = %+v, %v; want running, handed over, naming it", r, err)
+	}
+}

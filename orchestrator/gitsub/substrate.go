@@ -41,9 +41,9 @@ var errRemote = errors.New("the remote did not answer")
 // is then handed over (status running; Poll settles it). A sync job waits
 // for the runner's result, and holds the task's Claim until this process
 // exits, past the spawn's terminal ledger line, so that a Poll running
-// meanwhile never settles it too; stopped while it waits (ctx), or unable
-// to reach the remote up to the deadline, it is handed over as an async
-// job is: the runner carries on regardless.
+// meanwhile never settles it too; stopped while it waits (ctx), or failing
+// to wait (the remote unreachable up to the deadline, the branch gone), it
+// is handed over as an async job is: the runner carries on regardless.
 //
 // Run waits for the claim (a Poll that took it between the spawn's running
 // line and this call holds it for one reconcile, and finds nothing pushed
@@ -84,12 +84,14 @@ func (s *Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) 
 		// the task is still running, and Poll settles it.
 		return spawn.Result{Status: ledger.Running, Started: started,
 			Detail: "stopped waiting: handed over to airlock spawn poll"}, nil
-	case errors.Is(err, errRemote):
+	case err != nil:
+		// Pushed and dispatched: whatever went wrong here (the remote
+		// unreachable, the branch gone, the result not written here),
+		// the runner may be running, and spending. Poll settles it from
+		// its branch, or gives up on it at its deadline charging the
+		// estimate; failed here, it would be charged nothing.
 		return spawn.Result{Status: ledger.Running, Started: started,
 			Detail: fmt.Sprintf("handed over to airlock spawn poll: %v", err)}, nil
-	}
-	if err != nil {
-		return spawn.Result{}, err
 	}
 	return r, nil
 }
