@@ -181,7 +181,11 @@ func (s *service) run() {
 		}
 		switch {
 		case why == "restart":
-			// An operator's restart: at once, and not a crash.
+			// An operator's restart: at once, and not a crash. Its
+			// state says so before the count moves: a status read
+			// meanwhile showing the count moved and "healthy" would
+			// be the old instance's, gone.
+			s.setState(stateBackoff, "restarting at an operator's request: "+s.detailNow())
 		case s.spec.Restart.Policy == "never", s.spec.Restart.Policy == "on-failure" && !failed:
 			sev := events.Info
 			if failed {

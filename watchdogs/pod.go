@@ -121,8 +121,12 @@ func (t PodTarget) Restart(ctx context.Context, c Change, m *TargetMemory) error
 	}
 	tick := time.NewTicker(settlePoll)
 	defer tick.Stop()
+	var last error // the last look that failed, not by the deadline
 	for {
 		booted, s, err := t.status(rctx)
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			last = err
+		}
 		if err == nil && s.Launches > before.Launches {
 			// This restart's exit is the watchdog's own: not a fault.
 			m.Seen, m.PodBooted, m.Exits = true, booted, s.Exits
@@ -131,9 +135,9 @@ func (t PodTarget) Restart(ctx context.Context, c Change, m *TargetMemory) error
 		select {
 		case <-rctx.Done():
 			why := fmt.Errorf("restart through the admin socket %s: the supervisor did not begin a new instance within %v", t.Socket, t.Timeout)
-			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-				// Why the last look saw no new instance, when it failed.
-				why = fmt.Errorf("%w (the last status read: %v)", why, err)
+			if last != nil {
+				// Why the looks saw no new instance, when they failed.
+				why = fmt.Errorf("%w (the last failed status read: %v)", why, last)
 			}
 			return why
 		case <-tick.C:
