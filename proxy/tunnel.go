@@ -72,6 +72,7 @@ func (p *Proxy) relayOnLoop(client, upstream *net.TCPConn) (up, down int64, idle
 	idle := p.cfg.Limits.TunnelIdleTimeout
 	check := time.NewTimer(idle / 4)
 	defer check.Stop()
+	forced := p.forced
 	for {
 		select {
 		case <-pair.Done():
@@ -84,8 +85,9 @@ func (p *Proxy) relayOnLoop(client, upstream *net.TCPConn) (up, down int64, idle
 			} else {
 				check.Reset(idle / 4)
 			}
-		case <-p.forced:
+		case <-forced:
 			pair.Abort(errForced)
+			forced = nil // once: the pair ends through the loop
 		}
 	}
 }

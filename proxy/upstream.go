@@ -10,7 +10,10 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // upstreamTransport sends the requests agents send most, a replayable
@@ -79,8 +82,11 @@ func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		}
 		kc.close()
 		// A kept connection the upstream closed while it was idle fails
-		// before a byte of answer: the request never reached anyone.
-		if !reused || kc.answered || req.Context().Err() != nil {
+		// before a byte of answer: the request never reached anyone. Not
+		// a header timeout: that request reached an upstream that is
+		// slow to answer, and sent again on the next kept connection it
+		// would wait the timeout over, once per connection.
+		if !reused || kc.answered || req.Context().Err() != nil || isTimeout(err) {
 			return nil, err
 		}
 	}
@@ -105,24 +111,58 @@ func (t *upstreamTransport) CloseIdleConnections() {
 // least likely to have been closed by the upstream's idle timeout), or a
 // new one.
 func (t *upstreamTransport) get(ctx context.Context, key string, req *http.Request) (kc *keptConn, reused bool, err error) {
-	t.mu.Lock()
-	if conns := t.idle[key]; len(conns) > 0 {
-		kc = conns[len(conns)-1]
-		conns[len(conns)-1] = nil
-		if len(conns) == 1 {
-			delete(t.idle, key)
-		} else {
-			t.idle[key] = conns[:len(conns)-1]
+	for {
+		kc = nil
+		t.mu.Lock()
+		if conns := t.idle[key]; len(conns) > 0 {
+			kc = conns[len(conns)-1]
+			conns[len(conns)-1] = nil
+			if len(conns) == 1 {
+				delete(t.idle, key)
+			} else {
+				t.idle[key] = conns[:len(conns)-1]
+			}
+			t.nidle--
 		}
-		t.nidle--
-	}
-	t.mu.Unlock()
-	if kc != nil {
+		t.mu.Unlock()
+		if kc == nil {
+			break
+		}
 		kc.idleTimer.Stop()
-		return kc, true, nil
+		if !kc.spoke() {
+			return kc, true, nil
+		}
+		kc.close()
 	}
 	kc, err = t.dial(ctx, key, req)
 	return kc, false, err
+}
+
+// spoke says whether the upstream sent something, or closed, while kc was
+// idle: bytes no request asked for (a 408 before its idle close, a late
+// body) would be read as the next request's answer, which may be another
+// sandbox's request. One non-blocking peek at the socket; a connection
+// that cannot be peeked at counts as spoken, and is not reused.
+func (kc *keptConn) spoke() bool {
+	nc := kc.conn
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	spoke := true
+	raw.Control(func(fd uintptr) {
+		var b [1]byte
+		_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		spoke = err != unix.EAGAIN
+	})
+	return spoke
 }
 
 // dial connects as fallback would: its dialer (the guard, to the addresses

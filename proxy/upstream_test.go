@@ -284,3 +284,77 @@ func TestUpstreamTransportClosesAnUnreadBody(t *testing.T) {
 		t.Fatal("the connection was not closed")
 	}
 }
+
+// A kept connection the upstream wrote to while it was idle (a 408 before
+// its idle close, a late body) is not reused: those bytes would be read as
+// the next request's answer, maybe another sandbox's.
+func TestUpstreamTransportDropsAConnectionThatSpoke(t *testing.T) {
+	kept, spoke := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	o := newRawOrigin(t, func(n int, c net.Conn, _ *http.Request) bool {
+		ok(c, "")
+		if first.CompareAndSwap(false, true) {
+			<-kept // the answer read, the connection handed back
+			io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
+			close(spoke)
+		}
+		return true
+	})
+	tr := newTestUpstreamTransport()
+	defer tr.CloseIdleConnections()
+	if got, err := send(context.Background(), tr, o); err != nil || got != "200 ok" {
+		t.Fatalf("first answer %q, %v; want 200 ok", got, err)
+	}
+	close(kept)
+	<-spoke
+	if got, err := send(context.Background(), tr, o); err != nil || got != "200 ok" {
+		t.Fatalf("second answer %q, %v; want 200 ok, not the bytes the upstream sent unasked", got, err)
+	}
+	if n := o.conns.Load(); n != 2 {
+		t.Errorf("%d upstream connections; want 2 (the one that spoke dropped)", n)
+	}
+}
+
+// A request whose answer does not begin within the header timeout is not
+// sent again on another kept connection: it reached the upstream, and the
+// timeout bounds the wait once, not once per kept connection.
+func TestUpstreamTransportDoesNotRetryATimeout(t *testing.T) {
+	var requests atomic.Int32
+	release, hang := make(chan struct{}), make(chan struct{})
+	defer close(hang)
+	o := newRawOrigin(t, func(n int, c net.Conn, _ *http.Request) bool {
+		if requests.Add(1) <= 2 {
+			<-release // the first two overlap: two kept connections
+			ok(c, "")
+			return true
+		}
+		<-hang // no answer in time
+		return false
+	})
+	tr := newUpstreamTransport(&http.Transport{
+		DialContext:           (&net.Dialer{}).DialContext,
+		ResponseHeaderTimeout: 200 * time.Millisecond,
+		IdleConnTimeout:       time.Minute,
+		MaxIdleConnsPerHost:   4,
+	})
+	defer tr.CloseIdleConnections()
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { _, err := send(context.Background(), tr, o); errs <- err }()
+	}
+	for requests.Load() < 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := send(context.Background(), tr, o); err == nil || !strings.Contains(err.Error(), "--upstream-header-timeout") {
+		t.Fatalf("a request left unanswered: %v; want the header timeout", err)
+	}
+	if n := requests.Load(); n != 3 {
+		t.Errorf("the upstream received %d requests; want 3 (the unanswered one once)", n)
+	}
+}

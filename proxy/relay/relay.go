@@ -258,6 +258,13 @@ func (l *loop) run() {
 		// Last: a pair added now may reuse the descriptor of one that
 		// ended in this batch, whose later events would be taken for its.
 		if woken && l.runQueue() {
+			// A pair added behind the stop, in the same batch, ends
+			// too: its sockets would leak, its Done never close.
+			for _, p := range l.socks {
+				if !p.ended {
+					p.end(ErrStopped)
+				}
+			}
 			l.poll.Close()
 			unix.Close(l.wake)
 			return

@@ -224,3 +224,32 @@ func BenchmarkRelayBulk(b *testing.B) {
 		}
 	}
 }
+
+// A pair handed over as the loops stop either is refused or ends with
+// them, never left registered on a loop that has gone.
+func TestRelayAddedAsTheLoopsStop(t *testing.T) {
+	for range 50 {
+		ls, err := Start(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := tcpPair(t)
+		b, _ := tcpPair(t)
+		ls.Stop()
+		p, err := ls.Relay(a, b)
+		if errors.Is(err, ErrStopped) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.Done():
+			if !errors.Is(p.Result().Err, ErrStopped) {
+				t.Fatalf("a pair ended by the stop: %v, want ErrStopped", p.Result().Err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a pair added in the stop's batch never ended")
+		}
+	}
+}
