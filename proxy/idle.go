@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"net"
 	"sync"
 	"syscall"
@@ -69,3 +70,18 @@ func idleFor(c net.Conn) time.Duration {
 	ms := min(info.Last_data_sent, info.Last_data_recv)
 	return time.Duration(ms) * time.Millisecond
 }
+
+// closingToo is a connection whose close closes also too: what the idle
+// watcher closes with it, unwatched.
+type closingToo struct {
+	net.Conn
+	also io.Closer
+}
+
+func (c closingToo) Close() error {
+	c.also.Close()
+	return c.Conn.Close()
+}
+
+// SyscallConn lets the watcher read the socket's TCP_INFO.
+func (c closingToo) SyscallConn() (syscall.RawConn, error) { return syscallConn(c.Conn) }

@@ -528,8 +528,11 @@ func (p *Proxy) upgrade(tc net.Conn, br io.Reader, resp *http.Response, dc *deci
 	head.WriteString("\r\n")
 	tc.Write(head.Bytes())
 	// A WebSocket may stay quiet for long, but not forever: its client
-	// socket carries its traffic both ways, so watching it alone is enough.
-	stopIdle := watchIdle(p.cfg.Limits.TunnelIdleTimeout, socketOf(tc))
+	// socket carries its traffic both ways, so watching it alone is
+	// enough. Closing it must close the upstream too: an upstream that
+	// stopped reading, and sends nothing, holds both copies blocked on
+	// its side.
+	stopIdle := watchIdle(p.cfg.Limits.TunnelIdleTimeout, closingToo{socketOf(tc), upstream})
 	var wg sync.WaitGroup
 	var down int64
 	wg.Add(1)

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testca"
 )
 
 // rawOrigin is an HTTP/1.1 origin on loopback whose every connection is
@@ -357,4 +361,101 @@ func TestUpstreamTransportDoesNotRetryATimeout(t *testing.T) {
 	if n := requests.Load(); n != 3 {
 		t.Errorf("the upstream received %d requests; want 3 (the unanswered one once)", n)
 	}
+}
+
+// The same over TLS, where the stray bytes are a second record that came
+// in the same segment as the answer's: TLS has taken them off the socket,
+// so only a read finds them.
+func TestUpstreamTransportDropsATLSConnectionThatSpoke(t *testing.T) {
+	ca, err := testca.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCfg, err := ca.ServerConfig("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n := conns.Add(1)
+			go func() {
+				defer c.Close()
+				// Writes held until flush: the answer and the stray bytes
+				// are two records in one segment.
+				raw := &heldConn{Conn: c}
+				tc := tls.Server(raw, srvCfg)
+				if err := tc.Handshake(); err != nil {
+					return
+				}
+				raw.hold = true
+				br := bufio.NewReader(tc)
+				for {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					io.WriteString(tc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+					if n == 1 {
+						io.WriteString(tc, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
+					}
+					raw.flush()
+				}
+			}()
+		}
+	}()
+	tr := newUpstreamTransport(&http.Transport{
+		DialContext:           (&net.Dialer{}).DialContext,
+		TLSClientConfig:       &tls.Config{RootCAs: ca.Pool},
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: time.Minute,
+		IdleConnTimeout:       time.Minute,
+		MaxIdleConnsPerHost:   4,
+	})
+	defer tr.CloseIdleConnections()
+	get := func() string {
+		req, _ := http.NewRequest(http.MethodGet, "https://"+ln.Addr().String()+"/", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}
+	for i := range 2 {
+		if got := get(); got != "200 ok" {
+			t.Fatalf("answer %d: %q; want 200 ok, not the bytes the upstream sent unasked", i+1, got)
+		}
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d upstream connections; want 2 (the one that spoke dropped)", n)
+	}
+}
+
+// heldConn holds its writes, once hold is set, until flush.
+type heldConn struct {
+	net.Conn
+	hold bool
+	buf  bytes.Buffer
+}
+
+func (c *heldConn) Write(b []byte) (int, error) {
+	if !c.hold {
+		return c.Conn.Write(b)
+	}
+	return c.buf.Write(b)
+}
+
+func (c *heldConn) flush() {
+	c.Conn.Write(c.buf.Bytes())
+	c.buf.Reset()
 }
