@@ -3,24 +3,19 @@ package watchdogs
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // A restart the pod accepts but whose new instance the watchdog never
 // sees says why the last look saw nothing: here, the service gone from the
 // pod's status.
 func TestPodRestartTimeoutSaysWhy(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var restarted atomic.Bool
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
@@ -35,11 +30,9 @@ func TestPodRestartTimeoutSaysWhy(t *testing.T) {
 		w.WriteHeader(http.StatusAccepted)
 		io.WriteString(w, `{"restarting":"shim"}`)
 	})
-	srv := &http.Server{Handler: mux}
-	go srv.Serve(ln)
-	defer srv.Close()
+	sock := testutil.ServeUnix(t, &http.Server{Handler: mux})
 	target := PodTarget{Socket: sock, Service: "shim", Timeout: 300 * time.Millisecond}
-	err = target.Restart(context.Background(), Change{}, &TargetMemory{})
+	err := target.Restart(context.Background(), Change{}, &TargetMemory{})
 	if err == nil || !strings.Contains(err.Error(), "did not begin a new instance") || !strings.Contains(err.Error(), `has no service "shim"`) {
 		t.Errorf("Restart = %v; want the timeout, and the last status read's error", err)
 	}

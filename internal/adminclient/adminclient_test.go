@@ -5,23 +5,19 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // Each request's connection is closed once its answer is read: a watchdog
 // daemon asks the pod every round, and a kept connection per request
 // would pile up in both processes.
 func TestDoLeavesNoConnection(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "admin.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var open atomic.Int64
-	srv := &http.Server{
+	sock := testutil.ServeUnix(t, &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{}`) }),
 		ConnState: func(_ net.Conn, s http.ConnState) {
 			switch s {
@@ -31,9 +27,7 @@ func TestDoLeavesNoConnection(t *testing.T) {
 				open.Add(-1)
 			}
 		},
-	}
-	go srv.Serve(ln)
-	defer srv.Close()
+	})
 	for range 20 {
 		resp, err := Do(context.Background(), sock, http.MethodGet, "/v1/status")
 		if err != nil {
