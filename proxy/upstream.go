@@ -141,19 +141,20 @@ func (t *upstreamTransport) get(ctx context.Context, key string, req *http.Reque
 // spoke says whether the upstream sent something, or closed, while kc was
 // idle: bytes no request asked for (a 408 before its idle close, a late
 // body) would be read as the next request's answer, which may be another
-// sandbox's request. Two looks that cannot wait: a read under a deadline
-// already passed, which finds what TLS took off the socket with the last
-// answer's records (a later record in the same segment), and a peek at
-// the socket itself (a read past its deadline never reaches it). A
-// connection that cannot be peeked at counts as spoken, and is not reused.
-// roundTrip sets the read deadline anew.
+// sandbox's request. Looks that cannot wait: over TLS, a read under a
+// deadline already passed, which finds what TLS took off the socket with
+// the last answer's records (a later record in the same segment; a read
+// past its deadline never reaches the socket, so it finds nothing else,
+// and on a bare TCP connection nothing put did not check); then a peek at
+// the socket itself. A connection that cannot be peeked at counts as
+// spoken, and is not reused. roundTrip sets the read deadline anew.
 func (kc *keptConn) spoke() bool {
-	kc.conn.SetReadDeadline(aLongTimeAgo)
-	if _, err := kc.br.Peek(1); !isTimeout(err) {
-		return true
-	}
 	nc := kc.conn
 	if tc, ok := nc.(*tls.Conn); ok {
+		tc.SetReadDeadline(aLongTimeAgo)
+		if _, err := kc.br.Peek(1); !isTimeout(err) {
+			return true
+		}
 		nc = tc.NetConn()
 	}
 	sc, ok := nc.(syscall.Conn)
