@@ -140,20 +140,26 @@ func (s *Substrate) settle(home orchestrator.Home, b budget.Budget, t *ledger.Ta
 	// The ledger first: a settle that fails leaves tokens reserved (the
 	// budget errs toward refusing), never a task settled twice.
 	rc := &spawn.Reconciled{ID: t.ID, Status: r.Status, Exit: exit, Detail: r.Detail}
-	if _, err := time.Parse(time.DateOnly, day); err != nil {
-		day = t.Reserved
+	queued := t.Queued
+	if queued.IsZero() {
+		queued = t.Started
 	}
-	if _, err := time.Parse(time.DateOnly, day); err != nil {
-		queued := t.Queued
-		if queued.IsZero() {
-			queued = t.Started
-		}
-		day = orchestrator.Today(queued)
-	}
+	day = firstDate(day, t.Reserved, orchestrator.Today(queued))
 	if err := b.Settle(budget.Reservation{Task: t.ID, Day: day}, used); err != nil {
 		return rc, err
 	}
 	return rc, nil
+}
+
+// firstDate is the first of days that is a date (YYYY-MM-DD); the last
+// when none is.
+func firstDate(days ...string) string {
+	for _, d := range days {
+		if _, err := time.Parse(time.DateOnly, d); err == nil {
+			return d
+		}
+	}
+	return days[len(days)-1]
 }
 
 // readManifest reads the manifest Start recorded in dir; nil when there is
