@@ -71,8 +71,8 @@ func idleFor(c net.Conn) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// closingToo is a connection whose close closes also too: what the idle
-// watcher closes with it, unwatched.
+// closingToo is a connection whose Close also closes also: what the idle
+// watcher must close along with the connection it watches.
 type closingToo struct {
 	net.Conn
 	also io.Closer

@@ -102,7 +102,7 @@ func NewLeaf(lc LeafConfig) (*Leaf, error) {
 			return nil, errors.Join(fmt.Errorf("cannot enforce %s.max=%d: %w", ctrl, v, err), l.Destroy())
 		}
 	}
-	if lc.Reap && !(lc.ParentReaped && lc.Parent != "" && l.under(lc.Parent)) {
+	if lc.Reap && !(lc.ParentReaped && l.under(lc.Parent)) {
 		if l.reaper, err = startReaper(l.V2, l.freezer, l.Joined); err != nil {
 			return nil, errors.Join(err, l.Destroy())
 		}
@@ -110,10 +110,12 @@ func NewLeaf(lc LeafConfig) (*Leaf, error) {
 	return l, nil
 }
 
-// under says whether every group of the leaf is below dir.
+// under says whether every group of the leaf is below dir (never below
+// "", no parent named).
 func (l *Leaf) under(dir string) bool {
+	prefix := filepath.Clean(dir) + "/"
 	for _, d := range l.Joined {
-		if !strings.HasPrefix(d, filepath.Clean(dir)+"/") {
+		if dir == "" || !strings.HasPrefix(d, prefix) {
 			return false
 		}
 	}
