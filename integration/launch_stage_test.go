@@ -1,10 +1,10 @@
 package integration
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,8 +13,8 @@ import (
 )
 
 // children lists the processes a launcher forked, under any of its threads.
-func children(pid int) []string {
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+func children(pid string) []string {
+	tasks, _ := filepath.Glob("/proc/" + pid + "/task/*/children")
 	var kids []string
 	for _, task := range tasks {
 		raw, _ := os.ReadFile(task)
@@ -42,23 +42,30 @@ func TestLaunchRunsEmbeddedStage(t *testing.T) {
 		exe, _ := os.Readlink("/proc/" + pid + "/exe")
 		return strings.HasPrefix(exe, "/memfd:airlock-stage")
 	}
-	var kids []string
-	testutil.WaitFor(t, "the launcher's reaper and init", func() bool {
-		kids = children(cmd.Process.Pid)
+	testutil.WaitFor(t, "the launcher's reaper and init to run the stage", func() bool {
 		n := 0
-		for _, k := range kids {
+		for _, k := range children(strconv.Itoa(cmd.Process.Pid)) {
 			if staged(k) {
 				n++
 			}
 		}
 		return n == 2
 	})
-	for _, k := range kids {
-		fds, _ := filepath.Glob("/proc/" + k + "/fd/*")
-		for _, fd := range fds {
-			if target, _ := os.Readlink(fd); strings.Contains(target, "airlock-stage") {
-				t.Errorf("process %s holds the stage's memory file as %s", k, fd)
+	// Each was executed from the file by a descriptor number and closes
+	// it first thing; the command, below the init, never has it.
+	testutil.WaitFor(t, "every process of the launch to hold no descriptor of the stage's memory file", func() bool {
+		kids := children(strconv.Itoa(cmd.Process.Pid))
+		for _, k := range kids {
+			kids = append(kids, children(k)...)
+		}
+		for _, k := range kids {
+			fds, _ := filepath.Glob("/proc/" + k + "/fd/*")
+			for _, fd := range fds {
+				if target, _ := os.Readlink(fd); strings.Contains(target, "airlock-stage") {
+					return false
+				}
 			}
 		}
-	}
+		return true
+	})
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"sync"
 	"syscall"
@@ -54,54 +53,55 @@ func Start(c Config, net *Network) (*Process, error) {
 	if c.Net != NetHost && net == nil {
 		return nil, errors.New("sandbox: a network namespace is required unless --net host")
 	}
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
+	var err error
+	// The pipes' launcher ends stay open until the sandbox is running;
+	// the ends the init holds are closed once it is started.
+	var cfgR, cfgW, statR, statW, lifeR, lifeW *os.File
+	fail := func(err error) (*Process, error) {
+		for _, f := range []*os.File{cfgR, cfgW, statR, statW, lifeR, lifeW} {
+			if f != nil {
+				f.Close()
+			}
+		}
 		return nil, err
 	}
-	statR, statW, err := os.Pipe()
-	if err != nil {
-		return nil, err
+	if cfgR, cfgW, err = os.Pipe(); err != nil {
+		return fail(err)
 	}
-	lifeR, lifeW, err := os.Pipe()
-	if err != nil {
-		return nil, err
+	if statR, statW, err = os.Pipe(); err != nil {
+		return fail(err)
 	}
-	defer lifeR.Close()
-	self, err := stageExe()
-	if err != nil {
-		return nil, err
+	if lifeR, lifeW, err = os.Pipe(); err != nil {
+		return fail(err)
 	}
-	cmd := &exec.Cmd{
-		Path:   self,
-		Args:   []string{"airlock", Stage2Arg, modeInit},
-		Env:    []string{}, // the command gets c.Env, never this
-		Stdin:  c.Stdin,
-		Stdout: c.Stdout,
-		Stderr: c.Stderr,
-		// fdConfig, fdStatus, fdLife, fdNetNS.
-		ExtraFiles: []*os.File{cfgR, statW, lifeR},
-		SysProcAttr: &syscall.SysProcAttr{
-			// Its own PID namespace: the init is PID 1, and when it
-			// exits the kernel kills whatever the command left
-			// behind. Its own mount namespace, for a /proc that shows
-			// only the sandbox.
-			Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
-		},
-	}
-	if c.DieWithParent {
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	}
+	// fdConfig, fdStatus, fdLife, fdNetNS.
+	extra := []*os.File{cfgR, statW, lifeR}
 	if net != nil {
 		// A duplicate, owned by this *os.File and closed after the start:
 		// wrapping net.NS itself would let the finalizer close a
 		// descriptor the Network still owns (and may have been reused).
 		fd, err := unix.Dup(int(net.NS))
 		if err != nil {
-			return nil, &os.SyscallError{Syscall: "dup(netns)", Err: err}
+			return fail(&os.SyscallError{Syscall: "dup(netns)", Err: err})
 		}
 		nsFile := os.NewFile(uintptr(fd), "netns")
 		defer nsFile.Close()
-		cmd.ExtraFiles = append(cmd.ExtraFiles, nsFile)
+		extra = append(extra, nsFile)
+	}
+	cmd, err := stageCommand(extra, modeInit)
+	if err != nil {
+		return fail(err)
+	}
+	// The command gets c.Env, never the init's (empty) one.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// Its own PID namespace: the init is PID 1, and when it exits
+		// the kernel kills whatever the command left behind. Its own
+		// mount namespace, for a /proc that shows only the sandbox.
+		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
+	}
+	if c.DieWithParent {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
 	p := &Process{done: make(chan struct{}), life: lifeW}
 	started := make(chan error, 1)
@@ -118,14 +118,10 @@ func Start(c Config, net *Network) (*Process, error) {
 		close(p.done)
 	}()
 	if err := <-started; err != nil {
-		cfgR.Close()
-		cfgW.Close()
-		statR.Close()
-		statW.Close()
-		lifeW.Close()
-		return nil, fmt.Errorf("start sandbox: %w", err)
+		return fail(fmt.Errorf("start sandbox: %w", err))
 	}
 	p.Pid, p.proc = cmd.Process.Pid, cmd.Process
+	lifeR.Close()
 	cfgR.Close()
 	statW.Close()
 	err = json.NewEncoder(cfgW).Encode(c)

@@ -45,26 +45,20 @@ func StartTreeReaper(dir string) (*TreeReaper, error) {
 func (t *TreeReaper) Release() { t.r.release() }
 
 func spawnReaper(args []string) (*reaper, error) {
-	self, err := stageExe()
-	if err != nil {
-		return nil, err
-	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	args = append([]string{"airlock", Stage2Arg}, args...)
-	cmd := &exec.Cmd{
-		Path:   self,
-		Args:   args,
-		Env:    []string{},
-		Stdin:  r,
-		Stderr: os.Stderr,
-		// Its own session: a ^C or a kill of the launcher's process
-		// group must not take the reaper along before it has run.
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	cmd, err := stageCommand(nil, args...)
+	if err != nil {
+		w.Close()
+		return nil, err
 	}
+	cmd.Stdin, cmd.Stderr = r, os.Stderr
+	// Its own session: a ^C or a kill of the launcher's process group
+	// must not take the reaper along before it has run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := startManaged(cmd); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("start the cgroup reaper: %w", err)

@@ -33,6 +33,9 @@ const (
 	fdStatus = 4 // setup error report; closed by a successful exec
 	fdLife   = 5 // read end of a pipe only the launcher writes: EOF when it is gone
 	fdNetNS  = 6 // the sandbox's network namespace (absent for --net host)
+	// fdStage is the stage binary, which the init and the reapers were
+	// executed from by this number (stageCommand); they close it first.
+	fdStage = 7
 )
 
 // stepError names the step that failed; the launcher prints it.
@@ -49,10 +52,12 @@ func RunStage2() {
 	}
 	switch mode {
 	case modeInit:
+		unix.Close(fdStage)
 		runInit()
-	case modeCommand:
+	case modeCommand: // started by the init, which gave it no fdStage
 		runCommandStage()
 	case modeReaper, modeTreeReaper:
+		unix.Close(fdStage)
 		runReaper(mode == modeTreeReaper, os.Args[3:])
 	}
 	fmt.Fprintf(os.Stderr, "airlock: unknown sandbox stage %q\n", mode)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync"
 
@@ -11,44 +12,81 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// stage is the binary the sandbox's own processes run, found once per
-// launcher process (a pod launches many sandboxes from one).
+// stage is the binary the sandbox's own processes run, opened once per
+// launcher process (a pod launches many sandboxes from one) and held for
+// its life.
 var stage struct {
 	once sync.Once
-	path string
+	file *os.File
 	err  error
 }
 
-// stageExe is the path the launcher executes as the sandbox's init and
+// stageFile is the file the launcher executes as the sandbox's init and
 // reaper (and the init, as /proc/self/exe, as the command stage): the
 // embedded stage binary (stagebin) in a sealed memory file when airlock
 // carries one, else this binary itself.
-func stageExe() (string, error) {
+func stageFile() (*os.File, error) {
 	stage.once.Do(func() {
 		if len(stagebin.Binary) == 0 {
-			stage.path, stage.err = os.Executable()
+			stage.file, stage.err = openSelf()
 			return
 		}
-		stage.path, stage.err = sealedStage(stagebin.Binary)
+		stage.file, stage.err = sealedStage(stagebin.Binary)
 	})
-	return stage.path, stage.err
+	return stage.file, stage.err
 }
 
 // PrepareStage starts making the stage binary ready in the background
 // (~1.5 ms to write it into its memory file), for a launcher to overlap
 // with its other setup; whatever needs it waits for it.
-func PrepareStage() { go stageExe() }
+func PrepareStage() { go stageFile() }
 
-// stageFDMin is above every descriptor a stage process is given.
-const stageFDMin = 64
+// stageCommand is a command that runs the stage binary with args after
+// Stage2Arg, extra as its descriptors from 3 and the stage binary itself as
+// fdStage, which the stage closes first thing.
+//
+// The child executes the stage by that number, /proc/self/fd/7, resolved
+// after its descriptors are laid out. A number of the launcher's own could
+// be taken over by that layout: Go moves descriptors it must not overwrite
+// to just above the highest one passed, whatever was there.
+func stageCommand(extra []*os.File, args ...string) (*exec.Cmd, error) {
+	f, err := stageFile()
+	if err != nil {
+		return nil, err
+	}
+	return stageCommandOf(f, extra, args...), nil
+}
 
-// sealedStage writes bin into a memory file, seals it against any change
-// and returns a path that executes it (/proc/self/fd/N, also valid in a
-// child before its exec). Nothing on disk can be swapped in between, and
-// the descriptor is read-only (a file open for writing cannot be
-// executed) and close-on-exec (the sandbox's init does not inherit it).
-// It stays open for the launcher's life.
-func sealedStage(bin []byte) (string, error) {
+func stageCommandOf(f *os.File, extra []*os.File, args ...string) *exec.Cmd {
+	if len(extra) > fdStage-3 {
+		panic("sandbox: a stage process takes at most " + strconv.Itoa(fdStage-3) + " descriptors")
+	}
+	files := make([]*os.File, fdStage-3+1) // nil: closed in the child
+	copy(files, extra)
+	files[fdStage-3] = f
+	return &exec.Cmd{
+		Path:       "/proc/self/fd/" + strconv.Itoa(fdStage),
+		Args:       append([]string{"airlock", Stage2Arg}, args...),
+		Env:        []string{},
+		ExtraFiles: files,
+	}
+}
+
+// openSelf opens the binary this process runs: /proc/self/exe is that
+// file even if its path was replaced since.
+func openSelf() (*os.File, error) {
+	f, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return nil, fmt.Errorf("open the stage binary: %w", err)
+	}
+	return f, nil
+}
+
+// sealedStage writes bin into a memory file and seals it against any
+// change: nothing on disk can be swapped in between. The file returned is
+// read-only (a file open for writing cannot be executed) and close-on-exec:
+// a child gets it only as fdStage, from stageCommand.
+func sealedStage(bin []byte) (*os.File, error) {
 	fd, err := unix.MemfdCreate("airlock-stage", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_EXEC)
 	if errors.Is(err, unix.EINVAL) {
 		// Before 6.3 the kernel knows no MFD_EXEC: every memfd is
@@ -56,31 +94,23 @@ func sealedStage(bin []byte) (string, error) {
 		fd, err = unix.MemfdCreate("airlock-stage", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	}
 	if err != nil {
-		return "", &os.SyscallError{Syscall: "memfd_create(airlock-stage)", Err: err}
+		return nil, &os.SyscallError{Syscall: "memfd_create(airlock-stage)", Err: err}
 	}
 	defer unix.Close(fd)
 	for b := bin; len(b) > 0; {
 		n, err := unix.Write(fd, b)
 		if err != nil {
-			return "", &os.SyscallError{Syscall: "write(memfd airlock-stage)", Err: err}
+			return nil, &os.SyscallError{Syscall: "write(memfd airlock-stage)", Err: err}
 		}
 		b = b[n:]
 	}
 	const seals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
-		return "", &os.SyscallError{Syscall: "fcntl(memfd airlock-stage, F_ADD_SEALS)", Err: err}
+		return nil, &os.SyscallError{Syscall: "fcntl(memfd airlock-stage, F_ADD_SEALS)", Err: err}
 	}
 	ro, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", fmt.Errorf("reopen the sealed stage read-only: %w", err)
+		return nil, fmt.Errorf("reopen the sealed stage read-only: %w", err)
 	}
-	defer unix.Close(ro)
-	// The child resolves the path after its descriptors are laid out
-	// (0-2, then ExtraFiles from 3): a low number would name one of
-	// those instead of the stage.
-	high, err := unix.FcntlInt(uintptr(ro), unix.F_DUPFD_CLOEXEC, stageFDMin)
-	if err != nil {
-		return "", &os.SyscallError{Syscall: "fcntl(memfd airlock-stage, F_DUPFD_CLOEXEC)", Err: err}
-	}
-	return "/proc/self/fd/" + strconv.Itoa(high), nil
+	return os.NewFile(uintptr(ro), "airlock-stage"), nil
 }

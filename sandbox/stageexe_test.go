@@ -3,9 +3,7 @@ package sandbox
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 
@@ -13,44 +11,47 @@ import (
 )
 
 // The stage a launcher embeds runs from a memory file that nothing can
-// change once sealed, through a read-only, close-on-exec descriptor.
+// change once sealed, through a read-only, close-on-exec descriptor, and
+// runs whatever numbers the launcher's descriptors have.
 func TestSealedStage(t *testing.T) {
 	bin, err := os.ReadFile("/bin/true")
 	if err != nil {
 		t.Skipf("no /bin/true to seal: %v", err)
 	}
-	path, err := sealedStage(bin)
+	f, err := sealedStage(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fd, err := strconv.Atoi(strings.TrimPrefix(path, "/proc/self/fd/"))
-	if err != nil {
-		t.Fatalf("sealedStage() = %q, want /proc/self/fd/N", path)
+	defer f.Close()
+	if flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC == 0 {
+		t.Errorf("F_GETFD = %#x, %v: want FD_CLOEXEC (only stageCommand passes it on)", flags, err)
 	}
-	defer unix.Close(fd)
-	// Run as the init is: with descriptors laid out from 3 in the
-	// child before the path is resolved.
-	cmd := exec.Command(path)
-	for range 8 {
-		r, w, err := os.Pipe()
-		if err != nil {
+	// The stage at 200, a passed pipe at 199: the child moves its own
+	// pipe to just above the highest descriptor passed, 200, before
+	// exec; a path naming the launcher's number would run that pipe.
+	high := func(f *os.File, n int) *os.File {
+		if err := unix.Dup3(int(f.Fd()), n, unix.O_CLOEXEC); err != nil {
 			t.Fatal(err)
 		}
-		defer r.Close()
-		defer w.Close()
-		cmd.ExtraFiles = append(cmd.ExtraFiles, r)
+		g := os.NewFile(uintptr(n), f.Name())
+		t.Cleanup(func() { g.Close() })
+		return g
 	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	cmd := stageCommandOf(high(f, 200), []*os.File{r, w, high(r, 199)}, modeReaper)
 	if err := cmd.Run(); err != nil {
-		t.Errorf("exec %s with %d descriptors passed: %v", path, len(cmd.ExtraFiles), err)
-	}
-	if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC == 0 {
-		t.Errorf("F_GETFD = %#x, %v: want FD_CLOEXEC (the sandbox's init must not inherit it)", flags, err)
+		t.Errorf("exec %s with descriptors 199 and 200 passed: %v", cmd.Path, err)
 	}
 	// Even root reopening it for writing cannot change a sealed file.
-	w, err := os.OpenFile(path, os.O_WRONLY, 0)
+	sw, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), os.O_WRONLY, 0)
 	if err == nil {
-		_, err = w.Write([]byte("x"))
-		w.Close()
+		_, err = sw.Write([]byte("x"))
+		sw.Close()
 	}
 	if !errors.Is(err, syscall.EPERM) {
 		t.Errorf("writing the sealed stage: %v, want EPERM", err)
