@@ -251,3 +251,49 @@ func TestMaxConnsCheckedAgainstFileLimit(t *testing.T) {
 		t.Fatalf("--max-conns 100 fits in 2048 descriptors, yet:\n%s", out)
 	}
 }
+
+// A request body its client stops sending ends after --idle-timeout with a
+// 400 that says so, plain and inspected, instead of holding the request,
+// and an upstream waiting for the rest, for as long as the client stays.
+func TestStalledBodyTimeout(t *testing.T) {
+	w := newWorld(t, "--idle-timeout", "1s")
+	const head = "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 100\r\n\r\nthe first bytes of a body that stops here"
+	for _, tc := range []struct {
+		name, host string
+		send       func() net.Conn // sends head, and the connection it is answered on
+	}{
+		{"plain", "plain.test", func() net.Conn {
+			c, err := net.Dial("tcp", w.proxy.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			host := fmt.Sprintf("plain.test:%d", w.plainPort)
+			fmt.Fprintf(c, head, "http://"+host+"/stall", host)
+			return c
+		}},
+		{"inspected", "upload.test", func() net.Conn {
+			host := fmt.Sprintf("upload.test:%d", w.tlsPort)
+			tc := tls.Client(connectThrough(t, w.proxy.addr, host), &tls.Config{ServerName: "upload.test", RootCAs: poolOf(t, w.proxy.caFile)})
+			fmt.Fprintf(tc, head, "/stall", host)
+			return tc
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.send()
+			defer c.Close()
+			c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer to a stalled body: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if d := parseDenial(t, string(body)); resp.StatusCode != 400 || d.Reason != "invalid_request" || !resp.Close ||
+				!strings.Contains(d.Hint, "the request body stopped arriving: nothing came for 1s (--idle-timeout)") {
+				t.Fatalf("stalled body = %d %+v (close %v); want 400 invalid_request saying the body stopped, and the connection closed", resp.StatusCode, d, resp.Close)
+			}
+			w.proxy.closed(t, func(a auditLine) bool {
+				return a.Host == tc.host && a.Path == "/stall" && a.Status == 400 && strings.Contains(a.Detail, "--idle-timeout")
+			})
+		})
+	}
+}

@@ -131,6 +131,7 @@ rules := [
 	{"name": "secret", "binaries": [{"path": %[1]s}], "hosts": ["secret.test"], "ports": [%[2]d],
 	 "inject": {"authorization": {"env": "ITEST_TOKEN", "format": "Bearer %%s"}}},
 	{"name": "upload", "binaries": [{"path": %[1]s}], "hosts": ["upload.test"], "ports": [%[2]d], "methods": ["POST"], "paths": ["/upload"]},
+	{"name": "stall", "binaries": %[6]s, "hosts": ["upload.test", "plain.test"], "ports": [%[2]d, %[3]d], "methods": ["POST"], "paths": ["/stall"]},
 	{"name": "early", "binaries": %[6]s, "hosts": ["upload.test"], "ports": [%[2]d], "methods": ["POST"], "paths": ["/early"]},
 	{"name": "nosecret", "binaries": [{"path": %[1]s}], "hosts": ["nosecret.test"], "ports": [%[2]d],
 	 "inject": {"authorization": {"file": %[9]s}}},
@@ -190,6 +191,12 @@ func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 	}
 }
 
+// readBody reads the whole request body, then says how long it was.
+func readBody(rw http.ResponseWriter, r *http.Request) {
+	n, _ := io.Copy(io.Discard, r.Body)
+	fmt.Fprintf(rw, "received %d bytes", n)
+}
+
 // serveTLS runs one HTTPS server for every TLS upstream name, routed by
 // Host: api.test, tunnel.test, secret.test, ws.test and git.test.
 func (w *world) serveTLS(t *testing.T) int {
@@ -227,10 +234,8 @@ func (w *world) serveTLS(t *testing.T) int {
 		rw.WriteHeader(http.StatusUnauthorized)
 		io.WriteString(rw, "credential missing")
 	}
-	mux.HandleFunc("upload.test/upload", func(rw http.ResponseWriter, r *http.Request) {
-		n, _ := io.Copy(io.Discard, r.Body)
-		fmt.Fprintf(rw, "received %d bytes", n)
-	})
+	mux.HandleFunc("upload.test/upload", readBody)
+	mux.HandleFunc("upload.test/stall", readBody)
 	// Answers at once, reading none of the body, and keeps the connection.
 	mux.HandleFunc("upload.test/early", func(rw http.ResponseWriter, r *http.Request) {
 		conn, brw, err := http.NewResponseController(rw).Hijack()
@@ -362,6 +367,10 @@ func (w *world) servePlain(t *testing.T) int {
 			}
 			defer conn.Close()
 			io.Copy(conn, brw)
+			return
+		}
+		if r.URL.Path == "/stall" {
+			readBody(rw, r)
 			return
 		}
 		if r.URL.Path == "/stream" { // newline-delimited JSON of unknown length

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -133,7 +134,12 @@ func badBody(dc *decision, body *counter) bool {
 	if err == nil {
 		return false
 	}
-	dc.deny(policies.ReasonInvalidRequest, "malformed request body: "+err.Error())
+	detail := "malformed request body: " + err.Error()
+	var stalled *bodyStalledError
+	if errors.As(err, &stalled) {
+		detail = stalled.Error()
+	}
+	dc.deny(policies.ReasonInvalidRequest, detail)
 	dc.badRequest = true
 	return true
 }

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,6 +63,10 @@ type fuzzFixture struct {
 	oracle *policies.Engine // uncached: `airlock policy eval`
 	port   int              // the upstream's
 	roots  *certs.CA        // the proxy's CA, which clients trust
+
+	// hangUp makes the upstream close each connection as soon as a
+	// request's header has arrived, answering nothing.
+	hangUp atomic.Bool
 
 	mu         sync.Mutex
 	violations []string
@@ -191,6 +196,12 @@ func (fx *fuzzFixture) eval(req policies.Request) policies.Decision {
 // query and upgrade it arrived with, and for every reading a server may
 // make of its path, none of which has a dot-segment.
 func (fx *fuzzFixture) upstream(w http.ResponseWriter, r *http.Request) {
+	if fx.hangUp.Load() {
+		if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			c.Close()
+		}
+		return
+	}
 	if why := fx.check(r); why != "" {
 		fx.mu.Lock()
 		fx.violations = append(fx.violations, fmt.Sprintf("%s %q Host %q: %s", r.Method, r.RequestURI, r.Host, why))

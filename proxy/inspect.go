@@ -219,11 +219,11 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 	websocket := hopByHop(req.Header)
 	var rdc *decision
 	if mismatch := pinnedHost(req, sni, t.Host, t.Port); mismatch != "" {
-		return p.refuse(bw, req, p.refused(cc, target, policies.ReasonHostMismatch, mismatch))
+		return p.refuse(c, bw, req, p.refused(cc, target, policies.ReasonHostMismatch, mismatch))
 	}
 	rdc = p.decideRequest(ctx, cc, req, target)
 	if !rdc.d.Allow {
-		return p.refuse(bw, req, rdc)
+		return p.refuse(c, bw, req, rdc)
 	}
 
 	// Forward exactly to the tunnel's host: the request line and Host header
@@ -246,18 +246,18 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 	var err error
 	if len(rdc.d.Inject) > 0 && out.URL.Scheme != "https" {
 		rdc.deny(policies.ReasonSecretUnavailable, plainInject)
-		return p.refuse(bw, req, rdc)
+		return p.refuse(c, bw, req, rdc)
 	}
 	if rdc.scrub, err = p.inject(out.Header, rdc.d.Inject); err != nil {
 		rdc.deny(policies.ReasonSecretUnavailable, err.Error())
-		return p.refuse(bw, req, rdc)
+		return p.refuse(c, bw, req, rdc)
 	}
 	if websocket && rdc.scrub != nil {
 		rdc.deny(policies.ReasonWebSocketInjects, unscrubbableFrames)
-		return p.refuse(bw, req, rdc)
+		return p.refuse(c, bw, req, rdc)
 	}
 	if !p.admit(rdc) { // on record before the upstream is dialled
-		return p.refuse(bw, req, rdc)
+		return p.refuse(c, bw, req, rdc)
 	}
 	var cont *continuer
 	if expectsContinue(req) {
@@ -266,26 +266,35 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 	}
 	// Clone shared req.Body (http.NoBody when there is none): only the
 	// counted body goes upstream, and only when there is one, so that a
-	// bodiless request is never taken for a body left unread below.
-	body := &counter{r: req.Body}
+	// bodiless request is never taken for a body left unread below. The
+	// transport's close of it (on an upstream failure, or an answer before
+	// the body's end) does not close the client's body: net/http would
+	// read that to its end, with no bound and no deadline, before the
+	// answer. What is left of it is refuse's to drain, or the close's;
+	// and one its client stops sending ends (bodyGuard).
+	body := &counter{}
+	var guard *bodyGuard
 	out.Body = nil
 	if req.Body != nil && req.Body != http.NoBody {
+		guard = newBodyGuard(req.Body, c.SetReadDeadline, p.cfg.Limits.IdleTimeout)
+		body.r = io.NopCloser(guard)
 		out.Body = body
 	}
 	if out.Body == nil && !websocket {
 		defer watchClient(c, br, cancel, watchDelay)()
 	}
 	resp, err := p.transport.RoundTrip(out)
+	guard.stop()
 	if err != nil {
 		cont.final()
 		if cause := context.Cause(ctx); cause != nil {
 			err = cause
 		}
 		if badBody(rdc, body) {
-			return p.refuse(bw, req, rdc)
+			return p.refuse(c, bw, req, rdc)
 		}
 		rdc.deny(policies.ReasonUpstreamError, err.Error())
-		return p.refuse(bw, req, rdc)
+		return p.refuse(c, bw, req, rdc)
 	}
 	// The upstream answered without asking for the body, which the client
 	// still holds: the connection cannot carry another request.
@@ -294,7 +303,7 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 		if !websocket { // the request went without Upgrade: a switch nobody asked for
 			resp.Body.Close()
 			rdc.deny(policies.ReasonUpstreamError, unaskedSwitch)
-			p.refuse(bw, req, rdc)
+			p.refuse(c, bw, req, rdc)
 			return false
 		}
 		p.upgrade(c, br, resp, rdc, body)
@@ -303,7 +312,7 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 	if err := rdc.scrub.response(req, resp); err != nil {
 		resp.Body.Close()
 		rdc.deny(policies.ReasonUpstreamError, err.Error())
-		p.refuse(bw, req, rdc)
+		p.refuse(c, bw, req, rdc)
 		return false
 	}
 	// The upstream answered before it read the whole body, which the
@@ -489,13 +498,17 @@ func sameHost(hostport, host string, port int) bool {
 // refuse answers a denied inner request and records it. The connection
 // stays usable unless the client asked to close it, or waits to be told to
 // send its body (Expect: 100-continue), which it now never will be.
-func (p *Proxy) refuse(bw *bufio.Writer, req *http.Request, dc *decision) bool {
+func (p *Proxy) refuse(c net.Conn, bw *bufio.Writer, req *http.Request, dc *decision) bool {
 	pending := expectsContinue(req)
 	// The next request starts where this body ends: a body left unread
-	// (held for a 100 Continue, or over the drain limit) would be read as
-	// requests, so the connection is closed instead.
+	// (held for a 100 Continue, over the drain limit, or not sent in
+	// time) would be read as requests, so the connection is closed
+	// instead.
 	framed := req.Body == nil || req.Body == http.NoBody
 	if !framed && !pending {
+		// A client that stalls its body must not hold the answer, or
+		// this goroutine, for longer.
+		c.SetReadDeadline(time.Now().Add(refuseLinger))
 		_, err := io.CopyN(io.Discard, req.Body, maxRefusedBody+1)
 		framed = err == io.EOF
 	}

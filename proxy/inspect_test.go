@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -306,6 +307,67 @@ func TestInspectedConnectionsResume(t *testing.T) {
 			}
 			if !slices.Equal(resumed, []bool{false, true}) {
 				t.Fatalf("resumed %v; want the second connection resumed", resumed)
+			}
+		})
+	}
+}
+
+// An inspected request whose upstream fails while its client is still
+// sending the body is answered then (502, and the connection closes): the
+// proxy reads no more of the body than refuse's bounded drain, not the rest
+// of an upload that may not end.
+func TestUpstreamFailureDoesNotReadTheBodyToItsEnd(t *testing.T) {
+	fx := newFuzzFixture(t)
+	fx.hangUp.Store(true)
+	client, tc, done := fx.inspectedTunnel(t, 10*time.Second)
+	defer func() { client.Close(); <-done }()
+	go func() {
+		fmt.Fprintf(tc, "POST /upload/x?mode=safe HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: %d\r\n\r\n", fuzzHost, fx.port, int64(1)<<40)
+		chunk := make([]byte, 64<<10)
+		for {
+			if _, err := tc.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatalf("no answer while the body goes on: %v", err)
+	}
+	defer resp.Body.Close()
+	var d Denial
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusBadGateway || d.Reason != string(policies.ReasonUpstreamError) || !resp.Close {
+		t.Fatalf("answer %d %+v close=%v; want 502 %s, and the connection closed", resp.StatusCode, d, resp.Close, policies.ReasonUpstreamError)
+	}
+}
+
+// A request body its client stops sending ends after --idle-timeout (a
+// second here) with a 400 that says so, and the connection closes,
+// whether or not its upstream is still there: the transport reports
+// nothing, not even an upstream's failure, while it waits on that read.
+func TestStalledBodyEnds(t *testing.T) {
+	for _, hangUp := range []bool{false, true} {
+		t.Run(fmt.Sprintf("upstream hangs up %v", hangUp), func(t *testing.T) {
+			fx := newFuzzFixture(t)
+			fx.hangUp.Store(hangUp)
+			client, tc, done := fx.inspectedTunnel(t, 10*time.Second)
+			defer func() { client.Close(); <-done }()
+			fmt.Fprintf(tc, "POST /upload/x?mode=safe HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: 100\r\n\r\n0123456789", fuzzHost, fx.port)
+			resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+			if err != nil {
+				t.Fatalf("no answer while the body stalls: %v", err)
+			}
+			defer resp.Body.Close()
+			var d Denial
+			if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusBadRequest || d.Reason != string(policies.ReasonInvalidRequest) || !resp.Close ||
+				!strings.Contains(d.Hint, "the request body stopped arriving: nothing came for 1s (--idle-timeout)") {
+				t.Fatalf("answer %d %+v close=%v; want 400 %s saying the body stopped, and the connection closed", resp.StatusCode, d, resp.Close, policies.ReasonInvalidRequest)
 			}
 		})
 	}

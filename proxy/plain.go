@@ -21,8 +21,8 @@ func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Requ
 		p.record(dc, dc.status(), 0, 0)
 		return r, dc.denialResponse(r)
 	}
-	r, body := p.forwardPlain(r, dc)
-	gctx.UserData = &plainState{dc: dc, body: body}
+	r, body, guard := p.forwardPlain(r, dc)
+	gctx.UserData = &plainState{dc: dc, body: body, guard: guard}
 	gctx.RoundTripper = p.sendPlain // not goproxy's own http.Transport
 	return r, nil
 }
@@ -111,18 +111,26 @@ func (p *Proxy) refuseClosing(w http.ResponseWriter, r *http.Request, dc *decisi
 
 // forwardPlain points an allowed request at the canonical host the policy
 // decided on (its Host header was checked to name the same host) and the
-// addresses the guard checked, and counts its body.
-func (p *Proxy) forwardPlain(r *http.Request, dc *decision) (*http.Request, *counter) {
+// addresses the guard checked, and counts its body, which ends if its
+// client stops sending it (bodyGuard; stop it once the round trip is over).
+func (p *Proxy) forwardPlain(r *http.Request, dc *decision) (*http.Request, *counter, *bodyGuard) {
 	r = r.WithContext(dc.upstreamContext(r.Context()))
 	r.URL.Host = net.JoinHostPort(dc.in.Request.Host, strconv.Itoa(dc.in.Request.Port))
 	// The client's Connection: close ends its own connection (the server
 	// read it from the request it keeps), not the pooled upstream one.
 	r.Close = false
 	body := &counter{r: r.Body}
+	var guard *bodyGuard
 	if r.Body != nil && r.Body != http.NoBody {
+		// The server's own body: its close reads a bounded rest.
+		guard = newBodyGuard(r.Body, connFrom(r.Context()).conn.SetReadDeadline, p.cfg.Limits.IdleTimeout)
+		body.r = struct {
+			io.Reader
+			io.Closer
+		}{guard, r.Body}
 		r.Body = body
 	}
-	return r, body
+	return r, body, guard
 }
 
 // deny writes dc's denial through w and records it.
@@ -197,10 +205,11 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 		p.deny(w, r, dc, 0)
 		return
 	}
-	r, body := p.forwardPlain(r, dc)
+	r, body, guard := p.forwardPlain(r, dc)
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
 	resp, err := p.transport.RoundTrip(out)
+	guard.stop()
 	if err != nil {
 		dc.deny(policies.ReasonUpstreamError, err.Error())
 		p.deny(w, r, dc, body.n())
@@ -245,8 +254,9 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 }
 
 type plainState struct {
-	dc   *decision
-	body *counter
+	dc    *decision
+	body  *counter
+	guard *bodyGuard
 }
 
 // handlePlainResponse records the outcome of a forwarded plain request once
@@ -256,6 +266,7 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 	if !ok {
 		return resp // a denial this proxy wrote itself: already recorded
 	}
+	st.guard.stop()
 	if resp == nil {
 		if badBody(st.dc, st.body) {
 			// The rest of the body cannot be told from a next request.

@@ -55,7 +55,7 @@ func (f *proxyFlags) register(cmd *cobra.Command) {
 		fl.IntVar(&f.limits.MaxConns, "max-conns", d.MaxConns, "at most `N` connections one sandbox may hold through the proxy; more are answered 503 connection_limit")
 		fl.IntVar(&f.limits.MaxHeaderBytes, "max-header-bytes", d.MaxHeaderBytes, "largest request header in `BYTES`, plain or inside an inspected tunnel")
 		fl.DurationVar(&f.limits.ReadHeaderTimeout, "read-header-timeout", d.ReadHeaderTimeout, "time a client has to send a whole request header")
-		fl.DurationVar(&f.limits.IdleTimeout, "idle-timeout", d.IdleTimeout, "keep-alive connections, plain or inspected, waiting this long for a request are closed")
+		fl.DurationVar(&f.limits.IdleTimeout, "idle-timeout", d.IdleTimeout, "keep-alive connections, plain or inspected, waiting this long for a request are closed, and a request whose body stops arriving for this long is refused")
 		fl.DurationVar(&f.limits.HandshakeTimeout, "handshake-timeout", d.HandshakeTimeout, "TLS handshakes with clients (inspected tunnels) and upstreams")
 		fl.DurationVar(&f.limits.TunnelIdleTimeout, "tunnel-idle-timeout", d.TunnelIdleTimeout, "opaque tunnels and WebSockets moving no data either way this long are closed")
 		fl.DurationVar(&f.limits.WriteTimeout, "write-timeout", d.WriteTimeout, "a client (plain or inspected) that accepts none of a response this long is cut")
