@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync/atomic"
+	"time"
 )
 
 // Dispatcher starts a runner for a pushed spawn branch. It returns once the
@@ -21,6 +25,12 @@ import (
 type Dispatcher interface {
 	Dispatch(ctx context.Context, job Dispatch) error
 }
+
+// ErrMaybeDispatched marks a dispatch that failed in a way that may have
+// started the runner all the same: the request went out and no answer came
+// back (a lost connection, a timeout), or the command was stopped before it
+// ended. Any other dispatch error is a refusal: no runner was started.
+var ErrMaybeDispatched = errors.New("the runner may have been dispatched")
 
 // Dispatch is what a dispatcher is told.
 type Dispatch struct {
@@ -32,7 +42,8 @@ type Dispatch struct {
 // Command dispatches by running a shell command line (/bin/sh -c) with the
 // task in its environment: AIRLOCK_SPAWN_ID, AIRLOCK_SPAWN_BRANCH and
 // AIRLOCK_SPAWN_REMOTE. Its output goes to Stdout and Stderr (discarded
-// when nil); a non-zero exit is a failed dispatch.
+// when nil); a non-zero exit is a refused dispatch, a command stopped
+// before it ended (ctx) one that may have happened (ErrMaybeDispatched).
 type Command struct {
 	Line           string
 	Stdout, Stderr io.Writer
@@ -48,10 +59,18 @@ func (c Command) Dispatch(ctx context.Context, job Dispatch) error {
 	if c.Stderr != nil {
 		cmd.Stderr = io.MultiWriter(c.Stderr, &stderr)
 	}
-	if err := cmd.Run(); err != nil {
+	// A runner the command leaves in the background keeps its output
+	// open: the dispatch is over when the command is, give or take this.
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	switch {
+	case err == nil, errors.Is(err, exec.ErrWaitDelay): // exited 0, its output still held
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("dispatch command %q for %s: stopped before it ended (%w): %w", c.Line, job.Branch, context.Cause(ctx), ErrMaybeDispatched)
+	default:
 		return fmt.Errorf("dispatch command %q for %s: %w: %s", c.Line, job.Branch, err, lastLine(stderr.String()))
 	}
-	return nil
 }
 
 func lastLine(s string) string {
@@ -116,8 +135,16 @@ func (g GitHub) Dispatch(ctx context.Context, job Dispatch) error {
 	if client == nil {
 		client = http.DefaultClient
 	}
+	// A request GitHub may have acted on is one sent whole.
+	var wrote atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) { wrote.Store(i.Err == nil) },
+	}))
 	resp, err := client.Do(req)
 	if err != nil {
+		if wrote.Load() {
+			return fmt.Errorf("GitHub workflow_dispatch %s of %s: sent, and no answer: %w: %w", g.Workflow, g.Repo, err, ErrMaybeDispatched)
+		}
 		return fmt.Errorf("GitHub workflow_dispatch %s of %s: %w", g.Workflow, g.Repo, err)
 	}
 	defer resp.Body.Close()

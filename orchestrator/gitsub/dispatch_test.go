@@ -1,14 +1,21 @@
 package gitsub
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestGitHubDispatch(t *testing.T) {
@@ -63,8 +70,8 @@ func TestGitHubDispatchRefuses(t *testing.T) {
 		{"plain http off loopback", GitHub{API: "http://api.github.test", Repo: "acme/state", Workflow: "w.yml", Token: "t"}, "want https"},
 	} {
 		err := tc.g.Dispatch(context.Background(), Dispatch{ID: "t-1", Branch: "spawn/t-1"})
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: Dispatch = %v, want an error containing %q", tc.name, err, tc.want)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || errors.Is(err, ErrMaybeDispatched) {
+			t.Errorf("%s: Dispatch = %v, want a refusal containing %q", tc.name, err, tc.want)
 		}
 	}
 }
@@ -79,7 +86,59 @@ func TestCommandDispatch(t *testing.T) {
 		t.Errorf("the command saw %q", b)
 	}
 	err := Command{Line: "echo no runner here >&2; exit 3"}.Dispatch(context.Background(), Dispatch{ID: "t-1", Branch: "spawn/t-1"})
-	if err == nil || !strings.Contains(err.Error(), "no runner here") {
-		t.Errorf("failing command: %v, want its stderr in the error", err)
+	if err == nil || !strings.Contains(err.Error(), "no runner here") || errors.Is(err, ErrMaybeDispatched) {
+		t.Errorf("failing command: %v, want a refusal with its stderr in the error", err)
+	}
+	// A runner left in the background holding the command's output:
+	// dispatched once the command has ended.
+	bg, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	defer stop()
+	pidFile := filepath.Join(t.TempDir(), "runner.pid")
+	if err := (Command{Line: "sleep 300 & echo $! > " + pidFile}).Dispatch(bg, Dispatch{ID: "t-1", Branch: "spawn/t-1"}); err != nil {
+		t.Errorf("command leaving a runner behind: %v, want dispatched once the command ended", err)
+	}
+	if b, err := os.ReadFile(pidFile); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	// Stopped before it said: it may have started the runner.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err = Command{Line: "sleep 30"}.Dispatch(ctx, Dispatch{ID: "t-1", Branch: "spawn/t-1"})
+	if !errors.Is(err, ErrMaybeDispatched) {
+		t.Errorf("command stopped before it ended: %v, want ErrMaybeDispatched", err)
+	}
+}
+
+// A dispatch request that went out whole and got no answer may have
+// started a workflow; one that never went out did not.
+func TestGitHubDispatchUnanswered(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// Reads the whole request, then drops the connection.
+			go func() {
+				defer c.Close()
+				if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+					io.Copy(io.Discard, req.Body)
+				}
+			}()
+		}
+	}()
+	g := GitHub{API: "http://" + ln.Addr().String(), Repo: "acme/state", Workflow: "w.yml", Token: "t"}
+	if err := g.Dispatch(context.Background(), Dispatch{ID: "t-1", Branch: "spawn/t-1"}); !errors.Is(err, ErrMaybeDispatched) {
+		t.Errorf("sent, no answer: %v, want ErrMaybeDispatched", err)
+	}
+	ln.Close() // nothing listens now: the request never goes out
+	if err := g.Dispatch(context.Background(), Dispatch{ID: "t-1", Branch: "spawn/t-1"}); err == nil || errors.Is(err, ErrMaybeDispatched) {
+		t.Errorf("connection refused: %v, want a refusal", err)
 	}
 }

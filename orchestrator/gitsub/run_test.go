@@ -217,6 +217,26 @@ func TestRunWaitsForClaim(t *testing.T) {
 	}
 }
 
+// A dispatch that may have started the runner hands the task over to Poll,
+// sync or async, as one that did would be: failed, it would be charged
+// nothing. A dispatch refused fails the run.
+func TestRunHandsOverAnUnknownDispatch(t *testing.T) {
+	remote := Remote{URL: testutil.GitRemote(t)}
+	for _, async := range []bool{false, true} {
+		s := &Substrate{Remote: remote, Dispatcher: dispatchFunc(func(context.Context, Dispatch) error {
+			return fmt.Errorf("no answer: %w", ErrMaybeDispatched)
+		})}
+		r, err := s.Run(context.Background(), job(t, fmt.Sprintf("t-unknown-%v", async), async))
+		if err != nil || r.Status != ledger.Running || !strings.Contains(r.Detail, "no answer") {
+			t.Errorf("async %v: Run after a dispatch of unknown outcome = %+v, %v; want running, handed over, saying why", async, r, err)
+		}
+	}
+	s := &Substrate{Remote: remote, Dispatcher: Command{Line: "exit 3"}}
+	if r, err := s.Run(context.Background(), job(t, "t-refused", false)); err == nil {
+		t.Errorf("Run after a refused dispatch = %+v; want an error", r)
+	}
+}
+
 // A sync wait that fails once the runner was dispatched (here its branch
 // is deleted under it) hands the task over to Poll instead of failing it:
 // the runner may be running, and a failed task would be charged nothing.

@@ -68,6 +68,14 @@ func (s *Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) 
 	}
 	started := s.now()
 	pushed, err := s.Start(ctx, j.Dir, f)
+	if errors.Is(err, ErrMaybeDispatched) {
+		// A runner may be running, and spending: failed here, the task
+		// would be charged nothing. Poll settles it from its branch, or
+		// gives up on it at its deadline charging the estimate.
+		release()
+		return spawn.Result{Status: ledger.Running, Started: started,
+			Detail: fmt.Sprintf("handed over to airlock spawn poll: %v", err)}, nil
+	}
 	if err != nil {
 		release()
 		return spawn.Result{}, err
