@@ -1159,19 +1159,10 @@ func serveQuiet(t *testing.T) int {
 	}
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done); ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(io.Discard, c)
-				<-done
-			}()
-		}
-	}()
+	testutil.ServeConns(ln, func(c net.Conn) {
+		io.Copy(io.Discard, c)
+		<-done
+	})
 	return ln.Addr().(*net.TCPAddr).Port
 }
 

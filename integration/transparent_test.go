@@ -129,18 +129,7 @@ decision := lib.decide(rules, denies)
 // serveEcho runs a TCP origin on ln that sends back what it reads until
 // the client half-closes: a protocol that is neither TLS nor HTTP.
 func serveEcho(ln net.Listener) int {
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	testutil.ServeConns(ln, func(c net.Conn) { io.Copy(c, c) })
 	return ln.Addr().(*net.TCPAddr).Port
 }
 

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -167,6 +168,21 @@ func (fx *fuzzFixture) inspectedTunnel(t *testing.T, d time.Duration) (net.Conn,
 		t.Fatalf("handshake: %v", err)
 	}
 	return client, tc, done
+}
+
+// denialOn reads the answer on c, which must be a JSON denial.
+func denialOn(t *testing.T, c io.Reader) (*http.Response, Denial) {
+	t.Helper()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	defer resp.Body.Close()
+	var d Denial
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+		t.Fatalf("answer %d: body is no JSON denial: %v", resp.StatusCode, err)
+	}
+	return resp, d
 }
 
 // eval is the oracle: the decision `airlock policy eval` gives for req,

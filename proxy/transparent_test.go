@@ -142,7 +142,7 @@ func newTPFixture(tb testing.TB) *tpFixture {
 		}
 		tb.Cleanup(func() { srv.Close() })
 	}
-	go greetAndEcho(listeners[tpSSHUpstream])
+	greetAndEcho(listeners[tpSSHUpstream])
 
 	bundle := filepath.Join(dir, "bundle")
 	if err := os.Mkdir(bundle, 0o755); err != nil {
@@ -273,17 +273,10 @@ func (fx *tpFixture) listen(tb testing.TB) map[netip.Addr]net.Listener {
 
 // greetAndEcho is a server-speaks-first upstream: it greets, then echoes.
 func greetAndEcho(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			io.WriteString(c, tpBanner)
-			io.Copy(c, c)
-		}()
-	}
+	testutil.ServeConns(ln, func(c net.Conn) {
+		io.WriteString(c, tpBanner)
+		io.Copy(c, c)
+	})
 }
 
 // client is a connection from another process (the test binary as a relay,

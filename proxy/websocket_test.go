@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -38,15 +36,7 @@ func TestWebSocketInjectingCredentialIsRefused(t *testing.T) {
 	client, tc, done := fx.inspectedTunnel(t, 10*time.Second)
 	defer func() { client.Close(); <-done }()
 	fmt.Fprintf(tc, "GET /ws HTTP/1.1\r\nHost: %s:%d\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", fuzzHost, fx.port)
-	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
-	if err != nil {
-		t.Fatalf("no answer: %v", err)
-	}
-	defer resp.Body.Close()
-	var d Denial
-	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
-		t.Fatal(err)
-	}
+	resp, d := denialOn(t, tc)
 	want := `a WebSocket to GET api.fuzz.test:` + fmt.Sprint(fx.port) + `/ws is not allowed by rule "ws": the rule injects a credential, which the WebSocket's frames could echo unscrubbed; use a rule without inject for WebSockets`
 	if resp.StatusCode != http.StatusForbidden || d.Reason != string(policies.ReasonWebSocketInjects) || d.Rule != "ws" || d.Hint != want {
 		t.Fatalf("answer %d %+v; want 403 %s by rule ws, hint %q", resp.StatusCode, d, policies.ReasonWebSocketInjects, want)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/airlock-sandbox/airlock/internal/testca"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // upstreams are the origins every proxy is measured against, on 127.0.0.2
@@ -64,22 +65,13 @@ func startUpstreams(dir string) (*upstreams, error) {
 	if err != nil {
 		return nil, err
 	}
-	go func() {
+	testutil.ServeConns(bl, func(c net.Conn) {
 		for {
-			c, err := bl.Accept()
-			if err != nil {
+			if _, err := c.Write(zeros); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				for {
-					if _, err := c.Write(zeros); err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
+	})
 	u.bulkAddr = bl.Addr().String()
 	return u, nil
 }

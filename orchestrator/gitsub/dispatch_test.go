@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 func TestGitHubDispatch(t *testing.T) {
@@ -118,21 +120,12 @@ func TestGitHubDispatchUnanswered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			// Reads the whole request, then drops the connection.
-			go func() {
-				defer c.Close()
-				if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
-					io.Copy(io.Discard, req.Body)
-				}
-			}()
+	// Reads the whole request, then drops the connection.
+	testutil.ServeConns(ln, func(c net.Conn) {
+		if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			io.Copy(io.Discard, req.Body)
 		}
-	}()
+	})
 	g := GitHub{API: "http://" + ln.Addr().String(), Repo: "acme/state", Workflow: "w.yml", Token: "t"}
 	if err := g.Dispatch(context.Background(), Dispatch{ID: "t-1", Branch: "spawn/t-1"}); !errors.Is(err, ErrMaybeDispatched) {
 		t.Errorf("sent, no answer: %v, want ErrMaybeDispatched", err)
