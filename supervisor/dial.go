@@ -71,9 +71,7 @@ func serveDial(p *Pod, w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, dialError{Error: "dial: " + err.Error()})
 		return
 	}
-	client.SetDeadline(time.Time{}) // the server's header deadline no longer applies
-	buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
-	if err := buf.Flush(); err != nil {
+	if err := switchProtocols(client, buf, "tcp"); err != nil {
 		client.Close()
 		upstream.Close()
 		return

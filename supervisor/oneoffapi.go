@@ -100,7 +100,7 @@ func serveSandboxLaunch(p *Pod, w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer client.Close()
-	if err := switchProtocols(client, buf); err != nil {
+	if err := switchProtocols(client, buf, adminclient.SandboxUpgrade); err != nil {
 		x.stopGrace(disconnectGrace)
 		return
 	}
@@ -123,7 +123,7 @@ func serveStdioLaunch(p *Pod, w http.ResponseWriter, spec adminclient.SandboxSpe
 		return
 	}
 	defer client.Close()
-	if err := switchProtocols(client, buf); err != nil {
+	if err := switchProtocols(client, buf, adminclient.SandboxUpgrade); err != nil {
 		return
 	}
 	stdio, err := receiveStdio(client, buf.Reader)
@@ -191,9 +191,11 @@ func writeLaunchError(w http.ResponseWriter, err error) {
 	writeJSON(w, status, map[string]string{"error": err.Error()})
 }
 
-func switchProtocols(client net.Conn, buf *bufio.ReadWriter) error {
+// switchProtocols answers 101 on a connection taken over from the admin
+// server: from now on it carries proto.
+func switchProtocols(client net.Conn, buf *bufio.ReadWriter, proto string) error {
 	client.SetDeadline(time.Time{}) // the server's header deadline no longer applies
-	buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + adminclient.SandboxUpgrade + "\r\n\r\n")
+	buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + proto + "\r\n\r\n")
 	return buf.Flush()
 }
 
