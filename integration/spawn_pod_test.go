@@ -278,15 +278,33 @@ func TestPodSandboxStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, "the sleeper and its child", func() bool { return len(withArg(marker)) >= 2 })
+	// One that ignores SIGTERM, which its launcher has given an hour to
+	// stop: the pod's stop_grace (3s) still rules it.
+	stubbornMarker := fmt.Sprintf("spawn-stubborn-%d", time.Now().UnixNano())
+	stubborn, err := e.launcher().Launch(context.Background(),
+		e.spec(t, "spawn-stubborn", "egress_ok", e.python, "-c", "import signal, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); exec(sys.argv[2])", stubbornMarker, sleeperScript))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the stubborn sleeper and its child", func() bool { return len(withArg(stubbornMarker)) >= 2 })
+	stubborn.Stop(time.Hour)
 	e.pod.cmd.Process.Signal(syscall.SIGTERM)
-	<-e.pod.exited
+	select {
+	case <-e.pod.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("airlock up still stopping 60s after SIGTERM (stop_grace 3s): a one-off's hour of grace ruled")
+	}
 	if e.pod.exitErr != nil {
 		t.Errorf("airlock up with a one-off running: %v", e.pod.exitErr)
 	}
 	gone(marker)
+	gone(stubbornMarker)
 	// Stopped as the services are, SIGTERM first, and told its launcher.
 	if code, err := sb.Wait(); err != nil || code != 128+int(syscall.SIGTERM) {
 		t.Errorf("a one-off of a stopped pod: Wait = %d, %v; want 143 (SIGTERM)", code, err)
+	}
+	if code, err := stubborn.Wait(); err != nil || code != 128+int(syscall.SIGKILL) {
+		t.Errorf("a one-off ignoring SIGTERM in a stopped pod: Wait = %d, %v; want 137 (killed at stop_grace)", code, err)
 	}
 }
 

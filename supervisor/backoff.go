@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -20,11 +21,21 @@ func (b *backoff) delay() time.Duration {
 		b.next = b.initial
 	}
 	d := b.next
-	b.next = min(time.Duration(float64(b.next)*b.mult), b.max)
+	// In floating point first: a product past time.Duration's range
+	// would convert to a negative delay, no delay at all.
+	b.next = durationAtMost(float64(b.next)*b.mult, b.max)
 	if b.jitter > 0 {
-		d = time.Duration(float64(d) * (1 + b.jitter*(2*rand.Float64()-1)))
+		d = durationAtMost(float64(d)*(1+b.jitter*(2*rand.Float64()-1)), math.MaxInt64)
 	}
 	return d
+}
+
+// durationAtMost is f nanoseconds, or max when f is more.
+func durationAtMost(f float64, max time.Duration) time.Duration {
+	if f >= float64(max) {
+		return max
+	}
+	return time.Duration(f)
 }
 
 // reset starts over at initial: the service ran healthy again.

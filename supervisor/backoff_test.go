@@ -27,6 +27,17 @@ func TestBackoffGrowsToItsCapAndResets(t *testing.T) {
 	}
 }
 
+// A product past time.Duration's range is the cap, never a negative delay
+// (no delay at all), however large the cap and the multiplier.
+func TestBackoffNeverOverflows(t *testing.T) {
+	b := backoff{initial: 200 * time.Millisecond, max: 1<<63 - 1, mult: 100, jitter: 1}
+	for i := range 20 {
+		if d := b.delay(); d <= 0 {
+			t.Fatalf("delay %d = %v; want a positive one", i, d)
+		}
+	}
+}
+
 func TestBackoffJitterStaysInItsBand(t *testing.T) {
 	b := backoff{initial: time.Second, max: time.Second, mult: 2, jitter: 0.2}
 	seen := map[time.Duration]bool{}

@@ -57,7 +57,6 @@ type oneOff struct {
 	// launched is closed once sb is set, or its launch failed (sb nil):
 	// a stop (the pod's, an operator's) may find it in between.
 	launched chan struct{}
-	stopOnce sync.Once
 	done     chan struct{} // closed once it has ended and is forgotten
 	exit     adminclient.SandboxExit
 }
@@ -310,11 +309,11 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File) (*oneOf
 	})
 	close(x.launched)
 	if err != nil {
-		o.forget(x)
 		x.closeFiles()
 		x.exit.Error = err.Error()
-		close(x.done)
 		p.event("sandbox_failed", events.Warning, spec.ID, "one-off sandbox not launched: "+err.Error())
+		o.forget(x)
+		close(x.done)
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
 	p.event("sandbox_started", events.Info, spec.ID, fmt.Sprintf("one-off sandbox, preset %s, pid %d: %q", spec.Preset, x.sb.Pid(), spec.Command))
@@ -331,9 +330,11 @@ func (o *oneOffs) wait(x *oneOff) {
 		x.exit.Error = fmt.Sprintf("sandbox %s: wait: %v", x.spec.ID, err)
 		detail = x.exit.Error
 	}
-	o.forget(x)
 	x.closeFiles()
+	// On record before forget lets the pod's stop go on to close the
+	// events log.
 	o.pod.event("sandbox_exit", events.Info, x.spec.ID, detail)
+	o.forget(x)
 	close(x.done)
 }
 
@@ -344,22 +345,22 @@ func (x *oneOff) closeFiles() {
 }
 
 // stop ends x: SIGTERM to its command, then, when ctx ends, every process
-// of it killed; it returns once x has ended. The first stop's ctx rules.
+// of it killed; it returns once x has ended. Of several stops (an
+// operator's with a long grace, then the pod's), the earliest deadline
+// rules.
 func (x *oneOff) stop(ctx context.Context) {
 	<-x.launched
-	x.stopOnce.Do(func() {
-		select {
-		case <-x.done:
-			return
-		default:
-		}
-		if x.sb == nil {
-			return // its launch failed: nothing runs
-		}
-		if err := x.sb.Shutdown(ctx); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			x.sb.log.Error("stop one-off sandbox", "sandbox", x.spec.ID, "err", err)
-		}
-	})
+	if x.sb == nil {
+		return // its launch failed: nothing runs
+	}
+	select {
+	case <-x.done:
+		return
+	default:
+	}
+	if err := x.sb.Shutdown(ctx); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		x.sb.log.Error("stop one-off sandbox", "sandbox", x.spec.ID, "err", err)
+	}
 	<-x.done
 }
 

@@ -467,7 +467,7 @@ func (p *Pod) Ready() bool {
 // made is left. When ctx ends (a second stop signal) the services still
 // running are killed at once.
 func (p *Pod) Stop(ctx context.Context) {
-	p.stopping.Store(true)
+	p.beginStop()
 	p.event("stop", events.Info, "", "stopping the pod")
 	p.ready.Store(false)
 	notifyStopping()
@@ -476,13 +476,21 @@ func (p *Pod) Stop(ctx context.Context) {
 	p.log.Info("pod stopped", "pod", p.m.Name)
 }
 
+// beginStop marks the pod stopping, under lifeMu: an operator's restart
+// is either refused (restartable) or wholly accepted before it.
+func (p *Pod) beginStop() {
+	p.lifeMu.Lock()
+	p.stopping.Store(true)
+	p.lifeMu.Unlock()
+}
+
 // stopServices stops the services in reverse dependency order, those of
 // one tier at once, all within one stop_grace from now: each gets SIGTERM,
 // and what is still running at the deadline is killed with its cgroup. A
 // grace per service, one after another, would add up past what the
 // operator (and systemd's TimeoutStopSec) allowed.
 func (p *Pod) stopServices(ctx context.Context) {
-	p.stopping.Store(true)
+	p.beginStop()
 	ctx, cancel := context.WithTimeout(ctx, p.m.StopGrace)
 	defer cancel()
 	// The one-off sandboxes first, within the same deadline: none is

@@ -111,10 +111,11 @@ func (s *service) restart(c restartChange) error {
 	if change := s.apply(c); change != "" {
 		detail += ": " + change
 	}
+	// On record before the loop can act on it (and write its restart).
+	p.event("restart_requested", events.Info, s.name, detail)
 	select {
 	case s.restartReq <- struct{}{}:
 	default: // one is already pending: it launches with the change
 	}
-	p.event("restart_requested", events.Info, s.name, detail)
 	return nil
 }

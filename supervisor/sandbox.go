@@ -83,6 +83,7 @@ type Sandbox struct {
 	started time.Time
 
 	waitOnce   sync.Once
+	termOnce   sync.Once // Shutdown's SIGTERM
 	outcome    Outcome
 	waitErr    error
 	cleanupErr error
@@ -250,10 +251,14 @@ func (s *Sandbox) Kill() error {
 	return err
 }
 
-// Shutdown asks the command to stop (SIGTERM) and kills the sandbox if it
-// has not exited when ctx ends; it returns once the command has exited.
+// Shutdown asks the command to stop (SIGTERM, once however often it is
+// called) and kills the sandbox if it has not exited when ctx ends; it
+// returns once the command has exited. Of concurrent calls, the earliest
+// deadline rules.
 func (s *Sandbox) Shutdown(ctx context.Context) error {
-	if err := s.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	var err error
+	s.termOnce.Do(func() { err = s.Signal(syscall.SIGTERM) })
+	if err != nil && !errors.Is(err, os.ErrProcessDone) {
 		s.log.Warn("stop signal not delivered; killing the sandbox", "sandbox", s.ID, "err", err)
 		return s.Kill()
 	}
@@ -263,7 +268,7 @@ func (s *Sandbox) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	s.log.Warn("the sandbox did not stop within its grace period: killing it", "sandbox", s.ID)
-	err := s.Kill()
+	err = s.Kill()
 	<-s.Done()
 	return err
 }

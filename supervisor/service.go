@@ -174,6 +174,12 @@ func (s *service) run() {
 		return
 	}
 	for {
+		// Nothing is launched once the pod stops, whichever of a
+		// restart and the stop a select woke for.
+		if s.pod.stopping.Load() {
+			s.setState(stateStopped, "stopped with the pod")
+			return
+		}
 		why, failed := s.once()
 		if s.stopping() {
 			s.setState(stateStopped, "stopped with the pod")

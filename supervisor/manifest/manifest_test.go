@@ -159,7 +159,7 @@ services:
 `, []string{
 			`pod.yaml:8: services[0].restart.policy: "sometimes": want always, on-failure or never`,
 			`pod.yaml:9: services[0].restart.backoff.initial: 0s: want a positive duration`,
-			`pod.yaml:9: services[0].restart.backoff.multiplier: 0.5: want at least 1`,
+			`pod.yaml:9: services[0].restart.backoff.multiplier: 0.5: want 1 to 100`,
 			`pod.yaml:9: services[0].restart.backoff.jitter: 1.5: want 0 to 1`,
 			`pod.yaml:10: services[0].restart.give_up.restarts: 0: want at least 1`,
 			`pod.yaml:10: services[0].restart.give_up.window: 0s: want a positive duration`,
@@ -202,7 +202,14 @@ services:
 		{"admin port", minimal + "admin: {http: \"127.0.0.1:x\"}\n", []string{`pod.yaml:7: admin.http: "127.0.0.1:x": want a port from 1 to 65535`}},
 		{"events", minimal + "events: {max_bytes: 0, keep: 0}\n", []string{
 			`pod.yaml:7: events.max_bytes: 0: want a positive size`,
-			`pod.yaml:7: events.keep: 0: want at least 1 rotated file (rotation must not lose lines)`,
+			`pod.yaml:7: events.keep: 0: want 1 to 1000 rotated files (at least 1: rotation must not lose lines)`,
+		}},
+		{"events kept", minimal + "events: {keep: 1000000000}\n", []string{
+			`pod.yaml:7: events.keep: 1000000000: want 1 to 1000 rotated files (at least 1: rotation must not lose lines)`,
+		}},
+		{"sandbox env", minimal + "    env: {HTTPS_PROXY: http://elsewhere.test:3128}\n    secrets: {SSL_CERT_FILE: {file: /etc/ca.pem}}\n", []string{
+			`pod.yaml:7: services[0].env.HTTPS_PROXY: HTTPS_PROXY is the sandbox's (its proxy and CA), which the pod sets`,
+			`pod.yaml:8: services[0].secrets.SSL_CERT_FILE: SSL_CERT_FILE is the sandbox's (its proxy and CA), which the pod sets`,
 		}},
 		{"ingress", minimal + `    ports: [80]
 ingress:

@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/yamlobj"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
+	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/moby/sys/capability"
 )
 
@@ -54,13 +55,17 @@ func checkName(r *yamlobj.Report, path, name string) {
 	}
 }
 
+// maxEventsKeep bounds events.keep.
+const maxEventsKeep = 1000
+
 func checkPod(p *Pod, r *yamlobj.Report) {
 	checkName(r, "name", p.Name)
 	if p.Events.MaxBytes <= 0 {
 		r.At("events.max_bytes", "%d: want a positive size", p.Events.MaxBytes)
 	}
-	if p.Events.Keep < 1 {
-		r.At("events.keep", "%d: want at least 1 rotated file (rotation must not lose lines)", p.Events.Keep)
+	if p.Events.Keep < 1 || p.Events.Keep > maxEventsKeep {
+		// Rotation renames every kept file while appends wait.
+		r.At("events.keep", "%d: want 1 to %d rotated files (at least 1: rotation must not lose lines)", p.Events.Keep, maxEventsKeep)
 	}
 	if p.StopGrace <= 0 {
 		r.At("stop_grace", "%s: want a positive duration", p.StopGrace)
@@ -177,8 +182,11 @@ func checkServices(p *Pod, r *yamlobj.Report) {
 			r.At(path+".preset", "%q is not a preset name", s.Preset)
 		}
 		for k := range s.Env {
-			if !envPattern.MatchString(k) {
+			switch {
+			case !envPattern.MatchString(k):
 				r.At(yamlobj.Field(path+".env", k), "%q is not an environment variable name", k)
+			case sandbox.IsReservedEnv(k):
+				r.At(yamlobj.Field(path+".env", k), "%s is the sandbox's (its proxy and CA), which the pod sets", k)
 			}
 		}
 		for k, sec := range s.Secrets {
@@ -186,6 +194,8 @@ func checkServices(p *Pod, r *yamlobj.Report) {
 			switch {
 			case !envPattern.MatchString(k):
 				r.At(sp, "%q is not an environment variable name", k)
+			case sandbox.IsReservedEnv(k):
+				r.At(sp, "%s is the sandbox's (its proxy and CA), which the pod sets", k)
 			case s.Env[k] != "" || r.Given(yamlobj.Field(path+".env", k)):
 				r.At(sp, "%s is also in env: a variable comes from one place", k)
 			}
@@ -320,8 +330,8 @@ func checkRestart(p *Pod, r *yamlobj.Report) {
 		if x.Max < x.Initial {
 			r.At(path+".backoff.max", "%s is shorter than backoff.initial (%s)", x.Max, x.Initial)
 		}
-		if x.Multiplier < 1 {
-			r.At(path+".backoff.multiplier", "%g: want at least 1", x.Multiplier)
+		if x.Multiplier < 1 || x.Multiplier > 100 {
+			r.At(path+".backoff.multiplier", "%g: want 1 to 100", x.Multiplier)
 		}
 		if x.Jitter < 0 || x.Jitter > 1 {
 			r.At(path+".backoff.jitter", "%g: want 0 to 1", x.Jitter)
