@@ -131,7 +131,7 @@ rules := [
 	{"name": "secret", "binaries": [{"path": %[1]s}], "hosts": ["secret.test"], "ports": [%[2]d],
 	 "inject": {"authorization": {"env": "ITEST_TOKEN", "format": "Bearer %%s"}}},
 	{"name": "upload", "binaries": [{"path": %[1]s}], "hosts": ["upload.test"], "ports": [%[2]d], "methods": ["POST"], "paths": ["/upload"]},
-	{"name": "stall", "binaries": %[6]s, "hosts": ["upload.test", "plain.test"], "ports": [%[2]d, %[3]d], "methods": ["POST"], "paths": ["/stall"]},
+	{"name": "stall", "binaries": %[6]s, "hosts": ["upload.test", "plain.test", "closed.test"], "ports": [%[2]d, %[3]d, 1], "methods": ["POST"], "paths": ["/stall", "/answer"]},
 	{"name": "early", "binaries": %[6]s, "hosts": ["upload.test"], "ports": [%[2]d], "methods": ["POST"], "paths": ["/early"]},
 	{"name": "nosecret", "binaries": [{"path": %[1]s}], "hosts": ["nosecret.test"], "ports": [%[2]d],
 	 "inject": {"authorization": {"file": %[9]s}}},
@@ -191,6 +191,19 @@ func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 	}
 }
 
+// answerEarly answers at once, reading none of the body (net/http's server
+// would read some of it first), and keeps the connection a while.
+func answerEarly(rw http.ResponseWriter, r *http.Request) {
+	conn, brw, err := http.NewResponseController(rw).Hijack()
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly")
+	brw.Flush()
+	time.Sleep(5 * time.Second)
+}
+
 // readBody reads the whole request body, then says how long it was.
 func readBody(rw http.ResponseWriter, r *http.Request) {
 	n, _ := io.Copy(io.Discard, r.Body)
@@ -237,16 +250,7 @@ func (w *world) serveTLS(t *testing.T) int {
 	mux.HandleFunc("upload.test/upload", readBody)
 	mux.HandleFunc("upload.test/stall", readBody)
 	// Answers at once, reading none of the body, and keeps the connection.
-	mux.HandleFunc("upload.test/early", func(rw http.ResponseWriter, r *http.Request) {
-		conn, brw, err := http.NewResponseController(rw).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly")
-		brw.Flush()
-		time.Sleep(5 * time.Second)
-	})
+	mux.HandleFunc("upload.test/early", answerEarly)
 	mux.HandleFunc("secret.test/", check)
 	mux.HandleFunc("nosecret.test/", check)
 	mux.Handle("ws.test/echo", websocket.Handler(func(ws *websocket.Conn) {
@@ -371,6 +375,10 @@ func (w *world) servePlain(t *testing.T) int {
 		}
 		if r.URL.Path == "/stall" {
 			readBody(rw, r)
+			return
+		}
+		if r.URL.Path == "/answer" {
+			answerEarly(rw, r)
 			return
 		}
 		if r.URL.Path == "/stream" { // newline-delimited JSON of unknown length

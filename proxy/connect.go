@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -9,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -92,7 +92,7 @@ func withEarly(c net.Conn, early []byte) net.Conn {
 	if len(early) == 0 {
 		return c
 	}
-	return &earlyConn{Conn: c, r: io.MultiReader(bytes.NewReader(early), c)}
+	return &earlyConn{Conn: c, early: early}
 }
 
 // connectTarget reads a CONNECT's request-target as RFC 9110 spells it,
@@ -114,12 +114,24 @@ func connectTarget(target string) (req policies.Request, why string) {
 // Only the inspection loop, which reads through TLS anyway, sees it: an
 // opaque tunnel writes them ahead and keeps the bare connection, whose
 // relay reads the socket itself.
+// As any net.Conn, it may be read from several goroutines at once.
 type earlyConn struct {
 	net.Conn
-	r io.Reader
+	mu    sync.Mutex
+	early []byte
 }
 
-func (c *earlyConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+func (c *earlyConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	if len(c.early) > 0 {
+		n := copy(p, c.early)
+		c.early = c.early[n:]
+		c.mu.Unlock()
+		return n, nil
+	}
+	c.mu.Unlock()
+	return c.Conn.Read(p)
+}
 
 // CloseWrite lets linger shut the socket's write side.
 func (c *earlyConn) CloseWrite() error { return closeWrite(c.Conn) }

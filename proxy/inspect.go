@@ -284,8 +284,8 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 		defer watchClient(c, br, cancel, watchDelay)()
 	}
 	resp, err := p.transport.RoundTrip(out)
-	guard.stop()
 	if err != nil {
+		guard.stop() // the failed round trip waited for its reads
 		cont.final()
 		if cause := context.Cause(ctx); cause != nil {
 			err = cause
@@ -296,10 +296,15 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 		rdc.deny(policies.ReasonUpstreamError, err.Error())
 		return p.refuse(c, bw, req, rdc)
 	}
+	// The transport may still be sending the body (the upstream answered
+	// before its end): its reading ends before anything else reads the
+	// connection, the loop or the close after the last request.
+	defer guard.abandon(0)
 	// The upstream answered without asking for the body, which the client
 	// still holds: the connection cannot carry another request.
 	last := !cont.final()
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		guard.abandon(0)
 		if !websocket { // the request went without Upgrade: a switch nobody asked for
 			resp.Body.Close()
 			rdc.deny(policies.ReasonUpstreamError, unaskedSwitch)
@@ -311,6 +316,7 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 	}
 	if err := rdc.scrub.response(req, resp); err != nil {
 		resp.Body.Close()
+		guard.abandon(0)
 		rdc.deny(policies.ReasonUpstreamError, err.Error())
 		p.refuse(c, bw, req, rdc)
 		return false

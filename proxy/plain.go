@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/elazarl/goproxy"
@@ -19,12 +20,22 @@ func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Requ
 	dc := p.decidePlain(r)
 	if !p.admit(dc) { // on record before goproxy dials the upstream
 		p.record(dc, dc.status(), 0, 0)
+		lingerUnread(r)
 		return r, dc.denialResponse(r)
 	}
 	r, body, guard := p.forwardPlain(r, dc)
 	gctx.UserData = &plainState{dc: dc, body: body, guard: guard}
 	gctx.RoundTripper = p.sendPlain // not goproxy's own http.Transport
 	return r, nil
+}
+
+// lingerUnread bounds, to linger, the server's discard of a refused
+// request's unread body (up to 256 KiB, read before it answers): a client
+// that stalls its body must not hold its answer.
+func lingerUnread(r *http.Request) {
+	if r.Body != nil && r.Body != http.NoBody {
+		connFrom(r.Context()).conn.SetReadDeadline(time.Now().Add(refuseLinger))
+	}
 }
 
 // decidePlain decides an absolute-form request, SSRF guard and credential
@@ -122,12 +133,12 @@ func (p *Proxy) forwardPlain(r *http.Request, dc *decision) (*http.Request, *cou
 	body := &counter{r: r.Body}
 	var guard *bodyGuard
 	if r.Body != nil && r.Body != http.NoBody {
-		// The server's own body: its close reads a bounded rest.
+		// The transport's close of it does not close the server's body,
+		// which would read a rest of up to 256 KiB with no deadline: the
+		// server discards it after the handler, within linger
+		// (abandon).
 		guard = newBodyGuard(r.Body, connFrom(r.Context()).conn.SetReadDeadline, p.cfg.Limits.IdleTimeout)
-		body.r = struct {
-			io.Reader
-			io.Closer
-		}{guard, r.Body}
+		body.r = io.NopCloser(guard)
 		r.Body = body
 	}
 	return r, body, guard
@@ -202,6 +213,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 		dc.deny(policies.ReasonWebSocketInjects, unscrubbableFrames)
 	}
 	if !p.admit(dc) { // on record before the upstream is dialled
+		lingerUnread(r)
 		p.deny(w, r, dc, 0)
 		return
 	}
@@ -209,7 +221,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
 	resp, err := p.transport.RoundTrip(out)
-	guard.stop()
+	guard.abandon(refuseLinger) // before the server's discard, or the takeover's relay
 	if err != nil {
 		dc.deny(policies.ReasonUpstreamError, err.Error())
 		p.deny(w, r, dc, body.n())
@@ -266,7 +278,9 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 	if !ok {
 		return resp // a denial this proxy wrote itself: already recorded
 	}
-	st.guard.stop()
+	// The server discards what is left of the body before it answers:
+	// its transport's reading ends first, and the discard has linger.
+	st.guard.abandon(refuseLinger)
 	if resp == nil {
 		if badBody(st.dc, st.body) {
 			// The rest of the body cannot be told from a next request.

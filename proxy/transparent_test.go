@@ -608,3 +608,44 @@ func transparentServer(p *Proxy) func(net.Listener, Sandbox) error {
 func explicitServer(p *Proxy) func(net.Listener, Sandbox) error {
 	return egressServer(p, (*Egress).Serve)
 }
+
+// An upstream that answers before the request's body ends leaves the
+// transport reading the body while the proxy answers and closes: the
+// client reads the answer and goes. Both the transport's read and the
+// close's (linger) end without the proxy coming down, plain and TLS, and
+// it serves the next connection.
+func TestEarlyAnswerThenClientGoes(t *testing.T) {
+	fx := newTPFixture(t)
+	d := fx.dialer(t)
+	for _, tc := range []struct {
+		name string
+		dst  netip.Addr
+		host string
+	}{{"plain", tpWeb, "web.tp.test"}, {"tls", tpAPI, "api.tp.test"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 5 {
+				raw := d.dial(t, fmt.Sprintf("%s:%d", tc.dst, fx.port))
+				var c net.Conn = raw
+				if tc.name == "tls" {
+					c = tls.Client(raw, &tls.Config{ServerName: tc.host, RootCAs: fx.roots, NextProtos: []string{"http/1.1"}})
+				}
+				fmt.Fprintf(c, "GET /ok/x HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: 1000000\r\n\r\n0123456789", tc.host, fx.port)
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode != http.StatusOK || !resp.Close {
+					t.Fatalf("early answer %d, close %v; want 200 and the connection closed", resp.StatusCode, resp.Close)
+				}
+				raw.Close()
+			}
+			if tc.name == "plain" {
+				wantBody(t, httpGet(t, d.dial(t, fmt.Sprintf("%s:%d", tc.dst, fx.port)), fmt.Sprintf("%s:%d", tc.host, fx.port), "/ok/x"), http.StatusOK, tpUpstreamBody)
+			} else {
+				resp, _ := fx.httpsGet(t, d.dial(t, fmt.Sprintf("%s:%d", tc.dst, fx.port)), tc.host, []string{"http/1.1"}, "/ok/x")
+				wantBody(t, resp, http.StatusOK, tpUpstreamBody)
+			}
+		})
+	}
+}
