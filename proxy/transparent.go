@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime/debug"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -108,6 +109,15 @@ func checkConntrack(st *sandboxState) error { return st.conntrack.Check() }
 // one, an opaque tunnel, an inspected TLS tunnel, or plain HTTP requests
 // decided one by one.
 func (p *Proxy) serveTransparent(cc *clientConn) {
+	// A fault in one connection's serving ends that connection, as
+	// net/http's server ends a handler's (explicit proxy connections are
+	// served in its handlers), not the proxy every sandbox's egress goes
+	// through; the connection is closed by the deferred calls below.
+	defer func() {
+		if r := recover(); r != nil {
+			p.log.Error("transparent connection: panic serving it", "sandbox", cc.sb.ID, "remote", cc.remote.String(), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
 	defer cc.sb.active.Add(-1) // limitListener took the slot
 	client := cc.conn          // stallConn: a client that stops reading is cut
 	raw := rawConn(client)     // the socket, which an opaque tunnel relays

@@ -98,8 +98,10 @@ type tpFixture struct {
 	port  int
 	exe   string // the test binary, which every client process runs
 	audit *testutil.Buffer
-	roots *x509.CertPool // the airlock CA
-	upCA  *testca.CA
+	// errors holds what the proxy logged at level error.
+	errors *testutil.Buffer
+	roots  *x509.CertPool // the airlock CA
+	upCA   *testca.CA
 	// explicit is the explicit proxy's address, serving the same sandbox.
 	explicit string
 	sb       Sandbox
@@ -110,7 +112,7 @@ func newTPFixture(tb testing.TB) *tpFixture {
 	tb.Helper()
 	ctx := context.Background()
 	dir := tb.TempDir()
-	fx := &tpFixture{audit: &testutil.Buffer{}}
+	fx := &tpFixture{audit: &testutil.Buffer{}, errors: &testutil.Buffer{}}
 	exe, err := os.Executable()
 	if err != nil {
 		tb.Fatal(err)
@@ -173,7 +175,8 @@ func newTPFixture(tb testing.TB) *tpFixture {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	fx.p, err = New(Config{Decider: engine, CA: ca, Guard: guard, UpstreamRoots: fx.upCA.Pool, Audit: fx.audit, Logger: quiet})
+	errorLog := slog.New(slog.NewTextHandler(fx.errors, &slog.HandlerOptions{Level: slog.LevelError}))
+	fx.p, err = New(Config{Decider: engine, CA: ca, Guard: guard, UpstreamRoots: fx.upCA.Pool, Audit: fx.audit, Logger: errorLog})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -645,6 +648,9 @@ func TestEarlyAnswerThenClientGoes(t *testing.T) {
 			} else {
 				resp, _ := fx.httpsGet(t, d.dial(t, fmt.Sprintf("%s:%d", tc.dst, fx.port)), tc.host, []string{"http/1.1"}, "/ok/x")
 				wantBody(t, resp, http.StatusOK, tpUpstreamBody)
+			}
+			if logged := fx.errors.String(); strings.Contains(logged, "panic") {
+				t.Fatalf("the proxy panicked serving a connection:\n%s", logged)
 			}
 		})
 	}
