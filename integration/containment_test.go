@@ -261,3 +261,26 @@ func TestLaunchTerminalInterruptOnce(t *testing.T) {
 		t.Fatalf("one ^C: the command saw SIGINT %d times, launcher exit %d, output %q; want once, 0, and the command running to its end", n, exitCode(err), got)
 	}
 }
+
+// The sandbox has its own IPC namespace: a System V message queue of the
+// host's (or of another sandbox, all of which run as one uid by default)
+// is not there to read or write, a channel past every other boundary.
+func TestLaunchHasItsOwnIPC(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (IPC namespace)")
+	ipcmk := testutil.RequireTool(t, "ipcmk")
+	made, err := exec.Command(ipcmk, "-Q", "-p", "0666").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, id, _ := strings.Cut(strings.TrimSpace(string(made)), ": ")
+	t.Cleanup(func() { exec.Command("ipcrm", "-q", id).Run() })
+	out, err := exec.Command(airlockBin, "launch", "--net", "none", "--log-level", "error", "--",
+		"/bin/sh", "-c", "cat /proc/sysvipc/msg").CombinedOutput()
+	if err != nil {
+		t.Fatalf("launch: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 1 {
+		t.Errorf("the sandbox sees message queues (the host made %s):\n%s", id, out)
+	}
+}

@@ -143,13 +143,18 @@ try:
 except OSError as e:
     print("host resolver:", e.strerror)' ` + sock,
 	}, "; ")
-	out, err := exec.Command(airlockBin, "launch", "--preset", "permissive", "--log-level", "error", "--", "/bin/sh", "-c", script).CombinedOutput()
-	if err != nil {
-		t.Fatalf("airlock launch: %v\n%s", err, out)
-	}
-	for _, want := range []string{"nameserver 127.0.0.1", "hosts: files dns", "host resolver: No such file or directory"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("sandbox output lacks %q:\n%s", want, out)
+	// On the proxy network, and with none: a host daemon asked to resolve
+	// a name would carry it out of a sandbox that has no network.
+	for _, mode := range [][]string{{"--preset", "permissive"}, {"--net", "none"}} {
+		args := append(append([]string{"launch"}, mode...), "--log-level", "error", "--", "/bin/sh", "-c", script)
+		out, err := exec.Command(airlockBin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("airlock launch %v: %v\n%s", mode, err, out)
+		}
+		for _, want := range []string{"nameserver 127.0.0.1", "hosts: files dns", "host resolver: No such file or directory"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("launch %v: sandbox output lacks %q:\n%s", mode, want, out)
+			}
 		}
 	}
 	// Closed, the listener ends its Accept: whatever reached it has.

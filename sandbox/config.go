@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/moby/sys/capability"
@@ -201,19 +202,50 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// keptCaps parses capability names (CAP_NET_BIND_SERVICE or
-// net_bind_service).
-func keptCaps(names []string) ([]capability.Cap, error) {
-	byName := map[string]capability.Cap{}
+// keepable are the capabilities a sandbox may keep: none reaches past its
+// own processes and memory. Any other undoes one of its boundaries:
+// CAP_NET_ADMIN rewrites the egress table, CAP_SYS_ADMIN mounts and makes
+// namespaces, CAP_DAC_READ_SEARCH opens files by handle past Landlock's
+// paths, CAP_SETUID becomes another uid, CAP_SYS_RESOURCE lifts the
+// rlimits, CAP_SYS_PTRACE reaches into the init, and so on.
+var keepable = []capability.Cap{capability.CAP_NET_BIND_SERVICE, capability.CAP_KILL, capability.CAP_IPC_LOCK}
+
+// CheckKeepCap says why name (CAP_NET_BIND_SERVICE, net_bind_service) may
+// not be kept, or nil.
+func CheckKeepCap(name string) error {
+	_, err := keepCap(name)
+	return err
+}
+
+func keepCap(name string) (capability.Cap, error) {
+	k := strings.ToLower(strings.TrimPrefix(strings.ToUpper(name), "CAP_"))
 	for _, c := range capability.ListKnown() {
-		byName[c.String()] = c
+		if c.String() != k {
+			continue
+		}
+		if !slices.Contains(keepable, c) {
+			return 0, fmt.Errorf("capability %q would undo the sandbox's boundaries; those a sandbox may keep: %s", name, keepableNames())
+		}
+		return c, nil
 	}
+	return 0, fmt.Errorf("unknown capability %q", name)
+}
+
+func keepableNames() string {
+	names := make([]string, len(keepable))
+	for i, c := range keepable {
+		names[i] = "CAP_" + strings.ToUpper(c.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+// keptCaps reads --keep-caps.
+func keptCaps(names []string) ([]capability.Cap, error) {
 	var out []capability.Cap
 	for _, n := range names {
-		k := strings.ToLower(strings.TrimPrefix(strings.ToUpper(n), "CAP_"))
-		c, ok := byName[k]
-		if !ok {
-			return nil, fmt.Errorf("--keep-caps: unknown capability %q", n)
+		c, err := keepCap(n)
+		if err != nil {
+			return nil, fmt.Errorf("--keep-caps: %w", err)
 		}
 		out = append(out, c)
 	}

@@ -43,23 +43,29 @@ func runInit() {
 		{"mount /proc", mountProc},
 		{"join network namespace", joinNetNS},
 		// Every name is answered by the proxy, whatever server is asked
-		// (the redirect catches port 53); the sandbox's resolver asks its
-		// own loopback, so no query is even addressed outside it, and no
-		// host resolver is reachable by a Unix socket.
-		{"point DNS at the proxy", pointDNSAtProxy},
+		// (the redirect catches port 53), or by nothing at all (--net
+		// none); the sandbox's resolver asks its own loopback, so no query
+		// is even addressed outside it, and no host resolver is reachable
+		// by a Unix socket: asked to resolve, a host daemon would carry
+		// the name out of a sandbox that has no network.
+		{"keep DNS inside the sandbox", isolateDNS},
 	}
 	for _, s := range steps {
 		if err := s.run(c); err != nil {
 			fail(s.name, err)
 		}
 	}
-	child, err := startCommandStage(c)
+	// One *os.File for the status pipe, closed by its own Close: a second
+	// wrapper's finalizer would close the number again, later, whatever
+	// it is then.
+	status := os.NewFile(fdStatus, "status")
+	child, err := startCommandStage(c, status)
 	if err != nil {
 		fail("start the command stage", err)
 	}
 	// The command stage reports its own failures on the status pipe, and
 	// the pipe must close when its exec succeeds: this copy goes now.
-	unix.Close(fdStatus)
+	status.Close()
 	// From here the init is one of the sandbox's processes: no root, no
 	// capabilities, the same filter. A failure now cannot be reported as
 	// a step (the command may be running): it stops the sandbox.
@@ -77,14 +83,18 @@ func runInit() {
 func readConfig() (*Config, func(step string, err error)) {
 	fail := func(step string, err error) {
 		b, _ := json.Marshal(stepError{Step: step, Error: err.Error()})
-		os.NewFile(fdStatus, "status").Write(b)
+		unix.Write(fdStatus, b)
 		os.Exit(125)
 	}
 	var c Config
-	if err := json.NewDecoder(os.NewFile(fdConfig, "config")).Decode(&c); err != nil {
+	// Closed by its Close, not by number: its finalizer would close the
+	// number again once another file (statusFD) has it.
+	cf := os.NewFile(fdConfig, "config")
+	err := json.NewDecoder(cf).Decode(&c)
+	cf.Close()
+	if err != nil {
 		fail("read config", err)
 	}
-	unix.Close(fdConfig)
 	return &c, fail
 }
 
@@ -142,8 +152,12 @@ func joinNetNS(c *Config) error {
 	return unix.Close(fdNetNS)
 }
 
-// resolvConf is the sandbox's /etc/resolv.conf on the proxy network.
-const resolvConf = "# airlock: the proxy answers every name with a synthetic address and decides the connection\nnameserver 127.0.0.1\n"
+// resolvConf is the sandbox's /etc/resolv.conf: on the proxy network, and
+// with no network.
+var resolvConf = map[Net]string{
+	NetProxy: "# airlock: the proxy answers every name with a synthetic address and decides the connection\nnameserver 127.0.0.1\n",
+	NetNone:  "# airlock: no network: nothing answers names\nnameserver 127.0.0.1\n",
+}
 
 // resolverSockets are the directories of the host's resolvers that listen
 // on Unix sockets: glibc asks nscd's before anything else, nsswitch's
@@ -153,17 +167,24 @@ const resolvConf = "# airlock: the proxy answers every name with a synthetic add
 // them in the asking) past the proxy's answerer.
 var resolverSockets = []string{"/run/nscd", "/run/systemd/resolve", "/run/avahi-daemon", "/run/dbus", "/var/run/nscd", "/var/run/dbus"}
 
-// pointDNSAtProxy makes the proxy the sandbox's only resolver, in its
-// private mount namespace: resolv.conf names its own loopback (where the
-// redirect's answerer is; the redirect catches port 53 of any address
-// anyway), nsswitch.conf's hosts line is "files dns" (no module that
-// asks a host daemon), and the host resolvers' socket directories are
-// hidden under empty read-only tmpfs mounts.
-func pointDNSAtProxy(c *Config) error {
-	if c.Net != NetProxy {
+// isolateDNS makes the proxy the sandbox's only resolver (none at all
+// with no network), in its private mount namespace: resolv.conf names its
+// own loopback (where the redirect's answerer is; the redirect catches port
+// 53 of any address anyway), nsswitch.conf's hosts line is "files dns" (no
+// module that asks a host daemon), and the host resolvers' socket
+// directories are hidden under empty read-only tmpfs mounts. On the host
+// network the host's resolvers are the sandbox's.
+func isolateDNS(c *Config) error {
+	if c.Net == NetHost {
 		return nil
 	}
-	if err := bindFile("/etc/resolv.conf", resolvConf); err != nil {
+	// resolv.conf is often a link into a resolver's directory
+	// (systemd-resolved's stub-resolv.conf), which is hidden below: the
+	// sandbox's goes where the link leads.
+	conf, err := filepath.EvalSymlinks("/etc/resolv.conf")
+	if errors.Is(err, os.ErrNotExist) {
+		conf = ""
+	} else if err != nil {
 		return err
 	}
 	if raw, err := os.ReadFile("/etc/nsswitch.conf"); err == nil {
@@ -183,9 +204,38 @@ func pointDNSAtProxy(c *Config) error {
 			return err
 		}
 		hidden[real] = true
-		if err := unix.Mount("tmpfs", real, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555"); err != nil {
-			return &os.SyscallError{Syscall: "mount(tmpfs, " + real + ")", Err: err}
+		var files map[string]string
+		if rel, err := filepath.Rel(real, conf); conf != "" && err == nil && filepath.IsLocal(rel) {
+			files, conf = map[string]string{rel: resolvConf[c.Net]}, ""
 		}
+		if err := hideDir(real, files); err != nil {
+			return err
+		}
+	}
+	if conf == "" {
+		return nil
+	}
+	return bindFile(conf, resolvConf[c.Net])
+}
+
+// hideDir mounts an empty read-only tmpfs on dir, holding only files
+// (names relative to dir, and their content).
+func hideDir(dir string, files map[string]string) error {
+	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, "size=16k,mode=0555"); err != nil {
+		return &os.SyscallError{Syscall: "mount(tmpfs, " + dir + ")", Err: err}
+	}
+	for name, content := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o555); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, []byte(content), 0o444); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, ""); err != nil {
+		return &os.SyscallError{Syscall: "mount(" + dir + ", MS_REMOUNT|MS_RDONLY)", Err: err}
 	}
 	return nil
 }
@@ -244,9 +294,9 @@ func bindFile(target, content string) error {
 // startCommandStage re-executes this binary as the command stage, which
 // runs the per-process restrictions and execs the command. It is started
 // from this locked thread (in the sandbox's network namespace) and given
-// the config on a fresh pipe, the status pipe and the standard streams:
-// nothing else.
-func startCommandStage(c *Config) (int, error) {
+// the config on a fresh pipe, the status pipe (status) and the standard
+// streams: nothing else.
+func startCommandStage(c *Config, status *os.File) (int, error) {
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return 0, err
@@ -254,7 +304,7 @@ func startCommandStage(c *Config) (int, error) {
 	defer cfgR.Close()
 	attr := &os.ProcAttr{
 		Env:   []string{},
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, cfgR, os.NewFile(fdStatus, "status")},
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, cfgR, status},
 	}
 	args := []string{"airlock", Stage2Arg, modeCommand}
 	var p *os.Process

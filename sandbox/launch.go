@@ -97,8 +97,12 @@ func Start(c Config, net *Network) (*Process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Its own PID namespace: the init is PID 1, and when it exits
 		// the kernel kills whatever the command left behind. Its own
-		// mount namespace, for a /proc that shows only the sandbox.
-		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
+		// mount namespace, for a /proc that shows only the sandbox. Its
+		// own IPC namespace: System V and POSIX message queues, shared
+		// memory and semaphores are otherwise shared with the host and
+		// every other sandbox (one uid by default), past Landlock and
+		// the network.
+		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC,
 	}
 	if c.DieWithParent {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
@@ -127,7 +131,10 @@ func Start(c Config, net *Network) (*Process, error) {
 	err = json.NewEncoder(cfgW).Encode(c)
 	cfgW.Close()
 	if err != nil {
-		return nil, fmt.Errorf("send sandbox config: %w", err)
+		// The init closed its end: it is gone, or going.
+		p.proc.Kill()
+		<-p.done
+		return fail(fmt.Errorf("send sandbox config: %w", err))
 	}
 	// The status pipe closes without a word when exec succeeds (CLOEXEC);
 	// a setup failure writes which step failed.

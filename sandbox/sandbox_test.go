@@ -411,6 +411,30 @@ func TestValidateConnectPorts(t *testing.T) {
 	}
 }
 
+// A sandbox keeps only capabilities that reach no further than its own
+// processes and memory: one that would undo a boundary is refused, named.
+func TestValidateKeepCaps(t *testing.T) {
+	for _, tc := range []struct {
+		keep []string
+		want string // "" is valid
+	}{
+		{[]string{"CAP_NET_BIND_SERVICE", "kill", "cap_ipc_lock"}, ""},
+		{[]string{"CAP_NET_ADMIN"}, `capability "CAP_NET_ADMIN" would undo the sandbox's boundaries; those a sandbox may keep: CAP_NET_BIND_SERVICE, CAP_KILL, CAP_IPC_LOCK`},
+		{[]string{"sys_admin"}, `capability "sys_admin" would undo`},
+		{[]string{"CAP_DAC_READ_SEARCH"}, "would undo"},
+		{[]string{"CAP_SETUID"}, "would undo"},
+		{[]string{"CAP_FLY"}, `unknown capability "CAP_FLY"`},
+	} {
+		c := Defaults()
+		c.Command = []string{"/bin/true"}
+		c.Net, c.KeepCaps = NetNone, tc.keep
+		err := c.Validate()
+		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("Validate(keep %v) = %v; want %q", tc.keep, err, tc.want)
+		}
+	}
+}
+
 func TestLandlockHardRefusesWithoutKernelSupport(t *testing.T) {
 	c := base(t, "/bin/true")
 	c.LandlockABI = -1 // as on a kernel without Landlock

@@ -79,6 +79,7 @@ func TestErrors(t *testing.T) {
 		{"root by name", minimal + "    user: root\n", []string{`pod.yaml:7: services[0].user: "root": the sandbox never runs as root`}},
 		{"bad user", minimal + "    user: \"a b\"\n", []string{`pod.yaml:7: services[0].user: "a b": want UID[:GID] or a user name`}},
 		{"unknown cap", minimal + "    keep_caps: [CAP_NET_BIND_SERVICE, CAP_FLY]\n", []string{`pod.yaml:7: services[0].keep_caps[1]: unknown capability "CAP_FLY"`}},
+		{"widening cap", minimal + "    keep_caps: [CAP_NET_ADMIN]\n", []string{`pod.yaml:7: services[0].keep_caps[0]: capability "CAP_NET_ADMIN" would undo the sandbox's boundaries; those a sandbox may keep: CAP_NET_BIND_SERVICE, CAP_KILL, CAP_IPC_LOCK`}},
 		{"bad preset", strings.Replace(minimal, "preset: strict", "preset: no-such", 1), []string{`pod.yaml:6: services[0].preset: "no-such" is not a preset name`}},
 		{"bad env name", minimal + "    env: {\"A-B\": x}\n", []string{`pod.yaml:7: services[0].env.A-B: "A-B" is not an environment variable name`}},
 		{"env value list", minimal + "    env: {A: [x]}\n", []string{`pod.yaml:7: services[0].env.A: want a string, got a list`}},

@@ -12,7 +12,6 @@ import (
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
 	"github.com/airlock-sandbox/airlock/sandbox"
-	"github.com/moby/sys/capability"
 )
 
 // checks run in order over a decoded manifest, each small and about one
@@ -172,10 +171,9 @@ func checkServices(p *Pod, r *yamlobj.Report) {
 			}
 		}
 		checkUser(r, path+".user", s.User)
-		known := knownCaps()
 		for j, c := range s.KeepCaps {
-			if !known[strings.ToLower(strings.TrimPrefix(strings.ToUpper(c), "CAP_"))] {
-				r.At(yamlobj.Index(path+".keep_caps", j), "unknown capability %q", c)
+			if err := sandbox.CheckKeepCap(c); err != nil {
+				r.At(yamlobj.Index(path+".keep_caps", j), "%v", err)
 			}
 		}
 		if s.Preset != "" && !presetPattern.MatchString(s.Preset) {
@@ -215,14 +213,6 @@ func checkServices(p *Pod, r *yamlobj.Report) {
 			r.At(path+".pids_max", "%d: want a positive number of processes (leave it out for no limit)", s.PidsMax)
 		}
 	}
-}
-
-func knownCaps() map[string]bool {
-	known := map[string]bool{}
-	for _, c := range capability.ListKnown() {
-		known[c.String()] = true
-	}
-	return known
 }
 
 // checkUser reads UID[:GID] or NAME[:GROUP] as `airlock launch --user`
