@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 
@@ -10,36 +11,51 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
-// ServeEgress serves every way out of the proxy network n for sb on px
+// Egress is every way out of a proxy network n for a sandbox, on a proxy
 // (a sandbox's, a pod's, or the listeners of `airlock proxy` beside a
-// workload whose namespace someone else set up):
-// the explicit proxy's listener, the transparent listeners the redirect
-// leads every other TCP connection to, and the DNS answerer, whose
-// synthetic addresses the transparent listeners map back to names. It
-// returns when all of them have ended (px's Shutdown: each returns nil),
-// with the first error. failed is called at once with the first one to stop on its own:
-// a way out has gone, and the caller need not wait for the others to
-// learn it.
-func ServeEgress(px *proxy.Proxy, n *sandbox.Network, sb proxy.Sandbox, failed func(error)) error {
-	var pool *fakedns.Pool
+// workload whose namespace someone else set up): the explicit proxy's
+// listener, the transparent listeners the redirect leads every other TCP
+// connection to, and the DNS answerer, whose synthetic addresses the
+// transparent listeners map back to names. OpenEgress readies it, so that
+// a failure is the caller's to refuse to start on; Serve serves it.
+type Egress struct {
+	px   *proxy.Proxy
+	n    *sandbox.Network
+	sb   proxy.Sandbox
+	e    *proxy.Egress
+	pool *fakedns.Pool
+}
+
+// OpenEgress readies the egress of n for sb on px.
+func OpenEgress(px *proxy.Proxy, n *sandbox.Network, sb proxy.Sandbox) (*Egress, error) {
+	g := &Egress{px: px, n: n}
 	if len(n.DNSPackets)+len(n.DNSStreams) > 0 {
 		var err error
-		if pool, err = fakedns.NewPool(fakedns.PoolConfig{}); err != nil {
-			return err
+		if g.pool, err = fakedns.NewPool(fakedns.PoolConfig{}); err != nil {
+			return nil, fmt.Errorf("sandbox %s: DNS answerer: %w", sb.ID, err)
 		}
-		sb.Names = pool
+		sb.Names = g.pool
 	}
 	e, err := px.Open(sb)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("sandbox %s: %w", sb.ID, err)
 	}
-	defer e.Close()
-	serves := []func() error{func() error { return e.Serve(n.Listener) }}
-	if pool != nil {
-		serves = append(serves, func() error { return px.ServeDNS(sb, pool, n.DNSPackets, n.DNSStreams) })
+	g.e, g.sb = e, sb
+	return g, nil
+}
+
+// Serve serves the egress until all of its ways out have ended (px's
+// Shutdown: each returns nil), and returns the first error. failed is
+// called at once with the first one to stop on its own: a way out has
+// gone, and the caller need not wait for the others to learn it.
+func (g *Egress) Serve(failed func(error)) error {
+	defer g.e.Close()
+	serves := []func() error{func() error { return g.e.Serve(g.n.Listener) }}
+	if g.pool != nil {
+		serves = append(serves, func() error { return g.px.ServeDNS(g.sb, g.pool, g.n.DNSPackets, g.n.DNSStreams) })
 	}
-	for _, ln := range n.Transparent {
-		serves = append(serves, func() error { return e.ServeTransparent(ln) })
+	for _, ln := range g.n.Transparent {
+		serves = append(serves, func() error { return g.e.ServeTransparent(ln) })
 	}
 	var (
 		wg    sync.WaitGroup

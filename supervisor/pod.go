@@ -328,9 +328,15 @@ func (p *Pod) serveProxy(context.Context) error {
 	if p.hook != nil {
 		sb.Hook = p.hook
 	}
+	// Opened here, a failure fails the boot: the pod is not READY with a
+	// way out nothing serves.
+	eg, err := OpenEgress(p.proxy, p.network, sb)
+	if err != nil {
+		return err
+	}
 	p.served = make(chan error, 1)
 	go func() {
-		p.served <- ServeEgress(p.proxy, p.network, sb, func(err error) {
+		p.served <- eg.Serve(func(err error) {
 			if p.ctx.Err() != nil {
 				return
 			}

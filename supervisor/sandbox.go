@@ -198,9 +198,16 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 			sb.Hook = hook
 			s.closers = append(s.closers, func() { hook.Close() })
 		}
+		eg, err := OpenEgress(s.proxy, network, sb)
+		if err != nil {
+			// The command would run with no way out: it does not run.
+			s.Kill()
+			s.proc.Wait()
+			return nil, err
+		}
 		s.served = make(chan error, 1)
 		go func() {
-			s.served <- ServeEgress(s.proxy, network, sb, func(err error) {
+			s.served <- eg.Serve(func(err error) {
 				s.log.Error("the sandbox's proxy stopped serving: the command has no way out", "sandbox", s.ID, "err", err)
 			})
 		}()

@@ -216,7 +216,11 @@ func newProxyCmd() *cobra.Command {
 				Reachable: engine.Reachable(preset)}
 			failed := make(chan error, 1)
 			served := make(chan error, 1)
-			go func() { served <- supervisor.ServeEgress(p, n, sb, func(err error) { failed <- err }) }()
+			eg, err := supervisor.OpenEgress(p, n, sb)
+			if err != nil {
+				return err
+			}
+			go func() { served <- eg.Serve(func(err error) { failed <- err }) }()
 			fmt.Fprintf(cmd.ErrOrStderr(), "airlock proxy listening on %s (preset %s, policy %s)\n", ln.Addr(), preset, engine.Hash())
 			select {
 			case err := <-failed:
