@@ -20,8 +20,10 @@ type decision struct {
 	// addrs are the upstream addresses the SSRF guard checked: the only
 	// ones dialled for this decision.
 	addrs []netip.Addr
-	// badRequest: the request's framing cannot be trusted (malformed).
-	badRequest bool
+	// serverStatus is the status an HTTP server answers a request it
+	// cannot read itself (400: its framing cannot be trusted; 431: its
+	// header is too large); 0 for the reason's own.
+	serverStatus int
 	// scrub masks the injected secrets in the response; its count goes
 	// to the audit line as secret_scrubbed.
 	scrub *scrubber

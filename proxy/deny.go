@@ -60,8 +60,8 @@ func (dc *decision) hint() string { return dc.d.HintDetail(&dc.in, dc.detail) }
 // policies.Reasons, except 400 when the request's framing cannot be
 // trusted.
 func (dc *decision) status() int {
-	if dc.badRequest {
-		return http.StatusBadRequest
+	if dc.serverStatus != 0 {
+		return dc.serverStatus
 	}
 	return dc.d.Reason.Status()
 }

@@ -140,15 +140,24 @@ func badBody(dc *decision, body *counter) bool {
 		detail = stalled.Error()
 	}
 	dc.deny(policies.ReasonInvalidRequest, detail)
-	dc.badRequest = true
+	dc.serverStatus = http.StatusBadRequest
 	return true
 }
 
 // malformed is a refusal of a request whose framing cannot be trusted: a
 // 400, after which the connection is closed.
 func (p *Proxy) malformed(cc *clientConn, req policies.Request, detail string) *decision {
+	return p.unreadable(cc, req, http.StatusBadRequest, detail)
+}
+
+// unreadable is a refusal of a request the proxy cannot read, answered
+// with the status an HTTP server answers it (status), unless the
+// connection was refused before (its identity): that refusal stands.
+func (p *Proxy) unreadable(cc *clientConn, req policies.Request, status int, detail string) *decision {
 	dc := p.refused(cc, req, policies.ReasonInvalidRequest, detail)
-	dc.badRequest = true
+	if dc.d.Reason == policies.ReasonInvalidRequest {
+		dc.serverStatus = status
+	}
 	return dc
 }
 

@@ -122,7 +122,7 @@ func (p *Proxy) serveRequests(cc *clientConn, c net.Conn, t *tracked, dc *decisi
 				bad = p.malformed(cc, target, why)
 			}
 		case lim.N <= 0:
-			bad = p.refused(cc, target, policies.ReasonInvalidRequest, fmt.Sprintf("request header larger than %d bytes", p.cfg.Limits.MaxHeaderBytes))
+			bad = p.unreadable(cc, target, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("request header larger than %d bytes", p.cfg.Limits.MaxHeaderBytes))
 		case isTimeout(err):
 			// A header begun and not finished in time (slowloris): the
 			// connection is cut, and that is a refusal on record.
@@ -131,7 +131,7 @@ func (p *Proxy) serveRequests(cc *clientConn, c net.Conn, t *tracked, dc *decisi
 		case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
 			return
 		default:
-			bad = p.refused(cc, target, policies.ReasonInvalidRequest, "malformed request: "+unquoted(err))
+			bad = p.malformed(cc, target, "malformed request: "+unquoted(err))
 		}
 		if bad != nil {
 			resp := bad.denialResponse(nil)

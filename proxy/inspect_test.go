@@ -359,3 +359,27 @@ func TestStalledBodyEnds(t *testing.T) {
 		})
 	}
 }
+
+// A request in an inspected tunnel that the proxy cannot read is answered
+// as an HTTP server answers it, the reason invalid_request: a header over
+// the limit with 431, one that does not parse with 400.
+func TestUnreadableInnerRequests(t *testing.T) {
+	fx := newFuzzFixture(t)
+	for _, tc := range []struct {
+		name, request string
+		status        int
+	}{
+		{"header too large", "GET /repos/a HTTP/1.1\r\nHost: " + fuzzHost + "\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge},
+		{"unknown transfer coding", "POST /upload/x?mode=safe HTTP/1.1\r\nHost: " + fuzzHost + "\r\nTransfer-Encoding: gzip\r\n\r\n", http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, tlsc, done := fx.inspectedTunnel(t, 10*time.Second)
+			defer func() { client.Close(); <-done }()
+			go io.WriteString(tlsc, tc.request)
+			resp, d := denialOn(t, tlsc)
+			if resp.StatusCode != tc.status || d.Reason != string(policies.ReasonInvalidRequest) || !resp.Close {
+				t.Fatalf("answer %d %+v close=%v; want %d %s, and the connection closed", resp.StatusCode, d, resp.Close, tc.status, policies.ReasonInvalidRequest)
+			}
+		})
+	}
+}
