@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -122,14 +123,16 @@ func runCommandStage() {
 		}
 	}
 	step = "exec"
-	path, err := lookPath(c.Command[0], c.Env)
-	if err != nil {
-		fail(err)
-	}
+	// In the command's directory first: a relative name is looked up
+	// where it is then executed.
 	if c.Dir != "" {
 		if err := os.Chdir(c.Dir); err != nil {
 			fail(err)
 		}
+	}
+	path, err := lookPath(c.Command[0], c.Env)
+	if err != nil {
+		fail(err)
 	}
 	if pinned >= 0 {
 		fail(execPinned(c.Command, c.Env))
@@ -333,7 +336,10 @@ func closeFDs(*Config) error {
 	return nil
 }
 
-// lookPath resolves the command with the sandbox's own PATH.
+// lookPath resolves the command with the sandbox's own PATH. Only its
+// absolute entries count: an empty or relative one would find the command
+// in whatever directory the sandbox is in (Go's exec.LookPath refuses
+// such a result too).
 func lookPath(name string, env []string) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
@@ -341,6 +347,9 @@ func lookPath(name string, env []string) (string, error) {
 	for _, kv := range env {
 		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
 			for _, dir := range strings.Split(p, ":") {
+				if !filepath.IsAbs(dir) {
+					continue
+				}
 				cand := dir + "/" + name
 				if st, err := os.Stat(cand); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
 					return cand, nil

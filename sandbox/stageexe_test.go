@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -55,5 +56,31 @@ func TestSealedStage(t *testing.T) {
 	}
 	if !errors.Is(err, syscall.EPERM) {
 		t.Errorf("writing the sealed stage: %v, want EPERM", err)
+	}
+}
+
+// The command is looked up in the sandbox's PATH, its absolute entries
+// only: an empty or relative entry would find a file of the directory the
+// sandbox happens to be in.
+func TestLookPath(t *testing.T) {
+	dir := t.TempDir()
+	tool := filepath.Join(dir, "tool")
+	if err := os.WriteFile(tool, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	for _, tc := range []struct {
+		path, want string
+	}{
+		{"PATH=" + dir, tool},
+		{"PATH=/nonexistent:" + dir, tool},
+		{"PATH=", ""},
+		{"PATH=:/nonexistent", ""},
+		{"PATH=.", ""},
+	} {
+		got, err := lookPath("tool", []string{tc.path})
+		if got != tc.want || (err == nil) != (tc.want != "") {
+			t.Errorf("lookPath(tool, %s) = %q, %v; want %q", tc.path, got, err, tc.want)
+		}
 	}
 }
