@@ -1002,7 +1002,7 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 			t.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
-		if d := parseDenial(t, string(body)); resp.StatusCode != 403 || d.Reason != "invalid_request" || !resp.Close {
+		if d := parseDenial(t, string(body)); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || d.Reason != "invalid_request" || !resp.Close {
 			t.Fatalf("oversized header = %d close=%v %+v", resp.StatusCode, resp.Close, d)
 		}
 	})

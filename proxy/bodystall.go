@@ -22,10 +22,13 @@ type bodyGuard struct {
 	set func(time.Time) error
 	d   time.Duration
 
-	mu      sync.Mutex
-	until   time.Time // the deadline armed; zero when none is
-	done    bool
-	reading sync.WaitGroup // reads under way
+	mu        sync.Mutex
+	until     time.Time // the deadline armed; zero when none is
+	done      bool      // stopped (its end, a failed round trip) or abandoned
+	abandoned bool
+	reading   sync.WaitGroup // reads under way
+	// onEOF, when set, is called once the body has been read to its end.
+	onEOF func()
 }
 
 func newBodyGuard(r io.Reader, set func(time.Time) error, d time.Duration) *bodyGuard {
@@ -36,8 +39,11 @@ func newBodyGuard(r io.Reader, set func(time.Time) error, d time.Duration) *body
 var errBodyAbandoned = errors.New("request body abandoned: the request is over")
 
 func (g *bodyGuard) Read(b []byte) (int, error) {
-	if !g.begin() {
+	switch g.begin() {
+	case guardAbandoned:
 		return 0, errBodyAbandoned
+	case guardStopped: // at its end: the reader says so again
+		return g.r.Read(b)
 	}
 	n, err := g.r.Read(b)
 	g.reading.Done()
@@ -45,51 +51,96 @@ func (g *bodyGuard) Read(b []byte) (int, error) {
 	case err == io.EOF:
 		// Whatever reads the connection next (the next request, a
 		// server's background read) must not inherit the deadline.
-		g.stop()
+		if g.stop() && g.onEOF != nil {
+			g.onEOF()
+		}
 	case err != nil && isTimeout(err):
 		err = &bodyStalledError{d: g.d}
-		if g.abandoned() {
+		if g.wasAbandoned() {
 			err = errBodyAbandoned
 		}
 	}
 	return n, err
 }
 
-func (g *bodyGuard) abandoned() bool {
+func (g *bodyGuard) wasAbandoned() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.done
+	return g.abandoned
 }
 
+// A guard's state, as begin finds it.
+const (
+	guardActive = iota
+	guardStopped
+	guardAbandoned
+)
+
 // begin counts a read in and pushes the deadline d away, once less than
-// 7/8 of d is left rather than before every read. It reports false once
-// the guard has stopped.
-func (g *bodyGuard) begin() bool {
+// 7/8 of d is left rather than before every read, unless the guard has
+// stopped or been abandoned (then it says which).
+func (g *bodyGuard) begin() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.done {
-		return false
+	switch {
+	case g.abandoned:
+		return guardAbandoned
+	case g.done:
+		return guardStopped
 	}
 	g.reading.Add(1)
 	if now := time.Now(); g.until.Sub(now) < g.d-g.d/8 {
 		g.until = now.Add(g.d)
 		g.set(g.until)
 	}
-	return true
+	return guardActive
 }
 
 // stop clears the deadline and arms none again: the body was read to its
-// end, or its reader has returned (a failed round trip waits for it).
-func (g *bodyGuard) stop() {
+// end, or its reader has returned (a failed round trip waits for it). It
+// reports whether this call stopped it.
+func (g *bodyGuard) stop() bool {
 	if g == nil { // no body
-		return
+		return false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.done && !g.until.IsZero() {
+	if g.done {
+		return false
+	}
+	if !g.until.IsZero() {
 		g.set(time.Time{})
 	}
 	g.done = true
+	return true
+}
+
+// lateWatch is a watchClient begun from another goroutine (the
+// transport's, at a body's end), and ended by the request's own.
+type lateWatch struct {
+	mu    sync.Mutex
+	stop  func()
+	ended bool
+}
+
+// start begins the watch, unless the request has ended.
+func (w *lateWatch) start(begin func() (stop func())) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.ended {
+		w.stop = begin()
+	}
+}
+
+// end ends the watch, if it began, before the connection is read again.
+func (w *lateWatch) end() {
+	w.mu.Lock()
+	w.ended = true
+	stop := w.stop
+	w.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 }
 
 // abandon ends the reading of a body the proxy is done with, which the
@@ -103,7 +154,7 @@ func (g *bodyGuard) abandon(linger time.Duration) {
 	}
 	g.mu.Lock()
 	wasDone := g.done
-	g.done = true
+	g.done, g.abandoned = true, true
 	if !wasDone {
 		g.set(aLongTimeAgo)
 	}

@@ -68,6 +68,10 @@ type fuzzFixture struct {
 	// hangUp makes the upstream close each connection as soon as a
 	// request's header has arrived, answering nothing.
 	hangUp atomic.Bool
+	// released, when set, makes the upstream answer a request with a
+	// stream that says nothing more, held until the request is gone
+	// (its connection closed), then told here.
+	released chan struct{}
 
 	mu         sync.Mutex
 	violations []string
@@ -224,6 +228,14 @@ func (fx *fuzzFixture) upstream(w http.ResponseWriter, r *http.Request) {
 		fx.mu.Unlock()
 	}
 	io.Copy(io.Discard, r.Body)
+	if fx.released != nil {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		fx.released <- struct{}{}
+		return
+	}
 	io.WriteString(w, "ok")
 }
 

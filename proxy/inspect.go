@@ -280,8 +280,16 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 		body.r = io.NopCloser(guard)
 		out.Body = body
 	}
-	if out.Body == nil && !websocket {
+	switch {
+	case websocket:
+	case out.Body == nil:
 		defer watchClient(c, br, cancel, watchDelay)()
+	default:
+		// Watched once its body has all been read (a POST answered by a
+		// stream, as MCP's are): nothing reads the client after that.
+		w := &lateWatch{}
+		guard.onEOF = func() { w.start(func() func() { return watchClient(c, br, cancel, watchDelay) }) }
+		defer w.end()
 	}
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {

@@ -383,3 +383,24 @@ func TestUnreadableInnerRequests(t *testing.T) {
 		})
 	}
 }
+
+// A POST answered by a stream (as MCP's are) whose client goes while the
+// stream is quiet releases its upstream: the client is watched once the
+// body has all been read, as a bodiless request's is from the start.
+func TestClientGoneAfterItsBody(t *testing.T) {
+	fx := newFuzzFixture(t)
+	fx.released = make(chan struct{}, 1)
+	client, tc, done := fx.inspectedTunnel(t, 10*time.Second)
+	defer func() { <-done }()
+	fmt.Fprintf(tc, "POST /upload/x?mode=safe HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: 5\r\n\r\nhello", fuzzHost, fx.port)
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream answer: %v %v", resp, err)
+	}
+	client.Close()
+	select {
+	case <-fx.released:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the upstream's stream was still held 20s after its client went")
+	}
+}
