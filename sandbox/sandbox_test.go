@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -652,8 +653,14 @@ func TestDestroyKillsAndRemoves(t *testing.T) {
 			t.Cleanup(func() { destroyGroups("", "", []string{dir}) })
 			l := tc.leaf(dir)
 			// A shell that keeps forking: whatever it has started when
-			// the kill comes must die too.
-			sh := exec.Command("/bin/sh", "-c", "while :; do sleep 300 & done")
+			// the kill comes must die too. It forks only once it is in
+			// the group (a line on its stdin): a sleep forked before
+			// would outlive the test.
+			sh := exec.Command("/bin/sh", "-c", "read go; while :; do sleep 300 & done")
+			start, err := sh.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := sh.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -661,6 +668,7 @@ func TestDestroyKillsAndRemoves(t *testing.T) {
 				sh.Process.Kill()
 				t.Fatal(err)
 			}
+			io.WriteString(start, "go\n")
 			for len(procs(dir)) < 5 {
 				time.Sleep(10 * time.Millisecond)
 			}
