@@ -314,3 +314,33 @@ func TestStalledBodyTimeout(t *testing.T) {
 		})
 	}
 }
+
+// An upstream that answers a plain request before its body has all
+// arrived has its whole answer relayed, however long, while the client
+// is still sending, and the connection closes after it: what is left of
+// the body cannot be told from a next request.
+func TestPlainEarlyAnswerWhileTheBodyArrives(t *testing.T) {
+	w := newWorld(t)
+	c, err := net.Dial("tcp", w.proxy.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	host := fmt.Sprintf("plain.test:%d", w.plainPort)
+	const size = 64 << 10
+	fmt.Fprintf(c, "POST http://%s/answer?size=%d HTTP/1.1\r\nHost: %s\r\nContent-Length: 10240\r\n\r\n", host, size, host)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		c.Write(make([]byte, 10240))
+	}()
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || len(got) != size || err != nil || !resp.Close {
+		t.Fatalf("early answer = %d, %d of %d bytes (%v), close %v; want 200, all of it, and the connection closed", resp.StatusCode, len(got), size, err, resp.Close)
+	}
+	w.proxy.closed(t, func(a auditLine) bool { return a.Path == "/answer" && a.Status == 200 && a.Down == size })
+}

@@ -192,14 +192,19 @@ func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 }
 
 // answerEarly answers at once, reading none of the body (net/http's server
-// would read some of it first), and keeps the connection a while.
+// would read some of it first), and keeps the connection a while. Its
+// answer is "early", or ?size= bytes of it.
 func answerEarly(rw http.ResponseWriter, r *http.Request) {
 	conn, brw, err := http.NewResponseController(rw).Hijack()
 	if err != nil {
 		return
 	}
 	defer conn.Close()
-	brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly")
+	body := "early"
+	if n, err := strconv.Atoi(r.URL.Query().Get("size")); err == nil {
+		body = strings.Repeat("e", n)
+	}
+	fmt.Fprintf(brw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	brw.Flush()
 	time.Sleep(5 * time.Second)
 }

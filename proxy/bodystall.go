@@ -63,6 +63,17 @@ func (g *bodyGuard) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// pending reports whether the body may still be read: not at its end,
+// nor stopped or abandoned.
+func (g *bodyGuard) pending() bool {
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.done
+}
+
 func (g *bodyGuard) wasAbandoned() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -153,15 +164,13 @@ func (g *bodyGuard) abandon(linger time.Duration) {
 		return
 	}
 	g.mu.Lock()
-	wasDone := g.done
-	g.done, g.abandoned = true, true
-	if !wasDone {
-		g.set(aLongTimeAgo)
-	}
-	g.mu.Unlock()
-	if wasDone {
+	if g.done { // at its end, or stopped: nothing reads it
+		g.mu.Unlock()
 		return
 	}
+	g.done, g.abandoned = true, true
+	g.set(aLongTimeAgo)
+	g.mu.Unlock()
 	g.reading.Wait()
 	if linger > 0 {
 		g.set(time.Now().Add(linger))

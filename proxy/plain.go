@@ -20,8 +20,9 @@ func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Requ
 	dc := p.decidePlain(r)
 	if !p.admit(dc) { // on record before goproxy dials the upstream
 		p.record(dc, dc.status(), 0, 0)
-		lingerUnread(r)
-		return r, dc.denialResponse(r)
+		resp := dc.denialResponse(r)
+		closeUnread(r, resp.Header)
+		return r, resp
 	}
 	r, body, guard := p.forwardPlain(r, dc)
 	gctx.UserData = &plainState{dc: dc, body: body, guard: guard}
@@ -29,13 +30,18 @@ func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Requ
 	return r, nil
 }
 
-// lingerUnread bounds, to linger, the server's discard of a refused
-// request's unread body (up to 256 KiB, read before it answers): a client
-// that stalls its body must not hold its answer.
-func lingerUnread(r *http.Request) {
-	if r.Body != nil && r.Body != http.NoBody {
-		connFrom(r.Context()).conn.SetReadDeadline(time.Now().Add(refuseLinger))
+// closeUnread readies the answer to a request whose body may be left
+// unread (refused before it was read, or answered before its end): the
+// connection closes after the answer, so the server answers at once rather
+// than read up to 256 KiB of the body first, and what it reads of it then
+// is read within linger. A read deadline that fires on a connection the
+// server would keep would cancel every later request on it.
+func closeUnread(r *http.Request, h http.Header) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
 	}
+	h.Set("Connection", "close")
+	connFrom(r.Context()).conn.SetReadDeadline(time.Now().Add(refuseLinger))
 }
 
 // decidePlain decides an absolute-form request, SSRF guard and credential
@@ -213,7 +219,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 		dc.deny(policies.ReasonWebSocketInjects, unscrubbableFrames)
 	}
 	if !p.admit(dc) { // on record before the upstream is dialled
-		lingerUnread(r)
+		closeUnread(r, w.Header())
 		p.deny(w, r, dc, 0)
 		return
 	}
@@ -221,8 +227,11 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
 	resp, err := p.transport.RoundTrip(out)
-	guard.abandon(refuseLinger) // before the server's discard, or the takeover's relay
 	if err != nil {
+		guard.stop() // the failed round trip waited for its reads
+		if guard != nil && !body.eof.Load() {
+			closeUnread(r, w.Header())
+		}
 		dc.deny(policies.ReasonUpstreamError, err.Error())
 		p.deny(w, r, dc, body.n())
 		return
@@ -233,6 +242,10 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 		for k, v := range resp.Header {
 			w.Header()[k] = v
 		}
+		if guard.pending() { // answered before the body's end
+			w.Header().Set("Connection", "close")
+			defer guard.abandon(refuseLinger)
+		}
 		w.WriteHeader(resp.StatusCode)
 		down := &counter{r: resp.Body}
 		io.Copy(w, down)
@@ -242,6 +255,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 		abortIfTruncated(down)
 		return
 	}
+	guard.abandon(0) // the connection carries frames from now on
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		resp.Body.Close()
@@ -278,24 +292,26 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 	if !ok {
 		return resp // a denial this proxy wrote itself: already recorded
 	}
-	// The server discards what is left of the body before it answers:
-	// its transport's reading ends first, and the discard has linger.
-	st.guard.abandon(refuseLinger)
 	if resp == nil {
+		st.guard.stop() // the failed round trip waited for its reads
+		var resp *http.Response
 		if badBody(st.dc, st.body) {
 			// The rest of the body cannot be told from a next request.
-			p.record(st.dc, st.dc.status(), st.body.n(), 0)
-			resp := st.dc.denialResponse(gctx.Req)
+			resp = st.dc.denialResponse(gctx.Req)
 			resp.Header.Set("Connection", "close")
-			return resp
+		} else {
+			detail := "no response"
+			if gctx.Error != nil {
+				detail = gctx.Error.Error()
+			}
+			st.dc.deny(policies.ReasonUpstreamError, detail)
+			resp = st.dc.denialResponse(gctx.Req)
 		}
-		detail := "no response"
-		if gctx.Error != nil {
-			detail = gctx.Error.Error()
-		}
-		st.dc.deny(policies.ReasonUpstreamError, detail)
 		p.record(st.dc, st.dc.status(), st.body.n(), 0)
-		return st.dc.denialResponse(gctx.Req)
+		if st.guard != nil && !st.body.eof.Load() {
+			closeUnread(gctx.Req, resp.Header)
+		}
+		return resp
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The request went without Upgrade (hopByHop): a switch nobody
@@ -312,11 +328,22 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 		return st.dc.denialResponse(gctx.Req)
 	}
 	hopByHopResponse(resp.Header)
+	// Answered before the body's end, which the transport may still be
+	// reading: the connection closes after the answer (the server then
+	// writes it at once, reading nothing of the body first), and once
+	// the answer has been relayed the transport's reading ends.
+	pending := st.guard.pending()
+	if pending {
+		resp.Header.Set("Connection", "close")
+	}
 	down := &recordOnClose{counter: counter{r: resp.Body}}
 	down.done = func(n int64) {
 		noteTruncated(st.dc, &down.counter)
 		p.noteStalled(st.dc, connFrom(gctx.Req.Context()))
 		p.record(st.dc, resp.StatusCode, st.body.n(), n)
+		if pending {
+			st.guard.abandon(refuseLinger)
+		}
 	}
 	if sw, ok := gctx.Req.Context().Value(streamKey{}).(*streamWriter); ok {
 		sw.stream = resp.ContentLength < 0
