@@ -42,8 +42,14 @@ func (g *bodyGuard) Read(b []byte) (int, error) {
 	switch g.begin() {
 	case guardAbandoned:
 		return 0, errBodyAbandoned
-	case guardStopped: // at its end: the reader says so again
-		return g.r.Read(b)
+	case guardStopped:
+		// At its end (nothing reads a body stopped otherwise), which is
+		// said again without asking the reader: net/http's transport
+		// reads once more past Content-Length, and by then the server
+		// may have closed its request's body (it does, when it writes
+		// the answer): that read's error would cut the upstream
+		// connection, and the answer being relayed from it.
+		return 0, io.EOF
 	}
 	n, err := g.r.Read(b)
 	g.reading.Done()
