@@ -288,6 +288,15 @@ func TestStalledBodyTimeout(t *testing.T) {
 		}, 400, stalled},
 		{"plain denied", "plain.test", "/denied", plain(fmt.Sprintf("plain.test:%d", w.plainPort), "/denied"), 403, "is not allowed"},
 		{"plain answered early", "plain.test", "/answer", plain(fmt.Sprintf("plain.test:%d", w.plainPort), "/answer"), 200, ""},
+		// The client stops sending once answered: the answer, relayed
+		// past the idle time, is not cut.
+		{"plain answered early, slowly", "plain.test", "/answer", plain(fmt.Sprintf("plain.test:%d", w.plainPort), "/answer?size=30000&pause=1500ms"), 200, ""},
+		{"inspected answered early, slowly", "upload.test", "/early", func() net.Conn {
+			host := fmt.Sprintf("upload.test:%d", w.tlsPort)
+			tc := tls.Client(connectThrough(t, w.proxy.addr, host), &tls.Config{ServerName: "upload.test", RootCAs: poolOf(t, w.proxy.caFile)})
+			fmt.Fprintf(tc, head, "/early?size=30000&pause=1500ms", host)
+			return tc
+		}, 200, ""},
 		{"plain upstream refused", "closed.test", "/stall", plain("closed.test:1", "/stall"), 502, "could not be reached"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -298,9 +307,9 @@ func TestStalledBodyTimeout(t *testing.T) {
 			if err != nil {
 				t.Fatalf("no answer to a stalled body: %v", err)
 			}
-			body, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != tc.status || !resp.Close {
-				t.Fatalf("stalled body = %d %s (close %v); want %d, and the connection closed", resp.StatusCode, body, resp.Close, tc.status)
+			body, err := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.status || !resp.Close || err != nil {
+				t.Fatalf("stalled body = %d %.200s (close %v, %v); want %d, whole, and the connection closed", resp.StatusCode, body, resp.Close, err, tc.status)
 			}
 			if tc.hint == "" {
 				return
@@ -318,29 +327,66 @@ func TestStalledBodyTimeout(t *testing.T) {
 // An upstream that answers a plain request before its body has all
 // arrived has its whole answer relayed, however long, while the client
 // is still sending, and the connection closes after it: what is left of
-// the body cannot be told from a next request.
+// the body cannot be told from a next request. One that answers with a
+// switch nobody asked for is refused as promptly, whatever the body. And a
+// refused request whose body has arrived whole keeps its connection for
+// the next one.
 func TestPlainEarlyAnswerWhileTheBodyArrives(t *testing.T) {
 	w := newWorld(t)
-	c, err := net.Dial("tcp", w.proxy.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	host := fmt.Sprintf("plain.test:%d", w.plainPort)
-	const size = 64 << 10
-	fmt.Fprintf(c, "POST http://%s/answer?size=%d HTTP/1.1\r\nHost: %s\r\nContent-Length: 10240\r\n\r\n", host, size, host)
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		c.Write(make([]byte, 10240))
-	}()
-	c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatal(err)
+	dial := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", w.proxy.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		return c, bufio.NewReader(c)
 	}
-	got, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 || len(got) != size || err != nil || !resp.Close {
-		t.Fatalf("early answer = %d, %d of %d bytes (%v), close %v; want 200, all of it, and the connection closed", resp.StatusCode, len(got), size, err, resp.Close)
-	}
-	w.proxy.closed(t, func(a auditLine) bool { return a.Path == "/answer" && a.Status == 200 && a.Down == size })
+
+	t.Run("answered early", func(t *testing.T) {
+		c, br := dial()
+		const size = 64 << 10
+		fmt.Fprintf(c, "POST http://%s/answer?size=%d HTTP/1.1\r\nHost: %s\r\nContent-Length: 10240\r\n\r\n", host, size, host)
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			c.Write(make([]byte, 10240))
+		}()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || len(got) != size || err != nil || !resp.Close {
+			t.Fatalf("early answer = %d, %d of %d bytes (%v), close %v; want 200, all of it, and the connection closed", resp.StatusCode, len(got), size, err, resp.Close)
+		}
+		w.proxy.closed(t, func(a auditLine) bool { return a.Path == "/answer" && a.Status == 200 && a.Down == size })
+	})
+
+	t.Run("unasked switch", func(t *testing.T) {
+		c, br := dial()
+		fmt.Fprintf(c, "POST http://%s/answer?switch HTTP/1.1\r\nHost: %s\r\nContent-Length: 10240\r\n\r\nsome", host, host)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("no answer to a switch nobody asked for, the body pending (the idle timeout is 2m): %v", err)
+		}
+		if resp.StatusCode != http.StatusBadGateway || !resp.Close {
+			t.Fatalf("unasked switch = %d close %v; want 502 and the connection closed", resp.StatusCode, resp.Close)
+		}
+	})
+
+	t.Run("refused, body whole", func(t *testing.T) {
+		c, br := dial()
+		for i := range 2 {
+			fmt.Fprintf(c, "POST http://%s/denied HTTP/1.1\r\nHost: %s\r\nContent-Length: 5\r\n\r\nhello", host, host)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("refusal %d on one connection: %v", i+1, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode != http.StatusForbidden || resp.Close {
+				t.Fatalf("refusal %d = %d close %v; want 403, the connection kept", i+1, resp.StatusCode, resp.Close)
+			}
+		}
+	})
 }

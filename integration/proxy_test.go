@@ -193,18 +193,30 @@ func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 
 // answerEarly answers at once, reading none of the body (net/http's server
 // would read some of it first), and keeps the connection a while. Its
-// answer is "early", or ?size= bytes of it.
+// answer is "early", or ?size= bytes of it, the second half sent ?pause=
+// after the first; or, with ?switch, a 101 nobody asked for.
 func answerEarly(rw http.ResponseWriter, r *http.Request) {
 	conn, brw, err := http.NewResponseController(rw).Hijack()
 	if err != nil {
 		return
 	}
 	defer conn.Close()
+	q := r.URL.Query()
+	if q.Has("switch") {
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
+		brw.Flush()
+		time.Sleep(5 * time.Second)
+		return
+	}
 	body := "early"
-	if n, err := strconv.Atoi(r.URL.Query().Get("size")); err == nil {
+	if n, err := strconv.Atoi(q.Get("size")); err == nil {
 		body = strings.Repeat("e", n)
 	}
-	fmt.Fprintf(brw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	pause, _ := time.ParseDuration(q.Get("pause"))
+	fmt.Fprintf(brw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:len(body)/2])
+	brw.Flush()
+	time.Sleep(pause)
+	brw.WriteString(body[len(body)/2:])
 	brw.Flush()
 	time.Sleep(5 * time.Second)
 }

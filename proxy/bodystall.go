@@ -26,7 +26,13 @@ type bodyGuard struct {
 	until     time.Time // the deadline armed; zero when none is
 	done      bool      // stopped (its end, a failed round trip) or abandoned
 	abandoned bool
-	reading   sync.WaitGroup // reads under way
+	// answered: the upstream has answered before the body's end; the
+	// reading goes on, with no deadline, until abandon after the answer
+	// has been relayed (a client that stops sending then, as curl does
+	// on an early refusal, must not cut the answer it is reading).
+	answered bool
+	atEnd    bool           // read to its end
+	reading  sync.WaitGroup // reads under way
 	// onEOF, when set, is called once the body has been read to its end.
 	onEOF func()
 }
@@ -57,6 +63,9 @@ func (g *bodyGuard) Read(b []byte) (int, error) {
 	case err == io.EOF:
 		// Whatever reads the connection next (the next request, a
 		// server's background read) must not inherit the deadline.
+		g.mu.Lock()
+		g.atEnd = true
+		g.mu.Unlock()
 		if g.stop() && g.onEOF != nil {
 			g.onEOF()
 		}
@@ -69,15 +78,38 @@ func (g *bodyGuard) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// pending reports whether the body may still be read: not at its end,
-// nor stopped or abandoned.
-func (g *bodyGuard) pending() bool {
+// answer marks the upstream's answer arrived before the body's end, and
+// reports whether it did (the body still pending): from now on no deadline
+// is armed, and the one armed is cleared; abandon ends the reading.
+func (g *bodyGuard) answer() bool {
 	if g == nil {
 		return false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return !g.done
+	if g.done {
+		return false
+	}
+	g.answered = true
+	if !g.until.IsZero() {
+		g.until = time.Time{}
+		g.set(time.Time{})
+	}
+	return true
+}
+
+// unread is the body's reader when what is left of it is the caller's to
+// read (the transport stopped before its end), else nil.
+func (g *bodyGuard) unread() io.Reader {
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.abandoned || !g.done || g.atEnd {
+		return nil
+	}
+	return g.r
 }
 
 func (g *bodyGuard) wasAbandoned() bool {
@@ -106,6 +138,9 @@ func (g *bodyGuard) begin() int {
 		return guardStopped
 	}
 	g.reading.Add(1)
+	if g.answered {
+		return guardActive
+	}
 	if now := time.Now(); g.until.Sub(now) < g.d-g.d/8 {
 		g.until = now.Add(g.d)
 		g.set(g.until)

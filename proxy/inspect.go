@@ -308,6 +308,9 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 	// before its end): its reading ends before anything else reads the
 	// connection, the loop or the close after the last request.
 	defer guard.abandon(0)
+	// A client that stops sending its body once answered must not cut
+	// the answer it is reading: no deadline until then.
+	guard.answer()
 	// The upstream answered without asking for the body, which the client
 	// still holds: the connection cannot carry another request.
 	last := !cont.final()

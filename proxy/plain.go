@@ -21,7 +21,7 @@ func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Requ
 	if !p.admit(dc) { // on record before goproxy dials the upstream
 		p.record(dc, dc.status(), 0, 0)
 		resp := dc.denialResponse(r)
-		closeUnread(r, resp.Header)
+		drainRefused(r, r.Body, resp.Header)
 		return r, resp
 	}
 	r, body, guard := p.forwardPlain(r, dc)
@@ -30,18 +30,27 @@ func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Requ
 	return r, nil
 }
 
-// closeUnread readies the answer to a request whose body may be left
-// unread (refused before it was read, or answered before its end): the
-// connection closes after the answer, so the server answers at once rather
-// than read up to 256 KiB of the body first, and what it reads of it then
-// is read within linger. A read deadline that fires on a connection the
-// server would keep would cancel every later request on it.
-func closeUnread(r *http.Request, h http.Header) {
-	if r.Body == nil || r.Body == http.NoBody {
+// drainRefused reads what is left of a refused request's body (body: the
+// server's own), within linger and up to maxRefusedBody, so that its
+// connection can carry the next request, as refuse does inside a tunnel.
+// A body not read to its end by then closes the connection after the
+// answer (h its header), which the server then writes at once, reading
+// none of it. A body the client waits to be asked for (Expect:
+// 100-continue) is not asked for: the server closes after the answer.
+func drainRefused(r *http.Request, body io.Reader, h http.Header) {
+	if body == nil || body == http.NoBody || expectsContinue(r) {
+		return
+	}
+	c := connFrom(r.Context()).conn
+	c.SetReadDeadline(time.Now().Add(refuseLinger))
+	if _, err := io.CopyN(io.Discard, body, maxRefusedBody+1); err == io.EOF {
+		// Read whole in time: the deadline goes before it can fire
+		// on the server's next read (its background read, the next
+		// request), which would cancel every later request.
+		c.SetReadDeadline(time.Time{})
 		return
 	}
 	h.Set("Connection", "close")
-	connFrom(r.Context()).conn.SetReadDeadline(time.Now().Add(refuseLinger))
 }
 
 // decidePlain decides an absolute-form request, SSRF guard and credential
@@ -219,7 +228,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 		dc.deny(policies.ReasonWebSocketInjects, unscrubbableFrames)
 	}
 	if !p.admit(dc) { // on record before the upstream is dialled
-		closeUnread(r, w.Header())
+		drainRefused(r, r.Body, w.Header())
 		p.deny(w, r, dc, 0)
 		return
 	}
@@ -229,9 +238,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
 		guard.stop() // the failed round trip waited for its reads
-		if guard != nil && !body.eof.Load() {
-			closeUnread(r, w.Header())
-		}
+		drainRefused(r, guard.unread(), w.Header())
 		dc.deny(policies.ReasonUpstreamError, err.Error())
 		p.deny(w, r, dc, body.n())
 		return
@@ -242,7 +249,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 		for k, v := range resp.Header {
 			w.Header()[k] = v
 		}
-		if guard.pending() { // answered before the body's end
+		if guard.answer() { // answered before the body's end
 			w.Header().Set("Connection", "close")
 			defer guard.abandon(refuseLinger)
 		}
@@ -308,31 +315,37 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 			resp = st.dc.denialResponse(gctx.Req)
 		}
 		p.record(st.dc, st.dc.status(), st.body.n(), 0)
-		if st.guard != nil && !st.body.eof.Load() {
-			closeUnread(gctx.Req, resp.Header)
-		}
+		drainRefused(gctx.Req, st.guard.unread(), resp.Header)
 		return resp
+	}
+	// Answered before the body's end, which the transport may still be
+	// reading: the connection closes after the answer (the server then
+	// writes it at once, reading nothing of the body first), and once
+	// the answer has been relayed, or refused, the transport's reading
+	// ends.
+	pending := st.guard.answer()
+	refuse := func(detail string) *http.Response {
+		resp.Body.Close()
+		if pending {
+			st.guard.abandon(refuseLinger)
+		}
+		st.dc.deny(policies.ReasonUpstreamError, detail)
+		p.record(st.dc, st.dc.status(), st.body.n(), 0)
+		refusal := st.dc.denialResponse(gctx.Req)
+		if pending {
+			refusal.Header.Set("Connection", "close")
+		}
+		return refusal
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The request went without Upgrade (hopByHop): a switch nobody
 		// asked for is not relayed.
-		resp.Body.Close()
-		st.dc.deny(policies.ReasonUpstreamError, unaskedSwitch)
-		p.record(st.dc, st.dc.status(), st.body.n(), 0)
-		return st.dc.denialResponse(gctx.Req)
+		return refuse(unaskedSwitch)
 	}
 	if err := st.dc.scrub.response(gctx.Req, resp); err != nil {
-		resp.Body.Close()
-		st.dc.deny(policies.ReasonUpstreamError, err.Error())
-		p.record(st.dc, st.dc.status(), st.body.n(), 0)
-		return st.dc.denialResponse(gctx.Req)
+		return refuse(err.Error())
 	}
 	hopByHopResponse(resp.Header)
-	// Answered before the body's end, which the transport may still be
-	// reading: the connection closes after the answer (the server then
-	// writes it at once, reading nothing of the body first), and once
-	// the answer has been relayed the transport's reading ends.
-	pending := st.guard.pending()
 	if pending {
 		resp.Header.Set("Connection", "close")
 	}
