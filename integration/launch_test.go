@@ -163,3 +163,46 @@ except OSError as e:
 		t.Error("the sandbox reached a host resolver's Unix socket")
 	}
 }
+
+// Where resolv.conf is a link into a resolver's socket directory (as
+// systemd-resolved's stub-resolv.conf is), which the sandbox hides, the
+// sandbox's own resolv.conf is found where the link leads. Staged in a
+// mount namespace of the test's own: a tmpfs /run with such a directory,
+// and an /etc whose resolv.conf links into it.
+func TestLaunchResolvConfLinkedIntoAHiddenDirectory(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (mount namespace)")
+	unshare := testutil.RequireTool(t, "unshare")
+	etc := t.TempDir()
+	for _, name := range []string{"passwd", "group", "nsswitch.conf"} {
+		raw, err := os.ReadFile(filepath.Join("/etc", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(etc, name), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/run/systemd/resolve/stub-resolv.conf", filepath.Join(etc, "resolv.conf")); err != nil {
+		t.Fatal(err)
+	}
+	stage := strings.Join([]string{
+		"mount -t tmpfs tmpfs /run",
+		"mkdir -p /run/systemd/resolve",
+		"echo 'nameserver 10.53.53.53' > /run/systemd/resolve/stub-resolv.conf",
+		"touch /run/systemd/resolve/io.systemd.Resolve",
+		`mount --bind "$0" /etc`,
+		`exec "$@"`,
+	}, " && ")
+	script := "cat /etc/resolv.conf; [ -e /run/systemd/resolve/io.systemd.Resolve ] && echo io.systemd.Resolve; true"
+	out, err := exec.Command(unshare, "-m", "--propagation", "private", "sh", "-c", stage, etc,
+		airlockBin, "launch", "--net", "none", "--user", "61000", "--log-level", "error", "--", "/bin/sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("launch: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "nameserver 127.0.0.1") || strings.Contains(string(out), "10.53.53.53") {
+		t.Errorf("the sandbox's resolv.conf, through the link:\n%s\nwant the sandbox's own (nameserver 127.0.0.1), not the host's", out)
+	}
+	if strings.Contains(string(out), "io.systemd.Resolve") {
+		t.Errorf("the resolver's socket directory is not hidden:\n%s", out)
+	}
+}

@@ -206,7 +206,9 @@ func isolateDNS(c *Config) error {
 		hidden[real] = true
 		var files map[string]string
 		if rel, err := filepath.Rel(real, conf); conf != "" && err == nil && filepath.IsLocal(rel) {
-			files, conf = map[string]string{rel: resolvConf[c.Net]}, ""
+			// Readable where it is, as /etc's own would be: Landlock
+			// checks the file the link leads to.
+			files, c.RO, conf = map[string]string{rel: resolvConf[c.Net]}, append(c.RO, conf), ""
 		}
 		if err := hideDir(real, files); err != nil {
 			return err
