@@ -157,16 +157,7 @@ func (tw *tpWorld) serveResolver(t *testing.T, addr string) {
 			tw.resolverHits.Add(1)
 		}
 	}()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			tw.resolverHits.Add(1)
-			c.Close()
-		}
-	}()
+	testutil.ServeConns(ln, func(net.Conn) { tw.resolverHits.Add(1) })
 	tw.resolvConf = filepath.Join(tw.open, "resolv.conf")
 	os.WriteFile(tw.resolvConf, []byte("nameserver "+addr+"\n"), 0o644)
 }

@@ -523,11 +523,7 @@ func (p *Proxy) refuse(c net.Conn, bw *bufio.Writer, req *http.Request, dc *deci
 	// instead.
 	framed := req.Body == nil || req.Body == http.NoBody
 	if !framed && !pending {
-		// A client that stalls its body must not hold the answer, or
-		// this goroutine, for longer.
-		c.SetReadDeadline(time.Now().Add(refuseLinger))
-		_, err := io.CopyN(io.Discard, req.Body, maxRefusedBody+1)
-		framed = err == io.EOF
+		framed = drainWithin(c.SetReadDeadline, req.Body)
 	}
 	resp := dc.denialResponse(req)
 	resp.Close = req.Close || !framed
@@ -539,6 +535,21 @@ func (p *Proxy) refuse(c net.Conn, bw *bufio.Writer, req *http.Request, dc *deci
 // maxRefusedBody is the most of a refused request's body read to keep its
 // connection.
 const maxRefusedBody = 1 << 20
+
+// drainWithin reads what is left of a refused request's body, up to
+// maxRefusedBody and within refuseLinger (set: its connection's read
+// deadline), and reports whether it came to its end: only then may the
+// connection carry another request. A client that stalls its body holds
+// the answer no longer. The deadline is cleared then, before it can fire
+// on the connection's next read.
+func drainWithin(set func(time.Time) error, body io.Reader) bool {
+	set(time.Now().Add(refuseLinger))
+	if _, err := io.CopyN(io.Discard, body, maxRefusedBody+1); err != io.EOF {
+		return false
+	}
+	set(time.Time{})
+	return true
+}
 
 // upgrade completes a protocol switch (WebSocket): the 101 goes to the
 // client, then frames are relayed untouched in both directions until

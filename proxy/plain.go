@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/elazarl/goproxy"
@@ -30,27 +29,22 @@ func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Requ
 	return r, nil
 }
 
-// drainRefused reads what is left of a refused request's body (body: the
-// server's own), within linger and up to maxRefusedBody, so that its
-// connection can carry the next request, as refuse does inside a tunnel.
-// A body not read to its end by then closes the connection after the
-// answer (h its header), which the server then writes at once, reading
-// none of it. A body the client waits to be asked for (Expect:
-// 100-continue) is not asked for: the server closes after the answer.
+// drainRefused drains what is left of a refused request's body (body: the
+// server's own) as refuse does inside a tunnel (drainWithin), so that its
+// connection can carry the next request: a deadline that fired on the
+// server's next read (its background read, the next request) would cancel
+// every later request on it. A body not read to its end closes the
+// connection after the answer (h its header), which the server then
+// writes at once, reading none of it. A body the client waits to be asked
+// for (Expect: 100-continue) is not asked for: the server closes after the
+// answer.
 func drainRefused(r *http.Request, body io.Reader, h http.Header) {
 	if body == nil || body == http.NoBody || expectsContinue(r) {
 		return
 	}
-	c := connFrom(r.Context()).conn
-	c.SetReadDeadline(time.Now().Add(refuseLinger))
-	if _, err := io.CopyN(io.Discard, body, maxRefusedBody+1); err == io.EOF {
-		// Read whole in time: the deadline goes before it can fire
-		// on the server's next read (its background read, the next
-		// request), which would cancel every later request.
-		c.SetReadDeadline(time.Time{})
-		return
+	if !drainWithin(connFrom(r.Context()).conn.SetReadDeadline, body) {
+		h.Set("Connection", "close")
 	}
-	h.Set("Connection", "close")
 }
 
 // decidePlain decides an absolute-form request, SSRF guard and credential
@@ -324,7 +318,7 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 	// the answer has been relayed, or refused, the transport's reading
 	// ends.
 	pending := st.guard.answer()
-	refuse := func(detail string) *http.Response {
+	refuseAnswer := func(detail string) *http.Response {
 		resp.Body.Close()
 		if pending {
 			st.guard.abandon(refuseLinger)
@@ -340,10 +334,10 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The request went without Upgrade (hopByHop): a switch nobody
 		// asked for is not relayed.
-		return refuse(unaskedSwitch)
+		return refuseAnswer(unaskedSwitch)
 	}
 	if err := st.dc.scrub.response(gctx.Req, resp); err != nil {
-		return refuse(err.Error())
+		return refuseAnswer(err.Error())
 	}
 	hopByHopResponse(resp.Header)
 	if pending {

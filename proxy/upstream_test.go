@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testca"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // rawOrigin is an HTTP/1.1 origin on loopback whose every connection is
@@ -35,25 +36,17 @@ func newRawOrigin(t *testing.T, serve func(n int, c net.Conn, req *http.Request)
 	}
 	o := &rawOrigin{addr: ln.Addr().String(), closed: make(chan struct{}, 16)}
 	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+	testutil.ServeConns(ln, func(c net.Conn) {
+		o.conns.Add(1)
+		defer func() { c.Close(); o.closed <- struct{}{} }()
+		br := bufio.NewReader(c)
+		for n := 0; ; n++ {
+			req, err := http.ReadRequest(br)
+			if err != nil || !serve(n, c, req) {
 				return
 			}
-			o.conns.Add(1)
-			go func() {
-				defer func() { c.Close(); o.closed <- struct{}{} }()
-				br := bufio.NewReader(c)
-				for n := 0; ; n++ {
-					req, err := http.ReadRequest(br)
-					if err != nil || !serve(n, c, req) {
-						return
-					}
-				}
-			}()
 		}
-	}()
+	})
 	return o
 }
 
@@ -381,37 +374,28 @@ func TestUpstreamTransportDropsATLSConnectionThatSpoke(t *testing.T) {
 	}
 	defer ln.Close()
 	var conns atomic.Int32
-	go func() {
+	testutil.ServeConns(ln, func(c net.Conn) {
+		n := conns.Add(1)
+		// Writes held until flush: the answer and the stray bytes are
+		// two records in one segment.
+		raw := &heldConn{Conn: c}
+		tc := tls.Server(raw, srvCfg)
+		if err := tc.Handshake(); err != nil {
+			return
+		}
+		raw.hold = true
+		br := bufio.NewReader(tc)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if _, err := http.ReadRequest(br); err != nil {
 				return
 			}
-			n := conns.Add(1)
-			go func() {
-				defer c.Close()
-				// Writes held until flush: the answer and the stray bytes
-				// are two records in one segment.
-				raw := &heldConn{Conn: c}
-				tc := tls.Server(raw, srvCfg)
-				if err := tc.Handshake(); err != nil {
-					return
-				}
-				raw.hold = true
-				br := bufio.NewReader(tc)
-				for {
-					if _, err := http.ReadRequest(br); err != nil {
-						return
-					}
-					io.WriteString(tc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-					if n == 1 {
-						io.WriteString(tc, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
-					}
-					raw.flush()
-				}
-			}()
+			io.WriteString(tc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			if n == 1 {
+				io.WriteString(tc, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
+			}
+			raw.flush()
 		}
-	}()
+	})
 	tr := newUpstreamTransport(&http.Transport{
 		DialContext:           (&net.Dialer{}).DialContext,
 		TLSClientConfig:       &tls.Config{RootCAs: ca.Pool},

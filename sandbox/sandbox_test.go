@@ -246,15 +246,7 @@ func TestEscapesFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testutil.ServeConns(ln, func(net.Conn) {})
 	// Readable by uid 998 as far as file modes go: only Landlock stops it.
 	secret := filepath.Join(openDir(t), "secret")
 	os.WriteFile(secret, []byte("s"), 0o644)

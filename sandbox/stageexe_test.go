@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,9 +16,9 @@ import (
 // change once sealed, through a read-only, close-on-exec descriptor, and
 // runs whatever numbers the launcher's descriptors have.
 func TestSealedStage(t *testing.T) {
-	bin, err := os.ReadFile("/bin/true")
+	bin, err := os.ReadFile(testutil.RequireTool(t, "true"))
 	if err != nil {
-		t.Skipf("no /bin/true to seal: %v", err)
+		t.Fatal(err)
 	}
 	f, err := sealedStage(bin)
 	if err != nil {
