@@ -111,23 +111,7 @@ func (t *upstreamTransport) CloseIdleConnections() {
 // least likely to have been closed by the upstream's idle timeout), or a
 // new one.
 func (t *upstreamTransport) get(ctx context.Context, key string, req *http.Request) (kc *keptConn, reused bool, err error) {
-	for {
-		kc = nil
-		t.mu.Lock()
-		if conns := t.idle[key]; len(conns) > 0 {
-			kc = conns[len(conns)-1]
-			conns[len(conns)-1] = nil
-			if len(conns) == 1 {
-				delete(t.idle, key)
-			} else {
-				t.idle[key] = conns[:len(conns)-1]
-			}
-			t.nidle--
-		}
-		t.mu.Unlock()
-		if kc == nil {
-			break
-		}
+	for kc = t.pop(key); kc != nil; kc = t.pop(key) {
 		kc.idleTimer.Stop()
 		if !kc.spoke() {
 			return kc, true, nil
@@ -136,6 +120,25 @@ func (t *upstreamTransport) get(ctx context.Context, key string, req *http.Reque
 	}
 	kc, err = t.dial(ctx, key, req)
 	return kc, false, err
+}
+
+// pop takes the most recently kept connection for key, if there is one.
+func (t *upstreamTransport) pop(key string) *keptConn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	conns := t.idle[key]
+	if len(conns) == 0 {
+		return nil
+	}
+	kc := conns[len(conns)-1]
+	conns[len(conns)-1] = nil
+	if len(conns) == 1 {
+		delete(t.idle, key)
+	} else {
+		t.idle[key] = conns[:len(conns)-1]
+	}
+	t.nidle--
+	return kc
 }
 
 // spoke says whether the upstream sent something, or closed, while kc was
