@@ -17,9 +17,8 @@ import (
 )
 
 // Read returns the events with TS at or after since (the zero time: all),
-// from the rotated files oldest first, then the live one, as they all were
-// at one moment, while writers go on: it does not hold their lock (but see
-// snapshot).
+// from the rotated files oldest first, then the live one, each file once and
+// none skipped, while writers go on: it takes no lock (see snapshot).
 // A line that does not parse is skipped: the torn line a writer killed
 // mid-write leaves, or a line still being written. A missing file is an
 // error that errors.Is fs.ErrNotExist.
@@ -106,89 +105,129 @@ func parse(line []byte, since time.Time, emit func(Event)) {
 	emit(e)
 }
 
-// snapshot opens the rotated files (oldest first) and the live file as they
-// all were at one moment. Writers rename while it looks, so it opens every
-// name, then looks again: a rename between the two looks changes what at
-// least one name is (a rotated file never comes back to a name it left,
-// and the files it holds open cannot be replaced by a file with the same
-// inode), and it tries again. Rotations that come faster than it can look
-// (tiny files, a disk where fsync is free) would starve it: after a few
-// tries it holds a shared flock of the live file while it opens, which no
-// rotation can take from it, and which holds writers back only as long as
-// the opens take.
+// snapshot opens the live file and the rotated files before it, oldest
+// first, each the one before the next. Writers rotate while it looks, and
+// it holds no lock, so it never holds them back: it opens the newest file,
+// then walks back one file at a time, each found next to the one after it
+// (predecessor). A rotated file never comes back to a name it left, and the
+// files it holds open cannot be replaced by a file with the same inode, so
+// each step is checked by one look at where the later file still is. A
+// step only has to beat one rotation, not the whole chain's listing, which
+// rotations coming faster than a listing (tiny files, a disk where fsync is
+// free) starved.
 func snapshot(path string) ([]*os.File, error) {
-	const unlockedTries = 10
-	for try := range 100 {
-		var held *os.File
-		if try >= unlockedTries {
-			var err error
-			if held, err = holdLive(path); err != nil {
-				return nil, err
-			}
-		}
-		files, ok, err := look(path)
-		if held != nil {
-			held.Close() // drops the flock
-		}
-		if err != nil || ok {
-			return files, err
-		}
-	}
-	return nil, fmt.Errorf("read events %s: the files were renamed at every look (100)", path)
-}
-
-// holdLive returns the live file with a shared flock on it, or nil when
-// there is none at the moment (mid-rotation).
-func holdLive(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	newest, at, err := openNewest(path)
 	if err != nil {
 		return nil, err
 	}
+	files := []*os.File{newest}
 	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH)
-		if !errors.Is(err, syscall.EINTR) {
-			break
+		prev, pat, err := predecessor(path, files[0], at)
+		if err != nil {
+			closeAll(files)
+			return nil, err
 		}
+		if prev == nil {
+			return files, nil
+		}
+		files = slices.Insert(files, 0, prev)
+		at = pat
 	}
-	if err != nil {
-		f.Close()
-		return nil, &os.PathError{Op: "flock", Path: path, Err: err}
-	}
-	if !same([]string{path}, []*os.File{f}) { // rotated while it waited
-		f.Close()
-		return nil, nil
-	}
-	return f, nil
 }
 
-// look makes one try of snapshot: ok is false when a name changed.
-func look(path string) (files []*os.File, ok bool, err error) {
-	names, err := chain(path)
-	if err != nil {
-		return nil, false, err
-	}
-	files = make([]*os.File, len(names))
-	for i, name := range names {
-		f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			closeAll(files)
-			return nil, false, err
+// steps bounds the tries of one step of the walk: each fails only when a
+// rotation moved the file it starts from during three system calls.
+const steps = 1000
+
+// openNewest opens the live file, or, mid-rotation (renamed, its successor
+// not yet made), the newest rotated one; at is where it was (0: the live
+// file's name).
+func openNewest(path string) (f *os.File, at int, err error) {
+	for range steps {
+		if f, err = openAt(path, 0); f != nil || err != nil {
+			return f, 0, err
 		}
-		files[i] = f
+		if f, err = openAt(path, 1); f != nil || err != nil {
+			return f, 1, err
+		}
+		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, 0, &os.PathError{Op: "read events", Path: path, Err: fs.ErrNotExist}
+		}
+		// The live file was made between the two opens, and rotated
+		// already: look again.
 	}
-	again, err := chain(path)
-	if err != nil || !slices.Equal(names, again) || !same(names, files) {
-		closeAll(files)
-		return nil, false, err
+	return nil, 0, fmt.Errorf("read events %s: the files were renamed at every look (%d)", path, steps)
+}
+
+// predecessor opens the file before f in the chain, or returns nil when f
+// is the oldest left. f was at name number at, or later (it only moves to
+// higher numbers). A rotation renames the oldest first, so mid-rotation
+// the name just after f may be missing and its predecessor one further on;
+// but only while f has not moved, which the final look checks.
+func predecessor(path string, f *os.File, at int) (*os.File, int, error) {
+	held, err := f.Stat()
+	if err != nil {
+		return nil, 0, fmt.Errorf("read events %s: %w", path, err)
 	}
-	files = slices.DeleteFunc(files, func(f *os.File) bool { return f == nil })
-	if len(files) == 0 {
-		return nil, false, &os.PathError{Op: "read events", Path: path, Err: fs.ErrNotExist}
+	for range steps {
+		i, ok := locate(path, held, at)
+		if !ok {
+			return nil, 0, nil // rotated out of the chain since it was opened
+		}
+		at = i
+		var prev *os.File
+		pat := i + 1
+		if prev, err = openAt(path, pat); prev == nil && err == nil {
+			pat = i + 2
+			prev, err = openAt(path, pat)
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		if still, err := os.Lstat(name(path, i)); err == nil && os.SameFile(held, still) {
+			return prev, pat, nil
+		}
+		if prev != nil {
+			prev.Close()
+		}
 	}
-	return files, true, nil
+	return nil, 0, fmt.Errorf("read events %s: the files were renamed at every look (%d)", path, steps)
+}
+
+// locate finds the name number, from, or after, of the file whose stat is
+// held. Names are consecutive but for the one a rotation has just renamed
+// away, so two missing in a row end the search.
+func locate(path string, held os.FileInfo, from int) (int, bool) {
+	for i, missing := from, 0; missing < 2; i++ {
+		st, err := os.Lstat(name(path, i))
+		if err != nil {
+			missing++
+			continue
+		}
+		missing = 0
+		if os.SameFile(held, st) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// openAt opens the file named number i (0: the live one), or returns nil
+// when there is none.
+func openAt(path string, i int) (*os.File, error) {
+	f, err := os.OpenFile(name(path, i), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return f, err
+}
+
+// name is the live file's name for 0, else the i-th rotated one's.
+func name(path string, i int) string {
+	if i == 0 {
+		return path
+	}
+	return rotated(path, i)
 }
 
 // chain lists path's rotated files, oldest (highest number) first, then
@@ -215,25 +254,6 @@ func chain(path string) ([]string, error) {
 		names = append(names, rotated(path, n))
 	}
 	return append(names, path), nil
-}
-
-// same reports whether each name still is the file opened from it (or
-// still missing, for a nil file).
-func same(names []string, files []*os.File) bool {
-	for i, name := range names {
-		now, err := os.Lstat(name)
-		if files[i] == nil {
-			if !errors.Is(err, fs.ErrNotExist) {
-				return false
-			}
-			continue
-		}
-		held, herr := files[i].Stat()
-		if err != nil || herr != nil || !os.SameFile(held, now) {
-			return false
-		}
-	}
-	return true
 }
 
 func closeAll(files []*os.File) {
