@@ -1,0 +1,104 @@
+package gcfloor
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/metrics"
+	"testing"
+)
+
+func TestPercent(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		name        string
+		live, floor uint64
+		want        int
+	}{
+		{"small heap: the goal is the floor", 8 * mib, 64 * mib, 700},
+		{"not yet measured: as 4 MiB", 0, 64 * mib, 1500},
+		{"half the floor: the default", 32 * mib, 64 * mib, DefaultPercent},
+		{"above the floor: the default", 200 * mib, 64 * mib, DefaultPercent},
+		{"just under half: a little more than the default", 30 * mib, 64 * mib, 113},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Percent(c.live, c.floor); got != c.want {
+				t.Errorf("Percent(%d, %d) = %d, want %d", c.live, c.floor, got, c.want)
+			}
+		})
+	}
+}
+
+// The floor is kept in a process of its own, so that the test's own
+// process and its GOGC stay as they were.
+func TestKeep(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		env  string
+		// GOGC with a small live heap, then with 48 MiB live, and the
+		// small heap's goal.
+		wantSmall, wantLarge int
+		wantGoal             func(goal uint64) bool
+	}{
+		{"floor kept, then left", "", 1000, DefaultPercent, func(g uint64) bool { return g >= 60<<20 }},
+		{"operator's GOGC stands", "GOGC=200", 200, 200, func(g uint64) bool { return g < 32<<20 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0])
+			cmd.Env = append(os.Environ(), "GCFLOOR_CHILD=1")
+			if c.env != "" {
+				cmd.Env = append(cmd.Env, c.env)
+			}
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("child: %v\n%s", err, out)
+			}
+			var small, large int
+			var goal uint64
+			if _, err := fmt.Sscanf(string(out), "small=%d goal=%d large=%d", &small, &goal, &large); err != nil {
+				t.Fatalf("child's report %q: %v", out, err)
+			}
+			if small < c.wantSmall {
+				t.Errorf("GOGC with a small live heap: %d, want %d or more", small, c.wantSmall)
+			}
+			if !c.wantGoal(goal) {
+				t.Errorf("heap goal with a small live heap: %d MiB", goal>>20)
+			}
+			if large != c.wantLarge {
+				t.Errorf("GOGC with 48 MiB live: %d, want %d", large, c.wantLarge)
+			}
+		})
+	}
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("GCFLOOR_CHILD") == "1" {
+		keepAndReport()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// keepAndReport keeps a 64 MiB floor and reports GOGC and the heap goal
+// after collections with a small live heap, and GOGC after collections
+// with 48 MiB live.
+func keepAndReport() {
+	Keep(64 << 20)
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/heap/goal:bytes"}}
+	collect := func() {
+		// Each collection finalizes a sentinel; the tuning it does
+		// applies from the next one.
+		for range 3 {
+			runtime.GC()
+			runtime.Gosched()
+		}
+		metrics.Read(s)
+	}
+	collect()
+	fmt.Printf("small=%d goal=%d ", s[0].Value.Uint64(), s[1].Value.Uint64())
+	live := make([]byte, 48<<20)
+	collect()
+	fmt.Printf("large=%d\n", s[0].Value.Uint64())
+	runtime.KeepAlive(live)
+}
