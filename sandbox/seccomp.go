@@ -78,6 +78,31 @@ func seccompProgram() ([]bpf.Instruction, error) {
 		errno(unix.EPERM),
 		bpf.LoadAbsolute{Off: offNr, Size: 4},
 	)
+	// No queued signal to the init (pid 1 inside): the Go runtime takes a
+	// SIGSEGV, SIGBUS or SIGFPE whose si_code is SI_QUEUE for a fault of
+	// its own, and crashes, ignored or not; one sent by kill(2) is
+	// SI_USER, which it drops. rt_sigqueueinfo and rt_tgsigqueueinfo name
+	// the target; pidfd_send_signal's pidfd (from /proc/1, say) a filter
+	// cannot follow, so it may not pass a siginfo at all (sent without
+	// one, the signal is SI_USER).
+	for _, nr := range []uint32{unix.SYS_RT_SIGQUEUEINFO, unix.SYS_RT_TGSIGQUEUEINFO} {
+		p = append(p,
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 4},
+			bpf.LoadAbsolute{Off: offArg(0), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: 1, SkipFalse: 1},
+			errno(unix.EPERM),
+			bpf.LoadAbsolute{Off: offNr, Size: 4},
+		)
+	}
+	p = append(p,
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_PIDFD_SEND_SIGNAL, SkipFalse: 6},
+		bpf.LoadAbsolute{Off: offArg(2), Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 2},
+		bpf.LoadAbsolute{Off: offArg(2) + 4, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
+		errno(unix.EPERM),
+		bpf.LoadAbsolute{Off: offNr, Size: 4},
+	)
 	// socket: no packet, vsock or MPTCP sockets; netlink only for routing.
 	p = append(p,
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_SOCKET, SkipFalse: 12},
