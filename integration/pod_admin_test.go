@@ -380,3 +380,33 @@ while True:
 	}
 	pod.stop(15 * time.Second)
 }
+
+// A second stop signal kills at once what is still running, a service the
+// supervisor is stopping to restart it included: one that ignores SIGTERM
+// held the pod's stop, the second signal too, for a whole stop_grace of
+// its own (here a minute).
+func TestPodSecondSignalEndsARestartInFlight(t *testing.T) {
+	e := newPodEnv(t)
+	m := strings.Replace(e.manifest("stubborn", "", shService("stubborn", "trap '' TERM; while :; do sleep 0.1; done", "{policy: always}", "")),
+		"stop_grace: 3s", "stop_grace: 60s", 1)
+	pod := startPod(t, e, "stubborn", m)
+	pod.awaitReady()
+	n := pod.eventCount()
+	if err := adminclient.Restart(context.Background(), pod.socket, "stubborn", adminclient.RestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod.awaitEvent("restart_requested", "stubborn", n)
+	// The instance ignores the restart's SIGTERM: the supervisor waits
+	// for it, up to stop_grace, when the operator stops the pod, twice.
+	pod.cmd.Process.Signal(syscall.SIGTERM)
+	pod.awaitEvent("stop", "", n)
+	pod.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-pod.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the pod still runs 20s after a second stop signal (stop_grace 60s)")
+	}
+	if pod.exitErr != nil {
+		t.Errorf("airlock up after a second stop signal: %v", pod.exitErr)
+	}
+}

@@ -312,10 +312,10 @@ func (s *service) once() (why string, failed bool) {
 		stopWhy = "unhealthy"
 		s.setState(stateUnhealthy, msg)
 		s.pod.event("health", events.Critical, s.name, "unhealthy, restarting: "+msg)
-		s.shutdown(context.Background(), sb)
+		s.shutdownToRestart(sb)
 	case <-s.restartReq:
 		stopWhy = "restart" // restart wrote its restart_requested event
-		s.shutdown(context.Background(), sb)
+		s.shutdownToRestart(sb)
 	case <-s.stopReq:
 		stopWhy = "stop"
 		s.shutdown(s.stopCtx, sb) // the pod's one deadline
@@ -403,6 +403,28 @@ func oomDetail(n, memoryMax int64) string {
 		return fmt.Sprintf("the OOM killer killed %d process(es) of the service at its memory_max (%d bytes)", n, memoryMax)
 	}
 	return fmt.Sprintf("the OOM killer killed %d process(es) of the service: the host ran out of memory (the service has no memory_max)", n)
+}
+
+// shutdownToRestart stops the instance for the service to start another.
+// Should the pod's stop begin meanwhile, its deadline (stop_grace, or a
+// second stop signal) ends this shutdown too, killing what the pod's stop
+// would: without it, a service that ignores SIGTERM held the pod's stop,
+// a second signal included, for a whole stop_grace of its own.
+func (s *service) shutdownToRestart(sb *Sandbox) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stopReq:
+			select {
+			case <-s.stopCtx.Done(): // set before stopReq closed
+				cancel()
+			case <-ctx.Done():
+			}
+		case <-ctx.Done():
+		}
+	}()
+	s.shutdown(ctx, sb)
 }
 
 // shutdown stops a running instance: SIGTERM, then, after the manifest's
