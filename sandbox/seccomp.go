@@ -57,13 +57,7 @@ func seccompProgram() ([]bpf.Instruction, error) {
 	// unshare and clone may not create a user namespace (nor, for
 	// unshare, any namespace a capability-less process could use).
 	for _, nr := range []uint32{unix.SYS_UNSHARE, unix.SYS_CLONE} {
-		p = append(p,
-			bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 4},
-			bpf.LoadAbsolute{Off: offArg(0), Size: 4},
-			bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: unix.CLONE_NEWUSER, SkipFalse: 1},
-			errno(unix.EPERM),
-			bpf.LoadAbsolute{Off: offNr, Size: 4},
-		)
+		p = append(p, refuseIfArg0(nr, bpf.JumpBitsSet, unix.CLONE_NEWUSER)...)
 	}
 	// ioctl: no TIOCSTI or TIOCLINUX, which push keystrokes into the
 	// terminal the sandbox shares with the user's shell: the shell would
@@ -86,13 +80,7 @@ func seccompProgram() ([]bpf.Instruction, error) {
 	// cannot follow, so it may not pass a siginfo at all (sent without
 	// one, the signal is SI_USER).
 	for _, nr := range []uint32{unix.SYS_RT_SIGQUEUEINFO, unix.SYS_RT_TGSIGQUEUEINFO} {
-		p = append(p,
-			bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 4},
-			bpf.LoadAbsolute{Off: offArg(0), Size: 4},
-			bpf.JumpIf{Cond: bpf.JumpEqual, Val: 1, SkipFalse: 1},
-			errno(unix.EPERM),
-			bpf.LoadAbsolute{Off: offNr, Size: 4},
-		)
+		p = append(p, refuseIfArg0(nr, bpf.JumpEqual, 1)...)
 	}
 	p = append(p,
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_PIDFD_SEND_SIGNAL, SkipFalse: 6},
@@ -121,6 +109,19 @@ func seccompProgram() ([]bpf.Instruction, error) {
 	)
 	p = append(p, bpf.RetConstant{Val: secRetAllow})
 	return p, nil
+}
+
+// refuseIfArg0 fails syscall nr with EPERM when its first argument (its
+// low 32 bits) passes cond against val; it leaves the syscall number loaded
+// for the checks after it.
+func refuseIfArg0(nr uint32, cond bpf.JumpTest, val uint32) []bpf.Instruction {
+	return []bpf.Instruction{
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 4},
+		bpf.LoadAbsolute{Off: offArg(0), Size: 4},
+		bpf.JumpIf{Cond: cond, Val: val, SkipFalse: 1},
+		bpf.RetConstant{Val: secRetErrno | uint32(unix.EPERM)},
+		bpf.LoadAbsolute{Off: offNr, Size: 4},
+	}
 }
 
 // loadSeccomp installs the filter on every thread (TSYNC). It needs
