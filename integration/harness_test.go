@@ -264,13 +264,18 @@ var caVars = map[string]bool{
 	"REQUESTS_CA_BUNDLE": true, "NODE_EXTRA_CA_CERTS": true, "DENO_CERT": true,
 }
 
+// gcVars tune the Go runtime's collector: airlock's own setting (gcfloor)
+// is what the tests check, not the machine's.
+var gcVars = map[string]bool{"GOGC": true, "GOMEMLIMIT": true}
+
 // cleanEnv is a client environment without proxy or CA variables, so each
-// test says explicitly how its client reaches the proxy and what it trusts.
+// test says explicitly how its client reaches the proxy and what it trusts,
+// and without the machine's collector settings.
 func cleanEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k := strings.ToUpper(strings.SplitN(kv, "=", 2)[0])
-		if strings.HasSuffix(k, "_PROXY") || strings.HasPrefix(k, "AIRLOCK_") || caVars[k] {
+		if strings.HasSuffix(k, "_PROXY") || strings.HasPrefix(k, "AIRLOCK_") || caVars[k] || gcVars[k] {
 			continue
 		}
 		env = append(env, kv)

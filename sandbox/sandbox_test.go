@@ -177,23 +177,8 @@ func attempt(name string) int {
 		if errno != 0 {
 			err = errno
 		}
-	case "sigqueue-init", "pidfd-siginfo-init":
-		// A SIGSEGV the runtime would take for a fault of the init's own.
-		info := unix.Siginfo{Signo: int32(unix.SIGSEGV), Code: -1} // SI_QUEUE
-		var errno syscall.Errno
-		if name == "sigqueue-init" {
-			_, _, errno = unix.Syscall(unix.SYS_RT_SIGQUEUEINFO, 1, uintptr(unix.SIGSEGV), uintptr(unsafe.Pointer(&info)))
-		} else {
-			var pidfd *os.File
-			if pidfd, err = os.Open("/proc/1"); err != nil {
-				break
-			}
-			_, _, errno = unix.Syscall6(unix.SYS_PIDFD_SEND_SIGNAL, pidfd.Fd(), uintptr(unix.SIGSEGV), uintptr(unsafe.Pointer(&info)), 0, 0, 0)
-			pidfd.Close()
-		}
-		if errno != 0 {
-			err = errno
-		}
+	case "sigqueue-init", "sigqueue-init-thread", "pidfd-siginfo-init", "setsig-init":
+		err = signalInit(name)
 	case "userns":
 		err = unix.Unshare(unix.CLONE_NEWUSER)
 	case "mount":
@@ -234,6 +219,64 @@ func attempt(name string) int {
 	}
 	fmt.Println("blocked:", err)
 	return 0
+}
+
+// signalInit sends the init a SIGSEGV the Go runtime would take for a
+// fault of its own (its si_code not SI_USER or SI_TKILL): queued to pid 1,
+// queued to another of the init's threads (which reaches its whole
+// process), queued through a pidfd, or raised by the kernel for a pipe
+// whose owner the init is made (F_SETOWN, F_SETSIG).
+func signalInit(how string) error {
+	info := unix.Siginfo{Signo: int32(unix.SIGSEGV), Code: -1} // SI_QUEUE
+	var errno syscall.Errno
+	switch how {
+	case "sigqueue-init":
+		_, _, errno = unix.Syscall(unix.SYS_RT_SIGQUEUEINFO, 1, uintptr(unix.SIGSEGV), uintptr(unsafe.Pointer(&info)))
+	case "sigqueue-init-thread":
+		tasks, err := os.ReadDir("/proc/1/task")
+		if err != nil {
+			return err
+		}
+		tid := 0
+		for _, t := range tasks {
+			if n, _ := strconv.Atoi(t.Name()); n != 1 {
+				tid = n
+			}
+		}
+		if tid == 0 {
+			return errors.New("the init has no thread but its first")
+		}
+		_, _, errno = unix.Syscall(unix.SYS_RT_SIGQUEUEINFO, uintptr(tid), uintptr(unix.SIGSEGV), uintptr(unsafe.Pointer(&info)))
+	case "pidfd-siginfo-init":
+		pidfd, err := os.Open("/proc/1")
+		if err != nil {
+			return err
+		}
+		defer pidfd.Close()
+		_, _, errno = unix.Syscall6(unix.SYS_PIDFD_SEND_SIGNAL, pidfd.Fd(), uintptr(unix.SIGSEGV), uintptr(unsafe.Pointer(&info)), 0, 0, 0)
+	case "setsig-init":
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			return err
+		}
+		defer unix.Close(p[0])
+		defer unix.Close(p[1])
+		if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETOWN, 1); err != nil {
+			return err
+		}
+		if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETSIG, int(unix.SIGSEGV)); err != nil {
+			return err
+		}
+		if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETFL, unix.O_ASYNC|unix.O_NONBLOCK); err != nil {
+			return err
+		}
+		_, err := unix.Write(p[1], []byte("x"))
+		return err
+	}
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // openDir is a temporary directory every user may traverse and read (the
@@ -297,9 +340,12 @@ func TestEscapesFail(t *testing.T) {
 		{"netlink-audit", "", unix.EPERM, NetNone},
 		{"ptrace", strconv.Itoa(os.Getpid()), unix.EPERM, NetNone},
 		{"userns", "", unix.EPERM, NetNone},
-		{"sigqueue-init", "", unix.EPERM, NetNone},      // would crash the init, and the sandbox with it
-		{"pidfd-siginfo-init", "", unix.EPERM, NetNone}, // the same through a pidfd
-		{"tiocsti", "", unix.EPERM, NetNone},            // without the filter: ENOTTY, stdin is no terminal here
+		// Each would crash the init, and the sandbox with it.
+		{"sigqueue-init", "", unix.EPERM, NetNone},
+		{"sigqueue-init-thread", "", unix.EPERM, NetNone},
+		{"pidfd-siginfo-init", "", unix.EPERM, NetNone},
+		{"setsig-init", "", unix.EPERM, NetNone},
+		{"tiocsti", "", unix.EPERM, NetNone}, // without the filter: ENOTTY, stdin is no terminal here
 		{"mount", "", unix.EPERM, NetNone},
 		{"write", "/etc/airlock-escape", unix.EACCES, NetNone},
 		{"read", secret, unix.EACCES, NetNone},
@@ -315,7 +361,7 @@ func TestEscapesFail(t *testing.T) {
 			switch tc.name {
 			case "tcp-netns":
 				c.Landlock = LandlockOff
-			case "sigqueue-init", "pidfd-siginfo-init":
+			case "sigqueue-init", "sigqueue-init-thread", "pidfd-siginfo-init", "setsig-init":
 				// Landlock's signal scope (ABI 6, Linux 6.12) stops any
 				// signal to the init; the filter is what stops it on
 				// older kernels.

@@ -57,40 +57,24 @@ func seccompProgram() ([]bpf.Instruction, error) {
 	// unshare and clone may not create a user namespace (nor, for
 	// unshare, any namespace a capability-less process could use).
 	for _, nr := range []uint32{unix.SYS_UNSHARE, unix.SYS_CLONE} {
-		p = append(p, refuseIfArg0(nr, bpf.JumpBitsSet, unix.CLONE_NEWUSER)...)
+		p = append(p, refuseWhen(nr, argIs{0, bpf.JumpBitsSet, []uint32{unix.CLONE_NEWUSER}})...)
 	}
 	// ioctl: no TIOCSTI or TIOCLINUX, which push keystrokes into the
 	// terminal the sandbox shares with the user's shell: the shell would
 	// read and run them after the sandbox exits. The kernel reads the
 	// request as 32 bits, so only those are compared.
-	p = append(p,
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_IOCTL, SkipFalse: 6},
-		bpf.LoadAbsolute{Off: offArg(1), Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.TIOCSTI, SkipFalse: 1},
-		errno(unix.EPERM),
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.TIOCLINUX, SkipFalse: 1},
-		errno(unix.EPERM),
-		bpf.LoadAbsolute{Off: offNr, Size: 4},
-	)
-	// No queued signal to the init (pid 1 inside): the Go runtime takes a
-	// SIGSEGV, SIGBUS or SIGFPE whose si_code is SI_QUEUE for a fault of
-	// its own, and crashes, ignored or not; one sent by kill(2) is
-	// SI_USER, which it drops. rt_sigqueueinfo and rt_tgsigqueueinfo name
-	// the target; pidfd_send_signal's pidfd (from /proc/1, say) a filter
-	// cannot follow, so it may not pass a siginfo at all (sent without
-	// one, the signal is SI_USER).
-	for _, nr := range []uint32{unix.SYS_RT_SIGQUEUEINFO, unix.SYS_RT_TGSIGQUEUEINFO} {
-		p = append(p, refuseIfArg0(nr, bpf.JumpEqual, 1)...)
-	}
-	p = append(p,
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_PIDFD_SEND_SIGNAL, SkipFalse: 6},
-		bpf.LoadAbsolute{Off: offArg(2), Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 2},
-		bpf.LoadAbsolute{Off: offArg(2) + 4, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
-		errno(unix.EPERM),
-		bpf.LoadAbsolute{Off: offNr, Size: 4},
-	)
+	p = append(p, refuseWhen(unix.SYS_IOCTL, argIs{1, bpf.JumpEqual, []uint32{unix.TIOCSTI, unix.TIOCLINUX}})...)
+	// No signal the Go runtime would take for a fault of its own (see
+	// runtimeFaultSignals) sent any way that does not say it was sent:
+	// queued (rt_sigqueueinfo, rt_tgsigqueueinfo, pidfd_send_signal),
+	// or raised by the kernel for a descriptor's owner (F_SETSIG), to
+	// any target: the init is pid 1 inside, but a thread id of the init
+	// (/proc/1/task) reaches its whole process, and so does F_SETOWN.
+	p = append(p, refuseWhen(unix.SYS_RT_SIGQUEUEINFO, argIs{1, bpf.JumpEqual, runtimeFaultSignals})...)
+	p = append(p, refuseWhen(unix.SYS_RT_TGSIGQUEUEINFO, argIs{2, bpf.JumpEqual, runtimeFaultSignals})...)
+	p = append(p, refuseWhen(unix.SYS_PIDFD_SEND_SIGNAL, argIs{1, bpf.JumpEqual, runtimeFaultSignals})...)
+	p = append(p, refuseWhen(unix.SYS_FCNTL,
+		argIs{1, bpf.JumpEqual, []uint32{unix.F_SETSIG}}, argIs{2, bpf.JumpEqual, runtimeFaultSignals})...)
 	// socket: no packet, vsock or MPTCP sockets; netlink only for routing.
 	p = append(p,
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_SOCKET, SkipFalse: 12},
@@ -111,17 +95,49 @@ func seccompProgram() ([]bpf.Instruction, error) {
 	return p, nil
 }
 
-// refuseIfArg0 fails syscall nr with EPERM when its first argument (its
-// low 32 bits) passes cond against val; it leaves the syscall number loaded
-// for the checks after it.
-func refuseIfArg0(nr uint32, cond bpf.JumpTest, val uint32) []bpf.Instruction {
-	return []bpf.Instruction{
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 4},
-		bpf.LoadAbsolute{Off: offArg(0), Size: 4},
-		bpf.JumpIf{Cond: cond, Val: val, SkipFalse: 1},
-		bpf.RetConstant{Val: secRetErrno | uint32(unix.EPERM)},
-		bpf.LoadAbsolute{Off: offNr, Size: 4},
+// runtimeFaultSignals are the signals the Go runtime keeps its own handler
+// for even when a program ignores them all (as the init does), and takes
+// for a fault of its own, crashing, unless their si_code says kill(2) or
+// tkill(2) sent them: a SIGSEGV queued with SI_QUEUE, or raised with
+// SI_SIGIO, would kill the init and the sandbox with it. Landlock's signal
+// scope (Linux 6.12) stops any signal to the init; this stops these on
+// older kernels too.
+var runtimeFaultSignals = []uint32{
+	uint32(unix.SIGILL), uint32(unix.SIGTRAP), uint32(unix.SIGBUS), uint32(unix.SIGFPE),
+	uint32(unix.SIGSEGV), uint32(unix.SIGSTKFLT), uint32(unix.SIGSYS),
+}
+
+// argIs holds when argument arg of a syscall (its low 32 bits) passes test
+// against any of vals.
+type argIs struct {
+	arg  int
+	test bpf.JumpTest
+	vals []uint32
+}
+
+// refuseWhen fails syscall nr with EPERM when every condition holds; it
+// leaves the syscall number loaded for the checks after it.
+func refuseWhen(nr uint32, conds ...argIs) []bpf.Instruction {
+	n := 1 // the syscall number's test
+	for _, c := range conds {
+		n += 1 + len(c.vals)
 	}
+	reload := n + 1 // after the refusal, at n
+	// Another syscall skips the block: the number is still loaded.
+	p := []bpf.Instruction{bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: uint8(reload)}}
+	for _, c := range conds {
+		p = append(p, bpf.LoadAbsolute{Off: offArg(c.arg), Size: 4})
+		next := len(p) + len(c.vals) // the next condition, or the refusal
+		for i, v := range c.vals {
+			at := len(p)
+			j := bpf.JumpIf{Cond: c.test, Val: v, SkipTrue: uint8(next - at - 1)}
+			if i == len(c.vals)-1 {
+				j.SkipFalse = uint8(reload - at - 1)
+			}
+			p = append(p, j)
+		}
+	}
+	return append(p, bpf.RetConstant{Val: secRetErrno | uint32(unix.EPERM)}, bpf.LoadAbsolute{Off: offNr, Size: 4})
 }
 
 // loadSeccomp installs the filter on every thread (TSYNC). It needs

@@ -33,13 +33,19 @@ func Keep(floor uint64) {
 		if os.Getenv("GOGC") != "" {
 			return
 		}
-		t := &tuner{floor: floor, sample: []metrics.Sample{{Name: liveHeap}}}
+		t := &tuner{floor: floor, sample: []metrics.Sample{{Name: liveHeap}, {Name: stacks}, {Name: globals}}}
 		t.tune()
 		t.arm()
 	})
 }
 
-const liveHeap = "/gc/heap/live:bytes"
+// What the collector's goal is made of: the live heap, plus GOGC percent
+// of the live heap, the goroutines' stacks and the globals it scans.
+const (
+	liveHeap = "/gc/heap/live:bytes"
+	stacks   = "/gc/scan/stack:bytes"
+	globals  = "/gc/scan/globals:bytes"
+)
 
 type tuner struct {
 	floor  uint64
@@ -60,23 +66,26 @@ func (t *tuner) arm() {
 
 func (t *tuner) tune() {
 	metrics.Read(t.sample)
-	var live uint64
-	if t.sample[0].Value.Kind() == metrics.KindUint64 {
-		live = t.sample[0].Value.Uint64()
+	var v [3]uint64
+	for i, s := range t.sample {
+		if s.Value.Kind() == metrics.KindUint64 {
+			v[i] = s.Value.Uint64()
+		}
 	}
-	debug.SetGCPercent(Percent(live, t.floor))
+	debug.SetGCPercent(Percent(v[0], v[0]+v[1]+v[2], t.floor))
 }
 
-// Percent is the GOGC that puts the heap goal, live × (1 + GOGC/100), at
-// floor for a live heap of live bytes, and never below Go's default. A
-// live heap not yet measured (0, before the first collection) counts as
-// 4 MiB, about what a process starts with.
-func Percent(live, floor uint64) int {
+// Percent is the GOGC that puts the heap goal, live + scanned × GOGC/100
+// (scanned: the live heap, the stacks and the globals), at floor, and never
+// below Go's default. A heap not yet measured (0, before the first
+// collection) counts as 4 MiB, about what a process starts with.
+func Percent(live, scanned, floor uint64) int {
 	if live == 0 {
 		live = 4 << 20
 	}
-	if floor <= 2*live {
+	scanned = max(scanned, live)
+	if floor <= live+scanned {
 		return DefaultPercent
 	}
-	return int((floor - live) * 100 / live)
+	return int((floor - live) * 100 / scanned)
 }

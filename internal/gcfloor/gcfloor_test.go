@@ -12,19 +12,21 @@ import (
 func TestPercent(t *testing.T) {
 	const mib = 1 << 20
 	for _, c := range []struct {
-		name        string
-		live, floor uint64
-		want        int
+		name                 string
+		live, scanned, floor uint64
+		want                 int
 	}{
-		{"small heap: the goal is the floor", 8 * mib, 64 * mib, 700},
-		{"not yet measured: as 4 MiB", 0, 64 * mib, 1500},
-		{"half the floor: the default", 32 * mib, 64 * mib, DefaultPercent},
-		{"above the floor: the default", 200 * mib, 64 * mib, DefaultPercent},
-		{"just under half: a little more than the default", 30 * mib, 64 * mib, 113},
+		{"small heap: the goal is the floor", 8 * mib, 8 * mib, 64 * mib, 700},
+		{"stacks count: the goal is still the floor", 8 * mib, 16 * mib, 64 * mib, 350},
+		{"not yet measured: as 4 MiB", 0, 0, 64 * mib, 1500},
+		{"half the floor: the default", 32 * mib, 32 * mib, 64 * mib, DefaultPercent},
+		{"stacks making up the floor's half: the default", 16 * mib, 48 * mib, 64 * mib, DefaultPercent},
+		{"above the floor: the default", 200 * mib, 200 * mib, 64 * mib, DefaultPercent},
+		{"just under half: a little more than the default", 30 * mib, 30 * mib, 64 * mib, 113},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := Percent(c.live, c.floor); got != c.want {
-				t.Errorf("Percent(%d, %d) = %d, want %d", c.live, c.floor, got, c.want)
+			if got := Percent(c.live, c.scanned, c.floor); got != c.want {
+				t.Errorf("Percent(%d, %d, %d) = %d, want %d", c.live, c.scanned, c.floor, got, c.want)
 			}
 		})
 	}
@@ -46,7 +48,7 @@ func TestKeep(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0])
-			cmd.Env = append(os.Environ(), "GCFLOOR_CHILD=1")
+			cmd.Env = []string{"GCFLOOR_CHILD=1"} // no GOGC or GOMEMLIMIT of the test's
 			if c.env != "" {
 				cmd.Env = append(cmd.Env, c.env)
 			}
