@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -75,12 +76,13 @@ func checkSeqs(t testing.TB, events []Event, want map[string]int) {
 // one line alone does. It returns how many files there are.
 func checkFiles(t testing.TB, path string, maxBytes int64) int {
 	t.Helper()
-	names, err := chain(path)
+	nums, err := listed(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
-	for _, name := range names {
+	for _, num := range slices.Backward(nums) {
+		name := name(path, num)
 		b, err := os.ReadFile(name)
 		if os.IsNotExist(err) {
 			continue

@@ -108,13 +108,13 @@ func parse(line []byte, since time.Time, emit func(Event)) {
 // snapshot opens the live file and the rotated files before it, oldest
 // first, each the one before the next. Writers rotate while it looks, and
 // it holds no lock, so it never holds them back: it opens the newest file,
-// then walks back one file at a time, each found next to the one after it
-// (predecessor). A rotated file never comes back to a name it left, and the
-// files it holds open cannot be replaced by a file with the same inode, so
-// each step is checked by one look at where the later file still is. A
-// step only has to beat one rotation, not the whole chain's listing, which
-// rotations coming faster than a listing (tiny files, a disk where fsync is
-// free) starved.
+// then walks back one file at a time (predecessor). A rotated file never
+// comes back to a name it left, files keep their order as they move (a
+// rotation renames the oldest first), and the files it holds open cannot
+// be replaced by a file with the same inode, so each step is checked by a
+// look at where the two files it pairs still are. A step only has to beat
+// one rotation, not the whole chain's listing, which rotations coming
+// faster than a listing (tiny files, a disk where fsync is free) starved.
 func snapshot(path string) ([]*os.File, error) {
 	newest, at, err := openNewest(path)
 	if err != nil {
@@ -136,80 +136,195 @@ func snapshot(path string) ([]*os.File, error) {
 }
 
 // steps bounds the tries of one step of the walk: each fails only when a
-// rotation moved the file it starts from during three system calls.
+// rotation moved a file it looked at while it looked.
 const steps = 1000
 
 // openNewest opens the live file, or, mid-rotation (renamed, its successor
 // not yet made), the newest rotated one; at is where it was (0: the live
 // file's name).
-func openNewest(path string) (f *os.File, at int, err error) {
+func openNewest(path string) (*os.File, int, error) {
 	for range steps {
-		if f, err = openAt(path, 0); f != nil || err != nil {
-			return f, 0, err
+		for _, i := range []int{0, 1} {
+			if f, err := openAt(path, i); f != nil || err != nil {
+				return f, i, err
+			}
 		}
-		if f, err = openAt(path, 1); f != nil || err != nil {
-			return f, 1, err
+		// Neither: rotated twice between the two opens, or a chain whose
+		// newest files were removed by hand. A name being renamed may be
+		// missing from one listing, not from two.
+		nums, err := listedTwice(path, 0)
+		if err != nil {
+			return nil, 0, err
 		}
-		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		if len(nums) == 0 {
 			return nil, 0, &os.PathError{Op: "read events", Path: path, Err: fs.ErrNotExist}
 		}
-		// The live file was made between the two opens, and rotated
-		// already: look again.
+		if f, err := openAt(path, nums[0]); f != nil || err != nil {
+			return f, nums[0], err
+		}
 	}
 	return nil, 0, fmt.Errorf("read events %s: the files were renamed at every look (%d)", path, steps)
 }
 
 // predecessor opens the file before f in the chain, or returns nil when f
-// is the oldest left. f was at name number at, or later (it only moves to
-// higher numbers). A rotation renames the oldest first, so mid-rotation
-// the name just after f may be missing and its predecessor one further on;
-// but only while f has not moved, which the final look checks.
+// is the oldest left. f was at name number at, or later (files only move
+// to higher numbers). The file before f is the next name's, or, mid-
+// rotation (renamed on, the newer one not yet after it) or past a name a
+// writer killed mid-rotation left empty, the first name after that is not
+// empty. It is f's predecessor if, looked at again, f is still where it
+// was, the names between are empty and it is still where it was opened:
+// a file between them would have had to pass one of the two, or be seen.
 func predecessor(path string, f *os.File, at int) (*os.File, int, error) {
 	held, err := f.Stat()
 	if err != nil {
 		return nil, 0, fmt.Errorf("read events %s: %w", path, err)
 	}
 	for range steps {
-		i, ok := locate(path, held, at)
-		if !ok {
-			return nil, 0, nil // rotated out of the chain since it was opened
-		}
-		at = i
-		var prev *os.File
-		pat := i + 1
-		if prev, err = openAt(path, pat); prev == nil && err == nil {
-			pat = i + 2
-			prev, err = openAt(path, pat)
-		}
+		i, ok, err := locate(path, f, held, at)
 		if err != nil {
 			return nil, 0, err
 		}
-		if still, err := os.Lstat(name(path, i)); err == nil && os.SameFile(held, still) {
-			return prev, pat, nil
+		if !ok {
+			continue // renamed while it looked
 		}
-		if prev != nil {
-			prev.Close()
+		if i < 0 {
+			return nil, 0, nil // rotated out of the chain since it was opened
 		}
+		at = i
+		j, err := nextName(path, i)
+		if err != nil {
+			return nil, 0, err
+		}
+		if j == 0 { // none: f is the oldest, if it has not moved meanwhile
+			if isAt(path, i, held) {
+				return nil, 0, nil
+			}
+			continue
+		}
+		prev, err := openAt(path, j)
+		if err != nil {
+			return nil, 0, err
+		}
+		if prev == nil {
+			continue
+		}
+		if pst, err := prev.Stat(); err == nil && emptyBetween(path, i, j) && isAt(path, i, held) && isAt(path, j, pst) {
+			return prev, j, nil
+		}
+		prev.Close()
 	}
 	return nil, 0, fmt.Errorf("read events %s: the files were renamed at every look (%d)", path, steps)
 }
 
-// locate finds the name number, from, or after, of the file whose stat is
-// held. Names are consecutive but for the one a rotation has just renamed
-// away, so two missing in a row end the search.
-func locate(path string, held os.FileInfo, from int) (int, bool) {
-	for i, missing := from, 0; missing < 2; i++ {
+// locate finds the name number, from or after, of f (whose stat is held):
+// i is -1 when it is no longer linked (rotated out of the chain), ok false
+// when it was not found, being renamed while it looked. The names are
+// probed in turn while they exist (a rotation leaves one empty at a
+// time); past two empty ones, the directory is listed.
+func locate(path string, f *os.File, held os.FileInfo, from int) (i int, ok bool, err error) {
+	for i, empty := from, 0; empty < 2; i++ {
 		st, err := os.Lstat(name(path, i))
 		if err != nil {
-			missing++
+			empty++
 			continue
 		}
-		missing = 0
+		empty = 0
 		if os.SameFile(held, st) {
-			return i, true
+			return i, true, nil
 		}
 	}
-	return 0, false
+	now, err := f.Stat()
+	if err != nil {
+		return 0, false, fmt.Errorf("read events %s: %w", path, err)
+	}
+	if st, ok := now.Sys().(*syscall.Stat_t); ok && st.Nlink == 0 {
+		return -1, true, nil
+	}
+	nums, err := listed(path)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, n := range nums {
+		if n >= from && isAt(path, n, held) {
+			return n, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// nextName is the first name after number i that is not empty, 0 for none.
+func nextName(path string, i int) (int, error) {
+	for _, j := range []int{i + 1, i + 2} {
+		if _, err := os.Lstat(name(path, j)); err == nil {
+			return j, nil
+		}
+	}
+	nums, err := listedTwice(path, i+1)
+	if err != nil || len(nums) == 0 {
+		return 0, err
+	}
+	return nums[0], nil
+}
+
+// emptyBetween reports whether the names after number i and before j are
+// all empty, looked at in order: a file moving on while they are looked at
+// moves to one looked at later.
+func emptyBetween(path string, i, j int) bool {
+	for k := i + 1; k < j; k++ {
+		if _, err := os.Lstat(name(path, k)); !errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+	}
+	return true
+}
+
+// isAt reports whether name number i is the file whose stat is held.
+func isAt(path string, i int, held os.FileInfo) bool {
+	st, err := os.Lstat(name(path, i))
+	return err == nil && os.SameFile(held, st)
+}
+
+// listed is the numbers of the chain's names in the directory (0: the live
+// file), lowest (newest) first. A name being renamed while
+// it is read may be missing.
+func listed(path string) ([]int, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read events %s: %w", path, err)
+	}
+	var nums []int
+	for _, e := range entries {
+		if e.Name() == base {
+			nums = append(nums, 0)
+			continue
+		}
+		suffix, ok := strings.CutPrefix(e.Name(), base+".")
+		if n, err := strconv.Atoi(suffix); ok && err == nil && n > 0 && strconv.Itoa(n) == suffix {
+			nums = append(nums, n)
+		}
+	}
+	slices.Sort(nums)
+	return nums, nil
+}
+
+// listedTwice is listed's numbers from from on, listed again when there
+// are none: a name being renamed may be missing from one listing, but a
+// rename is made once, so not from two.
+func listedTwice(path string, from int) ([]int, error) {
+	for range 2 {
+		nums, err := listed(path)
+		if err != nil {
+			return nil, err
+		}
+		if k, _ := slices.BinarySearch(nums, from); k < len(nums) {
+			return nums[k:], nil
+		}
+	}
+	return nil, nil
 }
 
 // openAt opens the file named number i (0: the live one), or returns nil
@@ -230,31 +345,6 @@ func name(path string, i int) string {
 	return rotated(path, i)
 }
 
-// chain lists path's rotated files, oldest (highest number) first, then
-// path itself, whether or not it exists.
-func chain(path string) ([]string, error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("read events %s: %w", path, err)
-	}
-	var nums []int
-	for _, e := range entries {
-		suffix, ok := strings.CutPrefix(e.Name(), base+".")
-		if n, err := strconv.Atoi(suffix); ok && err == nil && n > 0 && strconv.Itoa(n) == suffix {
-			nums = append(nums, n)
-		}
-	}
-	slices.Sort(nums)
-	names := make([]string, 0, len(nums)+1)
-	for _, n := range slices.Backward(nums) {
-		names = append(names, rotated(path, n))
-	}
-	return append(names, path), nil
-}
 
 func closeAll(files []*os.File) {
 	for _, f := range files {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -124,4 +126,58 @@ func TestReadDuringRotationIsConsistent(t *testing.T) {
 		}
 	}
 	t.Logf("%d reads during %d appends", reads, n)
+}
+
+// The chain as a writer killed mid-rotation leaves it, and as an operator
+// who removed its newest files does: Read returns what is there, in order,
+// past the empty names.
+func TestReadPastEmptyNames(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// renames made after ten lines in five files (path, .1 to .4)
+		renames [][2]string
+		want    string // the events' seqs, in order
+	}{
+		{"a rotation killed after .2 → .3", [][2]string{{".4", ".5"}, {".3", ".4"}, {".2", ".3"}}, "0 1 2 3 4 5 6 7 8 9"},
+		{"killed after the live file's rename", [][2]string{{".4", ".5"}, {".3", ".4"}, {".2", ".3"}, {".1", ".2"}, {"", ".1"}}, "0 1 2 3 4 5 6 7 8 9"},
+		{"the live file and .1 removed", [][2]string{{"", ""}, {".1", ""}}, "0 1 2 3 4 5"},
+		{".2 and .3 removed", [][2]string{{".2", ""}, {".3", ""}}, "0 1 6 7 8 9"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "events.jsonl")
+			l, err := Open(path, Options{MaxBytes: 512, Keep: 10}) // two lines a file
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := appendSeq(l, "a", 10, 100, nil); err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			if n := checkFiles(t, path, 512); n != 5 {
+				t.Fatalf("%d files, want 5", n)
+			}
+			for _, r := range c.renames {
+				var err error
+				if r[1] == "" {
+					err = os.Remove(path + r[0])
+				} else {
+					err = os.Rename(path+r[0], path+r[1])
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := Read(path, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var seqs []string
+			for _, e := range got {
+				seqs = append(seqs, strconv.Itoa(seq(t, e)))
+			}
+			if s := strings.Join(seqs, " "); s != c.want {
+				t.Errorf("Read: %s, want %s", s, c.want)
+			}
+		})
+	}
 }
