@@ -1126,6 +1126,13 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 		// each is counted just after its audit line is written.
 		w.curlCmd(t, w.curl, "-X", "POST", "-d", "x=1", api+"/v1/hello")
 		w.curlCmd(t, w.curl, plain+"/x")
+		// A burst of requests, for the collector's setting under load
+		// below: collections come fast enough for the heap floor.
+		c := w.goClient(t)
+		for range 3000 {
+			doTraced(t, c, http.MethodGet, api+"/v1/hello", nil)
+		}
+		c.CloseIdleConnections()
 		var lacks []string
 		defer func() {
 			if t.Failed() {
@@ -1150,8 +1157,9 @@ http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}
 					lacks = append(lacks, want)
 				}
 			}
-			// The proxy collects at a heap floor (gcfloor), not at
-			// Go's default of twice a live heap of a few MiB.
+			// Under load the proxy collects at a heap floor
+			// (gcfloor), not at Go's default of twice a live heap of a
+			// few MiB.
 			if _, v, ok := bytes.Cut(raw, []byte("\ngo_gc_gogc_percent ")); !ok {
 				lacks = append(lacks, "go_gc_gogc_percent")
 			} else if pct, _ := strconv.Atoi(string(v[:bytes.IndexByte(v, '\n')])); pct <= 100 {

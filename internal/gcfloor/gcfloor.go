@@ -1,14 +1,17 @@
 // Package gcfloor keeps the garbage collector's heap goal from falling
-// below a floor while the live heap is small.
+// below a floor while the live heap is small and the process allocates
+// fast.
 //
-// A proxy's live heap is a few MiB, and it allocates at every request
-// (net/http's and TLS's buffers, headers, the audit line): with Go's
-// default GOGC=100 the goal is twice the live heap, so it collects dozens
-// of times a second under load, ~15% of its CPU per plain request. A floor
-// of a few tens of MiB makes that a few times a second and bounds what it
-// costs in memory to the floor; once the live heap is half the floor or
-// more, the default applies unchanged, so memory under many connections
-// grows as it would without the floor.
+// A proxy's live heap is a few MiB, and under load it allocates at every
+// request (net/http's and TLS's buffers, headers, the audit line): with
+// Go's default GOGC=100 the goal is twice the live heap, so it collects
+// dozens of times a second, ~13% of its CPU per plain request. A floor of
+// a few tens of MiB makes that a few times a second and bounds what it
+// costs in memory to the floor. It applies only while collecting at the
+// default would come more often than once a second (at rest, Go's default
+// returns the memory as before), and only while the live heap is under
+// half the floor (under many connections memory grows as it would
+// without it).
 package gcfloor
 
 import (
@@ -17,6 +20,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
+	"time"
 )
 
 // DefaultPercent is Go's own GOGC, below which the floor never goes.
@@ -25,7 +29,8 @@ const DefaultPercent = 100
 var once sync.Once
 
 // Keep holds the heap goal at floor bytes or more for the life of the
-// process, adjusted after each collection to the live heap it found. An
+// process while it allocates fast, adjusted after each collection to the
+// live heap it found and the rate of allocation since the one before. An
 // operator's GOGC (or GOGC=off) in the environment stands instead: Keep
 // does nothing then. Only the first call takes effect.
 func Keep(floor uint64) {
@@ -33,23 +38,28 @@ func Keep(floor uint64) {
 		if os.Getenv("GOGC") != "" {
 			return
 		}
-		t := &tuner{floor: floor, sample: []metrics.Sample{{Name: liveHeap}, {Name: stacks}, {Name: globals}}}
+		t := &tuner{floor: floor, sample: []metrics.Sample{{Name: liveHeap}, {Name: stacks}, {Name: globals}, {Name: allocated}}}
 		t.tune()
 		t.arm()
 	})
 }
 
 // What the collector's goal is made of: the live heap, plus GOGC percent
-// of the live heap, the goroutines' stacks and the globals it scans.
+// of the live heap, the goroutines' stacks and the globals it scans; and
+// the bytes allocated since the process began.
 const (
-	liveHeap = "/gc/heap/live:bytes"
-	stacks   = "/gc/scan/stack:bytes"
-	globals  = "/gc/scan/globals:bytes"
+	liveHeap  = "/gc/heap/live:bytes"
+	stacks    = "/gc/scan/stack:bytes"
+	globals   = "/gc/scan/globals:bytes"
+	allocated = "/gc/heap/allocs:bytes"
 )
 
 type tuner struct {
 	floor  uint64
 	sample []metrics.Sample
+	// The allocation count and time at the last collection.
+	allocs uint64
+	at     time.Time
 }
 
 // sentinel is garbage from birth: its finalizer runs once the collection
@@ -66,25 +76,33 @@ func (t *tuner) arm() {
 
 func (t *tuner) tune() {
 	metrics.Read(t.sample)
-	var v [3]uint64
+	var v [4]uint64
 	for i, s := range t.sample {
 		if s.Value.Kind() == metrics.KindUint64 {
 			v[i] = s.Value.Uint64()
 		}
 	}
-	debug.SetGCPercent(Percent(v[0], v[0]+v[1]+v[2], t.floor))
+	now := time.Now()
+	var perSecond uint64
+	if elapsed := now.Sub(t.at); !t.at.IsZero() && elapsed > 0 && v[3] > t.allocs {
+		perSecond = uint64(float64(v[3]-t.allocs) / elapsed.Seconds())
+	}
+	t.allocs, t.at = v[3], now
+	debug.SetGCPercent(Percent(v[0], v[0]+v[1]+v[2], perSecond, t.floor))
 }
 
 // Percent is the GOGC that puts the heap goal, live + scanned × GOGC/100
-// (scanned: the live heap, the stacks and the globals), at floor, and never
-// below Go's default. A heap not yet measured (0, before the first
-// collection) counts as 4 MiB, about what a process starts with.
-func Percent(live, scanned, floor uint64) int {
+// (scanned: the live heap, the stacks and the globals), at floor for a
+// process allocating perSecond bytes a second; Go's default when that
+// already collects at most once a second (the default lets the heap grow
+// by scanned), and never below it. A heap not yet measured (0, before the
+// first collection) counts as 4 MiB, about what a process starts with.
+func Percent(live, scanned, perSecond, floor uint64) int {
 	if live == 0 {
 		live = 4 << 20
 	}
 	scanned = max(scanned, live)
-	if floor <= live+scanned {
+	if perSecond <= scanned || floor <= live+scanned {
 		return DefaultPercent
 	}
 	return int((floor - live) * 100 / scanned)

@@ -7,26 +7,30 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"testing"
+	"time"
 )
 
 func TestPercent(t *testing.T) {
 	const mib = 1 << 20
+	const busy = 1 << 30 // a second's allocation that collects often at the default
 	for _, c := range []struct {
-		name                 string
-		live, scanned, floor uint64
-		want                 int
+		name                            string
+		live, scanned, perSecond, floor uint64
+		want                            int
 	}{
-		{"small heap: the goal is the floor", 8 * mib, 8 * mib, 64 * mib, 700},
-		{"stacks count: the goal is still the floor", 8 * mib, 16 * mib, 64 * mib, 350},
-		{"not yet measured: as 4 MiB", 0, 0, 64 * mib, 1500},
-		{"half the floor: the default", 32 * mib, 32 * mib, 64 * mib, DefaultPercent},
-		{"stacks making up the floor's half: the default", 16 * mib, 48 * mib, 64 * mib, DefaultPercent},
-		{"above the floor: the default", 200 * mib, 200 * mib, 64 * mib, DefaultPercent},
-		{"just under half: a little more than the default", 30 * mib, 30 * mib, 64 * mib, 113},
+		{"small heap: the goal is the floor", 8 * mib, 8 * mib, busy, 64 * mib, 700},
+		{"stacks count: the goal is still the floor", 8 * mib, 16 * mib, busy, 64 * mib, 350},
+		{"not yet measured: as 4 MiB", 0, 0, busy, 64 * mib, 1500},
+		{"at rest: the default", 8 * mib, 8 * mib, 8 * mib, 64 * mib, DefaultPercent},
+		{"the rate not known: the default", 8 * mib, 8 * mib, 0, 64 * mib, DefaultPercent},
+		{"half the floor: the default", 32 * mib, 32 * mib, busy, 64 * mib, DefaultPercent},
+		{"stacks making up the floor's half: the default", 16 * mib, 48 * mib, busy, 64 * mib, DefaultPercent},
+		{"above the floor: the default", 200 * mib, 200 * mib, busy, 64 * mib, DefaultPercent},
+		{"just under half: a little more than the default", 30 * mib, 30 * mib, busy, 64 * mib, 113},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := Percent(c.live, c.scanned, c.floor); got != c.want {
-				t.Errorf("Percent(%d, %d, %d) = %d, want %d", c.live, c.scanned, c.floor, got, c.want)
+			if got := Percent(c.live, c.scanned, c.perSecond, c.floor); got != c.want {
+				t.Errorf("Percent(%d, %d, %d, %d) = %d, want %d", c.live, c.scanned, c.perSecond, c.floor, got, c.want)
 			}
 		})
 	}
@@ -38,13 +42,13 @@ func TestKeep(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		env  string
-		// GOGC with a small live heap, then with 48 MiB live, and the
-		// small heap's goal.
-		wantSmall, wantLarge int
-		wantGoal             func(goal uint64) bool
+		// GOGC allocating fast with a small live heap, then at rest,
+		// then allocating fast with 48 MiB live; and the first's goal.
+		wantBusy, wantRest, wantLarge int
+		wantGoal                      func(goal uint64) bool
 	}{
-		{"floor kept, then left", "", 1000, DefaultPercent, func(g uint64) bool { return g >= 60<<20 }},
-		{"operator's GOGC stands", "GOGC=200", 200, 200, func(g uint64) bool { return g < 32<<20 }},
+		{"floor kept while busy", "", 1000, DefaultPercent, DefaultPercent, func(g uint64) bool { return g >= 60<<20 }},
+		{"operator's GOGC stands", "GOGC=200", 200, 200, 200, func(g uint64) bool { return g < 32<<20 }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0])
@@ -56,16 +60,19 @@ func TestKeep(t *testing.T) {
 			if err != nil {
 				t.Fatalf("child: %v\n%s", err, out)
 			}
-			var small, large int
+			var busy, rest, large int
 			var goal uint64
-			if _, err := fmt.Sscanf(string(out), "small=%d goal=%d large=%d", &small, &goal, &large); err != nil {
+			if _, err := fmt.Sscanf(string(out), "busy=%d goal=%d rest=%d large=%d", &busy, &goal, &rest, &large); err != nil {
 				t.Fatalf("child's report %q: %v", out, err)
 			}
-			if small < c.wantSmall {
-				t.Errorf("GOGC with a small live heap: %d, want %d or more", small, c.wantSmall)
+			if busy < c.wantBusy {
+				t.Errorf("GOGC allocating fast with a small live heap: %d, want %d or more", busy, c.wantBusy)
 			}
 			if !c.wantGoal(goal) {
-				t.Errorf("heap goal with a small live heap: %d MiB", goal>>20)
+				t.Errorf("heap goal allocating fast with a small live heap: %d MiB", goal>>20)
+			}
+			if rest != c.wantRest {
+				t.Errorf("GOGC at rest: %d, want %d", rest, c.wantRest)
 			}
 			if large != c.wantLarge {
 				t.Errorf("GOGC with 48 MiB live: %d, want %d", large, c.wantLarge)
@@ -82,25 +89,38 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// keepAndReport keeps a 64 MiB floor and reports GOGC and the heap goal
-// after collections with a small live heap, and GOGC after collections
-// with 48 MiB live.
+// garbage is where allocations go to be dropped.
+var garbage []byte
+
+// keepAndReport keeps a 64 MiB floor and reports GOGC (and the heap goal)
+// after collections that each follow 32 MiB of allocation, with a small
+// live heap; after collections with nothing allocated between them; and
+// after collections that each follow 32 MiB of allocation, with 48 MiB live.
 func keepAndReport() {
 	Keep(64 << 20)
 	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/heap/goal:bytes"}}
-	collect := func() {
+	collect := func(busy bool) {
 		// Each collection finalizes a sentinel; the tuning it does
 		// applies from the next one.
 		for range 3 {
+			if busy {
+				for range 32 << 10 {
+					garbage = make([]byte, 1<<10)
+				}
+			} else {
+				time.Sleep(300 * time.Millisecond)
+			}
 			runtime.GC()
 			runtime.Gosched()
 		}
 		metrics.Read(s)
 	}
-	collect()
-	fmt.Printf("small=%d goal=%d ", s[0].Value.Uint64(), s[1].Value.Uint64())
+	collect(true)
+	fmt.Printf("busy=%d goal=%d ", s[0].Value.Uint64(), s[1].Value.Uint64())
+	collect(false)
+	fmt.Printf("rest=%d ", s[0].Value.Uint64())
 	live := make([]byte, 48<<20)
-	collect()
+	collect(true)
 	fmt.Printf("large=%d\n", s[0].Value.Uint64())
 	runtime.KeepAlive(live)
 }
