@@ -159,8 +159,15 @@ func openNewest(path string) (*os.File, int, error) {
 		if len(nums) == 0 {
 			return nil, 0, &os.PathError{Op: "read events", Path: path, Err: fs.ErrNotExist}
 		}
-		if f, err := openAt(path, nums[0]); f != nil || err != nil {
-			return f, nums[0], err
+		f, err := openAt(path, nums[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		if f != nil && nums[0] > 1 && emptyBetween(path, -1, 2) {
+			return f, nums[0], nil // nothing newer came meanwhile
+		}
+		if f != nil {
+			f.Close()
 		}
 	}
 	return nil, 0, fmt.Errorf("read events %s: the files were renamed at every look (%d)", path, steps)
@@ -180,12 +187,9 @@ func predecessor(path string, f *os.File, at int) (*os.File, int, error) {
 		return nil, 0, fmt.Errorf("read events %s: %w", path, err)
 	}
 	for range steps {
-		i, ok, err := locate(path, f, held, at)
+		i, err := locate(path, f, held, at)
 		if err != nil {
 			return nil, 0, err
-		}
-		if !ok {
-			continue // renamed while it looked
 		}
 		if i < 0 {
 			return nil, 0, nil // rotated out of the chain since it was opened
@@ -216,12 +220,15 @@ func predecessor(path string, f *os.File, at int) (*os.File, int, error) {
 	return nil, 0, fmt.Errorf("read events %s: the files were renamed at every look (%d)", path, steps)
 }
 
-// locate finds the name number, from or after, of f (whose stat is held):
-// i is -1 when it is no longer linked (rotated out of the chain), ok false
-// when it was not found, being renamed while it looked. The names are
-// probed in turn while they exist (a rotation leaves one empty at a
-// time); past two empty ones, the directory is listed.
-func locate(path string, f *os.File, held os.FileInfo, from int) (i int, ok bool, err error) {
+// locate finds the name number, from or after, of f (whose stat is held),
+// or -1 when it has left the chain (rotated out). The names are probed in
+// turn while they exist (a rotation leaves one empty at a time); past two
+// empty ones, the directory is listed. f has left the chain when it has no
+// link left, or when three listings in a row do not name it: rotated out
+// but linked elsewhere (a backup's hard link), since a file found in none
+// of them would have had to be renamed during each, three rotations that
+// all left the files before it where they were.
+func locate(path string, f *os.File, held os.FileInfo, from int) (int, error) {
 	for i, empty := from, 0; empty < 2; i++ {
 		st, err := os.Lstat(name(path, i))
 		if err != nil {
@@ -230,26 +237,28 @@ func locate(path string, f *os.File, held os.FileInfo, from int) (i int, ok bool
 		}
 		empty = 0
 		if os.SameFile(held, st) {
-			return i, true, nil
+			return i, nil
 		}
 	}
 	now, err := f.Stat()
 	if err != nil {
-		return 0, false, fmt.Errorf("read events %s: %w", path, err)
+		return 0, fmt.Errorf("read events %s: %w", path, err)
 	}
 	if st, ok := now.Sys().(*syscall.Stat_t); ok && st.Nlink == 0 {
-		return -1, true, nil
+		return -1, nil
 	}
-	nums, err := listed(path)
-	if err != nil {
-		return 0, false, err
-	}
-	for _, n := range nums {
-		if n >= from && isAt(path, n, held) {
-			return n, true, nil
+	for range 3 {
+		nums, err := listed(path)
+		if err != nil {
+			return 0, err
+		}
+		for _, n := range nums {
+			if n >= from && isAt(path, n, held) {
+				return n, nil
+			}
 		}
 	}
-	return 0, false, nil
+	return -1, nil
 }
 
 // nextName is the first name after number i that is not empty, 0 for none.
@@ -312,8 +321,11 @@ func listed(path string) ([]int, error) {
 }
 
 // listedTwice is listed's numbers from from on, listed again when there
-// are none: a name being renamed may be missing from one listing, but a
-// rename is made once, so not from two.
+// are none: a name being renamed may be missing from a listing (readdir
+// may miss an entry renamed while it reads). Missing from both, the same
+// files were renamed during each listing, and found nowhere nearer: two
+// rotations, each killed before it reached the file the caller stands on
+// (which it checks again), after killed ones had left names empty.
 func listedTwice(path string, from int) ([]int, error) {
 	for range 2 {
 		nums, err := listed(path)

@@ -181,3 +181,37 @@ func TestReadPastEmptyNames(t *testing.T) {
 		})
 	}
 }
+
+// A file rotated out while the walk stands on it has left the chain even
+// when a link elsewhere keeps it (a backup's hard link): the walk ends
+// there instead of looking for it until it gives up.
+func TestWalkEndsAtAFileRotatedOutButLinked(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "events.jsonl")
+	l, err := Open(path, Options{MaxBytes: 512, Keep: 10}) // two lines a file
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := appendSeq(l, "a", 10, 100, nil); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	oldest, err := os.Open(path + ".4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oldest.Close()
+	if err := os.Link(path+".4", filepath.Join(dir, "backup")); err != nil {
+		t.Fatal(err)
+	}
+	// A rotation with keep 4: .3 takes .4's name, and so on.
+	for _, r := range [][2]string{{".3", ".4"}, {".2", ".3"}, {".1", ".2"}, {"", ".1"}} {
+		if err := os.Rename(path+r[0], path+r[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prev, _, err := predecessor(path, oldest, 4)
+	if err != nil || prev != nil {
+		t.Fatalf("predecessor of a file rotated out: %v, %v; want none", prev, err)
+	}
+}
