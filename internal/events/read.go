@@ -357,7 +357,6 @@ func name(path string, i int) string {
 	return rotated(path, i)
 }
 
-
 func closeAll(files []*os.File) {
 	for _, f := range files {
 		if f != nil {

@@ -145,17 +145,7 @@ func TestReadPastEmptyNames(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "events.jsonl")
-			l, err := Open(path, Options{MaxBytes: 512, Keep: 10}) // two lines a file
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := appendSeq(l, "a", 10, 100, nil); err != nil {
-				t.Fatal(err)
-			}
-			l.Close()
-			if n := checkFiles(t, path, 512); n != 5 {
-				t.Fatalf("%d files, want 5", n)
-			}
+			fiveFiles(t, path)
 			for _, r := range c.renames {
 				var err error
 				if r[1] == "" {
@@ -188,14 +178,7 @@ func TestReadPastEmptyNames(t *testing.T) {
 func TestWalkEndsAtAFileRotatedOutButLinked(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "events.jsonl")
-	l, err := Open(path, Options{MaxBytes: 512, Keep: 10}) // two lines a file
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := appendSeq(l, "a", 10, 100, nil); err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
+	fiveFiles(t, path)
 	oldest, err := os.Open(path + ".4")
 	if err != nil {
 		t.Fatal(err)
@@ -213,5 +196,22 @@ func TestWalkEndsAtAFileRotatedOutButLinked(t *testing.T) {
 	prev, _, err := predecessor(path, oldest, 4)
 	if err != nil || prev != nil {
 		t.Fatalf("predecessor of a file rotated out: %v, %v; want none", prev, err)
+	}
+}
+
+// fiveFiles writes appendSeq's events 0 to 9 at path, two to a file: path
+// holds 8 and 9, path.1 6 and 7, and so on to path.4.
+func fiveFiles(t *testing.T, path string) {
+	t.Helper()
+	l, err := Open(path, Options{MaxBytes: 512, Keep: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := appendSeq(l, "a", 10, 100, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := checkFiles(t, path, 512); n != 5 {
+		t.Fatalf("%d files, want 5", n)
 	}
 }
