@@ -92,9 +92,10 @@ func DefaultCADir() string {
 	return ".airlock-ca"
 }
 
-// heapFloor is the least heap goal a proxy's process collects at: a few
-// collections a second under load instead of a few dozen, for at most this
-// much more memory (an operator's GOGC stands instead).
+// heapFloor is the least heap goal a proxy's process collects at while it
+// allocates fast: a few collections a second under load instead of a few
+// dozen, for at most this much more memory (an operator's GOGC stands
+// instead).
 const heapFloor = 32 << 20
 
 // Build assembles a proxy deciding with decider. Close releases the audit

@@ -39,21 +39,20 @@ func offArg(i int) uint32 { return 16 + 8*uint32(i) } // low 32 bits (little end
 // seccompProgram is the filter: check the architecture (anything else is
 // killed), refuse the x32 ABI, then the deny list and the argument checks.
 func seccompProgram() ([]bpf.Instruction, error) {
-	errno := func(e unix.Errno) bpf.Instruction { return bpf.RetConstant{Val: secRetErrno | uint32(e)} }
 	p := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: offArch, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: auditArch, SkipTrue: 1},
 		bpf.RetConstant{Val: secRetKill},
 		bpf.LoadAbsolute{Off: offNr, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: x32SyscallNr, SkipFalse: 1},
-		errno(unix.EPERM),
+		errnoRet(unix.EPERM),
 	}
 	for _, nr := range deniedSyscalls {
-		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1}, errno(unix.EPERM))
+		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1}, errnoRet(unix.EPERM))
 	}
 	// clone3 passes its flags in memory a filter cannot read: ENOSYS makes
 	// libc fall back to clone, whose flags it can.
-	p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_CLONE3, SkipFalse: 1}, errno(unix.ENOSYS))
+	p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_CLONE3, SkipFalse: 1}, errnoRet(unix.ENOSYS))
 	// unshare and clone may not create a user namespace (nor, for
 	// unshare, any namespace a capability-less process could use).
 	for _, nr := range []uint32{unix.SYS_UNSHARE, unix.SYS_CLONE} {
@@ -80,20 +79,23 @@ func seccompProgram() ([]bpf.Instruction, error) {
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_SOCKET, SkipFalse: 12},
 		bpf.LoadAbsolute{Off: offArg(0), Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_PACKET, SkipFalse: 1},
-		errno(unix.EPERM),
+		errnoRet(unix.EPERM),
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_VSOCK, SkipFalse: 1},
-		errno(unix.EPERM),
+		errnoRet(unix.EPERM),
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_NETLINK, SkipFalse: 3},
 		bpf.LoadAbsolute{Off: offArg(2), Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.NETLINK_ROUTE, SkipTrue: 1},
-		errno(unix.EPERM),
+		errnoRet(unix.EPERM),
 		bpf.LoadAbsolute{Off: offArg(2), Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.IPPROTO_MPTCP, SkipFalse: 1},
-		errno(unix.EPERM),
+		errnoRet(unix.EPERM),
 	)
 	p = append(p, bpf.RetConstant{Val: secRetAllow})
 	return p, nil
 }
+
+// errnoRet fails the syscall with e.
+func errnoRet(e unix.Errno) bpf.Instruction { return bpf.RetConstant{Val: secRetErrno | uint32(e)} }
 
 // runtimeFaultSignals are the signals the Go runtime keeps its own handler
 // for even when a program ignores them all (as the init does), and takes
@@ -137,7 +139,7 @@ func refuseWhen(nr uint32, conds ...argIs) []bpf.Instruction {
 			p = append(p, j)
 		}
 	}
-	return append(p, bpf.RetConstant{Val: secRetErrno | uint32(unix.EPERM)}, bpf.LoadAbsolute{Off: offNr, Size: 4})
+	return append(p, errnoRet(unix.EPERM), bpf.LoadAbsolute{Off: offNr, Size: 4})
 }
 
 // loadSeccomp installs the filter on every thread (TSYNC). It needs

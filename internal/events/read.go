@@ -163,12 +163,14 @@ func openNewest(path string) (*os.File, int, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		if f != nil && nums[0] > 1 && emptyBetween(path, -1, 2) {
-			return f, nums[0], nil // nothing newer came meanwhile
+		if f == nil {
+			continue
 		}
-		if f != nil {
-			f.Close()
+		// Newest only if nothing newer is there now, or came meanwhile.
+		if st, err := f.Stat(); err == nil && emptyBetween(path, -1, nums[0]) && isAt(path, nums[0], st) {
+			return f, nums[0], nil
 		}
+		f.Close()
 	}
 	return nil, 0, fmt.Errorf("read events %s: the files were renamed at every look (%d)", path, steps)
 }

@@ -57,7 +57,8 @@ const (
 type tuner struct {
 	floor  uint64
 	sample []metrics.Sample
-	// The allocation count and time at the last collection.
+	// The allocation count and the time at the last tuning: Keep's, then
+	// each collection's.
 	allocs uint64
 	at     time.Time
 }
@@ -95,14 +96,10 @@ func (t *tuner) tune() {
 // (scanned: the live heap, the stacks and the globals), at floor for a
 // process allocating perSecond bytes a second; Go's default when that
 // already collects at most once a second (the default lets the heap grow
-// by scanned), and never below it. A heap not yet measured (0, before the
-// first collection) counts as 4 MiB, about what a process starts with.
+// by scanned), when nothing is measured yet, and never below it.
 func Percent(live, scanned, perSecond, floor uint64) int {
-	if live == 0 {
-		live = 4 << 20
-	}
 	scanned = max(scanned, live)
-	if perSecond <= scanned || floor <= live+scanned {
+	if scanned == 0 || perSecond <= scanned || floor <= live+scanned {
 		return DefaultPercent
 	}
 	return int((floor - live) * 100 / scanned)

@@ -20,7 +20,7 @@ func TestPercent(t *testing.T) {
 	}{
 		{"small heap: the goal is the floor", 8 * mib, 8 * mib, busy, 64 * mib, 700},
 		{"stacks count: the goal is still the floor", 8 * mib, 16 * mib, busy, 64 * mib, 350},
-		{"not yet measured: as 4 MiB", 0, 0, busy, 64 * mib, 1500},
+		{"not yet measured: the default", 0, 0, busy, 64 * mib, DefaultPercent},
 		{"at rest: the default", 8 * mib, 8 * mib, 8 * mib, 64 * mib, DefaultPercent},
 		{"the rate not known: the default", 8 * mib, 8 * mib, 0, 64 * mib, DefaultPercent},
 		{"half the floor: the default", 32 * mib, 32 * mib, busy, 64 * mib, DefaultPercent},
