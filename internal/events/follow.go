@@ -109,24 +109,19 @@ func isLive(path string, f *os.File) (bool, error) {
 
 // after returns the files of the chain that came after f, oldest first.
 func after(path string, f *os.File) ([]*os.File, error) {
-	files, err := snapshot(path)
+	held, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("follow events %s: %w", path, err)
+	}
+	files, met, err := walkBack(path, held)
 	if err != nil {
 		return nil, err
 	}
-	held, err := f.Stat()
-	if err != nil {
+	if !met {
 		closeAll(files)
-		return nil, fmt.Errorf("follow events %s: %w", path, err)
+		return nil, fmt.Errorf("follow events %s: %w", path, ErrFellBehind)
 	}
-	for i, g := range files {
-		// f is held open, so no other file can have its inode: a match is f.
-		if st, err := g.Stat(); err == nil && os.SameFile(held, st) {
-			closeAll(files[:i+1])
-			return files[i+1:], nil
-		}
-	}
-	closeAll(files)
-	return nil, fmt.Errorf("follow events %s: %w", path, ErrFellBehind)
+	return files, nil
 }
 
 // wait returns when a file of the chain (a name starting with base)

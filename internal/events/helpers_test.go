@@ -82,8 +82,8 @@ func checkFiles(t testing.TB, path string, maxBytes int64) int {
 	}
 	n := 0
 	for _, num := range slices.Backward(nums) {
-		name := name(path, num)
-		b, err := os.ReadFile(name)
+		file := name(path, num)
+		b, err := os.ReadFile(file)
 		if os.IsNotExist(err) {
 			continue
 		}
@@ -92,16 +92,16 @@ func checkFiles(t testing.TB, path string, maxBytes int64) int {
 		}
 		n++
 		if len(b) > 0 && b[len(b)-1] != '\n' {
-			t.Errorf("%s does not end its last line: ...%q", name, b[max(0, len(b)-40):])
+			t.Errorf("%s does not end its last line: ...%q", file, b[max(0, len(b)-40):])
 		}
 		lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
 		if int64(len(b)) > maxBytes && len(lines) > 1 {
-			t.Errorf("%s is %d bytes, over %d, with %d lines", name, len(b), maxBytes, len(lines))
+			t.Errorf("%s is %d bytes, over %d, with %d lines", file, len(b), maxBytes, len(lines))
 		}
 		for _, line := range lines {
 			var e Event
 			if err := json.Unmarshal(line, &e); err != nil {
-				t.Errorf("%s: line %.60q is not an event: %v", name, line, err)
+				t.Errorf("%s: line %.60q is not an event: %v", file, line, err)
 			}
 		}
 	}

@@ -106,32 +106,45 @@ func parse(line []byte, since time.Time, emit func(Event)) {
 }
 
 // snapshot opens the live file and the rotated files before it, oldest
-// first, each the one before the next. Writers rotate while it looks, and
-// it holds no lock, so it never holds them back: it opens the newest file,
-// then walks back one file at a time (predecessor). A rotated file never
-// comes back to a name it left, files keep their order as they move (a
-// rotation renames the oldest first), and the files it holds open cannot
-// be replaced by a file with the same inode, so each step is checked by a
-// look at where the two files it pairs still are. A step only has to beat
-// one rotation, not the whole chain's listing, which rotations coming
-// faster than a listing (tiny files, a disk where fsync is free) starved.
+// first, each the one before the next (walkBack).
 func snapshot(path string) ([]*os.File, error) {
-	newest, at, err := openNewest(path)
+	files, _, err := walkBack(path, nil)
+	return files, err
+}
+
+// walkBack opens the files of the chain newer than until (all of them when
+// until is nil), oldest first; met says it came to until (or that until is
+// nil). Writers rotate while it looks, and it holds no lock, so it never
+// holds them back: it opens the newest file, then walks back one file at a
+// time (predecessor). A rotated file never comes back to a name it left,
+// files keep their order as they move (a rotation renames the oldest
+// first), and the files it holds open cannot be replaced by a file with
+// the same inode, so each step is checked by a look at where the two files
+// it pairs still are. A step only has to beat one rotation, not the whole
+// chain's listing, which rotations coming faster than a listing (tiny
+// files, a disk where fsync is free) starved.
+func walkBack(path string, until os.FileInfo) (files []*os.File, met bool, err error) {
+	cur, st, at, err := openNewest(path)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	files := []*os.File{newest}
-	for {
-		prev, pat, err := predecessor(path, files[0], at)
+	for { // files newest first until the end
+		if until != nil && os.SameFile(until, st) {
+			cur.Close()
+			slices.Reverse(files)
+			return files, true, nil
+		}
+		files = append(files, cur)
+		prev, pst, pat, err := predecessor(path, cur, st, at)
 		if err != nil {
 			closeAll(files)
-			return nil, err
+			return nil, false, err
 		}
 		if prev == nil {
-			return files, nil
+			slices.Reverse(files)
+			return files, until == nil, nil
 		}
-		files = slices.Insert(files, 0, prev)
-		at = pat
+		cur, st, at = prev, pst, pat
 	}
 }
 
@@ -139,87 +152,72 @@ func snapshot(path string) ([]*os.File, error) {
 // rotation moved a file it looked at while it looked.
 const steps = 1000
 
-// openNewest opens the live file, or, mid-rotation (renamed, its successor
-// not yet made), the newest rotated one; at is where it was (0: the live
-// file's name).
-func openNewest(path string) (*os.File, int, error) {
+// openNewest opens the newest file of the chain: the live file, or,
+// mid-rotation (renamed, its successor not yet made), the newest rotated
+// one; at is where it was (0: the live file's name).
+func openNewest(path string) (f *os.File, st os.FileInfo, at int, err error) {
 	for range steps {
-		for _, i := range []int{0, 1} {
-			if f, err := openAt(path, i); f != nil || err != nil {
-				return f, i, err
-			}
+		f, st, at, ok, err := openNext(path, -1)
+		switch {
+		case err != nil:
+			return nil, nil, 0, err
+		case ok && f == nil:
+			return nil, nil, 0, &os.PathError{Op: "read events", Path: path, Err: fs.ErrNotExist}
+		case ok:
+			return f, st, at, nil
 		}
-		// Neither: rotated twice between the two opens, or a chain whose
-		// newest files were removed by hand. A name being renamed may be
-		// missing from one listing, not from two.
-		nums, err := listedTwice(path, 0)
-		if err != nil {
-			return nil, 0, err
-		}
-		if len(nums) == 0 {
-			return nil, 0, &os.PathError{Op: "read events", Path: path, Err: fs.ErrNotExist}
-		}
-		f, err := openAt(path, nums[0])
-		if err != nil {
-			return nil, 0, err
-		}
-		if f == nil {
-			continue
-		}
-		// Newest only if nothing newer is there now, or came meanwhile.
-		if st, err := f.Stat(); err == nil && emptyBetween(path, -1, nums[0]) && isAt(path, nums[0], st) {
-			return f, nums[0], nil
-		}
-		f.Close()
 	}
-	return nil, 0, fmt.Errorf("read events %s: the files were renamed at every look (%d)", path, steps)
+	return nil, nil, 0, fmt.Errorf("read events %s: the files were renamed at every look (%d)", path, steps)
 }
 
-// predecessor opens the file before f in the chain, or returns nil when f
-// is the oldest left. f was at name number at, or later (files only move
-// to higher numbers). The file before f is the next name's, or, mid-
-// rotation (renamed on, the newer one not yet after it) or past a name a
-// writer killed mid-rotation left empty, the first name after that is not
-// empty. It is f's predecessor if, looked at again, f is still where it
-// was, the names between are empty and it is still where it was opened:
-// a file between them would have had to pass one of the two, or be seen.
-func predecessor(path string, f *os.File, at int) (*os.File, int, error) {
-	held, err := f.Stat()
-	if err != nil {
-		return nil, 0, fmt.Errorf("read events %s: %w", path, err)
-	}
+// predecessor opens the file before f (whose stat is held) in the chain,
+// with its stat and name number, or returns nil when f is the oldest left.
+// f was at name number at, or later (files only move to higher numbers).
+// openNext opens the file after f's name; it is f's predecessor if f,
+// looked at again, is still where it was.
+func predecessor(path string, f *os.File, held os.FileInfo, at int) (*os.File, os.FileInfo, int, error) {
 	for range steps {
 		i, err := locate(path, f, held, at)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		if i < 0 {
-			return nil, 0, nil // rotated out of the chain since it was opened
+			return nil, nil, 0, nil // rotated out of the chain since it was opened
 		}
 		at = i
-		j, err := nextName(path, i)
+		prev, pst, j, ok, err := openNext(path, i)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
-		if j == 0 { // none: f is the oldest, if it has not moved meanwhile
-			if isAt(path, i, held) {
-				return nil, 0, nil
-			}
-			continue
+		if ok && isAt(path, i, held) {
+			return prev, pst, j, nil // prev nil: none, f is the oldest
 		}
-		prev, err := openAt(path, j)
-		if err != nil {
-			return nil, 0, err
+		if prev != nil {
+			prev.Close()
 		}
-		if prev == nil {
-			continue
-		}
-		if pst, err := prev.Stat(); err == nil && emptyBetween(path, i, j) && isAt(path, i, held) && isAt(path, j, pst) {
-			return prev, j, nil
-		}
-		prev.Close()
 	}
-	return nil, 0, fmt.Errorf("read events %s: the files were renamed at every look (%d)", path, steps)
+	return nil, nil, 0, fmt.Errorf("read events %s: the files were renamed at every look (%d)", path, steps)
+}
+
+// openNext opens the file of the first name after number i that is not
+// empty (-1: the newest), with its stat and number. It is the next name's,
+// or, mid-rotation (renamed on, the newer one not yet after it) or past a
+// name a writer killed mid-rotation left empty, a later one's. ok says
+// that, looked at again, the names between are still empty and the file is
+// still where it was opened: a file between them would have had to pass it,
+// or be seen. ok with no file: none after i.
+func openNext(path string, i int) (f *os.File, st os.FileInfo, j int, ok bool, err error) {
+	if j, err = nextName(path, i); err != nil || j < 0 {
+		return nil, nil, 0, err == nil, err
+	}
+	if f, err = openAt(path, j); err != nil || f == nil {
+		return nil, nil, 0, false, err
+	}
+	if st, err = f.Stat(); err == nil && emptyBetween(path, i, j) && isAt(path, j, st) {
+		return f, st, j, true, nil
+	}
+	f.Close()
+	return nil, nil, 0, false, nil
 }
 
 // locate finds the name number, from or after, of f (whose stat is held),
@@ -263,7 +261,7 @@ func locate(path string, f *os.File, held os.FileInfo, from int) (int, error) {
 	return -1, nil
 }
 
-// nextName is the first name after number i that is not empty, 0 for none.
+// nextName is the first name after number i that is not empty, -1 for none.
 func nextName(path string, i int) (int, error) {
 	for _, j := range []int{i + 1, i + 2} {
 		if _, err := os.Lstat(name(path, j)); err == nil {
@@ -272,7 +270,7 @@ func nextName(path string, i int) (int, error) {
 	}
 	nums, err := listedTwice(path, i+1)
 	if err != nil || len(nums) == 0 {
-		return 0, err
+		return -1, err
 	}
 	return nums[0], nil
 }

@@ -184,6 +184,10 @@ func TestWalkEndsAtAFileRotatedOutButLinked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer oldest.Close()
+	held, err := oldest.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Link(path+".4", filepath.Join(dir, "backup")); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +197,7 @@ func TestWalkEndsAtAFileRotatedOutButLinked(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	prev, _, err := predecessor(path, oldest, 4)
+	prev, _, _, err := predecessor(path, oldest, held, 4)
 	if err != nil || prev != nil {
 		t.Fatalf("predecessor of a file rotated out: %v, %v; want none", prev, err)
 	}
