@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -273,7 +274,15 @@ func TestLaunchHasItsOwnIPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, id, _ := strings.Cut(strings.TrimSpace(string(made)), ": ")
-	t.Cleanup(func() { exec.Command("ipcrm", "-q", id).Run() })
+	if _, err := strconv.Atoi(id); err != nil {
+		t.Fatalf("ipcmk said %q: no queue id", made)
+	}
+	ipcrm := testutil.RequireTool(t, "ipcrm")
+	t.Cleanup(func() {
+		if out, err := exec.Command(ipcrm, "-q", id).CombinedOutput(); err != nil {
+			t.Errorf("remove the test's queue %s: %v %s", id, err, out)
+		}
+	})
 	out, err := exec.Command(airlockBin, "launch", "--net", "none", "--log-level", "error", "--",
 		"/bin/sh", "-c", "cat /proc/sysvipc/msg").CombinedOutput()
 	if err != nil {

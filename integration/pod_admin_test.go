@@ -389,6 +389,9 @@ func TestPodSecondSignalEndsARestartInFlight(t *testing.T) {
 	e := newPodEnv(t)
 	m := strings.Replace(e.manifest("stubborn", "", shService("stubborn", "trap '' TERM; while :; do sleep 0.1; done", "{policy: always}", "")),
 		"stop_grace: 3s", "stop_grace: 60s", 1)
+	if !strings.Contains(m, "stop_grace: 60s") {
+		t.Fatalf("the manifest has no stop_grace of 60s to outlast:\n%s", m)
+	}
 	pod := startPod(t, e, "stubborn", m)
 	pod.awaitReady()
 	n := pod.eventCount()
