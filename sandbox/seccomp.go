@@ -75,21 +75,10 @@ func seccompProgram() ([]bpf.Instruction, error) {
 	p = append(p, refuseWhen(unix.SYS_FCNTL,
 		argIs{1, bpf.JumpEqual, []uint32{unix.F_SETSIG}}, argIs{2, bpf.JumpEqual, runtimeFaultSignals})...)
 	// socket: no packet, vsock or MPTCP sockets; netlink only for routing.
-	p = append(p,
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_SOCKET, SkipFalse: 12},
-		bpf.LoadAbsolute{Off: offArg(0), Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_PACKET, SkipFalse: 1},
-		errnoRet(unix.EPERM),
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_VSOCK, SkipFalse: 1},
-		errnoRet(unix.EPERM),
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_NETLINK, SkipFalse: 3},
-		bpf.LoadAbsolute{Off: offArg(2), Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.NETLINK_ROUTE, SkipTrue: 1},
-		errnoRet(unix.EPERM),
-		bpf.LoadAbsolute{Off: offArg(2), Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.IPPROTO_MPTCP, SkipFalse: 1},
-		errnoRet(unix.EPERM),
-	)
+	p = append(p, refuseWhen(unix.SYS_SOCKET, argIs{0, bpf.JumpEqual, []uint32{unix.AF_PACKET, unix.AF_VSOCK}})...)
+	p = append(p, refuseWhen(unix.SYS_SOCKET,
+		argIs{0, bpf.JumpEqual, []uint32{unix.AF_NETLINK}}, argIs{2, bpf.JumpNotEqual, []uint32{unix.NETLINK_ROUTE}})...)
+	p = append(p, refuseWhen(unix.SYS_SOCKET, argIs{2, bpf.JumpEqual, []uint32{unix.IPPROTO_MPTCP}})...)
 	p = append(p, bpf.RetConstant{Val: secRetAllow})
 	return p, nil
 }
@@ -110,7 +99,7 @@ var runtimeFaultSignals = []uint32{
 }
 
 // argIs holds when argument arg of a syscall (its low 32 bits) passes test
-// against any of vals.
+// against any of vals (so JumpNotEqual wants one value).
 type argIs struct {
 	arg  int
 	test bpf.JumpTest
@@ -125,6 +114,9 @@ func refuseWhen(nr uint32, conds ...argIs) []bpf.Instruction {
 		n += 1 + len(c.vals)
 	}
 	reload := n + 1 // after the refusal, at n
+	if reload > 255 {
+		panic("sandbox: a seccomp block too long for its jumps")
+	}
 	// Another syscall skips the block: the number is still loaded.
 	p := []bpf.Instruction{bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: uint8(reload)}}
 	for _, c := range conds {
