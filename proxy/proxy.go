@@ -382,10 +382,10 @@ func (e *Egress) Serve(ln net.Listener) error {
 // Egress.Close closes.
 func (p *Proxy) newSandboxState(sb Sandbox) (*sandboxState, error) {
 	if sb.Preset == "" && sb.Route == nil {
-		return nil, errors.New("proxy: sandbox has no preset")
+		return nil, fmt.Errorf("proxy: sandbox %s has no preset", sb.ID)
 	}
 	if sb.Candidates == nil {
-		return nil, errors.New("proxy: sandbox has no candidate processes")
+		return nil, fmt.Errorf("proxy: sandbox %s has no candidate processes", sb.ID)
 	}
 	resolver, err := identity.NewResolver(sb.NetNS, sb.Candidates, p.hashes)
 	if err != nil {

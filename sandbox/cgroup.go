@@ -113,9 +113,12 @@ func NewLeaf(lc LeafConfig) (*Leaf, error) {
 // under says whether every group of the leaf is below dir (never below
 // "", no parent named).
 func (l *Leaf) under(dir string) bool {
+	if dir == "" {
+		return false
+	}
 	prefix := filepath.Clean(dir) + "/"
 	for _, d := range l.Joined {
-		if dir == "" || !strings.HasPrefix(d, prefix) {
+		if !strings.HasPrefix(d, prefix) {
 			return false
 		}
 	}

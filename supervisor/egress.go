@@ -36,9 +36,9 @@ func OpenEgress(px *proxy.Proxy, n *sandbox.Network, sb proxy.Sandbox) (*Egress,
 		}
 		sb.Names = g.pool
 	}
-	e, err := px.Open(sb)
+	e, err := px.Open(sb) // its errors name the sandbox
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", sb.ID, err)
+		return nil, err
 	}
 	g.e, g.sb = e, sb
 	return g, nil
