@@ -175,13 +175,15 @@ func (s *service) run() {
 	}
 	for {
 		// Nothing is launched once the pod stops, whichever of a
-		// restart and the stop a select woke for.
+		// restart and the stop a select woke for; an instance that
+		// ended meanwhile is not restarted either (the pod is stopping
+		// before any service's stop is asked for).
 		if s.pod.stopping.Load() {
 			s.setState(stateStopped, "stopped with the pod")
 			return
 		}
 		why, failed := s.once()
-		if s.stopping() {
+		if s.pod.stopping.Load() {
 			s.setState(stateStopped, "stopped with the pod")
 			return
 		}
@@ -530,15 +532,6 @@ func (s *service) stop(ctx context.Context) {
 	})
 	if s.running {
 		<-s.done
-	}
-}
-
-func (s *service) stopping() bool {
-	select {
-	case <-s.stopReq:
-		return true
-	default:
-		return false
 	}
 }
 
