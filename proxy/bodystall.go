@@ -161,6 +161,10 @@ func (g *bodyGuard) answer() bool {
 	return true
 }
 
+// Close leaves the body to its server: the request's counter closes its
+// reader, and the body is not the proxy's to close.
+func (g *bodyGuard) Close() error { return nil }
+
 // unread is the body's reader when what is left of it is the caller's to
 // read (the transport stopped before its end), else nil.
 func (g *bodyGuard) unread() io.Reader {

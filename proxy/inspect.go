@@ -277,7 +277,7 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 	out.Body = nil
 	if req.Body != nil && req.Body != http.NoBody {
 		guard = newBodyGuard(req.Body, c.SetReadDeadline, p.cfg.Limits.IdleTimeout)
-		body.r = io.NopCloser(guard)
+		body.r = guard
 		out.Body = body
 	}
 	switch {
@@ -309,11 +309,13 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 	// connection, the loop or the close after the last request.
 	defer guard.abandon(0)
 	// A client that stops sending its body once answered must not cut
-	// the answer it is reading: no deadline until then.
-	guard.answer()
-	// The upstream answered without asking for the body, which the client
-	// still holds: the connection cannot carry another request.
-	last := !cont.final()
+	// the answer it is reading: no deadline until then. Answered before
+	// the body's end, which the transport may still be reading from br:
+	// the loop must not read its next request there, so this request is
+	// the last. So too when the upstream answered without asking for the
+	// body, which the client still holds.
+	last := guard.answer()
+	last = !cont.final() || last
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		guard.abandon(0)
 		if !websocket { // the request went without Upgrade: a switch nobody asked for
@@ -332,10 +334,6 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 		p.refuse(c, bw, req, rdc)
 		return false
 	}
-	// The upstream answered before it read the whole body, which the
-	// transport may still be reading from br: the loop must not read its
-	// next request there, so this request is the last.
-	last = last || (out.Body != nil && !body.eof.Load())
 	last = frame(req, resp, last)
 	down := &counter{r: resp.Body}
 	resp.Body = down
@@ -521,8 +519,10 @@ func (p *Proxy) refuse(c net.Conn, bw *bufio.Writer, req *http.Request, dc *deci
 	// (held for a 100 Continue, over the drain limit, or not sent in
 	// time) would be read as requests, so the connection is closed
 	// instead.
+	// A body that could not be read (a stall, bad chunks: serverStatus)
+	// is not read on.
 	framed := req.Body == nil || req.Body == http.NoBody
-	if !framed && !pending {
+	if !framed && !pending && dc.serverStatus == 0 {
 		framed = drainWithin(c.SetReadDeadline, req.Body)
 	}
 	resp := dc.denialResponse(req)
@@ -651,21 +651,17 @@ func (c *continuer) final() bool {
 
 // counter counts what is read through it. The transport reads a request
 // body in its own goroutine, which may still run when the response is
-// written, so the count and the end are atomic.
+// written, so the count and the error are atomic.
 type counter struct {
 	r     io.ReadCloser
 	count atomic.Int64
-	eof   atomic.Bool           // the body was read to its end
 	err   atomic.Pointer[error] // the first read error other than EOF
 }
 
 func (c *counter) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
 	c.count.Add(int64(n))
-	switch {
-	case err == io.EOF:
-		c.eof.Store(true)
-	case err != nil:
+	if err != nil && err != io.EOF {
 		c.err.CompareAndSwap(nil, &err)
 	}
 	return n, err

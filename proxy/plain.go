@@ -147,7 +147,7 @@ func (p *Proxy) forwardPlain(r *http.Request, dc *decision) (*http.Request, *cou
 		// server discards it after the handler, within linger
 		// (abandon).
 		guard = newBodyGuard(r.Body, connFrom(r.Context()).conn.SetReadDeadline, p.cfg.Limits.IdleTimeout)
-		body.r = io.NopCloser(guard)
+		body.r = guard
 		r.Body = body
 	}
 	return r, body, guard
@@ -297,7 +297,8 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 		st.guard.stop() // the failed round trip waited for its reads
 		var resp *http.Response
 		if badBody(st.dc, st.body) {
-			// The rest of the body cannot be told from a next request.
+			// The rest of the body cannot be told from a next
+			// request, and is not read on.
 			resp = st.dc.denialResponse(gctx.Req)
 			resp.Header.Set("Connection", "close")
 		} else {
@@ -307,9 +308,9 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 			}
 			st.dc.deny(policies.ReasonUpstreamError, detail)
 			resp = st.dc.denialResponse(gctx.Req)
+			drainRefused(gctx.Req, st.guard.unread(), resp.Header)
 		}
 		p.record(st.dc, st.dc.status(), st.body.n(), 0)
-		drainRefused(gctx.Req, st.guard.unread(), resp.Header)
 		return resp
 	}
 	// Answered before the body's end, which the transport may still be
