@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/gcfloor"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
@@ -92,19 +91,9 @@ func DefaultCADir() string {
 	return ".airlock-ca"
 }
 
-// heapFloor is the least heap goal a proxy's process collects at while it
-// allocates fast: a few collections a second under load instead of a few
-// dozen, for at most this much more memory (an operator's GOGC stands
-// instead).
-const heapFloor = 32 << 20
-
 // Build assembles a proxy deciding with decider. Close releases the audit
 // file it opened, after Shutdown.
 func Build(decider policies.Decider, o Options) (*Proxy, error) {
-	// A proxy allocates at every request with a live heap of a few MiB:
-	// collecting at Go's default of twice that was ~13% of its CPU per
-	// plain request and ~15% per inspected connection (gcfloor).
-	gcfloor.Keep(heapFloor)
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()

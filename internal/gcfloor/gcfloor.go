@@ -23,8 +23,8 @@ import (
 	"time"
 )
 
-// DefaultPercent is Go's own GOGC, below which the floor never goes.
-const DefaultPercent = 100
+// defaultPercent is Go's own GOGC, below which the floor never goes.
+const defaultPercent = 100
 
 var once sync.Once
 
@@ -38,7 +38,7 @@ func Keep(floor uint64) {
 		if os.Getenv("GOGC") != "" {
 			return
 		}
-		t := &tuner{floor: floor, sample: []metrics.Sample{{Name: liveHeap}, {Name: stacks}, {Name: globals}, {Name: allocated}}}
+		t := &tuner{floor: floor, sample: []metrics.Sample{{Name: metricLive}, {Name: metricStacks}, {Name: metricGlobals}, {Name: metricAllocs}}}
 		t.tune()
 		t.arm()
 	})
@@ -48,10 +48,10 @@ func Keep(floor uint64) {
 // of the live heap, the goroutines' stacks and the globals it scans; and
 // the bytes allocated since the process began.
 const (
-	liveHeap  = "/gc/heap/live:bytes"
-	stacks    = "/gc/scan/stack:bytes"
-	globals   = "/gc/scan/globals:bytes"
-	allocated = "/gc/heap/allocs:bytes"
+	metricLive    = "/gc/heap/live:bytes"
+	metricStacks  = "/gc/scan/stack:bytes"
+	metricGlobals = "/gc/scan/globals:bytes"
+	metricAllocs  = "/gc/heap/allocs:bytes"
 )
 
 type tuner struct {
@@ -83,24 +83,24 @@ func (t *tuner) tune() {
 			v[i] = s.Value.Uint64()
 		}
 	}
+	live, stacks, globals, allocs := v[0], v[1], v[2], v[3]
 	now := time.Now()
 	var perSecond uint64
-	if elapsed := now.Sub(t.at); !t.at.IsZero() && elapsed > 0 && v[3] > t.allocs {
-		perSecond = uint64(float64(v[3]-t.allocs) / elapsed.Seconds())
+	if elapsed := now.Sub(t.at); !t.at.IsZero() && elapsed > 0 && allocs > t.allocs {
+		perSecond = uint64(float64(allocs-t.allocs) / elapsed.Seconds())
 	}
-	t.allocs, t.at = v[3], now
-	debug.SetGCPercent(Percent(v[0], v[0]+v[1]+v[2], perSecond, t.floor))
+	t.allocs, t.at = allocs, now
+	debug.SetGCPercent(percent(live, live+stacks+globals, perSecond, t.floor))
 }
 
-// Percent is the GOGC that puts the heap goal, live + scanned × GOGC/100
+// percent is the GOGC that puts the heap goal, live + scanned × GOGC/100
 // (scanned: the live heap, the stacks and the globals), at floor for a
 // process allocating perSecond bytes a second; Go's default when that
 // already collects at most once a second (the default lets the heap grow
 // by scanned), when nothing is measured yet, and never below it.
-func Percent(live, scanned, perSecond, floor uint64) int {
-	scanned = max(scanned, live)
+func percent(live, scanned, perSecond, floor uint64) int {
 	if scanned == 0 || perSecond <= scanned || floor <= live+scanned {
-		return DefaultPercent
+		return defaultPercent
 	}
 	return int((floor - live) * 100 / scanned)
 }

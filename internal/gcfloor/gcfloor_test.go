@@ -20,17 +20,17 @@ func TestPercent(t *testing.T) {
 	}{
 		{"small heap: the goal is the floor", 8 * mib, 8 * mib, busy, 64 * mib, 700},
 		{"stacks count: the goal is still the floor", 8 * mib, 16 * mib, busy, 64 * mib, 350},
-		{"not yet measured: the default", 0, 0, busy, 64 * mib, DefaultPercent},
-		{"at rest: the default", 8 * mib, 8 * mib, 8 * mib, 64 * mib, DefaultPercent},
-		{"the rate not known: the default", 8 * mib, 8 * mib, 0, 64 * mib, DefaultPercent},
-		{"half the floor: the default", 32 * mib, 32 * mib, busy, 64 * mib, DefaultPercent},
-		{"stacks making up the floor's half: the default", 16 * mib, 48 * mib, busy, 64 * mib, DefaultPercent},
-		{"above the floor: the default", 200 * mib, 200 * mib, busy, 64 * mib, DefaultPercent},
+		{"not yet measured: the default", 0, 0, busy, 64 * mib, defaultPercent},
+		{"at rest: the default", 8 * mib, 8 * mib, 8 * mib, 64 * mib, defaultPercent},
+		{"the rate not known: the default", 8 * mib, 8 * mib, 0, 64 * mib, defaultPercent},
+		{"half the floor: the default", 32 * mib, 32 * mib, busy, 64 * mib, defaultPercent},
+		{"stacks making up the floor's half: the default", 16 * mib, 48 * mib, busy, 64 * mib, defaultPercent},
+		{"above the floor: the default", 200 * mib, 200 * mib, busy, 64 * mib, defaultPercent},
 		{"just under half: a little more than the default", 30 * mib, 30 * mib, busy, 64 * mib, 113},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := Percent(c.live, c.scanned, c.perSecond, c.floor); got != c.want {
-				t.Errorf("Percent(%d, %d, %d, %d) = %d, want %d", c.live, c.scanned, c.perSecond, c.floor, got, c.want)
+			if got := percent(c.live, c.scanned, c.perSecond, c.floor); got != c.want {
+				t.Errorf("percent(%d, %d, %d, %d) = %d, want %d", c.live, c.scanned, c.perSecond, c.floor, got, c.want)
 			}
 		})
 	}
@@ -47,7 +47,7 @@ func TestKeep(t *testing.T) {
 		wantBusy, wantRest, wantLarge int
 		wantGoal                      func(goal uint64) bool
 	}{
-		{"floor kept while busy", "", 1000, DefaultPercent, DefaultPercent, func(g uint64) bool { return g >= 60<<20 }},
+		{"floor kept while busy", "", 1000, defaultPercent, defaultPercent, func(g uint64) bool { return g >= 60<<20 }},
 		{"operator's GOGC stands", "GOGC=200", 200, 200, 200, func(g uint64) bool { return g < 32<<20 }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
