@@ -57,8 +57,8 @@ func (dc *decision) denial() Denial {
 func (dc *decision) hint() string { return dc.d.HintDetail(&dc.in, dc.detail) }
 
 // status is the HTTP status of a denial, its reason's in
-// policies.Reasons, except 400 when the request's framing cannot be
-// trusted.
+// policies.Reasons, unless the request could not be read: then the status
+// an HTTP server answers it (serverStatus: 400, 431).
 func (dc *decision) status() int {
 	if dc.serverStatus != 0 {
 		return dc.serverStatus

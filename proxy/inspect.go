@@ -438,7 +438,7 @@ func watchClient(c net.Conn, br *bufio.Reader, cancel context.CancelCauseFunc, a
 		// A deadline in the past wakes the read, or fails it at once if
 		// it has not begun; crypto/tls keeps the connection usable after
 		// a timeout.
-		c.SetReadDeadline(time.Unix(1, 0))
+		c.SetReadDeadline(aLongTimeAgo)
 		<-done
 		c.SetReadDeadline(time.Time{})
 	}

@@ -88,7 +88,7 @@ func readConfig() (*Config, func(step string, err error)) {
 	}
 	var c Config
 	// Closed by its Close, not by number: its finalizer would close the
-	// number again once another file (statusFD) has it.
+	// number again once another file (the status pipe) has it.
 	cf := os.NewFile(fdConfig, "config")
 	err := json.NewDecoder(cf).Decode(&c)
 	cf.Close()

@@ -123,8 +123,8 @@ func runCommandStage() {
 		}
 	}
 	step = "exec"
-	// In the command's directory first: a relative name is looked up
-	// where it is then executed.
+	// The command runs in its directory; a name with a slash is taken
+	// from there by exec, a bare one only from PATH's absolute entries.
 	if c.Dir != "" {
 		if err := os.Chdir(c.Dir); err != nil {
 			fail(err)

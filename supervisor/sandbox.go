@@ -198,12 +198,13 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 			sb.Hook = hook
 			s.closers = append(s.closers, func() { hook.Close() })
 		}
-		eg, err := OpenEgress(s.proxy, network, sb)
-		if err != nil {
-			// The command would run with no way out: it does not run.
+		eg, oerr := OpenEgress(s.proxy, network, sb)
+		if oerr != nil {
+			// The command, started already, would have no way out:
+			// it is killed.
 			s.Kill()
 			s.proc.Wait()
-			return nil, err
+			return nil, oerr
 		}
 		s.served = make(chan error, 1)
 		go func() {
