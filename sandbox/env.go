@@ -36,11 +36,18 @@ func ReservedEnv() []string {
 	return slices.Concat(proxyVars, noProxyVars, []string{nodeProxy}, caVars)
 }
 
+// reserved is ReservedEnv's names, upper-cased.
+var reserved = func() map[string]bool {
+	m := map[string]bool{}
+	for _, k := range ReservedEnv() {
+		m[strings.ToUpper(k)] = true
+	}
+	return m
+}()
+
 // IsReservedEnv reports whether name (any case) is one of ReservedEnv: a
 // variable the sandbox sets and a caller's environment may not.
-func IsReservedEnv(name string) bool {
-	return slices.ContainsFunc(ReservedEnv(), func(r string) bool { return strings.EqualFold(r, name) })
-}
+func IsReservedEnv(name string) bool { return reserved[strings.ToUpper(name)] }
 
 // Environment builds the explicit environment of the command.
 func Environment(o EnvOptions) ([]string, error) {
@@ -72,6 +79,9 @@ func Environment(o EnvOptions) ([]string, error) {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
 			return nil, fmt.Errorf("--env %q: want KEY=VAL", kv)
+		}
+		if (o.ProxyURL != "" || o.CABundle != "") && IsReservedEnv(k) {
+			return nil, fmt.Errorf("--env %s: the sandbox sets it, to route its clients through its proxy and have them trust its CA", k)
 		}
 		env[k] = v
 	}
