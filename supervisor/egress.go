@@ -44,6 +44,14 @@ func OpenEgress(px *proxy.Proxy, n *sandbox.Network, sb proxy.Sandbox) (*Egress,
 	return g, nil
 }
 
+// Go serves the egress (Serve) in a goroutine of its own; the channel
+// gets what Serve returns.
+func (g *Egress) Go(failed func(error)) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(failed) }()
+	return done
+}
+
 // Serve serves the egress until all of its ways out have ended (px's
 // Shutdown: each returns nil), and returns the first error. failed is
 // called at once with the first one to stop on its own: a way out has

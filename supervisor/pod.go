@@ -44,7 +44,7 @@ type Pod struct {
 	network *sandbox.Network
 	group   string // the pod's cgroup v2 directory
 	hook    *connhook.Hook
-	served  chan error
+	served  <-chan error
 	// caBundle is the trust bundle of the services' clients.
 	caBundle string
 
@@ -334,21 +334,18 @@ func (p *Pod) serveProxy(context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.served = make(chan error, 1)
-	go func() {
-		p.served <- eg.Serve(func(err error) {
-			if p.ctx.Err() != nil {
-				return
-			}
-			// Nothing else leads out of the pod: its services have no
-			// egress, and it is not ready; `airlock up` stops it and
-			// exits non-zero, for its unit to restart it.
-			p.proxyDown.Store(true)
-			msg := fmt.Sprintf("the proxy stopped serving (%v): the services have no way out", err)
-			p.event("proxy_failed", events.Critical, "", msg)
-			p.fail(msg)
-		})
-	}()
+	p.served = eg.Go(func(err error) {
+		if p.ctx.Err() != nil {
+			return
+		}
+		// Nothing else leads out of the pod: its services have no
+		// egress, and it is not ready; `airlock up` stops it and exits
+		// non-zero, for its unit to restart it.
+		p.proxyDown.Store(true)
+		msg := fmt.Sprintf("the proxy stopped serving (%v): the services have no way out", err)
+		p.event("proxy_failed", events.Critical, "", msg)
+		p.fail(msg)
+	})
 	return nil
 }
 

@@ -77,7 +77,7 @@ type Sandbox struct {
 	proc    *sandbox.Process
 	network *sandbox.Network // owned; nil when shared
 	proxy   *proxy.Proxy
-	served  chan error
+	served  <-chan error
 	closers []func()
 	drain   time.Duration
 	started time.Time
@@ -206,12 +206,9 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 			s.proc.Wait()
 			return nil, oerr
 		}
-		s.served = make(chan error, 1)
-		go func() {
-			s.served <- eg.Serve(func(err error) {
-				s.log.Error("the sandbox's proxy stopped serving: the command has no way out", "sandbox", s.ID, "err", err)
-			})
-		}()
+		s.served = eg.Go(func(err error) {
+			s.log.Error("the sandbox's proxy stopped serving: the command has no way out", "sandbox", s.ID, "err", err)
+		})
 	}
 	return s, nil
 }

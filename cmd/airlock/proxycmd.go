@@ -214,13 +214,12 @@ func newProxyCmd() *cobra.Command {
 			}
 			sb := proxy.Sandbox{ID: sandboxID, Kind: kind, Preset: preset, Candidates: cands, NetNS: netns.None(), Hook: hook,
 				Reachable: engine.Reachable(preset)}
-			failed := make(chan error, 1)
-			served := make(chan error, 1)
 			eg, err := supervisor.OpenEgress(p, n, sb)
 			if err != nil {
 				return err
 			}
-			go func() { served <- eg.Serve(func(err error) { failed <- err }) }()
+			failed := make(chan error, 1)
+			served := eg.Go(func(err error) { failed <- err })
 			fmt.Fprintf(cmd.ErrOrStderr(), "airlock proxy listening on %s (preset %s, policy %s)\n", ln.Addr(), preset, engine.Hash())
 			select {
 			case err := <-failed:
