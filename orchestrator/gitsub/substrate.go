@@ -67,17 +67,18 @@ func (s *Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) 
 		return spawn.Result{}, err
 	}
 	started := s.now()
-	pushed, err := s.Start(ctx, j.Dir, f)
-	if errors.Is(err, ErrMaybeDispatched) {
-		// A runner may be running, and spending: failed here, the task
-		// would be charged nothing. Poll settles it from its branch, or
-		// gives up on it at its deadline charging the estimate.
-		release()
-		return spawn.Result{Status: ledger.Running, Started: started,
-			Detail: fmt.Sprintf("handed over to airlock spawn poll: %v", err)}, nil
+	// A runner that may be running is spending: failed here, its task
+	// would be charged nothing. Poll settles it from its branch, or gives
+	// up on it at its deadline charging the estimate.
+	handOver := func(why string) spawn.Result {
+		return spawn.Result{Status: ledger.Running, Started: started, Detail: "handed over to airlock spawn poll: " + why}
 	}
+	pushed, err := s.Start(ctx, j.Dir, f)
 	if err != nil {
 		release()
+		if errors.Is(err, ErrMaybeDispatched) {
+			return handOver(err.Error()), nil
+		}
 		return spawn.Result{}, err
 	}
 	if j.Async {
@@ -88,18 +89,13 @@ func (s *Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) 
 	r, err := s.Wait(ctx, j.Dir, &f.Manifest, pushed, started)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		// Stopped while waiting: the runner carries on regardless, so
-		// the task is still running, and Poll settles it.
-		return spawn.Result{Status: ledger.Running, Started: started,
-			Detail: "stopped waiting: handed over to airlock spawn poll"}, nil
+		// Stopped while waiting: the runner carries on regardless.
+		return handOver("stopped waiting"), nil
 	case err != nil:
 		// Pushed and dispatched: whatever went wrong here (the remote
 		// unreachable, the branch gone, the result not written here),
-		// the runner may be running, and spending. Poll settles it from
-		// its branch, or gives up on it at its deadline charging the
-		// estimate; failed here, it would be charged nothing.
-		return spawn.Result{Status: ledger.Running, Started: started,
-			Detail: fmt.Sprintf("handed over to airlock spawn poll: %v", err)}, nil
+		// the runner may be running.
+		return handOver(err.Error()), nil
 	}
 	return r, nil
 }
