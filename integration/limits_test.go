@@ -272,6 +272,15 @@ func TestStalledBodyTimeout(t *testing.T) {
 			return c
 		}
 	}
+	inspected := func(path string) func() net.Conn {
+		return func() net.Conn {
+			host := fmt.Sprintf("upload.test:%d", w.tlsPort)
+			tc := tls.Client(connectThrough(t, w.proxy.addr, host), &tls.Config{ServerName: "upload.test", RootCAs: poolOf(t, w.proxy.caFile)})
+			fmt.Fprintf(tc, head, path, host)
+			return tc
+		}
+	}
+	plainHost := fmt.Sprintf("plain.test:%d", w.plainPort)
 	stalled := "the request body stopped arriving: nothing came for 1s (--idle-timeout)"
 	for _, tc := range []struct {
 		name, host, path string
@@ -279,24 +288,14 @@ func TestStalledBodyTimeout(t *testing.T) {
 		status           int
 		hint             string // in the denial; "" for an upstream's answer
 	}{
-		{"plain", "plain.test", "/stall", plain(fmt.Sprintf("plain.test:%d", w.plainPort), "/stall"), 400, stalled},
-		{"inspected", "upload.test", "/stall", func() net.Conn {
-			host := fmt.Sprintf("upload.test:%d", w.tlsPort)
-			tc := tls.Client(connectThrough(t, w.proxy.addr, host), &tls.Config{ServerName: "upload.test", RootCAs: poolOf(t, w.proxy.caFile)})
-			fmt.Fprintf(tc, head, "/stall", host)
-			return tc
-		}, 400, stalled},
-		{"plain denied", "plain.test", "/denied", plain(fmt.Sprintf("plain.test:%d", w.plainPort), "/denied"), 403, "is not allowed"},
-		{"plain answered early", "plain.test", "/answer", plain(fmt.Sprintf("plain.test:%d", w.plainPort), "/answer"), 200, ""},
+		{"plain", "plain.test", "/stall", plain(plainHost, "/stall"), 400, stalled},
+		{"inspected", "upload.test", "/stall", inspected("/stall"), 400, stalled},
+		{"plain denied", "plain.test", "/denied", plain(plainHost, "/denied"), 403, "is not allowed"},
+		{"plain answered early", "plain.test", "/answer", plain(plainHost, "/answer"), 200, ""},
 		// The client stops sending once answered: the answer, relayed
 		// past the idle time, is not cut.
-		{"plain answered early, slowly", "plain.test", "/answer", plain(fmt.Sprintf("plain.test:%d", w.plainPort), "/answer?size=30000&pause=1500ms"), 200, ""},
-		{"inspected answered early, slowly", "upload.test", "/early", func() net.Conn {
-			host := fmt.Sprintf("upload.test:%d", w.tlsPort)
-			tc := tls.Client(connectThrough(t, w.proxy.addr, host), &tls.Config{ServerName: "upload.test", RootCAs: poolOf(t, w.proxy.caFile)})
-			fmt.Fprintf(tc, head, "/early?size=30000&pause=1500ms", host)
-			return tc
-		}, 200, ""},
+		{"plain answered early, slowly", "plain.test", "/answer", plain(plainHost, "/answer?size=30000&pause=1500ms"), 200, ""},
+		{"inspected answered early, slowly", "upload.test", "/early", inspected("/early?size=30000&pause=1500ms"), 200, ""},
 		{"plain upstream refused", "closed.test", "/stall", plain("closed.test:1", "/stall"), 502, "could not be reached"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -30,10 +30,10 @@ func (b *backoff) delay() time.Duration {
 	return d
 }
 
-// durationAtMost is f nanoseconds, or max when f is more.
-func durationAtMost(f float64, max time.Duration) time.Duration {
-	if f >= float64(max) {
-		return max
+// durationAtMost is f nanoseconds, or limit when f is more.
+func durationAtMost(f float64, limit time.Duration) time.Duration {
+	if f >= float64(limit) {
+		return limit
 	}
 	return time.Duration(f)
 }
