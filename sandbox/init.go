@@ -224,8 +224,15 @@ func isolateDNS(c *Config) error {
 // (names relative to dir, and their content).
 func hideDir(dir string, files map[string]string) error {
 	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, "size=16k,mode=0555"); err != nil {
+	ro := uintptr(0)
+	if len(files) == 0 {
+		ro = unix.MS_RDONLY // nothing to write first: read-only from the start
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", flags|ro, "size=16k,mode=0555"); err != nil {
 		return &os.SyscallError{Syscall: "mount(tmpfs, " + dir + ")", Err: err}
+	}
+	if ro != 0 {
+		return nil
 	}
 	for name, content := range files {
 		path := filepath.Join(dir, name)
