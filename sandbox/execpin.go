@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/internal/eintr"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,10 +79,7 @@ func openPinned(c *Config) error {
 	h := sha256.New()
 	buf := make([]byte, 64<<10)
 	for {
-		n, err := unix.Read(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
+		n, err := eintr.Retry(func() (int, error) { return unix.Read(fd, buf) })
 		if err != nil {
 			return &os.PathError{Op: "hash pinned binary", Path: path, Err: err}
 		}

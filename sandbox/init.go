@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/internal/eintr"
 	"golang.org/x/sys/unix"
 )
 
@@ -106,7 +107,7 @@ func launcherAlive(c *Config) error {
 		return nil
 	}
 	fds := []unix.PollFd{{Fd: fdLife, Events: unix.POLLIN}}
-	if _, err := unix.Poll(fds, 0); err != nil {
+	if _, err := eintr.Retry(func() (int, error) { return unix.Poll(fds, 0) }); err != nil {
 		return &os.SyscallError{Syscall: "poll(life pipe)", Err: err}
 	}
 	if fds[0].Revents&unix.POLLHUP != 0 {
@@ -423,10 +424,7 @@ func dropInitPrivileges(c *Config) error {
 func reap(child int) int {
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, 0, nil)
-		if err == syscall.EINTR {
-			continue
-		}
+		pid, err := eintr.Retry(func() (int, error) { return syscall.Wait4(-1, &ws, 0, nil) })
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "airlock: sandbox init: wait: %v\n", err)
 			return 125

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/airlock-sandbox/airlock/internal/eintr"
 	"golang.org/x/sys/unix"
 )
 
@@ -95,10 +96,5 @@ func Append(path string, add func(have []byte) ([]byte, error)) error {
 // again when a signal interrupts the wait. Its error is the errno, for
 // errors.Is (EWOULDBLOCK with LOCK_NB).
 func Flock(f *os.File, how int) error {
-	for {
-		err := unix.Flock(int(f.Fd()), how)
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
+	return eintr.Do(func() error { return unix.Flock(int(f.Fd()), how) })
 }

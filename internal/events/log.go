@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/durable"
+	"github.com/airlock-sandbox/airlock/internal/eintr"
 	"golang.org/x/sys/unix"
 )
 
@@ -72,7 +73,7 @@ func Open(path string, o Options) (*Log, error) {
 // see Log.append). O_NOFOLLOW: the file is
 // written as root, and a symlink planted at its path must not redirect it.
 func openLive(path string) (int, error) {
-	fd, err := retry(func() (int, error) {
+	fd, err := eintr.Retry(func() (int, error) {
 		return unix.Open(path, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	})
 	if err != nil {
@@ -171,7 +172,7 @@ func (l *Log) append(b []byte) error {
 // written there would land in a rotated file, behind readers that moved on.
 func (l *Log) lockLive() error {
 	for {
-		if _, err := retry(func() (int, error) { return 0, unix.Flock(l.fd, unix.LOCK_EX) }); err != nil {
+		if err := eintr.Do(func() error { return unix.Flock(l.fd, unix.LOCK_EX) }); err != nil {
 			return fmt.Errorf("flock: %w", err)
 		}
 		var held, named unix.Stat_t
@@ -209,7 +210,7 @@ func (l *Log) end() (int64, byte, error) {
 		return 0, 0, nil
 	}
 	last := make([]byte, 1)
-	if _, err := retry(func() (int, error) { return unix.Pread(l.fd, last, st.Size-1) }); err != nil {
+	if _, err := eintr.Retry(func() (int, error) { return unix.Pread(l.fd, last, st.Size-1) }); err != nil {
 		return 0, 0, fmt.Errorf("read last byte: %w", err)
 	}
 	return st.Size, last[0], nil
@@ -219,7 +220,7 @@ func (l *Log) end() (int64, byte, error) {
 // truncated back to size, where the line began, so no partial line is
 // left; the next writer would end one with a newline anyway.
 func (l *Log) write(b []byte, size int64) error {
-	n, err := retry(func() (int, error) { return unix.Write(l.fd, b) })
+	n, err := eintr.Retry(func() (int, error) { return unix.Write(l.fd, b) })
 	if err == nil && n < len(b) {
 		err = io.ErrShortWrite
 	}
@@ -231,7 +232,7 @@ func (l *Log) write(b []byte, size int64) error {
 		}
 		return fmt.Errorf("write: %w", err)
 	}
-	if _, err := retry(func() (int, error) { return 0, unix.Fsync(l.fd) }); err != nil {
+	if err := eintr.Do(func() error { return unix.Fsync(l.fd) }); err != nil {
 		return fmt.Errorf("fsync: %w", err)
 	}
 	return nil
@@ -280,13 +281,3 @@ func (l *Log) Close() error {
 
 // rotated names the i-th rotated file (1 the newest).
 func rotated(path string, i int) string { return path + "." + strconv.Itoa(i) }
-
-// retry repeats a system call a signal interrupted before it did anything.
-func retry(call func() (int, error)) (int, error) {
-	for {
-		n, err := call()
-		if !errors.Is(err, unix.EINTR) {
-			return n, err
-		}
-	}
-}

@@ -3,6 +3,7 @@ package identity
 import (
 	"strconv"
 
+	"github.com/airlock-sandbox/airlock/internal/eintr"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,16 +35,11 @@ func (d procDir) read(name string, buf []byte) ([]byte, error) {
 // readOnce reads fd with one read(2) and closes it.
 func readOnce(fd int, buf []byte) ([]byte, error) {
 	defer unix.Close(fd)
-	for {
-		n, err := unix.Read(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return buf[:n], nil
+	n, err := eintr.Retry(func() (int, error) { return unix.Read(fd, buf) })
+	if err != nil {
+		return nil, err
 	}
+	return buf[:n], nil
 }
 
 // exe returns the executable's path as the kernel names it.

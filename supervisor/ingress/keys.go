@@ -257,7 +257,7 @@ func lockKeyFile(path string) (*os.File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ingress key file: %w", err)
 		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		if err := durable.Flock(f, syscall.LOCK_EX); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("ingress key file %s: flock: %w", path, err)
 		}
