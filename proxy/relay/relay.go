@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -240,7 +241,7 @@ func (l *loop) run() {
 		var n int
 		var werr error
 		raw.Read(func(fd uintptr) bool {
-			n, werr = unix.EpollWait(int(fd), events, 0)
+			n, werr = epollPoll(int(fd), events)
 			return n > 0 || (werr != nil && werr != unix.EINTR)
 		})
 		if werr != nil && werr != unix.EINTR {
@@ -341,7 +342,7 @@ func (p *Pair) ready(fd int, events uint32) {
 // read reads what side i sent and writes it to the other side at once.
 func (p *Pair) read(i int) {
 	buf := p.l.buf
-	n, err := unix.Read(p.fd[i], buf)
+	n, err := rawIO(unix.SYS_READ, p.fd[i], buf)
 	switch {
 	case err == unix.EAGAIN || err == unix.EINTR:
 		return
@@ -370,7 +371,7 @@ func (p *Pair) read(i int) {
 func (p *Pair) write(i int, data []byte, loopBuf bool) {
 	o := 1 - i
 	for len(data) > 0 {
-		m, err := unix.Write(p.fd[o], data)
+		m, err := rawIO(unix.SYS_WRITE, p.fd[o], data)
 		if m > 0 {
 			p.n[i] += int64(m)
 			data = data[m:]
@@ -459,3 +460,26 @@ var bufs = sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }}
 func getBuf() []byte { return *(bufs.Get().(*[]byte)) }
 
 func putBuf(b []byte) { bufs.Put(&b) }
+
+// rawIO is read(2) or write(2) on a non-blocking socket without the
+// scheduler's entersyscall and exitsyscall: neither call waits, yet a
+// loopback write runs the receiver's TCP stack too (tens of µs), long
+// enough for sysmon to find the P "in a system call", hand it to another
+// thread and wake that one: thread wake-ups and switches the relay does
+// not need on a host with few CPUs.
+func rawIO(nr uintptr, fd int, b []byte) (int, error) {
+	n, _, errno := unix.RawSyscall(nr, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+// epollPoll is epoll_wait(2) with a zero timeout, raw for rawIO's reason.
+func epollPoll(epfd int, events []unix.EpollEvent) (int, error) {
+	n, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
