@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/internal/eintr"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -114,11 +115,16 @@ func (d *sockDiag) lookup(src, dst netip.AddrPort) (diagSocket, error) {
 	r[0], r[1] = family, unix.IPPROTO_TCP
 	ne.PutUint32(r[4:], connectedStates)
 	putSockID(r[8:], src, dst)
-	if err := unix.Sendto(d.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	// The receive timeout makes a signal end a wait with EINTR (never
+	// restarted): a lookup is repeated then, not failed into a denial.
+	if err := eintr.Do(func() error { return unix.Sendto(d.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}) }); err != nil {
 		return diagSocket{}, fmt.Errorf("sock_diag send: %w", err)
 	}
 	for {
-		n, _, err := unix.Recvfrom(d.fd, d.buf, 0)
+		n, err := eintr.Retry(func() (int, error) {
+			n, _, err := unix.Recvfrom(d.fd, d.buf, 0)
+			return n, err
+		})
 		if err != nil {
 			return diagSocket{}, fmt.Errorf("sock_diag receive: %w", err)
 		}
