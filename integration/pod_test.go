@@ -372,7 +372,7 @@ ingress:
 			t.Fatal(err)
 		}
 		var steps []string
-		started := map[string]int{}
+		started, healthy := map[string]int{}, map[string]int{}
 		ready := -1
 		for i, ev := range evs {
 			switch ev.Kind {
@@ -380,6 +380,10 @@ ingress:
 				steps = append(steps, strings.Fields(ev.Detail)[0])
 			case "started":
 				started[ev.Service] = i
+			case "health":
+				if ev.Detail == "healthy" {
+					healthy[ev.Service] = i
+				}
 			case "ready":
 				ready = i
 			}
@@ -390,6 +394,13 @@ ingress:
 		}
 		if started["alpha"] == 0 || started["beta"] < started["alpha"] || ready < started["beta"] {
 			t.Errorf("alpha started at event %d, beta (after alpha) at %d, ready at %d", started["alpha"], started["beta"], ready)
+		}
+		// READY says every service is healthy: each one's healthy event
+		// is on record before it, for whoever reads the inbox in order.
+		for _, name := range []string{"alpha", "beta"} {
+			if h, ok := healthy[name]; !ok || h > ready {
+				t.Errorf("%s's healthy event at %d (recorded: %v), ready at %d", name, h, ok, ready)
+			}
 		}
 		st := pod.status()
 		if !st.Ready || len(st.Services) != 2 || st.Services[0].State != "healthy" || st.Services[1].State != "healthy" {

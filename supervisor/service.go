@@ -482,11 +482,14 @@ func (s *service) watchHealth(ctx context.Context, sb *Sandbox, unhealthy chan<-
 			if !wasHealthy {
 				wasHealthy = true
 				s.backoff.reset()
-				s.setState(stateHealthy, "")
 				s.mu.Lock()
 				replacement := s.restarts > 0
 				s.mu.Unlock()
+				// The event first: whoever acts on the state (the
+				// boot's wait for READY, which then writes its own
+				// event) must find it on record before theirs.
 				s.pod.emit(events.Event{Source: "supervisor", Kind: "health", Severity: events.Info, Service: s.name, Detail: "healthy", Recovered: replacement})
+				s.setState(stateHealthy, "")
 			}
 			delay = h.Interval
 			continue
