@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/adminclient"
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/supervisor"
 )
@@ -294,6 +295,43 @@ func TestPodAdminFailsWhenEveryServiceEnded(t *testing.T) {
 	ev, _ := pod.awaitEvent("pod_failed", "", 0)
 	if !strings.Contains(ev.Detail, "once exited") || !strings.Contains(ev.Detail, "crasher given_up") {
 		t.Errorf("pod_failed %q, want both services named", ev.Detail)
+	}
+}
+
+// TestPodBootFailureKeepsItsCause: a service that ends during the boot
+// fails it, and the inbox says why in the order it happened: the
+// service's exited event, then boot_failed naming it.
+func TestPodBootFailureKeepsItsCause(t *testing.T) {
+	e := newPodEnv(t)
+	m := e.manifest("bootfail", "", shService("once", "exit 3", "{policy: never}",
+		"    ports: [8009]\n    health: {http: {port: 8009, path: /healthz}, interval: 1s, timeout: 1s, threshold: 2}\n"))
+	pod := startPod(t, e, "bootfail", m)
+	select {
+	case <-pod.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("airlock up still runs with its only service exited during the boot:\n%s", pod.stderr.String())
+	}
+	if exitCode(pod.exitErr) == 0 {
+		t.Errorf("airlock up exited 0 after a failed boot")
+	}
+	evs, err := events.Read(pod.events, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exited, failed := -1, -1
+	for i, ev := range evs {
+		switch {
+		case ev.Kind == "exited" && ev.Service == "once":
+			exited = i
+		case ev.Kind == "boot_failed":
+			failed = i
+			if !strings.Contains(ev.Detail, "once") {
+				t.Errorf("boot_failed %q does not name the service", ev.Detail)
+			}
+		}
+	}
+	if exited < 0 || failed < 0 || exited > failed {
+		t.Errorf("the service's exited event at %d, boot_failed at %d: want both, in that order", exited, failed)
 	}
 }
 

@@ -199,8 +199,10 @@ func (s *service) run() {
 			if failed {
 				sev = events.Warning
 			}
-			s.setState(stateExited, s.detailNow())
+			// Events before states here too: a boot that fails on the
+			// state writes boot_failed, and tears the events file down.
 			s.pod.event("exited", sev, s.name, "not restarted (restart policy "+s.spec.Restart.Policy+"): "+s.detailNow())
+			s.setState(stateExited, s.detailNow())
 			if !s.park() {
 				s.setState(stateStopped, "stopped with the pod")
 				return
@@ -208,8 +210,8 @@ func (s *service) run() {
 		default:
 			if s.loop.restart(time.Now()) {
 				msg := fmt.Sprintf("crash loop: more than %d restarts within %v; giving up (last: %s)", s.loop.max, s.loop.window, s.detailNow())
-				s.setState(stateGivenUp, msg)
 				s.pod.event("give_up", events.Critical, s.name, msg)
+				s.setState(stateGivenUp, msg)
 				s.tellDependents("dependency_failed", events.Critical, s.name+" was given up on; this service keeps running but may fail")
 				if !s.park() {
 					s.setState(stateStopped, "stopped with the pod")
