@@ -11,7 +11,10 @@
 // default would come more often than once a second (at rest, Go's default
 // returns the memory as before), and only while the live heap is under
 // half the floor (under many connections memory grows as it would
-// without it).
+// without it). A process whose load stops makes no collection for up to
+// two minutes (the runtime's forced one), which would leave the floor's
+// garbage held all that time: a second without a collection, the rate is
+// looked at again, and a process come to rest collects at once.
 package gcfloor
 
 import (
@@ -39,6 +42,7 @@ func Keep(floor uint64) {
 			return
 		}
 		t := &tuner{floor: floor, sample: []metrics.Sample{{Name: metricLive}, {Name: metricStacks}, {Name: metricGlobals}, {Name: metricAllocs}}}
+		t.quiet = time.AfterFunc(time.Hour, t.check)
 		t.tune()
 		t.arm()
 	})
@@ -54,13 +58,23 @@ const (
 	metricAllocs  = "/gc/heap/allocs:bytes"
 )
 
+// quietAfter is how long the floor stays raised with no collection before
+// check looks at the rate again.
+const quietAfter = time.Second
+
 type tuner struct {
-	floor  uint64
+	floor uint64
+	// mu orders the finalizer's tune and the timer's check.
+	mu     sync.Mutex
 	sample []metrics.Sample
-	// The allocation count and the time at the last tuning: Keep's, then
-	// each collection's.
-	allocs uint64
-	at     time.Time
+	// The allocation count and the time when the rate was last measured
+	// (Keep, a collection, a check), and what the default lets the heap
+	// grow by at the last collection.
+	allocs  uint64
+	at      time.Time
+	scanned uint64
+	// quiet runs check while the floor is raised.
+	quiet *time.Timer
 }
 
 // sentinel is garbage from birth: its finalizer runs once the collection
@@ -76,6 +90,42 @@ func (t *tuner) arm() {
 }
 
 func (t *tuner) tune() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	live, scanned, perSecond := t.measure()
+	t.scanned = scanned
+	p := percent(live, scanned, perSecond, t.floor)
+	debug.SetGCPercent(p)
+	if p > defaultPercent {
+		t.quiet.Reset(quietAfter)
+	} else {
+		t.quiet.Stop()
+	}
+}
+
+// check runs when the floor has been raised a while with no collection:
+// still busy, it looks again later; come to rest, Go's default applies
+// and the garbage under the floor is collected now (a lower goal alone
+// starts no collection until the next allocation of a span).
+func (t *tuner) check() {
+	t.mu.Lock()
+	_, _, perSecond := t.measure()
+	busy := perSecond > t.scanned
+	if busy {
+		t.quiet.Reset(quietAfter)
+	} else {
+		debug.SetGCPercent(defaultPercent)
+	}
+	t.mu.Unlock()
+	if !busy {
+		runtime.GC() // its sentinel tunes again, at the default
+	}
+}
+
+// measure reads the live heap, what the default lets the heap grow by
+// (the live heap, the stacks and the globals), and the bytes allocated
+// per second since it last measured.
+func (t *tuner) measure() (live, scanned, perSecond uint64) {
 	metrics.Read(t.sample)
 	var v [4]uint64
 	for i, s := range t.sample {
@@ -85,12 +135,11 @@ func (t *tuner) tune() {
 	}
 	live, stacks, globals, allocs := v[0], v[1], v[2], v[3]
 	now := time.Now()
-	var perSecond uint64
 	if elapsed := now.Sub(t.at); !t.at.IsZero() && elapsed > 0 && allocs > t.allocs {
 		perSecond = uint64(float64(allocs-t.allocs) / elapsed.Seconds())
 	}
 	t.allocs, t.at = allocs, now
-	debug.SetGCPercent(percent(live, live+stacks+globals, perSecond, t.floor))
+	return live, live + stacks + globals, perSecond
 }
 
 // percent is the GOGC that puts the heap goal, live + scanned × GOGC/100

@@ -42,13 +42,14 @@ func TestKeep(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		env  string
-		// GOGC allocating fast with a small live heap, then at rest,
-		// then allocating fast with 48 MiB live; and the first's goal.
-		wantBusy, wantRest, wantLarge int
+		// GOGC allocating fast with a small live heap; then once that
+		// stopped, with no collection asked for; at rest; allocating
+		// fast with 48 MiB live; and the first's goal.
+		wantBusy, wantQuiet, wantRest, wantLarge int
 		wantGoal                      func(goal uint64) bool
 	}{
-		{"floor kept while busy", "", 1000, defaultPercent, defaultPercent, func(g uint64) bool { return g >= 60<<20 }},
-		{"operator's GOGC stands", "GOGC=200", 200, 200, 200, func(g uint64) bool { return g < 32<<20 }},
+		{"floor kept while busy", "", 1000, defaultPercent, defaultPercent, defaultPercent, func(g uint64) bool { return g >= 60<<20 }},
+		{"operator's GOGC stands", "GOGC=200", 200, 200, 200, 200, func(g uint64) bool { return g < 32<<20 }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0])
@@ -60,9 +61,9 @@ func TestKeep(t *testing.T) {
 			if err != nil {
 				t.Fatalf("child: %v\n%s", err, out)
 			}
-			var busy, rest, large int
+			var busy, quiet, rest, large int
 			var goal uint64
-			if _, err := fmt.Sscanf(string(out), "busy=%d goal=%d rest=%d large=%d", &busy, &goal, &rest, &large); err != nil {
+			if _, err := fmt.Sscanf(string(out), "busy=%d goal=%d quiet=%d rest=%d large=%d", &busy, &goal, &quiet, &rest, &large); err != nil {
 				t.Fatalf("child's report %q: %v", out, err)
 			}
 			if busy < c.wantBusy {
@@ -70,6 +71,9 @@ func TestKeep(t *testing.T) {
 			}
 			if !c.wantGoal(goal) {
 				t.Errorf("heap goal allocating fast with a small live heap: %d MiB", goal>>20)
+			}
+			if quiet != c.wantQuiet {
+				t.Errorf("GOGC once the allocation stopped, with no collection asked for: %d, want %d", quiet, c.wantQuiet)
 			}
 			if rest != c.wantRest {
 				t.Errorf("GOGC at rest: %d, want %d", rest, c.wantRest)
@@ -94,7 +98,8 @@ var garbage []byte
 
 // keepAndReport keeps a 64 MiB floor and reports GOGC (and the heap goal)
 // after collections that each follow 32 MiB of allocation, with a small
-// live heap; after collections with nothing allocated between them; and
+// live heap; 2.5 s after that with nothing allocated or collected by the
+// test; after collections with nothing allocated between them; and
 // after collections that each follow 32 MiB of allocation, with 48 MiB live.
 func keepAndReport() {
 	Keep(64 << 20)
@@ -117,6 +122,9 @@ func keepAndReport() {
 	}
 	collect(true)
 	fmt.Printf("busy=%d goal=%d ", s[0].Value.Uint64(), s[1].Value.Uint64())
+	time.Sleep(2500 * time.Millisecond)
+	metrics.Read(s)
+	fmt.Printf("quiet=%d ", s[0].Value.Uint64())
 	collect(false)
 	fmt.Printf("rest=%d ", s[0].Value.Uint64())
 	live := make([]byte, 48<<20)
