@@ -46,7 +46,7 @@ func TestKeep(t *testing.T) {
 		// stopped, with no collection asked for; at rest; allocating
 		// fast with 48 MiB live; and the first's goal.
 		wantBusy, wantQuiet, wantRest, wantLarge int
-		wantGoal                      func(goal uint64) bool
+		wantGoal                                 func(goal uint64) bool
 	}{
 		{"floor kept while busy", "", 1000, defaultPercent, defaultPercent, defaultPercent, func(g uint64) bool { return g >= 60<<20 }},
 		{"operator's GOGC stands", "GOGC=200", 200, 200, 200, 200, func(g uint64) bool { return g < 32<<20 }},
