@@ -475,9 +475,10 @@ func rawIO(nr uintptr, fd int, b []byte) (int, error) {
 	return int(n), nil
 }
 
-// epollPoll is epoll_wait(2) with a zero timeout, raw for rawIO's reason.
+// epollPoll is epoll_wait(2) with a zero timeout, raw for rawIO's reason:
+// epoll_pwait with no signal mask, as arm64 has no epoll_wait.
 func epollPoll(epfd int, events []unix.EpollEvent) (int, error) {
-	n, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+	n, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
 	if errno != 0 {
 		return 0, errno
 	}
