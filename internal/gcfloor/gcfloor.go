@@ -73,8 +73,11 @@ type tuner struct {
 	allocs  uint64
 	at      time.Time
 	scanned uint64
-	// quiet runs check while the floor is raised.
-	quiet *time.Timer
+	// quiet runs check while the floor is raised; rested, that check
+	// found the process at rest and forced the collection that tunes
+	// next.
+	quiet  *time.Timer
+	rested bool
 }
 
 // sentinel is garbage from birth: its finalizer runs once the collection
@@ -95,6 +98,14 @@ func (t *tuner) tune() {
 	live, scanned, perSecond := t.measure()
 	t.scanned = scanned
 	p := percent(live, scanned, perSecond, t.floor)
+	if t.rested {
+		// The collection check forced: its rate is over the moment it
+		// took, and the allocation counter moves when a collection
+		// flushes the per-CPU caches, so a second's small allocations at
+		// rest would read as a rate that raises the floor again.
+		t.rested = false
+		p = defaultPercent
+	}
 	debug.SetGCPercent(p)
 	if p > defaultPercent {
 		t.quiet.Reset(quietAfter)
@@ -115,6 +126,7 @@ func (t *tuner) check() {
 		t.quiet.Reset(quietAfter)
 	} else {
 		debug.SetGCPercent(defaultPercent)
+		t.rested = true
 	}
 	t.mu.Unlock()
 	if !busy {
