@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,11 +104,11 @@ func startProxyTo(t *testing.T, dir string, env []string, stdout *os.File, args 
 func startProxyIn(t *testing.T, netns, dir string, env []string, stdout *os.File, args ...string) *runningProxy {
 	t.Helper()
 	rp := &runningProxy{caFile: filepath.Join(dir, "ca", "ca.pem"), auditLog: filepath.Join(dir, "audit.log")}
-	ml, _ := net.Listen("tcp", "127.0.0.1:0")
-	rp.metrics = ml.Addr().String()
-	ml.Close()
+	// The metrics on a port the kernel picks, which the proxy names: a
+	// port found free here could be taken by another test's process
+	// before the proxy binds it.
 	args = append([]string{"proxy", "--listen", "127.0.0.1:0", "--ca-dir", filepath.Join(dir, "ca"),
-		"--audit-log", rp.auditLog, "--metrics", rp.metrics, "--log-level", "warn"}, args...)
+		"--audit-log", rp.auditLog, "--metrics", "127.0.0.1:0", "--log-level", "warn"}, args...)
 	cmd := exec.Command(airlockBin, args...)
 	if netns != "" {
 		// nsenter execs the proxy (no fork for a network namespace):
@@ -153,6 +152,10 @@ func startProxyIn(t *testing.T, netns, dir string, env []string, stdout *os.File
 		case line, ok := <-lines:
 			if !ok {
 				t.Fatal("airlock proxy exited before listening")
+			}
+			if rest, found := strings.CutPrefix(line, "airlock proxy serving metrics on "); found {
+				rp.metrics = rest
+				continue
 			}
 			if rest, found := strings.CutPrefix(line, "airlock proxy listening on "); found {
 				rp.addr = strings.Fields(rest)[0]

@@ -200,11 +200,15 @@ func newProxyCmd() *cobra.Command {
 				n.DNSPackets, n.DNSStreams = append(n.DNSPackets, pc), append(n.DNSStreams, tl)
 			}
 			if xf.metrics != "" {
-				stop, err := serveMetrics(xf.metrics, p.Metrics().Handler())
+				bound, stop, err := serveMetrics(xf.metrics, p.Metrics().Handler())
 				if err != nil {
 					return err
 				}
 				defer stop()
+				// Its own line, before the listening one: with port 0
+				// (the kernel's pick, never a port taken meanwhile) this
+				// is where the metrics are.
+				fmt.Fprintf(cmd.ErrOrStderr(), "airlock proxy serving metrics on %s\n", bound)
 			}
 			if sandboxID == "" {
 				sandboxID = preset
@@ -275,19 +279,20 @@ func reloadOnHUP(ctx context.Context, engine *policies.Engine, log *slog.Logger)
 	}()
 }
 
-// serveMetrics serves h on GET /metrics at addr until stop. It listens
-// before it returns, so a taken port fails the command at its start
-// instead of leaving it running without the metrics it was asked for.
-func serveMetrics(addr string, h http.Handler) (stop func(), err error) {
+// serveMetrics serves h on GET /metrics at addr until stop, and returns
+// the address it listens on. It listens before it returns, so a taken
+// port fails the command at its start instead of leaving it running
+// without the metrics it was asked for.
+func serveMetrics(addr string, h http.Handler) (bound net.Addr, stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("--metrics %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
-	return func() { srv.Close() }, nil
+	return ln.Addr(), func() { srv.Close() }, nil
 }
 
 // oneFamily is "4" or "6", the family of addr's IP address. A redirect

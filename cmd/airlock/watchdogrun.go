@@ -98,7 +98,7 @@ func runWatchdog(cmd *cobra.Command, w *watchdogs.Watchdog, r *runFlags) error {
 	if r.metrics != "" {
 		// Listening first: a daemon that cannot serve its metrics
 		// fails at its start, not silently later.
-		stop, err := serveMetrics(r.metrics, m.Handler())
+		_, stop, err := serveMetrics(r.metrics, m.Handler())
 		if err != nil {
 			return err
 		}
