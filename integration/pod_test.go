@@ -373,11 +373,14 @@ ingress:
 		}
 		var steps []string
 		started, healthy := map[string]int{}, map[string]int{}
-		ready := -1
+		ready, healthStep := -1, -1
 		for i, ev := range evs {
 			switch ev.Kind {
 			case "boot_step":
 				steps = append(steps, strings.Fields(ev.Detail)[0])
+				if strings.HasPrefix(ev.Detail, "health ") {
+					healthStep = i
+				}
 			case "started":
 				started[ev.Service] = i
 			case "health":
@@ -395,11 +398,12 @@ ingress:
 		if started["alpha"] == 0 || started["beta"] < started["alpha"] || ready < started["beta"] {
 			t.Errorf("alpha started at event %d, beta (after alpha) at %d, ready at %d", started["alpha"], started["beta"], ready)
 		}
-		// READY says every service is healthy: each one's healthy event
-		// is on record before it, for whoever reads the inbox in order.
+		// The health step ends, and READY says, that every service is
+		// healthy: each one's healthy event is on record before both,
+		// for whoever reads the inbox in order.
 		for _, name := range []string{"alpha", "beta"} {
-			if h, ok := healthy[name]; !ok || h > ready {
-				t.Errorf("%s's healthy event at %d (recorded: %v), ready at %d", name, h, ok, ready)
+			if h, ok := healthy[name]; !ok || h > healthStep || h > ready {
+				t.Errorf("%s's healthy event at %d (recorded: %v), the health step's at %d, ready at %d", name, h, ok, healthStep, ready)
 			}
 		}
 		st := pod.status()
@@ -655,6 +659,8 @@ func TestPodCrashLoopIsGivenUp(t *testing.T) {
 	if restarts != 3 {
 		t.Errorf("%d restarts before giving up, want 3", restarts)
 	}
+	// The event is on record before the state changes.
+	pod.awaitState("crasher", "given_up")
 	st := pod.status()
 	if st.Ready || pod.service("crasher").State != "given_up" || pod.service("steady").State != "healthy" {
 		t.Errorf("status after the give-up: %+v", st)

@@ -200,7 +200,7 @@ func (s *service) run() {
 				sev = events.Warning
 			}
 			// Events before states here too: a boot that fails on the
-			// state writes boot_failed, and tears the events file down.
+			// state writes boot_failed, which must come after them.
 			s.pod.event("exited", sev, s.name, "not restarted (restart policy "+s.spec.Restart.Policy+"): "+s.detailNow())
 			s.setState(stateExited, s.detailNow())
 			if !s.park() {
@@ -211,8 +211,8 @@ func (s *service) run() {
 			if s.loop.restart(time.Now()) {
 				msg := fmt.Sprintf("crash loop: more than %d restarts within %v; giving up (last: %s)", s.loop.max, s.loop.window, s.detailNow())
 				s.pod.event("give_up", events.Critical, s.name, msg)
-				s.setState(stateGivenUp, msg)
 				s.tellDependents("dependency_failed", events.Critical, s.name+" was given up on; this service keeps running but may fail")
+				s.setState(stateGivenUp, msg)
 				if !s.park() {
 					s.setState(stateStopped, "stopped with the pod")
 					return
@@ -257,8 +257,8 @@ func (s *service) awaitDependencies() bool {
 			select {
 			case <-d.up:
 			case <-failed:
-				s.setState(stateGivenUp, "the service it comes after, "+dep+", was given up on")
 				s.pod.event("dependency_failed", events.Critical, s.name, "not started: "+dep+" was given up on")
+				s.setState(stateGivenUp, "the service it comes after, "+dep+", was given up on")
 				if !s.park() {
 					return false
 				}
