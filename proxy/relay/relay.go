@@ -285,8 +285,20 @@ func (l *loop) runQueue() bool {
 		f()
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.stopped
+	stopped, late := l.stopped, l.queue
+	if stopped {
+		l.queue = nil
+	}
+	l.mu.Unlock()
+	if stopped {
+		// Submitted while the stop ran, before it set stopped (nothing
+		// can be after): a pair added now ends with the others in run,
+		// never left queued on a loop that is gone.
+		for _, f := range late {
+			f()
+		}
+	}
+	return stopped
 }
 
 // add registers p's sockets; whatever is already readable shows at once
