@@ -141,6 +141,15 @@ func (s *service) leafDir() string {
 
 func (s *service) leafID() string { return s.pod.m.Name + "-" + s.name }
 
+// enter writes what happened (record's events), then moves the service
+// to state: whoever acts on the state (the boot's wait, which then writes
+// READY or boot_failed; the status API; /readyz) finds those events on
+// record before its own.
+func (s *service) enter(state, detail string, record func()) {
+	record()
+	s.setState(state, detail)
+}
+
 func (s *service) setState(state, detail string) {
 	s.mu.Lock()
 	s.state, s.since, s.detail = state, time.Now(), detail
@@ -199,10 +208,9 @@ func (s *service) run() {
 			if failed {
 				sev = events.Warning
 			}
-			// Events before states here too: a boot that fails on the
-			// state writes boot_failed, which must come after them.
-			s.pod.event("exited", sev, s.name, "not restarted (restart policy "+s.spec.Restart.Policy+"): "+s.detailNow())
-			s.setState(stateExited, s.detailNow())
+			s.enter(stateExited, s.detailNow(), func() {
+				s.pod.event("exited", sev, s.name, "not restarted (restart policy "+s.spec.Restart.Policy+"): "+s.detailNow())
+			})
 			if !s.park() {
 				s.setState(stateStopped, "stopped with the pod")
 				return
@@ -210,9 +218,10 @@ func (s *service) run() {
 		default:
 			if s.loop.restart(time.Now()) {
 				msg := fmt.Sprintf("crash loop: more than %d restarts within %v; giving up (last: %s)", s.loop.max, s.loop.window, s.detailNow())
-				s.pod.event("give_up", events.Critical, s.name, msg)
-				s.tellDependents("dependency_failed", events.Critical, s.name+" was given up on; this service keeps running but may fail")
-				s.setState(stateGivenUp, msg)
+				s.enter(stateGivenUp, msg, func() {
+					s.pod.event("give_up", events.Critical, s.name, msg)
+					s.tellDependents("dependency_failed", events.Critical, s.name+" was given up on; this service keeps running but may fail")
+				})
 				if !s.park() {
 					s.setState(stateStopped, "stopped with the pod")
 					return
@@ -257,8 +266,9 @@ func (s *service) awaitDependencies() bool {
 			select {
 			case <-d.up:
 			case <-failed:
-				s.pod.event("dependency_failed", events.Critical, s.name, "not started: "+dep+" was given up on")
-				s.setState(stateGivenUp, "the service it comes after, "+dep+", was given up on")
+				s.enter(stateGivenUp, "the service it comes after, "+dep+", was given up on", func() {
+					s.pod.event("dependency_failed", events.Critical, s.name, "not started: "+dep+" was given up on")
+				})
 				if !s.park() {
 					return false
 				}
@@ -314,8 +324,9 @@ func (s *service) once() (why string, failed bool) {
 	case <-sb.Done():
 	case msg := <-unhealthy:
 		stopWhy = "unhealthy"
-		s.setState(stateUnhealthy, msg)
-		s.pod.event("health", events.Critical, s.name, "unhealthy, restarting: "+msg)
+		s.enter(stateUnhealthy, msg, func() {
+			s.pod.event("health", events.Critical, s.name, "unhealthy, restarting: "+msg)
+		})
 		s.shutdownToRestart(sb)
 	case <-s.restartReq:
 		stopWhy = "restart" // restart wrote its restart_requested event
@@ -487,11 +498,9 @@ func (s *service) watchHealth(ctx context.Context, sb *Sandbox, unhealthy chan<-
 				s.mu.Lock()
 				replacement := s.restarts > 0
 				s.mu.Unlock()
-				// The event first: whoever acts on the state (the
-				// boot's wait for READY, which then writes its own
-				// event) must find it on record before theirs.
-				s.pod.emit(events.Event{Source: "supervisor", Kind: "health", Severity: events.Info, Service: s.name, Detail: "healthy", Recovered: replacement})
-				s.setState(stateHealthy, "")
+				s.enter(stateHealthy, "", func() {
+					s.pod.emit(events.Event{Source: "supervisor", Kind: "health", Severity: events.Info, Service: s.name, Detail: "healthy", Recovered: replacement})
+				})
 			}
 			delay = h.Interval
 			continue
