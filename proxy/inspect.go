@@ -314,8 +314,8 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 	// the loop must not read its next request there, so this request is
 	// the last. So too when the upstream answered without asking for the
 	// body, which the client still holds.
-	last := guard.answer()
-	last = !cont.final() || last
+	answeredEarly := guard.answer()
+	last := !cont.final() || answeredEarly
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		guard.abandon(0)
 		if !websocket { // the request went without Upgrade: a switch nobody asked for
