@@ -31,14 +31,18 @@ var (
 	duration  = flag.Duration("d", 3*time.Second, "duration of each measurement")
 	conc      = flag.Int("c", 32, "concurrent clients (issue 16's run: 32)")
 	airlock   = flag.String("airlock", "bin/airlock", "airlock binary")
-	only      = flag.String("proxies", "direct,airlock,squid,tinyproxy,go-relay,mitmproxy", "which to measure")
+	only      = flag.String("proxies", "direct,airlock,squid,tinyproxy,go-relay,go-loop,mitmproxy", "which to measure")
 	which     = flag.String("scenarios", "plain,tunnels,https,tlsbulk,bulk,mitm,transparent,pod,watchdog,spawn,start", "which scenarios to run (https: keep-alive inside an opaque tunnel; tlsbulk: a TLS download through a tunnel; bulk: raw bytes through one; mitm: inspected new connections and keep-alive; as root: transparent: airlock launch, pod: airlock up, watchdog: airlock watchdog daemons, spawn: airlock spawn beside airlock launch, start: sandbox start beside bwrap)")
 	relayAddr = flag.String("relay", "", "run as the go-relay reference on this address (the bench starts it)")
+	loopAddr  = flag.String("loop", "", "run as the go-loop reference on this address (the bench starts it)")
 	rounds    = flag.Int("rounds", 3, "rounds, each measuring every proxy; the table shows medians")
 )
 
 func main() {
 	flag.Parse()
+	if *loopAddr != "" {
+		goLoop(*loopAddr)
+	}
 	if *relayAddr != "" {
 		goRelay(*relayAddr)
 	}

@@ -30,6 +30,7 @@ var proxies = []proxy{
 	{"squid", startSquid, "plain,tunnels,https,tlsbulk,bulk"},
 	{"tinyproxy", startTinyproxy, "plain,tunnels,https,tlsbulk,bulk"},
 	{"go-relay", startGoRelay, "tunnels,https,tlsbulk,bulk"}, // it relays CONNECT only
+	{"go-loop", startGoLoop, "tunnels,https,tlsbulk,bulk"},
 	// mitmproxy inspects every tunnel: it is measured where airlock
 	// inspects, not as an opaque relay.
 	{"mitmproxy", startMitmproxy, "mitm"},
