@@ -66,6 +66,11 @@ type loopSide struct {
 	head  []byte // the CONNECT read so far
 	pend  []byte // for this socket, not yet written: the rest of a short write
 	eof   bool   // this socket's read side ended
+	// watched: in the epoll set. A socket with nothing to wait for is
+	// taken out: epoll reports a hang-up whatever it is asked, and one
+	// left in would be read while its peer still holds what it sent
+	// before (out of order), or wake the loop for ever.
+	watched bool
 }
 
 const (
@@ -127,6 +132,7 @@ func serveLoop(ln int) {
 
 func (l *loop) watch(s *loopSide, op int, events uint32) {
 	unix.EpollCtl(l.ep, op, s.fd, &unix.EpollEvent{Events: events, Fd: int32(s.fd), Pad: s.gen})
+	s.watched = op != unix.EPOLL_CTL_DEL
 }
 
 // add takes a new socket into the loop. TCP_NODELAY as Go and squid set
@@ -154,8 +160,16 @@ func (l *loop) close(s *loopSide) {
 func (l *loop) accept(ln int) {
 	for {
 		fd, _, err := unix.Accept4(ln, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-		if err != nil {
-			return // EAGAIN: the backlog is drained
+		switch err {
+		case nil:
+		case unix.EAGAIN:
+			return // the backlog is drained
+		case unix.EINTR, unix.ECONNABORTED:
+			continue
+		default:
+			// Out of descriptors, say: the listener stays readable and
+			// the loop would spin, its CPU taken for the relay's.
+			panic("go-loop: accept: " + err.Error())
 		}
 		l.add(fd, sideHead, unix.EPOLLIN)
 	}
@@ -233,10 +247,24 @@ func (l *loop) rearm(s *loopSide) {
 	if len(s.pend) > 0 {
 		ev |= unix.EPOLLOUT
 	}
-	if !s.eof && len(s.peer.pend) == 0 && s.peer.state == sideRelay {
+	if s.readable() {
 		ev |= unix.EPOLLIN
 	}
-	l.watch(s, unix.EPOLL_CTL_MOD, ev)
+	switch {
+	case ev == 0 && s.watched:
+		l.watch(s, unix.EPOLL_CTL_DEL, 0)
+	case ev == 0:
+	case s.watched:
+		l.watch(s, unix.EPOLL_CTL_MOD, ev)
+	default:
+		l.watch(s, unix.EPOLL_CTL_ADD, ev)
+	}
+}
+
+// readable says whether s may be read now: its read side is open, its
+// peer is connected and has written everything read from s before.
+func (s *loopSide) readable() bool {
+	return !s.eof && len(s.peer.pend) == 0 && s.peer.state == sideRelay
 }
 
 // relay moves what an event on s allows: its held bytes out, or one read
@@ -255,9 +283,12 @@ func (l *loop) relay(s *loopSide, events uint32) {
 		}
 		return
 	}
-	if s.eof {
-		// Watched for nothing, it can only have hung up or failed.
-		l.close(s)
+	if !s.readable() {
+		// Watched for room only: a hang-up or an error without it is a
+		// reset, and the tunnel is over.
+		if events&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+			l.close(s)
+		}
 		return
 	}
 	n, err := unix.Read(s.fd, l.buf)

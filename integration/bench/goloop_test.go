@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -78,6 +79,96 @@ func TestGoLoopHalfCloseAndRefusal(t *testing.T) {
 	defer c2.Close()
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("CONNECT to a closed port: %s; want 502", resp.Status)
+	}
+}
+
+// What one side sends after the other has half-closed reaches a slow
+// reader whole and in order, and the tunnel ends once both have: with the
+// receiver behind, the loop holds what it read, and a sender's hang-up
+// arrives while it does (it had lost and reordered bytes).
+func TestGoLoopHalfCloseUnderBackpressure(t *testing.T) {
+	addr := startLoop(t)
+	const size = 8 << 20
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i*7 + i/251)
+	}
+	// slowRead reads r to its end a little at a time, the reader the
+	// loop waits for.
+	slowRead := func(r io.Reader) ([]byte, error) {
+		var got []byte
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := r.Read(buf)
+			got = append(got, buf[:n]...)
+			if err == io.EOF {
+				return got, nil
+			}
+			if err != nil {
+				return got, err
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for _, first := range []string{"client", "upstream"} {
+		t.Run(first+" half-closes first", func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			upstreamGot := make(chan []byte, 1)
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(time.Minute))
+				if first == "client" {
+					io.ReadAll(c)
+					c.Write(want)
+					return
+				}
+				c.(*net.TCPConn).CloseWrite()
+				got, _ := slowRead(c)
+				upstreamGot <- got
+			}()
+			c, br, resp := connectVia(t, addr, ln.Addr().String(), "")
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(time.Minute))
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("CONNECT: %s; want 200", resp.Status)
+			}
+			var got []byte
+			if first == "client" {
+				c.(*net.TCPConn).CloseWrite()
+				time.Sleep(100 * time.Millisecond) // the upstream gets ahead
+				got, err = slowRead(br)
+			} else {
+				if b, err := io.ReadAll(br); err != nil || len(b) != 0 {
+					t.Fatalf("client read %d bytes, %v; want the upstream's EOF", len(b), err)
+				}
+				if _, err = c.Write(want); err == nil {
+					err = c.(*net.TCPConn).CloseWrite()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case got = <-upstreamGot:
+				case <-time.After(time.Minute):
+					t.Fatal("the upstream never read to its end")
+				}
+			}
+			if err != nil || !bytes.Equal(got, want) {
+				i := 0
+				for i < len(got) && got[i] == want[i] {
+					i++
+				}
+				t.Errorf("read %d of %d bytes, %v, the first %d as sent; want all, in order", len(got), size, err, i)
+			}
+		})
 	}
 }
 
