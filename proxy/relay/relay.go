@@ -1,6 +1,6 @@
 // Package relay copies bytes between the two sockets of an opaque tunnel
 // on event loops of its own: level-triggered epoll over descriptors taken
-// out of Go's netpoller, one loop per CPU. With two goroutines per tunnel
+// out of Go's netpoller, one loop per two CPUs. With two goroutines per tunnel
 // in the netpoller, every message costs a goroutine wake-up, a read, a
 // write and a read that finds nothing (the netpoller is edge-triggered, so
 // a reader must drain to EAGAIN before it may wait); the scheduler's part
@@ -37,10 +37,16 @@ type Loops struct {
 	next  atomic.Uint32
 }
 
-// Start starts n loops (GOMAXPROCS when n is 0).
+// Start starts n loops; when n is 0, one per two CPUs (GOMAXPROCS). A
+// loop's thread shares the CPUs with the rest of the proxy and with the
+// sandbox's own processes at either end of its tunnels, and every loop
+// more splits the same events into more wake-ups: on two CPUs one loop
+// cost ~9% less CPU per HTTPS request than two, and the ends less per MB
+// (five interleaved pairs, docs/performance.md). Half the CPUs still
+// leaves a many-CPU host several loops for its tunnels' bytes.
 func Start(n int) (*Loops, error) {
 	if n <= 0 {
-		n = runtime.GOMAXPROCS(0)
+		n = (runtime.GOMAXPROCS(0) + 1) / 2
 	}
 	ls := &Loops{}
 	for range n {
