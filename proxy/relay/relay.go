@@ -1,8 +1,8 @@
 // Package relay copies bytes between the two sockets of an opaque tunnel
 // on event loops of its own: level-triggered epoll over descriptors taken
-// out of Go's netpoller, one loop per two CPUs. With two goroutines per tunnel
-// in the netpoller, every message costs a goroutine wake-up, a read, a
-// write and a read that finds nothing (the netpoller is edge-triggered, so
+// out of Go's netpoller, one loop per two CPUs. With two goroutines per
+// tunnel in the netpoller, every message costs a goroutine wake-up, a
+// read, a write and a read that finds nothing (the netpoller is edge-triggered, so
 // a reader must drain to EAGAIN before it may wait); the scheduler's part
 // of that was a quarter of the proxy's CPU per tunnel. A loop reads once
 // per readiness and writes at once, through one buffer per loop; a buffer
@@ -37,13 +37,14 @@ type Loops struct {
 	next  atomic.Uint32
 }
 
-// Start starts n loops; when n is 0, one per two CPUs (GOMAXPROCS). A
-// loop's thread shares the CPUs with the rest of the proxy and with the
+// Start starts n loops; when n is 0, half of GOMAXPROCS, rounded up. A
+// loop holds a P for each batch of events (its reads and writes are raw
+// calls) and shares the CPUs with the rest of the proxy and with the
 // sandbox's own processes at either end of its tunnels, and every loop
 // more splits the same events into more wake-ups: on two CPUs one loop
-// cost ~9% less CPU per HTTPS request than two, and the ends less per MB
-// (five interleaved pairs, docs/performance.md). Half the CPUs still
-// leaves a many-CPU host several loops for its tunnels' bytes.
+// cost ~9% less CPU per HTTPS request than two (five interleaved pairs,
+// docs/performance.md). Only two CPUs were measured; half of a larger
+// host still leaves it several loops for its tunnels' bytes.
 func Start(n int) (*Loops, error) {
 	if n <= 0 {
 		n = (runtime.GOMAXPROCS(0) + 1) / 2
