@@ -320,12 +320,3 @@ func (l *loop) relay(s *loopSide, events uint32) {
 		l.rearm(s.peer)
 	}
 }
-
-func startGoLoop(string, *upstreams) (*running, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	addr := freePort()
-	return startWith(addr, self, "-loop", addr)
-}

@@ -49,12 +49,3 @@ func relayOne(c net.Conn) {
 	u.(*net.TCPConn).CloseWrite()
 	<-done
 }
-
-func startGoRelay(string, *upstreams) (*running, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	addr := freePort()
-	return startWith(addr, self, "-relay", addr)
-}

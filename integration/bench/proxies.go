@@ -29,8 +29,8 @@ var proxies = []proxy{
 	{"airlock", startAirlock, "plain,tunnels,https,tlsbulk,bulk,mitm"},
 	{"squid", startSquid, "plain,tunnels,https,tlsbulk,bulk"},
 	{"tinyproxy", startTinyproxy, "plain,tunnels,https,tlsbulk,bulk"},
-	{"go-relay", startGoRelay, "tunnels,https,tlsbulk,bulk"}, // it relays CONNECT only
-	{"go-loop", startGoLoop, "tunnels,https,tlsbulk,bulk"},
+	{"go-relay", startSelf("-relay"), "tunnels,https,tlsbulk,bulk"}, // they relay CONNECT only
+	{"go-loop", startSelf("-loop"), "tunnels,https,tlsbulk,bulk"},
 	// mitmproxy inspects every tunnel: it is measured where airlock
 	// inspects, not as an opaque relay.
 	{"mitmproxy", startMitmproxy, "mitm"},
@@ -49,6 +49,19 @@ type running struct {
 
 func startDirect(_ string, up *upstreams) (*running, error) {
 	return &running{stop: func() {}, inspectTarget: up.tlsAddr, inspectRoots: up.roots}, nil
+}
+
+// startSelf starts the bench's own binary as a reference relay, in the
+// mode flag (-relay, -loop) names, on a free port.
+func startSelf(mode string) func(string, *upstreams) (*running, error) {
+	return func(string, *upstreams) (*running, error) {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		addr := freePort()
+		return startWith(addr, self, mode, addr)
+	}
 }
 
 func freePort() string {
