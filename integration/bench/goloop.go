@@ -195,11 +195,12 @@ func (l *loop) readHead(c *loopSide) {
 		return
 	}
 	f := strings.Fields(string(c.head[:bytes.IndexByte(c.head, '\r')]))
-	var target netip.AddrPort
-	if len(f) == 3 && f[0] == "CONNECT" {
-		target, err = netip.ParseAddrPort(f[1])
+	if len(f) != 3 || f[0] != "CONNECT" {
+		l.close(c)
+		return
 	}
-	if len(f) != 3 || f[0] != "CONNECT" || err != nil || !target.Addr().Is4() {
+	target, err := netip.ParseAddrPort(f[1])
+	if err != nil || !target.Addr().Is4() {
 		l.close(c)
 		return
 	}

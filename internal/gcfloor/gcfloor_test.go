@@ -98,9 +98,10 @@ var garbage []byte
 
 // keepAndReport keeps a 64 MiB floor and reports GOGC (and the heap goal)
 // after collections that each follow 32 MiB of allocation, with a small
-// live heap; 2.6 s after that with a few small allocations and no
-// collection asked for by the test; after collections with nothing allocated between them; and
-// after collections that each follow 32 MiB of allocation, with 48 MiB live.
+// live heap; 2.6 s after that, with a few small allocations and no
+// collection asked for by the test; after collections with nothing
+// allocated between them; and after collections that each follow 32 MiB
+// of allocation, with 48 MiB live.
 func keepAndReport() {
 	Keep(64 << 20)
 	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/heap/goal:bytes"}}

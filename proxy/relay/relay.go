@@ -2,11 +2,12 @@
 // on event loops of its own: level-triggered epoll over descriptors taken
 // out of Go's netpoller, one loop per two CPUs. With two goroutines per
 // tunnel in the netpoller, every message costs a goroutine wake-up, a
-// read, a write and a read that finds nothing (the netpoller is edge-triggered, so
-// a reader must drain to EAGAIN before it may wait); the scheduler's part
-// of that was a quarter of the proxy's CPU per tunnel. A loop reads once
-// per readiness and writes at once, through one buffer per loop; a buffer
-// of its own is taken only while the peer is slower than the sender.
+// read, a write and a read that finds nothing (the netpoller is
+// edge-triggered, so a reader must drain to EAGAIN before it may wait);
+// the scheduler's part of that was a quarter of the proxy's CPU per
+// tunnel. A loop reads once per readiness and writes at once, through one
+// buffer per loop; a buffer of its own is taken only while the peer is
+// slower than the sender.
 package relay
 
 import (
