@@ -313,7 +313,7 @@ func startCommandStage(c *Config, status *os.File) (int, error) {
 	}
 	defer cfgR.Close()
 	attr := &os.ProcAttr{
-		Env:   []string{},
+		Env:   stageEnv(),
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, cfgR, status},
 	}
 	args := []string{"airlock", Stage2Arg, modeCommand}
