@@ -222,6 +222,18 @@ func (o *oneOffs) add(x *oneOff) error {
 	if _, ok := o.services[x.cg]; ok {
 		return refuse(409, "id %q: its cgroup is a service's of pod %s", x.spec.ID, o.pod.m.Name)
 	}
+	// Decision lines, their copy to a one-off's file (tee) and the
+	// metrics' series are keyed by id: a one-off named as a service
+	// would be given the service's lines, and take its series away when
+	// it ends.
+	if x.spec.ID == o.pod.m.Name {
+		return refuse(409, "id %q: it is pod %s's own name", x.spec.ID, o.pod.m.Name)
+	}
+	for _, svc := range o.services {
+		if svc.ID == x.spec.ID {
+			return refuse(409, "id %q: a service of pod %s has that id", x.spec.ID, o.pod.m.Name)
+		}
+	}
 	o.byID[x.spec.ID] = x
 	o.wg.Add(1)
 	o.publish()
@@ -309,10 +321,10 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File) (*oneOf
 	})
 	close(x.launched)
 	if err != nil {
-		x.closeFiles()
 		x.exit.Error = err.Error()
 		p.event("sandbox_failed", events.Warning, spec.ID, "one-off sandbox not launched: "+err.Error())
 		o.forget(x)
+		x.closeFiles()
 		close(x.done)
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
@@ -330,11 +342,14 @@ func (o *oneOffs) wait(x *oneOff) {
 		x.exit.Error = fmt.Sprintf("sandbox %s: wait: %v", x.spec.ID, err)
 		detail = x.exit.Error
 	}
-	x.closeFiles()
 	// On record before forget lets the pod's stop go on to close the
 	// events log.
 	o.pod.event("sandbox_exit", events.Info, x.spec.ID, detail)
+	// Its files close once forget has taken it out of the tee: a line of
+	// it decided meanwhile (a connection's close) would otherwise meet a
+	// closed file, and fail as an audit write.
 	o.forget(x)
+	x.closeFiles()
 	close(x.done)
 }
 

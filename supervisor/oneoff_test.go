@@ -12,10 +12,11 @@ import (
 )
 
 // A one-off is refused, with the status and field, when one of its id
-// runs, when its leaf would be a service's, and once the pod stops.
+// runs, when its leaf would be a service's, when its id is a service's or
+// the pod's, and once the pod stops.
 func TestOneOffAddRefusals(t *testing.T) {
 	o := newOneOffs(&Pod{m: &manifest.Pod{Name: "p"}})
-	o.services = map[string]proxy.Service{"/airlock-pod-p/airlock-p-svc": {ID: "svc"}}
+	o.services = map[string]proxy.Service{"/airlock-pod-p/airlock-p-svc": {ID: "svc"}, "/airlock-pod-p/airlock-p-gateway": {ID: "gateway"}}
 	o.byID["spawn-1"] = &oneOff{}
 	for _, tc := range []struct {
 		name, id, cg string
@@ -25,13 +26,22 @@ func TestOneOffAddRefusals(t *testing.T) {
 	}{
 		{"id running", "spawn-1", "/airlock-pod-p/airlock-spawn-1", false, 409, `id "spawn-1": a sandbox of that id is running`},
 		{"a service's leaf", "p-svc", "/airlock-pod-p/airlock-p-svc", false, 409, "its cgroup is a service's"},
+		// Lines and metrics are keyed by id: a one-off named gateway
+		// would be given the service's lines (tee) and end its series.
+		{"a service's id", "gateway", "/airlock-pod-p/airlock-gateway", false, 409, `id "gateway": a service of pod p has that id`},
+		{"the pod's name", "p", "/airlock-pod-p/airlock-p", false, 409, `id "p": it is pod p's own name`},
 		{"pod stopping", "spawn-2", "/airlock-pod-p/airlock-spawn-2", true, 503, "pod p is stopping"},
 	} {
 		if tc.closed {
 			o.byID = map[string]*oneOff{}
 			o.close(context.Background())
 		}
-		err := o.add(&oneOff{spec: adminclient.SandboxSpec{ID: tc.id}, cg: tc.cg})
+		x := &oneOff{spec: adminclient.SandboxSpec{ID: tc.id}, cg: tc.cg}
+		err := o.add(x)
+		if err == nil { // taken: the pod's stop below would wait for it
+			delete(o.byID, tc.id)
+			o.wg.Done()
+		}
 		var r *refusal
 		if !errors.As(err, &r) || r.status != tc.status || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: add = %v; want %d naming %q", tc.name, err, tc.status, tc.want)
