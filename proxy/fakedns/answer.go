@@ -38,7 +38,15 @@ func (s *Server) answer(req *dns.Msg) (*dns.Msg, *Refusal) {
 		m.SetRcode(req, dns.RcodeNotImplemented)
 		return m, nil
 	}
-	q := req.Question[0] // the server's accept check: exactly one question
+	if len(req.Question) != 1 {
+		// miekg/dns's accept check reads the header's count only: a
+		// message that ends after its header says one question and
+		// holds none.
+		m.SetRcode(req, dns.RcodeFormatError)
+		return m, &Refusal{Rcode: dns.RcodeToString[dns.RcodeFormatError], Reason: policies.ReasonDNSQueryRefused,
+			Detail: fmt.Sprintf("%d questions in the message, not one", len(req.Question))}
+	}
+	q := req.Question[0]
 	qtype := dns.Type(q.Qtype).String()
 	refuse := func(rcode int, reason policies.Reason, name, detail string) (*dns.Msg, *Refusal) {
 		m.SetRcode(req, rcode)

@@ -331,3 +331,39 @@ func TestServerLimitsStreams(t *testing.T) {
 		t.Fatalf("connection %d after one closed: %v, %v; want it served", MaxStreams+1, r, err)
 	}
 }
+
+// A message that ends after its header, which says one question, is a
+// format error on record: miekg/dns hands it over with no question, and
+// indexing one crashed the proxy serving every sandbox. The answerer goes
+// on answering.
+func TestServerHeaderOnlyQuery(t *testing.T) {
+	fx := newDNSFixture(t)
+	// id 0x1234, RD, QDCOUNT 1, nothing after the 12-byte header.
+	header := []byte{0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0}
+	for _, network := range []string{"udp", "tcp"} {
+		addr := fx.udp
+		if network == "tcp" {
+			addr = fx.tcp
+		}
+		c, err := net.Dial(network, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		co := &dns.Conn{Conn: c}
+		if _, err := co.Write(header); err != nil {
+			t.Fatal(err)
+		}
+		r, err := co.ReadMsg()
+		c.Close()
+		if err != nil || r.Id != 0x1234 || r.Rcode != dns.RcodeFormatError {
+			t.Fatalf("%s: reply %v, %v; want FORMERR for id 0x1234", network, r, err)
+		}
+		if ref, ok := fx.lastRefusal(); !ok || ref.Rcode != "FORMERR" || ref.Reason != policies.ReasonDNSQueryRefused {
+			t.Errorf("%s: refusal %+v; want FORMERR dns_query_refused on record", network, ref)
+		}
+		if r := fx.ask(t, network, "api.allowed.test.", dns.TypeA, dns.ClassINET); r.Rcode != dns.RcodeSuccess {
+			t.Fatalf("%s: after the header-only message: %v", network, r)
+		}
+	}
+}
