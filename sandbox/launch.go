@@ -103,6 +103,7 @@ func Start(c Config, net *Network) (*Process, error) {
 		// every other sandbox (one uid by default), past Landlock and
 		// the network.
 		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC,
+		Setpgid:    !c.Foreground,
 	}
 	if c.DieWithParent {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL

@@ -795,3 +795,37 @@ func TestLeafReapsOnlyOutsideAReapedParent(t *testing.T) {
 		}
 	}
 }
+
+// One sandbox cannot signal another its launcher started, under the same
+// uid, by signalling its process group (kill(0, sig)): each init leads a
+// group of its own. ABI 5 is a kernel whose Landlock cannot scope signals,
+// where the process group is all that stands between them.
+func TestSandboxesDoNotShareAProcessGroup(t *testing.T) {
+	for _, abi := range []int{0, 5} {
+		victim := base(t, "/bin/sleep", "30")
+		victim.LandlockABI = abi
+		nv, err := NewNetwork(NetworkConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pv, err := Start(victim, nv)
+		if err != nil {
+			nv.Close()
+			t.Fatal(err)
+		}
+		attacker := base(t, "/bin/sh", "-c", "kill -KILL 0")
+		attacker.LandlockABI = abi
+		if _, code, err := run(t, attacker); err != nil || code != 128+int(syscall.SIGKILL) {
+			t.Errorf("abi %d: the attacker exited %d, %v; want killed by its own SIGKILL", abi, code, err)
+		}
+		select {
+		case <-pv.Done():
+			code, _ := pv.Wait()
+			t.Errorf("abi %d: the other sandbox ended (%d) when its sibling signalled its process group", abi, code)
+		case <-time.After(time.Second):
+			pv.Signal(syscall.SIGKILL)
+			pv.Wait()
+		}
+		nv.Close()
+	}
+}

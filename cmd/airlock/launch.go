@@ -94,6 +94,10 @@ func newLaunchCmd() *cobra.Command {
 				return &exitError{ExitUsage, err}
 			}
 			c.DieWithParent = dieWithParent
+			// In a terminal's foreground, the sandbox is the terminal's
+			// job with the launcher: ^C reaches the command as typed
+			// (forwardSignals leaves it to the command).
+			c.Foreground = terminalForeground()
 			// Validation before anything is created: a usage error
 			// leaves nothing behind.
 			if err := checkLimitFlags(cmd, memoryMax, pidsMax); err != nil {
@@ -285,10 +289,18 @@ func (s *statusFile) Close() {
 }
 
 // terminalForeground reports whether the launcher holds the foreground of
-// the terminal on its stdin, where ^C and ^\ reach every process of the
-// group, the sandboxed command among them.
+// its controlling terminal, where ^C and ^\ reach every process of the
+// group, the sandboxed command among them (Config.Foreground). The
+// terminal, not stdin: with its stdin a pipe, a command still prompts on
+// /dev/tty (ssh, git's credentials), which stops a process group that is
+// not the terminal's foreground.
 func terminalForeground() bool {
-	pgrp, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
+	tty, err := os.Open("/dev/tty")
+	if err != nil {
+		return false // no controlling terminal
+	}
+	defer tty.Close()
+	pgrp, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP)
 	return err == nil && pgrp == unix.Getpgrp()
 }
 
