@@ -23,8 +23,8 @@ import (
 // with the launcher, the kernel kills every process left in the namespace:
 // nothing the command started outlives the sandbox.
 func runInit() {
-	// setns(CLONE_NEWNET) is per thread: join on this one and start the
-	// command stage from it, so the command inherits the namespace.
+	// The command stage is started from this thread, which holds the
+	// init's mounts as set up here.
 	runtime.LockOSThread()
 	c, fail := readConfig()
 	steps := []struct {
@@ -42,7 +42,13 @@ func runInit() {
 		// A /proc of the sandbox's own PID namespace: the sandbox sees
 		// only its own processes, not the host's or their command lines.
 		{"mount /proc", mountProc},
-		{"join network namespace", joinNetNS},
+		// The launcher entered the sandbox's network namespace on the
+		// thread it made the init from, so the init and each of its
+		// threads were born in it: a thread left in the host's, as
+		// one that joins with setns(2) leaves the others, would show the
+		// host's interfaces, routes and sockets to the sandbox through
+		// /proc/1/task/N/net.
+		{"check network namespace", checkNetNS},
 		// Every name is answered by the proxy, whatever server is asked
 		// (the redirect catches port 53), or by nothing at all (--net
 		// none); the sandbox's resolver asks its own loopback, so no query
@@ -143,14 +149,33 @@ func mountProc(*Config) error {
 	return nil
 }
 
-func joinNetNS(c *Config) error {
+// checkNetNS checks every thread of the init is in the network namespace
+// the launcher passed (fdNetNS), reading the sandbox's /proc.
+func checkNetNS(c *Config) error {
 	if c.Net == NetHost {
 		return nil
 	}
-	if err := unix.Setns(fdNetNS, unix.CLONE_NEWNET); err != nil {
-		return &os.SyscallError{Syscall: "setns(CLONE_NEWNET)", Err: err}
+	var want unix.Stat_t
+	err := unix.Fstat(fdNetNS, &want)
+	unix.Close(fdNetNS)
+	if err != nil {
+		return &os.SyscallError{Syscall: "fstat(netns)", Err: err}
 	}
-	return unix.Close(fdNetNS)
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	for _, task := range tasks {
+		var got unix.Stat_t
+		path := "/proc/self/task/" + task.Name() + "/ns/net"
+		if err := unix.Stat(path, &got); err != nil {
+			return &os.PathError{Op: "stat", Path: path, Err: err}
+		}
+		if got.Dev != want.Dev || got.Ino != want.Ino {
+			return fmt.Errorf("thread %s of the init is in network namespace %d, not the sandbox's %d", task.Name(), got.Ino, want.Ino)
+		}
+	}
+	return nil
 }
 
 // resolvConf is the sandbox's /etc/resolv.conf: on the proxy network, and

@@ -80,9 +80,12 @@ func Start(c Config, net *Network) (*Process, error) {
 		// A duplicate, owned by this *os.File and closed after the start:
 		// wrapping net.NS itself would let the finalizer close a
 		// descriptor the Network still owns (and may have been reused).
-		fd, err := unix.Dup(int(net.NS))
+		// Close-on-exec until the init's start lays it out: another
+		// child forked meanwhile (a reaper, another sandbox's init)
+		// must not inherit it.
+		fd, err := unix.FcntlInt(uintptr(net.NS), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
-			return fail(&os.SyscallError{Syscall: "dup(netns)", Err: err})
+			return fail(&os.SyscallError{Syscall: "fcntl(netns, F_DUPFD_CLOEXEC)", Err: err})
 		}
 		nsFile := os.NewFile(uintptr(fd), "netns")
 		defer nsFile.Close()
@@ -112,6 +115,16 @@ func Start(c Config, net *Network) (*Process, error) {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if net != nil {
+			// The init is born in the sandbox's network namespace, each
+			// of its threads with it (checkNetNS); this thread, locked
+			// until it ends, runs nothing else.
+			if err := unix.Setns(int(net.NS), unix.CLONE_NEWNET); err != nil {
+				started <- &os.SyscallError{Syscall: "setns(CLONE_NEWNET)", Err: err}
+				close(p.done)
+				return
+			}
+		}
 		if err := startManaged(cmd); err != nil {
 			started <- err
 			close(p.done)

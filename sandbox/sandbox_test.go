@@ -829,3 +829,38 @@ func TestSandboxesDoNotShareAProcessGroup(t *testing.T) {
 		nv.Close()
 	}
 }
+
+// Every thread of the init is in the sandbox's network namespace: one left
+// in the host's would show the host's interfaces, routes and sockets to the
+// sandbox through /proc/1/task/N/net.
+func TestInitThreadsInTheSandboxNetwork(t *testing.T) {
+	testutil.RequireRoot(t, "the sandbox launcher (namespaces)")
+	c := base(t, "/bin/sleep", "30")
+	n, err := NewNetwork(NetworkConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	p, err := Start(c, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { p.Signal(syscall.SIGKILL); p.Wait() }()
+	var want unix.Stat_t
+	if err := unix.Fstat(int(n.NS), &want); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", p.Pid))
+	if err != nil || len(tasks) < 2 {
+		t.Fatalf("the init's threads: %v, %v", tasks, err)
+	}
+	for _, task := range tasks {
+		var got unix.Stat_t
+		if err := unix.Stat(fmt.Sprintf("/proc/%d/task/%s/ns/net", p.Pid, task.Name()), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Ino != want.Ino || got.Dev != want.Dev {
+			t.Errorf("thread %s of the init is in network namespace %d, not the sandbox's %d", task.Name(), got.Ino, want.Ino)
+		}
+	}
+}
