@@ -159,11 +159,14 @@ func (g *Guard) Lookup(ctx context.Context, host string, port int) ([]netip.Addr
 // Check refuses an address in a range the sandbox must not reach, unless an
 // allow range covers it.
 func (g *Guard) Check(a netip.Addr) error {
+	if a.Zone() != "" {
+		// A zone names a local interface, and no prefix contains a
+		// zoned address: none of the ranges below would refuse it.
+		return &BlockedError{Addr: a, Range: "an address scoped to a local interface (zone " + a.Zone() + ")"}
+	}
 	a = a.Unmap()
-	for _, p := range g.allow {
-		if p.Contains(a) {
-			return nil
-		}
+	if g.allowed(a) {
+		return nil
 	}
 	for _, p := range g.self {
 		if p.Contains(a) {
@@ -173,18 +176,28 @@ func (g *Guard) Check(a netip.Addr) error {
 	if name := blockedRange(a); name != "" {
 		return &BlockedError{Addr: a, Range: name}
 	}
-	// Addresses that embed an IPv4 address are judged by it too.
+	// Addresses that embed IPv4 addresses are judged by each of them
+	// too: a Teredo address carries two, and an allow range for one
+	// says nothing of the other.
 	for _, v4 := range embeddedIPv4(a) {
-		for _, p := range g.allow {
-			if p.Contains(v4) {
-				return nil
-			}
+		if g.allowed(v4) {
+			continue
 		}
 		if name := blockedRange(v4); name != "" {
 			return &BlockedError{Addr: a, Range: fmt.Sprintf("an IPv6 form of %s (%s)", v4, name)}
 		}
 	}
 	return nil
+}
+
+// allowed says whether an allow range covers a.
+func (g *Guard) allowed(a netip.Addr) bool {
+	for _, p := range g.allow {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // Dial connects to the first of addrs that answers. The addresses must come

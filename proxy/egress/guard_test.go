@@ -42,6 +42,9 @@ func TestCheck(t *testing.T) {
 		{"::7f00:1", "loopback"},
 		{"224.0.0.1", "multicast"},
 		{"93.184.216.34", "proxy's own"},
+		// No prefix contains a zoned address.
+		{"::1%lo", "zone lo"},
+		{"fe80::1%eth0", "zone eth0"},
 	} {
 		err := g.Check(netip.MustParseAddr(tc.addr))
 		switch {
@@ -61,6 +64,13 @@ func TestAllowRange(t *testing.T) {
 	}
 	if err := g.Check(netip.MustParseAddr("169.254.169.254")); err == nil {
 		t.Fatal("an allow range for loopback allowed the metadata address")
+	}
+	// A Teredo address embeds a server (10.0.0.1) and a client
+	// (169.254.169.254, inverted): allowing the one allows not the other.
+	ten, _ := ParseAllowRange("10.0.0.0/8")
+	g, _ = New(Options{AllowRanges: []netip.Prefix{ten}})
+	if err := g.Check(netip.MustParseAddr("2001:0:a00:1::5601:5601")); !errors.Is(err, ErrBlocked) || !strings.Contains(err.Error(), "169.254.169.254") {
+		t.Fatalf("Check(Teredo 10.0.0.1 / 169.254.169.254) with --allow-range 10.0.0.0/8 = %v; want blocked naming 169.254.169.254", err)
 	}
 }
 
