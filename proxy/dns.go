@@ -33,10 +33,13 @@ func (p *Proxy) ServeDNS(sb Sandbox, pool *fakedns.Pool, packets []net.PacketCon
 		Pool:      pool,
 		Reachable: sb.Reachable,
 		Refused: func(r fakedns.Refusal) error {
-			if !flood.admit(dnsFloodKey{r.Rcode, r.Reason}) {
-				return nil // on record in the summary line
+			write, err := flood.admit(dnsFloodKey{r.Rcode, r.Reason})
+			if !write {
+				return err // on record in the summary line, if the log writes
 			}
-			return p.auditDNS(&sb, &r, 0)
+			err = p.auditDNS(&sb, &r, 0)
+			flood.wrote(err)
+			return err
 		},
 		Answered: func(rcode string) { p.cfg.Metrics.countDNS(sb.ID, rcode) },
 	})

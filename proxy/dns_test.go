@@ -279,6 +279,34 @@ func TestServeDNSSummarisesRefusalFloods(t *testing.T) {
 	}
 }
 
+// While the audit log fails, a flood of refusals is SERVFAIL throughout:
+// those past maxDNSLines, which would be on record only in a summary line,
+// fail as their own lines do, and a sandbox cannot learn what its policy
+// refuses by asking fast while nothing is written. Served without the log
+// (fail open), they are answered.
+func TestServeDNSFloodWithTheAuditLogFailing(t *testing.T) {
+	defer func(d time.Duration) { dnsFloodInterval = d }(dnsFloodInterval)
+	dnsFloodInterval = time.Hour
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Close()
+	for _, failOpen := range []bool{false, true} {
+		d := newDNSProxy(t, full, failOpen, sandboxDNS)
+		want := dns.RcodeServerFailure
+		if failOpen {
+			want = dns.RcodeNameError
+		}
+		for i := range 2 * maxDNSLines {
+			if got := d.ask(t, "udp", "blocked.test.", dns.TypeA); got != want {
+				t.Fatalf("fail open %v: refusal %d with the audit log full = %s; want %s", failOpen, i+1, dns.RcodeToString[got], dns.RcodeToString[want])
+			}
+		}
+		d.shutdown(t)
+	}
+}
+
 // An interval's end writes its summary while the server goes on: bursts
 // of refusals are sent, unanswered reads, until one interval held more
 // than maxDNSLines of them and its summary line appears.

@@ -34,26 +34,39 @@ type dnsFlood struct {
 	lines   int                   // written one by one in this interval
 	skipped map[dnsFloodKey]int64 // refusals beyond them
 	timer   *time.Timer           // ends the interval; nil between intervals
+	// failed is why the last line written one by one could not be (nil
+	// when it was, or when the operator chose to serve without the log).
+	failed error
 }
 
 // admit says whether a refusal's line is written one by one; if not, it
-// is counted for the summary.
-func (f *dnsFlood) admit(k dnsFloodKey) bool {
+// is counted for the summary, and err is why the log failed its last line:
+// while it fails, a refusal beyond the lines fails as its own line would
+// (SERVFAIL), not answered on the promise of a summary that could not be
+// written either.
+func (f *dnsFlood) admit(k dnsFloodKey) (write bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.timer == nil {
-		f.lines = 0
+		f.lines, f.failed = 0, nil
 		f.timer = time.AfterFunc(f.interval, f.end)
 	}
 	if f.lines < maxDNSLines {
 		f.lines++
-		return true
+		return true, nil
 	}
 	if f.skipped == nil {
 		f.skipped = map[dnsFloodKey]int64{}
 	}
 	f.skipped[k]++
-	return false
+	return false, f.failed
+}
+
+// wrote records the outcome of a line written one by one.
+func (f *dnsFlood) wrote(err error) {
+	f.mu.Lock()
+	f.failed = err
+	f.mu.Unlock()
 }
 
 // end closes the interval and writes its summary lines, if any.
