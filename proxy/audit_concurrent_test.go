@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,5 +139,47 @@ func TestAuditConcurrentLinesOnPipe(t *testing.T) {
 	}
 	if n != 32*50 {
 		t.Fatalf("%d audit lines read from the pipe, want %d", n, 32*50)
+	}
+}
+
+// Lines others write into the proxy's log (AuditWriter: the ingress's)
+// are held to the same promise, among the proxy's own: on a disk that
+// fills up, the lines reported written are in the file, whole, and no
+// other.
+func TestAuditWriterLinesWholeOrNothing(t *testing.T) {
+	f, _ := fullAuditFile(t)
+	p := &Proxy{audit: newAuditLog(f, nil), log: slog.New(slog.DiscardHandler)}
+	other := []byte(`{"msg":"CANONICAL-INGRESS","pad":"` + strings.Repeat("i", 700) + `"}` + "\n")
+	var mu sync.Mutex
+	ok, failed := 0, 0
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				var err error
+				if g%2 == 0 {
+					_, err = p.AuditWriter().Write(other)
+				} else {
+					err = p.writeLine(auditDecision(true), AuditMessage, 200, 0, 0)
+				}
+				mu.Lock()
+				if err == nil {
+					ok++
+				} else {
+					failed++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if failed == 0 {
+		t.Fatal("a 32 KiB tmpfs took 800 lines")
+	}
+	raw, _ := os.ReadFile(f.Name())
+	if n := len(auditLines(t, raw)); n != ok {
+		t.Fatalf("%d lines in the log, %d reported written (%d failed)", n, ok, failed)
 	}
 }

@@ -221,6 +221,18 @@ func (p *Proxy) Close() error {
 	return p.closeAudit()
 }
 
-// AuditWriter is where the proxy writes its audit lines: the pod's ingress
-// writes its own there, so that one log holds every way in and out.
-func (p *Proxy) AuditWriter() io.Writer { return p.cfg.Audit }
+// AuditWriter takes audit lines of others into the proxy's log (the pod's
+// ingress writes its own there, so that one log holds every way in and
+// out), one line per Write. Each is written as the proxy writes its own,
+// under the same lock: whole or not at all (a line a full disk cut short is
+// removed), never inside another.
+func (p *Proxy) AuditWriter() io.Writer { return otherLines{p.audit} }
+
+type otherLines struct{ l *auditLog }
+
+func (a otherLines) Write(line []byte) (int, error) {
+	if err := a.l.put(line); err != nil {
+		return 0, err
+	}
+	return len(line), nil
+}
