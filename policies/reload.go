@@ -54,20 +54,35 @@ func (e *Engine) notify(hash string, err error) {
 const reloadDebounce = 150 * time.Millisecond
 
 // Watch reloads the bundle whenever a file under the source directory (or
-// the tarball, or the lock file) changes, until ctx ends. An embedded bundle
-// cannot change, so Watch on one returns an error.
-func (e *Engine) Watch(ctx context.Context) error {
+// the tarball, or the lock file) changes, until ctx ends. It returns once
+// the watches are in place, or with what kept them from being placed (an
+// embedded bundle cannot change: an error too). The channel is closed when
+// the watch ends; before that it carries why, when it ended before ctx did
+// (its watcher closed), after which edits no longer reload.
+func (e *Engine) Watch(ctx context.Context) (<-chan error, error) {
 	if e.opts.Source.Path == "" {
-		return errors.New("policy watch: the embedded bundle cannot change")
+		return nil, errors.New("policy watch: the embedded bundle cannot change")
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		return fmt.Errorf("policy watch: %w", err)
+		return nil, fmt.Errorf("policy watch: %w", err)
 	}
-	defer w.Close()
 	if err := e.addWatches(w); err != nil {
-		return err
+		w.Close()
+		return nil, err
 	}
+	ended := make(chan error, 1)
+	go func() {
+		defer close(ended)
+		defer w.Close()
+		if err := e.watch(ctx, w); err != nil {
+			ended <- err
+		}
+	}()
+	return ended, nil
+}
+
+func (e *Engine) watch(ctx context.Context, w *fsnotify.Watcher) error {
 	var timer <-chan time.Time
 	for {
 		select {

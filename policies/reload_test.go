@@ -34,16 +34,17 @@ func watched(t *testing.T, quarantine bool) (*policies.Engine, string, <-chan re
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Watch(ctx) }()
+	ended, err := e.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Watch: %v", err)
+		if err := <-ended; err != nil {
+			t.Errorf("Watch ended: %v", err)
 		}
 	})
-	// Watch has no ready signal; touching a file until a reload is reported
-	// proves the watches are in place.
+	// The watches are in place: a touch is a reload.
 	waitReload(t, events, func() { touch(t, filepath.Join(dir, "strict.rego")) }, succeeded)
 	return e, dir, events
 }

@@ -22,6 +22,9 @@ type PolicyOptions struct {
 	Presets []string
 	// Watch reloads a bundle directory when it changes.
 	Watch bool
+	// WatchEnded, when set, is told why the watch ended while the policy
+	// still serves (its watcher closed): edits no longer reload.
+	WatchEnded func(error)
 }
 
 // PolicySource is a bundle directory or archive, or the embedded presets
@@ -88,9 +91,19 @@ func OpenEngine(ctx context.Context, o PolicyOptions, log *slog.Logger) (*polici
 		}
 	}
 	if o.Watch && o.Source.Path != "" {
+		// Asked for and not possible (inotify's limits), the watch
+		// refuses the start: an operator's edit that tightens the
+		// policy would otherwise never take effect, unsaid.
+		ended, err := engine.Watch(ctx)
+		if err != nil {
+			return nil, err
+		}
 		go func() {
-			if err := engine.Watch(ctx); err != nil {
-				log.Error("policy watch stopped", "err", err)
+			if err := <-ended; err != nil {
+				log.Error("policy watch stopped: edits of the bundle no longer reload", "err", err)
+				if o.WatchEnded != nil {
+					o.WatchEnded(err)
+				}
 			}
 		}()
 	}

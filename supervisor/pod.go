@@ -194,7 +194,10 @@ func (p *Pod) openPolicy(ctx context.Context) error {
 	for _, s := range p.m.Services {
 		names = append(names, s.Preset)
 	}
-	engine, err := OpenEngine(p.ctx, PolicyOptions{Options: o, Presets: names, Watch: p.m.Policy.Watch}, p.log)
+	watchEnded := func(err error) {
+		p.policyEvent("policy_watch_failed", events.Critical, "the policy bundle is no longer watched: edits will not reload until the pod restarts: "+err.Error())
+	}
+	engine, err := OpenEngine(p.ctx, PolicyOptions{Options: o, Presets: names, Watch: p.m.Policy.Watch, WatchEnded: watchEnded}, p.log)
 	if errors.Is(err, policies.ErrIntegrity) {
 		p.policyEvent("pin_mismatch", events.Critical, err.Error())
 	}
