@@ -62,17 +62,31 @@ func buildRuleset(c *Config) (*ruleset, error) {
 	// redirect, and the nft table (InstallEgress) limits the loopback
 	// ports instead. A kernel without ABI 4 thus misses nothing there.
 	needNet := c.Net == NetNone
-	var missing []string
+	// missing is what the rules promise and the kernel cannot enforce:
+	// hard mode refuses to start without it. weaker is what Landlock adds
+	// on newer kernels beyond the rules: said, never refused.
+	var missing, weaker []string
 	switch {
 	case abi < 1:
 		missing = append(missing, "Landlock (the kernel has no Landlock ABI): file-system and network rules")
 	case needNet && abi < 4:
 		missing = append(missing, fmt.Sprintf("Landlock network rules (ABI %d < 4): TCP connect limited to the connect ports %v", abi, c.ConnectPorts))
 	}
+	if abi >= 1 && abi < 3 {
+		// Before ABI 3 truncate(2) is not a right Landlock handles: a
+		// read-only file the sandbox's uid owns could be emptied.
+		missing = append(missing, fmt.Sprintf("Landlock truncate rights (ABI %d < 3): read-only files kept from truncation", abi))
+	}
+	if abi >= 1 && abi < 5 {
+		weaker = append(weaker, fmt.Sprintf("Landlock device ioctl rights (ABI %d < 5): ioctls on devices under the allowed paths", abi))
+	}
+	if abi >= 1 && abi < 6 {
+		weaker = append(weaker, fmt.Sprintf("Landlock scoping (ABI %d < 6): signals to, and abstract unix sockets of, processes outside the sandbox", abi))
+	}
 	if len(missing) > 0 && c.Landlock == LandlockHard {
 		return nil, fmt.Errorf("landlock: refusing to start: the kernel cannot enforce %s (use --landlock best-effort to run without it)", strings.Join(missing, "; "))
 	}
-	rs := &ruleset{fd: -1, skipped: missing}
+	rs := &ruleset{fd: -1, skipped: append(missing, weaker...)}
 	if abi < 1 {
 		return rs, nil
 	}

@@ -520,11 +520,27 @@ func TestLandlockHardRefusesWithoutKernelSupport(t *testing.T) {
 	}
 
 	// --net proxy needs no Landlock network rules (the nft table limits
-	// connects): hard mode starts on a kernel without them.
+	// connects): hard mode starts on a kernel without them, and says
+	// what ABI 3 lacks beyond the rules.
 	c.Landlock = LandlockHard
 	c.Net, c.ProxyPort = NetProxy, 3128
-	if _, code, err := run(t, c); err != nil || code != 0 {
-		t.Fatalf("--net proxy, hard Landlock, ABI 3: %v exit %d; want it to start", err, code)
+	stderr = captureStderr(t, func() {
+		if _, code, err := run(t, c); err != nil || code != 0 {
+			t.Fatalf("--net proxy, hard Landlock, ABI 3: %v exit %d; want it to start", err, code)
+		}
+	})
+	for _, want := range []string{"NOT enforced: Landlock device ioctl rights (ABI 3 < 5)", "NOT enforced: Landlock scoping (ABI 3 < 6)"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("hard Landlock at ABI 3 did not say %q; stderr: %q", want, stderr)
+		}
+	}
+
+	// Before ABI 3 a read-only file is not kept from truncate(2): hard
+	// mode refuses to start.
+	c.LandlockABI = 2
+	_, _, err = run(t, c)
+	if !errors.As(err, &se) || !strings.Contains(se.Err, "truncate") {
+		t.Fatalf("hard Landlock at ABI 2 = %v; want a refusal naming truncate", err)
 	}
 }
 

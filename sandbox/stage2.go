@@ -173,7 +173,7 @@ func openLandlock(c *Config) error {
 		return err
 	}
 	for _, s := range rs.skipped {
-		fmt.Fprintf(os.Stderr, "airlock: landlock best-effort: NOT enforced: %s\n", s)
+		fmt.Fprintf(os.Stderr, "airlock: landlock: NOT enforced: %s\n", s)
 	}
 	landlockRules = rs
 	return nil
