@@ -76,6 +76,17 @@ func TestLaunchInPod(t *testing.T) {
 		t.Errorf("the audit copy lacks the allow of /v1/hello or the denial of /v2/secret: %v", decided)
 	}
 
+	// The services' ports, open to the services on the pod's loopback,
+	// are not the one-off's: its preset decides what it reaches, and a
+	// service (one the proxy gives credentials, say) is not its way
+	// around that. Its connection is reset; the service answers its own
+	// health check all along.
+	stdout, stderr, code = e.podLaunch(t, "--preset", "egress_ok", "--user", fmt.Sprint(oneOffUID), "--",
+		"bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/18080 && echo reached-the-service")
+	if code == 0 || strings.Contains(stdout, "reached-the-service") || !strings.Contains(stderr, "Connection refused") {
+		t.Errorf("a one-off connecting to the service's port: exit %d, stdout %q, stderr %q; want refused", code, stdout, stderr)
+	}
+
 	// Its exit status and both streams pass through.
 	stdout, stderr, code = e.podLaunch(t, "--preset", "egress_ok", "--user", fmt.Sprint(oneOffUID), "--", "sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 7")
 	if code != 7 || stdout != "to-stdout\n" || !strings.Contains(stderr, "to-stderr") {

@@ -27,6 +27,9 @@ type EgressRules struct {
 	// loopback services are the operator's business).
 	LocalTCPPorts []int
 	AllLocalTCP   bool
+	// PeerTCPPorts are those of LocalTCPPorts a pod's services listen on:
+	// the set (peer_tcp) DenyPeers's rules keep one-offs from.
+	PeerTCPPorts []int
 	// ExemptUID, when set, lets sockets of that uid pass untouched (the
 	// sidecar shape: the proxy runs in the workload's namespace and its
 	// own upstream dials must leave). Nil inside airlock's own sandboxes:
@@ -131,13 +134,14 @@ func (r EgressRules) filterChain(conn *nftables.Conn, table *nftables.Table) err
 		rules = append(rules, slices.Concat(localDaddr(), l4proto(unix.IPPROTO_TCP), accept()))
 	} else {
 		set := &nftables.Set{Table: table, ID: 1, Name: "local_tcp", Constant: true, KeyType: nftables.TypeInetService}
-		var elems []nftables.SetElement
-		ports := slices.Concat([]int{r.TransparentPort, r.DNSPort}, r.LocalTCPPorts)
-		for _, p := range slices.Compact(slices.Sorted(slices.Values(ports))) {
-			elems = append(elems, nftables.SetElement{Key: binaryutil.BigEndian.PutUint16(uint16(p))})
-		}
+		elems := portElems(slices.Concat([]int{r.TransparentPort, r.DNSPort}, r.LocalTCPPorts))
 		if err := conn.AddSet(set, elems); err != nil {
 			return fmt.Errorf("nft set local_tcp: %w", err)
+		}
+		if len(r.PeerTCPPorts) > 0 {
+			if err := conn.AddSet(&nftables.Set{Table: table, ID: 2, Name: peerSet, Constant: true, KeyType: nftables.TypeInetService}, portElems(r.PeerTCPPorts)); err != nil {
+				return fmt.Errorf("nft set %s: %w", peerSet, err)
+			}
 		}
 		rules = append(rules, slices.Concat(localDaddr(), l4proto(unix.IPPROTO_TCP), []expr.Any{
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
@@ -160,6 +164,16 @@ func (r EgressRules) filterChain(conn *nftables.Conn, table *nftables.Table) err
 		conn.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: e})
 	}
 	return nil
+}
+
+// portElems are ports as the elements of a set of inet services, each
+// once.
+func portElems(ports []int) []nftables.SetElement {
+	var elems []nftables.SetElement
+	for _, p := range slices.Compact(slices.Sorted(slices.Values(ports))) {
+		elems = append(elems, nftables.SetElement{Key: binaryutil.BigEndian.PutUint16(uint16(p))})
+	}
+	return elems
 }
 
 func accept() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}} }

@@ -57,6 +57,7 @@ func (n *Network) setUpEgress(c NetworkConfig) error {
 	r := EgressRules{
 		TransparentPort: t, DNSPort: d,
 		LocalTCPPorts: slices.Concat([]int{c.ProxyPort}, c.LocalPorts),
+		PeerTCPPorts:  c.LocalPorts,
 	}
 	if err := InstallEgress(n.NS, r); err != nil {
 		return fmt.Errorf("sandbox namespace: %w", err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/origdst"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/vishvananda/netlink"
@@ -313,5 +314,72 @@ func TestListenAvoidsServicePorts(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A pod's one-off cannot reach the services' ports, which the namespace's
+// table opens to every process in it: DenyPeers rejects the connections of
+// its cgroup's processes, and no one else's; the proxy's port stays open
+// to it; undone, the rule is gone.
+func TestDenyPeers(t *testing.T) {
+	testutil.RequireRoot(t, "network namespaces, nftables and cgroups")
+	const peer = 8901
+	n := egressNetwork(t, peer)
+	listenOn(t, n, fmt.Sprintf("127.0.0.1:%d", peer), "served")
+	go serveHello(n.Listener, "proxy")
+	root, err := cgroup2.Mount()
+	if err != nil {
+		t.Fatalf("the cgroup v2 hierarchy: %v", err)
+	}
+	leaf := func(name string) string {
+		dir, err := cgroup2.Create(root, fmt.Sprintf("airlock-test-%s-%d", name, os.Getpid()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { destroyGroups("", "", []string{dir}) })
+		return dir
+	}
+	oneOff, service := leaf("oneoff"), leaf("service")
+	undo, err := n.DenyPeers(oneOff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	connect := func(dir string, port int) string {
+		c := base(t, "/bin/bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && cat <&3", port))
+		c.Net, c.ProxyPort, c.Cgroups = NetProxy, 3128, []string{dir}
+		p, err := Start(c, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, err := p.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(code)
+	}
+	for _, tc := range []struct {
+		name string
+		dir  string
+		port int
+		want string // exit code
+	}{
+		{"the one-off to a service", oneOff, peer, "1"},
+		{"the one-off to the proxy", oneOff, 3128, "0"},
+		{"a service to a service", service, peer, "0"},
+	} {
+		if got := connect(tc.dir, tc.port); got != tc.want {
+			t.Errorf("%s: exit %s; want %s", tc.name, got, tc.want)
+		}
+	}
+	if err := undo(); err != nil {
+		t.Fatal(err)
+	}
+	if got := connect(oneOff, peer); got != "0" {
+		t.Errorf("after undo, the one-off to a service: exit %s; want 0", got)
+	}
+	// Without peer ports there is nothing to keep anyone from.
+	bare := egressNetwork(t)
+	if undo, err := bare.DenyPeers(oneOff); err != nil || undo() != nil {
+		t.Errorf("DenyPeers without peer ports = %v; want a no-op", err)
 	}
 }

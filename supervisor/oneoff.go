@@ -317,7 +317,7 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File) (*oneOf
 	}
 	x.sb, err = Launch(p.ctx, SandboxOptions{
 		ID: spec.ID, Config: c, Env: sandbox.EnvOptions{Set: spec.Env}, CgroupParent: p.group, ParentReaped: true,
-		Network: p.network, CABundle: p.caBundle, Logger: p.log,
+		Network: p.network, DenyPeers: true, CABundle: p.caBundle, Logger: p.log,
 	})
 	close(x.launched)
 	if err != nil {

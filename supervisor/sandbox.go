@@ -43,6 +43,12 @@ type SandboxOptions struct {
 	// Network, when set, is shared (a pod's): the sandbox joins it and
 	// leaves it open. Otherwise one is made for the sandbox alone.
 	Network *sandbox.Network
+	// DenyPeers keeps the sandbox from the shared network's peer ports
+	// (a pod's services'), which its table opens to every process in it:
+	// a one-off, decided by a preset of its own, is not one of the
+	// services. It needs the sandbox's cgroup v2 leaf, by which the
+	// table tells its sockets; without one the launch is refused.
+	DenyPeers bool
 	// Proxy, when set, serves this sandbox's own proxy in-process on the
 	// proxy port of its network (Config.Net must be proxy).
 	Proxy *OwnProxy
@@ -146,6 +152,20 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 	}
 	s.closers = append(s.closers, s.destroyLeaf)
 	c.Cgroups = s.leaf.Joined
+	if o.DenyPeers {
+		if s.leaf.V2 == "" || network == nil {
+			return nil, errors.New("a sandbox kept from the services' ports needs a cgroup v2 leaf in a shared network")
+		}
+		undo, err := network.DenyPeers(s.leaf.V2)
+		if err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, func() {
+			if err := undo(); err != nil {
+				s.log.Error("the sandbox's rule keeping it from the services' ports could not be removed", "sandbox", s.ID, "err", err)
+			}
+		})
+	}
 
 	env := o.Env
 	if c.Net == sandbox.NetProxy {
