@@ -61,6 +61,13 @@ type Config struct {
 	// port; with --net proxy the namespace's nft table does (they are
 	// NetworkConfig.LocalPorts), and Landlock leaves connect alone.
 	ConnectPorts []int `json:"connect_ports,omitempty"`
+	// SharedNetwork says the network namespace is shared with other
+	// sandboxes (a pod's): Landlock then handles TCP bind too, and the
+	// sandbox binds only BindPorts (the ports a service declares) and port
+	// 0 (one the kernel picks), never another's port, which it could take
+	// while that service restarts and answer in its place.
+	SharedNetwork bool  `json:"shared_network,omitempty"`
+	BindPorts     []int `json:"bind_ports,omitempty"`
 
 	// Landlock paths: read-only, read-write, read-and-execute.
 	RO       []string     `json:"ro,omitempty"`
@@ -179,6 +186,16 @@ func (c *Config) Validate() error {
 		if port < 1 || port > 65535 {
 			fail("connect port %d is out of range: want 1 to 65535", port)
 		}
+	}
+	for _, port := range c.BindPorts {
+		if port < 1 || port > 65535 {
+			fail("bind port %d is out of range: want 1 to 65535", port)
+		}
+	}
+	if len(c.BindPorts) > 0 && !c.SharedNetwork {
+		// Only a shared namespace limits binds: the ports would read
+		// as a limit that is not there.
+		fail("bind ports %v apply only in a shared network (a pod's)", c.BindPorts)
 	}
 	if len(c.ConnectPorts) > 0 && c.Net == NetHost {
 		// On the host's network neither Landlock's connect rules nor

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -381,5 +382,48 @@ func TestDenyPeers(t *testing.T) {
 	bare := egressNetwork(t)
 	if undo, err := bare.DenyPeers(oneOff); err != nil || undo() != nil {
 		t.Errorf("DenyPeers without peer ports = %v; want a no-op", err)
+	}
+}
+
+// In a shared network (a pod's) a sandbox binds only its own ports and one
+// the kernel picks: another service's port, free while that service
+// restarts, is not its to take. In its own network it binds any.
+func TestSharedNetworkBinds(t *testing.T) {
+	const own, other = 8901, 18789
+	n := egressNetwork(t, own, other)
+	script := `import socket, sys
+for p in map(int, sys.argv[1:]):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+        print(p, "bound")
+    except OSError as e:
+        print(p, e.errno)
+    s.close()`
+	for _, tc := range []struct {
+		shared bool
+		want   string
+	}{
+		{true, fmt.Sprintf("%d bound\n%d %d\n0 bound\n", own, other, unix.EACCES)},
+		{false, fmt.Sprintf("%d bound\n%d bound\n0 bound\n", own, other)},
+	} {
+		c := base(t, "/usr/bin/python3", "-c", script, fmt.Sprint(own), fmt.Sprint(other), "0")
+		c.Net, c.ProxyPort = NetProxy, 3128
+		c.SharedNetwork = tc.shared
+		if tc.shared {
+			c.BindPorts = []int{own}
+		}
+		var out bytes.Buffer
+		c.Stdout = &out
+		p, err := Start(c, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, err := p.Wait(); err != nil || code != 0 {
+			t.Fatalf("shared %v: exit %d, %v", tc.shared, code, err)
+		}
+		if out.String() != tc.want {
+			t.Errorf("shared %v: binds %q; want %q", tc.shared, out.String(), tc.want)
+		}
 	}
 }

@@ -62,6 +62,7 @@ func buildRuleset(c *Config) (*ruleset, error) {
 	// redirect, and the nft table (InstallEgress) limits the loopback
 	// ports instead. A kernel without ABI 4 thus misses nothing there.
 	needNet := c.Net == NetNone
+	needBind := c.SharedNetwork
 	// missing is what the rules promise and the kernel cannot enforce:
 	// hard mode refuses to start without it. weaker is what Landlock adds
 	// on newer kernels beyond the rules: said, never refused.
@@ -71,6 +72,8 @@ func buildRuleset(c *Config) (*ruleset, error) {
 		missing = append(missing, "Landlock (the kernel has no Landlock ABI): file-system and network rules")
 	case needNet && abi < 4:
 		missing = append(missing, fmt.Sprintf("Landlock network rules (ABI %d < 4): TCP connect limited to the connect ports %v", abi, c.ConnectPorts))
+	case needBind && abi < 4:
+		missing = append(missing, fmt.Sprintf("Landlock network rules (ABI %d < 4): TCP bind in the shared network limited to the ports %v", abi, c.BindPorts))
 	}
 	if abi >= 1 && abi < 3 {
 		// Before ABI 3 truncate(2) is not a right Landlock handles: a
@@ -92,9 +95,12 @@ func buildRuleset(c *Config) (*ruleset, error) {
 	}
 	attr := unix.LandlockRulesetAttr{Access_fs: fsRights(abi)}
 	if needNet && abi >= 4 {
-		// Only connect is handled: handling bind too would deny every
-		// bind, and the network namespace already confines binds.
+		// Connect is handled; bind only in a shared namespace: in the
+		// sandbox's own, nothing else could be bound to a port it takes.
 		attr.Access_net = unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
+	}
+	if needBind && abi >= 4 {
+		attr.Access_net |= unix.LANDLOCK_ACCESS_NET_BIND_TCP
 	}
 	if abi >= 6 {
 		// No signals to, and no abstract unix sockets of, processes
@@ -130,18 +136,24 @@ func buildRuleset(c *Config) (*ruleset, error) {
 	if err := add(c.RW, attr.Access_fs); err != nil {
 		return nil, err
 	}
-	if attr.Access_net != 0 {
-		if err := rs.allowConnect(c.ConnectPorts); err != nil {
+	if attr.Access_net&unix.LANDLOCK_ACCESS_NET_CONNECT_TCP != 0 {
+		if err := rs.allowPorts(unix.LANDLOCK_ACCESS_NET_CONNECT_TCP, c.ConnectPorts); err != nil {
+			return nil, err
+		}
+	}
+	if attr.Access_net&unix.LANDLOCK_ACCESS_NET_BIND_TCP != 0 {
+		// Port 0: a port the kernel picks, as a client's bind does.
+		if err := rs.allowPorts(unix.LANDLOCK_ACCESS_NET_BIND_TCP, append([]int{0}, c.BindPorts...)); err != nil {
 			return nil, err
 		}
 	}
 	return rs, nil
 }
 
-// allowConnect allows TCP connects to each port.
-func (rs *ruleset) allowConnect(ports []int) error {
+// allowPorts allows access (TCP connect or bind) to each port.
+func (rs *ruleset) allowPorts(access uint64, ports []int) error {
 	for _, p := range ports {
-		rule := portRule{AllowedAccess: unix.LANDLOCK_ACCESS_NET_CONNECT_TCP, Port: uint64(p)}
+		rule := portRule{AllowedAccess: access, Port: uint64(p)}
 		if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rs.fd), landlockRuleNetPort, uintptr(unsafe.Pointer(&rule)), 0, 0, 0); errno != 0 {
 			return fmt.Errorf("landlock_add_rule(port %d): %w", p, errno)
 		}

@@ -198,6 +198,9 @@ func (o *oneOffs) config(spec adminclient.SandboxSpec) (sandbox.Config, error) {
 	c.CommandSHA256 = spec.SHA256
 	c.UID, c.GID, c.Dir = spec.UID, spec.GID, spec.Dir
 	c.Net, c.ProxyPort = sandbox.NetProxy, p.m.Proxy.Port
+	// The services' namespace: a one-off binds no port of theirs, nor
+	// any other but one the kernel picks.
+	c.SharedNetwork = true
 	c.RO = append(c.RO, spec.RO...)
 	c.RW = append(c.RW, spec.RW...)
 	c.Exec = append(c.Exec, spec.Command[0])

@@ -106,6 +106,8 @@ func newService(p *Pod, s manifest.Service) (*service, error) {
 	for _, other := range p.m.Services {
 		c.ConnectPorts = append(c.ConnectPorts, other.Ports...)
 	}
+	// The namespace is every service's: each binds only its own ports.
+	c.SharedNetwork, c.BindPorts = true, s.Ports
 	c.RO = append(c.RO, s.Landlock.RO...)
 	c.RW = append(c.RW, s.Landlock.RW...)
 	c.Exec = append(c.Exec, s.Landlock.Exec...)
