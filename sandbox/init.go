@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -185,21 +186,34 @@ var resolvConf = map[Net]string{
 	NetNone:  "# airlock: no network: nothing answers names\nnameserver 127.0.0.1\n",
 }
 
-// resolverSockets are the directories of the host's resolvers that listen
-// on Unix sockets: glibc asks nscd's before anything else, nsswitch's
-// resolve and mdns modules ask systemd-resolved and avahi, and D-Bus
-// carries resolve1. Landlock does not mediate connect() to a socket by
-// path, so a sandbox could have the host resolve names for it (and leak
-// them in the asking) past the proxy's answerer.
-var resolverSockets = []string{"/run/nscd", "/run/systemd/resolve", "/run/avahi-daemon", "/run/dbus", "/var/run/nscd", "/var/run/dbus"}
+// hostSocketDirs are where the host's daemons listen on Unix sockets,
+// hidden in the sandbox under empty read-only tmpfs mounts: /run holds
+// nearly all of them (nscd's, systemd-resolved's, avahi's and D-Bus's,
+// which would resolve names for the sandbox past the proxy's answerer, and
+// a database's, snapd's, the journal's), /var/lib/sss/pipes sssd's (user
+// and host lookups to a directory server), /tmp/.X11-unix a display's.
+// Landlock does not mediate connect() to a socket by path: through one, a
+// host daemon that talks to the network would be a way out past the proxy.
+var hostSocketDirs = []string{"/run", "/var/run", "/var/lib/sss/pipes", "/tmp/.X11-unix"}
+
+// hostSocketFiles are sockets outside those directories: syslog's, which
+// may forward what it is sent to another host. An empty file takes each
+// one's place.
+var hostSocketFiles = []string{"/dev/log"}
+
+// resolverSockets are the host resolvers' directories: hidden with /run,
+// and never passed through (a path the sandbox names under one stays out
+// of reach, and the sandbox does not start).
+var resolverSockets = []string{"/run/nscd", "/run/systemd/resolve", "/run/avahi-daemon", "/run/dbus"}
 
 // isolateDNS makes the proxy the sandbox's only resolver (none at all
 // with no network), in its private mount namespace: resolv.conf names its
 // own loopback (where the redirect's answerer is; the redirect catches port
 // 53 of any address anyway), nsswitch.conf's hosts line is "files dns" (no
-// module that asks a host daemon), and the host resolvers' socket
-// directories are hidden under empty read-only tmpfs mounts. On the host
-// network the host's resolvers are the sandbox's.
+// module that asks a host daemon), and the host's socket directories are
+// hidden (hostSocketDirs), but for the paths the sandbox names under them
+// (Config.RO, RW, Exec), which are mounted back. On the host network the
+// host's resolvers and daemons are the sandbox's.
 func isolateDNS(c *Config) error {
 	if c.Net == NetHost {
 		return nil
@@ -220,8 +234,9 @@ func isolateDNS(c *Config) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	named := slices.Concat(c.RO, c.RW, c.Exec)
 	hidden := map[string]bool{}
-	for _, dir := range resolverSockets {
+	for _, dir := range hostSocketDirs {
 		real, err := filepath.EvalSymlinks(dir)
 		if errors.Is(err, os.ErrNotExist) || hidden[real] {
 			continue
@@ -236,8 +251,19 @@ func isolateDNS(c *Config) error {
 			// checks the file the link leads to.
 			files, c.RO, conf = map[string]string{rel: resolvConf[c.Net]}, append(c.RO, conf), ""
 		}
-		if err := hideDir(real, files); err != nil {
+		keep, err := under(real, named)
+		if err != nil {
 			return err
+		}
+		if err := hideDir(real, files, keep); err != nil {
+			return err
+		}
+	}
+	for _, f := range hostSocketFiles {
+		if st, err := os.Lstat(f); err == nil && st.Mode()&os.ModeSocket != 0 {
+			if err := bindFile(f, ""); err != nil {
+				return err
+			}
 		}
 	}
 	if conf == "" {
@@ -246,12 +272,54 @@ func isolateDNS(c *Config) error {
 	return bindFile(conf, resolvConf[c.Net])
 }
 
+// under is those of paths below dir, as dir sees them (their links
+// resolved). One that is, holds or lies in a host resolver's directory is
+// refused: mounted back, it would show the resolver's socket.
+func under(dir string, paths []string) ([]string, error) {
+	within := func(p, parent string) bool {
+		rel, err := filepath.Rel(parent, p)
+		return err == nil && filepath.IsLocal(rel)
+	}
+	var out []string
+	for _, p := range paths {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil || !within(real, dir) {
+			continue // missing, Landlock's open names it; or elsewhere
+		}
+		for _, r := range resolverSockets {
+			if within(real, r) || within(r, real) {
+				return nil, fmt.Errorf("path %s: it would show the host resolver's sockets in %s to the sandbox", p, r)
+			}
+		}
+		if real == dir {
+			return nil, fmt.Errorf("path %s: the host's sockets in %s are hidden from the sandbox; name the paths in it the sandbox needs", p, dir)
+		}
+		out = append(out, real)
+	}
+	return out, nil
+}
+
 // hideDir mounts an empty read-only tmpfs on dir, holding only files
-// (names relative to dir, and their content).
-func hideDir(dir string, files map[string]string) error {
+// (names relative to dir, and their content) and the host's paths keep
+// (below dir), each mounted back where it was.
+func hideDir(dir string, files map[string]string, keep []string) error {
+	// Opened before the tmpfs covers them.
+	kept := make([]*os.File, 0, len(keep))
+	defer func() {
+		for _, f := range kept {
+			f.Close()
+		}
+	}()
+	for _, p := range keep {
+		f, err := os.OpenFile(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		kept = append(kept, f)
+	}
 	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	ro := uintptr(0)
-	if len(files) == 0 {
+	if len(files) == 0 && len(keep) == 0 {
 		ro = unix.MS_RDONLY // nothing to write first: read-only from the start
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", flags|ro, "size=16k,mode=0555"); err != nil {
@@ -259,6 +327,11 @@ func hideDir(dir string, files map[string]string) error {
 	}
 	if ro != 0 {
 		return nil
+	}
+	for i, p := range keep {
+		if err := mountBack(kept[i], p); err != nil {
+			return err
+		}
 	}
 	for name, content := range files {
 		path := filepath.Join(dir, name)
@@ -271,6 +344,31 @@ func hideDir(dir string, files map[string]string) error {
 	}
 	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, ""); err != nil {
 		return &os.SyscallError{Syscall: "mount(" + dir + ", MS_REMOUNT|MS_RDONLY)", Err: err}
+	}
+	return nil
+}
+
+// mountBack mounts the host's path p, open as f, at p again on the tmpfs
+// that hides it: a directory or a file made there to mount it on.
+func mountBack(f *os.File, p string) error {
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o555); err != nil {
+		return err
+	}
+	if st.IsDir() {
+		err = os.Mkdir(p, 0o555)
+	} else {
+		err = os.WriteFile(p, nil, 0o444)
+	}
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	src := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+	if err := unix.Mount(src, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return &os.SyscallError{Syscall: "mount(" + p + ", MS_BIND)", Err: err}
 	}
 	return nil
 }

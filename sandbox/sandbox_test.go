@@ -880,3 +880,44 @@ func TestInitThreadsInTheSandboxNetwork(t *testing.T) {
 		}
 	}
 }
+
+// The host's Unix sockets under /run are out of the sandbox's reach
+// (Landlock does not mediate connect() by path): /run is an empty tmpfs
+// there, but for the paths the sandbox names under it, mounted back. A
+// path that would show a host resolver's sockets refuses the start.
+func TestHostSocketsHidden(t *testing.T) {
+	py := testutil.RequireTool(t, "/usr/bin/python3")
+	sock := fmt.Sprintf("/run/airlock-test-%d.sock", os.Getpid())
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	os.Chmod(sock, 0o666)
+	kept := fmt.Sprintf("/run/airlock-test-%d", os.Getpid())
+	if err := os.MkdirAll(kept, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(kept)
+	os.WriteFile(kept+"/x", []byte("kept"), 0o644)
+	c := base(t, py, "-c", `import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1]); print("reached")
+except OSError as e:
+    print(e.strerror)
+print(open(sys.argv[2]).read())`, sock, kept+"/x")
+	c.RO = append(c.RO, kept)
+	out, code, err := run(t, c)
+	if err != nil || code != 0 || out != "No such file or directory\nkept\n" {
+		t.Fatalf("exit %d, %v, output %q; want the socket missing and the named path read", code, err, out)
+	}
+	if _, err := os.Stat("/run/dbus"); err == nil {
+		c.RO = append(c.RO, "/run/dbus")
+		_, _, err = run(t, c)
+		var se *SetupError
+		if !errors.As(err, &se) || !strings.Contains(se.Err, "resolver's sockets in /run/dbus") {
+			t.Fatalf("--ro /run/dbus = %v; want a refusal naming the resolver's sockets", err)
+		}
+	}
+}
