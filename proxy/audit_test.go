@@ -7,14 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -153,11 +151,7 @@ func TestAdmitThenClose(t *testing.T) {
 // disk is full or the reader of a pipe has gone (EPIPE is an error like
 // any other); --audit-failure=warn serves it.
 func TestAdmitFailsClosed(t *testing.T) {
-	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer full.Close()
+	full := devFull(t)
 	r, closedPipe, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -193,16 +187,7 @@ func TestAdmitFailsClosed(t *testing.T) {
 // part of a line the disk had room for is removed, so once there is room
 // again the next line starts on a line of its own.
 func TestAuditLineWholeOrNothing(t *testing.T) {
-	dir := testutil.Tmpfs(t, 32<<10)
-	filler := filepath.Join(dir, "filler")
-	if err := os.WriteFile(filler, make([]byte, 16<<10), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "audit.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f, freeRoom := fullAuditFile(t)
 	p := &Proxy{audit: newAuditLog(f, nil), log: slog.New(slog.DiscardHandler)}
 	dc := auditDecision(true)
 	written := 0
@@ -218,7 +203,7 @@ func TestAuditLineWholeOrNothing(t *testing.T) {
 	if n := len(auditLines(t, raw)); n != written {
 		t.Fatalf("%d lines in the log, %d written", n, written)
 	}
-	os.Remove(filler)
+	freeRoom()
 	if err := p.writeLine(dc, AuditCloseMessage, 200, 0, 0); err != nil {
 		t.Fatalf("with room again: %v", err)
 	}

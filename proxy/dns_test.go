@@ -175,27 +175,30 @@ func TestServeDNSAuditsRefusals(t *testing.T) {
 }
 
 // A refusal whose line cannot be written is not given: SERVFAIL, the
-// failure counted; with --audit-failure=warn the refusal is given. A pod's
-// answerer (no preset) leaves the preset out of the line.
+// failure counted; with --audit-failure=warn the refusal is given. Those
+// of a flood too: past maxDNSLines, where they would be on record only in
+// a summary line, they fail as their own lines do, and a sandbox cannot
+// learn what its policy refuses by asking fast while nothing is written. A
+// pod's answerer (no preset) leaves the preset out of the line.
 func TestServeDNSAuditFailure(t *testing.T) {
-	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer full.Close()
+	defer func(d time.Duration) { dnsFloodInterval = d }(dnsFloodInterval)
+	dnsFloodInterval = time.Hour
+	full := devFull(t)
 	for _, failOpen := range []bool{false, true} {
 		d := newDNSProxy(t, full, failOpen, sandboxDNS)
 		want := dns.RcodeServerFailure
 		if failOpen {
 			want = dns.RcodeNameError
 		}
-		if got := d.ask(t, "udp", "blocked.test.", dns.TypeA); got != want {
-			t.Errorf("fail open %v: NXDOMAIN with the audit log full = %s; want %s", failOpen, dns.RcodeToString[got], dns.RcodeToString[want])
+		for i := range 2 * maxDNSLines {
+			if got := d.ask(t, "udp", "blocked.test.", dns.TypeA); got != want {
+				t.Fatalf("fail open %v: refusal %d with the audit log full = %s; want %s", failOpen, i+1, dns.RcodeToString[got], dns.RcodeToString[want])
+			}
 		}
 		if got := d.ask(t, "udp", "api.allowed.test.", dns.TypeA); got != dns.RcodeSuccess {
 			t.Errorf("fail open %v: an address with the audit log full = %s; want NOERROR (no line to write)", failOpen, dns.RcodeToString[got])
 		}
-		if m := d.metrics(t); !strings.Contains(m, "airlock_proxy_audit_write_errors_total 1") {
+		if m := d.metrics(t); !strings.Contains(m, fmt.Sprintf("airlock_proxy_audit_write_errors_total %d", maxDNSLines)) {
 			t.Errorf("fail open %v: the write failure is not counted", failOpen)
 		}
 	}
@@ -279,34 +282,6 @@ func TestServeDNSSummarisesRefusalFloods(t *testing.T) {
 	}
 }
 
-// While the audit log fails, a flood of refusals is SERVFAIL throughout:
-// those past maxDNSLines, which would be on record only in a summary line,
-// fail as their own lines do, and a sandbox cannot learn what its policy
-// refuses by asking fast while nothing is written. Served without the log
-// (fail open), they are answered.
-func TestServeDNSFloodWithTheAuditLogFailing(t *testing.T) {
-	defer func(d time.Duration) { dnsFloodInterval = d }(dnsFloodInterval)
-	dnsFloodInterval = time.Hour
-	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer full.Close()
-	for _, failOpen := range []bool{false, true} {
-		d := newDNSProxy(t, full, failOpen, sandboxDNS)
-		want := dns.RcodeServerFailure
-		if failOpen {
-			want = dns.RcodeNameError
-		}
-		for i := range 2 * maxDNSLines {
-			if got := d.ask(t, "udp", "blocked.test.", dns.TypeA); got != want {
-				t.Fatalf("fail open %v: refusal %d with the audit log full = %s; want %s", failOpen, i+1, dns.RcodeToString[got], dns.RcodeToString[want])
-			}
-		}
-		d.shutdown(t)
-	}
-}
-
 // An interval's end writes its summary while the server goes on: bursts
 // of refusals are sent, unanswered reads, until one interval held more
 // than maxDNSLines of them and its summary line appears.
@@ -339,4 +314,15 @@ func TestServeDNSSummaryAtIntervalEnd(t *testing.T) {
 			}
 		}
 	}
+}
+
+// devFull is /dev/full, where every write fails: no space left.
+func devFull(t *testing.T) *os.File {
+	t.Helper()
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { full.Close() })
+	return full
 }
