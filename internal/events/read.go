@@ -59,6 +59,12 @@ func (t *tail) drain(since time.Time, emit func(Event)) error {
 		t.off += int64(n)
 		t.feed(t.buf[:n], since, emit)
 		if errors.Is(err, io.EOF) {
+			// The line not yet ended is read again, whole, next time:
+			// it may be a write cut short (a full disk), which its
+			// writer truncates away, and the next line is written
+			// where it began.
+			t.off -= int64(len(t.partial))
+			t.partial = t.partial[:0]
 			return nil
 		}
 		if err != nil {

@@ -2,7 +2,9 @@ package events
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -217,5 +219,47 @@ func fiveFiles(t *testing.T, path string) {
 	}
 	if n := checkFiles(t, path, 512); n != 5 {
 		t.Fatalf("%d files, want 5", n)
+	}
+}
+
+// A tail that read part of a line cut short (the writer then truncates
+// it away and writes the next line where it began) reads that next line
+// whole: it does not keep the cut bytes in front of it.
+func TestTailAfterATruncatedLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	good := func(detail string) []byte {
+		raw, _ := json.Marshal(Event{TS: time.Now(), Source: "test", Kind: "k", Severity: Info, Detail: detail})
+		return append(raw, '\n')
+	}
+	first := good("first")
+	if err := os.WriteFile(path, append(append([]byte(nil), first...), `{"ts":"2026-11-27T10:00:00Z","source":"cut`...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var got []string
+	emit := func(e Event) { got = append(got, e.Detail) }
+	tl := &tail{file: f}
+	if err := tl.drain(time.Time{}, emit); err != nil {
+		t.Fatal(err)
+	}
+	// The writer removes its cut bytes and writes the next line there.
+	if err := os.Truncate(path, int64(len(first))); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(good("second"))
+	w.Close()
+	if err := tl.drain(time.Time{}, emit); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "[first second]" {
+		t.Fatalf("the tail read %v; want [first second]", got)
 	}
 }
