@@ -55,3 +55,23 @@ func TestRestartOfAParkedService(t *testing.T) {
 		})
 	}
 }
+
+// A restart of a service still waiting for the services it comes after
+// does not wake its loop: its first launch, which reads the change, is the
+// restart (woken, the loop would stop that launch as soon as it began).
+// Of a running one, it does.
+func TestRestartBeforeTheFirstLaunch(t *testing.T) {
+	p := &Pod{m: &manifest.Pod{Name: "p"}, log: slog.New(slog.DiscardHandler), byName: map[string]*service{}, failed: make(chan struct{}), stateCh: make(chan struct{})}
+	for _, c := range []struct {
+		state string
+		woken int
+	}{{statePending, 0}, {stateHealthy, 1}} {
+		s := &service{pod: p, name: "svc", restartReq: make(chan struct{}, 1), state: c.state}
+		if err := s.restart(restartChange{}); err != nil {
+			t.Fatal(err)
+		}
+		if len(s.restartReq) != c.woken {
+			t.Errorf("restart of a %s service: %d requests for its loop; want %d", c.state, len(s.restartReq), c.woken)
+		}
+	}
+}

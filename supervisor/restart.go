@@ -113,6 +113,12 @@ func (s *service) restart(c restartChange) error {
 	}
 	// On record before the loop can act on it (and write its restart).
 	p.event("restart_requested", events.Info, s.name, detail)
+	if s.status().State == statePending {
+		// Not launched yet (waiting for the services it comes after):
+		// its launch, which reads the change, is the restart. Woken, the
+		// loop would stop that first launch at once.
+		return nil
+	}
 	select {
 	case s.restartReq <- struct{}{}:
 	default: // one is already pending: it launches with the change
