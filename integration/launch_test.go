@@ -194,8 +194,9 @@ func TestLaunchResolvConfLinkedIntoAHiddenDirectory(t *testing.T) {
 		`exec "$@"`,
 	}, " && ")
 	script := "cat /etc/resolv.conf; [ -e /run/systemd/resolve/io.systemd.Resolve ] && echo io.systemd.Resolve; true"
+	// Naming /etc/resolv.conf is naming the sandbox's own: it starts.
 	out, err := exec.Command(unshare, "-m", "--propagation", "private", "sh", "-c", stage, etc,
-		airlockBin, "launch", "--net", "none", "--user", "61000", "--log-level", "error", "--", "/bin/sh", "-c", script).CombinedOutput()
+		airlockBin, "launch", "--net", "none", "--user", "61000", "--log-level", "error", "--ro", "/etc/resolv.conf", "--", "/bin/sh", "-c", script).CombinedOutput()
 	if err != nil {
 		t.Fatalf("launch: %v\n%s", err, out)
 	}
@@ -204,5 +205,61 @@ func TestLaunchResolvConfLinkedIntoAHiddenDirectory(t *testing.T) {
 	}
 	if strings.Contains(string(out), "io.systemd.Resolve") {
 		t.Errorf("the resolver's socket directory is not hidden:\n%s", out)
+	}
+}
+
+// Under the hidden /run, the paths a sandbox names are there: a link
+// (/run/app → app-1) and what it leads to. Where resolv.conf links into
+// /run but not into a resolver's directory (resolvconf's), the sandbox's
+// own is written on its tmpfs, never through a path mounted back: the
+// host's file is untouched. A named directory that holds the host's
+// resolv.conf refuses the start.
+func TestLaunchKeepsNamedPathsUnderRun(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (mount namespace)")
+	unshare := testutil.RequireTool(t, "unshare")
+	etc := t.TempDir()
+	for _, name := range []string{"passwd", "group", "nsswitch.conf"} {
+		raw, err := os.ReadFile(filepath.Join("/etc", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(etc, name), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/run/resolvconf/resolv.conf", filepath.Join(etc, "resolv.conf")); err != nil {
+		t.Fatal(err)
+	}
+	stage := strings.Join([]string{
+		"mount -t tmpfs tmpfs /run",
+		"mkdir -p /run/resolvconf /run/app-1",
+		"echo 'nameserver 10.53.53.53' > /run/resolvconf/resolv.conf",
+		"echo kept > /run/app-1/x",
+		"ln -s app-1 /run/app",
+		`mount --bind "$0" /etc`,
+		`"$@"; echo "exit $?"; echo "host's: $(cat /run/resolvconf/resolv.conf)"`,
+	}, " && ")
+	launch := func(ro ...string) string {
+		args := []string{"-m", "--propagation", "private", "sh", "-c", stage, etc,
+			airlockBin, "launch", "--net", "none", "--user", "61000", "--log-level", "error"}
+		for _, p := range ro {
+			args = append(args, "--ro", p)
+		}
+		args = append(args, "--", "/bin/sh", "-c", "cat /etc/resolv.conf; cat /run/app/x")
+		out, err := exec.Command(unshare, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("launch: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	out := launch("/etc/resolv.conf", "/run/app")
+	for _, want := range []string{"nameserver 127.0.0.1", "kept", "exit 0", "host's: nameserver 10.53.53.53"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("naming /etc/resolv.conf and /run/app: output lacks %q:\n%s", want, out)
+		}
+	}
+	out = launch("/run/resolvconf")
+	if !strings.Contains(out, "holds the host's resolv.conf") || !strings.Contains(out, "host's: nameserver 10.53.53.53") {
+		t.Errorf("naming /run/resolvconf: %s\nwant a refusal naming the host's resolv.conf, and the host's file untouched", out)
 	}
 }

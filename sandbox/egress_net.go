@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -61,6 +62,27 @@ func (n *Network) setUpEgress(c NetworkConfig) error {
 	}
 	if err := InstallEgress(n.NS, r); err != nil {
 		return fmt.Errorf("sandbox namespace: %w", err)
+	}
+	// After the listeners, which avoid the services' ports themselves.
+	return reservePorts(c.LocalPorts)
+}
+
+// reservePorts keeps a pod's services' ports from the kernel's picks in
+// the namespace (ip_local_reserved_ports, both families): a bind to port 0,
+// or a connect's or listen's implicit one, is not a port Landlock can
+// check, and could be handed a service's port while it restarts, if the
+// port lies in the ephemeral range.
+func reservePorts(ports []int) error {
+	if len(ports) == 0 {
+		return nil
+	}
+	list := make([]string, len(ports))
+	for i, p := range ports {
+		list[i] = strconv.Itoa(p)
+	}
+	const sysctl = "/proc/sys/net/ipv4/ip_local_reserved_ports"
+	if err := os.WriteFile(sysctl, []byte(strings.Join(list, ",")), 0); err != nil {
+		return fmt.Errorf("sandbox namespace: reserve the services' ports: %w", err)
 	}
 	return nil
 }

@@ -387,10 +387,21 @@ func TestDenyPeers(t *testing.T) {
 
 // In a shared network (a pod's) a sandbox binds only its own ports and one
 // the kernel picks: another service's port, free while that service
-// restarts, is not its to take. In its own network it binds any.
+// restarts, is not its to take, and the kernel never picks a service's
+// port (reserved). In its own network it binds any.
 func TestSharedNetworkBinds(t *testing.T) {
 	const own, other = 8901, 18789
 	n := egressNetwork(t, own, other)
+	var reserved []byte
+	if err := inNamespace(n.enter, func() (err error) {
+		reserved, err = os.ReadFile("/proc/sys/net/ipv4/ip_local_reserved_ports")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(reserved)); got != fmt.Sprintf("%d,%d", own, other) {
+		t.Errorf("reserved ports in the namespace %q; want the services' %d,%d", got, own, other)
+	}
 	script := `import socket, sys
 for p in map(int, sys.argv[1:]):
     s = socket.socket()

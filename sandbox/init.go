@@ -1,9 +1,11 @@
 package sandbox
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -234,7 +236,15 @@ func isolateDNS(c *Config) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	named := slices.Concat(c.RO, c.RW, c.Exec)
+	// The paths the sandbox names, but resolv.conf's: the sandbox has its
+	// own there, readable (c.RO below).
+	var named []string
+	for _, p := range slices.Concat(c.RO, c.RW, c.Exec) {
+		if real, err := filepath.EvalSymlinks(p); err != nil || conf == "" || real != conf {
+			named = append(named, p)
+		}
+	}
+	hostConf := conf // conf is cleared once the sandbox's own is placed
 	hidden := map[string]bool{}
 	for _, dir := range hostSocketDirs {
 		real, err := filepath.EvalSymlinks(dir)
@@ -251,11 +261,11 @@ func isolateDNS(c *Config) error {
 			// checks the file the link leads to.
 			files, c.RO, conf = map[string]string{rel: resolvConf[c.Net]}, append(c.RO, conf), ""
 		}
-		keep, err := under(real, named)
+		keep, links, err := under(real, named, hostConf)
 		if err != nil {
 			return err
 		}
-		if err := hideDir(real, files, keep); err != nil {
+		if err := hideDir(real, files, keep, links); err != nil {
 			return err
 		}
 	}
@@ -273,36 +283,52 @@ func isolateDNS(c *Config) error {
 }
 
 // under is those of paths below dir, as dir sees them (their links
-// resolved). One that is, holds or lies in a host resolver's directory is
-// refused: mounted back, it would show the resolver's socket.
-func under(dir string, paths []string) ([]string, error) {
+// resolved), to mount back, and the links on the way to them below dir
+// (name → target), to make again. One that is, holds or lies in a host
+// resolver's directory is refused: mounted back, it would show the
+// resolver's socket; so is one that holds conf, the host's resolv.conf,
+// which the sandbox has its own of.
+func under(dir string, paths []string, conf string) (keep []string, links map[string]string, err error) {
 	within := func(p, parent string) bool {
 		rel, err := filepath.Rel(parent, p)
 		return err == nil && filepath.IsLocal(rel)
 	}
-	var out []string
+	links = map[string]string{}
 	for _, p := range paths {
+		p = filepath.Clean(p)
+		// A link named below dir (/run/app → app-1.2), or on the way to
+		// what is named, is made again on the tmpfs: hidden, the path
+		// would not resolve.
+		for q := p; within(q, dir) && q != dir; q = filepath.Dir(q) {
+			if target, err := os.Readlink(q); err == nil {
+				links[q] = target
+			}
+		}
 		real, err := filepath.EvalSymlinks(p)
 		if err != nil || !within(real, dir) {
 			continue // missing, Landlock's open names it; or elsewhere
 		}
 		for _, r := range resolverSockets {
 			if within(real, r) || within(r, real) {
-				return nil, fmt.Errorf("path %s: it would show the host resolver's sockets in %s to the sandbox", p, r)
+				return nil, nil, fmt.Errorf("path %s: it would show the host resolver's sockets in %s to the sandbox", p, r)
 			}
 		}
 		if real == dir {
-			return nil, fmt.Errorf("path %s: the host's sockets in %s are hidden from the sandbox; name the paths in it the sandbox needs", p, dir)
+			return nil, nil, fmt.Errorf("path %s: the host's sockets in %s are hidden from the sandbox; name the paths in it the sandbox needs", p, dir)
 		}
-		out = append(out, real)
+		if conf != "" && within(conf, real) {
+			return nil, nil, fmt.Errorf("path %s: it holds the host's resolv.conf (%s), which the sandbox has its own of; name the files in it the sandbox needs", p, conf)
+		}
+		keep = append(keep, real)
 	}
-	return out, nil
+	return keep, links, nil
 }
 
 // hideDir mounts an empty read-only tmpfs on dir, holding only files
-// (names relative to dir, and their content) and the host's paths keep
-// (below dir), each mounted back where it was.
-func hideDir(dir string, files map[string]string, keep []string) error {
+// (names relative to dir, and their content), links (name → target, made
+// again) and the host's paths keep (below dir), each mounted back where it
+// was, last: nothing is written through them.
+func hideDir(dir string, files map[string]string, keep []string, links map[string]string) error {
 	// Opened before the tmpfs covers them.
 	kept := make([]*os.File, 0, len(keep))
 	defer func() {
@@ -319,7 +345,7 @@ func hideDir(dir string, files map[string]string, keep []string) error {
 	}
 	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	ro := uintptr(0)
-	if len(files) == 0 && len(keep) == 0 {
+	if len(files) == 0 && len(keep) == 0 && len(links) == 0 {
 		ro = unix.MS_RDONLY // nothing to write first: read-only from the start
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", flags|ro, "size=16k,mode=0555"); err != nil {
@@ -328,17 +354,27 @@ func hideDir(dir string, files map[string]string, keep []string) error {
 	if ro != 0 {
 		return nil
 	}
-	for i, p := range keep {
-		if err := mountBack(kept[i], p); err != nil {
-			return err
-		}
-	}
 	for name, content := range files {
 		path := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o555); err != nil {
 			return err
 		}
 		if err := os.WriteFile(path, []byte(content), 0o444); err != nil {
+			return err
+		}
+	}
+	// Shorter first: a link on the way to another is made before it.
+	for _, name := range slices.SortedFunc(maps.Keys(links), func(a, b string) int { return cmp.Compare(len(a), len(b)) }) {
+		target := links[name]
+		if err := os.MkdirAll(filepath.Dir(name), 0o555); err != nil {
+			return err
+		}
+		if err := os.Symlink(target, name); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	for i, p := range keep {
+		if err := mountBack(kept[i], p); err != nil {
 			return err
 		}
 	}

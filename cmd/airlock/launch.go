@@ -151,7 +151,7 @@ func newLaunchCmd() *cobra.Command {
 				}
 				return &exitError{ExitLaunch, err}
 			}
-			go forwardSignals(sigs, sb, stopTimeout, log)
+			go forwardSignals(sigs, sb, c.Foreground, stopTimeout, log)
 			out, werr := sb.Wait()
 			code := out.ExitCode
 			outcome := map[string]any{"started": true, "pid": out.Pid, "exit_code": code, "duration_ms": out.Duration.Milliseconds(), "oom_killed": out.OOMKills > 0}
@@ -309,8 +309,9 @@ func terminalForeground() bool {
 // stopTimeout, as docker stop allows; after that, or at a second SIGINT or
 // SIGTERM, the whole sandbox is killed: a command that ignores or defers it
 // (a shell waiting on its foreground job defers SIGINT) cannot keep the
-// sandbox alive after the launcher was told to stop.
-func forwardSignals(sigs <-chan os.Signal, proc *supervisor.Sandbox, stopTimeout time.Duration, log *slog.Logger) {
+// sandbox alive after the launcher was told to stop. sharesGroup says the
+// sandbox is in the launcher's process group (Config.Foreground).
+func forwardSignals(sigs <-chan os.Signal, proc *supervisor.Sandbox, sharesGroup bool, stopTimeout time.Duration, log *slog.Logger) {
 	kill := func(why string) {
 		log.Warn("killing the sandbox: "+why, "stop_timeout", stopTimeout.String())
 		if err := proc.Kill(); err != nil {
@@ -328,9 +329,12 @@ func forwardSignals(sigs <-chan os.Signal, proc *supervisor.Sandbox, stopTimeout
 			deadline = nil
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
-			if (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && terminalForeground() {
+			if (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && sharesGroup && terminalForeground() {
 				// The terminal sent it to its whole foreground group,
-				// the command included: the command decides, once.
+				// the command included: the command decides, once. A
+				// sandbox in a group of its own (launched in the
+				// background, brought to the foreground since) has it
+				// only from here.
 				continue
 			}
 			proc.Signal(sig)
