@@ -82,8 +82,17 @@ func (e *Engine) Watch(ctx context.Context) (<-chan error, error) {
 	return ended, nil
 }
 
+// rewatchWait is how long a bundle directory replaced whole (renamed away,
+// a new one put in its place: a common deploy) may take to be back before
+// the watch ends.
+const rewatchWait = 10 * time.Second
+
 func (e *Engine) watch(ctx context.Context, w *fsnotify.Watcher) error {
 	var timer <-chan time.Time
+	root := filepath.Clean(e.opts.Source.Path)
+	// gone is when the source itself went, renamed or removed: the
+	// watches stay on what it was, and are placed again on what comes.
+	var gone time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -92,10 +101,16 @@ func (e *Engine) watch(ctx context.Context, w *fsnotify.Watcher) error {
 			if !ok {
 				return errors.New("policy watch: watcher closed")
 			}
+			if ev.Name == root && ev.Has(fsnotify.Remove|fsnotify.Rename) && gone.IsZero() {
+				gone = time.Now()
+			}
 			if ev.Has(fsnotify.Create) {
-				// New subdirectories must be watched too.
+				// New subdirectories must be watched too; one gone
+				// again before it is watched is no matter.
 				if st, err := os.Stat(ev.Name); err == nil && st.IsDir() {
-					_ = e.addWatches(w)
+					if err := e.addWatches(w); err != nil && !errors.Is(err, fs.ErrNotExist) {
+						return err
+					}
 				}
 			}
 			timer = time.After(reloadDebounce)
@@ -106,6 +121,16 @@ func (e *Engine) watch(ctx context.Context, w *fsnotify.Watcher) error {
 			e.log.Error("policy watch error", "err", err)
 		case <-timer:
 			timer = nil
+			if !gone.IsZero() {
+				if err := e.addWatches(w); err != nil {
+					if time.Since(gone) < rewatchWait {
+						timer = time.After(reloadDebounce)
+						continue
+					}
+					return fmt.Errorf("policy watch: %s went and is not back: %w", root, err)
+				}
+				gone = time.Time{}
+			}
 			_ = e.Reload(ctx) // logged and reported by Reload
 		}
 	}

@@ -227,3 +227,17 @@ func TestCheckVetsEveryGeneration(t *testing.T) {
 		t.Fatalf("New = %v; want the check's error", err)
 	}
 }
+
+// A bundle directory replaced whole (the old one renamed away, a new one
+// put in its place, as a deploy does) is watched again: an edit of the new
+// one reloads.
+func TestReloadFollowsABundleReplacedWhole(t *testing.T) {
+	_, dir, events := watched(t, false)
+	if err := os.Rename(dir, dir+".old"); err != nil {
+		t.Fatal(err)
+	}
+	writeBundle(t, dir, nil)
+	waitReload(t, events, func() { touch(t, filepath.Join(dir, "strict.rego")) }, succeeded)
+	// Watched again, not only reloaded once: a later edit reloads too.
+	waitReload(t, events, func() { touch(t, filepath.Join(dir, "strict.rego")) }, succeeded)
+}
