@@ -20,8 +20,8 @@ import (
 const peerSet = "peer_tcp"
 
 // DenyPeers keeps the processes of the cgroup v2 directory dir from the
-// namespace's peer ports (a pod's services'), which its table lets every
-// process of the namespace reach: a pod's one-off, decided by its own
+// namespace's peer ports (a pod's services', TCP and UDP), which its table
+// lets every process of the namespace reach: a pod's one-off, decided by its own
 // preset, would otherwise use a service (one that holds credentials the
 // proxy injects, say) past that preset. The rule, first in the filter
 // chain, rejects their connections by the cgroup their socket was made in,
@@ -46,17 +46,26 @@ func (n *Network) DenyPeers(dir string) (undo func() error, err error) {
 	}
 	chain := &nftables.Chain{Name: "filter_out", Table: table}
 	tag := []byte("airlock-deny-peers " + dir)
-	conn.InsertRule(&nftables.Rule{Table: table, Chain: chain, UserData: tag, Exprs: slices.Concat(
-		[]expr.Any{
-			&expr.Socket{Key: expr.SocketKeyCgroupv2, Level: level, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint64(id)},
-		},
-		localDaddr(), l4proto(unix.IPPROTO_TCP),
-		[]expr.Any{
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-			&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
-			&expr.Reject{Type: unix.NFT_REJECT_TCP_RST},
-		})})
+	// TCP reset, UDP refused: a service listens on its ports either way.
+	for _, proto := range []struct {
+		l4     byte
+		reject *expr.Reject
+	}{
+		{unix.IPPROTO_TCP, &expr.Reject{Type: unix.NFT_REJECT_TCP_RST}},
+		{unix.IPPROTO_UDP, &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_PORT_UNREACH}},
+	} {
+		conn.InsertRule(&nftables.Rule{Table: table, Chain: chain, UserData: tag, Exprs: slices.Concat(
+			[]expr.Any{
+				&expr.Socket{Key: expr.SocketKeyCgroupv2, Level: level, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint64(id)},
+			},
+			localDaddr(), l4proto(proto.l4),
+			[]expr.Any{
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+				proto.reject,
+			})})
+	}
 	if err := conn.Flush(); err != nil {
 		return nil, fmt.Errorf("keep %s from the services' ports: nft rule: %w (the kernel needs nft socket cgroupv2 matching: CONFIG_NFT_SOCKET, Linux 5.13)", dir, err)
 	}

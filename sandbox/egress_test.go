@@ -372,6 +372,34 @@ func TestDenyPeers(t *testing.T) {
 			t.Errorf("%s: exit %s; want %s", tc.name, got, tc.want)
 		}
 	}
+	// A service's port over UDP, too: the one-off's datagram is refused,
+	// a service's arrives.
+	var pc net.PacketConn
+	if err := inNamespace(n.enter, func() (err error) {
+		pc, err = net.ListenPacket("udp4", fmt.Sprintf("127.0.0.1:%d", peer))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	send := func(dir, msg string) {
+		c := base(t, "/usr/bin/python3", "-c", fmt.Sprintf(`import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.sendto(b%q, ("127.0.0.1", %d))`, msg, peer))
+		c.Net, c.ProxyPort, c.Cgroups = NetProxy, 3128, []string{dir}
+		p, err := Start(c, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Wait()
+	}
+	send(oneOff, "from-the-one-off")
+	send(service, "from-a-service")
+	pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	if m, _, err := pc.ReadFrom(buf); err != nil || string(buf[:m]) != "from-a-service" {
+		t.Errorf("the service's UDP port first received %q, %v; want the service's datagram, never the one-off's", buf[:m], err)
+	}
 	if err := undo(); err != nil {
 		t.Fatal(err)
 	}
