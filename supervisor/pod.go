@@ -364,7 +364,7 @@ func (p *Pod) openIngress(context.Context) error {
 			return fmt.Errorf("ingress %s: %w", r.Name, err)
 		}
 		srv, err := ingress.Listen(ingress.Route{Name: r.Name, Listen: r.Listen, Service: r.Service, Port: r.Port, Keys: keys},
-			ingress.Options{Dial: p.network.DialContext, Audit: p.proxy.AuditWriter(), Logger: p.log})
+			ingress.Options{Dial: p.network.DialContext, Audit: p.proxy.AuditWriter(), AuditFailOpen: p.m.Proxy.AuditFailure == "warn", Logger: p.log})
 		if err != nil {
 			return err
 		}

@@ -7,9 +7,16 @@ import (
 	"time"
 )
 
-// AuditMessage is the msg of the one line each request writes, allowed or
-// refused (as the proxy's CANONICAL-PROXY-DECISION is for egress).
+// AuditMessage is the msg of the one line each request writes when it
+// ends, allowed or refused (as the proxy's CANONICAL-PROXY-DECISION is for
+// egress).
 const AuditMessage = "CANONICAL-INGRESS"
+
+// AuditAdmitMessage is the msg of the line an allowed request writes
+// before it is forwarded: no request reaches the service that is not on
+// record (as egress's decision line is written before its dial). Its
+// status is 0; the request's AuditMessage line follows when it ends.
+const AuditAdmitMessage = "CANONICAL-INGRESS-ADMIT"
 
 // Reasons, shared by the 401/502 bodies and the audit lines.
 const (
@@ -19,6 +26,9 @@ const (
 	ReasonUpstreamError = "ingress_upstream_error"
 	ReasonClientGone    = "ingress_client_gone" // audit only: the client left before the service answered
 	ReasonShuttingDown  = "ingress_shutting_down"
+	// ReasonAuditUnavailable: the admit line could not be written, and
+	// the pod's audit_failure is closed (503).
+	ReasonAuditUnavailable = "ingress_audit_unavailable"
 )
 
 // UnknownOperator is the operator of a request whose key named none.
@@ -50,6 +60,18 @@ type auditLog struct {
 
 func (l *auditLog) write(a *auditLine, start time.Time) error {
 	a.Msg = AuditMessage
+	return l.put(a, start)
+}
+
+// admit writes an allowed request's line before it is forwarded: a copy
+// of a as it stands, with no status yet.
+func (l *auditLog) admit(a *auditLine, start time.Time) error {
+	c := *a
+	c.Msg = AuditAdmitMessage
+	return l.put(&c, start)
+}
+
+func (l *auditLog) put(a *auditLine, start time.Time) error {
 	a.TS = start.UTC().Format(time.RFC3339Nano)
 	a.DurationMS = float64(time.Since(start).Microseconds()) / 1000
 	b, err := json.Marshal(a)

@@ -71,6 +71,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.refuse(sw, http.StatusUnauthorized, reason, msg)
 		return
 	}
+	if err := s.audit.admit(line, start); err != nil {
+		s.log.Error("ingress audit write failed", "err", err, "line", AuditAdmitMessage, "operator", line.Operator,
+			"method", line.Method, "path", line.Path, "fail_open", s.failOpen)
+		if !s.failOpen {
+			line.Allowed, line.Reason = false, ReasonAuditUnavailable
+			s.refuse(sw, http.StatusServiceUnavailable, line.Reason, "the audit log cannot be written: no request is let in unrecorded")
+			return
+		}
+	}
 	s.proxy.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), lineKey{}, line)))
 }
 

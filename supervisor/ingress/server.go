@@ -29,8 +29,14 @@ type Options struct {
 	// service's 127.0.0.1 is the pod's, and a dialer of the host's would
 	// reach whatever listens on the host's loopback instead.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// Audit receives one CANONICAL-INGRESS JSON line per request. Required.
+	// Audit receives one CANONICAL-INGRESS JSON line per request, and
+	// before it, for an allowed request, its CANONICAL-INGRESS-ADMIT line.
+	// Required.
 	Audit io.Writer
+	// AuditFailOpen forwards an allowed request whose admit line cannot
+	// be written (the pod's audit_failure: warn); otherwise it is refused
+	// (503 ingress_audit_unavailable), never let in unrecorded.
+	AuditFailOpen bool
 	// Logger is for errors (a failed upstream, a failed audit write);
 	// slog.Default() when nil.
 	Logger *slog.Logger
@@ -55,6 +61,7 @@ type Server struct {
 	// network namespace alive, so Shutdown closes them.
 	transport *http.Transport
 	audit     *auditLog
+	failOpen  bool
 	log       *slog.Logger
 
 	// stop cancels every request's context at Shutdown: that is what ends
@@ -84,7 +91,7 @@ func Listen(r Route, o Options) (*Server, error) {
 	}
 	logger = logger.With("route", r.Name, "service", r.Service)
 	base, stop := context.WithCancel(context.Background())
-	s := &Server{route: r, ln: ln, audit: &auditLog{w: o.Audit}, log: logger, stop: stop}
+	s := &Server{route: r, ln: ln, audit: &auditLog{w: o.Audit}, failOpen: o.AuditFailOpen, log: logger, stop: stop}
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: readHeaderTimeout,

@@ -94,17 +94,28 @@ func (in *ingress) shutdown(t *testing.T) {
 	}
 }
 
-// lines parses the audit log, by path: each test request has its own.
+// lines parses the audit log, by path: each test request has its own
+// line, and an allowed one its admit line before it.
 func (in *ingress) lines(t *testing.T) map[string]auditLine {
 	t.Helper()
 	out := map[string]auditLine{}
+	admitted := map[string]bool{}
 	for _, l := range strings.Split(strings.TrimSpace(in.audit.String()), "\n") {
 		var a auditLine
 		if err := json.Unmarshal([]byte(l), &a); err != nil {
 			t.Fatalf("audit line %q: %v", l, err)
 		}
-		if a.Msg != AuditMessage || a.Route != "gateway" || a.Service != "gw" || a.TS == "" || !strings.HasPrefix(a.Remote, "127.0.0.1:") {
+		if a.Route != "gateway" || a.Service != "gw" || a.TS == "" || !strings.HasPrefix(a.Remote, "127.0.0.1:") {
 			t.Errorf("audit line %q lacks its constant fields", l)
+		}
+		switch {
+		case a.Msg == AuditAdmitMessage && a.Allowed && a.Status == 0:
+			admitted[a.Path] = true
+			continue
+		case a.Msg != AuditMessage:
+			t.Errorf("audit line %q: msg %q", l, a.Msg)
+		case a.Allowed && !admitted[a.Path]:
+			t.Errorf("allowed request %s has no admit line before its line", a.Path)
 		}
 		out[a.Path] = a
 	}
@@ -365,9 +376,10 @@ func TestWebSocketRoundTrip(t *testing.T) {
 	for _, l := range strings.Split(strings.TrimSpace(log), "\n") {
 		var a auditLine
 		json.Unmarshal([]byte(l), &a)
-		statuses = append(statuses, fmt.Sprintf("%s %d %s", a.Operator, a.Status, a.Reason))
+		statuses = append(statuses, fmt.Sprintf("%s %s %d %s", a.Msg, a.Operator, a.Status, a.Reason))
 	}
-	if want := []string{"alice 101 ingress_allowed", "alice 101 ingress_allowed", "unknown 401 ingress_key_unknown"}; strings.Join(statuses, "|") != strings.Join(want, "|") {
+	admit, done := AuditAdmitMessage+" alice 0 ingress_allowed", AuditMessage+" alice 101 ingress_allowed"
+	if want := []string{admit, done, admit, done, AuditMessage + " unknown 401 ingress_key_unknown"}; strings.Join(statuses, "|") != strings.Join(want, "|") {
 		t.Errorf("audit lines = %q; want %q", statuses, want)
 	}
 }
@@ -508,5 +520,42 @@ func TestAuditWriteFailureIsLogged(t *testing.T) {
 	if status != http.StatusUnauthorized || !strings.Contains(got, `"msg":"ingress audit write failed"`) ||
 		!strings.Contains(got, "no space left on device") || !strings.Contains(got, `"path":"/p"`) || strings.Contains(got, key) {
 		t.Fatalf("status %d, log:\n%s\nwant the failure logged with the request, without the key", status, got)
+	}
+}
+
+// An allowed request whose admit line cannot be written is not let in:
+// 503 ingress_audit_unavailable, the service never dialled; with the pod's
+// audit_failure: warn it is.
+func TestIngressAdmitFailsClosed(t *testing.T) {
+	key, _ := NewKey()
+	keys, err := LoadKeys(writeKeys(t, "alice "+HashKey(key)+"\n", 0o600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "served") }))
+	defer svc.Close()
+	for _, failOpen := range []bool{false, true} {
+		var dialed atomic.Int32
+		var d net.Dialer
+		dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dialed.Add(1)
+			return d.DialContext(ctx, network, addr)
+		}
+		s, err := Listen(Route{Name: "r", Listen: "127.0.0.1:0", Service: "s", Port: port(t, svc.URL), Keys: keys},
+			Options{Dial: dial, Audit: failingWriter{}, AuditFailOpen: failOpen, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Serve()
+		status, _, body := curl(t, "-H", "X-Api-Key: "+key, "http://"+s.Addr().String()+"/p")
+		if err := s.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case !failOpen && (status != http.StatusServiceUnavailable || !strings.Contains(body, ReasonAuditUnavailable) || dialed.Load() != 0):
+			t.Errorf("audit log failing: %d %q, %d dials; want 503 %s and the service not dialled", status, body, dialed.Load(), ReasonAuditUnavailable)
+		case failOpen && (status != http.StatusOK || body != "served"):
+			t.Errorf("audit log failing, audit_failure warn: %d %q; want the service's answer", status, body)
+		}
 	}
 }
