@@ -236,6 +236,8 @@ func TestLaunchKeepsNamedPathsUnderRun(t *testing.T) {
 		"echo 'nameserver 10.53.53.53' > /run/resolvconf/resolv.conf",
 		"echo kept > /run/app-1/x",
 		"ln -s app-1 /run/app",
+		// Two links on the way: /run/a → c, /run/c/b → ../d.
+		"mkdir -p /run/c /run/d && echo chained > /run/d/x && ln -s c /run/a && ln -s ../d /run/c/b",
 		`mount --bind "$0" /etc`,
 		`"$@"; echo "exit $?"; echo "host's: $(cat /run/resolvconf/resolv.conf)"`,
 	}, " && ")
@@ -245,17 +247,17 @@ func TestLaunchKeepsNamedPathsUnderRun(t *testing.T) {
 		for _, p := range ro {
 			args = append(args, "--ro", p)
 		}
-		args = append(args, "--", "/bin/sh", "-c", "cat /etc/resolv.conf; cat /run/app/x")
+		args = append(args, "--", "/bin/sh", "-c", "cat /etc/resolv.conf; cat /run/app/x; cat /run/a/b/x")
 		out, err := exec.Command(unshare, args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("launch: %v\n%s", err, out)
 		}
 		return string(out)
 	}
-	out := launch("/etc/resolv.conf", "/run/app")
-	for _, want := range []string{"nameserver 127.0.0.1", "kept", "exit 0", "host's: nameserver 10.53.53.53"} {
+	out := launch("/etc/resolv.conf", "/run/app", "/run/a/b")
+	for _, want := range []string{"nameserver 127.0.0.1", "kept", "chained", "exit 0", "host's: nameserver 10.53.53.53"} {
 		if !strings.Contains(out, want) {
-			t.Errorf("naming /etc/resolv.conf and /run/app: output lacks %q:\n%s", want, out)
+			t.Errorf("naming /etc/resolv.conf, /run/app and /run/a/b: output lacks %q:\n%s", want, out)
 		}
 	}
 	out = launch("/run/resolvconf")

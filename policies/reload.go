@@ -90,8 +90,12 @@ const rewatchWait = 10 * time.Second
 func (e *Engine) watch(ctx context.Context, w *fsnotify.Watcher) error {
 	var timer <-chan time.Time
 	root := filepath.Clean(e.opts.Source.Path)
-	// gone is when the source itself went, renamed or removed: the
-	// watches stay on what it was, and are placed again on what comes.
+	// A tarball is watched through its directory, which sees a new one
+	// come; a directory's own watches stay on what it was once it is
+	// renamed or removed. gone is when that happened: its watches are
+	// placed again on what comes.
+	st, err := os.Stat(root)
+	rootDir := err == nil && st.IsDir()
 	var gone time.Time
 	for {
 		select {
@@ -101,7 +105,7 @@ func (e *Engine) watch(ctx context.Context, w *fsnotify.Watcher) error {
 			if !ok {
 				return errors.New("policy watch: watcher closed")
 			}
-			if ev.Name == root && ev.Has(fsnotify.Remove|fsnotify.Rename) && gone.IsZero() {
+			if rootDir && ev.Name == root && ev.Has(fsnotify.Remove|fsnotify.Rename) && gone.IsZero() {
 				gone = time.Now()
 			}
 			if ev.Has(fsnotify.Create) {
@@ -122,6 +126,12 @@ func (e *Engine) watch(ctx context.Context, w *fsnotify.Watcher) error {
 		case <-timer:
 			timer = nil
 			if !gone.IsZero() {
+				// The old directories' watches go first: kept, each
+				// would hold a kernel watch per deploy, and report its
+				// old tree's edits under the live names.
+				for _, p := range w.WatchList() {
+					_ = w.Remove(p)
+				}
 				if err := e.addWatches(w); err != nil {
 					if time.Since(gone) < rewatchWait {
 						timer = time.After(reloadDebounce)

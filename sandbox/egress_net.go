@@ -70,19 +70,32 @@ func (n *Network) setUpEgress(c NetworkConfig) error {
 // reservePorts keeps a pod's services' ports from the kernel's picks in
 // the namespace (ip_local_reserved_ports, both families): a bind to port 0,
 // or a connect's or listen's implicit one, is not a port Landlock can
-// check, and could be handed a service's port while it restarts, if the
-// port lies in the ephemeral range.
+// check, and could be handed a service's port while it restarts. Only a
+// port in the ephemeral range (ip_local_port_range) can be picked: with
+// none there, nothing is written (a read-only /proc/sys, as containers
+// often have, is then no matter); with one there and the sysctl not
+// writable, the namespace is refused.
 func reservePorts(ports []int) error {
-	if len(ports) == 0 {
+	raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return fmt.Errorf("sandbox namespace: the ephemeral port range: %w", err)
+	}
+	var low, high int
+	if _, err := fmt.Sscan(string(raw), &low, &high); err != nil {
+		return fmt.Errorf("sandbox namespace: the ephemeral port range %q: %w", raw, err)
+	}
+	var picked []string
+	for _, p := range ports {
+		if p >= low && p <= high {
+			picked = append(picked, strconv.Itoa(p))
+		}
+	}
+	if len(picked) == 0 {
 		return nil
 	}
-	list := make([]string, len(ports))
-	for i, p := range ports {
-		list[i] = strconv.Itoa(p)
-	}
 	const sysctl = "/proc/sys/net/ipv4/ip_local_reserved_ports"
-	if err := os.WriteFile(sysctl, []byte(strings.Join(list, ",")), 0); err != nil {
-		return fmt.Errorf("sandbox namespace: reserve the services' ports: %w", err)
+	if err := os.WriteFile(sysctl, []byte(strings.Join(picked, ",")), 0); err != nil {
+		return fmt.Errorf("sandbox namespace: the services' ports %s lie in the ephemeral range %d-%d and cannot be reserved: %w (give them ports outside it)", strings.Join(picked, ","), low, high, err)
 	}
 	return nil
 }

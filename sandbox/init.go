@@ -298,10 +298,17 @@ func under(dir string, paths []string, conf string) (keep []string, links map[st
 		p = filepath.Clean(p)
 		// A link named below dir (/run/app → app-1.2), or on the way to
 		// what is named, is made again on the tmpfs: hidden, the path
-		// would not resolve.
+		// would not resolve. Each where it really is (the directories
+		// above it resolved): /run/a/b through the link /run/a → c is
+		// the link /run/c/b.
 		for q := p; within(q, dir) && q != dir; q = filepath.Dir(q) {
-			if target, err := os.Readlink(q); err == nil {
-				links[q] = target
+			target, err := os.Readlink(q)
+			if err != nil {
+				continue
+			}
+			parent, err := filepath.EvalSymlinks(filepath.Dir(q))
+			if loc := filepath.Join(parent, filepath.Base(q)); err == nil && within(loc, dir) && loc != dir {
+				links[loc] = target
 			}
 		}
 		real, err := filepath.EvalSymlinks(p)
@@ -348,7 +355,7 @@ func hideDir(dir string, files map[string]string, keep []string, links map[strin
 	if len(files) == 0 && len(keep) == 0 && len(links) == 0 {
 		ro = unix.MS_RDONLY // nothing to write first: read-only from the start
 	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", flags|ro, "size=16k,mode=0555"); err != nil {
+	if err := unix.Mount("tmpfs", dir, "tmpfs", flags|ro, "size=1m,mode=0555"); err != nil {
 		return &os.SyscallError{Syscall: "mount(tmpfs, " + dir + ")", Err: err}
 	}
 	if ro != 0 {
