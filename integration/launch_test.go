@@ -172,19 +172,7 @@ except OSError as e:
 func TestLaunchResolvConfLinkedIntoAHiddenDirectory(t *testing.T) {
 	testutil.RequireRoot(t, "airlock launch (mount namespace)")
 	unshare := testutil.RequireTool(t, "unshare")
-	etc := t.TempDir()
-	for _, name := range []string{"passwd", "group", "nsswitch.conf"} {
-		raw, err := os.ReadFile(filepath.Join("/etc", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(etc, name), raw, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink("/run/systemd/resolve/stub-resolv.conf", filepath.Join(etc, "resolv.conf")); err != nil {
-		t.Fatal(err)
-	}
+	etc := stagedEtc(t, "/run/systemd/resolve/stub-resolv.conf")
 	stage := strings.Join([]string{
 		"mount -t tmpfs tmpfs /run",
 		"mkdir -p /run/systemd/resolve",
@@ -217,19 +205,7 @@ func TestLaunchResolvConfLinkedIntoAHiddenDirectory(t *testing.T) {
 func TestLaunchKeepsNamedPathsUnderRun(t *testing.T) {
 	testutil.RequireRoot(t, "airlock launch (mount namespace)")
 	unshare := testutil.RequireTool(t, "unshare")
-	etc := t.TempDir()
-	for _, name := range []string{"passwd", "group", "nsswitch.conf"} {
-		raw, err := os.ReadFile(filepath.Join("/etc", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(etc, name), raw, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink("/run/resolvconf/resolv.conf", filepath.Join(etc, "resolv.conf")); err != nil {
-		t.Fatal(err)
-	}
+	etc := stagedEtc(t, "/run/resolvconf/resolv.conf")
 	stage := strings.Join([]string{
 		"mount -t tmpfs tmpfs /run",
 		"mkdir -p /run/resolvconf /run/app-1",
@@ -264,4 +240,24 @@ func TestLaunchKeepsNamedPathsUnderRun(t *testing.T) {
 	if !strings.Contains(out, "holds the host's resolv.conf") || !strings.Contains(out, "host's: nameserver 10.53.53.53") {
 		t.Errorf("naming /run/resolvconf: %s\nwant a refusal naming the host's resolv.conf, and the host's file untouched", out)
 	}
+}
+
+// stagedEtc is an /etc for a test's own mount namespace: the host's
+// accounts and nsswitch.conf, and a resolv.conf linking to resolvConf.
+func stagedEtc(t *testing.T, resolvConf string) string {
+	t.Helper()
+	etc := t.TempDir()
+	for _, name := range []string{"passwd", "group", "nsswitch.conf"} {
+		raw, err := os.ReadFile(filepath.Join("/etc", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(etc, name), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(resolvConf, filepath.Join(etc, "resolv.conf")); err != nil {
+		t.Fatal(err)
+	}
+	return etc
 }
