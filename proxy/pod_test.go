@@ -100,7 +100,7 @@ func TestPodListenerDecidesByService(t *testing.T) {
 
 			status, body = run(pod.leaves["ab"])
 			d = denial(t, status, body)
-			abPath, _ := identity.CgroupPath(pod.leaves["ab"])
+			abPath, _ := cgroup2.Path(pod.leaves["ab"])
 			if d.Reason != string(policies.ReasonIdentityUnknown) || d.Sandbox != "pod" || d.Preset != "" ||
 				!strings.Contains(d.Hint, "is in cgroup "+abPath+", which is in no service of the pod") {
 				t.Fatalf("from a leaf of no service: %+v; want identity_unknown naming cgroup %s, sandbox pod", d, abPath)
@@ -222,7 +222,7 @@ func newPod(t *testing.T, curl string, hooked bool) *pod {
 	}
 	services := map[string]proxy.Service{}
 	for name, s := range map[string]proxy.Service{"a": {ID: "pod-a", Kind: "svc", Preset: "a"}, "b": {ID: "pod-b", Kind: "svc", Preset: "b"}} {
-		cg, err := identity.CgroupPath(pd.leaves[name])
+		cg, err := cgroup2.Path(pd.leaves[name])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,7 @@ import (
 type Service struct{ ID, Kind, Preset string }
 
 // ByCgroup is a Sandbox.Route that places a process by its cgroup: in the
-// service whose cgroup (keyed as identity.CgroupPath gives it, the form
+// service whose cgroup (keyed as cgroup2.Path gives it, the form
 // /proc/<pid>/cgroup shows) is the process's or an ancestor of it. Of
 // nested services' cgroups the deepest wins. A process in none of them is
 // placed nowhere, and the error names its cgroup.

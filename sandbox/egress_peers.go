@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -89,17 +88,16 @@ func (n *Network) DenyPeers(dir string) (undo func() error, err error) {
 // and its id, the inode of its directory: what nft's socket cgroupv2
 // expression compares.
 func cgroupLevelID(dir string) (uint32, uint64, error) {
-	root, err := cgroup2.Mount()
+	path, err := cgroup2.Path(dir)
 	if err != nil {
 		return 0, 0, err
 	}
-	rel, err := filepath.Rel(root, filepath.Clean(dir))
-	if err != nil || rel == "." || !filepath.IsLocal(rel) {
-		return 0, 0, fmt.Errorf("%s is not below the cgroup v2 mount %s", dir, root)
+	if path == "/" {
+		return 0, 0, fmt.Errorf("%s is the cgroup v2 root, every process's", dir)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
 		return 0, 0, &os.PathError{Op: "stat", Path: dir, Err: err}
 	}
-	return uint32(strings.Count(rel, "/") + 1), st.Ino, nil
+	return uint32(strings.Count(path, "/")), st.Ino, nil
 }

@@ -58,7 +58,7 @@ func runInit() {
 		// is even addressed outside it, and no host resolver is reachable
 		// by a Unix socket: asked to resolve, a host daemon would carry
 		// the name out of a sandbox that has no network.
-		{"keep DNS inside the sandbox", isolateDNS},
+		{"keep DNS and the host's sockets out of the sandbox", hideHostServices},
 	}
 	for _, s := range steps {
 		if err := s.run(c); err != nil {
@@ -208,7 +208,7 @@ var hostSocketFiles = []string{"/dev/log"}
 // of reach, and the sandbox does not start).
 var resolverSockets = []string{"/run/nscd", "/run/systemd/resolve", "/run/avahi-daemon", "/run/dbus"}
 
-// isolateDNS makes the proxy the sandbox's only resolver (none at all
+// hideHostServices makes the proxy the sandbox's only resolver (none at all
 // with no network), in its private mount namespace: resolv.conf names its
 // own loopback (where the redirect's answerer is; the redirect catches port
 // 53 of any address anyway), nsswitch.conf's hosts line is "files dns" (no
@@ -216,7 +216,7 @@ var resolverSockets = []string{"/run/nscd", "/run/systemd/resolve", "/run/avahi-
 // hidden (hostSocketDirs), but for the paths the sandbox names under them
 // (Config.RO, RW, Exec), which are mounted back. On the host network the
 // host's resolvers and daemons are the sandbox's.
-func isolateDNS(c *Config) error {
+func hideHostServices(c *Config) error {
 	if c.Net == NetHost {
 		return nil
 	}
@@ -236,12 +236,16 @@ func isolateDNS(c *Config) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	// The paths the sandbox names, but resolv.conf's: the sandbox has its
-	// own there, readable (c.RO below).
-	var named []string
+	// The paths the sandbox names, resolved once, but resolv.conf's: the
+	// sandbox has its own there, readable (c.RO below).
+	var named []namedPath
 	for _, p := range slices.Concat(c.RO, c.RW, c.Exec) {
-		if real, err := filepath.EvalSymlinks(p); err != nil || conf == "" || real != conf {
-			named = append(named, p)
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			real = "" // missing: Landlock's open names it
+		}
+		if conf == "" || real != conf {
+			named = append(named, namedPath{filepath.Clean(p), real})
 		}
 	}
 	hostConf := conf // conf is cleared once the sandbox's own is placed
@@ -282,26 +286,31 @@ func isolateDNS(c *Config) error {
 	return bindFile(conf, resolvConf[c.Net])
 }
 
+// namedPath is a path the sandbox names, and where it leads ("" when it
+// does not exist).
+type namedPath struct{ path, real string }
+
+// within says whether p is parent or below it.
+func within(p, parent string) bool {
+	rel, err := filepath.Rel(parent, p)
+	return err == nil && filepath.IsLocal(rel)
+}
+
 // under is those of paths below dir, as dir sees them (their links
 // resolved), to mount back, and the links on the way to them below dir
 // (name → target), to make again. One that is, holds or lies in a host
 // resolver's directory is refused: mounted back, it would show the
 // resolver's socket; so is one that holds conf, the host's resolv.conf,
 // which the sandbox has its own of.
-func under(dir string, paths []string, conf string) (keep []string, links map[string]string, err error) {
-	within := func(p, parent string) bool {
-		rel, err := filepath.Rel(parent, p)
-		return err == nil && filepath.IsLocal(rel)
-	}
+func under(dir string, paths []namedPath, conf string) (keep []string, links map[string]string, err error) {
 	links = map[string]string{}
-	for _, p := range paths {
-		p = filepath.Clean(p)
+	for _, n := range paths {
 		// A link named below dir (/run/app → app-1.2), or on the way to
 		// what is named, is made again on the tmpfs: hidden, the path
 		// would not resolve. Each where it really is (the directories
 		// above it resolved): /run/a/b through the link /run/a → c is
 		// the link /run/c/b.
-		for q := p; within(q, dir) && q != dir; q = filepath.Dir(q) {
+		for q := n.path; within(q, dir) && q != dir; q = filepath.Dir(q) {
 			target, err := os.Readlink(q)
 			if err != nil {
 				continue
@@ -311,20 +320,20 @@ func under(dir string, paths []string, conf string) (keep []string, links map[st
 				links[loc] = target
 			}
 		}
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil || !within(real, dir) {
-			continue // missing, Landlock's open names it; or elsewhere
+		real := n.real
+		if real == "" || !within(real, dir) {
+			continue // missing, or elsewhere
 		}
 		for _, r := range resolverSockets {
 			if within(real, r) || within(r, real) {
-				return nil, nil, fmt.Errorf("path %s: it would show the host resolver's sockets in %s to the sandbox", p, r)
+				return nil, nil, fmt.Errorf("path %s: it would show the host resolver's sockets in %s to the sandbox", n.path, r)
 			}
 		}
 		if real == dir {
-			return nil, nil, fmt.Errorf("path %s: the host's sockets in %s are hidden from the sandbox; name the paths in it the sandbox needs", p, dir)
+			return nil, nil, fmt.Errorf("path %s: the host's sockets in %s are hidden from the sandbox; name the paths in it the sandbox needs", n.path, dir)
 		}
 		if conf != "" && within(conf, real) {
-			return nil, nil, fmt.Errorf("path %s: it holds the host's resolv.conf (%s), which the sandbox has its own of; name the files in it the sandbox needs", p, conf)
+			return nil, nil, fmt.Errorf("path %s: it holds the host's resolv.conf (%s), which the sandbox has its own of; name the files in it the sandbox needs", n.path, conf)
 		}
 		keep = append(keep, real)
 	}

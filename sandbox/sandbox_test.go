@@ -912,12 +912,17 @@ print(open(sys.argv[2]).read())`, sock, kept+"/x")
 	if err != nil || code != 0 || out != "No such file or directory\nkept\n" {
 		t.Fatalf("exit %d, %v, output %q; want the socket missing and the named path read", code, err, out)
 	}
-	if _, err := os.Stat("/run/dbus"); err == nil {
-		c.RO = append(c.RO, "/run/dbus")
-		_, _, err = run(t, c)
-		var se *SetupError
-		if !errors.As(err, &se) || !strings.Contains(se.Err, "resolver's sockets in /run/dbus") {
-			t.Fatalf("--ro /run/dbus = %v; want a refusal naming the resolver's sockets", err)
+	// A resolver's directory, made for the test where the host has none.
+	if _, err := os.Stat("/run/nscd"); errors.Is(err, os.ErrNotExist) {
+		if err := os.Mkdir("/run/nscd", 0o755); err != nil {
+			t.Fatal(err)
 		}
+		defer os.Remove("/run/nscd")
+	}
+	c.RO = append(c.RO, "/run/nscd")
+	_, _, err = run(t, c)
+	var se *SetupError
+	if !errors.As(err, &se) || !strings.Contains(se.Err, "resolver's sockets in /run/nscd") {
+		t.Fatalf("--ro /run/nscd = %v; want a refusal naming the resolver's sockets", err)
 	}
 }

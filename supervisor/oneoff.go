@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/adminclient"
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
@@ -272,7 +273,7 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File) (*oneOf
 	}
 	var cg string
 	if err == nil {
-		cg, err = identity.CgroupPath(filepath.Join(p.group, sandbox.LeafName(spec.ID)))
+		cg, err = cgroup2.Path(filepath.Join(p.group, sandbox.LeafName(spec.ID)))
 	}
 	if err != nil {
 		for _, f := range stdio {

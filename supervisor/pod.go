@@ -318,7 +318,7 @@ func (p *Pod) serveProxy(context.Context) error {
 	var presets []string
 	for _, s := range p.services {
 		presets = append(presets, s.spec.Preset)
-		path, err := identity.CgroupPath(s.leafDir())
+		path, err := cgroup2.Path(s.leafDir())
 		if err != nil {
 			return err
 		}

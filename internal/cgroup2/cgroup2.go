@@ -39,6 +39,31 @@ func Mount() (string, error) {
 	return "", ErrNoCgroup2
 }
 
+// Path converts dir, a directory under the cgroup v2 mount
+// (/sys/fs/cgroup/airlock-pod/agent, or under /sys/fs/cgroup/unified on a
+// hybrid host), to the path /proc/<pid>/cgroup shows for its processes
+// ("/airlock-pod/agent"), as the proxy's identity.Process.Cgroup holds it.
+// It assumes the mount shows the hierarchy from the cgroup namespace's
+// root, as a cgroup2 mount does.
+func Path(dir string) (string, error) {
+	mnt, err := Mount()
+	if err != nil {
+		return "", err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	rel, err := filepath.Rel(mnt, abs)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("cgroup %s is not under the cgroup v2 mount %s", dir, mnt)
+	}
+	if rel == "." {
+		return "/", nil
+	}
+	return "/" + rel, nil
+}
+
 // Create makes a group named name under parent (a cgroup v2 directory).
 func Create(parent, name string) (string, error) {
 	dir := filepath.Join(parent, name)

@@ -3,10 +3,6 @@ package identity
 import (
 	"bytes"
 	"fmt"
-	"path/filepath"
-	"strings"
-
-	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 )
 
 // readCgroup returns the cgroup v2 path of the process: the "0::" line of
@@ -36,29 +32,4 @@ func readCgroup(d procDir) (string, error) {
 	}
 	path, _, _ := bytes.Cut(line, []byte("\n"))
 	return string(path), nil
-}
-
-// CgroupPath converts dir, a directory under the cgroup v2 mount
-// (/sys/fs/cgroup/airlock-pod/agent, or under /sys/fs/cgroup/unified on a
-// hybrid host), to the path /proc/<pid>/cgroup shows for its processes
-// and Process.Cgroup holds ("/airlock-pod/agent"). It assumes the mount
-// shows the hierarchy from the proxy's cgroup namespace root, as a
-// cgroup2 mount does.
-func CgroupPath(dir string) (string, error) {
-	mnt, err := cgroup2.Mount()
-	if err != nil {
-		return "", err
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return "", err
-	}
-	rel, err := filepath.Rel(mnt, abs)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", fmt.Errorf("cgroup %s is not under the cgroup v2 mount %s", dir, mnt)
-	}
-	if rel == "." {
-		return "/", nil
-	}
-	return "/" + rel, nil
 }

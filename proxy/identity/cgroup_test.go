@@ -3,7 +3,6 @@ package identity
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -13,7 +12,7 @@ import (
 )
 
 // A process placed in a cgroup leaf is described with that leaf's path, in
-// the form CgroupPath gives for the leaf's directory.
+// the form cgroup2.Path gives for the leaf's directory.
 func TestDescribeReadsTheCgroup(t *testing.T) {
 	testutil.RequireRoot(t, "cgroup v2 leaves")
 	mnt, err := cgroup2.Mount()
@@ -51,30 +50,11 @@ func TestDescribeReadsTheCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := CgroupPath(leaf)
+	want, err := cgroup2.Path(leaf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Cgroup != "/"+name || p.Cgroup != want {
-		t.Fatalf("describe(pid in %s).Cgroup = %q; want %q (CgroupPath %q)", leaf, p.Cgroup, "/"+name, want)
-	}
-}
-
-func TestCgroupPath(t *testing.T) {
-	mnt := testutil.RequireCgroup2(t)
-	for _, tc := range []struct {
-		dir, want string
-	}{
-		{mnt, "/"},
-		{mnt + "/", "/"},
-		{filepath.Join(mnt, "airlock-pod", "agent"), "/airlock-pod/agent"},
-		{filepath.Join(mnt, "a", "..", "b"), "/b"},
-		{filepath.Join(mnt, ".."), ""},
-		{"/tmp", ""},
-	} {
-		got, err := CgroupPath(tc.dir)
-		if got != tc.want || (err != nil) != (tc.want == "") {
-			t.Errorf("CgroupPath(%q) = %q, %v; want %q", tc.dir, got, err, tc.want)
-		}
+		t.Fatalf("describe(pid in %s).Cgroup = %q; want %q (cgroup2.Path %q)", leaf, p.Cgroup, "/"+name, want)
 	}
 }
