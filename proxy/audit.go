@@ -81,6 +81,9 @@ func (p *Proxy) admit(dc *decision) bool {
 	err := p.writeLine(dc, AuditMessage, 0, 0, 0)
 	if err == nil {
 		dc.announced = true
+		if dc.cc != nil {
+			dc.cc.opened(dc)
+		}
 		return true
 	}
 	if p.cfg.AuditFailOpen {
@@ -111,11 +114,29 @@ func (p *Proxy) record(dc *decision, status int, up, down int64) {
 	msg := AuditMessage
 	if dc.announced {
 		msg = AuditCloseMessage
+		if dc.cc != nil {
+			dc.cc.closed(dc)
+		}
 	}
 	p.writeLine(dc, msg, status, up, down)
 	p.cfg.Metrics.countDecision(dc.in.Sandbox.ID, verdict(dc), string(dc.d.Reason))
 	p.cfg.Metrics.addBytes(dc.in.Sandbox.ID, up, down)
 	p.cfg.Metrics.countScrubbed(dc.in.Sandbox.ID, dc.scrub.scrubbed())
+}
+
+// endOpen writes the close line of every decision of cc admitted and not
+// yet closed, when a fault (a panic, recovered) ends its serving: the
+// admit line said a connection was made, and the log must say it ended.
+// What it moved is not known then.
+func (p *Proxy) endOpen(cc *clientConn, fault any) {
+	cc.openMu.Lock()
+	open := cc.open
+	cc.open = nil
+	cc.openMu.Unlock()
+	for _, dc := range open {
+		dc.detail = dc.scrubbed(fmt.Sprintf("ended by a fault in the proxy (bytes not counted): %v", fault))
+		p.record(dc, 0, 0, 0)
+	}
 }
 
 func verdict(dc *decision) string {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -236,5 +238,56 @@ func TestAuditTee(t *testing.T) {
 	dc = auditDecision(true)
 	if p.admit(dc) || dc.d.Reason != policies.ReasonAuditUnavailable {
 		t.Fatalf("a tee that fails: admit allowed, decision %+v; want audit_unavailable", dc.d)
+	}
+}
+
+// A fault (a recovered panic) that ends a connection's serving ends its
+// admitted decisions on record: the admit line said a connection was
+// made, and a close line says it ended, and why. A decision closed before
+// the fault gets no second close line. endOnPanic is what the explicit
+// proxy's handler and the transparent listener's serving defer.
+func TestFaultEndsAdmittedOnRecord(t *testing.T) {
+	fx := newFuzzFixture(t)
+	var buf testutil.Buffer
+	fx.p.audit = newAuditLog(&buf, nil)
+	ctx := context.Background()
+	admitted := func() *decision {
+		dc := fx.p.decide(ctx, fx.cc, policies.Request{Phase: policies.PhaseConnect, Host: fuzzHost, Port: fx.port})
+		fx.p.resolve(ctx, dc)
+		if !fx.p.admit(dc) {
+			t.Fatalf("CONNECT %s:%d not admitted: %+v", fuzzHost, fx.port, dc.d)
+		}
+		return dc
+	}
+	done, open := admitted(), admitted()
+	fx.p.record(done, http.StatusOK, 1, 2)
+	func() {
+		defer func() {
+			if r := recover(); r != "a fault for the test" {
+				t.Errorf("endOnPanic panicked on with %v; want the fault", r)
+			}
+		}()
+		defer fx.p.endOnPanic(fx.cc)
+		panic("a fault for the test")
+	}()
+	closes := map[any][]string{}
+	for _, l := range auditLines(t, []byte(buf.String())) {
+		if l["msg"] == AuditCloseMessage {
+			detail, _ := l["detail"].(string)
+			closes[l["id"]] = append(closes[l["id"]], detail)
+		}
+	}
+	if got := closes[fx.p.audit.id(done)]; len(got) != 1 || got[0] != "" {
+		t.Errorf("the decision closed before the fault has close lines %q; want its one", got)
+	}
+	want := "ended by a fault in the proxy (bytes not counted): a fault for the test"
+	if got := closes[fx.p.audit.id(open)]; len(got) != 1 || got[0] != want {
+		t.Errorf("the open decision has close lines %q; want one with detail %q", got, want)
+	}
+	// Without a fault, nothing is written.
+	before := buf.String()
+	func() { defer fx.p.endOnPanic(fx.cc) }()
+	if buf.String() != before {
+		t.Errorf("endOnPanic without a panic wrote %q", strings.TrimPrefix(buf.String(), before))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -45,6 +46,25 @@ type clientConn struct {
 	// transparent: accepted by a transparent listener, whose audit lines
 	// say so.
 	transparent bool
+	// open are its admitted decisions whose close line is not written
+	// yet (the tunnel's, an inspected request's), for endOpen.
+	openMu sync.Mutex
+	open   []*decision
+}
+
+// opened notes an admitted decision, closed its close line.
+func (cc *clientConn) opened(dc *decision) {
+	cc.openMu.Lock()
+	cc.open = append(cc.open, dc)
+	cc.openMu.Unlock()
+}
+
+func (cc *clientConn) closed(dc *decision) {
+	cc.openMu.Lock()
+	if i := slices.Index(cc.open, dc); i >= 0 {
+		cc.open = slices.Delete(cc.open, i, i+1)
+	}
+	cc.openMu.Unlock()
 }
 
 func newClientConn(sb *sandboxState, c *stallConn) *clientConn {

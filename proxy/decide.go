@@ -38,6 +38,9 @@ type decision struct {
 	// transparent: the connection came through the transparent
 	// listener, not as a CONNECT or proxy request.
 	transparent bool
+	// cc is the connection the decision is about; nil for a refusal at
+	// accept (limitListener), which is never admitted.
+	cc *clientConn
 }
 
 // upstreamContext lets the transport dial exactly dc's checked addresses.
@@ -50,7 +53,7 @@ func (dc *decision) upstreamContext(ctx context.Context) context.Context {
 // policy, in the listener's own name (a pod's listener: the pod's); ok
 // reports whether the policy may be asked.
 func (p *Proxy) begin(cc *clientConn, req policies.Request) (dc *decision, ok bool) {
-	dc = &decision{start: time.Now(), transparent: cc.transparent}
+	dc = &decision{start: time.Now(), transparent: cc.transparent, cc: cc}
 	dc.in.Request = req
 	proc, err := cc.identity(p.cfg.Metrics)
 	if err != nil {

@@ -326,6 +326,7 @@ func (e *Egress) Serve(ln net.Listener) error {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			cc := connFrom(r.Context())
 			cc.handled.Store(true) // ours to answer and audit
+			defer p.endOnPanic(cc)
 			if why := cc.conn.frames.next(); why != "" {
 				p.refuseFraming(w, r, why)
 				return
@@ -460,6 +461,16 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.transport.CloseIdleConnections()
 	p.relays.Stop()
 	return errors.Join(errs...)
+}
+
+// endOnPanic, deferred by a handler, ends the connection's admitted
+// decisions on record (endOpen) when the handler panics, and panics on:
+// net/http's server ends the connection, as it ends any handler's.
+func (p *Proxy) endOnPanic(cc *clientConn) {
+	if r := recover(); r != nil {
+		p.endOpen(cc, r)
+		panic(r)
+	}
 }
 
 // shuttingDown is the audit detail of a connection taken over too late.

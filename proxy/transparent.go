@@ -116,6 +116,7 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 	defer func() {
 		if r := recover(); r != nil {
 			p.log.Error("transparent connection: panic serving it", "sandbox", cc.sb.ID, "remote", cc.remote.String(), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			p.endOpen(cc, r)
 		}
 	}()
 	defer cc.sb.active.Add(-1) // limitListener took the slot

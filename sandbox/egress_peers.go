@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -19,13 +20,17 @@ import (
 const peerSet = "peer_tcp"
 
 // DenyPeers keeps the processes of the cgroup v2 directory dir from the
-// namespace's peer ports (a pod's services', TCP and UDP), which its table
-// lets every process of the namespace reach: a pod's one-off, decided by its own
+// namespace's other processes: a pod's one-off, decided by its own
 // preset, would otherwise use a service (one that holds credentials the
-// proxy injects, say) past that preset. The rule, first in the filter
-// chain, rejects their connections by the cgroup their socket was made in,
-// dir or one below it; undo removes it. A namespace without peer ports
-// needs none.
+// proxy injects, say) past that preset. The table lets every process of
+// the namespace reach the peer ports (a pod's services', TCP) and any
+// local port over UDP or another protocol but TCP; for dir's processes
+// (by the cgroup their socket was made in, dir or one below it) rules
+// first in the filter chain reset TCP to the peer ports and refuse
+// everything local but TCP, save UDP to the DNS port, where port 53
+// lands. A service's UDP port need not be declared to be reached, so the
+// one-off's own loopback UDP goes too: its TCP is held to the declared
+// ports already. undo removes the rules.
 func (n *Network) DenyPeers(dir string) (undo func() error, err error) {
 	level, id, err := cgroupLevelID(dir)
 	if err != nil {
@@ -36,34 +41,34 @@ func (n *Network) DenyPeers(dir string) (undo func() error, err error) {
 		return nil, fmt.Errorf("nftables: netlink socket: %w", err)
 	}
 	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: egressTable}
-	set, err := conn.GetSetByName(table, peerSet)
-	if errors.Is(err, unix.ENOENT) {
-		return func() error { return nil }, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("nft set %s: %w", peerSet, err)
-	}
 	chain := &nftables.Chain{Name: "filter_out", Table: table}
 	tag := []byte("airlock-deny-peers " + dir)
-	// TCP reset, UDP refused: a service listens on its ports either way.
-	for _, proto := range []struct {
-		l4     byte
-		reject *expr.Reject
-	}{
-		{unix.IPPROTO_TCP, &expr.Reject{Type: unix.NFT_REJECT_TCP_RST}},
-		{unix.IPPROTO_UDP, &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_PORT_UNREACH}},
-	} {
+	insert := func(verdict ...expr.Any) {
 		conn.InsertRule(&nftables.Rule{Table: table, Chain: chain, UserData: tag, Exprs: slices.Concat(
 			[]expr.Any{
 				&expr.Socket{Key: expr.SocketKeyCgroupv2, Level: level, Register: 1},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint64(id)},
 			},
-			localDaddr(), l4proto(proto.l4),
-			[]expr.Any{
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-				&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
-				proto.reject,
-			})})
+			localDaddr(), verdict)})
+	}
+	// Inserted at the chain's head, so the last inserted comes first.
+	insert(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED})
+	if dns := n.dnsPort(); dns != 0 {
+		insert(slices.Concat(l4proto(unix.IPPROTO_UDP), dport(uint16(dns)), accept())...)
+	}
+	set, err := conn.GetSetByName(table, peerSet)
+	switch {
+	case errors.Is(err, unix.ENOENT): // no services' ports to keep it from
+	case err != nil:
+		return nil, fmt.Errorf("nft set %s: %w", peerSet, err)
+	default:
+		insert(slices.Concat(l4proto(unix.IPPROTO_TCP), []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+			&expr.Reject{Type: unix.NFT_REJECT_TCP_RST},
+		})...)
 	}
 	if err := conn.Flush(); err != nil {
 		return nil, fmt.Errorf("keep %s from the services' ports: nft rule: %w (the kernel needs nft socket cgroupv2 matching: CONFIG_NFT_SOCKET, Linux 5.13)", dir, err)
@@ -82,6 +87,14 @@ func (n *Network) DenyPeers(dir string) (undo func() error, err error) {
 		}
 		return conn.Flush()
 	}, nil
+}
+
+// dnsPort is where the namespace's port 53 lands (0: nowhere).
+func (n *Network) dnsPort() int {
+	if len(n.DNSPackets) == 0 {
+		return 0
+	}
+	return n.DNSPackets[0].LocalAddr().(*net.UDPAddr).Port
 }
 
 // cgroupLevelID is dir's depth below the cgroup v2 root (the root's is 0)

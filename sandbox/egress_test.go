@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -372,33 +374,28 @@ func TestDenyPeers(t *testing.T) {
 			t.Errorf("%s: exit %s; want %s", tc.name, got, tc.want)
 		}
 	}
-	// A service's port over UDP, too: the one-off's datagram is refused,
-	// a service's arrives.
-	var pc net.PacketConn
-	if err := inNamespace(n.enter, func() (err error) {
-		pc, err = net.ListenPacket("udp4", fmt.Sprintf("127.0.0.1:%d", peer))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	send := func(dir, msg string) {
-		c := base(t, "/usr/bin/python3", "-c", fmt.Sprintf(`import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.sendto(b%q, ("127.0.0.1", %d))`, msg, peer))
-		c.Net, c.ProxyPort, c.Cgroups = NetProxy, 3128, []string{dir}
-		p, err := Start(c, n)
-		if err != nil {
-			t.Fatal(err)
+	// Over UDP, a service's port need not be declared: the one-off's
+	// datagrams reach no local port but the DNS one, a service's arrive.
+	const undeclared = peer + 1
+	declaredUDP, undeclaredUDP := listenUDP(t, n, peer), listenUDP(t, n, undeclared)
+	from := func(dir string, port int) string { return fmt.Sprintf("%s-to-%d", filepath.Base(dir), port) }
+	for _, dir := range []string{oneOff, service} {
+		for _, port := range []int{peer, undeclared, 53} {
+			sendUDP(t, n, dir, port, from(dir, port))
 		}
-		p.Wait()
 	}
-	send(oneOff, "from-the-one-off")
-	send(service, "from-a-service")
-	pc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 64)
-	if m, _, err := pc.ReadFrom(buf); err != nil || string(buf[:m]) != "from-a-service" {
-		t.Errorf("the service's UDP port first received %q, %v; want the service's datagram, never the one-off's", buf[:m], err)
+	for _, tc := range []struct {
+		name string
+		pc   net.PacketConn
+		want []string
+	}{
+		{"a service's declared UDP port", declaredUDP, []string{from(service, peer)}},
+		{"a service's undeclared UDP port", undeclaredUDP, []string{from(service, undeclared)}},
+		{"the DNS socket", n.DNSPackets[0], []string{from(oneOff, 53), from(service, 53)}},
+	} {
+		if got := received(tc.pc); !slices.Equal(got, tc.want) {
+			t.Errorf("%s received %q; want %q", tc.name, got, tc.want)
+		}
 	}
 	if err := undo(); err != nil {
 		t.Fatal(err)
@@ -406,10 +403,67 @@ s.sendto(b%q, ("127.0.0.1", %d))`, msg, peer))
 	if got := connect(oneOff, peer); got != "0" {
 		t.Errorf("after undo, the one-off to a service: exit %s; want 0", got)
 	}
-	// Without peer ports there is nothing to keep anyone from.
+	sendUDP(t, n, oneOff, undeclared, "after-undo")
+	if got := received(undeclaredUDP); !slices.Equal(got, []string{"after-undo"}) {
+		t.Errorf("after undo, the one-off's UDP: %q arrived; want it", got)
+	}
+	// Without peer ports, the one-off's UDP is still refused.
 	bare := egressNetwork(t)
-	if undo, err := bare.DenyPeers(oneOff); err != nil || undo() != nil {
-		t.Errorf("DenyPeers without peer ports = %v; want a no-op", err)
+	bareUDP := listenUDP(t, bare, undeclared)
+	undo, err = bare.DenyPeers(oneOff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendUDP(t, bare, oneOff, undeclared, "no-peers")
+	if got := received(bareUDP); len(got) != 0 {
+		t.Errorf("without peer ports, the one-off's UDP reached a local port: %q", got)
+	}
+	if err := undo(); err != nil {
+		t.Errorf("undo without peer ports: %v", err)
+	}
+}
+
+// listenUDP is a UDP socket on 127.0.0.1:port in n.
+func listenUDP(t *testing.T, n *Network, port int) net.PacketConn {
+	t.Helper()
+	var pc net.PacketConn
+	if err := inNamespace(n.enter, func() (err error) {
+		pc, err = net.ListenPacket("udp4", fmt.Sprintf("127.0.0.1:%d", port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	return pc
+}
+
+// sendUDP sends msg to 127.0.0.1:port from a sandbox in n and the cgroup
+// dir, and waits for it to end.
+func sendUDP(t *testing.T, n *Network, dir string, port int, msg string) {
+	t.Helper()
+	c := base(t, "/usr/bin/python3", "-c", fmt.Sprintf(`import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.sendto(b%q, ("127.0.0.1", %d))`, msg, port))
+	c.Net, c.ProxyPort, c.Cgroups = NetProxy, 3128, []string{dir}
+	p, err := Start(c, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+}
+
+// received is what pc has queued: the datagrams sent to it so far (their
+// senders have ended).
+func received(pc net.PacketConn) []string {
+	var got []string
+	buf := make([]byte, 512)
+	for {
+		pc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		m, _, err := pc.ReadFrom(buf)
+		if err != nil {
+			return got
+		}
+		got = append(got, string(buf[:m]))
 	}
 }
 

@@ -44,7 +44,8 @@ type SandboxOptions struct {
 	// leaves it open. Otherwise one is made for the sandbox alone.
 	Network *sandbox.Network
 	// DenyPeers keeps the sandbox from the shared network's peer ports
-	// (a pod's services'), which its table opens to every process in it:
+	// (a pod's services') and its local UDP (sandbox.Network.DenyPeers),
+	// which its table opens to every process in it:
 	// a one-off, decided by a preset of its own, is not one of the
 	// services. It needs the sandbox's cgroup v2 leaf, by which the
 	// table tells its sockets; without one the launch is refused.
