@@ -67,6 +67,11 @@ func (e *Engine) Watch(ctx context.Context) (<-chan error, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy watch: %w", err)
 	}
+	// What the source is, a directory or a tarball, is read here, with
+	// the watches placed: read by the goroutine, a directory renamed
+	// away at once would be taken for neither, and its going missed.
+	st, err := os.Stat(e.opts.Source.Path)
+	rootDir := err == nil && st.IsDir()
 	if err := e.addWatches(w); err != nil {
 		w.Close()
 		return nil, err
@@ -75,7 +80,7 @@ func (e *Engine) Watch(ctx context.Context) (<-chan error, error) {
 	go func() {
 		defer close(ended)
 		defer w.Close()
-		if err := e.watch(ctx, w); err != nil {
+		if err := e.watch(ctx, w, rootDir); err != nil {
 			ended <- err
 		}
 	}()
@@ -85,17 +90,17 @@ func (e *Engine) Watch(ctx context.Context) (<-chan error, error) {
 // rewatchWait is how long a bundle directory replaced whole (renamed away,
 // a new one put in its place: a common deploy) may take to be back before
 // the watch ends.
-const rewatchWait = 10 * time.Second
+var rewatchWait = 10 * time.Second // a variable for the tests
 
-func (e *Engine) watch(ctx context.Context, w *fsnotify.Watcher) error {
+// watch reloads on the events of w until ctx ends. rootDir: the source is
+// a directory, not a tarball.
+func (e *Engine) watch(ctx context.Context, w *fsnotify.Watcher, rootDir bool) error {
 	var timer <-chan time.Time
 	root := filepath.Clean(e.opts.Source.Path)
 	// A tarball is watched through its directory, which sees a new one
 	// come; a directory's own watches stay on what it was once it is
 	// renamed or removed. gone is when that happened: its watches are
 	// placed again on what comes.
-	st, err := os.Stat(root)
-	rootDir := err == nil && st.IsDir()
 	var gone time.Time
 	for {
 		select {

@@ -3,6 +3,7 @@ package policies_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -231,13 +232,73 @@ func TestCheckVetsEveryGeneration(t *testing.T) {
 // A bundle directory replaced whole (the old one renamed away, a new one
 // put in its place, as a deploy does) is watched again: an edit of the new
 // one reloads.
+// A bundle directory replaced whole (a deploy) is watched again, and the
+// old tree's watches go: a deploy a day must not add a kernel watch per
+// directory each time.
 func TestReloadFollowsABundleReplacedWhole(t *testing.T) {
 	_, dir, events := watched(t, false)
+	// A tree: the watch of a directory moved along with its parent
+	// stays unless dropped.
+	nested := map[string]string{"extra/extra.rego": "package airlock.extra\n\nanswer := 42\n"}
+	waitReload(t, events, func() { writeBundle(t, dir, nested) }, succeeded)
+	before := inotifyWatches(t)
+	for i := range 3 {
+		if err := os.Rename(dir, fmt.Sprintf("%s.old%d", dir, i)); err != nil {
+			t.Fatal(err)
+		}
+		writeBundle(t, dir, nested)
+		waitReload(t, events, func() { touch(t, filepath.Join(dir, "strict.rego")) }, succeeded)
+		// Watched again, not only reloaded once: a later edit reloads too.
+		waitReload(t, events, func() { touch(t, filepath.Join(dir, "strict.rego")) }, succeeded)
+	}
+	if after := inotifyWatches(t); after != before {
+		t.Errorf("inotify watches went from %d to %d over three replacements; want the old trees' dropped", before, after)
+	}
+}
+
+// inotifyWatches counts this process's inotify watches.
+func inotifyWatches(t *testing.T) int {
+	t.Helper()
+	infos, err := filepath.Glob("/proc/self/fdinfo/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range infos {
+		raw, err := os.ReadFile(p)
+		if err == nil {
+			n += strings.Count(string(raw), "inotify wd:")
+		}
+	}
+	return n
+}
+
+// A bundle directory that goes and does not come back ends the watch with
+// an error that says so: its caller must learn that edits no longer
+// reload (the pod's policy_watch_failed).
+func TestWatchEndsWhenTheBundleIsGoneForGood(t *testing.T) {
+	defer policies.SetRewatchWait(500 * time.Millisecond)()
+	dir := filepath.Join(t.TempDir(), "bundle")
+	writeBundle(t, dir, nil)
+	e, err := policies.New(context.Background(), policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ended, err := e.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Rename(dir, dir+".old"); err != nil {
 		t.Fatal(err)
 	}
-	writeBundle(t, dir, nil)
-	waitReload(t, events, func() { touch(t, filepath.Join(dir, "strict.rego")) }, succeeded)
-	// Watched again, not only reloaded once: a later edit reloads too.
-	waitReload(t, events, func() { touch(t, filepath.Join(dir, "strict.rego")) }, succeeded)
+	select {
+	case err := <-ended:
+		if err == nil || !strings.Contains(err.Error(), "went and is not back") {
+			t.Fatalf("the watch ended with %v; want an error saying the bundle went", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not end within 10s of the bundle going for good")
+	}
 }
