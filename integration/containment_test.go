@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -260,6 +262,65 @@ func TestLaunchTerminalInterruptOnce(t *testing.T) {
 	got := out.String()
 	if n := strings.Count(got, "INT"); n != 1 || exitCode(err) != 0 || !strings.Contains(got, "done") {
 		t.Fatalf("one ^C: the command saw SIGINT %d times, launcher exit %d, output %q; want once, 0, and the command running to its end", n, exitCode(err), got)
+	}
+}
+
+// A launch begun in the background (`&`) leads a process group of its own
+// for the sandbox; brought to the foreground (`fg`), its ^C reaches the
+// launcher's group only, and the launcher passes it on: the command sees
+// it once.
+func TestLaunchInterruptAfterFg(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+	bash := testutil.RequireTool(t, "bash")
+	master, slave := testutil.OpenPty(t)
+	sh := exec.Command(bash, "--norc", "--noprofile", "-i")
+	sh.Stdin, sh.Stdout, sh.Stderr = slave, slave, slave
+	sh.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "TERM=dumb", "PS1=$ "}
+	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
+	slave.Close()
+	var mu sync.Mutex
+	var out strings.Builder
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			mu.Lock()
+			out.Write(buf[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// The markers are split in what is typed, so the terminal's echo of
+	// the line is not taken for them.
+	waitFor := func(marker string) string {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			mu.Lock()
+			got := out.String()
+			mu.Unlock()
+			if strings.Contains(got, marker) {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q from the terminal in 20s; it shows %q", marker, got)
+			}
+		}
+	}
+	fmt.Fprintf(master, "%s launch --net none --stop-timeout 1s --log-level error -- /bin/sh -c 'trap \"echo GOT\"\"INT\" INT; echo READY\"\"MARK; i=0; while [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done' &\n", airlockBin)
+	waitFor("READYMARK")
+	io.WriteString(master, "fg\n")
+	time.Sleep(500 * time.Millisecond) // bash gives the job the terminal
+	master.Write([]byte{3})            // ^C
+	io.WriteString(master, "echo EXIT\"\"CODE=$?\n")
+	got := waitFor("EXITCODE=")
+	if n := strings.Count(got, "GOTINT"); n != 1 {
+		t.Fatalf("^C after fg: the command saw SIGINT %d times; want once. The terminal:\n%s", n, got)
 	}
 }
 
