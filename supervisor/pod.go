@@ -363,8 +363,15 @@ func (p *Pod) openIngress(context.Context) error {
 		if err != nil {
 			return fmt.Errorf("ingress %s: %w", r.Name, err)
 		}
+		keysChanged := func(n int, err error) {
+			if err != nil {
+				p.event("ingress_keys_refused", events.Critical, r.Service, fmt.Sprintf("ingress %s: the key file changed and cannot be used; every request is refused until it is mended: %v", r.Name, err))
+				return
+			}
+			p.event("ingress_keys_reload", events.Info, r.Service, fmt.Sprintf("ingress %s: the key file changed; %d keys now admit", r.Name, n))
+		}
 		srv, err := ingress.Listen(ingress.Route{Name: r.Name, Listen: r.Listen, Service: r.Service, Port: r.Port, Keys: keys},
-			ingress.Options{Dial: p.network.DialContext, Audit: p.proxy.AuditWriter(), AuditFailOpen: p.m.Proxy.AuditFailure == "warn", Logger: p.log})
+			ingress.Options{Dial: p.network.DialContext, Audit: p.proxy.AuditWriter(), AuditFailOpen: p.m.Proxy.AuditFailure == "warn", Logger: p.log, KeysChanged: keysChanged})
 		if err != nil {
 			return err
 		}

@@ -26,6 +26,9 @@ const (
 	ReasonUpstreamError = "ingress_upstream_error"
 	ReasonClientGone    = "ingress_client_gone" // audit only: the client left before the service answered
 	ReasonShuttingDown  = "ingress_shutting_down"
+	// ReasonKeysUnavailable (503): the key file changed into one that
+	// cannot be used; no key is accepted until it is mended.
+	ReasonKeysUnavailable = "ingress_keys_unavailable"
 	// ReasonAuditUnavailable: the admit line could not be written, and
 	// the pod's audit_failure is closed (503).
 	ReasonAuditUnavailable = "ingress_audit_unavailable"

@@ -57,9 +57,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	keys, err := s.currentKeys()
+	if err != nil {
+		line.Reason = ReasonKeysUnavailable
+		s.refuse(sw, http.StatusServiceUnavailable, line.Reason, "the route's key file changed and cannot be used: no key is accepted until it is mended (the pod's log says why)")
+		return
+	}
 	key, reason, msg := presentedKey(r.Header)
 	if reason == "" {
-		if op, ok := s.route.Keys.Operator(key); ok {
+		if op, ok := keys.Operator(key); ok {
 			line.Operator, line.Allowed, line.Reason = op, true, ReasonAllowed
 		} else {
 			reason, msg = ReasonKeyUnknown, "the key is not one of this route's operator keys"

@@ -43,6 +43,23 @@ func ValidOperator(name string) bool { return operatorName.MatchString(name) }
 type Keys struct {
 	path    string
 	entries []keyEntry
+	stamp   fileStamp // of the file the entries were read from
+}
+
+// fileStamp tells one version of a file from another: a file replaced
+// (renamed over) has another inode, one written in place another ctime.
+type fileStamp struct {
+	dev, ino     uint64
+	size         int64
+	ctime, mtime syscall.Timespec
+}
+
+func stampOf(st os.FileInfo) fileStamp {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileStamp{}
+	}
+	return fileStamp{dev: sys.Dev, ino: sys.Ino, size: sys.Size, ctime: sys.Ctim, mtime: sys.Mtim}
 }
 
 type keyEntry struct {
@@ -71,13 +88,15 @@ func LoadKeys(path string) (*Keys, error) {
 		return nil, fmt.Errorf("ingress key file: %w", err)
 	}
 	defer f.Close()
-	if err := checkKeyFile(f, path); err != nil {
+	st, err := checkKeyFile(f, path)
+	if err != nil {
 		return nil, err
 	}
 	k, err := parseKeys(f, path)
 	if err != nil {
 		return nil, err
 	}
+	k.stamp = stampOf(st)
 	if len(k.entries) == 0 {
 		return nil, fmt.Errorf("ingress key file %s: no keys (add one with `airlock ingress key --operator NAME --keys %s`)", path, path)
 	}
@@ -87,21 +106,21 @@ func LoadKeys(path string) (*Keys, error) {
 // checkKeyFile refuses a key file someone other than its owner could
 // rewrite (to add their own key), or one owned by another user than root
 // or us, as sshd's StrictModes refuses an authorized_keys file.
-func checkKeyFile(f *os.File, path string) error {
+func checkKeyFile(f *os.File, path string) (os.FileInfo, error) {
 	st, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("ingress key file: %w", err)
+		return nil, fmt.Errorf("ingress key file: %w", err)
 	}
 	if !st.Mode().IsRegular() {
-		return fmt.Errorf("ingress key file %s: not a regular file (%s)", path, st.Mode().Type())
+		return nil, fmt.Errorf("ingress key file %s: not a regular file (%s)", path, st.Mode().Type())
 	}
 	if perm := st.Mode().Perm(); perm&0o022 != 0 {
-		return fmt.Errorf("ingress key file %s: mode %04o is writable by group or others; chmod 600 %s", path, perm, path)
+		return nil, fmt.Errorf("ingress key file %s: mode %04o is writable by group or others; chmod 600 %s", path, perm, path)
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 && int(sys.Uid) != os.Geteuid() {
-		return fmt.Errorf("ingress key file %s: owned by uid %d, neither root nor uid %d", path, sys.Uid, os.Geteuid())
+		return nil, fmt.Errorf("ingress key file %s: owned by uid %d, neither root nor uid %d", path, sys.Uid, os.Geteuid())
 	}
-	return nil
+	return st, nil
 }
 
 // parseKeys parses the lines of a key file; errors name path:line.
@@ -209,7 +228,7 @@ func AddKey(path, operator string, replace bool) (string, error) {
 		return "", err
 	}
 	defer f.Close() // releases the lock
-	if err := checkKeyFile(f, path); err != nil {
+	if _, err := checkKeyFile(f, path); err != nil {
 		return "", err
 	}
 	old, err := io.ReadAll(f)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,6 +41,9 @@ type Options struct {
 	// Logger is for errors (a failed upstream, a failed audit write);
 	// slog.Default() when nil.
 	Logger *slog.Logger
+	// KeysChanged, when set, is told when the route's key file changed:
+	// n keys now admit, or err says why none does until it is mended.
+	KeysChanged func(n int, err error)
 }
 
 // Server timeouts. There is no write timeout and no read timeout: either
@@ -63,6 +67,11 @@ type Server struct {
 	audit     *auditLog
 	failOpen  bool
 	log       *slog.Logger
+	// keys are what the key file held when last looked at
+	// (currentKeys); reloadMu lets one request reload it.
+	keys        atomic.Pointer[keySet]
+	reloadMu    sync.Mutex
+	keysChanged func(n int, err error)
 
 	// stop cancels every request's context at Shutdown: that is what ends
 	// a WebSocket, whose hijacked connection http.Server no longer tracks.
@@ -91,7 +100,8 @@ func Listen(r Route, o Options) (*Server, error) {
 	}
 	logger = logger.With("route", r.Name, "service", r.Service)
 	base, stop := context.WithCancel(context.Background())
-	s := &Server{route: r, ln: ln, audit: &auditLog{w: o.Audit}, failOpen: o.AuditFailOpen, log: logger, stop: stop}
+	s := &Server{route: r, ln: ln, audit: &auditLog{w: o.Audit}, failOpen: o.AuditFailOpen, log: logger, stop: stop, keysChanged: o.KeysChanged}
+	s.keys.Store(&keySet{keys: r.Keys, stamp: r.Keys.stamp})
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: readHeaderTimeout,

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -31,6 +32,9 @@ type ingress struct {
 	alice, bob string
 	mu         sync.Mutex
 	dialed     []*trackedConn // every connection the route dialled
+	// keyChanges are what KeysChanged was told: the number of keys, or
+	// the error.
+	keyChanges []string
 }
 
 // trackedConn is a connection into the "pod" that remembers being closed.
@@ -68,6 +72,15 @@ func startIngress(t *testing.T, port int) *ingress {
 			return tc, nil
 		},
 		Audit: in.audit,
+		KeysChanged: func(n int, err error) {
+			in.mu.Lock()
+			defer in.mu.Unlock()
+			if err != nil {
+				in.keyChanges = append(in.keyChanges, "error")
+			} else {
+				in.keyChanges = append(in.keyChanges, fmt.Sprint(n))
+			}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -557,5 +570,85 @@ func TestIngressAdmitFailsClosed(t *testing.T) {
 		case failOpen && (status != http.StatusOK || body != "served"):
 			t.Errorf("audit log failing, audit_failure warn: %d %q; want the service's answer", status, body)
 		}
+	}
+}
+
+// The key file is read again when it changes, at the next request: a key
+// replaced stops working at once, a key added works, and a file changed
+// into one that cannot be used (malformed, writable by others, gone)
+// admits no one, 503, until it is mended: the last good keys would still
+// hold the key an operator just removed.
+func TestKeyFileChangesTakeEffect(t *testing.T) {
+	backend := echoHeaders()
+	defer backend.Close()
+	in := startIngress(t, port(t, backend.URL))
+	path := in.srv.route.Keys.Path()
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	status := func(key string) (int, string) {
+		t.Helper()
+		n++
+		code, _, body := curl(t, fmt.Sprintf("%s/%d", in.url, n), "-H", "X-Api-Key: "+key)
+		var ref Refusal
+		json.Unmarshal([]byte(body), &ref)
+		return code, ref.Reason
+	}
+	want := func(what, key string, code int, reason string) {
+		t.Helper()
+		if got, why := status(key); got != code || why != reason {
+			t.Errorf("%s: %d %q; want %d %q", what, got, why, code, reason)
+		}
+	}
+	want("alice before any change", in.alice, http.StatusOK, "")
+	alice2, err := AddKey(path, "alice", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("alice's replaced key", in.alice, http.StatusUnauthorized, ReasonKeyUnknown)
+	want("alice's new key", alice2, http.StatusOK, "")
+	want("bob, untouched", in.bob, http.StatusOK, "")
+	carol, err := AddKey(path, "carol", false) // appended in place
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("carol, added", carol, http.StatusOK, "")
+	for _, tc := range []struct {
+		name   string
+		break_ func() error
+	}{
+		{"malformed", func() error { return os.WriteFile(path, []byte("bob not-a-hash\n"), 0o600) }},
+		{"writable by others", func() error { return os.Chmod(path, 0o666) }},
+		{"gone", func() error { return os.Remove(path) }},
+	} {
+		if err := tc.break_(); err != nil {
+			t.Fatal(err)
+		}
+		want("bob, the file "+tc.name, in.bob, http.StatusServiceUnavailable, ReasonKeysUnavailable)
+		os.Remove(path)
+		if err := os.WriteFile(path, good, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		want("bob, the file mended after "+tc.name, in.bob, http.StatusOK, "")
+		want("alice's first key, back in the mended file", in.alice, http.StatusOK, "")
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if got, want := strings.Join(in.keyChanges, " "), "2 3 error 2 error 2 error 2"; got != want {
+		t.Errorf("KeysChanged was told %q; want %q", got, want)
+	}
+	refused := 0
+	for path, l := range in.lines(t) {
+		if l.Reason == ReasonKeysUnavailable {
+			refused++
+			if l.Status != http.StatusServiceUnavailable || l.Allowed || l.Operator != UnknownOperator {
+				t.Errorf("audit line of %s: %+v; want a 503 refusal of an unknown operator", path, l)
+			}
+		}
+	}
+	if refused != 3 {
+		t.Errorf("%d audit lines say %s; want one per broken file, 3", refused, ReasonKeysUnavailable)
 	}
 }
