@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing/fstest"
@@ -34,9 +35,10 @@ type Bundle struct {
 	Files []File
 	// meta holds .manifest and .signatures.json: checked, not hashed.
 	meta []File
-	// injectedLib says the embedded library was added: no signature can
-	// cover it, so only then is it excluded from verification.
-	injectedLib bool
+	// injected are the paths of the embedded library's files, added to a
+	// bundle that lacks it: no signature can cover them, so they, and
+	// nothing else, are excluded from verification.
+	injected []string
 	// Modules and Data are set by Parse.
 	Modules []bundle.ModuleFile
 	Data    map[string]any
@@ -117,7 +119,7 @@ func LoadBundle(src Source, v *Verification) (*Bundle, error) {
 
 // libPackage finds a file that declares the library package, without
 // parsing: the hash must be known before any parsing happens.
-var libPackage = regexp.MustCompile(`(?m)^package[ \t]+airlock\.lib[ \t]*(#.*)?$`)
+var libPackage = regexp.MustCompile(`(?m)^[ \t]*package[ \t]+airlock\.lib[ \t\r]*(#.*)?$`)
 
 // ReadBundle reads a bundle's files without interpreting them, so that a
 // pinned hash is checked before any byte is parsed.
@@ -216,11 +218,7 @@ func (b *Bundle) read(v *Verification) (bundle.Bundle, error) {
 			alg = "RS256"
 		}
 		keys := map[string]*bundle.KeyConfig{keyID: {Key: v.PublicKey, Algorithm: alg, Scope: v.Scope}}
-		var exclude []string
-		if b.injectedLib {
-			exclude = []string{libDir + "/*"}
-		}
-		r = r.WithBundleVerificationConfig(bundle.NewVerificationConfig(keys, keyID, v.Scope, exclude))
+		r = r.WithBundleVerificationConfig(bundle.NewVerificationConfig(keys, keyID, v.Scope, b.injected))
 	}
 	ob, err := r.Read()
 	if err != nil {
@@ -229,6 +227,9 @@ func (b *Bundle) read(v *Verification) (bundle.Bundle, error) {
 	b.Modules, b.Data = ob.Modules, ob.Data
 	for i := range b.Modules {
 		b.Modules[i].Path = strings.TrimPrefix(path.Clean("/"+b.Modules[i].Path), "/")
+		if err := b.checkLibInjected(b.Modules[i]); err != nil {
+			return ob, err
+		}
 	}
 	sort.Slice(b.Modules, func(i, j int) bool { return b.Modules[i].Path < b.Modules[j].Path })
 	return ob, nil
@@ -275,9 +276,25 @@ func (b *Bundle) addLib() error {
 			}
 		}
 		b.Files = append(b.Files, File{Path: p, Raw: raw})
-		b.injectedLib = true
+		b.injected = append(b.injected, p)
 		return nil
 	})
+}
+
+// checkLibInjected refuses a module of the bundle's own in the library's
+// package when the library was taken to be missing (ReadBundle's look at
+// package lines, made before parsing, did not see it): it would join the
+// injected library, and with a signature it would be the one file of the
+// bundle's own whose absence from the signature went unseen.
+func (b *Bundle) checkLibInjected(m bundle.ModuleFile) error {
+	if len(b.injected) == 0 || slices.Contains(b.injected, m.Path) || m.Parsed == nil {
+		return nil
+	}
+	lib := ast.MustParseRef("data.airlock.lib")
+	if m.Parsed.Package.Path.HasPrefix(lib) {
+		return fmt.Errorf("%s declares package %s, which ReadBundle did not see as the library's: write its package line as `package airlock.lib` alone on its line", m.Path, m.Parsed.Package.Path)
+	}
+	return nil
 }
 
 // Hash is "sha256:<hex>" over the canonical encoding of the bundle: for each

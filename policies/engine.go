@@ -393,19 +393,26 @@ func preparePreset(ctx context.Context, c *ast.Compiler, parsed map[string]*ast.
 		return nil, err
 	}
 	// Rules must be constant data: evaluated here once, without input.
+	// Go's values of them cannot tell a set from a list, which the
+	// library reads differently (a set of rules has no positions, a set
+	// of methods is no method list): sets are found in Rego.
 	rs, err := rego.New(rego.Compiler(c), rego.Query(fmt.Sprintf(
-		"r := %s.rules; d := %s.denies; ix := data.airlock.lib.index(r, d)", pkg, pkg))).Eval(ctx)
+		"r := %s.rules; d := %s.denies; lists := [is_array(r), is_array(d)]; sets := [p | walk([r, d], [p, v]); is_set(v)]; ix := data.airlock.lib.index(r, d)", pkg, pkg))).Eval(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if len(rs) != 1 {
 		return nil, errors.New("must define rules and denies as constant lists (rules := [...], denies := [...])")
 	}
+	b := rs[0].Bindings
+	if err := checkShape(b["lists"], b["sets"]); err != nil {
+		return nil, err
+	}
 	p := &compiledPreset{Preset: Preset{Name: name}}
-	if p.Rules, err = decodeRules(rs[0].Bindings["r"]); err != nil {
+	if p.Rules, err = decodeRules(b["r"]); err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
 	}
-	if p.Denies, err = decodeRules(rs[0].Bindings["d"]); err != nil {
+	if p.Denies, err = decodeRules(b["d"]); err != nil {
 		return nil, fmt.Errorf("denies: %w", err)
 	}
 	if err := p.validate(); err != nil {
@@ -414,7 +421,10 @@ func preparePreset(ctx context.Context, c *ast.Compiler, parsed map[string]*ast.
 	// The index is lib.decide's constant half, computed once here; each
 	// decision then evaluates lib.decide_indexed on it, the same function
 	// `decision := lib.decide(rules, denies)` runs under opa test.
-	ix, err := ast.InterfaceToValue(rs[0].Bindings["ix"])
+	if err := checkIndexed(b["ix"], len(p.Rules), len(p.Denies)); err != nil {
+		return nil, err
+	}
+	ix, err := ast.InterfaceToValue(b["ix"])
 	if err != nil {
 		return nil, fmt.Errorf("index: %w", err)
 	}

@@ -221,6 +221,16 @@ func TestInvalidPresetsAreRefused(t *testing.T) {
 		{"custom decision", head + "rules := []\n\ndenies := []\n\ndecision := {\"allow\": true}\n", "decision must be exactly"},
 		{"preset reads input", head + "rules := [] if input.x\n" + tail, "may not read input"},
 		{"syntax error", head + "rules := [\n", "rego_parse_error"},
+		// Spellings the library would read otherwise than Go checked
+		// them: a rule checked narrow, enforced wide.
+		{"a set of methods", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/gh"}], "hosts": ["a.example"], "methods": {"GET", "HEAD"}, "paths": ["/status"]}]` + tail, `rules[0]["methods"] is a set`},
+		{"denies a set", head + "rules := []\n\ndenies contains {\"name\": \"d\", \"hosts\": [\"a.example\"]}\n\ndecision := lib.decide(rules, denies)\n", "must be lists"},
+		{"rules a set", head + "rules contains {\"name\": \"r\", \"binaries\": [{\"path\": \"/usr/bin/curl\"}], \"hosts\": [\"a.example\"]}\n" + tail, "must be lists"},
+		{"a capitalised field", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "Hosts": ["a.example"]}]` + tail, `unknown field "Hosts"`},
+		{"a capitalised name", head + `rules := [{"Name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"]}]` + tail, `unknown field "Name"`},
+		{"a capitalised pin", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/gh", "SHA256": "` + strings.Repeat("a", 64) + `"}], "hosts": ["a.example"]}]` + tail, `binaries[0]: unknown field "SHA256"`},
+		{"a long-s field", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hoſts": ["a.example"]}]` + tail, `unknown field "hoſts"`},
+		{"a capitalised secret source", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "inject": {"authorization": {"Env": "T"}}}]` + tail, `inject authorization: unknown field "Env"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "bundle")
@@ -230,6 +240,29 @@ func TestInvalidPresetsAreRefused(t *testing.T) {
 				t.Fatalf("New = %v; want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A library that leaves a rule out of its index (a rule it could not
+// read) refuses the load: the rules after it would answer for the hosts
+// the index gives their positions.
+func TestIndexMissingARuleIsRefused(t *testing.T) {
+	lib, err := os.ReadFile("lib/airlock.rego")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const all = `"rules": [_prep(r, false) | some r in rules],`
+	if !strings.Contains(string(lib), all) {
+		t.Fatalf("lib/airlock.rego no longer has %q", all)
+	}
+	dropping := strings.Replace(string(lib), all, `"rules": [_prep(r, false) | some r in rules; r.name != "dropped"],`, 1)
+	dir := filepath.Join(t.TempDir(), "bundle")
+	writeBundle(t, dir, map[string]string{"lib/airlock.rego": dropping, "two.rego": "package airlock.presets.two\n\nimport data.airlock.lib\n\n" +
+		`rules := [{"name": "dropped", "binaries": [{"path": "/usr/bin/gh"}], "hosts": ["a.example"]}, {"name": "kept", "binaries": [{"path": "/**"}], "hosts": ["b.example"]}]` +
+		"\n\ndenies := []\n\ndecision := lib.decide(rules, denies)\n"})
+	_, err = policies.New(context.Background(), policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
+	if err == nil || !strings.Contains(err.Error(), "the library read 1 of 2 rules") {
+		t.Fatalf("New = %v; want the load refused, naming the rule count", err)
 	}
 }
 

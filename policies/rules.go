@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"regexp"
 	"strings"
 )
@@ -43,8 +44,14 @@ type Preset struct {
 	Denies []Rule
 }
 
-// decodeRules decodes a preset's rules strictly.
+// decodeRules decodes a preset's rules strictly. Its field names must be
+// exactly those the library reads: encoding/json matches "Hosts" (or
+// "hoſts") to Hosts, which the library would not see, and a rule checked
+// narrow here would be enforced wide.
 func decodeRules(v any) ([]Rule, error) {
+	if err := exactFields(v); err != nil {
+		return nil, err
+	}
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
@@ -56,6 +63,109 @@ func decodeRules(v any) ([]Rule, error) {
 		return nil, err
 	}
 	return rules, nil
+}
+
+var (
+	ruleFields   = jsonFields(reflect.TypeFor[Rule]())
+	binaryFields = jsonFields(reflect.TypeFor[Binary]())
+	secretFields = jsonFields(reflect.TypeFor[SecretRef]())
+)
+
+// jsonFields are the JSON names of a struct's fields.
+func jsonFields(t reflect.Type) map[string]bool {
+	names := map[string]bool{}
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		names[name] = true
+	}
+	return names
+}
+
+// exactFields checks every object of the rules (the rules, their binaries,
+// their inject entries) for a field name not spelled exactly as the
+// library reads it.
+func exactFields(v any) error {
+	rules, ok := v.([]any)
+	if !ok {
+		return nil // not a list: the decoder says so
+	}
+	check := func(obj any, names map[string]bool, where string) error {
+		m, ok := obj.(map[string]any)
+		if !ok {
+			return nil // not an object: the decoder says so
+		}
+		for k := range m {
+			if !names[k] {
+				return fmt.Errorf("%s: unknown field %q (field names are lower case, as the library reads them)", where, k)
+			}
+		}
+		return nil
+	}
+	for i, r := range rules {
+		where := fmt.Sprintf("rule %d", i)
+		if m, ok := r.(map[string]any); ok {
+			if name, ok := m["name"].(string); ok {
+				where = fmt.Sprintf("rule %q", name)
+			}
+		}
+		if err := check(r, ruleFields, where); err != nil {
+			return err
+		}
+		m, _ := r.(map[string]any)
+		bins, _ := m["binaries"].([]any)
+		for j, b := range bins {
+			if err := check(b, binaryFields, fmt.Sprintf("%s: binaries[%d]", where, j)); err != nil {
+				return err
+			}
+		}
+		inject, _ := m["inject"].(map[string]any)
+		for h, ref := range inject {
+			if err := check(ref, secretFields, fmt.Sprintf("%s: inject %s", where, h)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkShape refuses rules or denies that are not lists, and a set
+// anywhere in them (sets are where walk found them: [0 or 1, path...]).
+func checkShape(lists, sets any) error {
+	if l, ok := lists.([]any); !ok || len(l) != 2 || l[0] != true || l[1] != true {
+		return errors.New("rules and denies must be lists (rules := [...], denies := [...]), not sets: a set has no order for the first matching rule")
+	}
+	found, _ := sets.([]any)
+	if len(found) == 0 {
+		return nil
+	}
+	at, _ := found[0].([]any)
+	where := "rules"
+	if len(at) > 0 && fmt.Sprint(at[0]) == "1" {
+		where = "denies"
+	}
+	for _, step := range at[min(1, len(at)):] {
+		if key, ok := step.(string); ok {
+			where += fmt.Sprintf("[%q]", key)
+		} else {
+			where += fmt.Sprintf("[%v]", step)
+		}
+	}
+	return fmt.Errorf("%s is a set ({...}); write a list ([...]): the library reads lists", where)
+}
+
+// checkIndexed refuses an index the library built from fewer rules than
+// were given: a rule its preparation could not read is left out of the
+// list, and the rules after it would answer for the hosts the index gives
+// their positions.
+// A library of the bundle's own that indexes otherwise is its author's.
+func checkIndexed(ix any, rules, denies int) error {
+	m, _ := ix.(map[string]any)
+	r, okR := m["rules"].([]any)
+	d, okD := m["denies"].([]any)
+	if okR && okD && (len(r) != rules || len(d) != denies) {
+		return fmt.Errorf("the library read %d of %d rules and %d of %d denies: a rule has a value of a type it does not read", len(r), rules, len(d), denies)
+	}
+	return nil
 }
 
 var (

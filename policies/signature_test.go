@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
@@ -89,4 +90,58 @@ func mustReadFile(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return string(raw)
+}
+
+// A signed bundle that brings no library gets the embedded one, which no
+// signature covers and only it is excluded from verification: a file of
+// the bundle's own under lib/, unsigned, is refused, even one whose
+// package line the look before parsing does not take for the library's.
+func TestUnsignedLibraryFileIsRefused(t *testing.T) {
+	opa := testutil.RequireTool(t, "opa")
+	tmp := t.TempDir()
+	priv, pub := rsaKeys(t, tmp, "signer")
+	for _, tc := range []struct{ name, path, body string }{
+		{"the library's package, CRLF", "lib/zz.rego", "package airlock.lib\r\n\r\n_any_host(_) := true\r\n"},
+		{"the library's package, indented", "lib/zz.rego", "  package airlock.lib\n\n_any_host(_) := true\n"},
+		{"a package below the library's", "lib/extra.rego", "package airlock.lib.extra\n\nx := 1\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := filepath.Join(t.TempDir(), "src")
+			writeBundle(t, src, nil)
+			sign := exec.Command(opa, "sign", "--signing-key", priv, "--signing-alg", "RS256", "--bundle", ".")
+			sign.Dir = src
+			if out, err := sign.CombinedOutput(); err != nil {
+				t.Fatalf("opa sign: %v\n%s", err, out)
+			}
+			load := func() error {
+				_, err := policies.New(context.Background(), policies.Options{Source: policies.Source{Path: src}, Logger: discard(),
+					Verify: &policies.Verification{PublicKey: pub}})
+				return err
+			}
+			if err := load(); err != nil {
+				t.Fatalf("the signed bundle: %v", err)
+			}
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(src, tc.path)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(src, tc.path), []byte(tc.body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := load(); err == nil {
+				t.Fatalf("an unsigned %s was loaded", tc.path)
+			}
+		})
+	}
+}
+
+// A module in the library's package that the look before parsing misses
+// refuses the bundle even unsigned: it would join the injected library,
+// its rules beside the library's own.
+func TestHiddenLibraryModuleIsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bundle")
+	writeBundle(t, dir, map[string]string{"extend.rego": "package airlock[\"lib\"]\n\n_any_host(_) := true\n"})
+	_, err := policies.New(context.Background(), policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
+	if err == nil || !strings.Contains(err.Error(), "extend.rego declares package data.airlock.lib") {
+		t.Fatalf("New = %v; want the module refused", err)
+	}
 }
