@@ -233,6 +233,9 @@ func TestInjectedSecretIsScrubbed(t *testing.T) {
 		if resp.StatusCode != 200 || string(body) != "authorization=Bearer "+mask+"\n" {
 			t.Fatalf("absolute-form /cl = %d %q", resp.StatusCode, body)
 		}
+		if got := resp.Header.Get("X-Echo-Accept-Encoding"); got != "identity" {
+			t.Errorf("absolute-form /cl: the upstream was asked for Accept-Encoding %q; want identity, as when inspected", got)
+		}
 	})
 
 	t.Run("a compressed answer is refused, not passed on unread", func(t *testing.T) {

@@ -205,6 +205,12 @@ func CanonicalMethod(m string) (string, error) {
 // (for example one using ';') is refused rather than half-read: a deny rule
 // on a parameter must not be evadable by a malformed neighbour.
 func CanonicalQuery(raw string) (map[string][]string, error) {
+	// A request-target has no fragment, and the parser keeps "#x" in the
+	// value; a server whose URL parser splits one off reads the value
+	// without it (service=git-receive-pack#x). No client sends a raw "#".
+	if strings.Contains(raw, "#") {
+		return nil, invalid("query: a raw '#', which servers may read as the start of a fragment")
+	}
 	q, err := url.ParseQuery(raw)
 	if err != nil {
 		return nil, invalid("query: %v", err)

@@ -87,7 +87,7 @@ func TestCanonicalQuery(t *testing.T) {
 	if _, err := CanonicalQuery("service=git-upload-pack;service=git-receive-pack"); !errors.Is(err, ErrInvalidRequest) {
 		t.Errorf("CanonicalQuery with ';' error = %v; want ErrInvalidRequest", err)
 	}
-	for _, raw := range []string{"service=git-receive-pack%00", "service=x%0d%0a", "k%01=v", "service=%c0%ae", "a=%7f"} {
+	for _, raw := range []string{"service=git-receive-pack%00", "service=x%0d%0a", "k%01=v", "service=%c0%ae", "a=%7f", "service=git-receive-pack#x", "a=1#&service=git-receive-pack"} {
 		_, err := CanonicalQuery(raw)
 		if !errors.Is(err, ErrInvalidRequest) || strings.Contains(err.Error(), "receive") {
 			t.Errorf("CanonicalQuery(%q) error = %v; want ErrInvalidRequest without the value", raw, err)

@@ -79,11 +79,16 @@ func (p *Proxy) admit(dc *decision) bool {
 		return false
 	}
 	err := p.writeLine(dc, AuditMessage, 0, 0, 0)
-	if err == nil {
+	var tee *teeError
+	if err == nil || errors.As(err, &tee) {
+		// In the log (its tee may have failed): whatever follows is
+		// its close line, not a second decision line of the same id.
 		dc.announced = true
 		if dc.cc != nil {
 			dc.cc.opened(dc)
 		}
+	}
+	if err == nil {
 		return true
 	}
 	if p.cfg.AuditFailOpen {
@@ -92,6 +97,12 @@ func (p *Proxy) admit(dc *decision) bool {
 	dc.deny(policies.ReasonAuditUnavailable, "audit log write failed: "+errnoText(err))
 	return false
 }
+
+// teeError is a line the log took and its tee did not.
+type teeError struct{ err error }
+
+func (e *teeError) Error() string { return "audit tee: " + e.err.Error() }
+func (e *teeError) Unwrap() error { return e.err }
 
 // errnoText is the system's word for err (no space left on device, broken
 // pipe), without the audit log's path, which a denial must not show the
@@ -244,7 +255,9 @@ func (l *auditLog) finish(bp *[]byte, b []byte, sandbox string) error {
 		// A line its tee cannot take fails as one the log cannot: an
 		// allowed decision is then refused (admit), never left off the
 		// record its sandbox's owner reads.
-		err = l.tee(sandbox, b)
+		if terr := l.tee(sandbox, b); terr != nil {
+			err = &teeError{terr}
+		}
 	}
 	if cap(b) <= 64<<10 {
 		*bp = b

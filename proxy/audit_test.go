@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -238,6 +240,19 @@ func TestAuditTee(t *testing.T) {
 	dc = auditDecision(true)
 	if p.admit(dc) || dc.d.Reason != policies.ReasonAuditUnavailable {
 		t.Fatalf("a tee that fails: admit allowed, decision %+v; want audit_unavailable", dc.d)
+	}
+	// The log took the allow line: the refusal is its close line, not a
+	// second decision line of the same id.
+	p.record(dc, http.StatusServiceUnavailable, 0, 0)
+	var msgs []string
+	for _, l := range auditLines(t, log.Bytes()) {
+		if l["id"] == p.audit.id(dc) {
+			msgs = append(msgs, fmt.Sprint(l["msg"], " ", l["decision"], " ", l["reason"]))
+		}
+	}
+	want := []string{AuditMessage + " allow " + string(auditDecision(true).d.Reason), AuditCloseMessage + " deny audit_unavailable"}
+	if !slices.Equal(msgs, want) {
+		t.Fatalf("the log's lines of the refused decision: %q; want %q", msgs, want)
 	}
 }
 

@@ -43,6 +43,7 @@ type upstreamTransport struct {
 func newUpstreamTransport(fallback *http.Transport) *upstreamTransport {
 	const fallbackIdle = maxIdleUpstream / 4
 	fallback.MaxIdleConns = fallbackIdle
+	fallback.MaxResponseHeaderBytes = maxResponseHeaderBytes
 	return &upstreamTransport{
 		fallback:       fallback,
 		maxIdle:        maxIdleUpstream - fallbackIdle,
@@ -267,8 +268,13 @@ func (kc *keptConn) roundTrip(req *http.Request) (*http.Response, error) {
 	var resp *http.Response
 	for informational := 0; ; informational++ {
 		var err error
+		kc.counted.limit = kc.counted.n + int64(kc.br.Buffered()) + maxResponseHeaderBytes
 		resp, err = http.ReadResponse(kc.br, req)
+		kc.counted.limit = 0
 		kc.answered = kc.counted.n > read
+		if errors.Is(err, errHeaderTooLarge) {
+			err = fmt.Errorf("the response header from %s is larger than %d bytes", req.URL.Host, maxResponseHeaderBytes)
+		}
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
 			// The hint an agent reads says which limit it met.
@@ -375,9 +381,25 @@ func (b *keptBody) Close() error {
 type countingReader struct {
 	r io.Reader
 	n int64
+	// limit, when not 0, is the count a read may not go past: a response
+	// header is read whole before anything of it is looked at, and an
+	// upstream must not grow the proxy's memory at will.
+	limit int64
 }
 
+// maxResponseHeaderBytes bounds an upstream response's header, on both
+// transports: the largest real ones (cookies, CSP) are tens of KiB.
+const maxResponseHeaderBytes = 1 << 20
+
+var errHeaderTooLarge = errors.New("response header too large")
+
 func (c *countingReader) Read(p []byte) (int, error) {
+	if c.limit != 0 {
+		if c.n >= c.limit {
+			return 0, errHeaderTooLarge
+		}
+		p = p[:min(int64(len(p)), c.limit-c.n)]
+	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err

@@ -443,3 +443,42 @@ func (c *heldConn) flush() {
 	c.Conn.Write(c.buf.Bytes())
 	c.buf.Reset()
 }
+
+// An upstream whose answer's header does not end is cut at
+// maxResponseHeaderBytes, on the kept connections and on the fallback
+// alike: an upstream must not grow the proxy's memory at will. A header
+// just under the bound passes.
+func TestUpstreamTransportBoundsTheResponseHeader(t *testing.T) {
+	o := newRawOrigin(t, func(n int, c net.Conn, req *http.Request) bool {
+		io.Copy(io.Discard, req.Body)
+		size := 4 * maxResponseHeaderBytes // endless, as far as the proxy may tell
+		if req.URL.Path == "/fits" {
+			size = maxResponseHeaderBytes - 1024
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Big: "+strings.Repeat("a", size)+"\r\n\r\nok")
+		return true
+	})
+	tr := newTestUpstreamTransport()
+	defer tr.CloseIdleConnections()
+	for _, method := range []string{http.MethodGet, http.MethodPost} { // kept, fallback
+		for _, path := range []string{"/fits", "/endless"} {
+			req, _ := http.NewRequest(method, "http://"+o.addr+path, nil)
+			resp, err := tr.RoundTrip(req)
+			if path == "/fits" {
+				if err != nil {
+					t.Fatalf("%s %s: %v; want the answer", method, path, err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				continue
+			}
+			if err == nil {
+				resp.Body.Close()
+				t.Fatalf("%s %s: answered %d; want the header refused", method, path, resp.StatusCode)
+			}
+			if method == http.MethodGet && !strings.Contains(err.Error(), fmt.Sprintf("larger than %d bytes", maxResponseHeaderBytes)) {
+				t.Errorf("%s %s: %v; want the bound named", method, path, err)
+			}
+		}
+	}
+}
