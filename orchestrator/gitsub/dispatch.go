@@ -92,7 +92,7 @@ type GitHub struct {
 	Repo     string // owner/name
 	Workflow string // the workflow's file name (airlock-spawn.yml) or id
 	Token    string
-	Client   *http.Client // http.DefaultClient when nil
+	Client   *http.Client // http.DefaultClient's settings when nil; redirects are never followed
 }
 
 func (g GitHub) Dispatch(ctx context.Context, job Dispatch) error {
@@ -131,10 +131,13 @@ func (g GitHub) Dispatch(ctx context.Context, job Dispatch) error {
 	req.Header.Set("Authorization", "Bearer "+g.Token)
 	req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
 	req.Header.Set("Content-Type", "application/json")
-	client := g.Client
-	if client == nil {
-		client = http.DefaultClient
+	client := http.Client{}
+	if g.Client != nil {
+		client = *g.Client
 	}
+	// A redirect is a refused dispatch (GitHub answers 204): followed, it
+	// would carry the token wherever it pointed, plain http included.
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	// A request GitHub may have acted on is one sent whole.
 	var wrote atomic.Bool
 	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{

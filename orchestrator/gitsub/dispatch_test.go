@@ -78,6 +78,31 @@ func TestGitHubDispatchRefuses(t *testing.T) {
 	}
 }
 
+// A redirect, even to the same host, is a refused dispatch: the token
+// goes nowhere the API URL did not name, and never over plain http.
+func TestGitHubDispatchFollowsNoRedirect(t *testing.T) {
+	leaked := make(chan string, 1)
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked <- r.Header.Get("Authorization")
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer plain.Close()
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, plain.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer tlsSrv.Close()
+	g := GitHub{API: tlsSrv.URL, Repo: "acme/state", Workflow: "w.yml", Token: "secret-tok", Client: tlsSrv.Client()}
+	err := g.Dispatch(context.Background(), Dispatch{ID: "t-1", Branch: "spawn/t-1"})
+	if err == nil || !strings.Contains(err.Error(), "307") {
+		t.Errorf("Dispatch = %v; want the redirect refused", err)
+	}
+	select {
+	case auth := <-leaked:
+		t.Fatalf("the redirect was followed; the plain http server got Authorization %q", auth)
+	default:
+	}
+}
+
 func TestCommandDispatch(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "env")
 	c := Command{Line: `printf '%s %s %s' "$AIRLOCK_SPAWN_ID" "$AIRLOCK_SPAWN_BRANCH" "$AIRLOCK_SPAWN_REMOTE" > ` + out}

@@ -34,10 +34,10 @@ func runnerScript(t *testing.T) string {
 }
 
 // runnerDispatch runs the runner script as the dispatch command, with no
-// airlock on its PATH (the plain mode; the sandboxed one is
+// airlock on its PATH, the plain mode allowed (the sandboxed one is
 // integration/spawn_git_test.go's).
 func runnerDispatch(t *testing.T) Command {
-	return Command{Line: "PATH=/usr/bin:/bin exec /bin/sh " + runnerScript(t)}
+	return Command{Line: "PATH=/usr/bin:/bin AIRLOCK_RUNNER_ALLOW_UNSANDBOXED=1 exec /bin/sh " + runnerScript(t)}
 }
 
 // agent writes a sub-agent script (body after #!/bin/sh) and returns a
@@ -133,6 +133,58 @@ func TestRunnerOutcomes(t *testing.T) {
 				t.Errorf("result = %s exit %d %q; want %s exit %d with %q", r.Status, r.Exit, r.Detail, tc.status, tc.exit, tc.detail)
 			}
 		})
+	}
+}
+
+// Without airlock on the runner, the sub-agent does not run unless the
+// runner says it may run plainly: the task fails saying why.
+func TestRunnerRefusesUnsandboxed(t *testing.T) {
+	ctx := context.Background()
+	s := &Substrate{Remote: Remote{URL: testutil.GitRemote(t)}, Dispatcher: Command{Line: "PATH=/usr/bin:/bin exec /bin/sh " + runnerScript(t)}, PollEvery: 50 * time.Millisecond}
+	ran := filepath.Join(t.TempDir(), "ran")
+	f := agent(t, "t-plain", "touch "+ran+"; echo '{}'")
+	dir := filepath.Join(t.TempDir(), "t-plain")
+	pushed, err := s.Start(ctx, dir, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Wait(ctx, dir, &f.Manifest, pushed, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != ledger.Failed || !strings.Contains(r.Detail, "refusing to run the sub-agent without a sandbox") {
+		t.Errorf("result = %s %q; want failed, refusing to run without a sandbox", r.Status, r.Detail)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the sub-agent ran")
+	}
+}
+
+// Hooks a sub-agent run plainly plants in the checkout do not run when the
+// runner commits and pushes its result, with the remote's credentials in
+// their environment.
+func TestRunnerRunsNoHookOfTheCheckout(t *testing.T) {
+	ctx := context.Background()
+	s := &Substrate{Remote: Remote{URL: testutil.GitRemote(t)}, Dispatcher: runnerDispatch(t), PollEvery: 50 * time.Millisecond}
+	ran := filepath.Join(t.TempDir(), "hooks-ran")
+	f := agent(t, "t-hooks", `for h in pre-commit commit-msg post-commit pre-push; do
+printf '#!/bin/sh\necho %s >>`+ran+`\n' $h >.git/hooks/$h; chmod +x .git/hooks/$h
+done
+echo '{}'`)
+	dir := filepath.Join(t.TempDir(), "t-hooks")
+	pushed, err := s.Start(ctx, dir, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Wait(ctx, dir, &f.Manifest, pushed, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != ledger.Done {
+		t.Fatalf("result = %s %q; want done", r.Status, r.Detail)
+	}
+	if b, err := os.ReadFile(ran); err == nil {
+		t.Errorf("the checkout's hooks ran: %q", b)
 	}
 }
 

@@ -9,8 +9,8 @@
 #                         (https://x-access-token:TOKEN@github.com/o/r):
 #                         they are sent as an Authorization header through
 #                         git's environment, never written into the
-#                         checkout's .git, and the sub-agent sees neither
-#                         them nor this variable
+#                         checkout's .git, and a sandboxed sub-agent sees
+#                         neither them nor this variable
 #   AIRLOCK_SPAWN_BRANCH  the branch (default spawn/$AIRLOCK_SPAWN_ID)
 #   AIRLOCK_RUNNER_AIRLOCK  the airlock binary (default: airlock on PATH)
 #   AIRLOCK_RUNNER_LAUNCH_ARGS  this runner's own flags for airlock launch,
@@ -26,7 +26,10 @@
 # the kind's egress policy, from the very bundle the spawning host verified,
 # holds on this runner too. The sandbox reads spawns/<id>/ only (not the
 # rest of the checkout, never .git) and writes spawns/<id>/work only.
-# Without airlock on the runner the sub-agent runs plainly, and
+# Without airlock on the runner the task fails, unless
+# AIRLOCK_RUNNER_ALLOW_UNSANDBOXED=1: then the sub-agent runs plainly, as
+# this runner's user, with the remote's credentials within its reach (this
+# process's starting environment in /proc, the checkout's .git), and
 # result.json's detail says so in capitals. The kind's timeout is enforced
 # with timeout(1): exit 124, status timeout.
 #
@@ -50,8 +53,8 @@ die() {
 
 id=${AIRLOCK_SPAWN_ID:?airlock-spawn-runner: AIRLOCK_SPAWN_ID is not set}
 remote=${AIRLOCK_SPAWN_REMOTE:?airlock-spawn-runner: AIRLOCK_SPAWN_REMOTE is not set}
-# The sub-agent (run plainly, without airlock) inherits this environment:
-# the remote, credentials and all, is not part of it.
+# Not passed on to what runs next (a process of the same user can read it
+# in /proc all the same: the sandbox is what keeps the sub-agent from it).
 unset AIRLOCK_SPAWN_REMOTE
 branch=${AIRLOCK_SPAWN_BRANCH:-spawn/$id}
 case $id in
@@ -135,8 +138,10 @@ finish() {
 		+ (if $result == [] then {} else {result: $result[0]} end)
 		+ (if $detail == "" then {} else {detail: $detail} end)' >"$dir/result.json"
 	git add -f -- "$dir"
-	git commit --quiet -m "spawn $id: $1"
-	rgit push --quiet -- "$url" "HEAD:refs/heads/$branch" || die "cannot push the result of $id to $branch"
+	# No hook of the checkout's runs, with the credentials in its
+	# environment or at all.
+	git -c core.hooksPath=/dev/null commit --quiet --no-verify -m "spawn $id: $1"
+	rgit -c core.hooksPath=/dev/null push --quiet --no-verify -- "$url" "HEAD:refs/heads/$branch" || die "cannot push the result of $id to $branch"
 	exit 0
 }
 
@@ -236,6 +241,8 @@ if [ -n "$airlock" ]; then
 	done
 	set -- "$@" -- "$binary"
 else
+	[ "${AIRLOCK_RUNNER_ALLOW_UNSANDBOXED:-}" = 1 ] ||
+		finish failed 1 "airlock is not on this runner: refusing to run the sub-agent without a sandbox (AIRLOCK_RUNNER_ALLOW_UNSANDBOXED=1 runs it plainly, with the remote's credentials and the runner's within its reach)"
 	warning="WARNING: airlock is not on this runner: the sub-agent ran WITHOUT a sandbox and WITHOUT its preset's egress policy ($preset)"
 	echo "airlock-spawn-runner: $warning" >&2
 	set -- "$@" "$binary"
