@@ -242,6 +242,33 @@ func TestSpawnOverBudget(t *testing.T) {
 	}
 }
 
+// A day's budget file that cannot be believed refuses as an exhausted
+// budget does (exit 77, a refused line, an event): a scheduler that stops
+// for the day at 77 does not retry into it, and nothing is launched.
+func TestSpawnUnusableBudget(t *testing.T) {
+	e := newSpawnEnv(t)
+	e.kind(t, "quick", "1m", 100, "quick")
+	h := orchestrator.Home{Dir: e.home}
+	if err := os.MkdirAll(h.Budget(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.Budget(), time.Now().UTC().Format(time.DateOnly)+".json"), []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := e.spawn(t, 1000, "--kind", "quick")
+	if code != spawn.ExitOverBudget || !strings.Contains(errs, "unreadable, refusing") {
+		t.Fatalf("airlock spawn = %d; want 77 naming the unreadable budget\n%s%s", code, out, errs)
+	}
+	entries, _ := e.ledger(t)
+	if len(entries) != 1 || entries[0].Status != ledger.Refused {
+		t.Errorf("ledger %+v; want one refused line", entries)
+	}
+	evs, err := events.Read(h.Inbox(), time.Time{})
+	if err != nil || len(evs) != 1 || evs[0].Kind != "budget_unusable" {
+		t.Errorf("inbox %+v (%v); want one budget_unusable event", evs, err)
+	}
+}
+
 // 20 spawns at once against a budget of 3 estimates: exactly 3 run, 17 are
 // refused, and the day never holds more than the budget.
 func TestSpawnConcurrentNeverOverspends(t *testing.T) {

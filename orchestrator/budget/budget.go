@@ -19,6 +19,11 @@ import (
 // ErrExhausted: the day's budget cannot hold the reservation.
 var ErrExhausted = errors.New("daily token budget exhausted")
 
+// ErrUnusable: the day's budget file cannot be believed (it does not
+// parse, or holds a negative amount): every reservation is refused until
+// an operator fixes or removes it.
+var ErrUnusable = errors.New("daily token budget unusable")
+
 // Budget is the budget directory and its daily limit.
 type Budget struct {
 	Dir string

@@ -67,7 +67,7 @@ func (b Budget) read(day string) (*account, error) {
 	// A file that does not parse refuses every reservation rather than
 	// starting the day afresh: that would overspend.
 	if err := json.Unmarshal(data, a); err != nil {
-		return nil, fmt.Errorf("budget %s: unreadable, refusing (fix or remove it): %w", b.file(day), err)
+		return nil, fmt.Errorf("budget %s: unreadable, refusing (fix or remove it): %w: %w", b.file(day), ErrUnusable, err)
 	}
 	if a.Reserved == nil {
 		a.Reserved = map[string]int64{}
@@ -79,7 +79,7 @@ func (b Budget) read(day string) (*account, error) {
 		bad = bad || t < 0
 	}
 	if bad {
-		return nil, fmt.Errorf("budget %s: a negative amount, refusing (fix or remove it)", b.file(day))
+		return nil, fmt.Errorf("budget %s: a negative amount, refusing (fix or remove it): %w", b.file(day), ErrUnusable)
 	}
 	return a, nil
 }

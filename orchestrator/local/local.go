@@ -81,7 +81,17 @@ func (s Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) {
 		return res, nil
 	}
 	if err != nil {
-		return res, fmt.Errorf("the sandbox %s could not run %s: %w", spec.ID, spec.Command[0], err)
+		// Launched, the sub-agent ran, or may have, and spent: its end
+		// unseen (a pod gone with its stream) is a failure charged what
+		// its output says, or the kind's estimate, never one released
+		// at nothing as a sandbox that could not start is.
+		res.Exit = 0
+		if last, lerr := lastLine(spec.Stdout); lerr == nil {
+			res.Judge(last)
+		}
+		res.Status, res.Exit = ledger.Failed, 1
+		res.Detail = fmt.Sprintf("the end of the sandbox %s was not seen, so its exit code is not known: %v", spec.ID, err)
+		return res, nil
 	}
 	last, err := lastLine(spec.Stdout)
 	if err != nil {

@@ -33,7 +33,7 @@ var reserved = []int{ExitUsage, ExitIntegrity, ExitOverBudget, exitSetup}
 func ExitCode(r Result, err error) int {
 	var ue *UsageError
 	switch {
-	case errors.Is(err, budget.ErrExhausted):
+	case errors.Is(err, budget.ErrExhausted), errors.Is(err, budget.ErrUnusable):
 		return ExitOverBudget
 	case errors.Is(err, policies.ErrIntegrity):
 		return ExitIntegrity

@@ -66,6 +66,7 @@ func TestExitCodeOfRefusals(t *testing.T) {
 		want int
 	}{
 		{fmt.Errorf("reserve: %w", budget.ErrExhausted), ExitOverBudget},
+		{fmt.Errorf("reserve: %w", budget.ErrUnusable), ExitOverBudget},
 		{fmt.Errorf("open: %w", policies.ErrIntegrity), ExitIntegrity},
 		{&UsageError{errors.New("no kind")}, ExitUsage},
 		{errors.New("disk full"), 1},

@@ -97,12 +97,18 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 	res := Result{Task: id, Kind: k.Name, Substrate: name}
 	resv, err := s.Budget.Reserve(id, k.Tokens)
 	if err != nil {
-		if !errors.Is(err, budget.ErrExhausted) {
+		event := "budget_exhausted"
+		switch {
+		case errors.Is(err, budget.ErrExhausted):
+		case errors.Is(err, budget.ErrUnusable):
+			// A refusal too (exit 77: no retry spends), until fixed.
+			event = "budget_unusable"
+		default:
 			return res, fmt.Errorf("budget %s: %w", s.Budget.Dir, err)
 		}
 		res.Status, res.Detail = ledger.Refused, err.Error()
 		s.appendLedger(base, ledger.Refused, nil, nil, err.Error())
-		s.event("budget_exhausted", fmt.Sprintf("task %s (kind %s) refused: %v", id, k.Name, err))
+		s.event(event, fmt.Sprintf("task %s (kind %s) refused: %v", id, k.Name, err))
 		return res, err
 	}
 	if err := ledger.Append(s.Home.Ledger(), entry(base, ledger.Queued)); err != nil {
@@ -131,13 +137,17 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 		out.Detail = joinDetail(out.Detail, err.Error())
 		out.Status = ledger.Failed
 	}
-	exit := out.Exit
-	s.appendLedger(base, out.Status, &exit, out.Usage, out.Detail)
 	used := k.Tokens
 	if out.Usage != nil {
 		used = out.Usage.Tokens
 	}
+	// Settled first: a spawn that dies between the two leaves the task
+	// running in the ledger, which a reconciler settles (once: Settle
+	// refuses a second time); the other way round, a terminal line no
+	// reconciler looks at again, and the estimate held, never the usage.
 	s.settle(resv, used)
+	exit := out.Exit
+	s.appendLedger(base, out.Status, &exit, out.Usage, out.Detail)
 	if out.Status != ledger.Done {
 		s.event("spawn_failed", fmt.Sprintf("task %s (kind %s) %s: %s", id, k.Name, out.Status, out.Detail))
 	}
