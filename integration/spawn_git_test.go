@@ -35,7 +35,8 @@ func newGitEnv(t *testing.T) *gitEnv {
 // runner is a dispatch command that runs the shipped runner script on this
 // host, as a CI runner would: with sandboxed, under the airlock binary
 // under test with the env's bundle and proxy settings (what an operator
-// gives a runner); else with no airlock on its PATH.
+// gives a runner); else with no airlock on its PATH, the plain mode
+// allowed.
 func (e *gitEnv) runner(t *testing.T, sandboxed bool) string {
 	t.Helper()
 	script, err := filepath.Abs("../orchestrator/runner/airlock-spawn-runner.sh")
@@ -43,7 +44,7 @@ func (e *gitEnv) runner(t *testing.T, sandboxed bool) string {
 		t.Fatal(err)
 	}
 	if !sandboxed {
-		return "PATH=/usr/bin:/bin exec /bin/sh " + script
+		return "PATH=/usr/bin:/bin AIRLOCK_RUNNER_ALLOW_UNSANDBOXED=1 exec /bin/sh " + script
 	}
 	launch := fmt.Sprintf("--upstream-ca %s --ca-dir %s --resolve api.test:%d:127.0.0.2 --allow-range 127.0.0.2/32 --log-level warn",
 		e.upstreamCA, filepath.Join(e.dir, "ca"), e.tlsPort)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -94,10 +95,13 @@ func (e *spawnEnv) pin(t *testing.T, name string) {
 // spawn runs `airlock spawn` with the env's bundle and proxy settings.
 func (e *spawnEnv) spawn(t *testing.T, daily int, args ...string) (int, string, string) {
 	t.Helper()
-	args = append([]string{"spawn", "--home", e.home, "--task-file", e.task, "--substrate", "local",
-		"--daily-tokens", fmt.Sprint(daily), "--policy", e.bundle, "--upstream-ca", e.upstreamCA,
-		"--ca-dir", filepath.Join(e.dir, "ca"), "--resolve", fmt.Sprintf("api.test:%d:127.0.0.2", e.tlsPort),
-		"--allow-range", "127.0.0.2/32", "--log-level", "warn"}, args...)
+	base := []string{"spawn", "--home", e.home, "--task-file", e.task, "--substrate", "local",
+		"--daily-tokens", fmt.Sprint(daily), "--policy", e.bundle, "--log-level", "warn"}
+	if !slices.Contains(args, "--pod-socket") { // the pod's proxy has its own
+		base = append(base, "--upstream-ca", e.upstreamCA, "--ca-dir", filepath.Join(e.dir, "ca"),
+			"--resolve", fmt.Sprintf("api.test:%d:127.0.0.2", e.tlsPort), "--allow-range", "127.0.0.2/32")
+	}
+	args = append(base, args...)
 	cmd := exec.Command(airlockBin, args...)
 	cmd.Env = cleanEnv()
 	var stdout, stderr strings.Builder
@@ -266,6 +270,42 @@ func TestSpawnUnusableBudget(t *testing.T) {
 	evs, err := events.Read(h.Inbox(), time.Time{})
 	if err != nil || len(evs) != 1 || evs[0].Kind != "budget_unusable" {
 		t.Errorf("inbox %+v (%v); want one budget_unusable event", evs, err)
+	}
+}
+
+// Flags that cannot work are usage errors (exit 2) before anything is
+// reserved or written: a git kind with no remote, a remote with no
+// dispatcher, the proxy's own flags beside --pod-socket (its proxy is the
+// pod's). A dry run of a git kind needs no remote.
+func TestSpawnRefusesUnworkableFlags(t *testing.T) {
+	e := newSpawnEnv(t)
+	e.kind(t, "quick", "1m", 100, "quick")
+	gitKind, err := os.ReadFile(filepath.Join(e.home, "kinds", "quick.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gitKind = []byte(strings.Replace(strings.Replace(string(gitKind), "substrate: local", "substrate: git", 1), "name: quick", "name: remote", 1))
+	if err := os.WriteFile(filepath.Join(e.home, "kinds", "remote.yaml"), gitKind, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"a git kind, dry run", []string{"--kind", "remote", "--substrate", "git", "--dry-run"}, 0, "a dry run"},
+		{"a git kind without a remote", []string{"--kind", "remote", "--substrate", "git"}, 2, "needs --git-remote"},
+		{"a remote without a dispatcher", []string{"--kind", "remote", "--substrate", "git", "--git-remote", e.dir}, 2, "needs a dispatcher"},
+		{"proxy flags beside --pod-socket", []string{"--kind", "quick", "--pod-socket", filepath.Join(e.dir, "none.sock"), "--resolve", "a.test:1:127.0.0.2"}, 2, "--resolve: with --pod-socket the pod decides"},
+	} {
+		code, out, errs := e.spawn(t, 1000, tc.args...)
+		if code != tc.code || !strings.Contains(out+errs, tc.want) {
+			t.Errorf("%s: airlock spawn = %d; want %d saying %q\n%s%s", tc.name, code, tc.code, tc.want, out, errs)
+		}
+	}
+	if entries, _ := e.ledger(t); len(entries) != 0 {
+		t.Errorf("ledger %+v; want nothing written", entries)
 	}
 }
 

@@ -42,11 +42,12 @@ type podLaunch struct {
 	stopTimeout                                                    time.Duration
 }
 
-// checkPodFlags refuses every flag set that the pod decides (exit 2).
-func checkPodFlags(fl *pflag.FlagSet) error {
+// checkPodFlags refuses every flag set that the pod decides (exit 2): a
+// flag set and not taken by ours.
+func checkPodFlags(fl *pflag.FlagSet, ours func(name string) bool) error {
 	var refused []string
 	fl.Visit(func(f *pflag.Flag) {
-		if !podLaunchFlags[f.Name] {
+		if !ours(f.Name) {
 			refused = append(refused, "--"+f.Name)
 		}
 	})
@@ -54,7 +55,7 @@ func checkPodFlags(fl *pflag.FlagSet) error {
 		return nil
 	}
 	sort.Strings(refused)
-	return fmt.Errorf("%s: with --pod-socket the pod decides this (its network, proxy, policy, CA and limits); drop it, or launch without --pod-socket", strings.Join(refused, ", "))
+	return fmt.Errorf("%s: with --pod-socket the pod decides this (its network, proxy, policy, CA and limits); drop it, or run without --pod-socket", strings.Join(refused, ", "))
 }
 
 // launchInPod runs args as a one-off sandbox of the running pod on
@@ -63,7 +64,7 @@ func checkPodFlags(fl *pflag.FlagSet) error {
 // nothing here loads or compiles a policy.
 func launchInPod(cmd *cobra.Command, o podLaunch, args []string, log *slog.Logger) error {
 	usage := func(err error) error { return &exitError{ExitUsage, err} }
-	if err := checkPodFlags(cmd.Flags()); err != nil {
+	if err := checkPodFlags(cmd.Flags(), func(name string) bool { return podLaunchFlags[name] }); err != nil {
 		return usage(err)
 	}
 	if o.preset == "" {

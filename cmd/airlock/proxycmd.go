@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/vishvananda/netns"
 )
 
@@ -37,6 +38,16 @@ type proxyFlags struct {
 	limits               proxy.Limits
 	dialTimeout          time.Duration
 }
+
+// proxyFlagNames are the flags proxyFlags registers: the proxy's own,
+// which a pod's proxy decides instead.
+var proxyFlagNames = func() map[string]bool {
+	cmd := &cobra.Command{}
+	new(proxyFlags).register(cmd)
+	names := map[string]bool{}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
+	return names
+}()
 
 func (f *proxyFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()

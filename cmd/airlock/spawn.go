@@ -48,6 +48,16 @@ func newSpawnCmd() *cobra.Command {
 			if dailyTokens < 0 {
 				return &exitError{ExitUsage, fmt.Errorf("--daily-tokens %d: want 0 or more", dailyTokens)}
 			}
+			if podSocket != "" {
+				// The pod's proxy serves the sandbox: its own flags here
+				// would be ignored, unsaid.
+				if err := checkPodFlags(cmd.Flags(), func(name string) bool { return !proxyFlagNames[name] }); err != nil {
+					return &exitError{ExitUsage, err}
+				}
+			}
+			if gf.remote != "" && !dryRun && !gf.dispatches() {
+				return &exitError{ExitUsage, errors.New("--git-remote needs a dispatcher to start the runner: --dispatch-cmd or --github-repo")}
+			}
 			h, err := resolveHome(home)
 			if err != nil {
 				return err
@@ -75,6 +85,8 @@ func newSpawnCmd() *cobra.Command {
 				if s.Substrates["git"], err = gf.substrate(cmd); err != nil {
 					return err
 				}
+			} else {
+				s.Unavailable = map[string]string{"git": "needs --git-remote (or AIRLOCK_GIT_REMOTE) and a dispatcher (--dispatch-cmd or --github-repo)"}
 			}
 			// A stop signal ends the sub-agent (its sandbox with it) and
 			// the task is recorded as failed: never a sandbox orphaned

@@ -46,6 +46,9 @@ func (f *gitFlags) register(cmd *cobra.Command, grace, dispatch bool) {
 
 // substrate is the configured git substrate. Without a dispatcher it can
 // poll and collect, and refuses to start a spawn.
+// dispatches says whether a dispatcher, which starts the runner, is named.
+func (f *gitFlags) dispatches() bool { return f.dispatch != "" || f.ghRepo != "" }
+
 func (f *gitFlags) substrate(cmd *cobra.Command) (*gitsub.Substrate, error) {
 	if f.remote == "" {
 		return nil, &exitError{ExitUsage, errors.New("the git substrate needs --git-remote (or AIRLOCK_GIT_REMOTE)")}

@@ -37,8 +37,11 @@ type Spawner struct {
 	Budget budget.Budget
 	// Substrates by name ("local", "git").
 	Substrates map[string]Substrate
-	Now        func() time.Time
-	Log        *slog.Logger
+	// Unavailable says, for a substrate this run lacks, what it needs:
+	// the usage error names it.
+	Unavailable map[string]string
+	Now         func() time.Time
+	Log         *slog.Logger
 }
 
 // Request is one `airlock spawn`.
@@ -73,19 +76,24 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 	if name == "" {
 		name = k.Substrate
 	}
-	sub, ok := s.Substrates[name]
-	if !ok {
-		return Result{}, &UsageError{fmt.Errorf("substrate %q: this airlock has %v", name, s.substrateNames())}
-	}
-	if a, ok := sub.(AsyncSubstrate); req.Async && (!ok || !a.Async()) {
-		return Result{}, &UsageError{fmt.Errorf("--async: the %s substrate runs a sub-agent in the foreground only", name)}
-	}
 	if req.DryRun {
+		// What the kind's preset reaches, wherever it would run: no
+		// substrate is needed to say so.
 		d, err := s.Engine.Describe(k.Preset)
 		if err != nil {
 			return Result{}, err
 		}
 		return Result{Kind: k.Name, Substrate: name, Plan: &d}, nil
+	}
+	sub, ok := s.Substrates[name]
+	if !ok {
+		if why, known := s.Unavailable[name]; known {
+			return Result{}, &UsageError{fmt.Errorf("substrate %q %s", name, why)}
+		}
+		return Result{}, &UsageError{fmt.Errorf("substrate %q: this airlock has %v", name, s.substrateNames())}
+	}
+	if a, ok := sub.(AsyncSubstrate); req.Async && (!ok || !a.Async()) {
+		return Result{}, &UsageError{fmt.Errorf("--async: the %s substrate runs a sub-agent in the foreground only", name)}
 	}
 	text, err := os.ReadFile(req.TaskFile)
 	if err != nil {
