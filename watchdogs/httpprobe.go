@@ -72,6 +72,13 @@ func (p *HTTPProbe) Probe(ctx context.Context) Finding {
 	if errors.Is(err, adminclient.ErrNoPod) {
 		return Finding{Kind: KindUnobservable, Blind: true, Detail: fmt.Sprintf("GET %s: %v", p.URL, err)}
 	}
+	// The pod refused to dial for the probe (a port no service declares,
+	// a name where it wants an address): the service was not looked at,
+	// and a restart would not make the pod dial it.
+	var refused *adminclient.StatusError
+	if errors.As(err, &refused) && refused.Status >= 400 && refused.Status < 500 {
+		return Finding{Kind: KindUnobservable, Blind: true, Detail: fmt.Sprintf("GET %s: the pod refuses to dial it (is --url a port the service declares?): %v", p.URL, err)}
+	}
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		return Finding{Kind: p.Hung, Strike: true, Detail: fmt.Sprintf("GET %s: no answer in %v", p.URL, p.Timeout)}
 	}

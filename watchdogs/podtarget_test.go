@@ -37,3 +37,36 @@ func TestPodRestartTimeoutSaysWhy(t *testing.T) {
 		t.Errorf("Restart = %v; want the timeout, and the last status read's error", err)
 	}
 }
+
+// A probe the pod refuses to dial (a port no service declares: 403; a
+// name where it wants an address: 400) is a blind round, not a dead
+// service: nothing is restarted, round after round. A dial that reaches
+// nothing (502 naming ECONNREFUSED) is a dead one.
+func TestPodDialRefusalIsBlind(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		kind   string
+		blind  bool
+	}{
+		{"undeclared port", http.StatusForbidden, `{"error":"port 8901 is no service's","rule":"dial_service_ports_only"}`, KindUnobservable, true},
+		{"a name", http.StatusBadRequest, `{"error":"addr \"localhost:8901\": want a loopback IP:PORT"}`, KindUnobservable, true},
+		{"nothing listens", http.StatusBadGateway, `{"error":"dial tcp 127.0.0.1:8901: connect: connection refused","errno":"ECONNREFUSED"}`, KindShimDead, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET /v1/dial", func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tc.status)
+				io.WriteString(w, tc.body)
+			})
+			sock := testutil.ServeUnix(t, &http.Server{Handler: mux})
+			pod := PodTarget{Socket: sock, Service: "shim", Timeout: time.Second}
+			f := NewHTTPProbe("http://127.0.0.1:8901/v1/models", time.Second, KindShimDead, KindShimHung, pod.Dial).Probe(context.Background())
+			if f.Kind != tc.kind || f.Blind != tc.blind {
+				t.Errorf("finding %+v; want kind %s, blind %v", f, tc.kind, tc.blind)
+			}
+		})
+	}
+}
