@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/procstat"
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"golang.org/x/sys/unix"
 )
 
@@ -107,12 +108,11 @@ func readPidFile(path string) (pid int, written time.Time, err error) {
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("pid file: %w", err)
 	}
-	st := fi.Sys().(*syscall.Stat_t)
-	if uid := uint32(os.Geteuid()); st.Uid != 0 && st.Uid != uid {
-		return 0, time.Time{}, fmt.Errorf("pid file %s: owned by uid %d, not by root or this watchdog's user: not trusted with a SIGKILL", path, st.Uid)
+	if err := trusted.Mode(fi); err != nil {
+		return 0, time.Time{}, fmt.Errorf("pid file %s: %w: not trusted with a SIGKILL", path, err)
 	}
-	if fi.Mode().Perm()&0o022 != 0 || !fi.Mode().IsRegular() {
-		return 0, time.Time{}, fmt.Errorf("pid file %s: %v: others may write it; not trusted with a SIGKILL", path, fi.Mode())
+	if !fi.Mode().IsRegular() {
+		return 0, time.Time{}, fmt.Errorf("pid file %s: %v: not a regular file; not trusted with a SIGKILL", path, fi.Mode())
 	}
 	raw, err := io.ReadAll(io.LimitReader(f, 64))
 	if err != nil {

@@ -38,7 +38,7 @@ func TestPidFileTrust(t *testing.T) {
 	}{
 		{"its own", write("own.pid", 0o644, 0), ""},
 		{"written before the process started: a reused pid", write("old.pid", 0o644, time.Hour), "its pid was reused"},
-		{"others may write it", write("open.pid", 0o666, 0), "others may write it"},
+		{"others may write it", write("open.pid", 0o666, 0), "writable by group or others"},
 		{"a symlink", link, "symbolic link"},
 		{"none", filepath.Join(dir, "none.pid"), "no live process"},
 	} {

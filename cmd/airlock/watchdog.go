@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 	"github.com/airlock-sandbox/airlock/watchdogs"
 	"github.com/spf13/cobra"
@@ -97,6 +98,17 @@ A file already there with other content is refused, unless --force.`,
 					return &exitError{ExitUsage, err}
 				}
 				u.Manifest, u.StopGrace = abs, m.StopGrace
+			}
+			// The units run the binary, which reads the manifest, as
+			// root (systemd) or as this user (launchd), at every start:
+			// a file another user could replace would be theirs to run.
+			for _, f := range []struct{ what, path string }{{"the airlock binary (--airlock)", u.Airlock}, {"the manifest", u.Manifest}} {
+				if f.path == "" {
+					continue
+				}
+				if err := trusted.Path(f.path); err != nil {
+					return usage("%s: %v; the units would run what another user can change: chown it (and its directories) to root, chmod go-w", f.what, err)
+				}
 			}
 			var files []watchdogs.File
 			var err error

@@ -15,6 +15,12 @@ func TestWatchdogInstallUsageErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("name: x\nnosuch: 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A binary its group may replace: the units would run theirs.
+	open := filepath.Join(t.TempDir(), "airlock")
+	if err := os.WriteFile(open, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(open, 0o775)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -31,6 +37,8 @@ func TestWatchdogInstallUsageErrors(t *testing.T) {
 		{"an argument before --", []string{"--systemd", "--dir", dir, "gateway"}, `arguments come after --: "gateway"`},
 		{"an unknown watchdog", []string{"--systemd", "--dir", dir, "--watchdog", "gatway"}, `--watchdog "gatway": there are gateway and shim`},
 		{"a manifest the pod could not boot", []string{"--systemd", "--dir", dir, "--manifest", bad}, "nosuch"},
+		{"a binary others may write", []string{"--systemd", "--dir", dir, "--airlock", open}, "mode 0775 is writable by group or others"},
+		{"no binary there", []string{"--systemd", "--dir", dir, "--airlock", filepath.Join(dir, "none")}, "no such file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errs := airlock(t, "", append([]string{"watchdog", "install"}, tc.args...)...)

@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/internal/durable"
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 )
 
 // Key file format, one line per key:
@@ -114,11 +115,8 @@ func checkKeyFile(f *os.File, path string) (os.FileInfo, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("ingress key file %s: not a regular file (%s)", path, st.Mode().Type())
 	}
-	if perm := st.Mode().Perm(); perm&0o022 != 0 {
-		return nil, fmt.Errorf("ingress key file %s: mode %04o is writable by group or others; chmod 600 %s", path, perm, path)
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 && int(sys.Uid) != os.Geteuid() {
-		return nil, fmt.Errorf("ingress key file %s: owned by uid %d, neither root nor uid %d", path, sys.Uid, os.Geteuid())
+	if err := trusted.Mode(st); err != nil {
+		return nil, fmt.Errorf("ingress key file %s: %w (chmod 600 it, owned by root or this user)", path, err)
 	}
 	return st, nil
 }

@@ -1,0 +1,60 @@
+package trusted
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+)
+
+// A file is trusted when it and every directory above it are owned by
+// root (or this user) and writable by no one else; a sticky directory
+// others may write (/tmp) does not spoil what is below it.
+func TestPath(t *testing.T) {
+	testutil.RequireRoot(t, "files owned by another user")
+	dir, err := os.MkdirTemp("", "airlock-trusted-") // under /tmp: sticky
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	file := func(name string, perm os.FileMode, uid int) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("x"), perm); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, perm); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, 0); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := file("good", 0o755, 0)
+	link := filepath.Join(dir, "link")
+	os.Symlink(filepath.Join(dir, "theirs"), link)
+	sub := filepath.Join(dir, "open")
+	os.Mkdir(sub, 0o777)
+	os.Chmod(sub, 0o777)
+	inOpen := filepath.Join(sub, "f")
+	os.WriteFile(inOpen, []byte("x"), 0o755)
+	for _, tc := range []struct {
+		name string
+		path string
+		ok   bool
+	}{
+		{"root's, under a sticky /tmp", good, true},
+		{"group-writable", file("group", 0o775, 0), false},
+		{"another user's", file("theirs", 0o755, 61000), false},
+		{"a link to another user's", link, false},
+		{"in a directory others may write", inOpen, false},
+	} {
+		err := Path(tc.path)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrUntrusted)) {
+			t.Errorf("%s: Path = %v; want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
