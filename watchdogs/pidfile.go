@@ -31,8 +31,8 @@ type tracked struct {
 	fd  int // pidfd
 }
 
-// ErrNoProcess: the pid file names no live process of its own (none at
-// all, a zombie, or a pid another process has taken since).
+// ErrNoProcess: the pid file names no live process (none at all, or a
+// zombie).
 var ErrNoProcess = errors.New("no live process")
 
 // pidTolerance covers the kernel's boot time, which /proc/stat gives in
@@ -63,8 +63,13 @@ func track(path string) (*tracked, error) {
 	case err != nil || zombie:
 		return nil, fmt.Errorf("pid file %s: process %d: %w", path, pid, ErrNoProcess)
 	default:
-		return nil, fmt.Errorf("pid file %s: process %d started at %s, after the file was written (%s): its pid was reused: %w",
-			path, pid, start.UTC().Format(time.RFC3339), written.UTC().Format(time.RFC3339), ErrNoProcess)
+		// Not ErrNoProcess: the process may well be the one that wrote
+		// the file, its start computed from a boot time the kernel moved
+		// when the clock was stepped (NTP's first sync after boot), and a
+		// restart beside it would fail and leave it running. Neither way
+		// is believed: the round is blind, nothing is killed or started.
+		return nil, fmt.Errorf("pid file %s: process %d started at %s, after the file was written (%s): its pid was reused, or the clock was stepped since; not believed either way",
+			path, pid, start.UTC().Format(time.RFC3339), written.UTC().Format(time.RFC3339))
 	}
 }
 

@@ -37,7 +37,7 @@ func TestPidFileTrust(t *testing.T) {
 		want       string // "" tracks it; else the error holds this
 	}{
 		{"its own", write("own.pid", 0o644, 0), ""},
-		{"written before the process started: a reused pid", write("old.pid", 0o644, time.Hour), "its pid was reused"},
+		{"written before the process started: a reused pid, or a clock stepped", write("old.pid", 0o644, time.Hour), "its pid was reused, or the clock was stepped"},
 		{"others may write it", write("open.pid", 0o666, 0), "writable by group or others"},
 		{"a symlink", link, "symbolic link"},
 		{"none", filepath.Join(dir, "none.pid"), "no live process"},
@@ -65,5 +65,40 @@ func TestPidFileTrust(t *testing.T) {
 				t.Fatalf("the process was killed")
 			}
 		})
+	}
+}
+
+// A live gateway whose pid file looks older than it (a clock stepped
+// forward since the file was written, as NTP's first sync after boot
+// does; simulated by dating the file back) is not taken for a crash: the
+// round is blind, and nothing is restarted beside it.
+func TestClockStepIsBlindNotACrash(t *testing.T) {
+	gw := exec.Command("sleep", "60")
+	if err := gw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { gw.Process.Kill(); gw.Wait() }()
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "gw.pid")
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(gw.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-time.Minute)
+	os.Chtimes(pidFile, at, at)
+	restarted := filepath.Join(dir, "restarted")
+	g := &Gateway{Target: ProcessTarget{Command: CommandRestart{Command: "touch " + restarted, PidFile: pidFile, Timeout: 5 * time.Second}},
+		Heap: Steps{Max: 4096}, Memory: Steps{Max: 8 << 30}}
+	f := g.Probe(context.Background())
+	if f.Kind != KindUnobservable || !f.Blind || !strings.Contains(f.Detail, "clock was stepped") {
+		t.Errorf("finding %+v; want a blind round naming the clock", f)
+	}
+	if err := g.Recover(context.Background()); err == nil {
+		t.Error("Recover went on; want it refused, the pid file not believed")
+	}
+	if _, err := os.Stat(restarted); err == nil {
+		t.Error("the restart command ran beside the live gateway")
+	}
+	if gone(gw.Process.Pid) {
+		t.Error("the live gateway was killed")
 	}
 }
