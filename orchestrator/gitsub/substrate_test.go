@@ -98,7 +98,6 @@ printf '{"args":"%s|%s","mode":"%s","usage":{"tokens":42}}\n' "$1" "$2" "$AGENT_
 }
 
 func TestRunnerOutcomes(t *testing.T) {
-	ctx := context.Background()
 	s := &Substrate{Remote: Remote{URL: testutil.GitRemote(t)}, Dispatcher: runnerDispatch(t), PollEvery: 50 * time.Millisecond}
 	for _, tc := range []struct {
 		name, body string
@@ -120,15 +119,7 @@ func TestRunnerOutcomes(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(&f.Manifest)
 			}
-			dir := filepath.Join(t.TempDir(), id)
-			pushed, err := s.Start(ctx, dir, f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := s.Wait(ctx, dir, &f.Manifest, pushed, time.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := spawnAndWait(t, s, f)
 			if r.Status != tc.status || r.Exit != tc.exit || !strings.Contains(r.Detail, tc.detail) {
 				t.Errorf("result = %s exit %d %q; want %s exit %d with %q", r.Status, r.Exit, r.Detail, tc.status, tc.exit, tc.detail)
 			}
@@ -136,14 +127,11 @@ func TestRunnerOutcomes(t *testing.T) {
 	}
 }
 
-// Without airlock on the runner, the sub-agent does not run unless the
-// runner says it may run plainly: the task fails saying why.
-func TestRunnerRefusesUnsandboxed(t *testing.T) {
+// spawnAndWait starts the spawn of f and waits for its result.
+func spawnAndWait(t *testing.T, s *Substrate, f *Files) spawn.Result {
+	t.Helper()
 	ctx := context.Background()
-	s := &Substrate{Remote: Remote{URL: testutil.GitRemote(t)}, Dispatcher: Command{Line: "PATH=/usr/bin:/bin exec /bin/sh " + runnerScript(t)}, PollEvery: 50 * time.Millisecond}
-	ran := filepath.Join(t.TempDir(), "ran")
-	f := agent(t, "t-plain", "touch "+ran+"; echo '{}'")
-	dir := filepath.Join(t.TempDir(), "t-plain")
+	dir := filepath.Join(t.TempDir(), f.Manifest.ID)
 	pushed, err := s.Start(ctx, dir, f)
 	if err != nil {
 		t.Fatal(err)
@@ -152,6 +140,15 @@ func TestRunnerRefusesUnsandboxed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// Without airlock on the runner, the sub-agent does not run unless the
+// runner says it may run plainly: the task fails saying why.
+func TestRunnerRefusesUnsandboxed(t *testing.T) {
+	s := &Substrate{Remote: Remote{URL: testutil.GitRemote(t)}, Dispatcher: Command{Line: "PATH=/usr/bin:/bin exec /bin/sh " + runnerScript(t)}, PollEvery: 50 * time.Millisecond}
+	ran := filepath.Join(t.TempDir(), "ran")
+	r := spawnAndWait(t, s, agent(t, "t-plain", "touch "+ran+"; echo '{}'"))
 	if r.Status != ledger.Failed || !strings.Contains(r.Detail, "refusing to run the sub-agent without a sandbox") {
 		t.Errorf("result = %s %q; want failed, refusing to run without a sandbox", r.Status, r.Detail)
 	}
@@ -164,22 +161,12 @@ func TestRunnerRefusesUnsandboxed(t *testing.T) {
 // runner commits and pushes its result, with the remote's credentials in
 // their environment.
 func TestRunnerRunsNoHookOfTheCheckout(t *testing.T) {
-	ctx := context.Background()
 	s := &Substrate{Remote: Remote{URL: testutil.GitRemote(t)}, Dispatcher: runnerDispatch(t), PollEvery: 50 * time.Millisecond}
 	ran := filepath.Join(t.TempDir(), "hooks-ran")
-	f := agent(t, "t-hooks", `for h in pre-commit commit-msg post-commit pre-push; do
+	r := spawnAndWait(t, s, agent(t, "t-hooks", `for h in pre-commit commit-msg post-commit pre-push; do
 printf '#!/bin/sh\necho %s >>`+ran+`\n' $h >.git/hooks/$h; chmod +x .git/hooks/$h
 done
-echo '{}'`)
-	dir := filepath.Join(t.TempDir(), "t-hooks")
-	pushed, err := s.Start(ctx, dir, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.Wait(ctx, dir, &f.Manifest, pushed, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+echo '{}'`))
 	if r.Status != ledger.Done {
 		t.Fatalf("result = %s %q; want done", r.Status, r.Detail)
 	}
