@@ -186,12 +186,14 @@ func TestShimWatchdogPodKilledAndHung(t *testing.T) {
 	if got, want := pod.watchdogLines("watchdog-shim"), "shim_dead/warning/false restart/info/true shim_hung/warning/false restart/info/true"; got != want {
 		t.Errorf("inbox = %q, want %q", got, want)
 	}
-	// A service the pod lacks: the restart fails naming it.
+	// A port no service of the pod declares: the pod refuses to dial it,
+	// so the watchdog cannot look, and restarts nothing (a blind round,
+	// exit 1), saying why.
 	if code, _ := pod.watchdog(t, "shim", "--service", "nosuch", "--url", "http://127.0.0.1:8009/healthz"); code != 1 {
-		t.Errorf("a watchdog of a service the pod lacks = %d, want 1", code)
+		t.Errorf("a watchdog of a port the pod lacks = %d, want 1", code)
 	}
-	if evs, _ := events.Read(pod.events, time.Time{}); !strings.Contains(evs[len(evs)-1].Detail, `no service "nosuch"`) {
-		t.Errorf("the last line %+v does not name the missing service", evs[len(evs)-1])
+	if evs, _ := events.Read(pod.events, time.Time{}); evs[len(evs)-1].Kind != "unobservable" || !strings.Contains(evs[len(evs)-1].Detail, "the pod refuses to dial it") {
+		t.Errorf("the last line %+v; want unobservable, the pod's refusal named", evs[len(evs)-1])
 	}
 }
 
