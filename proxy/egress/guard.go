@@ -168,26 +168,32 @@ func (g *Guard) Check(a netip.Addr) error {
 	if g.allowed(a) {
 		return nil
 	}
-	for _, p := range g.self {
-		if p.Contains(a) {
-			return &BlockedError{Addr: a, Range: "one of the proxy's own addresses"}
-		}
-	}
-	if name := blockedRange(a); name != "" {
+	if name := g.refused(a); name != "" {
 		return &BlockedError{Addr: a, Range: name}
 	}
 	// Addresses that embed IPv4 addresses are judged by each of them
-	// too: a Teredo address carries two, and an allow range for one
-	// says nothing of the other.
+	// too, the proxy's own among them: a Teredo address carries two, and
+	// an allow range for one says nothing of the other.
 	for _, v4 := range embeddedIPv4(a) {
 		if g.allowed(v4) {
 			continue
 		}
-		if name := blockedRange(v4); name != "" {
+		if name := g.refused(v4); name != "" {
 			return &BlockedError{Addr: a, Range: fmt.Sprintf("an IPv6 form of %s (%s)", v4, name)}
 		}
 	}
 	return nil
+}
+
+// refused names what refuses a, one of the proxy's own addresses or a
+// blocked range; "" when nothing does.
+func (g *Guard) refused(a netip.Addr) string {
+	for _, p := range g.self {
+		if p.Contains(a) {
+			return "one of the proxy's own addresses"
+		}
+	}
+	return blockedRange(a)
 }
 
 // allowed says whether an allow range covers a.

@@ -42,6 +42,15 @@ func TestCheck(t *testing.T) {
 		{"::7f00:1", "loopback"},
 		{"224.0.0.1", "multicast"},
 		{"93.184.216.34", "proxy's own"},
+		// The proxy's own address in every IPv6 form that carries it.
+		{"::ffff:93.184.216.34", "proxy's own"},
+		{"64:ff9b::5db8:d822", "IPv6 form of 93.184.216.34 (one of the proxy's own"},
+		{"2002:5db8:d822::1", "IPv6 form of 93.184.216.34 (one of the proxy's own"},
+		{"::5db8:d822", "IPv6 form of 93.184.216.34 (one of the proxy's own"},
+		{"::ffff:0:5db8:d822", "IPv6 form of 93.184.216.34 (one of the proxy's own"},
+		// The IPv4-translated form (SIIT) of loopback.
+		{"::ffff:0:7f00:1", "IPv6 form of 127.0.0.1"},
+		{"::ffff:0:808:808", ""},
 		// No prefix contains a zoned address.
 		{"::1%lo", "zone lo"},
 		{"fe80::1%eth0", "zone eth0"},

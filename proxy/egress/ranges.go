@@ -48,11 +48,15 @@ var (
 	sixToFour = netip.MustParsePrefix("2002::/16")
 	teredo    = netip.MustParsePrefix("2001::/32")
 	compat    = netip.MustParsePrefix("::/96") // deprecated IPv4-compatible
+	// IPv4-translated (RFC 2765, SIIT): not the mapped form, which Unmap
+	// reads, and carried through a translator all the same.
+	translated = netip.MustParsePrefix("::ffff:0:0:0/96")
 )
 
 // embeddedIPv4 returns the IPv4 addresses an IPv6 address carries: NAT64
 // (the last 32 bits), 6to4 (bits 16-48), Teredo (the server, bits 32-64, and
-// the client, the last 32 bits inverted) and IPv4-compatible forms.
+// the client, the last 32 bits inverted), IPv4-compatible and
+// IPv4-translated forms.
 func embeddedIPv4(a netip.Addr) []netip.Addr {
 	if !a.Is6() {
 		return nil
@@ -60,7 +64,7 @@ func embeddedIPv4(a netip.Addr) []netip.Addr {
 	b := a.As16()
 	v4 := func(x [4]byte) netip.Addr { return netip.AddrFrom4(x) }
 	switch {
-	case nat64.Contains(a), compat.Contains(a):
+	case nat64.Contains(a), compat.Contains(a), translated.Contains(a):
 		return []netip.Addr{v4([4]byte{b[12], b[13], b[14], b[15]})}
 	case sixToFour.Contains(a):
 		return []netip.Addr{v4([4]byte{b[2], b[3], b[4], b[5]})}
