@@ -265,12 +265,11 @@ func TestLaunchTerminalInterruptOnce(t *testing.T) {
 	}
 }
 
-// A launch begun in the background (`&`) leads a process group of its own
-// for the sandbox; brought to the foreground (`fg`), its ^C reaches the
-// launcher's group only, and the launcher passes it on: the command sees
-// it once.
-func TestLaunchInterruptAfterFg(t *testing.T) {
-	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+// ptyShell is an interactive bash with job control on a new terminal:
+// type writes to it, waitFor returns the terminal's output once it holds
+// marker (20s at most).
+func ptyShell(t *testing.T) (master *os.File, waitFor func(marker string) string) {
+	t.Helper()
 	bash := testutil.RequireTool(t, "bash")
 	master, slave := testutil.OpenPty(t)
 	sh := exec.Command(bash, "--norc", "--noprofile", "-i")
@@ -296,9 +295,7 @@ func TestLaunchInterruptAfterFg(t *testing.T) {
 			}
 		}
 	}()
-	// The markers are split in what is typed, so the terminal's echo of
-	// the line is not taken for them.
-	waitFor := func(marker string) string {
+	return master, func(marker string) string {
 		t.Helper()
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			mu.Lock()
@@ -312,6 +309,16 @@ func TestLaunchInterruptAfterFg(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A launch begun in the background (`&`) leads a session of its own for
+// the sandbox; brought to the foreground (`fg`), its ^C reaches the
+// launcher's group only, and the launcher passes it on: the command sees
+// it once. (Markers are split in what is typed, so that the terminal's
+// echo of the line is not taken for them.)
+func TestLaunchInterruptAfterFg(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+	master, waitFor := ptyShell(t)
 	fmt.Fprintf(master, "%s launch --net none --stop-timeout 1s --log-level error -- /bin/sh -c 'trap \"echo GOT\"\"INT\" INT; echo READY\"\"MARK; i=0; while [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done' &\n", airlockBin)
 	waitFor("READYMARK")
 	io.WriteString(master, "fg\n")
@@ -321,6 +328,19 @@ func TestLaunchInterruptAfterFg(t *testing.T) {
 	got := waitFor("EXITCODE=")
 	if n := strings.Count(got, "GOTINT"); n != 1 {
 		t.Fatalf("^C after fg: the command saw SIGINT %d times; want once. The terminal:\n%s", n, got)
+	}
+}
+
+// A sandbox launched in the background has no controlling terminal: it
+// writes to the terminal it was given, but cannot take it over (make its
+// group the foreground, then read what the user types) nor open /dev/tty.
+func TestLaunchInBackgroundHasNoTerminal(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+	master, waitFor := ptyShell(t)
+	fmt.Fprintf(master, "%s launch --net none --log-level error -- /bin/sh -c '(exec 3</dev/tty) 2>/dev/null && echo HAS\"\"TTY || echo NO\"\"TTY' &\n", airlockBin)
+	got := waitFor("TTY\r")
+	if !strings.Contains(got, "NOTTY") || strings.Contains(got, "HASTTY") {
+		t.Fatalf("a background sandbox opened /dev/tty; want no controlling terminal. The terminal:\n%s", got)
 	}
 }
 

@@ -99,7 +99,8 @@ type Config struct {
 	// Foreground keeps the sandbox in the launcher's process group, where
 	// the terminal's ^C, ^Z and reads reach it as they reach the launcher:
 	// for one launch in the foreground of a terminal. Otherwise the init
-	// leads a process group of its own: in the launcher's, kill(0, sig)
+	// leads a session (and process group) of its own, without a
+	// controlling terminal: in the launcher's group, kill(0, sig)
 	// from one sandbox would reach every other sandbox the launcher started
 	// under the same uid (a pod's services) and, with CAP_KILL kept, the
 	// launcher itself, where Landlock cannot scope signals (before ABI 6).

@@ -52,6 +52,10 @@ func runInit() {
 		// host's interfaces, routes and sockets to the sandbox through
 		// /proc/1/task/N/net.
 		{"check network namespace", checkNetNS},
+		// POSIX shared memory is files in /dev/shm, a tmpfs the IPC
+		// namespace does not cover: the host's, and other sandboxes',
+		// would be readable there.
+		{"hide the host's shared memory", privateSharedMemory},
 		// Every name is answered by the proxy, whatever server is asked
 		// (the redirect catches port 53), or by nothing at all (--net
 		// none); the sandbox's resolver asks its own loopback, so no query
@@ -338,6 +342,24 @@ func under(dir string, paths []namedPath, conf string) (keep []string, links map
 		keep = append(keep, real)
 	}
 	return keep, links, nil
+}
+
+// privateSharedMemory mounts an empty tmpfs of the sandbox's own on
+// /dev/shm: writable (as the host's is, sticky) when the sandbox is given
+// /dev/shm to write, read-only otherwise.
+func privateSharedMemory(c *Config) error {
+	const dir = "/dev/shm"
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil // none to hide
+	}
+	writable := slices.ContainsFunc(c.RW, func(p string) bool { return within(dir, filepath.Clean(p)) })
+	if !writable {
+		return hideDir(dir, nil, nil, nil)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return &os.SyscallError{Syscall: "mount(tmpfs, " + dir + ")", Err: err}
+	}
+	return nil
 }
 
 // hideDir mounts an empty read-only tmpfs on dir, holding only files

@@ -106,7 +106,14 @@ func Start(c Config, net *Network) (*Process, error) {
 		// every other sandbox (one uid by default), past Landlock and
 		// the network.
 		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC,
-		Setpgid:    !c.Foreground,
+		// Not in the foreground, the init leads a session of its own,
+		// not only a process group: in the launcher's session the
+		// terminal stays its controlling one, and a sandbox that ignores
+		// SIGTTOU may make its group the terminal's foreground
+		// (tcsetpgrp) and read what the user types next. Without a
+		// controlling terminal it can write to one it was given, and do
+		// nothing else with it.
+		Setsid: !c.Foreground,
 	}
 	if c.DieWithParent {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL

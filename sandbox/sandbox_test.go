@@ -926,3 +926,37 @@ print(open(sys.argv[2]).read())`, sock, kept+"/x")
 		t.Fatalf("--ro /run/nscd = %v; want a refusal naming the resolver's sockets", err)
 	}
 }
+
+// POSIX shared memory is files in /dev/shm, which the IPC namespace does
+// not cover: the host's are not there in the sandbox, and one given
+// /dev/shm to write gets a /dev/shm of its own, which the host never sees.
+func TestSharedMemoryIsPrivate(t *testing.T) {
+	testutil.RequireRoot(t, "mount namespaces")
+	host := filepath.Join("/dev/shm", fmt.Sprintf("airlock-test-%d", os.Getpid()))
+	if err := os.WriteFile(host, []byte("host secret"), 0o644); err != nil {
+		t.Fatalf("no /dev/shm to test with: %v", err)
+	}
+	t.Cleanup(func() { os.Remove(host) })
+	c := base(t, "/bin/sh", "-c", "cat "+host+"; echo; touch /dev/shm/made && echo made")
+	out, _, err := run(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "host secret") || strings.Contains(out, "made") {
+		t.Errorf("read-only sandbox: %q; want the host's shared memory out of sight, nothing made", out)
+	}
+	mine := filepath.Join("/dev/shm", fmt.Sprintf("airlock-test-%d-mine", os.Getpid()))
+	c = base(t, "/bin/sh", "-c", "cat "+host+"; echo; echo x >"+mine+" && echo made")
+	c.RW = append(c.RW, "/dev/shm")
+	out, _, err = run(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "host secret") || !strings.Contains(out, "made") {
+		t.Errorf("sandbox given /dev/shm: %q; want its own, writable, without the host's", out)
+	}
+	if _, err := os.Stat(mine); err == nil {
+		os.Remove(mine)
+		t.Error("what the sandbox wrote to its /dev/shm is in the host's")
+	}
+}
