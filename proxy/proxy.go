@@ -131,9 +131,11 @@ type Proxy struct {
 	transport *upstreamTransport
 	// relays copy opaque tunnels' bytes (proxy/relay).
 	relays *relay.Loops
-	// forced is closed when Shutdown's grace has run out: tunnels on the
-	// relay loops end then, as hijacked connections are closed.
-	forced chan struct{}
+	// forced ends when Shutdown's grace has run out: tunnels on the
+	// relay loops end then, as hijacked connections are closed, and
+	// upstream dials still under way.
+	forced context.Context
+	force  context.CancelFunc
 	// sendPlain is goproxy's round trip for plain requests: transport.
 	sendPlain goproxy.RoundTripper
 	hashes    *identity.HashCache
@@ -156,6 +158,10 @@ type Proxy struct {
 	// closing is set, under mu, once Shutdown has begun; awaitRequest
 	// reads it on every inspected request without taking mu.
 	closing atomic.Bool
+	// handlers counts the explicit listeners' handlers running, under
+	// mu; drained, when set, is closed when it falls to 0 (Shutdown).
+	handlers int
+	drained  chan struct{}
 	// sandboxes counts those open (Open): each may hold its --max-conns.
 	sandboxes int
 }
@@ -223,7 +229,8 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
-	p.relays, p.forced = relays, make(chan struct{})
+	p.relays = relays
+	p.forced, p.force = context.WithCancel(context.Background())
 	// Before anything listens: short of descriptors, connections would
 	// fail (as identity_unknown) before --max-conns is reached. Serve
 	// checks again as further sandboxes are served.
@@ -330,6 +337,7 @@ func (e *Egress) Serve(ln net.Listener) error {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			cc := connFrom(r.Context())
 			cc.handled.Store(true) // ours to answer and audit
+			defer p.handling()()
 			defer p.endOnPanic(cc)
 			if why := cc.conn.frames.next(); why != "" {
 				p.refuseFraming(w, r, why)
@@ -458,13 +466,62 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 			c.Close()
 		}
 		p.mu.Unlock()
-		close(p.forced)
+		p.force()
 		<-done
-		errs = append(errs, ctx.Err())
+	}
+	if ctx.Err() != nil {
+		// The grace ran out (here or in a server's Shutdown): plain
+		// requests in flight are on the servers' own connections, which
+		// their Shutdown leaves open. Closed, their handlers end, each
+		// with its close line, before Shutdown returns.
+		for _, s := range servers {
+			s.Close()
+		}
+		errs = append(errs, ctx.Err(), p.awaitHandlers(handlerDrain))
 	}
 	p.transport.CloseIdleConnections()
 	p.relays.Stop()
 	return errors.Join(errs...)
+}
+
+// handling counts a handler running until the returned func is called.
+func (p *Proxy) handling() (done func()) {
+	p.mu.Lock()
+	p.handlers++
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		if p.handlers--; p.handlers == 0 && p.drained != nil {
+			close(p.drained)
+			p.drained = nil
+		}
+		p.mu.Unlock()
+	}
+}
+
+// handlerDrain is how long Shutdown waits, once it closed their
+// connections, for the handlers still running to end: a closed client
+// connection cancels its request's upstream too, so they end at once.
+const handlerDrain = 5 * time.Second
+
+// awaitHandlers waits up to d for every handler to end.
+func (p *Proxy) awaitHandlers(d time.Duration) error {
+	p.mu.Lock()
+	if p.handlers == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	drained := make(chan struct{})
+	p.drained = drained
+	p.mu.Unlock()
+	select {
+	case <-drained:
+		return nil
+	case <-time.After(d):
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return fmt.Errorf("proxy: %d requests still being served %v after their connections were closed", p.handlers, d)
+	}
 }
 
 // endOnPanic, deferred by a handler, ends the connection's admitted

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -19,7 +18,7 @@ const established = "HTTP/1.1 200 Connection established\r\n\r\n"
 // dialChecked dials exactly the addresses the guard checked for dc. A
 // failure turns dc into a denial (upstream_error) for the caller to answer.
 func (p *Proxy) dialChecked(dc *decision) (net.Conn, bool) {
-	upstream, err := p.cfg.Guard.Dial(context.Background(), dc.addrs, dc.in.Request.Port)
+	upstream, err := p.cfg.Guard.Dial(p.forced, dc.addrs, dc.in.Request.Port)
 	if err != nil {
 		dc.deny(policies.ReasonUpstreamError, err.Error())
 		return nil, false
@@ -63,7 +62,9 @@ func (p *Proxy) tunnel(client, upstream net.Conn, early []byte, dc *decision) {
 // relayOnLoop hands a tunnel's two sockets to an event loop (proxy/relay)
 // and waits for the pair to end: both sides done, a side's error, no data
 // either way for --tunnel-idle-timeout, or Shutdown's grace run out. err
-// is a failure to hand them over (the sockets are closed then).
+// is what ended it otherwise than both sides done or the idle limit (a
+// reset, Shutdown's grace), or a failure to hand them over (the sockets
+// are closed then): the close line's detail.
 func (p *Proxy) relayOnLoop(client, upstream *net.TCPConn) (up, down int64, idleClosed bool, err error) {
 	pair, err := p.relays.Relay(client, upstream)
 	if err != nil {
@@ -72,12 +73,15 @@ func (p *Proxy) relayOnLoop(client, upstream *net.TCPConn) (up, down int64, idle
 	idle := p.cfg.Limits.TunnelIdleTimeout
 	check := time.NewTimer(idle / 4)
 	defer check.Stop()
-	forced := p.forced
+	forced := p.forced.Done()
 	for {
 		select {
 		case <-pair.Done():
 			r := pair.Result()
-			return r.AToB, r.BToA, idleClosed, nil
+			if idleClosed {
+				r.Err = nil // the detail says so (idleClosed)
+			}
+			return r.AToB, r.BToA, idleClosed, r.Err
 		case <-check.C:
 			if pair.IdleFor() >= idle {
 				idleClosed = true
