@@ -158,10 +158,11 @@ type Proxy struct {
 	// closing is set, under mu, once Shutdown has begun; awaitRequest
 	// reads it on every inspected request without taking mu.
 	closing atomic.Bool
-	// handlers counts the explicit listeners' handlers running, under
-	// mu; drained, when set, is closed when it falls to 0 (Shutdown).
-	handlers int
-	drained  chan struct{}
+	// conns counts the explicit listeners' connections that their
+	// http.Server serves (not yet closed or taken over), under mu;
+	// drained, when set, is closed when it falls to 0 (Shutdown).
+	conns   int
+	drained chan struct{}
 	// sandboxes counts those open (Open): each may hold its --max-conns.
 	sandboxes int
 }
@@ -337,7 +338,6 @@ func (e *Egress) Serve(ln net.Listener) error {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			cc := connFrom(r.Context())
 			cc.handled.Store(true) // ours to answer and audit
-			defer p.handling()()
 			defer p.endOnPanic(cc)
 			if why := cc.conn.frames.next(); why != "" {
 				p.refuseFraming(w, r, why)
@@ -374,8 +374,14 @@ func (e *Egress) Serve(ln net.Listener) error {
 		// releases it when it ends.
 		ConnState: func(c net.Conn, s http.ConnState) {
 			serverStateHook(c, s)
-			if s == http.StateClosed {
+			switch s {
+			case http.StateNew:
+				p.serving(1)
+			case http.StateClosed:
 				st.active.Add(-1)
+				p.serving(-1)
+			case http.StateHijacked:
+				p.serving(-1) // tracked from now on (p.track)
 			}
 		},
 	}
@@ -477,37 +483,34 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		for _, s := range servers {
 			s.Close()
 		}
-		errs = append(errs, ctx.Err(), p.awaitHandlers(handlerDrain))
+		errs = append(errs, ctx.Err(), p.awaitConns(connDrain))
 	}
 	p.transport.CloseIdleConnections()
 	p.relays.Stop()
 	return errors.Join(errs...)
 }
 
-// handling counts a handler running until the returned func is called.
-func (p *Proxy) handling() (done func()) {
+// serving counts the explicit listeners' connections in their servers'
+// hands (ConnState).
+func (p *Proxy) serving(delta int) {
 	p.mu.Lock()
-	p.handlers++
-	p.mu.Unlock()
-	return func() {
-		p.mu.Lock()
-		if p.handlers--; p.handlers == 0 && p.drained != nil {
-			close(p.drained)
-			p.drained = nil
-		}
-		p.mu.Unlock()
+	if p.conns += delta; p.conns == 0 && p.drained != nil {
+		close(p.drained)
+		p.drained = nil
 	}
+	p.mu.Unlock()
 }
 
-// handlerDrain is how long Shutdown waits, once it closed their
-// connections, for the handlers still running to end: a closed client
-// connection cancels its request's upstream too, so they end at once.
-const handlerDrain = 5 * time.Second
+// connDrain is how long Shutdown waits, once it closed them, for the
+// servers' connections to be done with: each ends its request's handler
+// (a closed client connection cancels its upstream request too), writes
+// its close line and gives its slot back, at once.
+const connDrain = 5 * time.Second
 
-// awaitHandlers waits up to d for every handler to end.
-func (p *Proxy) awaitHandlers(d time.Duration) error {
+// awaitConns waits up to d for the servers' connections to be done with.
+func (p *Proxy) awaitConns(d time.Duration) error {
 	p.mu.Lock()
-	if p.handlers == 0 {
+	if p.conns == 0 {
 		p.mu.Unlock()
 		return nil
 	}
@@ -520,7 +523,7 @@ func (p *Proxy) awaitHandlers(d time.Duration) error {
 	case <-time.After(d):
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return fmt.Errorf("proxy: %d requests still being served %v after their connections were closed", p.handlers, d)
+		return fmt.Errorf("proxy: %d connections still being served %v after they were closed", p.conns, d)
 	}
 }
 
