@@ -181,6 +181,14 @@ func attempt(name string) int {
 		err = signalInit(name)
 	case "userns":
 		err = unix.Unshare(unix.CLONE_NEWUSER)
+	case "unshare-files":
+		err = unix.Unshare(unix.CLONE_FILES)
+	case "thread-own-files":
+		// The kernel would refuse these flags too (EINVAL: a thread
+		// needs CLONE_SIGHAND); the filter refuses first, EPERM.
+		if _, _, errno := unix.RawSyscall(unix.SYS_CLONE, unix.CLONE_THREAD, 0, 0); errno != 0 {
+			err = errno
+		}
 	case "mount":
 		err = unix.Mount("tmpfs", "/tmp", "tmpfs", 0, "")
 	case "write":
@@ -340,6 +348,10 @@ func TestEscapesFail(t *testing.T) {
 		{"netlink-audit", "", unix.EPERM, NetNone},
 		{"ptrace", strconv.Itoa(os.Getpid()), unix.EPERM, NetNone},
 		{"userns", "", unix.EPERM, NetNone},
+		// A file table only a thread holds would hide a socket's holder
+		// from the proxy's attribution.
+		{"unshare-files", "", unix.EPERM, NetNone},
+		{"thread-own-files", "", unix.EPERM, NetNone},
 		// Each would crash the init, and the sandbox with it.
 		{"sigqueue-init", "", unix.EPERM, NetNone},
 		{"sigqueue-init-thread", "", unix.EPERM, NetNone},

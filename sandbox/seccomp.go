@@ -58,6 +58,14 @@ func seccompProgram() ([]bpf.Instruction, error) {
 	for _, nr := range []uint32{unix.SYS_UNSHARE, unix.SYS_CLONE} {
 		p = append(p, refuseWhen(nr, argIs{0, bpf.JumpBitsSet, []uint32{unix.CLONE_NEWUSER}})...)
 	}
+	// No thread with a file table of its own: the proxy finds a
+	// socket's holders by their processes' tables (/proc/PID/fd), which
+	// show the main thread's, and a table only a thread holds would keep
+	// a holder out of its sight (a process not allowed to connect, using
+	// a socket it passed to one that is).
+	p = append(p, refuseWhen(unix.SYS_UNSHARE, argIs{0, bpf.JumpBitsSet, []uint32{unix.CLONE_FILES}})...)
+	p = append(p, refuseWhen(unix.SYS_CLONE,
+		argIs{0, bpf.JumpBitsSet, []uint32{unix.CLONE_THREAD}}, argIs{0, bpf.JumpBitsNotSet, []uint32{unix.CLONE_FILES}})...)
 	// ioctl: no TIOCSTI or TIOCLINUX, which push keystrokes into the
 	// terminal the sandbox shares with the user's shell: the shell would
 	// read and run them after the sandbox exits. The kernel reads the

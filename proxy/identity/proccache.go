@@ -51,8 +51,10 @@ func (c *procCache) get(pid int, startedBy time.Duration, uid int, socket *heldS
 	if exe, err := e.dir.exe(); err != nil || exe != e.p.Exe {
 		return nil, false
 	}
-	if socket != nil && !e.dir.holds(*socket) {
-		return nil, false
+	if socket != nil {
+		if held, err := e.dir.holds(*socket); err != nil || !held {
+			return nil, false
+		}
 	}
 	return e.p, true
 }

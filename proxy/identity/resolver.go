@@ -115,7 +115,10 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 	if err != nil {
 		return nil, unknown("list candidate processes: %v", err)
 	}
-	owners := findOwners(pids, sock.inode)
+	owners, err := findOwners(pids, sock.inode)
+	if err != nil {
+		return nil, unknown("%v", err)
+	}
 	if len(owners) == 0 {
 		return nil, unknown("no process among %d candidates holds socket inode %d (%s→%s)", len(pids), sock.inode, client, server)
 	}
@@ -143,7 +146,7 @@ func (r *Resolver) connector(tgid, fd int, at time.Duration, sock diagSocket) *P
 			d.close()
 		}
 	}()
-	if !d.holds(socket) {
+	if held, err := d.holds(socket); err != nil || !held {
 		return nil
 	}
 	p, err := r.describeDir(&d, at+startSlack, int(sock.uid))
@@ -153,8 +156,10 @@ func (r *Resolver) connector(tgid, fd int, at time.Duration, sock diagSocket) *P
 	return p
 }
 
-// owner describes the socket's holders, which must agree on the executable
-// and on the uid the socket was created with. Each is described through
+// owner describes the socket's holders, which must agree on the executable,
+// each run as the uid the socket was created with, and share one cgroup
+// (a pod's service is told by its cgroup: holders in two would be decided
+// as whichever came first). Each is described through
 // the /proc directory its fd table was read through, so a holder that
 // exits and whose pid is reused in between fails the lookup rather than
 // naming the newcomer.
@@ -172,15 +177,18 @@ func (r *Resolver) owner(owners []procDir, sock diagSocket) (*Process, error) {
 		if err != nil {
 			return nil, err
 		}
+		if q.UID != int(sock.uid) {
+			return nil, fmt.Errorf("%w: socket uid %d but holder pid %d runs as uid %d", ErrAmbiguous, sock.uid, q.PID, q.UID)
+		}
 		if p != nil && (p.Exe != q.Exe || p.SHA256 != q.SHA256) {
 			return nil, fmt.Errorf("%w: socket inode %d is held by pid %d (%s) and pid %d (%s)", ErrAmbiguous, sock.inode, p.PID, p.Exe, q.PID, q.Exe)
+		}
+		if p != nil && p.Cgroup != q.Cgroup {
+			return nil, fmt.Errorf("%w: socket inode %d is held by pid %d (cgroup %s) and pid %d (cgroup %s)", ErrAmbiguous, sock.inode, p.PID, p.Cgroup, q.PID, q.Cgroup)
 		}
 		if p == nil || q.PID < p.PID {
 			p = q
 		}
-	}
-	if p.UID != int(sock.uid) {
-		return nil, fmt.Errorf("%w: socket uid %d but owner pid %d runs as uid %d", ErrAmbiguous, sock.uid, p.PID, p.UID)
 	}
 	return p, nil
 }
@@ -271,7 +279,9 @@ func (r *Resolver) exe(d procDir) (string, fileKey, string, error) {
 // findOwners returns the processes whose fd table holds socket:[inode],
 // open as the /proc directories their tables were read through. It reads
 // the links with readlinkat on the fd directory: no per-entry path building.
-func findOwners(pids []int, inode uint32) []procDir {
+// A candidate whose table cannot be read (errHiddenTable) fails the
+// search: it may be the holder no one else is.
+func findOwners(pids []int, inode uint32) ([]procDir, error) {
 	socket := socketLink(inode)
 	var owners []procDir
 	for _, pid := range pids {
@@ -284,14 +294,27 @@ func findOwners(pids []int, inode uint32) []procDir {
 		if err != nil {
 			continue // exited
 		}
-		if d.holds(heldSocket{link: socket, fd: -1}) {
+		held, err := d.holds(heldSocket{link: socket, fd: -1})
+		if err != nil {
+			d.close()
+			for _, o := range owners {
+				o.close()
+			}
+			return nil, fmt.Errorf("pid %d: %w", pid, err)
+		}
+		if held {
 			owners = append(owners, d)
 		} else {
 			d.close()
 		}
 	}
-	return owners
+	return owners, nil
 }
+
+// errHiddenTable: a process's fd table cannot be read through its /proc
+// directory (its main thread has exited, and its other threads, which
+// share the table, go on).
+var errHiddenTable = errors.New("its main thread has exited and its other threads run on: its descriptors cannot be read")
 
 func socketLink(inode uint32) []byte {
 	return []byte("socket:[" + strconv.FormatUint(uint64(inode), 10) + "]")
@@ -306,32 +329,53 @@ type heldSocket struct {
 
 // holds reports whether the process has the socket open: at its expected
 // descriptor (one readlink), else anywhere in its fd table, whose links are
-// read with readlinkat on the fd directory, newest first.
-func (p procDir) holds(socket heldSocket) bool {
+// read with readlinkat on the fd directory, newest first. A table that
+// reads empty is looked at again: a process whose main thread has exited
+// shows none, while its other threads hold them all (errHiddenTable).
+func (p procDir) holds(socket heldSocket) (bool, error) {
 	var buf [64]byte
 	if socket.fd >= 0 {
 		n, err := unix.Readlinkat(p.fd, "fd/"+strconv.Itoa(socket.fd), buf[:])
 		if err == nil && bytes.Equal(buf[:n], socket.link) {
-			return true
+			return true, nil
 		}
 	}
 	fd, err := unix.Openat(p.fd, "fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return false // exited, or a kernel thread
+		return false, p.hiddenTable() // exited, or a kernel thread, unless hidden
 	}
 	d := os.NewFile(uintptr(fd), "fd")
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return false
+		return false, nil
+	}
+	if len(names) == 0 {
+		return false, p.hiddenTable()
 	}
 	for i := len(names) - 1; i >= 0; i-- {
 		n, err := unix.Readlinkat(fd, names[i], buf[:])
 		if err == nil && bytes.Equal(buf[:n], socket.link) {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
+}
+
+// hiddenTable is errHiddenTable when the process's main thread is a
+// zombie and other threads of it live.
+func (p procDir) hiddenTable() error {
+	buf := procBufs.Get().(*[4096]byte)
+	defer procBufs.Put(buf)
+	status, err := p.read("status", buf[:])
+	if err != nil {
+		return nil // gone
+	}
+	state, threads := statusFields(status, "State:"), statusFields(status, "Threads:")
+	if len(state) > 0 && bytes.Equal(state[0], []byte("Z")) && len(threads) > 0 && !bytes.Equal(threads[0], []byte("1")) {
+		return errHiddenTable
+	}
+	return nil
 }
 
 // procBufs are read buffers for /proc files: several per lookup, and the
@@ -368,13 +412,19 @@ func readUID(d procDir) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range bytes.Split(raw, []byte("\n")) {
-		if rest, ok := bytes.CutPrefix(line, []byte("Uid:")); ok {
-			f := bytes.Fields(rest) // real, effective, saved, filesystem
-			if len(f) == 4 {
-				return strconv.Atoi(string(f[3]))
-			}
-		}
+	if f := statusFields(raw, "Uid:"); len(f) == 4 { // real, effective, saved, filesystem
+		return strconv.Atoi(string(f[3]))
 	}
 	return 0, errors.New("no Uid in status")
+}
+
+// statusFields are the fields of the status line key ("Uid:"); nil when
+// there is none.
+func statusFields(status []byte, key string) [][]byte {
+	for _, line := range bytes.Split(status, []byte("\n")) {
+		if rest, ok := bytes.CutPrefix(line, []byte(key)); ok {
+			return bytes.Fields(rest)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,85 @@
+package identity
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/vishvananda/netns"
+)
+
+// hiddenHolder connects to the port in argv[1] and hands the socket to a
+// child running sleep, which holds it plainly; then its main thread exits
+// (pthread_exit) while another thread writes on the socket and lives on:
+// the writer's table is out of /proc/PID/fd's sight.
+const hiddenHolder = `
+import ctypes, os, socket, sys, threading, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+os.set_inheritable(s.fileno(), True)
+child = os.fork()
+if child == 0:
+    os.execv("/bin/sleep", ["sleep", "30"])
+def write():
+    time.sleep(0.3)
+    s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\n\r\n")
+    time.sleep(30)
+threading.Thread(target=write).start()
+print(child, flush=True)
+ctypes.CDLL(None).pthread_exit(None)
+`
+
+// A socket a process holds whose main thread has exited (its table
+// unreadable through /proc/PID/fd, while its other threads use it) is not
+// attributed to the other holder the scan can see: the lookup fails.
+func TestHolderBehindAnExitedMainThread(t *testing.T) {
+	python := testutil.RequireTool(t, "python3")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cmd := exec.Command(python, "-c", hiddenHolder, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	var child int
+	if _, err := fmt.Fscan(bufio.NewReader(stdout), &child); err != nil {
+		t.Fatal(err)
+	}
+	server.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if line, err := bufio.NewReader(server).ReadString('\n'); err != nil || !strings.HasPrefix(line, "CONNECT") {
+		t.Fatalf("read %q, %v; want the hidden thread's request", line, err)
+	}
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if !strings.Contains(string(status), "State:\tZ") {
+		t.Fatalf("the writer's main thread has not exited:\n%s", status)
+	}
+	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p, err := r.Lookup(addrs(server))
+	if !errors.Is(err, ErrUnknown) || !strings.Contains(fmt.Sprint(err), "main thread has exited") {
+		t.Errorf("Lookup = %+v, %v; want the lookup refused, naming the hidden table (not sleep, pid %d)", p, err, child)
+	}
+}
