@@ -612,7 +612,7 @@ func dropInitPrivileges(c *Config) error {
 	if !c.Seccomp {
 		return nil
 	}
-	return loadSeccomp()
+	return loadSeccomp(true)
 }
 
 // reap waits for every child the namespace hands the init, and returns the

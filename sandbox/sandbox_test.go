@@ -171,7 +171,7 @@ func attempt(name string) int {
 	case "ptrace":
 		pid, _ := strconv.Atoi(arg)
 		err = unix.PtraceAttach(pid)
-	case "tiocsti":
+	case "tiocsti", "tiocsti-seccomp-off":
 		c := byte('x')
 		_, _, errno := unix.Syscall(unix.SYS_IOCTL, 0, unix.TIOCSTI, uintptr(unsafe.Pointer(&c)))
 		if errno != 0 {
@@ -358,6 +358,9 @@ func TestEscapesFail(t *testing.T) {
 		{"pidfd-siginfo-init", "", unix.EPERM, NetNone},
 		{"setsig-init", "", unix.EPERM, NetNone},
 		{"tiocsti", "", unix.EPERM, NetNone}, // without the filter: ENOTTY, stdin is no terminal here
+		// --seccomp off keeps the terminal's filter: what TIOCSTI types
+		// the user's shell runs.
+		{"tiocsti-seccomp-off", "", unix.EPERM, NetNone},
 		{"mount", "", unix.EPERM, NetNone},
 		{"write", "/etc/airlock-escape", unix.EACCES, NetNone},
 		{"read", secret, unix.EACCES, NetNone},
@@ -378,7 +381,7 @@ func TestEscapesFail(t *testing.T) {
 				// signal to the init; the filter is what stops it on
 				// older kernels.
 				c.Landlock = LandlockOff
-			case "nft-delete":
+			case "nft-delete", "tiocsti-seccomp-off":
 				c.Seccomp = false
 			}
 			c.Env = append(c.Env, "AIRLOCK_ESCAPE="+tc.name, "AIRLOCK_ESCAPE_ARG="+tc.arg)

@@ -38,7 +38,10 @@ func offArg(i int) uint32 { return 16 + 8*uint32(i) } // low 32 bits (little end
 
 // seccompProgram is the filter: check the architecture (anything else is
 // killed), refuse the x32 ABI, then the deny list and the argument checks.
-func seccompProgram() ([]bpf.Instruction, error) {
+// Not full (--seccomp off), only the terminal's: the sandbox may share the
+// user's terminal, and what TIOCSTI types there the user's shell runs, as
+// root when the launcher is.
+func seccompProgram(full bool) ([]bpf.Instruction, error) {
 	p := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: offArch, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: auditArch, SkipTrue: 1},
@@ -46,6 +49,14 @@ func seccompProgram() ([]bpf.Instruction, error) {
 		bpf.LoadAbsolute{Off: offNr, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: x32SyscallNr, SkipFalse: 1},
 		errnoRet(unix.EPERM),
+	}
+	// ioctl: no TIOCSTI or TIOCLINUX, which push keystrokes into the
+	// terminal the sandbox shares with the user's shell: the shell would
+	// read and run them after the sandbox exits. The kernel reads the
+	// request as 32 bits, so only those are compared.
+	p = append(p, refuseWhen(unix.SYS_IOCTL, argIs{1, bpf.JumpEqual, []uint32{unix.TIOCSTI, unix.TIOCLINUX}})...)
+	if !full {
+		return append(p, bpf.RetConstant{Val: secRetAllow}), nil
 	}
 	for _, nr := range deniedSyscalls {
 		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1}, errnoRet(unix.EPERM))
@@ -66,11 +77,6 @@ func seccompProgram() ([]bpf.Instruction, error) {
 	p = append(p, refuseWhen(unix.SYS_UNSHARE, argIs{0, bpf.JumpBitsSet, []uint32{unix.CLONE_FILES}})...)
 	p = append(p, refuseWhen(unix.SYS_CLONE,
 		argIs{0, bpf.JumpBitsSet, []uint32{unix.CLONE_THREAD}}, argIs{0, bpf.JumpBitsNotSet, []uint32{unix.CLONE_FILES}})...)
-	// ioctl: no TIOCSTI or TIOCLINUX, which push keystrokes into the
-	// terminal the sandbox shares with the user's shell: the shell would
-	// read and run them after the sandbox exits. The kernel reads the
-	// request as 32 bits, so only those are compared.
-	p = append(p, refuseWhen(unix.SYS_IOCTL, argIs{1, bpf.JumpEqual, []uint32{unix.TIOCSTI, unix.TIOCLINUX}})...)
 	// No signal the Go runtime would take for a fault of its own (see
 	// runtimeFaultSignals) sent any way that does not say it was sent:
 	// queued (rt_sigqueueinfo, rt_tgsigqueueinfo, pidfd_send_signal),
@@ -142,10 +148,10 @@ func refuseWhen(nr uint32, conds ...argIs) []bpf.Instruction {
 	return append(p, errnoRet(unix.EPERM), bpf.LoadAbsolute{Off: offNr, Size: 4})
 }
 
-// loadSeccomp installs the filter on every thread (TSYNC). It needs
-// no_new_privs first.
-func loadSeccomp() error {
-	prog, err := seccompProgram()
+// loadSeccomp installs the filter (seccompProgram) on every thread
+// (TSYNC). It needs no_new_privs first.
+func loadSeccomp(full bool) error {
+	prog, err := seccompProgram(full)
 	if err != nil {
 		return err
 	}
