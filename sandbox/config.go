@@ -133,7 +133,7 @@ func existing(paths ...string) []string {
 
 // rlimitNames maps --rlimit names to resources.
 var rlimitNames = map[string]int{
-	"as": unix.RLIMIT_AS, "core": unix.RLIMIT_CORE, "cpu": unix.RLIMIT_CPU, "data": unix.RLIMIT_DATA,
+	"as": unix.RLIMIT_AS, "cpu": unix.RLIMIT_CPU, "data": unix.RLIMIT_DATA,
 	"fsize": unix.RLIMIT_FSIZE, "memlock": unix.RLIMIT_MEMLOCK, "nofile": unix.RLIMIT_NOFILE,
 	"nproc": unix.RLIMIT_NPROC, "stack": unix.RLIMIT_STACK,
 }
@@ -217,8 +217,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	for name := range c.Rlimits {
-		if _, ok := rlimitNames[name]; !ok {
-			fail("--rlimit %s: unknown (want one of as, core, cpu, data, fsize, memlock, nofile, nproc, stack)", name)
+		switch _, ok := rlimitNames[name]; {
+		case name == "core":
+			// noDumps set it to 0 for good.
+			fail("--rlimit core: the sandbox makes no core dumps (one would hold what its memory held: credentials among it)")
+		case !ok:
+			fail("--rlimit %s: unknown (want one of as, cpu, data, fsize, memlock, nofile, nproc, stack)", name)
 		}
 	}
 	for _, kv := range c.Env {

@@ -975,3 +975,25 @@ func TestSharedMemoryIsPrivate(t *testing.T) {
 		t.Error("what the sandbox wrote to its /dev/shm is in the host's")
 	}
 }
+
+// An rlimit is set as asked or refused before anything starts: core,
+// which the sandbox holds at 0 (no dumps), is refused with the reason, as
+// is a name with no limit behind it.
+func TestValidateRlimits(t *testing.T) {
+	for _, tc := range []struct {
+		limits map[string]uint64
+		want   string // "" is valid
+	}{
+		{map[string]uint64{"nofile": 1024, "cpu": 60}, ""},
+		{map[string]uint64{"core": 1000}, "the sandbox makes no core dumps"},
+		{map[string]uint64{"cores": 1}, "--rlimit cores: unknown"},
+	} {
+		c := Defaults()
+		c.Command, c.Net = []string{"/bin/true"}, NetNone
+		c.Rlimits = tc.limits
+		err := c.Validate()
+		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("Validate(rlimits %v) = %v; want %q", tc.limits, err, tc.want)
+		}
+	}
+}

@@ -42,3 +42,13 @@ func HostAccount(uid int) (string, bool) {
 	}
 	return u.Username, true
 }
+
+// HostGroup names the host group gid is, if any: a sandbox running with it
+// reads and writes what that group may (shadow's /etc/shadow, say).
+func HostGroup(gid int) (string, bool) {
+	g, err := user.LookupGroupId(strconv.Itoa(gid))
+	if err != nil {
+		return "", false
+	}
+	return g.Name, true
+}

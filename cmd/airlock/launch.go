@@ -114,7 +114,7 @@ func newLaunchCmd() *cobra.Command {
 				return &exitError{ExitUsage, err}
 			}
 			defer status.Close()
-			warnHostAccount(c.UID, log)
+			warnHostAccount(c.UID, c.GID, log)
 			if sandboxID == "" {
 				sandboxID = fmt.Sprintf("%d", os.Getpid())
 			}
@@ -191,7 +191,7 @@ func newLaunchCmd() *cobra.Command {
 		fl.BoolVar(&noDefaultPaths, "no-default-paths", false, "start from no paths instead of the system directories (/usr, /etc, /dev, ...)")
 		fl.StringVar(&landlock, "landlock", "hard", "Landlock `MODE`: hard (refuse to start without it), best-effort (say what is skipped), off")
 		fl.StringVar(&seccompMode, "seccomp", "default", "seccomp `MODE`: default (deny list) or off")
-		fl.StringArrayVar(&rlimits, "rlimit", nil, "`NAME=N` resource limit (as, core, cpu, data, fsize, memlock, nofile, nproc, stack; repeatable)")
+		fl.StringArrayVar(&rlimits, "rlimit", nil, "`NAME=N` resource limit (as, cpu, data, fsize, memlock, nofile, nproc, stack; repeatable)")
 		fl.StringArrayVar(&envs, "env", nil, "`KEY=VAL` for the command (repeatable)")
 		fl.StringArrayVar(&keepEnv, "keep-env", nil, "copy variable `KEY` from the launcher's environment (repeatable)")
 		fl.StringVar(&cwd, "cwd", "", "working `DIR` of the command")
@@ -250,9 +250,12 @@ func checkLimitFlags(cmd *cobra.Command, memoryMax, pidsMax int64) error {
 // warnHostAccount says when the sandbox's uid is a host account's: files
 // that account owns on the host (Landlock permitting) are the sandbox's,
 // and its processes share signals and /proc access with the sandbox's.
-func warnHostAccount(uid int, log *slog.Logger) {
+func warnHostAccount(uid, gid int, log *slog.Logger) {
 	if name, ok := sandbox.HostAccount(uid); ok {
 		log.Warn(fmt.Sprintf("the sandbox's uid %d is the host account %q: the sandbox shares that account's files and processes; choose an unused uid with --user (e.g. --user 61000)", uid, name))
+	}
+	if name, ok := sandbox.HostGroup(gid); ok {
+		log.Warn(fmt.Sprintf("the sandbox's gid %d is the host group %q: the sandbox reads and writes what that group may; choose an unused gid with --user (e.g. --user 61000:61000)", gid, name))
 	}
 }
 

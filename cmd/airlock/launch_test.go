@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,5 +55,15 @@ func TestLaunchWarnsOfAHostAccount(t *testing.T) {
 	code, _, stderr := airlock(t, "", "launch", "--net", "none", "--user", "65534", "--", "/bin/true")
 	if code != ExitOK || !strings.Contains(stderr, `uid 65534 is the host account \"nobody\"`) || !strings.Contains(stderr, "--user") {
 		t.Fatalf("exit %d, stderr %s", code, stderr)
+	}
+	// A host group's gid too: it reads what that group may (shadow's
+	// /etc/shadow).
+	group, err := user.LookupGroupId("65534")
+	if err != nil {
+		t.Fatalf("no host group 65534 to test with: %v", err)
+	}
+	code, _, stderr = airlock(t, "", "launch", "--net", "none", "--user", "61000:65534", "--", "/bin/true")
+	if code != ExitOK || !strings.Contains(stderr, fmt.Sprintf(`gid 65534 is the host group \"%s\"`, group.Name)) || strings.Contains(stderr, "uid 61000") {
+		t.Fatalf("exit %d, stderr %s; want the host group named, not the unused uid", code, stderr)
 	}
 }

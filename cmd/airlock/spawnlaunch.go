@@ -51,7 +51,7 @@ func (l spawnLauncher) Launch(ctx context.Context, s local.Spec) (_ local.Sandbo
 		return nil, err
 	}
 	log := l.log.With("sandbox", s.ID)
-	warnHostAccount(c.UID, log)
+	warnHostAccount(c.UID, c.GID, log)
 
 	sb := &spawnSandbox{log: log}
 	defer func() {
