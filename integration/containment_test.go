@@ -331,16 +331,26 @@ func TestLaunchInterruptAfterFg(t *testing.T) {
 	}
 }
 
-// A sandbox launched in the background has no controlling terminal: it
-// writes to the terminal it was given, but cannot take it over (make its
-// group the foreground, then read what the user types) nor open /dev/tty.
+// A sandbox launched in the background gets no descriptor of the
+// terminal: its output is copied there, but it cannot read what the user
+// types next (even ignoring SIGTTIN, even after setsid), take the
+// terminal over, nor open /dev/tty. (Markers are split in what is typed.)
 func TestLaunchInBackgroundHasNoTerminal(t *testing.T) {
 	testutil.RequireRoot(t, "airlock launch (PID namespace)")
 	master, waitFor := ptyShell(t)
-	fmt.Fprintf(master, "%s launch --net none --log-level error -- /bin/sh -c '(exec 3</dev/tty) 2>/dev/null && echo HAS\"\"TTY || echo NO\"\"TTY' &\n", airlockBin)
-	got := waitFor("TTY\r")
+	fmt.Fprintf(master, "%s launch --net none --log-level error -- /bin/sh -c 'trap \"\" TTIN TTOU; (exec 3</dev/tty) 2>/dev/null && echo HAS\"\"TTY || echo NO\"\"TTY; echo READY\"\"MARK; read line; echo \"READ[$line]\"; sleep 1; echo END\"\"MARK' &\n", airlockBin)
+	waitFor("READYMARK")
+	time.Sleep(300 * time.Millisecond)
+	io.WriteString(master, "echo typed-by-the-user\n")
+	got := waitFor("ENDMARK")
 	if !strings.Contains(got, "NOTTY") || strings.Contains(got, "HASTTY") {
-		t.Fatalf("a background sandbox opened /dev/tty; want no controlling terminal. The terminal:\n%s", got)
+		t.Errorf("a background sandbox opened /dev/tty; want no controlling terminal. The terminal:\n%s", got)
+	}
+	if !strings.Contains(got, "READ[]") {
+		t.Errorf("a background sandbox read from the terminal; want nothing to read. The terminal:\n%s", got)
+	}
+	if !strings.Contains(got, "typed-by-the-user\r\ntyped-by-the-user") {
+		t.Errorf("the user's line did not reach the shell whole (echoed, then its output). The terminal:\n%s", got)
 	}
 }
 

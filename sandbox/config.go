@@ -100,7 +100,8 @@ type Config struct {
 	// the terminal's ^C, ^Z and reads reach it as they reach the launcher:
 	// for one launch in the foreground of a terminal. Otherwise the init
 	// leads a session (and process group) of its own, without a
-	// controlling terminal: in the launcher's group, kill(0, sig)
+	// controlling terminal, and gets no descriptor of a terminal
+	// (offTerminal): in the launcher's group, kill(0, sig)
 	// from one sandbox would reach every other sandbox the launcher started
 	// under the same uid (a pod's services) and, with CAP_KILL kept, the
 	// launcher itself, where Landlock cannot scope signals (before ABI 6).

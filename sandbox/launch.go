@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"sync"
@@ -96,7 +97,7 @@ func Start(c Config, net *Network) (*Process, error) {
 		return fail(err)
 	}
 	// The command gets c.Env, never the init's (empty) one.
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = offTerminal(&c)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Its own PID namespace: the init is PID 1, and when it exits
 		// the kernel kills whatever the command left behind. Its own
@@ -211,3 +212,39 @@ func (p *Process) Wait() (int, error) {
 
 // Done is closed when the command has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
+
+// offTerminal is the sandbox's standard streams. Not in a terminal's
+// foreground, the sandbox gets no descriptor of a terminal: with one it
+// could read what the user types whenever it liked (setsid takes a
+// process out of the terminal's job control, which is what stops a
+// background job's reads) or change the terminal's modes. What it writes
+// to a terminal the launcher copies there (through a pipe, exec.Cmd's);
+// it reads nothing (/dev/null).
+func offTerminal(c *Config) (io.Reader, io.Writer, io.Writer) {
+	if c.Foreground {
+		return c.Stdin, c.Stdout, c.Stderr
+	}
+	in := c.Stdin
+	if isTerminal(in) {
+		in = nil
+	}
+	return in, relayed(c.Stdout), relayed(c.Stderr)
+}
+
+// relayed is w, hidden behind a pipe when it is a terminal.
+func relayed(w io.Writer) io.Writer {
+	if isTerminal(w) {
+		return struct{ io.Writer }{w}
+	}
+	return w
+}
+
+// isTerminal says whether v is a file that is a terminal.
+func isTerminal(v any) bool {
+	f, ok := v.(*os.File)
+	if !ok || f == nil {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
