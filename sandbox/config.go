@@ -272,6 +272,22 @@ func keepableNames() string {
 }
 
 // keptCaps reads --keep-caps.
+// KillReachesGroup says whether the sandbox, were it in the launcher's
+// process group (Foreground), could signal that whole group (kill(0),
+// which the PID namespace does not stop): CAP_KILL kept, and no Landlock
+// signal scope (ABI 6, Linux 6.12) to keep it to its own processes.
+func (c *Config) KillReachesGroup() bool {
+	caps, _ := keptCaps(c.KeepCaps)
+	if !slices.Contains(caps, capability.CAP_KILL) {
+		return false
+	}
+	abi := c.LandlockABI
+	if abi == 0 {
+		abi = landlockABI()
+	}
+	return c.Landlock == LandlockOff || abi < 6
+}
+
 func keptCaps(names []string) ([]capability.Cap, error) {
 	var out []capability.Cap
 	for _, n := range names {

@@ -98,6 +98,10 @@ func newLaunchCmd() *cobra.Command {
 			// job with the launcher: ^C reaches the command as typed
 			// (forwardSignals leaves it to the command).
 			c.Foreground = terminalForeground()
+			if c.Foreground && c.KillReachesGroup() {
+				c.Foreground = false
+				log.Warn("--keep-caps CAP_KILL without Landlock's signal scope (ABI 6, Linux 6.12): in the terminal's job the sandbox could signal the launcher and the shell's other processes, so it runs in a session of its own, without the terminal (its output is still shown; it reads nothing)")
+			}
 			// Validation before anything is created: a usage error
 			// leaves nothing behind.
 			if err := checkLimitFlags(cmd, memoryMax, pidsMax); err != nil {
