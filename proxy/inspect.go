@@ -30,6 +30,9 @@ import (
 // decided host, and every request must name that same host (Host header,
 // absolute-form URL, SNI): an allowed tunnel never reaches another host.
 func (p *Proxy) inspect(cc *clientConn, client net.Conn, t *tracked, dc *decision) {
+	// Counted open until after its close line (Metrics.Forget).
+	p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
+	defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
 	// The tunnel's close line, when it ends; each request in it has its
 	// own lines.
 	status := http.StatusOK
@@ -89,8 +92,6 @@ func (p *Proxy) serverTLS(c net.Conn, leafName string) (*tls.Conn, error) {
 // HTTP connection), each pinned to dc's host and port, and to sni, the TLS
 // server name when there is one.
 func (p *Proxy) serveRequests(cc *clientConn, c net.Conn, t *tracked, dc *decision, sni string) {
-	p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
-	defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
 	host := dc.in.Request.Host
 	// Request headers are read through a limit, as http.Server reads them
 	// with MaxHeaderBytes: a sandbox must not grow the proxy's memory at

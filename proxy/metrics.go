@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/proxy/certs"
@@ -24,13 +25,22 @@ type Metrics struct {
 	eval      prometheus.Histogram
 	audit     prometheus.Counter
 	dns       *prometheus.CounterVec
+
+	// open counts each sandbox's tunnels, and forgetting holds those
+	// Forget was asked to drop while some were open, under mu: a tunnel
+	// can outlive its sandbox's processes (a half-close waits for the
+	// upstream), and what it records at its end would bring the series
+	// back, its gauge at -1, for the pod's life.
+	mu         sync.Mutex
+	open       map[string]int
+	forgetting map[string]bool
 }
 
 // NewMetrics registers the proxy's metrics, including the CA's leaf cache.
 func NewMetrics(ca *certs.CA) *Metrics {
 	r := prometheus.NewRegistry()
 	m := &Metrics{
-		registry: r,
+		registry: r, open: map[string]int{}, forgetting: map[string]bool{},
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_proxy_decisions_total", Help: "Decisions by sandbox, decision and reason.",
 		}, []string{"sandbox", "decision", "reason"}),
@@ -89,11 +99,23 @@ func (m *Metrics) Handler() http.Handler {
 
 // Forget drops every series of a sandbox that has ended for good (a pod's
 // one-off sandbox), so that a long-lived pod's /metrics does not grow by
-// one set of series per sandbox it ever ran.
+// one set of series per sandbox it ever ran: at once, or when the last of
+// its tunnels ends.
 func (m *Metrics) Forget(sandbox string) {
 	if m == nil {
 		return
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.open[sandbox] > 0 {
+		m.forgetting[sandbox] = true
+		return
+	}
+	m.drop(sandbox)
+}
+
+// drop deletes sandbox's series.
+func (m *Metrics) drop(sandbox string) {
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{m.decisions, m.tunnels, m.bytes, m.scrubbed, m.dns} {
@@ -132,9 +154,22 @@ func (m *Metrics) countScrubbed(sandbox string, n int64) {
 	}
 }
 
-func (m *Metrics) tunnelOpen(sandbox string, delta float64) {
-	if m != nil {
-		m.tunnels.WithLabelValues(sandbox).Add(delta)
+// tunnelOpen counts a tunnel of sandbox opened (delta 1) or ended (-1);
+// the end is the last thing a tunnel records.
+func (m *Metrics) tunnelOpen(sandbox string, delta int) {
+	if m == nil {
+		return
+	}
+	m.tunnels.WithLabelValues(sandbox).Add(float64(delta))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.open[sandbox] += delta; m.open[sandbox] > 0 {
+		return
+	}
+	delete(m.open, sandbox)
+	if m.forgetting[sandbox] {
+		delete(m.forgetting, sandbox)
+		m.drop(sandbox)
 	}
 }
 

@@ -173,6 +173,9 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 	case first.proto == speaksHTTP:
 		// Every request is decided, as a plain request to the explicit
 		// proxy is, whether or not the host's rules restrict requests.
+		// Counted open until after its close line (Metrics.Forget).
+		p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
+		defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
 		defer p.record(dc, http.StatusOK, 0, 0)
 		p.serveRequests(cc, withEarly(client, first.early), t, dc, "")
 	case dc.d.Inspect:
