@@ -269,6 +269,11 @@ func (r *Resolver) exe(d procDir) (string, fileKey, string, error) {
 	if err != nil {
 		return "", key, "", err
 	}
+	// The path and the key are two reads: an exec between them would pair
+	// the new binary's path with the old one's digest.
+	if again, err := exeKey(d); err != nil || again != key {
+		return "", key, "", fmt.Errorf("pid %d ran another executable during the lookup", d.pid)
+	}
 	sum, err := r.hashes.Exe(d, key)
 	if err != nil {
 		return "", key, "", err
