@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -449,5 +450,37 @@ func TestPodSecondSignalEndsARestartInFlight(t *testing.T) {
 	}
 	if pod.exitErr != nil {
 		t.Errorf("airlock up after a second stop signal: %v", pod.exitErr)
+	}
+}
+
+// `airlock up`, run as root on a manifest another user could change, says
+// so: the pod does what the manifest says.
+func TestPodWarnsOfAnUntrustedManifest(t *testing.T) {
+	e := newPodEnv(t)
+	m := e.manifest("untrusted", "", shService("once", "exit 3", "{policy: never}", ""))
+	path := filepath.Join(e.dir, "untrusted.yaml")
+	if err := os.WriteFile(path, []byte(m), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o664); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(airlockBin, "up", path)
+	cmd.Env = cleanEnv()
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-done
+	}
+	if !strings.Contains(stderr.String(), "the manifest could be changed by another user") || !strings.Contains(stderr.String(), "mode 0664") {
+		t.Errorf("airlock up on a group-writable manifest did not say so:\n%s", stderr.String())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/supervisor"
@@ -40,6 +41,14 @@ func newUpCmd() *cobra.Command {
 			}
 			if os.Geteuid() != 0 {
 				return notRoot(stderr)
+			}
+			if len(args) == 1 {
+				// Run as root, the pod does what the manifest says (its
+				// allowed ranges, bundle, keys): said when another user
+				// could change it (watchdog install refuses such a one).
+				if err := trusted.Path(args[0]); errors.Is(err, trusted.ErrUntrusted) {
+					log.Warn("the manifest could be changed by another user, and the pod, run as root, does what it says: chown it (and its directories) to root, chmod go-w", "manifest", args[0], "err", err.Error())
+				}
 			}
 			if m == nil {
 				if demo, err = newDemoPod(stateDir, log); err != nil {
