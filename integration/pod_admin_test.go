@@ -484,3 +484,13 @@ func TestPodWarnsOfAnUntrustedManifest(t *testing.T) {
 		t.Errorf("airlock up on a group-writable manifest did not say so:\n%s", stderr.String())
 	}
 }
+
+// A health check takes a redirect as the answer it is (3xx is healthy),
+// never following it to whatever it points at (here, a port where nothing
+// listens).
+func TestPodHealthTakesARedirectAsItIs(t *testing.T) {
+	e := newPodEnv(t)
+	svc := strings.Replace(e.pyService("mover", 8031, "egress_none", ""), "path: /healthz", "path: /moved", 1)
+	pod := startPod(t, e, "mover", e.manifest("mover", "", svc))
+	pod.awaitReady()
+}

@@ -27,7 +27,12 @@ func newChecker(p *Pod, s *service, h *manifest.Health) checker {
 			Proxy:             nil,
 			DialContext:       p.network.DialContext,
 			DisableKeepAlives: true,
-		}}
+		},
+			// A redirect is an answer (3xx is healthy): followed, the
+			// probe would judge whatever it points at, another
+			// service's port or none.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
 		return func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, h.Timeout)
 			defer cancel()

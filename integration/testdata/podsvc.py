@@ -2,6 +2,7 @@
 
 argv: PORT NAME. Listens on 127.0.0.1:PORT inside the pod and answers:
   /healthz              200 ok
+  /moved                302 to a port where nothing listens (a health check takes it as it is)
   /whoami               {"name", "pid"}
   /fetch?url=U          U fetched through the proxy (HTTPS_PROXY): {"status", "body"} or {"error"}
   /peer?port=P          GET http://127.0.0.1:P/healthz directly (a pod peer): {"status", "body"} or {"error"}
@@ -69,6 +70,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         u = urlparse(self.path)
         q = {k: v[0] for k, v in parse_qs(u.query).items()}
+        if u.path == "/moved":
+            self.send_response(302)
+            self.send_header("Location", "http://127.0.0.1:9/login")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if u.path == "/healthz":
             out = "ok"
         elif u.path == "/whoami":
