@@ -494,3 +494,22 @@ func TestPodHealthTakesARedirectAsItIs(t *testing.T) {
 	pod := startPod(t, e, "mover", e.manifest("mover", "", svc))
 	pod.awaitReady()
 }
+
+// A pod whose admin socket another pod serves does not boot: it would
+// take the socket over (the other pod left without its admin API, and an
+// operator's restart landing on the wrong pod).
+func TestPodRefusesAnotherPodsAdminSocket(t *testing.T) {
+	e := newPodEnv(t)
+	first := startPod(t, e, "first", e.manifest("first", "", e.pyService("one", 8041, "egress_none", "")))
+	first.awaitReady()
+	second := startPod(t, e, "second", e.manifest("second", "admin:\n  socket: "+first.socket+"\n", e.pyService("two", 8042, "egress_none", "")))
+	select {
+	case <-second.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the second pod still runs on the first's admin socket:\n%s", second.stderr.String())
+	}
+	if exitCode(second.exitErr) == 0 || !strings.Contains(second.stderr.String(), "another process listens on it") {
+		t.Errorf("second pod: exit %d; want a refused boot naming the socket:\n%s", exitCode(second.exitErr), second.stderr.String())
+	}
+	first.awaitState("one", "healthy") // its admin API still answers, as itself
+}

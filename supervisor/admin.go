@@ -113,12 +113,17 @@ type admin struct {
 func newAdmin(p *Pod) (*admin, error) {
 	a := &admin{}
 	path := p.m.Admin.Socket
-	// A socket left by a pod that was killed: nothing listens on it (the
-	// pod's lock is ours). Anything but a socket there is not ours to
-	// remove.
+	// A socket left by a pod that was killed is removed; one something
+	// still listens on is another pod's (the pod's lock covers its name
+	// and state, not this path), and anything but a socket there is not
+	// ours to remove either.
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {
 			return nil, fmt.Errorf("admin socket %s: a %v file is in the way; remove it or choose another admin.socket", path, fi.Mode().Type())
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("admin socket %s: another process listens on it (another pod's?); choose another admin.socket", path)
 		}
 		os.Remove(path)
 	}
