@@ -427,8 +427,12 @@ func (p *Pod) awaitHealthy(ctx context.Context) error {
 		if healthy == len(p.services) {
 			return nil
 		}
+		// A pod failed meanwhile (its proxy stopped serving) is not
+		// ready, whatever its services say.
 		select {
 		case <-ch:
+		case <-p.failed:
+			return errors.New(p.failure)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
