@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -512,4 +513,21 @@ func TestPodRefusesAnotherPodsAdminSocket(t *testing.T) {
 		t.Errorf("second pod: exit %d; want a refused boot naming the socket:\n%s", exitCode(second.exitErr), second.stderr.String())
 	}
 	first.awaitState("one", "healthy") // its admin API still answers, as itself
+}
+
+// A service run with a host group's gid is said to be, on record: it reads
+// what that group may.
+func TestPodSaysAHostGroup(t *testing.T) {
+	e := newPodEnv(t)
+	group, err := user.LookupGroupId("65534")
+	if err != nil {
+		t.Fatalf("no host group 65534 to test with: %v", err)
+	}
+	svc := strings.Replace(e.pyService("grouped", 8051, "egress_none", ""), `user: "61000"`, `user: "61000:65534"`, 1)
+	pod := startPod(t, e, "grouped", e.manifest("grouped", "", svc))
+	pod.awaitReady()
+	ev, _ := pod.awaitEvent("host_account", "grouped", 0)
+	if ev.Severity != events.Warning || !strings.Contains(ev.Detail, fmt.Sprintf("gid 65534 is the host group %q", group.Name)) {
+		t.Errorf("event %+v; want a warning naming the host group", ev)
+	}
 }

@@ -92,6 +92,15 @@ func newService(p *Pod, s manifest.Service) (*service, error) {
 		return nil, fmt.Errorf("service %s: %w", s.Name, err)
 	}
 	c.UID, c.GID, c.KeepCaps, c.Dir = uid, gid, s.KeepCaps, s.Dir
+	// A host account's uid shares its files and processes, a host group's
+	// gid what that group may (shadow's /etc/shadow): said, as airlock
+	// launch says it.
+	if name, ok := sandbox.HostAccount(uid); ok {
+		p.event("host_account", events.Warning, s.Name, fmt.Sprintf("uid %d is the host account %q: the service shares that account's files and processes; choose an unused uid in user:", uid, name))
+	}
+	if name, ok := sandbox.HostGroup(gid); ok {
+		p.event("host_account", events.Warning, s.Name, fmt.Sprintf("gid %d is the host group %q: the service reads and writes what that group may; choose an unused gid in user:", gid, name))
+	}
 	c.Command = append([]string(nil), s.Command...)
 	if !filepath.IsAbs(c.Command[0]) {
 		path, err := exec.LookPath(c.Command[0])
