@@ -531,3 +531,24 @@ func TestPodSaysAHostGroup(t *testing.T) {
 		t.Errorf("event %+v; want a warning naming the host group", ev)
 	}
 }
+
+// A service starts when every service it comes after is healthy at once:
+// one healthy earlier and crashed since, waiting out its backoff while
+// another was awaited, is waited for again.
+func TestPodDependenciesAllUpAtOnce(t *testing.T) {
+	e := newPodEnv(t)
+	slow := fmt.Sprintf("    ports: [8063]\n    landlock: {ro: [%s]}\n    health: {http: {port: 8063, path: /healthz}, interval: 300ms, timeout: 300ms, threshold: 30}\n", e.script)
+	m := e.manifest("deps", "",
+		shService("crasher", "sleep 1; exit 1", "{policy: always, backoff: {initial: 4s, max: 4s}, give_up: {restarts: 50, window: 60s}}", "")+
+			shService("slow", fmt.Sprintf("sleep 2.5; exec %s %s 8063 slow", e.python, e.script), "{policy: always}", slow)+
+			shService("dependent", "exec sleep 1000", "{policy: always}", "    after: [crasher, slow]\n"))
+	pod := startPod(t, e, "deps", m)
+	pod.awaitReady()
+	_, crashed := pod.awaitEvent("exit", "crasher", 0)
+	_, again := pod.awaitEvent("started", "crasher", crashed)
+	_, started := pod.awaitEvent("started", "dependent", 0)
+	if started < again {
+		evs, _ := events.Read(pod.events, time.Time{})
+		t.Errorf("dependent started (event %d) while crasher waited out its backoff (exit %d, started again %d):\n%+v", started, crashed, again, evs)
+	}
+}

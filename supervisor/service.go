@@ -261,38 +261,68 @@ func (s *service) run() {
 	}
 }
 
-// awaitDependencies waits until each service this one comes after has been
-// healthy; false when the pod stops first. When one is given up on, this
+// awaitDependencies waits until every service this one comes after is
+// ready at once (ready); false when the pod stops first. When one is given up on, this
 // one is too, and parks: an operator's restart has it wait for its
 // dependencies to come up (an operator reviving them) instead.
 func (s *service) awaitDependencies() bool {
 	revived := false
-	for _, dep := range s.spec.After {
-		d := s.pod.byName[dep]
-		for {
-			failed := d.failed
-			if revived {
-				failed = nil
-			}
+	for {
+		ch := s.pod.changes()
+		waiting, gone := "", ""
+		for _, dep := range s.spec.After {
+			d := s.pod.byName[dep]
 			select {
-			case <-d.up:
-			case <-failed:
-				s.enter(stateGivenUp, "the service it comes after, "+dep+", was given up on", func() {
-					s.pod.event("dependency_failed", events.Critical, s.name, "not started: "+dep+" was given up on")
-				})
-				if !s.park() {
-					return false
+			case <-d.failed:
+				if !revived {
+					gone = dep
 				}
-				revived = true
-				s.setState(statePending, "restarted by an operator: waiting for "+dep+" to be up")
-				continue
-			case <-s.stopReq:
+			default:
+			}
+			if gone != "" {
+				break
+			}
+			if !ready(d) && waiting == "" {
+				waiting = dep
+			}
+		}
+		switch {
+		case gone != "":
+			s.enter(stateGivenUp, "the service it comes after, "+gone+", was given up on", func() {
+				s.pod.event("dependency_failed", events.Critical, s.name, "not started: "+gone+" was given up on")
+			})
+			if !s.park() {
 				return false
 			}
-			break
+			revived = true
+			s.setState(statePending, "restarted by an operator: waiting for "+gone+" to be up")
+			continue
+		case waiting == "":
+			return true
+		}
+		select {
+		case <-ch:
+		case <-s.stopReq:
+			return false
 		}
 	}
-	return true
+}
+
+// ready says whether d lets a service that comes after it start: healthy
+// now, or, once up, exited for good by its policy (a job that ran). Up
+// once is not enough: one that crashed since, and waits to be restarted,
+// is not there for its dependents.
+func ready(d *service) bool {
+	select {
+	case <-d.up:
+	default:
+		return false
+	}
+	switch d.status().State {
+	case stateHealthy, stateExited:
+		return true
+	}
+	return false
 }
 
 // once launches the service and watches it until it exits, fails its
