@@ -547,8 +547,15 @@ func TestPodDependenciesAllUpAtOnce(t *testing.T) {
 	_, crashed := pod.awaitEvent("exit", "crasher", 0)
 	_, again := pod.awaitEvent("started", "crasher", crashed)
 	_, started := pod.awaitEvent("started", "dependent", 0)
+	evs, _ := events.Read(pod.events, time.Time{})
 	if started < again {
-		evs, _ := events.Read(pod.events, time.Time{})
 		t.Errorf("dependent started (event %d) while crasher waited out its backoff (exit %d, started again %d):\n%+v", started, crashed, again, evs)
+	}
+	// Not started yet, it was told nothing of its dependencies' restarts
+	// ("dependents are left running" is not said of it).
+	for i, ev := range evs[:started] {
+		if ev.Service == "dependent" && strings.HasPrefix(ev.Kind, "dependency_") {
+			t.Errorf("event %d, before dependent started: %+v", i, ev)
+		}
 	}
 }

@@ -566,8 +566,14 @@ func (s *service) watchHealth(ctx context.Context, sb *Sandbox, unhealthy chan<-
 
 // tellDependents writes an event for each service that comes after this
 // one. They are not restarted: a dependency's restart is not theirs.
+// Only a dependent that runs is told: one not started yet learns it
+// itself (awaitDependencies), and "left running" is not said of it.
 func (s *service) tellDependents(kind string, sev events.Severity, detail string) {
 	for _, other := range s.pod.services {
+		switch other.status().State {
+		case statePending, stateGivenUp, stateExited, stateStopped:
+			continue
+		}
 		for _, dep := range other.spec.After {
 			if dep == s.name {
 				s.pod.event(kind, sev, other.name, detail)
