@@ -559,3 +559,25 @@ func TestPodDependenciesAllUpAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A second stop signal while a boot is being stopped kills what it
+// started at once: the first gives each service its stop_grace (a minute
+// here), which a service ignoring SIGTERM would use to the end.
+func TestPodSecondSignalDuringBootKills(t *testing.T) {
+	e := newPodEnv(t)
+	m := strings.Replace(e.manifest("stubborn", "",
+		shService("stubborn", "trap '' TERM; exec sleep 1000", "{policy: always}", "")+
+			shService("unready", "exec sleep 1000", "{policy: always}", "    ports: [8071]\n    health: {tcp: {port: 8071}, interval: 1s, timeout: 1s, threshold: 100}\n")),
+		"stop_grace: 3s", "stop_grace: 60s", 1)
+	pod := startPod(t, e, "stubborn", m)
+	pod.awaitEvent("started", "stubborn", 0)
+	pod.awaitEvent("started", "unready", 0)
+	pod.cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(time.Second) // the boot's stop under way
+	pod.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-pod.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("airlock up still stopping 30s after a second SIGINT (stop_grace 60s):\n%s", pod.stderr.String())
+	}
+}

@@ -30,15 +30,21 @@ type Options struct {
 	// Output receives the services' stdout and stderr, each line
 	// prefixed with its service's name; os.Stderr when nil.
 	Output io.Writer
+	// StopNow, when it ends, has a boot that stopped or failed kill what
+	// it started at once (a second stop signal) rather than give each
+	// service its stop_grace; nil waits for the grace.
+	StopNow context.Context
 }
 
 // Pod is a booted pod: its services share one network namespace whose only
 // way out is the proxy, each in its own cgroup under its own preset.
 type Pod struct {
-	m      *manifest.Pod
-	log    *slog.Logger
-	out    io.Writer
-	events *events.Log
+	m   *manifest.Pod
+	log *slog.Logger
+	out io.Writer
+	// stopNow ends when a stop must kill at once (Options.StopNow).
+	stopNow context.Context
+	events  *events.Log
 
 	engine  *policies.Engine
 	proxy   *proxy.Proxy
@@ -95,7 +101,10 @@ type BootStep struct {
 // is healthy (READY) or boot failed. A failed boot leaves nothing behind.
 // A bundle that fails its pin is policies.ErrIntegrity.
 func Up(ctx context.Context, m *manifest.Pod, o Options) (_ *Pod, err error) {
-	p := &Pod{m: m, log: o.Logger, out: o.Output, byName: map[string]*service{}, booted: time.Now()}
+	p := &Pod{m: m, log: o.Logger, out: o.Output, stopNow: o.StopNow, byName: map[string]*service{}, booted: time.Now()}
+	if p.stopNow == nil {
+		p.stopNow = context.Background()
+	}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -554,7 +563,7 @@ func dependencyTiers(svcs []*service) [][]*service {
 // teardown undoes what boot made, in reverse, stopping the services first
 // if they run.
 func (p *Pod) teardown() {
-	p.stopServices(context.Background())
+	p.stopServices(p.stopNow)
 	p.cancel()
 	p.wg.Wait()
 	for _, srv := range p.ingress {

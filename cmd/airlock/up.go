@@ -63,7 +63,25 @@ func newUpCmd() *cobra.Command {
 			// A stop signal during boot ends the boot; after it, the pod.
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			pod, err := supervisor.Up(ctx, m, supervisor.Options{Logger: log, Output: stderr})
+			// A second one during the boot's stop kills what it started.
+			stopNow, killNow := context.WithCancel(context.Background())
+			booted := make(chan struct{})
+			go func() {
+				select {
+				case <-ctx.Done():
+				case <-booted:
+					return
+				}
+				again, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+				defer cancel()
+				select {
+				case <-again.Done():
+					killNow()
+				case <-booted:
+				}
+			}()
+			pod, err := supervisor.Up(ctx, m, supervisor.Options{Logger: log, Output: stderr, StopNow: stopNow})
+			close(booted) // the stop after READY has its own second signal
 			switch {
 			case errors.Is(err, supervisor.ErrStopped):
 				fmt.Fprintln(stderr, "airlock: stopped during boot")
