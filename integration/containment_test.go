@@ -266,9 +266,9 @@ func TestLaunchTerminalInterruptOnce(t *testing.T) {
 }
 
 // ptyShell is an interactive bash with job control on a new terminal:
-// type writes to it, waitFor returns the terminal's output once it holds
+// master writes to it, await returns the terminal's output once it holds
 // marker (20s at most).
-func ptyShell(t *testing.T) (master *os.File, waitFor func(marker string) string) {
+func ptyShell(t *testing.T) (master *os.File, await func(marker string) string) {
 	t.Helper()
 	bash := testutil.RequireTool(t, "bash")
 	master, slave := testutil.OpenPty(t)
@@ -295,19 +295,15 @@ func ptyShell(t *testing.T) (master *os.File, waitFor func(marker string) string
 			}
 		}
 	}()
+	shows := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return out.String()
+	}
 	return master, func(marker string) string {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			mu.Lock()
-			got := out.String()
-			mu.Unlock()
-			if strings.Contains(got, marker) {
-				return got
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q from the terminal in 20s; it shows %q", marker, got)
-			}
-		}
+		waitFor(t, 20*time.Second, func() bool { return strings.Contains(shows(), marker) }, "%q from the terminal, which shows %q", marker, shows())
+		return shows()
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"slices"
@@ -459,30 +458,22 @@ func TestPodSecondSignalEndsARestartInFlight(t *testing.T) {
 func TestPodWarnsOfAnUntrustedManifest(t *testing.T) {
 	e := newPodEnv(t)
 	m := e.manifest("untrusted", "", shService("once", "exit 3", "{policy: never}", ""))
+	// startPod's write keeps the mode of the file it finds.
 	path := filepath.Join(e.dir, "untrusted.yaml")
-	if err := os.WriteFile(path, []byte(m), 0o644); err != nil {
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chmod(path, 0o664); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(airlockBin, "up", path)
-	cmd.Env = cleanEnv()
-	var stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- cmd.Wait() }()
+	pod := startPod(t, e, "untrusted", m)
 	select {
-	case <-done:
+	case <-pod.exited: // its only service exits during the boot
 	case <-time.After(60 * time.Second):
-		cmd.Process.Signal(syscall.SIGTERM)
-		<-done
+		t.Fatalf("airlock up still runs:\n%s", pod.stderr.String())
 	}
-	if !strings.Contains(stderr.String(), "the manifest could be changed by another user") || !strings.Contains(stderr.String(), "mode 0664") {
-		t.Errorf("airlock up on a group-writable manifest did not say so:\n%s", stderr.String())
+	if got := pod.stderr.String(); !strings.Contains(got, "the manifest could be changed by another user") || !strings.Contains(got, "mode 0664") {
+		t.Errorf("airlock up on a group-writable manifest did not say so:\n%s", got)
 	}
 }
 
@@ -561,14 +552,14 @@ func TestPodDependenciesAllUpAtOnce(t *testing.T) {
 }
 
 // A second stop signal while a boot is being stopped kills what it
-// started at once: the first gives each service its stop_grace (a minute
+// started at once: the first gives each service its stop_grace (an hour
 // here), which a service ignoring SIGTERM would use to the end.
 func TestPodSecondSignalDuringBootKills(t *testing.T) {
 	e := newPodEnv(t)
 	m := strings.Replace(e.manifest("stubborn", "",
 		shService("stubborn", "trap '' TERM; exec sleep 1000", "{policy: always}", "")+
 			shService("unready", "exec sleep 1000", "{policy: always}", "    ports: [8071]\n    health: {tcp: {port: 8071}, interval: 1s, timeout: 1s, threshold: 100}\n")),
-		"stop_grace: 3s", "stop_grace: 60s", 1)
+		"stop_grace: 3s", "stop_grace: 1h", 1)
 	pod := startPod(t, e, "stubborn", m)
 	pod.awaitEvent("started", "stubborn", 0)
 	pod.awaitEvent("started", "unready", 0)
@@ -578,6 +569,6 @@ func TestPodSecondSignalDuringBootKills(t *testing.T) {
 	select {
 	case <-pod.exited:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("airlock up still stopping 30s after a second SIGINT (stop_grace 60s):\n%s", pod.stderr.String())
+		t.Fatalf("airlock up still stopping 30s after a second SIGINT (stop_grace 1h):\n%s", pod.stderr.String())
 	}
 }

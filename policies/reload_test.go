@@ -230,9 +230,7 @@ func TestCheckVetsEveryGeneration(t *testing.T) {
 }
 
 // A bundle directory replaced whole (the old one renamed away, a new one
-// put in its place, as a deploy does) is watched again: an edit of the new
-// one reloads.
-// A bundle directory replaced whole (a deploy) is watched again, and the
+// put in its place, as a deploy does) is watched again, and the
 // old tree's watches go: a deploy a day must not add a kernel watch per
 // directory each time.
 func TestReloadFollowsABundleReplacedWhole(t *testing.T) {

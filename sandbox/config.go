@@ -271,7 +271,6 @@ func keepableNames() string {
 	return strings.Join(names, ", ")
 }
 
-// keptCaps reads --keep-caps.
 // KillReachesGroup says whether the sandbox, were it in the launcher's
 // process group (Foreground), could signal that whole group (kill(0),
 // which the PID namespace does not stop): CAP_KILL kept, and no Landlock
@@ -281,13 +280,10 @@ func (c *Config) KillReachesGroup() bool {
 	if !slices.Contains(caps, capability.CAP_KILL) {
 		return false
 	}
-	abi := c.LandlockABI
-	if abi == 0 {
-		abi = landlockABI()
-	}
-	return c.Landlock == LandlockOff || abi < 6
+	return c.Landlock == LandlockOff || c.landlockABI() < 6
 }
 
+// keptCaps reads --keep-caps.
 func keptCaps(names []string) ([]capability.Cap, error) {
 	var out []capability.Cap
 	for _, n := range names {

@@ -381,7 +381,9 @@ func TestDenyPeers(t *testing.T) {
 	from := func(dir string, port int) string { return fmt.Sprintf("%s-to-%d", filepath.Base(dir), port) }
 	for _, dir := range []string{oneOff, service} {
 		for _, port := range []int{peer, undeclared, 53} {
-			sendUDP(t, n, dir, port, from(dir, port))
+			if sent, want := sendUDP(t, n, dir, port, from(dir, port)), dir == service || port == 53; sent != want {
+				t.Errorf("%s: sent %v; want %v", from(dir, port), sent, want)
+			}
 		}
 	}
 	for _, tc := range []struct {
@@ -403,7 +405,9 @@ func TestDenyPeers(t *testing.T) {
 	if got := connect(oneOff, peer); got != "0" {
 		t.Errorf("after undo, the one-off to a service: exit %s; want 0", got)
 	}
-	sendUDP(t, n, oneOff, undeclared, "after-undo")
+	if !sendUDP(t, n, oneOff, undeclared, "after-undo") {
+		t.Error("after undo, the one-off's UDP was refused")
+	}
 	if got := received(undeclaredUDP); !slices.Equal(got, []string{"after-undo"}) {
 		t.Errorf("after undo, the one-off's UDP: %q arrived; want it", got)
 	}
@@ -414,7 +418,9 @@ func TestDenyPeers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sendUDP(t, bare, oneOff, undeclared, "no-peers")
+	if sendUDP(t, bare, oneOff, undeclared, "no-peers") {
+		t.Error("without peer ports, the one-off's UDP was let go")
+	}
 	if got := received(bareUDP); len(got) != 0 {
 		t.Errorf("without peer ports, the one-off's UDP reached a local port: %q", got)
 	}
@@ -438,18 +444,27 @@ func listenUDP(t *testing.T, n *Network, port int) net.PacketConn {
 }
 
 // sendUDP sends msg to 127.0.0.1:port from a sandbox in n and the cgroup
-// dir, and waits for it to end.
-func sendUDP(t *testing.T, n *Network, dir string, port int, msg string) {
+// dir, and says whether the send was let go (a refusal fails sendto
+// itself, EPERM): a sender that did not run would make "nothing arrived"
+// mean nothing.
+func sendUDP(t *testing.T, n *Network, dir string, port int, msg string) (sent bool) {
 	t.Helper()
-	c := base(t, "/usr/bin/python3", "-c", fmt.Sprintf(`import socket
+	c := base(t, "/usr/bin/python3", "-c", fmt.Sprintf(`import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.sendto(b%q, ("127.0.0.1", %d))`, msg, port))
+try:
+    s.sendto(b%q, ("127.0.0.1", %d))
+except PermissionError:
+    sys.exit(3)`, msg, port))
 	c.Net, c.ProxyPort, c.Cgroups = NetProxy, 3128, []string{dir}
 	p, err := Start(c, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Wait()
+	code, err := p.Wait()
+	if err != nil || (code != 0 && code != 3) {
+		t.Fatalf("sending %q to port %d: exit %d, %v", msg, port, code, err)
+	}
+	return code == 0
 }
 
 // received is what pc has queued: the datagrams sent to it so far (their

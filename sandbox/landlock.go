@@ -37,6 +37,15 @@ func landlockABI() int {
 	return int(v)
 }
 
+// landlockABI is the ABI the sandbox's rules are built for: the kernel's,
+// unless c.LandlockABI pretends another (0 for none, when it is negative).
+func (c *Config) landlockABI() int {
+	if c.LandlockABI != 0 {
+		return max(c.LandlockABI, 0)
+	}
+	return landlockABI()
+}
+
 // ruleset is a Landlock ruleset built while privileged (its paths are
 // opened then, before the uid switch can make them unreadable) and
 // enforced just before exec.
@@ -49,13 +58,7 @@ type ruleset struct {
 // enforce every rule asked for is an error; in best-effort mode what is
 // skipped is reported.
 func buildRuleset(c *Config) (*ruleset, error) {
-	abi := c.LandlockABI
-	if abi == 0 {
-		abi = landlockABI()
-	}
-	if abi < 0 {
-		abi = 0
-	}
+	abi := c.landlockABI()
 	// Only --net none has Landlock handle TCP connect. Landlock sees the
 	// port a program asked for, before nft's redirect: in the transparent
 	// network (--net proxy) a connect to any host's 443 must reach the

@@ -111,9 +111,8 @@ func Start(c Config, net *Network) (*Process, error) {
 		// not only a process group: in the launcher's session the
 		// terminal stays its controlling one, and a sandbox that ignores
 		// SIGTTOU may make its group the terminal's foreground
-		// (tcsetpgrp) and read what the user types next. Without a
-		// controlling terminal it can write to one it was given, and do
-		// nothing else with it.
+		// (tcsetpgrp) and read what the user types next. Nor is it given
+		// a descriptor of a terminal (offTerminal).
 		Setsid: !c.Foreground,
 	}
 	if c.DieWithParent {

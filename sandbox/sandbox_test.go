@@ -832,6 +832,7 @@ func TestLeafReapsOnlyOutsideAReapedParent(t *testing.T) {
 // group of its own. ABI 5 is a kernel whose Landlock cannot scope signals,
 // where the process group is all that stands between them.
 func TestSandboxesDoNotShareAProcessGroup(t *testing.T) {
+	testutil.RequireRoot(t, "network namespaces and sandboxes")
 	for _, abi := range []int{0, 5} {
 		victim := base(t, "/bin/sleep", "30")
 		victim.LandlockABI = abi
@@ -901,6 +902,7 @@ func TestInitThreadsInTheSandboxNetwork(t *testing.T) {
 // there, but for the paths the sandbox names under it, mounted back. A
 // path that would show a host resolver's sockets refuses the start.
 func TestHostSocketsHidden(t *testing.T) {
+	testutil.RequireRoot(t, "sandboxes, and a socket under /run")
 	py := testutil.RequireTool(t, "/usr/bin/python3")
 	sock := fmt.Sprintf("/run/airlock-test-%d.sock", os.Getpid())
 	ln, err := net.Listen("unix", sock)

@@ -33,22 +33,17 @@ func ParseUser(spec string) (uid, gid int, err error) {
 	return uid, gid, nil
 }
 
-// HostAccount names the host account that owns uid, if any: a sandbox
-// running as it shares that account's files and processes.
-func HostAccount(uid int) (string, bool) {
-	u, err := user.LookupId(strconv.Itoa(uid))
-	if err != nil {
-		return "", false
+// HostIdentity says what of the host a sandbox running as uid and gid
+// shares: a host account's files and processes, a host group's rights
+// (shadow's /etc/shadow). Each line is to be followed by the way out the
+// caller's configuration offers.
+func HostIdentity(uid, gid int) []string {
+	var out []string
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		out = append(out, fmt.Sprintf("uid %d is the host account %q: it shares that account's files and processes", uid, u.Username))
 	}
-	return u.Username, true
-}
-
-// HostGroup names the host group gid is, if any: a sandbox running with it
-// reads and writes what that group may (shadow's /etc/shadow, say).
-func HostGroup(gid int) (string, bool) {
-	g, err := user.LookupGroupId(strconv.Itoa(gid))
-	if err != nil {
-		return "", false
+	if g, err := user.LookupGroupId(strconv.Itoa(gid)); err == nil {
+		out = append(out, fmt.Sprintf("gid %d is the host group %q: it reads and writes what that group may", gid, g.Name))
 	}
-	return g.Name, true
+	return out
 }

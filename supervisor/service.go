@@ -92,14 +92,9 @@ func newService(p *Pod, s manifest.Service) (*service, error) {
 		return nil, fmt.Errorf("service %s: %w", s.Name, err)
 	}
 	c.UID, c.GID, c.KeepCaps, c.Dir = uid, gid, s.KeepCaps, s.Dir
-	// A host account's uid shares its files and processes, a host group's
-	// gid what that group may (shadow's /etc/shadow): said, as airlock
-	// launch says it.
-	if name, ok := sandbox.HostAccount(uid); ok {
-		p.event("host_account", events.Warning, s.Name, fmt.Sprintf("uid %d is the host account %q: the service shares that account's files and processes; choose an unused uid in user:", uid, name))
-	}
-	if name, ok := sandbox.HostGroup(gid); ok {
-		p.event("host_account", events.Warning, s.Name, fmt.Sprintf("gid %d is the host group %q: the service reads and writes what that group may; choose an unused gid in user:", gid, name))
+	// Said, as airlock launch says it.
+	for _, w := range sandbox.HostIdentity(uid, gid) {
+		p.event("host_account", events.Warning, s.Name, "the service's "+w+"; choose an unused uid and gid in user:")
 	}
 	c.Command = append([]string(nil), s.Command...)
 	if !filepath.IsAbs(c.Command[0]) {
@@ -262,9 +257,10 @@ func (s *service) run() {
 }
 
 // awaitDependencies waits until every service this one comes after is
-// ready at once (ready); false when the pod stops first. When one is given up on, this
-// one is too, and parks: an operator's restart has it wait for its
-// dependencies to come up (an operator reviving them) instead.
+// ready at once (ready); false when the pod stops first. When one is
+// given up on, this one is too, and parks: an operator's restart has it
+// wait for its dependencies to come up (an operator reviving them)
+// instead.
 func (s *service) awaitDependencies() bool {
 	revived := false
 	for {
@@ -272,17 +268,11 @@ func (s *service) awaitDependencies() bool {
 		waiting, gone := "", ""
 		for _, dep := range s.spec.After {
 			d := s.pod.byName[dep]
-			select {
-			case <-d.failed:
-				if !revived {
-					gone = dep
-				}
-			default:
-			}
-			if gone != "" {
+			if !revived && isClosed(d.failed) {
+				gone = dep
 				break
 			}
-			if !ready(d) && waiting == "" {
+			if waiting == "" && !ready(d) {
 				waiting = dep
 			}
 		}
@@ -313,9 +303,7 @@ func (s *service) awaitDependencies() bool {
 // once is not enough: one that crashed since, and waits to be restarted,
 // is not there for its dependents.
 func ready(d *service) bool {
-	select {
-	case <-d.up:
-	default:
+	if !isClosed(d.up) {
 		return false
 	}
 	switch d.status().State {
@@ -323,6 +311,16 @@ func ready(d *service) bool {
 		return true
 	}
 	return false
+}
+
+// isClosed says whether ch is closed (it is never sent on).
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // once launches the service and watches it until it exits, fails its

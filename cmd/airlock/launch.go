@@ -251,15 +251,11 @@ func checkLimitFlags(cmd *cobra.Command, memoryMax, pidsMax int64) error {
 	return nil
 }
 
-// warnHostAccount says when the sandbox's uid is a host account's: files
-// that account owns on the host (Landlock permitting) are the sandbox's,
-// and its processes share signals and /proc access with the sandbox's.
+// warnHostAccount says when the sandbox's uid is a host account's or its
+// gid a host group's (sandbox.HostIdentity), with the way out.
 func warnHostAccount(uid, gid int, log *slog.Logger) {
-	if name, ok := sandbox.HostAccount(uid); ok {
-		log.Warn(fmt.Sprintf("the sandbox's uid %d is the host account %q: the sandbox shares that account's files and processes; choose an unused uid with --user (e.g. --user 61000)", uid, name))
-	}
-	if name, ok := sandbox.HostGroup(gid); ok {
-		log.Warn(fmt.Sprintf("the sandbox's gid %d is the host group %q: the sandbox reads and writes what that group may; choose an unused gid with --user (e.g. --user 61000:61000)", gid, name))
+	for _, w := range sandbox.HostIdentity(uid, gid) {
+		log.Warn("the sandbox's " + w + "; choose an unused uid and gid with --user (e.g. --user 61000:61000)")
 	}
 }
 

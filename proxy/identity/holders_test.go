@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,13 +17,21 @@ import (
 )
 
 // A socket held by two processes of one executable in two services'
-// leaves of a pod (or, besides, under two uids) is ambiguous: decided as
-// either, it would be decided by the preset of whichever the lookup met
-// first.
+// leaves of a pod, or under two uids, is ambiguous: decided as either, it
+// would be decided by the preset (or as the uid) of whichever the lookup
+// met first.
 func TestHoldersInTwoCgroupsAreAmbiguous(t *testing.T) {
 	testutil.RequireRoot(t, "cgroups and another uid")
-	for _, diffUID := range []bool{false, true} {
-		t.Run(fmt.Sprint("diffUID=", diffUID), func(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		oneLeaf  bool // both in the first service's leaf
+		otherUID bool // the second as another uid
+		want     string
+	}{
+		{"two services", false, false, "(cgroup "},
+		{"two uids in one service", true, true, "runs as uid 65534"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			mnt, err := cgroup2.Mount()
 			if err != nil {
 				t.Fatal(err)
@@ -45,13 +54,16 @@ func TestHoldersInTwoCgroupsAreAmbiguous(t *testing.T) {
 				leaves = append(leaves, leaf)
 				cmd := exec.Command("sleep", "30")
 				cmd.ExtraFiles = []*os.File{f}
-				if diffUID && i == 1 {
+				if tc.otherUID && i == 1 {
 					cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 				}
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
 				}
 				kids = append(kids, cmd)
+				if tc.oneLeaf {
+					leaf = leaves[0]
+				}
 				if err := cgroup2.Add(leaf, cmd.Process.Pid); err != nil {
 					t.Fatal(err)
 				}
@@ -73,8 +85,8 @@ func TestHoldersInTwoCgroupsAreAmbiguous(t *testing.T) {
 			defer r.Close()
 			r.WithCgroups()
 			p, err := r.Lookup(addrs(server))
-			if !errors.Is(err, ErrAmbiguous) {
-				t.Errorf("holders pid %d (%s) and pid %d (%s): Lookup = %+v, %v; want ErrAmbiguous", kids[0].Process.Pid, leaves[0], kids[1].Process.Pid, leaves[1], p, err)
+			if !errors.Is(err, ErrAmbiguous) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("holders pid %d and pid %d: Lookup = %+v, %v; want ErrAmbiguous saying %q", kids[0].Process.Pid, kids[1].Process.Pid, p, err, tc.want)
 			}
 		})
 	}
