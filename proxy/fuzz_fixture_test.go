@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -100,13 +99,7 @@ func newFuzzFixture(tb testing.TB) *fuzzFixture {
 	tb.Cleanup(func() { up.Close() })
 	fx.port = ln.Addr().(*net.TCPAddr).Port
 
-	bundle := filepath.Join(dir, "bundle")
-	if err := os.Mkdir(bundle, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(bundle, "fuzz.rego"), fmt.Appendf(nil, fuzzPreset, fuzzHost, fx.port), 0o644); err != nil {
-		tb.Fatal(err)
-	}
+	bundle := presetBundle(tb, dir, map[string]string{"fuzz.rego": fmt.Sprintf(fuzzPreset, fuzzHost, fx.port)})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	engine, err := policies.New(ctx, policies.Options{Source: policies.Source{Path: bundle}, Logger: quiet})
 	if err != nil {

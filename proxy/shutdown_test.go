@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
-	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
@@ -53,27 +52,10 @@ type soloProxy struct {
 func newSoloProxy(t *testing.T, upstream net.Listener) *soloProxy {
 	t.Helper()
 	dir := t.TempDir()
-	sp := &soloProxy{audit: &testutil.Buffer{}, served: make(chan error, 1)}
-	exe, err := os.Executable()
-	if err == nil {
-		sp.exe, err = filepath.EvalSymlinks(exe)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	sp := &soloProxy{audit: &testutil.Buffer{}, served: make(chan error, 1), exe: testExe(t)}
 	port := upstream.Addr().(*net.TCPAddr).Port
-	bundle := filepath.Join(dir, "bundle")
-	if err := os.Mkdir(bundle, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(bundle, "solo.rego"), fmt.Appendf(nil, soloPreset, sp.exe, port), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	engine := presetEngine(t, presetBundle(t, dir, map[string]string{"solo.rego": fmt.Sprintf(soloPreset, sp.exe, port)}))
 	quiet := slog.New(slog.DiscardHandler)
-	engine, err := policies.New(context.Background(), policies.Options{Source: policies.Source{Path: bundle}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ca, err := certs.LoadOrCreate(filepath.Join(dir, "ca"), 16)
 	if err != nil {
 		t.Fatal(err)

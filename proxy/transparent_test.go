@@ -110,16 +110,10 @@ type tpFixture struct {
 
 func newTPFixture(tb testing.TB) *tpFixture {
 	tb.Helper()
-	ctx := context.Background()
 	dir := tb.TempDir()
 	fx := &tpFixture{audit: &testutil.Buffer{}, errors: &testutil.Buffer{}}
-	exe, err := os.Executable()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if fx.exe, err = filepath.EvalSymlinks(exe); err != nil {
-		tb.Fatal(err)
-	}
+	fx.exe = testExe(tb)
+	var err error
 	if fx.upCA, err = testca.New(dir); err != nil {
 		tb.Fatal(err)
 	}
@@ -146,18 +140,7 @@ func newTPFixture(tb testing.TB) *tpFixture {
 	}
 	greetAndEcho(listeners[tpSSHUpstream])
 
-	bundle := filepath.Join(dir, "bundle")
-	if err := os.Mkdir(bundle, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(bundle, "tp.rego"), fmt.Appendf(nil, tpPreset, fx.exe, fx.port, tpLiteral), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	engine, err := policies.New(ctx, policies.Options{Source: policies.Source{Path: bundle}, Logger: quiet})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	engine := presetEngine(tb, presetBundle(tb, dir, map[string]string{"tp.rego": fmt.Sprintf(tpPreset, fx.exe, fx.port, tpLiteral)}))
 	ca, err := certs.LoadOrCreate(filepath.Join(dir, "ca"), 16)
 	if err != nil {
 		tb.Fatal(err)
