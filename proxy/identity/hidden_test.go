@@ -36,9 +36,11 @@ print(child, flush=True)
 ctypes.CDLL(None).pthread_exit(None)
 `
 
-// A socket a process holds whose main thread has exited (its table
-// unreadable through /proc/PID/fd, while its other threads use it) is not
-// attributed to the other holder the scan can see: the lookup fails.
+// A socket a process holds whose main thread has exited (its table empty
+// through /proc/PID/fd, while its other threads use it) is found through
+// those threads: it is not attributed to the other holder, sleep, and the
+// writer, whose executable its exited main thread no longer shows, fails
+// the lookup.
 func TestHolderBehindAnExitedMainThread(t *testing.T) {
 	python := testutil.RequireTool(t, "python3")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -79,7 +81,50 @@ func TestHolderBehindAnExitedMainThread(t *testing.T) {
 	}
 	defer r.Close()
 	p, err := r.Lookup(addrs(server))
-	if !errors.Is(err, ErrUnknown) || !strings.Contains(fmt.Sprint(err), "main thread has exited") {
-		t.Errorf("Lookup = %+v, %v; want the lookup refused, naming the hidden table (not sleep, pid %d)", p, err, child)
+	if p != nil || !errors.Is(err, ErrUnknown) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", cmd.Process.Pid)) {
+		t.Errorf("Lookup = %+v, %v; want the lookup refused, naming the writer, pid %d (not sleep, pid %d)", p, err, cmd.Process.Pid, child)
+	}
+}
+
+// A process whose main thread has exited, holding nothing of the
+// connection's, is passed over like any other: on a host-wide scan one
+// such process anywhere must not fail every lookup.
+func TestExitedMainThreadElsewhereIsPassedOver(t *testing.T) {
+	python := testutil.RequireTool(t, "python3")
+	bystander := exec.Command(python, "-c", `import ctypes, threading, time
+threading.Thread(target=lambda: time.sleep(30)).start()
+print("up", flush=True)
+ctypes.CDLL(None).pthread_exit(None)`)
+	out, err := bystander.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bystander.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { bystander.Process.Kill(); bystander.Wait() }()
+	bufio.NewReader(out).ReadString('\n')
+	// The connection's one holder: sleep, given the client socket.
+	client, server := testutil.TCPPair(t)
+	f, err := client.(*net.TCPConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Close()
+	holder := exec.Command("/bin/sleep", "30")
+	holder.ExtraFiles = []*os.File{f}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	defer func() { holder.Process.Kill(); holder.Wait() }()
+	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p, err := r.Lookup(addrs(server))
+	if err != nil || p.PID != holder.Process.Pid {
+		t.Errorf("Lookup = %+v, %v; want sleep (pid %d), past pid %d", p, err, holder.Process.Pid, bystander.Process.Pid)
 	}
 }

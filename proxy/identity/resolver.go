@@ -317,8 +317,8 @@ func findOwners(pids []int, inode uint32) ([]procDir, error) {
 }
 
 // errHiddenTable: a process's fd table cannot be read through its /proc
-// directory (its main thread has exited, and its other threads, which
-// share the table, go on).
+// directory, nor through any of its threads' (its main thread has exited,
+// and its other threads, which share the table, go on).
 var errHiddenTable = errors.New("its main thread has exited and its other threads run on: its descriptors cannot be read")
 
 func socketLink(inode uint32) []byte {
@@ -336,51 +336,80 @@ type heldSocket struct {
 // descriptor (one readlink), else anywhere in its fd table, whose links are
 // read with readlinkat on the fd directory, newest first. A table that
 // reads empty is looked at again: a process whose main thread has exited
-// shows none, while its other threads hold them all (errHiddenTable).
+// shows none there, while its other threads hold them all, and it is read
+// through one of them (errHiddenTable when none can be).
 func (p procDir) holds(socket heldSocket) (bool, error) {
-	var buf [64]byte
 	if socket.fd >= 0 {
+		var buf [64]byte
 		n, err := unix.Readlinkat(p.fd, "fd/"+strconv.Itoa(socket.fd), buf[:])
 		if err == nil && bytes.Equal(buf[:n], socket.link) {
 			return true, nil
 		}
 	}
-	fd, err := unix.Openat(p.fd, "fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false, p.hiddenTable() // exited, or a kernel thread, unless hidden
+	if held, entries := p.scanTable("fd", socket.link); held || entries > 0 || !p.leaderGone() {
+		return held, nil
 	}
-	d := os.NewFile(uintptr(fd), "fd")
+	tasks, err := p.readDir("task")
+	if err != nil {
+		return false, nil // gone
+	}
+	for _, tid := range tasks {
+		if tid == strconv.Itoa(p.pid) {
+			continue
+		}
+		if held, entries := p.scanTable("task/"+tid+"/fd", socket.link); held || entries > 0 {
+			return held, nil
+		}
+	}
+	return false, errHiddenTable
+}
+
+// scanTable looks for link among the descriptors of the fd directory at
+// path (below the process's directory), newest first: whether it is
+// there, and how many there are.
+func (p procDir) scanTable(path string, link []byte) (held bool, entries int) {
+	fd, err := unix.Openat(p.fd, path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, 0 // exited, or a kernel thread
+	}
+	d := os.NewFile(uintptr(fd), path)
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return false, nil
+		return false, 0
 	}
-	if len(names) == 0 {
-		return false, p.hiddenTable()
-	}
+	var buf [64]byte
 	for i := len(names) - 1; i >= 0; i-- {
 		n, err := unix.Readlinkat(fd, names[i], buf[:])
-		if err == nil && bytes.Equal(buf[:n], socket.link) {
-			return true, nil
+		if err == nil && bytes.Equal(buf[:n], link) {
+			return true, len(names)
 		}
 	}
-	return false, nil
+	return false, len(names)
 }
 
-// hiddenTable is errHiddenTable when the process's main thread is a
-// zombie and other threads of it live.
-func (p procDir) hiddenTable() error {
+// readDir lists the directory at path below the process's directory.
+func (p procDir) readDir(path string) ([]string, error) {
+	fd, err := unix.Openat(p.fd, path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	d := os.NewFile(uintptr(fd), path)
+	defer d.Close()
+	return d.Readdirnames(-1)
+}
+
+// leaderGone says whether the process's main thread is a zombie while
+// other threads of it live.
+func (p procDir) leaderGone() bool {
 	buf := procBufs.Get().(*[4096]byte)
 	defer procBufs.Put(buf)
 	status, err := p.read("status", buf[:])
 	if err != nil {
-		return nil // gone
+		return false // gone
 	}
 	state, threads := statusFields(status, "State:"), statusFields(status, "Threads:")
-	if len(state) > 0 && bytes.Equal(state[0], []byte("Z")) && len(threads) > 0 && !bytes.Equal(threads[0], []byte("1")) {
-		return errHiddenTable
-	}
-	return nil
+	return len(state) > 0 && bytes.Equal(state[0], []byte("Z")) && len(threads) > 0 && !bytes.Equal(threads[0], []byte("1"))
 }
 
 // procBufs are read buffers for /proc files: several per lookup, and the
