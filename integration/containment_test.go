@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // Nothing outlives its sandbox: on every way the launcher ends (the
@@ -324,6 +325,36 @@ func TestLaunchInterruptAfterFg(t *testing.T) {
 	got := waitFor("EXITCODE=")
 	if n := strings.Count(got, "GOTINT"); n != 1 {
 		t.Fatalf("^C after fg: the command saw SIGINT %d times; want once. The terminal:\n%s", n, got)
+	}
+}
+
+// A sandbox launched in the foreground gets a terminal of its own, relayed
+// to the user's: its size is the user's terminal's, and after ^Z (the
+// launch suspended, the user back at the shell) none of its processes
+// reads what the user types next, not even one that left the terminal's
+// job control (setsid) holding its standard input and ignoring the job
+// control signals. After fg it runs on to its end. (Markers are split in
+// what is typed.)
+func TestLaunchForegroundTerminalIsItsOwn(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+	master, waitFor := ptyShell(t)
+	if err := unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 31, Col: 101}); err != nil {
+		t.Fatal(err)
+	}
+	script := `exec 3<&0; setsid /bin/sh -c 'trap "" TSTP TTIN TTOU; while read -r l <&3; do echo "STO""LE[$l]"; done' & echo "SIZE[$(stty size)]"; echo READY""MARK; sleep 2; echo END""MARK`
+	fmt.Fprintf(master, "%s launch --net none --log-level error -- /bin/sh -c '%s'\n", airlockBin, strings.ReplaceAll(script, "'", `'\''`))
+	got := waitFor("READYMARK")
+	if !strings.Contains(got, "SIZE[31 101]") {
+		t.Errorf("the sandbox's terminal is not the user's size (31 101). The terminal:\n%s", got)
+	}
+	master.Write([]byte{0x1a}) // ^Z
+	waitFor("Stopped")
+	io.WriteString(master, "echo typed-by-the-user\n")
+	got = waitFor("typed-by-the-user\r\ntyped-by-the-user")
+	io.WriteString(master, "fg\n")
+	got = waitFor("ENDMARK")
+	if strings.Contains(got, "STOLE[") {
+		t.Errorf("a process of the sandbox read what the user typed at the shell after ^Z. The terminal:\n%s", got)
 	}
 }
 

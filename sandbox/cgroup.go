@@ -324,3 +324,20 @@ func RemoveTree(dir string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// pauseGroups freezes (or thaws) the sandbox's processes: a v2 group's
+// cgroup.freeze, a v1 freezer group's state. It fails when none of dirs
+// can be.
+func pauseGroups(dirs []string, paused bool) error {
+	v2, v1 := "0", "THAWED"
+	if paused {
+		v2, v1 = "1", "FROZEN"
+	}
+	for _, d := range dirs {
+		if os.WriteFile(filepath.Join(d, "cgroup.freeze"), []byte(v2), 0) == nil ||
+			os.WriteFile(filepath.Join(d, "freezer.state"), []byte(v1), 0) == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("none of the sandbox's cgroups %q has a freezer", dirs)
+}

@@ -96,16 +96,15 @@ type Config struct {
 	Stdout io.Writer `json:"-"`
 	Stderr io.Writer `json:"-"`
 
-	// Foreground keeps the sandbox in the launcher's process group, where
-	// the terminal's ^C, ^Z and reads reach it as they reach the launcher:
-	// for one launch in the foreground of a terminal. Otherwise the init
-	// leads a session (and process group) of its own, without a
-	// controlling terminal, and gets no descriptor of a terminal
-	// (offTerminal): in the launcher's group, kill(0, sig)
-	// from one sandbox would reach every other sandbox the launcher started
-	// under the same uid (a pod's services) and, with CAP_KILL kept, the
-	// launcher itself, where Landlock cannot scope signals (before ABI 6).
-	Foreground bool `json:"-"`
+	// Terminal gives the sandbox a terminal of its own, a pty relayed to
+	// the launcher's controlling terminal, in place of each standard stream
+	// that is that terminal: for a launch in a terminal's foreground.
+	// However the sandbox runs, it leads a session of its own and holds no
+	// descriptor of the user's terminal (terminal, offTerminal): in the
+	// launcher's session or with the terminal's descriptor, a process of it
+	// that left the terminal's job control (setsid, or tcsetpgrp with
+	// SIGTTOU ignored) could read what the user types after ^Z.
+	Terminal bool `json:"-"`
 }
 
 // Defaults are what `airlock launch` starts from.
@@ -269,18 +268,6 @@ func keepableNames() string {
 		names[i] = "CAP_" + strings.ToUpper(c.String())
 	}
 	return strings.Join(names, ", ")
-}
-
-// KillReachesGroup says whether the sandbox, were it in the launcher's
-// process group (Foreground), could signal that whole group (kill(0),
-// which the PID namespace does not stop): CAP_KILL kept, and no Landlock
-// signal scope (ABI 6, Linux 6.12) to keep it to its own processes.
-func (c *Config) KillReachesGroup() bool {
-	caps, _ := keptCaps(c.KeepCaps)
-	if !slices.Contains(caps, capability.CAP_KILL) {
-		return false
-	}
-	return c.Landlock == LandlockOff || c.landlockABI() < 6
 }
 
 // keptCaps reads --keep-caps.

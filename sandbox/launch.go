@@ -27,6 +27,7 @@ type Process struct {
 	// gone), and written only with signals for the command.
 	life   *os.File
 	lifeMu sync.Mutex
+	term   *terminal // the sandbox's own terminal, relayed (Config.Terminal)
 }
 
 // SetupError is a failure of one of stage 2's ordered steps; the command
@@ -97,7 +98,18 @@ func Start(c Config, net *Network) (*Process, error) {
 		return fail(err)
 	}
 	// The command gets c.Env, never the init's (empty) one.
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = offTerminal(&c)
+	var term *terminal
+	var slave *os.File
+	ctty := -1
+	if c.Terminal && (controlling(c.Stdin) || controlling(c.Stdout) || controlling(c.Stderr)) {
+		if term, slave, err = openTerminal(c.Cgroups); err != nil {
+			return fail(err)
+		}
+		defer slave.Close() // the sandbox's own copies are all it needs
+		cmd.Stdin, cmd.Stdout, cmd.Stderr, ctty = onTerminal(&c, slave)
+	} else {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = offTerminal(&c)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Its own PID namespace: the init is PID 1, and when it exits
 		// the kernel kills whatever the command left behind. Its own
@@ -107,13 +119,17 @@ func Start(c Config, net *Network) (*Process, error) {
 		// every other sandbox (one uid by default), past Landlock and
 		// the network.
 		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC,
-		// Not in the foreground, the init leads a session of its own,
-		// not only a process group: in the launcher's session the
-		// terminal stays its controlling one, and a sandbox that ignores
-		// SIGTTOU may make its group the terminal's foreground
-		// (tcsetpgrp) and read what the user types next. Nor is it given
-		// a descriptor of a terminal (offTerminal).
-		Setsid: !c.Foreground,
+		// The init leads a session of its own, not only a process
+		// group: in the launcher's session the user's terminal would be
+		// its controlling one, and a sandbox that ignores SIGTTOU may make
+		// its group the terminal's foreground (tcsetpgrp) and read what
+		// the user types next. Nor is it given a descriptor of that
+		// terminal: a pty of its own instead (onTerminal), or none
+		// (offTerminal).
+		Setsid: true,
+	}
+	if term != nil {
+		cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, ctty
 	}
 	if c.DieWithParent {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
@@ -143,6 +159,7 @@ func Start(c Config, net *Network) (*Process, error) {
 		close(p.done)
 	}()
 	if err := <-started; err != nil {
+		term.discard()
 		return fail(fmt.Errorf("start sandbox: %w", err))
 	}
 	p.Pid, p.proc = cmd.Process.Pid, cmd.Process
@@ -155,6 +172,7 @@ func Start(c Config, net *Network) (*Process, error) {
 		// The init closed its end: it is gone, or going.
 		p.proc.Kill()
 		<-p.done
+		term.discard()
 		return fail(fmt.Errorf("send sandbox config: %w", err))
 	}
 	// The status pipe closes without a word when exec succeeds (CLOEXEC);
@@ -166,7 +184,15 @@ func Start(c Config, net *Network) (*Process, error) {
 	if derr == nil {
 		<-p.done
 		lifeW.Close()
+		term.discard()
 		return nil, &SetupError{Step: se.Step, Err: se.Error}
+	}
+	if term != nil {
+		// The relay begins once the command runs: until then the
+		// terminal is the launcher's, a ^C an order to it.
+		slave.Close()
+		p.term = term
+		term.start()
 	}
 	return p, nil
 }
@@ -197,6 +223,9 @@ func (p *Process) Signal(sig syscall.Signal) error {
 // reaped.
 func (p *Process) Wait() (int, error) {
 	<-p.done
+	if p.term != nil {
+		p.term.close()
+	}
 	p.lifeMu.Lock()
 	p.life.Close()
 	p.lifeMu.Unlock()
@@ -220,9 +249,6 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 // to a terminal the launcher copies there (through a pipe, exec.Cmd's);
 // it reads nothing (/dev/null).
 func offTerminal(c *Config) (io.Reader, io.Writer, io.Writer) {
-	if c.Foreground {
-		return c.Stdin, c.Stdout, c.Stderr
-	}
 	in := c.Stdin
 	if isTerminal(in) {
 		in = nil
@@ -246,4 +272,37 @@ func isTerminal(v any) bool {
 	}
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
+}
+
+// onTerminal is the sandbox's standard streams with a terminal of its own:
+// each that is the launcher's controlling terminal is the pty's slave
+// instead; the others are as offTerminal has them. ctty is the first of
+// those, the init's controlling terminal.
+func onTerminal(c *Config, slave *os.File) (in io.Reader, out, errOut io.Writer, ctty int) {
+	in, out, errOut = offTerminal(c)
+	ctty = -1
+	for i, s := range []any{c.Stdin, c.Stdout, c.Stderr} {
+		if !controlling(s) {
+			continue
+		}
+		if ctty < 0 {
+			ctty = i
+		}
+		switch i {
+		case 0:
+			in = slave
+		case 1:
+			out = slave
+		case 2:
+			errOut = slave
+		}
+	}
+	return in, out, errOut, ctty
+}
+
+// controlling says whether v is a file that is the launcher's controlling
+// terminal.
+func controlling(v any) bool {
+	f, ok := v.(*os.File)
+	return ok && f != nil && isControllingTerminal(f)
 }

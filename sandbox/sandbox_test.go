@@ -999,26 +999,3 @@ func TestValidateRlimits(t *testing.T) {
 		}
 	}
 }
-
-// Kept CAP_KILL reaches past the sandbox (its launcher's process group)
-// where Landlock cannot scope signals: below ABI 6, or off.
-func TestKillReachesGroup(t *testing.T) {
-	for _, tc := range []struct {
-		caps     []string
-		abi      int
-		landlock LandlockMode
-		want     bool
-	}{
-		{nil, 5, LandlockBestEffort, false},
-		{[]string{"CAP_KILL"}, 5, LandlockBestEffort, true},
-		{[]string{"CAP_KILL"}, 6, LandlockBestEffort, false},
-		{[]string{"CAP_KILL"}, 6, LandlockOff, true},
-		{[]string{"CAP_NET_BIND_SERVICE"}, 5, LandlockBestEffort, false},
-	} {
-		c := Defaults()
-		c.KeepCaps, c.LandlockABI, c.Landlock = tc.caps, tc.abi, tc.landlock
-		if got := c.KillReachesGroup(); got != tc.want {
-			t.Errorf("caps %v, ABI %d, landlock %s: KillReachesGroup = %v; want %v", tc.caps, tc.abi, tc.landlock, got, tc.want)
-		}
-	}
-}

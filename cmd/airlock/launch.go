@@ -17,7 +17,6 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 )
 
 // ExitLaunch is the exit code when the sandbox could not be set up (the
@@ -94,14 +93,9 @@ func newLaunchCmd() *cobra.Command {
 				return &exitError{ExitUsage, err}
 			}
 			c.DieWithParent = dieWithParent
-			// In a terminal's foreground, the sandbox is the terminal's
-			// job with the launcher: ^C reaches the command as typed
-			// (forwardSignals leaves it to the command).
-			c.Foreground = terminalForeground()
-			if c.Foreground && c.KillReachesGroup() {
-				c.Foreground = false
-				log.Warn("--keep-caps CAP_KILL without Landlock's signal scope (ABI 6, Linux 6.12): in the terminal's job the sandbox could signal the launcher and the shell's other processes, so it runs in a session of its own, without the terminal (its output is still shown; it reads nothing)")
-			}
+			// In a terminal's foreground, the sandbox gets a terminal of
+			// its own, relayed to this one.
+			c.Terminal = sandbox.TerminalForeground()
 			// Validation before anything is created: a usage error
 			// leaves nothing behind.
 			if err := checkLimitFlags(cmd, memoryMax, pidsMax); err != nil {
@@ -155,7 +149,7 @@ func newLaunchCmd() *cobra.Command {
 				}
 				return &exitError{ExitLaunch, err}
 			}
-			go forwardSignals(sigs, sb, c.Foreground, stopTimeout, log)
+			go forwardSignals(sigs, sb, stopTimeout, log)
 			out, werr := sb.Wait()
 			code := out.ExitCode
 			outcome := map[string]any{"started": true, "pid": out.Pid, "exit_code": code, "duration_ms": out.Duration.Milliseconds(), "oom_killed": out.OOMKills > 0}
@@ -291,30 +285,14 @@ func (s *statusFile) Close() {
 	}
 }
 
-// terminalForeground reports whether the launcher holds the foreground of
-// its controlling terminal, where ^C and ^\ reach every process of the
-// group, the sandboxed command among them (Config.Foreground). The
-// terminal, not stdin: with its stdin a pipe, a command still prompts on
-// /dev/tty (ssh, git's credentials), which stops a process group that is
-// not the terminal's foreground.
-func terminalForeground() bool {
-	tty, err := os.Open("/dev/tty")
-	if err != nil {
-		return false // no controlling terminal
-	}
-	defer tty.Close()
-	pgrp, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP)
-	return err == nil && pgrp == unix.Getpgrp()
-}
-
 // forwardSignals passes the launcher's signals to the sandbox. A stop
 // signal (SIGINT, SIGTERM, SIGHUP) is the command's to act on for up to
 // stopTimeout, as docker stop allows; after that, or at a second SIGINT or
 // SIGTERM, the whole sandbox is killed: a command that ignores or defers it
 // (a shell waiting on its foreground job defers SIGINT) cannot keep the
-// sandbox alive after the launcher was told to stop. sharesGroup says the
-// sandbox is in the launcher's process group (Config.Foreground).
-func forwardSignals(sigs <-chan os.Signal, proc *supervisor.Sandbox, sharesGroup bool, stopTimeout time.Duration, log *slog.Logger) {
+// sandbox alive after the launcher was told to stop. A terminal's ^C is
+// none of these: on the sandbox's own terminal, it is the pty's to signal.
+func forwardSignals(sigs <-chan os.Signal, proc *supervisor.Sandbox, stopTimeout time.Duration, log *slog.Logger) {
 	kill := func(why string) {
 		log.Warn("killing the sandbox: "+why, "stop_timeout", stopTimeout.String())
 		if err := proc.Kill(); err != nil {
@@ -332,14 +310,6 @@ func forwardSignals(sigs <-chan os.Signal, proc *supervisor.Sandbox, sharesGroup
 			deadline = nil
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
-			if (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && sharesGroup && terminalForeground() {
-				// The terminal sent it to its whole foreground group,
-				// the command included: the command decides, once. A
-				// sandbox in a group of its own (launched in the
-				// background, brought to the foreground since) has it
-				// only from here.
-				continue
-			}
 			proc.Signal(sig)
 			if sig == syscall.SIGQUIT {
 				continue
