@@ -219,6 +219,15 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 	target := policies.Request{Phase: policies.PhaseRequest, Host: t.Host, Port: t.Port, Method: req.Method}
 	websocket := hopByHop(req.Header)
 	var rdc *decision
+	if strings.EqualFold(req.Method, http.MethodConnect) {
+		// A CONNECT's content is no content (RFC 9110, 9.3.6): an
+		// upstream that reads what follows its head as the next request
+		// would serve one nothing decided, and one that answers 2xx would
+		// make the rest of the connection a tunnel nothing inspects. The
+		// connection closes: where the request ends is in doubt.
+		req.Close = true
+		return p.refuse(c, bw, req, p.refused(cc, target, policies.ReasonInvalidRequest, "CONNECT inside a tunnel or a plain HTTP connection: a tunnel is asked of the proxy itself, never forwarded"))
+	}
 	if mismatch := pinnedHost(req, sni, t.Host, t.Port); mismatch != "" {
 		return p.refuse(c, bw, req, p.refused(cc, target, policies.ReasonHostMismatch, mismatch))
 	}
@@ -241,9 +250,7 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 		out.URL.Scheme = "https"
 	}
 	out.URL.Host = net.JoinHostPort(t.Host, strconv.Itoa(t.Port))
-	if out.Host == "" {
-		out.Host = out.URL.Host
-	}
+	out.Host, out.Method = hostHeader(t.Host, t.Port, out.URL.Scheme), rdc.in.Request.Method
 	var err error
 	if len(rdc.d.Inject) > 0 && out.URL.Scheme != "https" {
 		rdc.deny(policies.ReasonSecretUnavailable, plainInject)
@@ -509,6 +516,22 @@ func sameHost(hostport, host string, port int) bool {
 	}
 	var digits [20]byte
 	return p == "" || p == string(strconv.AppendInt(digits[:0], int64(port), 10))
+}
+
+// hostHeader is the Host a request decided for host and port goes out
+// with: the canonical name the policy decided on, whatever the client's
+// spelling that reads as it (a fullwidth "ａｐｉ.test" is "api.test" to
+// the policy, but would reach the upstream as its own punycode, another
+// name and perhaps another tenant's, with the injected secret), and the
+// port unless it is the scheme's own.
+func hostHeader(host string, port int, scheme string) string {
+	if port == 443 && scheme == "https" || port == 80 && scheme == "http" {
+		if strings.Contains(host, ":") {
+			return "[" + host + "]"
+		}
+		return host
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
 }
 
 // refuse answers a denied inner request and records it. The connection

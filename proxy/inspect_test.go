@@ -79,6 +79,62 @@ func TestClientCloseKeepsUpstream(t *testing.T) {
 	}
 }
 
+// An allowed request reaches its upstream as the policy decided it: the
+// canonical host (its port only when not the scheme's), and the method in
+// capitals, whatever spelling the client used that reads as them. A
+// fullwidth "ａｐｉ.tp.test" passed as itself would reach the upstream as
+// its own punycode, another name, with whatever secret the rule injects.
+func TestForwardedAsDecided(t *testing.T) {
+	fx := newTPFixture(t)
+	d := fx.dialer(t)
+	tlsTo := func(c net.Conn) net.Conn {
+		return tls.Client(c, &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"}})
+	}
+	inspected := fmt.Sprintf("get /ok/x HTTP/1.1\r\nHost: \uff41\uff50\uff49.tp.test.:%d\r\n\r\n", fx.port)
+	for _, tc := range []struct {
+		name, request, want string
+		open                func() net.Conn
+	}{
+		{"inspected, CONNECT", inspected, fmt.Sprintf("GET api.tp.test:%d", fx.port),
+			func() net.Conn { return tlsTo(connectTo(t, d, "api.tp.test")) }},
+		{"inspected, transparent", inspected, fmt.Sprintf("GET api.tp.test:%d", fx.port),
+			func() net.Conn { return tlsTo(d.dial(t, fmt.Sprintf("%s:%d", tpAPI, fx.port))) }},
+		{"plain, absolute-form", fmt.Sprintf("get http://\uff57\uff45\uff42.TP.test:%d/ok/x HTTP/1.1\r\nHost: WEB.tp.test:%[1]d\r\n\r\n", fx.port),
+			fmt.Sprintf("GET web.tp.test:%d", fx.port), func() net.Conn { return d.dial(t, fx.explicit) }},
+		{"plain, transparent", fmt.Sprintf("get /ok/x HTTP/1.1\r\nHost: \uff57\uff45\uff42.tp.test:%d\r\n\r\n", fx.port),
+			fmt.Sprintf("GET web.tp.test:%d", fx.port), func() net.Conn { return d.dial(t, fmt.Sprintf("%s:%d", tpWeb, fx.port)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.open()
+			defer c.Close()
+			resp := get(t, c, bufio.NewReader(c), tc.request)
+			if got := resp.Header.Get(tpUpstreamAsked); got != tc.want {
+				t.Errorf("the upstream was asked %q; want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestHostHeader(t *testing.T) {
+	for _, tc := range []struct {
+		host   string
+		port   int
+		scheme string
+		want   string
+	}{
+		{"api.test", 443, "https", "api.test"},
+		{"api.test", 80, "http", "api.test"},
+		{"api.test", 80, "https", "api.test:80"},
+		{"api.test", 8443, "https", "api.test:8443"},
+		{"::1", 443, "https", "[::1]"},
+		{"::1", 8080, "http", "[::1]:8080"},
+	} {
+		if got := hostHeader(tc.host, tc.port, tc.scheme); got != tc.want {
+			t.Errorf("hostHeader(%q, %d, %q) = %q; want %q", tc.host, tc.port, tc.scheme, got, tc.want)
+		}
+	}
+}
+
 // The client's leg of an inspected connection agrees on X25519 with a
 // client that offers it beside a post-quantum exchange (Go's and
 // OpenSSL's defaults), and still serves one that offers only the latter.
@@ -371,6 +427,10 @@ func TestUnreadableInnerRequests(t *testing.T) {
 	}{
 		{"header too large", "GET /repos/a HTTP/1.1\r\nHost: " + fuzzHost + "\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge},
 		{"unknown transfer coding", "POST /upload/x?mode=safe HTTP/1.1\r\nHost: " + fuzzHost + "\r\nTransfer-Encoding: gzip\r\n\r\n", http.StatusBadRequest},
+		// Its body would be the next request of an upstream that takes
+		// a CONNECT to have none.
+		{"CONNECT", "CONNECT /repos/a HTTP/1.1\r\nHost: " + fuzzHost + "\r\nContent-Length: 25\r\n\r\nDELETE /repos/a HTTP/1.1\r\n", http.StatusForbidden},
+		{"CONNECT, authority-form", "connect " + fuzzHost + ":443 HTTP/1.1\r\nHost: " + fuzzHost + "\r\n\r\n", http.StatusForbidden},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, tlsc, done := fx.inspectedTunnel(t, 10*time.Second)

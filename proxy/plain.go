@@ -136,6 +136,7 @@ func (p *Proxy) refuseClosing(w http.ResponseWriter, r *http.Request, dc *decisi
 func (p *Proxy) forwardPlain(r *http.Request, dc *decision) (*http.Request, *counter, *bodyGuard) {
 	r = r.WithContext(dc.upstreamContext(r.Context()))
 	r.URL.Host = net.JoinHostPort(dc.in.Request.Host, strconv.Itoa(dc.in.Request.Port))
+	r.Host, r.Method = hostHeader(dc.in.Request.Host, dc.in.Request.Port, r.URL.Scheme), dc.in.Request.Method
 	// The client's Connection: close ends its own connection (the server
 	// read it from the request it keeps), not the pooled upstream one.
 	r.Close = false

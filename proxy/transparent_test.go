@@ -57,12 +57,13 @@ var (
 	tpForgotten = netip.MustParseAddr("127.0.0.10") // synthetic, its name forgotten
 	tpLiteral   = netip.MustParseAddr("127.0.0.11") // no name: decided as the literal, which a rule allows
 
-	tpTLSUpstream  = netip.MustParseAddr("127.0.0.1") // api. and tls.tp.test's TLS upstream
-	tpWebUpstream  = netip.MustParseAddr("127.0.0.7")
-	tpSSHUpstream  = netip.MustParseAddr("127.0.0.8") // greets first, then echoes
-	tpBanner       = "220 upstream greets first\r\n"
-	tpUpstreamBody = "hello from upstream"
-	tpUpstreamConn = "X-Upstream-Conn" // the upstreams' header: the request's source address
+	tpTLSUpstream   = netip.MustParseAddr("127.0.0.1") // api. and tls.tp.test's TLS upstream
+	tpWebUpstream   = netip.MustParseAddr("127.0.0.7")
+	tpSSHUpstream   = netip.MustParseAddr("127.0.0.8") // greets first, then echoes
+	tpBanner        = "220 upstream greets first\r\n"
+	tpUpstreamBody  = "hello from upstream"
+	tpUpstreamConn  = "X-Upstream-Conn"  // the upstreams' header: the request's source address
+	tpUpstreamAsked = "X-Upstream-Asked" // and its method and Host, as the upstream read them
 )
 
 // tpNames is the sandbox's DNS memory: a name for each synthetic address,
@@ -124,8 +125,10 @@ func newTPFixture(tb testing.TB) *tpFixture {
 		tb.Fatal(err)
 	}
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// Which of the proxy's upstream connections carried the request.
+		// Which of the proxy's upstream connections carried the request,
+		// and what it asked for.
 		w.Header().Set(tpUpstreamConn, r.RemoteAddr)
+		w.Header().Set(tpUpstreamAsked, r.Method+" "+r.Host)
 		io.WriteString(w, tpUpstreamBody)
 	})
 	for _, a := range []netip.Addr{tpTLSUpstream, tpWebUpstream} {

@@ -52,7 +52,8 @@ type EgressRules struct {
 //		meta l4proto tcp redirect to :T }
 //	chain filter_out { type filter hook output priority 0; policy drop;
 //		meta skuid U accept
-//		ct state established,related accept
+//		ct state established,related ct direction reply accept
+//		ct state established,related fib daddr type local accept
 //		fib daddr type local tcp dport @local_tcp accept
 //		fib daddr type local meta l4proto != tcp accept
 //		meta l4proto tcp reject with tcp reset
@@ -129,7 +130,16 @@ func (r EgressRules) filterChain(conn *nftables.Conn, table *nftables.Table) err
 	if r.ExemptUID != nil {
 		rules = append(rules, slices.Concat(skuid(*r.ExemptUID), accept()))
 	}
-	rules = append(rules, slices.Concat(established(), accept()))
+	// What belongs to a flow already let through: answers to one that
+	// came in (a service's replies), and the rest only to the
+	// namespace's own addresses. A flow the exempt uid began to the
+	// outside (the proxy's UDP lookup of the real resolver, in a
+	// sidecar's namespace) stays established in conntrack after its
+	// socket closes, and a process of the workload that bound the same
+	// port would ride it out past the redirect, which sees only a flow's
+	// first packet.
+	rules = append(rules, slices.Concat(established(), replyDirection(), accept()))
+	rules = append(rules, slices.Concat(established(), localDaddr(), accept()))
 	if r.AllLocalTCP {
 		rules = append(rules, slices.Concat(localDaddr(), l4proto(unix.IPPROTO_TCP), accept()))
 	} else {
@@ -216,6 +226,14 @@ func established() []expr.Any {
 			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
 			Xor:  binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+// replyDirection matches a packet that answers its flow's first one.
+func replyDirection() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeyDIRECTION},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1}}, // IP_CT_DIR_REPLY,
 	}
 }
 

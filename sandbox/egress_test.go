@@ -17,6 +17,8 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/origdst"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -535,5 +537,52 @@ for p in map(int, sys.argv[1:]):
 		if out.String() != tc.want {
 			t.Errorf("shared %v: binds %q; want %q", tc.shared, out.String(), tc.want)
 		}
+	}
+}
+
+// The filter lets established flows through to the namespace's own
+// addresses, or as answers to flows that came in, only. A flow the exempt uid began to the outside (a sidecar
+// proxy's UDP lookup of the real resolver) stays established in conntrack
+// after its socket closes; a workload process that bound the same port
+// would otherwise ride it past the redirect, which sees only a flow's
+// first packet. (What the kernel then does with such a packet needs a
+// peer outside the namespace; the table is read back as the kernel holds
+// it.)
+func TestEgressEstablishedOnlyToLocal(t *testing.T) {
+	n := egressNetwork(t)
+	exempt := uint32(1337)
+	if err := InstallEgress(n.NS, EgressRules{TransparentPort: port(n.Transparent[0]), DNSPort: port(n.DNSStreams[0]), ExemptUID: &exempt}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := nftables.New(nftables.WithNetNSFd(int(n.NS)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: egressTable}
+	rules, err := conn.GetRules(table, &nftables.Chain{Name: "filter_out", Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := false
+	for _, r := range rules {
+		var ct, bounded bool
+		for _, e := range r.Exprs {
+			switch e := e.(type) {
+			case *expr.Ct:
+				ct = ct || e.Key == expr.CtKeySTATE
+				bounded = bounded || e.Key == expr.CtKeyDIRECTION
+			case *expr.Fib:
+				bounded = bounded || e.FlagDADDR && e.ResultADDRTYPE
+			}
+		}
+		if ct {
+			seen = true
+			if !bounded {
+				t.Errorf("filter_out accepts established flows to any destination in either direction: %d expressions, neither fib daddr type local nor ct direction reply", len(r.Exprs))
+			}
+		}
+	}
+	if !seen {
+		t.Fatal("filter_out has no rule for established flows")
 	}
 }
