@@ -199,7 +199,7 @@ func newLaunchCmd() *cobra.Command {
 		fl.DurationVar(&stopTimeout, "stop-timeout", 10*time.Second, "after SIGINT, SIGTERM or SIGHUP, how long the command may take to exit before the whole sandbox is killed")
 		fl.BoolVar(&dieWithParent, "die-with-parent", true, "kill the command when the launcher dies")
 		fl.StringVar(&jsonStatus, "json-status", "", "write the outcome (started, pid, exit_code, failed step) as JSON to `FILE`")
-		fl.StringVar(&sandboxID, "sandbox-id", "", "sandbox `ID` in decisions, audit lines and the cgroup name (default: the launcher's pid)")
+		fl.StringVar(&sandboxID, "sandbox-id", "", "sandbox `ID` in decisions, audit lines and the cgroup name (default: the launcher's pid; launch-PID with --pod-socket)")
 	})
 	inGroup(fl, "Network", func() {
 		fl.StringVar(&netMode, "net", "proxy", "network `MODE`: none (loopback only), proxy (only the proxy port on loopback), host (no isolation)")
