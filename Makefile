@@ -65,7 +65,7 @@ FUZZTIME ?= 30s
 # runs takes milliseconds, and the default (60s) starves the search.
 FUZZMINIMIZETIME ?= 5s
 FUZZ_TARGETS := policies:FuzzCanonicalHost policies:FuzzCanonicalPath policies:FuzzDecideCanonical policies:FuzzAmbiguousPath \
-	proxy:FuzzConnectTarget proxy:FuzzAuditLine proxy:FuzzInspectLoop
+	proxy:FuzzConnectTarget proxy:FuzzAuditLine proxy:FuzzInspectLoop supervisor/manifest:FuzzParse
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t#*:}; echo "== $$name ($$pkg, $(FUZZTIME))"; \
