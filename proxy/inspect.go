@@ -486,7 +486,61 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 		return p.refused(cc, target, policies.ReasonInvalidRequest, err.Error())
 	}
 	target.Query = q
-	return p.decide(ctx, cc, target)
+	dc := p.decide(ctx, cc, target)
+	for _, o := range methodOverrides(req.Header, q) {
+		if !dc.d.Allow {
+			break
+		}
+		// The upstream may act on the request as this method: it must be
+		// allowed as that too.
+		in := dc.in
+		in.Request.Method = o.method
+		if d := p.cfg.Decider.Decide(ctx, &in); !d.Allow {
+			// Decided, audited and answered as the method it would be
+			// taken for, the detail naming the one it was sent as.
+			dc.detail = fmt.Sprintf("a %s with %s %q: the upstream may take it for that method", dc.in.Request.Method, o.via, o.method)
+			dc.d = d
+			if d.Error != "" {
+				dc.detail += " (" + d.Error + ")" // no method to say it was taken for
+			} else {
+				dc.in = in
+			}
+		}
+	}
+	return dc
+}
+
+// methodOverride is a method a request names for itself besides its own,
+// and where.
+type methodOverride struct{ via, method string }
+
+// overrideHeaders are the headers frameworks and APIs read a request's
+// "real" method from (Google's APIs, Rails, Laravel, Symfony, Express's
+// method-override): a GET a read-only rule allows would be a DELETE there.
+var overrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// methodOverrides lists the methods a request asks to be taken for: its
+// override headers' values and its query's _method (Laravel and Symfony
+// read it from the query of a POST). A form body's _method cannot be
+// seen.
+func methodOverrides(h http.Header, q map[string][]string) []methodOverride {
+	var out []methodOverride
+	add := func(via string, vals []string) {
+		for _, v := range vals {
+			if v = strings.TrimSpace(v); v != "" {
+				out = append(out, methodOverride{via, v})
+			}
+		}
+	}
+	for _, k := range overrideHeaders {
+		add(k, h.Values(k))
+	}
+	for name, vals := range q {
+		if strings.EqualFold(strings.TrimSuffix(name, "[]"), "_method") {
+			add("query parameter "+name, vals)
+		}
+	}
+	return out
 }
 
 // pinnedHost checks that a request inside a tunnel names the tunnel's host

@@ -115,6 +115,44 @@ func TestForwardedAsDecided(t *testing.T) {
 	}
 }
 
+// A request that names another method for itself (an override header, a
+// _method in its query) is decided as that method too: the upstream's
+// framework may act on it as one. The api rule allows GET only.
+func TestMethodOverridesAreDecided(t *testing.T) {
+	fx := newTPFixture(t)
+	d := fx.dialer(t)
+	for _, tc := range []struct {
+		name, head     string
+		allowed        bool
+		reason, method string
+	}{
+		{"no override", "GET /ok/x HTTP/1.1\r\n", true, "", ""},
+		{"override to the same method", "GET /ok/x HTTP/1.1\r\nX-HTTP-Method-Override: get\r\n", true, "", ""},
+		{"X-HTTP-Method-Override", "GET /ok/x HTTP/1.1\r\nX-HTTP-Method-Override: DELETE\r\n", false, "method_not_allowed", "DELETE"},
+		{"X-HTTP-Method", "GET /ok/x HTTP/1.1\r\nX-Http-Method: PUT\r\n", false, "method_not_allowed", "PUT"},
+		{"X-Method-Override", "GET /ok/x HTTP/1.1\r\nx-method-override: PATCH\r\n", false, "method_not_allowed", "PATCH"},
+		{"a second header", "GET /ok/x HTTP/1.1\r\nX-HTTP-Method-Override: GET\r\nX-HTTP-Method-Override: DELETE\r\n", false, "method_not_allowed", "DELETE"},
+		{"_method in the query", "GET /ok/x?_method=DELETE HTTP/1.1\r\n", false, "method_not_allowed", "DELETE"},
+		{"_method[] in the query", "GET /ok/x?_METHOD%5B%5D=DELETE HTTP/1.1\r\n", false, "method_not_allowed", "DELETE"},
+		{"not a token", "GET /ok/x HTTP/1.1\r\nX-HTTP-Method-Override: DEL ETE\r\n", false, "invalid_request", "GET"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tls.Client(connectTo(t, d, "api.tp.test"), &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"}})
+			defer c.Close()
+			request := tc.head + "Host: api.tp.test\r\n\r\n"
+			if tc.allowed {
+				get(t, c, bufio.NewReader(c), request)
+				return
+			}
+			go io.WriteString(c, request)
+			resp, den := denialOn(t, c)
+			if resp.StatusCode != http.StatusForbidden || den.Reason != tc.reason || den.Method != tc.method {
+				t.Fatalf("answer %d %+v; want 403 %s, the request denied as %s", resp.StatusCode, den, tc.reason, tc.method)
+			}
+		})
+	}
+}
+
 func TestHostHeader(t *testing.T) {
 	for _, tc := range []struct {
 		host   string
