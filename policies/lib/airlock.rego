@@ -273,19 +273,22 @@ _paths_ok(ps) if {
 	_match(p, input.request.path)
 }
 
-# An allow rule's query condition holds when every listed param is present
-# and every one of its values is allowed: upstreams disagree on which of
-# ?scope=read&scope=admin counts, so one allowed value must not carry the
-# others through.
+# An allow rule's query condition holds when every listed param is present,
+# spelt as listed, and every value of it is allowed: upstreams disagree on
+# which of ?scope=read&scope=admin counts, so one allowed value must not
+# carry the others through. Every value under a spelling a server may read
+# as the param (any case, a "[]" suffix: _query_hit's) must be allowed
+# too: ?mode=safe&MODE=unsafe is unsafe to ASP.NET, mode[]=unsafe to PHP.
 _query_ok(q) if {
 	every k, allowed in q {
-		vs := object.get(input.request.query, k, [])
-		count(vs) > 0
-		every v in vs {
+		count(object.get(input.request.query, k, [])) > 0
+		every v in [v | some name, vs in input.request.query; _same_param(name, k); some v in vs] {
 			v in allowed
 		}
 	}
 }
+
+_same_param(name, k) if lower(trim_suffix(name, "[]")) == lower(k)
 
 # A deny rule's query condition hits when any value of every listed param
 # is one it names, for the same reason, and under every spelling a server
@@ -294,7 +297,7 @@ _query_ok(q) if {
 _query_hit(q) if {
 	every k, denied in q {
 		some name, vs in input.request.query
-		lower(trim_suffix(name, "[]")) == lower(k)
+		_same_param(name, k)
 		some v in vs
 		lower(trim_space(v)) in {lower(d) | some d in denied}
 	}

@@ -174,6 +174,20 @@ test_query_condition if {
 	none.reason == "query_not_allowed"
 	mixed := lib.decide(rules, []) with input as object.union(base, {"request": object.union(base.request, {"query": {"service": ["git-upload-pack", "git-receive-pack"]}})})
 	mixed.reason == "query_not_allowed"
+
+	# Another spelling a server may read as the param carries no other
+	# value through; alone, it is not the param.
+	every q in [
+		{"service": ["git-upload-pack"], "Service": ["git-receive-pack"]},
+		{"service": ["git-upload-pack"], "service[]": ["git-receive-pack"]},
+		{"service": ["git-upload-pack"], "SERVICE[]": ["x"]},
+		{"SERVICE": ["git-upload-pack"]},
+	] {
+		d := lib.decide(rules, []) with input as object.union(base, {"request": object.union(base.request, {"query": q})})
+		d.reason == "query_not_allowed"
+	}
+	same := lib.decide(rules, []) with input as object.union(base, {"request": object.union(base.request, {"query": {"service": ["git-upload-pack"], "Service[]": ["git-upload-pack"]}})})
+	same.allow
 }
 
 test_deny_query_any_value if {
