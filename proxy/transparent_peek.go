@@ -162,9 +162,16 @@ const (
 // requestLine tells whether b begins with an HTTP/1 request line (RFC 9112
 // 3: method SP request-target SP HTTP-version CRLF), or may once more
 // bytes come. An SSH banner ("SSH-2.0-OpenSSH_9.6 Ubuntu\r\n") or a binary
-// protocol is not one. It only classifies: the request itself is read by
-// net/http (serveRequests).
+// protocol is not one. Blank lines before it are skipped, as a server may
+// skip them (RFC 9112 2.2): a request behind them is still HTTP, refused
+// by net/http (which does not skip them), not tunnelled past the Host pin.
+// It only classifies: the request itself is read by net/http
+// (serveRequests).
 func requestLine(b []byte) int {
+	b = bytes.TrimLeft(b, "\r\n")
+	if len(b) == 0 {
+		return lineMayBe
+	}
 	i := 0
 	for i < len(b) && httpguts.IsTokenRune(rune(b[i])) {
 		i++

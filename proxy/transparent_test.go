@@ -404,6 +404,16 @@ func TestServeTransparent(t *testing.T) {
 				t.Fatalf("read %q, %v; want the upstream's greeting and the banner echoed", got, err)
 			}
 		}},
+		{"http after blank lines is http: read, not tunnelled", tpSSH, "ssh.tp.test", policies.ReasonInvalidRequest, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			// A server may skip the blank lines (RFC 9112, 2.2) and serve
+			// the request under any Host: it is HTTP, and net/http,
+			// which does not skip them, refuses it.
+			io.WriteString(c, "\r\n\r\nGET /ok/x HTTP/1.1\r\nHost: other.test\r\n\r\n")
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("answer %v, %v; want 400 (tunnelled, the upstream would greet)", resp, err)
+			}
+		}},
 		{"ssh-like client speaks first: denied by host, reset", tpClosed, "closed.tp.test", policies.ReasonHostNotAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
 			io.WriteString(c, "SSH-2.0-OpenSSH_9.6 Ubuntu\r\n")
 			wantNothing(t, c)
@@ -569,6 +579,10 @@ func TestRequestLine(t *testing.T) {
 		{"GET / HTTP/2.0\r\n", lineIsNot},
 		{"GET  / HTTP/1.1\r\n", lineIsNot},
 		{"GET / HTTP/1.1\rX", lineIsNot},
+		{"\r\nGET / HTTP/1.1\r\n", lineIs},
+		{"\n\r\n\r\nGET /", lineMayBe},
+		{"\r\n", lineMayBe},
+		{"\r\n\x00\x01", lineIsNot},
 	} {
 		if got := requestLine([]byte(tc.in)); got != tc.want {
 			t.Errorf("requestLine(%q) = %d, want %d", tc.in, got, tc.want)
