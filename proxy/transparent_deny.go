@@ -3,7 +3,10 @@ package proxy
 import (
 	"bufio"
 	"net"
+	"strconv"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // refuseTransparent answers dc's denial of a transparent connection in the
@@ -29,11 +32,20 @@ func (p *Proxy) refuseTransparent(c net.Conn, first opening, dc *decision) {
 // refuseInTLS completes the client's handshake and answers the denial
 // inside it. The leaf names what the client asked for, its server name
 // (the host otherwise): a leaf for another name would fail its check, and
-// it would see a certificate error instead of the reason.
+// it would see a certificate error instead of the reason. A server name
+// that is no host name (a wildcard, a spelling the canonicaliser refuses)
+// gets no leaf, which the CA would sign for whatever a client sends: the
+// connection is reset.
 func (p *Proxy) refuseInTLS(c net.Conn, first opening, dc *decision) {
-	name := first.serverName
-	if name == "" {
-		name = dc.in.Request.Host
+	name := dc.in.Request.Host
+	if first.serverName != "" {
+		var err error
+		if name, err = policies.CanonicalHost(first.serverName); err != nil {
+			dc.detail = strings.TrimPrefix(dc.detail+"; the denial could not be answered: no certificate is made for the TLS server name "+strconv.Quote(first.serverName)+": "+err.Error(), "; ")
+			p.record(dc, 0, 0, 0)
+			reset(c)
+			return
+		}
 	}
 	tc, err := p.serverTLS(c, name)
 	if err != nil {

@@ -380,6 +380,13 @@ func TestServeTransparent(t *testing.T) {
 			resp, _ := fx.httpsGet(t, c, "closed.tp.test", nil, "/")
 			wantDenial(t, resp, http.StatusForbidden, policies.ReasonHostNotAllowed, "closed.tp.test")
 		}},
+		{"tls denied, a wildcard server name: no leaf for it, reset", tpClosed, "closed.tp.test", policies.ReasonHostNotAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			tc := tls.Client(c, &tls.Config{ServerName: "*.closed.tp.test", InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+			if err := tc.Handshake(); err == nil {
+				t.Fatalf("handshake completed with a leaf for %q; want the connection reset", tc.ConnectionState().PeerCertificates[0].DNSNames)
+			}
+			wantNothing(t, c)
+		}},
 		{"tls denied, only h2 offered: reset", tpClosed, "closed.tp.test", policies.ReasonHostNotAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
 			tc := tls.Client(c, &tls.Config{ServerName: "closed.tp.test", RootCAs: fx.roots, NextProtos: []string{"h2"}})
 			if err := tc.Handshake(); err == nil {
