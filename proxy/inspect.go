@@ -216,7 +216,9 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 	ctx, cancel := context.WithCancelCause(tun.upstreamContext(context.Background()))
 	defer cancel(nil)
 	t := &tun.in.Request
-	target := policies.Request{Phase: policies.PhaseRequest, Host: t.Host, Port: t.Port, Method: req.Method}
+	// The path as sent, for the refusals below to say what was asked;
+	// decideRequest reads it for the policy.
+	target := policies.Request{Phase: policies.PhaseRequest, Host: t.Host, Port: t.Port, Method: req.Method, Path: req.URL.EscapedPath()}
 	websocket := hopByHop(req.Header)
 	var rdc *decision
 	if strings.EqualFold(req.Method, http.MethodConnect) {

@@ -153,6 +153,19 @@ func TestMethodOverridesAreDecided(t *testing.T) {
 	}
 }
 
+// A request refused for naming another host than its tunnel says what it
+// asked for: its path is on the denial and the audit line.
+func TestHostMismatchNamesThePath(t *testing.T) {
+	fx := newTPFixture(t)
+	c := tls.Client(connectTo(t, fx.dialer(t), "api.tp.test"), &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"}})
+	defer c.Close()
+	go io.WriteString(c, "GET /ok/asked HTTP/1.1\r\nHost: tls.tp.test\r\n\r\n")
+	resp, den := denialOn(t, c)
+	if resp.StatusCode != http.StatusMisdirectedRequest || den.Reason != string(policies.ReasonHostMismatch) || den.Path != "/ok/asked" {
+		t.Fatalf("answer %d %+v; want 421 host_mismatch naming /ok/asked", resp.StatusCode, den)
+	}
+}
+
 func TestHostHeader(t *testing.T) {
 	for _, tc := range []struct {
 		host   string
