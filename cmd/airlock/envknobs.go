@@ -34,6 +34,9 @@ var envKnobs = map[string]string{
 	"AIRLOCK_POD_SOCKET":         "pod-socket",
 }
 
+// envAnnotation marks a flag applyEnvKnobs set, with its variable.
+const envAnnotation = "airlock-env"
+
 // applyEnvKnobs sets unset flags of cmd from their AIRLOCK_* variables and
 // returns the variable that set each flag.
 func applyEnvKnobs(cmd *cobra.Command) (map[string]string, error) {
@@ -51,6 +54,12 @@ func applyEnvKnobs(cmd *cobra.Command) (map[string]string, error) {
 			return nil, &exitError{ExitUsage, fmt.Errorf("%s=%q: %w", env, val, err)}
 		}
 		fromEnv[name] = env
+		// For a refusal of the flag to name the variable the user
+		// never typed on the command line (checkPodFlags).
+		if f.Annotations == nil {
+			f.Annotations = map[string][]string{}
+		}
+		f.Annotations[envAnnotation] = []string{env}
 	}
 	return fromEnv, nil
 }

@@ -47,9 +47,14 @@ type podLaunch struct {
 func checkPodFlags(fl *pflag.FlagSet, ours func(name string) bool) error {
 	var refused []string
 	fl.Visit(func(f *pflag.Flag) {
-		if !ours(f.Name) {
-			refused = append(refused, "--"+f.Name)
+		if ours(f.Name) {
+			return
 		}
+		if env := f.Annotations[envAnnotation]; len(env) > 0 {
+			refused = append(refused, "--"+f.Name+" (from "+env[0]+" in the environment: unset it)")
+			return
+		}
+		refused = append(refused, "--"+f.Name)
 	})
 	if len(refused) == 0 {
 		return nil
