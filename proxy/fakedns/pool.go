@@ -3,6 +3,7 @@ package fakedns
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"sync"
 	"time"
@@ -82,6 +83,7 @@ type family struct {
 	first  uint64 // offset of the first address handed out
 	span   uint64 // how many addresses are handed out
 	next   uint64 // how many were handed out a first time
+	start  uint64 // where in the span the first one was
 	// forgotten is a FIFO of the addresses forgotten, oldest at head;
 	// the quarantine is one duration, so their ends are in order too.
 	// Each address is in it at most once: its memory is bounded by span.
@@ -144,6 +146,12 @@ func newFamily(pf netip.Prefix, v6 bool, names int) (family, error) {
 	if bits < 2 || f.span <= uint64(names) {
 		return family{}, fmt.Errorf("fakedns: pool %s holds too few addresses for the %d names it must remember", pf, names)
 	}
+	// Handed out from a random place in the span: a pool made again
+	// (a proxy restarted under running clients, a sidecar's) hands out
+	// its first names elsewhere than the last one's, whose answers its
+	// clients may still hold, so a cached address seldom names another
+	// host at once.
+	f.start = rand.Uint64N(f.span)
 	return f, nil
 }
 
@@ -280,8 +288,9 @@ func (p *Pool) forget(_ string, e *entry) {
 // one forgotten first if its quarantine is over.
 func (p *Pool) allocate(f *family, now time.Time) (netip.Addr, error) {
 	if f.next < f.span {
+		rel := (f.start + f.next) % f.span
 		f.next++
-		return f.at(f.first + f.next - 1), nil
+		return f.at(f.first + rel), nil
 	}
 	if f.head == len(f.forgotten) || now.Before(f.forgotten[f.head].until) {
 		return netip.Addr{}, fmt.Errorf("%w: %s: its %d addresses are remembered names' or were forgotten less than %s ago",

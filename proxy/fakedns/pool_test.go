@@ -31,7 +31,39 @@ func stepped(t *testing.T, c PoolConfig) (*Pool, *clock) {
 	}
 	clk := newClock()
 	p.now = clk.now
+	p.v4.start, p.v6.start = 0, 0 // the walk from the first address, for tests that follow it
 	return p, clk
+}
+
+// A pool hands out its first addresses from a random place: made again
+// (a proxy restarted under running clients), its first names do not get
+// the addresses the last one's clients may still hold for other names.
+// From any place, a walk hands out every address of the span once.
+func TestPoolStartsAtRandom(t *testing.T) {
+	firsts := map[netip.Addr]bool{}
+	for range 20 {
+		p, err := NewPool(PoolConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		firsts[mustAddr(t, p, "db.internal.test", false)] = true
+	}
+	if len(firsts) == 1 {
+		t.Fatalf("20 pools gave their first name the same address %v; want each its own place", firsts)
+	}
+	p, err := NewPool(PoolConfig{V4: netip.MustParsePrefix("10.9.0.0/29"), V6: netip.MustParsePrefix("fd00::/125"), Max: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.v4.start = 4
+	seen := map[netip.Addr]bool{}
+	for i := range 6 {
+		a := mustAddr(t, p, fmt.Sprintf("n%d.test", i), false)
+		if seen[a] || a == netip.MustParseAddr("10.9.0.0") || a == netip.MustParseAddr("10.9.0.7") {
+			t.Fatalf("address %d of a walk from the middle = %s (seen %v); want each of .1 to .6 once", i, a, seen)
+		}
+		seen[a] = true
+	}
 }
 
 func TestPoolStableMappingBothFamilies(t *testing.T) {
