@@ -67,6 +67,17 @@ func (p *Proxy) begin(cc *clientConn, req policies.Request) (dc *decision, ok bo
 	return dc, true
 }
 
+// listenerDenial is a denial made in the listener's own name, before the
+// connection's owner is looked up, or where a lookup would answer for
+// another socket than the client's (a refused connection's, a flood's).
+func listenerDenial(st *sandboxState, req policies.Request, reason policies.Reason, detail string) *decision {
+	dc := &decision{start: time.Now(), detail: detail}
+	dc.in.Sandbox = policies.Sandbox{ID: st.ID, Kind: st.Kind, Preset: st.Preset}
+	dc.in.Request = req
+	dc.d = policies.Decision{Reason: reason, Preset: st.Preset}
+	return dc
+}
+
 // refused is a denial the proxy makes without asking the policy (a request
 // it cannot read, a host that differs from its tunnel). An identity failure
 // still comes first: it is the reason the agent must see.

@@ -81,11 +81,8 @@ const (
 // protocol it chose (TLS, SSH), in which an HTTP answer is garbage.
 func (p *Proxy) refuseOverLimit(c net.Conn, st *sandboxState, held int64, transparent bool) {
 	defer c.Close()
-	dc := &decision{start: time.Now(), transparent: transparent}
-	dc.in.Sandbox = policies.Sandbox{ID: st.ID, Kind: st.Kind, Preset: st.Preset}
-	dc.in.Request.Phase = policies.PhaseConnect
-	dc.d = policies.Decision{Reason: policies.ReasonConnectionLimit, Preset: st.Preset}
-	dc.detail = fmt.Sprintf("%d connections through the proxy, its limit", held)
+	dc := listenerDenial(st, policies.Request{Phase: policies.PhaseConnect}, policies.ReasonConnectionLimit, fmt.Sprintf("%d connections through the proxy, its limit", held))
+	dc.transparent = transparent
 	if st.refusing.Add(1) > maxRefusing {
 		// A flood: closed at once, unanswered, and summed up in one
 		// audit line per floodInterval rather than one line each.
@@ -127,11 +124,9 @@ func (p *Proxy) recordFlood(st *sandboxState) {
 	if n == 0 {
 		return
 	}
-	dc := &decision{start: time.Now(), count: n}
-	dc.in.Sandbox = policies.Sandbox{ID: st.ID, Kind: st.Kind, Preset: st.Preset}
-	dc.in.Request.Phase = policies.PhaseConnect
-	dc.d = policies.Decision{Reason: policies.ReasonConnectionLimit, Preset: st.Preset}
-	dc.detail = fmt.Sprintf("%d connections over the limit closed unanswered within %s: %d refusals were being answered already", n, floodInterval, maxRefusing)
+	dc := listenerDenial(st, policies.Request{Phase: policies.PhaseConnect}, policies.ReasonConnectionLimit,
+		fmt.Sprintf("%d connections over the limit closed unanswered within %s: %d refusals were being answered already", n, floodInterval, maxRefusing))
+	dc.count = n
 	p.writeLine(dc, AuditMessage, 0, 0, 0)
 }
 

@@ -132,7 +132,16 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 
 	src, orig, err := p.origin(cc.sb, cc.local, cc.remote) // the accepted socket's own
 	if err != nil {
-		dc := p.refused(cc, policies.Request{Phase: policies.PhaseConnect}, policies.ReasonInvalidRequest, "not a redirected connection: "+err.Error())
+		// Attributed where it can be (a client that dialled the listener
+		// itself is known by its own socket); a redirected one whose
+		// tuple conntrack could not give is known by none, and the
+		// reason stays this one, not identity_unknown.
+		dc, attributed := p.begin(cc, policies.Request{Phase: policies.PhaseConnect})
+		why := "not a redirected connection, or its original destination is unknown: " + err.Error()
+		if !attributed {
+			why += " (nor is its owner: " + dc.detail + ")"
+		}
+		dc.d, dc.detail = policies.Decision{Reason: policies.ReasonInvalidRequest, Preset: dc.in.Sandbox.Preset}, why
 		p.record(dc, 0, 0, 0)
 		reset(raw)
 		return

@@ -170,3 +170,32 @@ func redirectedNamespace(t *testing.T, port int, network string) (netns.NsHandle
 	}
 	return m.ns, m.ln
 }
+
+// A redirected connection whose original destination conntrack cannot
+// give is refused as invalid_request with conntrack's error, not as
+// identity_unknown: the accepted socket's tuple is the listener's side of
+// the redirect, which no client socket has, so its owner is not known
+// either, and the line says both.
+func TestServeTransparentOriginUnknown(t *testing.T) {
+	testutil.RequireRoot(t, "network namespaces and nftables")
+	nsenter := testutil.RequireTool(t, "nsenter")
+	fx := newTPFixture(t)
+	ns, ln := redirectedNamespace(t, fx.port, "tcp4")
+	listener := netip.MustParseAddrPort(ln.Addr().String())
+	fx.p.origin = func(st *sandboxState, local, remote netip.AddrPort) (netip.AddrPort, netip.AddrPort, error) {
+		if local == listener {
+			return netip.AddrPort{}, netip.AddrPort{}, fmt.Errorf("conntrack: %s→%s: %w", remote, local, unix.ENOENT)
+		}
+		return remote, local, nil
+	}
+	sb := fx.sb
+	sb.NetNS = ns
+	fx.serve(t, ln, sb, transparentServer(fx.p))
+	c := fx.client(t, tpTLS, nsenter, fmt.Sprintf("--net=/proc/%d/fd/%d", os.Getpid(), int(ns)))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: tls.tp.test\r\n\r\n")
+	wantNothing(t, c)
+	l := fx.decision(t, "", policies.ReasonInvalidRequest)
+	if d, _ := l["detail"].(string); !strings.Contains(d, "original destination is unknown") || !strings.Contains(d, unix.ENOENT.Error()) || !strings.Contains(d, "nor is its owner") {
+		t.Fatalf("decision line %v; want invalid_request with conntrack's error, and the owner unknown", l)
+	}
+}
