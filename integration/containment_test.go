@@ -358,6 +358,125 @@ func TestLaunchForegroundTerminalIsItsOwn(t *testing.T) {
 	}
 }
 
+// After ^Z, bg resumes the sandbox in the background: its output still
+// reaches the terminal, and the launch is not stopped again for reading it
+// (it reads the terminal only in the foreground); fg gives it the
+// terminal's input again. (Markers are split in what is typed.)
+func TestLaunchSuspendedThenBackground(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+	master, waitFor := ptyShell(t)
+	fmt.Fprintf(master, "%s launch --net none --log-level error -- /bin/sh -c 'echo READY\"\"MARK; sleep 1; echo BG\"\"MARK; read line; echo \"GOT[$line]\"'\n", airlockBin)
+	waitFor("READYMARK")
+	master.Write([]byte{0x1a}) // ^Z
+	waitFor("Stopped")
+	io.WriteString(master, "bg\n")
+	got := waitFor("BGMARK")
+	if strings.Contains(got, "tty input") {
+		t.Fatalf("after ^Z and bg the launch stopped for reading the terminal. The terminal:\n%s", got)
+	}
+	io.WriteString(master, "fg\n")
+	time.Sleep(500 * time.Millisecond) // bash gives the job the terminal
+	io.WriteString(master, "typed-after-fg\n")
+	waitFor("GOT[typed-after-fg]")
+	io.WriteString(master, "echo EXIT\"\"CODE=$?\n")
+	if got = waitFor("EXITCODE="); !strings.Contains(got, "EXITCODE=0") {
+		t.Fatalf("the launch did not end well after fg. The terminal:\n%s", got)
+	}
+}
+
+// Without a shell's job control above the launch (it leads its session,
+// as under ssh -t or tmux), nothing would resume a suspended launch: ^Z
+// is the sandbox's own then, a SIGTSTP from its terminal, and the sandbox
+// runs on.
+func TestLaunchSuspendWithoutJobControl(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+	master, slave := testutil.OpenPty(t)
+	cmd := exec.Command(airlockBin, "launch", "--net", "none", "--log-level", "error", "--",
+		"/bin/sh", "-c", `trap "echo GOT""TSTP" TSTP; echo ready; i=0; while [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; echo done`)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	var out strings.Builder
+	read := make(chan struct{})
+	ready := make(chan struct{})
+	go func() {
+		defer close(read)
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			out.Write(buf[:n])
+			if strings.Contains(out.String(), "ready") {
+				select {
+				case <-ready:
+				default:
+					close(ready)
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("the sandboxed shell never started")
+	}
+	master.Write([]byte{0x1a}) // ^Z
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		<-read
+		if got := out.String(); exitCode(err) != 0 || !strings.Contains(got, "GOTTSTP") || !strings.Contains(got, "done") {
+			t.Fatalf("^Z without job control: launcher exit %d, output %q; want the command's own SIGTSTP, and it running to its end", exitCode(err), got)
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("^Z without job control: the launch never ended (the sandbox frozen for good); output %q", out.String())
+	}
+}
+
+// In a pipeline (its output read by another program, which may read the
+// terminal too, as a pager does) a launch leaves the terminal alone: the
+// sandbox gets none, and reads nothing from it. (Markers are split in
+// what is typed.)
+func TestLaunchInAPipelineHasNoTerminal(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+	master, waitFor := ptyShell(t)
+	fmt.Fprintf(master, "%s launch --net none --log-level error -- /bin/sh -c 'tty; read line; echo \"READ[$line]\"; echo END\"\"MARK' | cat\n", airlockBin)
+	got := waitFor("ENDMARK")
+	if !strings.Contains(got, "not a tty") || !strings.Contains(got, "READ[]") {
+		t.Fatalf("a launch in a pipeline gave the sandbox a terminal, or input from it; want neither. The terminal:\n%s", got)
+	}
+}
+
+// The host's terminals are not in the sandbox's /dev/pts, not even one its
+// uid owns (--user as the user whose terminal it is): the sandbox has a
+// devpts of its own, and can read nothing typed into the user's.
+func TestLaunchSeesNoHostTerminal(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+	master, slave := testutil.OpenPty(t)
+	if err := slave.Chown(61000, 61000); err != nil {
+		t.Fatal(err)
+	}
+	name := slave.Name()
+	io.WriteString(master, "typed-at-the-host\n")
+	out, err := exec.Command(airlockBin, "launch", "--net", "none", "--user", "61000:61000", "--log-level", "error", "--",
+		"/bin/sh", "-c", "ls /dev/pts; timeout 1 cat "+name+"; echo END").CombinedOutput()
+	if err != nil {
+		t.Fatalf("launch: %v\n%s", err, out)
+	}
+	got := string(out)
+	if strings.Contains(got, "typed-at-the-host") || strings.TrimSpace(strings.Split(got, "\n")[0]) != "ptmx" {
+		t.Fatalf("the sandbox sees the host's terminals (%s was %s's); want a /dev/pts of its own, holding only ptmx:\n%s", name, "61000", got)
+	}
+}
+
 // A sandbox launched in the background gets no descriptor of the
 // terminal: its output is copied there, but it cannot read what the user
 // types next (even ignoring SIGTTIN, even after setsid), take the

@@ -117,7 +117,8 @@ func Defaults() Config {
 		DieWithParent: true,
 		Exec:          existing("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"),
 		RO:            existing("/etc", "/proc", "/dev"),
-		RW:            existing("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"),
+		// /dev/ptmx and /dev/pts are the sandbox's own (privatePTYs).
+		RW: existing("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts"),
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"syscall"
@@ -97,19 +98,17 @@ func Start(c Config, net *Network) (*Process, error) {
 	if err != nil {
 		return fail(err)
 	}
-	// The command gets c.Env, never the init's (empty) one.
+	// The command gets c.Env, never the init's (empty) one. In a
+	// terminal's foreground, and not in a pipeline (whose other programs
+	// may read the terminal too, as a pager does), the sandbox gets a pty
+	// of its own, made on the thread that starts it (ownPTYs).
 	var term *terminal
-	var slave *os.File
-	ctty := -1
-	if c.Terminal && (controlling(c.Stdin) || controlling(c.Stdout) || controlling(c.Stderr)) {
-		if term, slave, err = openTerminal(c.Cgroups); err != nil {
+	if c.Terminal && controlling(c.Stdin) && controlling(c.Stdout) {
+		if term, err = openTerminal(c.Cgroups); err != nil {
 			return fail(err)
 		}
-		defer slave.Close() // the sandbox's own copies are all it needs
-		cmd.Stdin, cmd.Stdout, cmd.Stderr, ctty = onTerminal(&c, slave)
-	} else {
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = offTerminal(&c)
 	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = offTerminal(&c)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Its own PID namespace: the init is PID 1, and when it exits
 		// the kernel kills whatever the command left behind. Its own
@@ -128,9 +127,6 @@ func Start(c Config, net *Network) (*Process, error) {
 		// (offTerminal).
 		Setsid: true,
 	}
-	if term != nil {
-		cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, ctty
-	}
 	if c.DieWithParent {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
@@ -138,6 +134,20 @@ func Start(c Config, net *Network) (*Process, error) {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		slave, err := ownPTYs(term)
+		if err != nil {
+			started <- err
+			close(p.done)
+			return
+		}
+		if slave != nil {
+			defer slave.Close() // the sandbox's own copies are all it needs
+			cmd.Stdin, cmd.Stdout = slave, slave
+			if controlling(c.Stderr) {
+				cmd.Stderr = slave
+			}
+			cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, 0
+		}
 		if net != nil {
 			// The init is born in the sandbox's network namespace, each
 			// of its threads with it (checkNetNS); this thread, locked
@@ -190,7 +200,6 @@ func Start(c Config, net *Network) (*Process, error) {
 	if term != nil {
 		// The relay begins once the command runs: until then the
 		// terminal is the launcher's, a ^C an order to it.
-		slave.Close()
 		p.term = term
 		term.start()
 	}
@@ -274,30 +283,41 @@ func isTerminal(v any) bool {
 	return err == nil
 }
 
-// onTerminal is the sandbox's standard streams with a terminal of its own:
-// each that is the launcher's controlling terminal is the pty's slave
-// instead; the others are as offTerminal has them. ctty is the first of
-// those, the init's controlling terminal.
-func onTerminal(c *Config, slave *os.File) (in io.Reader, out, errOut io.Writer, ctty int) {
-	in, out, errOut = offTerminal(c)
-	ctty = -1
-	for i, s := range []any{c.Stdin, c.Stdout, c.Stderr} {
-		if !controlling(s) {
-			continue
+// ownPTYs gives the thread that starts the sandbox (and so the sandbox,
+// whose mount namespace is copied from the thread's) a mount namespace of
+// its own with a devpts of its own on /dev/pts: the host's /dev/pts holds
+// the user's terminals, and one whose owner is the sandbox's uid (--user
+// as the user) could be opened by its path and read, what the user types
+// anywhere. The sandbox sees only the ptys it makes itself, and the one
+// made here for term (nil: none), whose slave is returned: its name,
+// /dev/pts/0, is its name in the sandbox too (tty, ttyname).
+func ownPTYs(term *terminal) (*os.File, error) {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return nil, &os.SyscallError{Syscall: "unshare(CLONE_NEWNS)", Err: err}
+	}
+	// Nothing mounted here reaches the host's namespace.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return nil, &os.SyscallError{Syscall: "mount(/, MS_REC|MS_PRIVATE)", Err: err}
+	}
+	const dir = "/dev/pts"
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		if term != nil {
+			return nil, fmt.Errorf("a terminal for the sandbox: %s is not a directory", dir)
 		}
-		if ctty < 0 {
-			ctty = i
-		}
-		switch i {
-		case 0:
-			in = slave
-		case 1:
-			out = slave
-		case 2:
-			errOut = slave
+		return nil, nil // none to hide
+	}
+	if err := unix.Mount("devpts", dir, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return nil, &os.SyscallError{Syscall: "mount(devpts, " + dir + ")", Err: err}
+	}
+	if _, err := os.Lstat("/dev/ptmx"); err == nil {
+		if err := unix.Mount(filepath.Join(dir, "ptmx"), "/dev/ptmx", "", unix.MS_BIND, ""); err != nil {
+			return nil, &os.SyscallError{Syscall: "mount(" + dir + "/ptmx, /dev/ptmx, MS_BIND)", Err: err}
 		}
 	}
-	return in, out, errOut, ctty
+	if term == nil {
+		return nil, nil
+	}
+	return term.openPTY(filepath.Join(dir, "ptmx"))
 }
 
 // controlling says whether v is a file that is the launcher's controlling

@@ -6,8 +6,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -32,95 +30,91 @@ type terminal struct {
 	groups []string     // the sandbox's cgroups, frozen while it is suspended
 	susp   byte         // the outer terminal's suspend character; 0: none
 
-	mu  sync.Mutex // raw, and the modes with it
-	raw bool
+	mu     sync.Mutex // raw and closed, and the modes with them
+	raw    bool
+	closed bool
 
 	sigs      chan os.Signal
-	stderr    int // the launcher's own stderr, moved aside while raw; -1: not moved
+	resumed   chan struct{} // a SIGCONT came
+	stop      chan struct{} // closed by close: input ends
+	stderr    int           // the launcher's own stderr, moved aside while raw; -1: not moved
 	stderrOut chan struct{}
 	out       chan struct{} // closed when the sandbox's output is all relayed
 }
 
-// openTerminal makes a pty for the sandbox with the modes and size of the
-// launcher's controlling terminal. The slave is the caller's to give to
-// the sandbox and close; start begins the relay once the sandbox runs.
-func openTerminal(groups []string) (t *terminal, slave *os.File, err error) {
+// openTerminal readies a terminal for the sandbox with the modes of the
+// launcher's controlling terminal; its pty is made by openPTY, on the
+// thread that starts the sandbox, and start begins the relay once the
+// sandbox runs. The descriptors are used through SyscallConn, never Fd:
+// they stay in Go's poller, so that close can end a read in flight.
+func openTerminal(groups []string) (*terminal, error) {
 	outer, err := os.OpenFile("/dev/tty", os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open the controlling terminal: %w", err)
+		return nil, fmt.Errorf("open the controlling terminal: %w", err)
 	}
-	t = &terminal{outer: outer, groups: groups, stderr: -1}
-	defer func() {
-		if err != nil {
-			t.outer.Close()
-			if t.master != nil {
-				t.master.Close()
-			}
-		}
-	}()
-	saved, err := unix.IoctlGetTermios(int(outer.Fd()), unix.TCGETS)
-	if err != nil {
-		return nil, nil, &os.SyscallError{Syscall: "tcgetattr(/dev/tty)", Err: err}
+	t := &terminal{outer: outer, groups: groups, stderr: -1}
+	var saved *unix.Termios
+	if err := control(outer, func(fd int) (err error) { saved, err = unix.IoctlGetTermios(fd, unix.TCGETS); return err }); err != nil {
+		outer.Close()
+		return nil, &os.SyscallError{Syscall: "tcgetattr(/dev/tty)", Err: err}
 	}
 	t.saved, t.susp = *saved, saved.Cc[unix.VSUSP]
-	if t.master, err = os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0); err != nil {
-		return nil, nil, fmt.Errorf("open a pty: %w", err)
-	}
-	m := int(t.master.Fd())
-	if err := unix.IoctlSetPointerInt(m, unix.TIOCSPTLCK, 0); err != nil {
-		return nil, nil, &os.SyscallError{Syscall: "ioctl(TIOCSPTLCK)", Err: err}
-	}
-	if slave, err = ptyPeer(m); err != nil {
-		return nil, nil, err
-	}
-	// The sandbox's terminal starts as the user's: its erase and
-	// interrupt keys, its size.
-	if err := unix.IoctlSetTermios(int(slave.Fd()), unix.TCSETS, saved); err != nil {
-		slave.Close()
-		return nil, nil, &os.SyscallError{Syscall: "tcsetattr(pty)", Err: err}
-	}
-	t.resize()
-	return t, slave, nil
+	return t, nil
 }
 
-// ptyPeer opens the slave of the pty whose master is m: through the master
-// itself (TIOCGPTPEER, Linux 4.13), so that no other pty can be opened by
-// its path in its place; by its number in /dev/pts before that.
-func ptyPeer(m int) (*os.File, error) {
-	fd, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(m), unix.TIOCGPTPEER, uintptr(unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC))
-	if errno == 0 {
-		return os.NewFile(fd, "pty"), nil
+// openPTY makes the pty through ptmx and returns its slave, with the
+// user's terminal's modes (its erase and interrupt keys) and size.
+func (t *terminal) openPTY(ptmx string) (slave *os.File, err error) {
+	if t.master, err = os.OpenFile(ptmx, os.O_RDWR|syscall.O_NOCTTY, 0); err != nil {
+		return nil, fmt.Errorf("open a pty: %w", err)
 	}
-	n, err := unix.IoctlGetInt(m, unix.TIOCGPTN)
+	err = control(t.master, func(m int) error {
+		if err := unix.IoctlSetPointerInt(m, unix.TIOCSPTLCK, 0); err != nil {
+			return &os.SyscallError{Syscall: "ioctl(TIOCSPTLCK)", Err: err}
+		}
+		// The slave through the master itself (TIOCGPTPEER, Linux
+		// 4.13): no other pty can be opened by its path in its place.
+		fd, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(m), unix.TIOCGPTPEER, uintptr(unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC))
+		if errno != 0 {
+			return &os.SyscallError{Syscall: "ioctl(TIOCGPTPEER)", Err: errno}
+		}
+		slave = os.NewFile(fd, "pty")
+		return nil
+	})
 	if err != nil {
-		return nil, &os.SyscallError{Syscall: "ioctl(TIOCGPTN)", Err: err}
+		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join("/dev/pts", strconv.Itoa(n)), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err := control(slave, func(fd int) error { return unix.IoctlSetTermios(fd, unix.TCSETS, &t.saved) }); err != nil {
+		slave.Close()
+		return nil, &os.SyscallError{Syscall: "tcsetattr(pty)", Err: err}
+	}
+	t.resize()
+	return slave, nil
+}
+
+// control runs f on f's descriptor without taking it out of Go's poller.
+func control(f *os.File, fn func(fd int) error) error {
+	raw, err := f.SyscallConn()
 	if err != nil {
-		return nil, fmt.Errorf("open the pty's slave: %w", err)
+		return err
 	}
-	return f, nil
+	var ferr error
+	if err := raw.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
 }
 
 // isControllingTerminal says whether f is the launcher's controlling
-// terminal: the kernel answers TIOCGSID only for that one. (Fd would make
-// the file blocking: the descriptor is read here through SyscallConn.)
+// terminal: the kernel answers TIOCGSID only for that one.
 func isControllingTerminal(f *os.File) bool {
-	raw, err := f.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var ierr error
-	if err := raw.Control(func(fd uintptr) { _, ierr = unix.IoctlGetInt(int(fd), unix.TIOCGSID) }); err != nil {
-		return false
-	}
-	return ierr == nil
+	return control(f, func(fd int) error { _, err := unix.IoctlGetInt(fd, unix.TIOCGSID); return err }) == nil
 }
 
 // start makes the user's terminal raw and relays both ways until the
 // sandbox's side of the pty is closed by all of its processes.
 func (t *terminal) start() {
-	t.out = make(chan struct{})
+	t.out, t.stop, t.resumed = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
 	t.sigs = make(chan os.Signal, 4)
 	signal.Notify(t.sigs, syscall.SIGWINCH, syscall.SIGCONT)
 	t.makeRaw()
@@ -135,23 +129,55 @@ func (t *terminal) start() {
 }
 
 // close waits for the sandbox's last output to be relayed (its processes
-// are gone) and gives the user's terminal its modes back.
+// are gone), ends the input (a key typed from now on is the shell's), and
+// gives the user's terminal its modes back.
 func (t *terminal) close() {
 	<-t.out
 	signal.Stop(t.sigs)
+	close(t.stop)
+	t.outer.SetReadDeadline(time.Now())
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
 	t.cooked()
 	t.master.Close()
 	t.outer.Close()
 }
 
-// input relays what the user types to the sandbox. Its suspend character
-// is the relay's: what came before it goes on, then the launch is
-// suspended, and what follows it goes on when the launch is resumed.
+// discard closes a terminal whose relay never began (the sandbox did not
+// start); nil does nothing.
+func (t *terminal) discard() {
+	if t == nil {
+		return
+	}
+	if t.master != nil {
+		t.master.Close()
+	}
+	t.outer.Close()
+}
+
+// input relays what the user types to the sandbox, while the launch is in
+// the terminal's foreground only: read in the background (a shell's bg),
+// the terminal would stop the launch (SIGTTIN). Its suspend character is
+// the relay's: what came before it goes on, then the launch is suspended,
+// and what follows it goes on when the launch is resumed.
 func (t *terminal) input() {
 	buf := make([]byte, 4096)
 	for {
-		// In the background (a shell's bg) the read stops the launch
-		// (SIGTTIN) until it is in the foreground again.
+		if !foregroundOf(t.outer) {
+			// A shell's fg of a job running in the background sends no
+			// SIGCONT: the foreground is looked for too.
+			for !foregroundOf(t.outer) {
+				select {
+				case <-t.resumed:
+				case <-time.After(100 * time.Millisecond):
+				case <-t.stop:
+					return
+				}
+			}
+			t.makeRaw()
+			t.resize()
+		}
 		n, err := t.outer.Read(buf)
 		if err != nil {
 			return
@@ -167,21 +193,42 @@ func (t *terminal) input() {
 				break
 			}
 			t.master.Write(b[:i])
+			if !t.suspend() {
+				t.master.Write(b[i : i+1]) // the sandbox's own, then
+			}
 			b = b[i+1:]
-			t.suspend()
 		}
 	}
 }
 
 // suspend pauses the sandbox and stops the launch as the terminal's ^Z
 // would: its whole process group, which the shell then reports stopped.
-// Resumed (SIGCONT), signals resumes the sandbox.
-func (t *terminal) suspend() {
+// Resumed (SIGCONT), signals resumes the sandbox. Where nothing would
+// resume it (no shell's job control above the launch: the launcher leads
+// its session, as under ssh -t or tmux, or its group is orphaned, or the
+// stop is ignored) it does nothing and says so.
+func (t *terminal) suspend() bool {
+	if !jobControl() {
+		return false
+	}
 	if err := pauseGroups(t.groups, true); err != nil {
 		fmt.Fprintf(t.outer, "\r\nairlock: the sandbox could not be paused, and runs on without the terminal until it is resumed: %v\r\n", err)
 	}
 	t.cooked()
 	syscall.Kill(0, syscall.SIGTSTP)
+	return true
+}
+
+// jobControl says whether a stop of the launch's group would be seen and
+// undone by a shell: the kernel drops a terminal stop signal for an
+// orphaned group, whose parent is outside its session or in the group
+// itself.
+func jobControl() bool {
+	ppid := os.Getppid()
+	psid, err1 := unix.Getsid(ppid)
+	sid, err2 := unix.Getsid(0)
+	ppgrp, err3 := unix.Getpgid(ppid)
+	return err1 == nil && err2 == nil && err3 == nil && psid == sid && ppgrp != unix.Getpgrp() && !signal.Ignored(syscall.SIGTSTP)
 }
 
 // signals follows the terminal's size, and a resume: in the foreground
@@ -199,6 +246,10 @@ func (t *terminal) signals() {
 			}
 			if err := pauseGroups(t.groups, false); err != nil {
 				fmt.Fprintf(t.outer, "airlock: the sandbox could not be resumed: %v\r\n", err)
+			}
+			select {
+			case t.resumed <- struct{}{}:
+			default:
 			}
 		}
 	}
@@ -220,23 +271,17 @@ func TerminalForeground() bool {
 // foregroundOf says whether the launcher's process group is the
 // foreground one of the terminal tty.
 func foregroundOf(tty *os.File) bool {
-	raw, err := tty.SyscallConn()
-	if err != nil {
-		return false
-	}
-	pgrp, ierr := 0, error(nil)
-	if err := raw.Control(func(fd uintptr) { pgrp, ierr = unix.IoctlGetInt(int(fd), unix.TIOCGPGRP) }); err != nil {
-		return false
-	}
-	return ierr == nil && pgrp == unix.Getpgrp()
+	var pgrp int
+	err := control(tty, func(fd int) (err error) { pgrp, err = unix.IoctlGetInt(fd, unix.TIOCGPGRP); return err })
+	return err == nil && pgrp == unix.Getpgrp()
 }
 
 // resize gives the pty the user's terminal's size; the kernel tells the
 // sandbox's foreground group (SIGWINCH) when it changes.
 func (t *terminal) resize() {
-	ws, err := unix.IoctlGetWinsize(int(t.outer.Fd()), unix.TIOCGWINSZ)
-	if err == nil {
-		unix.IoctlSetWinsize(int(t.master.Fd()), unix.TIOCSWINSZ, ws)
+	var ws *unix.Winsize
+	if control(t.outer, func(fd int) (err error) { ws, err = unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ); return err }) == nil {
+		control(t.master, func(fd int) error { return unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, ws) })
 	}
 }
 
@@ -248,7 +293,7 @@ func (t *terminal) resize() {
 func (t *terminal) makeRaw() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.raw {
+	if t.raw || t.closed {
 		return
 	}
 	raw := t.saved
@@ -258,7 +303,7 @@ func (t *terminal) makeRaw() {
 	raw.Cflag &^= unix.CSIZE | unix.PARENB
 	raw.Cflag |= unix.CS8
 	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
-	if unix.IoctlSetTermios(int(t.outer.Fd()), unix.TCSETSW, &raw) != nil {
+	if control(t.outer, func(fd int) error { return unix.IoctlSetTermios(fd, unix.TCSETSW, &raw) }) != nil {
 		return
 	}
 	t.raw = true
@@ -273,7 +318,7 @@ func (t *terminal) cooked() {
 		return
 	}
 	t.restoreStderr()
-	unix.IoctlSetTermios(int(t.outer.Fd()), unix.TCSETSW, &t.saved)
+	control(t.outer, func(fd int) error { return unix.IoctlSetTermios(fd, unix.TCSETSW, &t.saved) })
 	t.raw = false
 }
 
@@ -293,7 +338,7 @@ func (t *terminal) moveStderr() {
 		w.Close()
 		return
 	}
-	if err := unix.Dup3(int(w.Fd()), 2, 0); err != nil {
+	if err := control(w, func(fd int) error { return unix.Dup3(fd, 2, 0) }); err != nil {
 		unix.Close(saved)
 		r.Close()
 		w.Close()
@@ -304,7 +349,11 @@ func (t *terminal) moveStderr() {
 	go func() {
 		defer close(t.stderrOut)
 		defer r.Close()
+		// Drained to its end whatever happens to the terminal: a reader
+		// gone, the launcher's next log line would be its death by
+		// SIGPIPE.
 		io.Copy(withCR{t.outer}, r)
+		io.Copy(io.Discard, r)
 	}()
 }
 
@@ -332,13 +381,4 @@ func (c withCR) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
-}
-
-// discard closes a terminal whose relay never began (the sandbox did not
-// start); nil does nothing.
-func (t *terminal) discard() {
-	if t != nil {
-		t.master.Close()
-		t.outer.Close()
-	}
 }
