@@ -311,7 +311,7 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 		if badBody(rdc, body) {
 			return p.refuse(c, bw, req, rdc)
 		}
-		rdc.deny(policies.ReasonUpstreamError, err.Error())
+		rdc.deny(upstreamFailure(err), err.Error())
 		return p.refuse(c, bw, req, rdc)
 	}
 	// The transport may still be sending the body (the upstream answered

@@ -234,7 +234,7 @@ func (p *Proxy) plainUpgrade(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		guard.stop() // the failed round trip waited for its reads
 		drainRefused(r, guard.unread(), w.Header())
-		dc.deny(policies.ReasonUpstreamError, err.Error())
+		dc.deny(upstreamFailure(err), err.Error())
 		p.deny(w, r, dc, body.n())
 		return
 	}

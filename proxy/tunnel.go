@@ -11,19 +11,31 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/proxy/egress"
 )
 
 const established = "HTTP/1.1 200 Connection established\r\n\r\n"
 
 // dialChecked dials exactly the addresses the guard checked for dc. A
-// failure turns dc into a denial (upstream_error) for the caller to answer.
+// failure turns dc into a denial (upstreamFailure) for the caller to
+// answer.
 func (p *Proxy) dialChecked(dc *decision) (net.Conn, bool) {
 	upstream, err := p.cfg.Guard.Dial(p.forced, dc.addrs, dc.in.Request.Port)
 	if err != nil {
-		dc.deny(policies.ReasonUpstreamError, err.Error())
+		dc.deny(upstreamFailure(err), err.Error())
 		return nil, false
 	}
 	return upstream, true
+}
+
+// upstreamFailure is the reason of a failed upstream: ssrf when the guard
+// refused what the dial reached (the host itself), upstream_error
+// otherwise.
+func upstreamFailure(err error) policies.Reason {
+	if errors.Is(err, egress.ErrBlocked) {
+		return policies.ReasonSSRF
+	}
+	return policies.ReasonUpstreamError
 }
 
 // tunnel relays an allowed, uninspected connection to its upstream, dialled

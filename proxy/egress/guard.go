@@ -213,11 +213,36 @@ func (g *Guard) Dial(ctx context.Context, addrs []netip.Addr, port int) (net.Con
 	for _, a := range addrs {
 		c, err := g.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
 		if err == nil {
-			return c, nil
+			if self := selfConnected(c); self.IsValid() && !g.allowed(self) {
+				// An address the host took since the proxy started (a
+				// rotated IPv6 privacy address, a new DHCP lease) is
+				// not among Self: the kernel says it is the host's own
+				// by making it the connection's source too.
+				c.Close()
+				err = &BlockedError{Addr: self, Range: "an address of the proxy's own host (the connection's source is its destination)"}
+			} else {
+				return c, nil
+			}
 		}
 		errs = append(errs, err)
 	}
 	return nil, errors.Join(errs...)
+}
+
+// selfConnected is c's remote address when it is its local one too: a
+// connection to one of the host's own addresses, which the kernel sources
+// from that address. The zero Addr otherwise.
+func selfConnected(c net.Conn) netip.Addr {
+	l, lok := c.LocalAddr().(*net.TCPAddr)
+	r, rok := c.RemoteAddr().(*net.TCPAddr)
+	if !lok || !rok {
+		return netip.Addr{}
+	}
+	la, ra := l.AddrPort().Addr().Unmap(), r.AddrPort().Addr().Unmap()
+	if la != ra {
+		return netip.Addr{}
+	}
+	return ra
 }
 
 type checkedKey struct{}

@@ -129,14 +129,14 @@ func TestDialContextRefusesBeforeConnecting(t *testing.T) {
 // Addresses checked once are what the dial uses: the name is not resolved
 // again (here it could not be: it is pinned nowhere and does not exist).
 func TestDialContextUsesCheckedAddresses(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.2:0") // the connection's source is 127.0.0.1
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
 	g, _ := New(Options{})
-	ctx := WithChecked(context.Background(), "nowhere.invalid", port, []netip.Addr{netip.MustParseAddr("127.0.0.1")})
+	ctx := WithChecked(context.Background(), "nowhere.invalid", port, []netip.Addr{netip.MustParseAddr("127.0.0.2")})
 	c, err := g.DialContext(ctx, "tcp", net.JoinHostPort("nowhere.invalid", strconv.Itoa(port)))
 	if err != nil {
 		t.Fatalf("DialContext with checked addresses: %v", err)
@@ -146,4 +146,31 @@ func TestDialContextUsesCheckedAddresses(t *testing.T) {
 	if _, err := g.DialContext(ctx, "tcp", "127.0.0.1:1"); !errors.Is(err, ErrBlocked) {
 		t.Fatalf("DialContext(127.0.0.1:1) = %v; want the guard to check it", err)
 	}
+}
+
+// A connection whose source address is its destination went to one of the
+// host's own addresses, whatever Self listed when the proxy started (an
+// address the host took since): refused unless an allow range names it.
+func TestDialRefusesTheHostItself(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // dialled from 127.0.0.1
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	self := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	g, _ := New(Options{})
+	if c, err := g.Dial(context.Background(), self, port); !errors.Is(err, ErrBlocked) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("Dial(127.0.0.1 from 127.0.0.1) = %v; want blocked", err)
+	}
+	p, _ := ParseAllowRange("127.0.0.1/32")
+	g, _ = New(Options{AllowRanges: []netip.Prefix{p}})
+	c, err := g.Dial(context.Background(), self, port)
+	if err != nil {
+		t.Fatalf("Dial(127.0.0.1, allowed) = %v", err)
+	}
+	c.Close()
 }
