@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,8 +72,45 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 		if !p.established(client, dc) {
 			return
 		}
-		p.tunnel(rawConn(client), upstream, early, dc)
+		p.opaque(cc, client, upstream, t, early, dc)
 	}
+}
+
+// opaque serves an allowed, uninspected CONNECT once it is established:
+// what the client opens the tunnel with is looked at first, as on the
+// transparent path. A TLS server name must name the CONNECT's host (an IP
+// literal's: any), else the tunnel would carry a connection to another
+// host on the same address, decided as this one; plain HTTP is read as
+// requests, each decided and its Host pinned, as a plain request to the
+// proxy is; anything else is relayed. A client that says nothing at once
+// (a server-first protocol) gets its upstream's greeting meanwhile, and
+// is looked at when it speaks.
+func (p *Proxy) opaque(cc *clientConn, client, upstream net.Conn, t *tracked, early []byte, dc *decision) {
+	first, err := p.peek(client, early)
+	if err == nil && first.silent() {
+		first, err = p.awaitClient(client, upstream)
+	}
+	if err != nil {
+		dc.deny(policies.ReasonInvalidRequest, err.Error())
+		p.record(dc, 0, 0, 0)
+		return
+	}
+	if _, lerr := netip.ParseAddr(dc.in.Request.Host); lerr != nil {
+		if reason, why := checkOpaque(first, dc.in.Request.Host); reason != "" {
+			dc.deny(reason, why)
+			p.refuseOpened(client, first, dc)
+			return
+		}
+	}
+	if first.proto == speaksHTTP {
+		upstream.Close() // each request has its own, pooled
+		p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
+		defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
+		defer p.record(dc, http.StatusOK, 0, 0)
+		p.serveRequests(cc, withEarly(client, first.early), t, dc, "")
+		return
+	}
+	p.tunnel(rawConn(client), upstream, first.early, dc)
 }
 
 // established answers an allowed CONNECT, once its upstream (if opaque)

@@ -151,7 +151,7 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 	cc.remote, cc.local = src, orig
 	target, forgotten := transparentTarget(cc.sb.Names, orig)
 
-	first, err := p.peek(client)
+	first, err := p.peek(client, nil)
 	if err != nil {
 		p.record(p.refused(cc, target, policies.ReasonInvalidRequest, err.Error()), 0, 0, 0)
 		reset(raw)
@@ -178,7 +178,7 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 
 	switch {
 	case !dc.d.Allow:
-		p.refuseTransparent(client, first, dc)
+		p.refuseOpened(client, first, dc)
 	case first.proto == speaksHTTP:
 		// Every request is decided, as a plain request to the explicit
 		// proxy is, whether or not the host's rules restrict requests.
@@ -192,12 +192,43 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 	default:
 		upstream, ok := p.dialChecked(dc)
 		if !ok {
-			p.refuseTransparent(client, first, dc)
+			p.refuseOpened(client, first, dc)
 			return
 		}
 		defer upstream.Close()
+		if first.silent() {
+			// Decided on host and port while the client said nothing:
+			// what it says first, however late, is checked as it would
+			// have been at once.
+			if first, err = p.awaitClient(client, upstream); err != nil {
+				dc.deny(policies.ReasonInvalidRequest, err.Error())
+				p.record(dc, 0, 0, 0)
+				reset(raw)
+				return
+			}
+			if first.proto == speaksHTTP {
+				dc.deny(policies.ReasonInvalidRequest, fmt.Sprintf("an HTTP request after %s of silence, once the connection was tunnelled: a request is decided when it opens its connection", clientFirstWait))
+			} else if reason, why := checkOpaque(first, target.Host); reason != "" {
+				dc.deny(reason, why)
+			}
+			if !dc.d.Allow {
+				p.refuseOpened(client, first, dc)
+				return
+			}
+		}
 		p.tunnel(raw, upstream, first.early, dc)
 	}
+}
+
+// checkOpaque judges what a client of an opaque tunnel to host opened it
+// with: a TLS server name must name host, or the tunnel would carry a
+// connection to another host on the same address (a shared front, a CDN),
+// decided as this one.
+func checkOpaque(first opening, host string) (policies.Reason, string) {
+	if first.proto == speaksTLS && first.serverName != "" && !sameName(first.serverName, host) {
+		return policies.ReasonHostMismatch, fmt.Sprintf("TLS server name %q in a tunnel to %s", first.serverName, host)
+	}
+	return "", ""
 }
 
 // transparentTarget is the CONNECT a redirected connection to orig stands

@@ -9,15 +9,16 @@ import (
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
-// refuseTransparent answers dc's denial of a transparent connection in the
-// client's own protocol where it can read one, and records it. A TLS
+// refuseOpened answers dc's denial of a connection in the client's own
+// protocol, as its first bytes (first) tell, where it can read one, and
+// records it. A TLS
 // client that would read HTTP/1 (ALPN http/1.1, or none) completes its
 // handshake with a leaf from the airlock CA, which sandboxed clients trust,
 // and reads the 403 (or 421, 502, ...) with the JSON body; a plain HTTP
 // client reads it as it is; any other client (TLS for h2 only, SSH, a
 // database) is reset, for it could show nothing better. The audit line
 // carries the reason either way.
-func (p *Proxy) refuseTransparent(c net.Conn, first opening, dc *decision) {
+func (p *Proxy) refuseOpened(c net.Conn, first opening, dc *decision) {
 	switch {
 	case first.proto == speaksHTTP:
 		p.refuseConn(c, dc, nil)

@@ -50,21 +50,78 @@ func (o opening) offersHTTP1() bool {
 	return len(o.protos) == 0 || slices.Contains(o.protos, "http/1.1") || slices.Contains(o.protos, "http/1.0")
 }
 
-// peek reads a transparent connection's first bytes, which the client
-// sends on as if to its upstream, and tells what they speak, within
-// bounds of size and time: a TLS ClientHello (read by crypto/tls), an
-// HTTP/1 request line, or anything else, silence included. The bytes are
-// returned, not consumed: the caller sends them first.
-func (p *Proxy) peek(c net.Conn) (opening, error) {
+// peek reads a connection's first bytes, which the client sends on as if
+// to its upstream, and tells what they speak, within bounds of size and
+// time: a TLS ClientHello (read by crypto/tls), an HTTP/1 request line, or
+// anything else, silence included. early is what the client sent already
+// (with its CONNECT). The bytes are returned, not consumed: the caller
+// sends them first.
+func (p *Proxy) peek(c net.Conn, early []byte) (opening, error) {
 	defer c.SetReadDeadline(time.Time{})
-	pc := &peekConn{Conn: c, max: p.cfg.Limits.MaxHeaderBytes + 4096}
-	c.SetReadDeadline(time.Now().Add(clientFirstWait))
+	pc := p.newPeek(c, early)
+	if len(early) == 0 {
+		c.SetReadDeadline(time.Now().Add(clientFirstWait))
+		if err := pc.fill(); err != nil {
+			if isTimeout(err) || errors.Is(err, io.EOF) {
+				return opening{}, nil // silent, or done before it said anything
+			}
+			return opening{}, fmt.Errorf("reading the connection's first bytes: %w", err)
+		}
+	}
+	return p.classify(pc)
+}
+
+// awaitClient waits for the first bytes of a client that was silent (peek),
+// for as long as a tunnel may idle, relaying what its upstream says
+// meanwhile (a server-first protocol's greeting), and tells what they
+// speak: nothing the client sends reaches the upstream before that. A
+// client that waited, and then opened TLS or HTTP, is checked as one that
+// did at once: waiting out clientFirstWait does not skip the checks.
+func (p *Proxy) awaitClient(client, upstream net.Conn) (opening, error) {
+	relayed := make(chan struct{})
+	go func() {
+		defer close(relayed)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := upstream.Read(buf)
+			if n > 0 {
+				if _, err := client.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+			if err != nil {
+				// Its end (or its error) is read again by the relay.
+				return
+			}
+		}
+	}()
+	defer func() {
+		upstream.SetReadDeadline(aLongTimeAgo) // the relay's read ends now
+		<-relayed
+		upstream.SetReadDeadline(time.Time{})
+		client.SetReadDeadline(time.Time{})
+	}()
+	pc := p.newPeek(client, nil)
+	client.SetReadDeadline(time.Now().Add(p.cfg.Limits.TunnelIdleTimeout))
 	if err := pc.fill(); err != nil {
 		if isTimeout(err) || errors.Is(err, io.EOF) {
-			return opening{}, nil // silent, or done before it said anything
+			return opening{}, nil // silent to the end: the tunnel ends it
 		}
 		return opening{}, fmt.Errorf("reading the connection's first bytes: %w", err)
 	}
+	return p.classify(pc)
+}
+
+func (p *Proxy) newPeek(c net.Conn, early []byte) *peekConn {
+	// Clipped: appended to, early (a view of the server's read buffer)
+	// is copied rather than written past.
+	return &peekConn{Conn: c, max: p.cfg.Limits.MaxHeaderBytes + 4096, seen: slices.Clip(early)}
+}
+
+// classify tells what the bytes seen so far (at least one) begin, reading
+// more as it needs within bounds of size and time.
+func (p *Proxy) classify(pc *peekConn) (opening, error) {
+	c := pc.Conn
 	if pc.seen[0] == recordTypeHandshake {
 		c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HandshakeTimeout))
 		pc.max = maxClientHello
@@ -88,6 +145,9 @@ func (p *Proxy) peek(c net.Conn) (opening, error) {
 		}
 	}
 }
+
+// silent says the client sent nothing before peek's wait ran out.
+func (o opening) silent() bool { return len(o.early) == 0 }
 
 // recordTypeHandshake begins every TLS ClientHello (RFC 8446 5.1).
 const recordTypeHandshake = 0x16

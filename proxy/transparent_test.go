@@ -430,10 +430,34 @@ func TestServeTransparent(t *testing.T) {
 			wantNothing(t, c)
 		}},
 		{"server speaks first: the silent client is tunnelled", tpSSH, "ssh.tp.test", policies.ReasonAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
-			got, err := bufio.NewReader(c).ReadString('\n')
+			br := bufio.NewReader(c)
+			got, err := br.ReadString('\n')
 			if err != nil || got != tpBanner {
 				t.Fatalf("read %q, %v; want the upstream's greeting", got, err)
 			}
+			// Then the client speaks, and the tunnel carries it.
+			io.WriteString(c, "HELO client.test\r\n")
+			if got, err = br.ReadString('\n'); err != nil || got != "HELO client.test\r\n" {
+				t.Fatalf("read %q, %v; want the client's line echoed by the upstream", got, err)
+			}
+		}},
+		// Decided on host and port (allowed); the close line refuses.
+		{"silent past the wait, then TLS for another host: still refused", tpTLS, "tls.tp.test", policies.ReasonAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			time.Sleep(clientFirstWait + 300*time.Millisecond)
+			resp, _ := fx.httpsGet(t, c, "api.tp.test", []string{"http/1.1"}, "/no")
+			wantDenial(t, resp, http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "tls.tp.test")
+		}},
+		{"silent past the wait, then HTTP: refused", tpSSH, "ssh.tp.test", policies.ReasonAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			br := bufio.NewReader(c)
+			if got, err := br.ReadString('\n'); err != nil || got != tpBanner {
+				t.Fatalf("read %q, %v; want the upstream's greeting", got, err)
+			}
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: other.test\r\n\r\n")
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer to a late HTTP request: %v", err)
+			}
+			wantDenial(t, resp, http.StatusForbidden, policies.ReasonInvalidRequest, "ssh.tp.test")
 		}},
 		{"forgotten synthetic address", tpForgotten, tpForgotten.String(), policies.ReasonNameForgotten, func(t *testing.T, fx *tpFixture, c net.Conn) {
 			wantDenial(t, httpGet(t, c, "web.tp.test", "/ok/x"), http.StatusMisdirectedRequest, policies.ReasonNameForgotten, tpForgotten.String())
@@ -539,7 +563,7 @@ func TestPeek(t *testing.T) {
 			client, server := testutil.TCPPair(t)
 			sent := &testutil.Buffer{}
 			go tc.send(&teeConn{Conn: client, w: sent})
-			o, err := p.peek(server)
+			o, err := p.peek(server, nil)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("peek = %+v, %v; want an error saying %q", o, err, tc.err)
@@ -568,6 +592,43 @@ type teeConn struct {
 func (c *teeConn) Write(b []byte) (int, error) {
 	c.w.Write(b)
 	return c.Conn.Write(b)
+}
+
+// An opaque CONNECT tunnel is looked at as it opens, as a transparent
+// connection is: a TLS server name must name the CONNECT's host (the
+// tunnel would otherwise reach another host on the same front, decided as
+// this one), plain HTTP is read as requests with their Host pinned, and a
+// server-first protocol still gets its greeting.
+func TestOpaqueConnectChecksWhatOpensIt(t *testing.T) {
+	fx := newTPFixture(t)
+	d := fx.dialer(t)
+	open := func(t *testing.T, host string) net.Conn {
+		c := connectTo(t, d, host)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	t.Run("TLS for its host", func(t *testing.T) {
+		resp, _ := fx.httpsGet(t, open(t, "tls.tp.test"), "tls.tp.test", []string{"http/1.1"}, "/any")
+		wantBody(t, resp, http.StatusOK, tpUpstreamBody)
+	})
+	t.Run("TLS for another host", func(t *testing.T) {
+		resp, _ := fx.httpsGet(t, open(t, "tls.tp.test"), "api.tp.test", []string{"http/1.1"}, "/no")
+		wantDenial(t, resp, http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "tls.tp.test")
+	})
+	t.Run("plain HTTP with another Host", func(t *testing.T) {
+		wantDenial(t, httpGet(t, open(t, "tls.tp.test"), "other.test", "/"), http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "tls.tp.test")
+	})
+	t.Run("server first", func(t *testing.T) {
+		c := open(t, "ssh.tp.test")
+		br := bufio.NewReader(c)
+		if got, err := br.ReadString('\n'); err != nil || got != tpBanner {
+			t.Fatalf("read %q, %v; want the upstream's greeting", got, err)
+		}
+		io.WriteString(c, "HELO client.test\r\n")
+		if got, err := br.ReadString('\n'); err != nil || got != "HELO client.test\r\n" {
+			t.Fatalf("read %q, %v; want the client's line echoed", got, err)
+		}
+	})
 }
 
 func TestRequestLine(t *testing.T) {
