@@ -110,7 +110,7 @@ func (p *Proxy) opaque(cc *clientConn, client, upstream net.Conn, t *tracked, ea
 		p.serveRequests(cc, withEarly(client, first.early), t, dc, "")
 		return
 	}
-	p.tunnel(rawConn(client), upstream, first.early, dc)
+	p.tunnel(rawConn(client), upstream, first, dc)
 }
 
 // established answers an allowed CONNECT, once its upstream (if opaque)

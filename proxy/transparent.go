@@ -216,7 +216,7 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 				return
 			}
 		}
-		p.tunnel(raw, upstream, first.early, dc)
+		p.tunnel(raw, upstream, first, dc)
 	}
 }
 

@@ -42,6 +42,9 @@ type opening struct {
 	// serverName and protos are the ClientHello's SNI and ALPN list.
 	serverName string
 	protos     []string
+	// greeted is what the upstream sent the client before it spoke
+	// (awaitClient), counted in the tunnel's bytes down.
+	greeted int64
 }
 
 // offersHTTP1 reports whether a TLS client would read an HTTP/1 answer:
@@ -77,15 +80,18 @@ func (p *Proxy) peek(c net.Conn, early []byte) (opening, error) {
 // speak: nothing the client sends reaches the upstream before that. A
 // client that waited, and then opened TLS or HTTP, is checked as one that
 // did at once: waiting out clientFirstWait does not skip the checks.
-func (p *Proxy) awaitClient(client, upstream net.Conn) (opening, error) {
+func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, err error) {
 	relayed := make(chan struct{})
+	var greeted int64
 	go func() {
 		defer close(relayed)
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := upstream.Read(buf)
 			if n > 0 {
-				if _, err := client.Write(buf[:n]); err != nil {
+				w, err := client.Write(buf[:n])
+				greeted += int64(w)
+				if err != nil {
 					return
 				}
 			}
@@ -100,6 +106,7 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (opening, error) {
 		<-relayed
 		upstream.SetReadDeadline(time.Time{})
 		client.SetReadDeadline(time.Time{})
+		first.greeted = greeted
 	}()
 	pc := p.newPeek(client, nil)
 	client.SetReadDeadline(time.Now().Add(p.cfg.Limits.TunnelIdleTimeout))

@@ -628,6 +628,25 @@ func TestOpaqueConnectChecksWhatOpensIt(t *testing.T) {
 		if got, err := br.ReadString('\n'); err != nil || got != "HELO client.test\r\n" {
 			t.Fatalf("read %q, %v; want the client's line echoed", got, err)
 		}
+		// Half-closed, the echo ends, and the tunnel with it. The
+		// greeting, relayed before the client spoke, is counted.
+		c.(*net.TCPConn).CloseWrite()
+		io.Copy(io.Discard, br)
+		want := float64(len(tpBanner) + len("HELO client.test\r\n"))
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			raw := fx.audit.String()
+			for _, l := range auditLines(t, []byte(raw)) {
+				if l["msg"] == AuditCloseMessage && l["host"] == "ssh.tp.test" && l["via"] == nil {
+					if l["bytes_down"] != want {
+						t.Fatalf("close line %v; want bytes_down %v, the greeting and the echo", l, want)
+					}
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no close line for ssh.tp.test in:\n%s", raw)
+			}
+		}
 	})
 }
 

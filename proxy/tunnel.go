@@ -39,13 +39,15 @@ func upstreamFailure(err error) policies.Reason {
 }
 
 // tunnel relays an allowed, uninspected connection to its upstream, dialled
-// to exactly the addresses the guard checked (dialChecked), early (what
-// the client sent before the relay began) first.
-func (p *Proxy) tunnel(client, upstream net.Conn, early []byte, dc *decision) {
+// to exactly the addresses the guard checked (dialChecked), what the
+// client opened it with (first: bytes it sent before the relay began, and
+// what the upstream had sent it meanwhile) counted and sent on first.
+func (p *Proxy) tunnel(client, upstream net.Conn, first opening, dc *decision) {
+	early := first.early
 	if len(early) > 0 {
 		if _, err := upstream.Write(early); err != nil {
 			dc.detail = "upstream write: " + err.Error()
-			p.record(dc, http.StatusOK, 0, 0)
+			p.record(dc, http.StatusOK, 0, first.greeted)
 			return
 		}
 	}
@@ -68,7 +70,7 @@ func (p *Proxy) tunnel(client, upstream net.Conn, early []byte, dc *decision) {
 	if idle {
 		dc.detail = p.idleClosed()
 	}
-	p.record(dc, http.StatusOK, int64(len(early))+up, down)
+	p.record(dc, http.StatusOK, int64(len(early))+up, first.greeted+down)
 }
 
 // relayOnLoop hands a tunnel's two sockets to an event loop (proxy/relay)
