@@ -114,6 +114,19 @@ func (m *Metrics) Forget(sandbox string) {
 	m.drop(sandbox)
 }
 
+// Keep cancels a Forget still waiting on an open tunnel: the id serves a
+// sandbox again (a pod's one-off id reused while the last one's tunnel
+// lingers), whose series the last tunnel's end must not drop, its gauge
+// among them, counting the new sandbox's tunnels by then.
+func (m *Metrics) Keep(sandbox string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	delete(m.forgetting, sandbox)
+	m.mu.Unlock()
+}
+
 // drop deletes sandbox's series.
 func (m *Metrics) drop(sandbox string) {
 	for _, v := range []interface {

@@ -49,3 +49,28 @@ func TestMetricsForgetDropsOnlyThatSandbox(t *testing.T) {
 		}
 	}
 }
+
+// A one-off id reused while its predecessor's tunnel lingers keeps its
+// series (Keep): that tunnel's end does not drop the new sandbox's, nor
+// unbalance its gauge of open tunnels.
+func TestMetricsKeepCancelsAPendingForget(t *testing.T) {
+	ca, err := certs.LoadOrCreate(t.TempDir(), 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics(ca)
+	m.tunnelOpen("oneoff-1", 1) // the first one's, outliving it
+	m.Forget("oneoff-1")
+	m.Keep("oneoff-1") // the id runs again
+	m.tunnelOpen("oneoff-1", 1)
+	m.countDecision("oneoff-1", "allow", "allowed")
+	m.tunnelOpen("oneoff-1", -1) // the first one's tunnel ends
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{`airlock_proxy_active_tunnels{sandbox="oneoff-1"} 1`, `airlock_proxy_decisions_total{decision="allow",reason="allowed",sandbox="oneoff-1"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("after the old tunnel's end, %s is gone:\n%s", want, body)
+		}
+	}
+}

@@ -241,6 +241,7 @@ func (o *oneOffs) add(x *oneOff) error {
 	o.byID[x.spec.ID] = x
 	o.wg.Add(1)
 	o.publish()
+	o.pod.proxy.Metrics().Keep(x.spec.ID) // its predecessor's Forget may be waiting on a tunnel
 	return nil
 }
 
