@@ -64,8 +64,11 @@ func (p *Proxy) tunnel(client, upstream net.Conn, first opening, dc *decision) {
 		}
 	} else {
 		stopIdle := watchIdle(p.cfg.Limits.TunnelIdleTimeout, client, upstream)
-		up, down = copyBoth(client, upstream)
-		idle = stopIdle()
+		var err error
+		up, down, err = copyBoth(client, upstream)
+		if idle = stopIdle(); err != nil {
+			dc.detail = err.Error() // as the relay loop's: a reset, a closed end
+		}
 	}
 	if idle {
 		dc.detail = p.idleClosed()
@@ -121,24 +124,36 @@ func (p *Proxy) idleClosed() string {
 }
 
 // copyBoth copies both ways until both directions end, passing a half-close
-// on; an error in either direction tears both down. The caller closes both
-// connections afterwards. It serves a tunnel whose ends are not both TCP
-// sockets (a listener of another kind); the relay loops serve the rest.
-func copyBoth(client, upstream net.Conn) (up, down int64) {
+// on; an error in either direction tears both down, and the first is
+// returned (what ended the tunnel, for its close line). The caller closes
+// both connections afterwards. It serves a tunnel whose ends are not both
+// TCP sockets (a listener of another kind); the relay loops serve the rest.
+func copyBoth(client, upstream net.Conn) (up, down int64, err error) {
 	var ended atomic.Int32
+	var first atomic.Pointer[error]
+	fail := func(dir string, err error) {
+		if err != nil {
+			err = fmt.Errorf("%s: %w", dir, err)
+			first.CompareAndSwap(nil, &err)
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		var err error
 		down, err = io.Copy(client, upstream)
+		fail("relay down", err)
 		finish(client, upstream, err, &ended)
 	}()
-	var err error
 	up, err = io.Copy(upstream, client)
+	fail("relay up", err)
 	finish(upstream, client, err, &ended)
 	wg.Wait()
-	return up, down
+	if e := first.Load(); e != nil {
+		return up, down, *e
+	}
+	return up, down, nil
 }
 
 // finish ends one direction: an error closes both connections so the other

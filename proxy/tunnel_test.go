@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ func relayed(t testing.TB) (client, upstream net.Conn, done <-chan [2]int64) {
 	upstreamSide, upstream := testutil.TCPPair(t)
 	ch := make(chan [2]int64, 1)
 	go func() {
-		up, down := copyBoth(clientSide, upstreamSide)
+		up, down, _ := copyBoth(clientSide, upstreamSide)
 		clientSide.Close()
 		upstreamSide.Close()
 		ch <- [2]int64{up, down}
@@ -52,4 +53,28 @@ func TestRelayCarriesBothWaysAndHalfClose(t *testing.T) {
 	if n := <-done; n[0] != int64(len(bulk)+5) || n[1] != 3 {
 		t.Fatalf("relay counted up %d, down %d; want %d, 3", n[0], n[1], len(bulk)+5)
 	}
+}
+
+// A tunnel ended by an error (the upstream resets it) says so: copyBoth
+// returns what ended it, for the close line, where a clean end says
+// nothing.
+func TestCopyBothSaysWhatEndedIt(t *testing.T) {
+	client, clientSide := testutil.TCPPair(t)
+	upstreamSide, upstream := testutil.TCPPair(t)
+	ended := make(chan error, 1)
+	go func() {
+		_, _, err := copyBoth(clientSide, upstreamSide)
+		ended <- err
+	}()
+	upstream.(*net.TCPConn).SetLinger(0)
+	upstream.Close() // a reset
+	select {
+	case err := <-ended:
+		if err == nil || !strings.Contains(err.Error(), "relay down") {
+			t.Fatalf("copyBoth after a reset = %v; want the upstream's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("copyBoth did not end after the upstream's reset")
+	}
+	client.Close()
 }
