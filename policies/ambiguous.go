@@ -19,9 +19,10 @@ import (
 //     another decoding proxy decodes twice;
 //   - bytes that are not UTF-8 once decoded (overlong %c0%ae), and
 //     look-alike dots (fullwidth %EF%BC%8E), which some servers map to '.';
-//   - what Windows' file names let IIS read as another name: a segment's
-//     trailing dots and spaces (admin. and "admin " are admin), an NTFS
-//     stream (admin::$DATA is admin) and an 8.3 short name (ADMIN~1).
+//   - an NTFS stream (admin::$DATA is admin to IIS), and a trailing dot
+//     made of a look-alike one. (A segment's plain trailing dots and
+//     spaces, which IIS strips too, are common in honest paths: deny
+//     rules match the path without them as well, _folded_paths.)
 //
 // Clients resolve and encode paths before sending, so none of this comes
 // from an honest one. It lives beside the canonicaliser so that Decide,
@@ -53,7 +54,7 @@ func checkUnambiguous(escaped string) error {
 		if s, _, _ = strings.Cut(s, ";"); s == "." || s == ".." {
 			return invalid("path has the dot-segment %s, which servers resolve differently; send the path resolved", strconv.Quote(seg))
 		}
-		if why := windowsAlias(s); why != "" {
+		if why := windowsAlias(seg, s); why != "" {
 			return invalid("path has the segment %s, %s, which Windows servers read as another name", strconv.Quote(seg), why)
 		}
 	}
@@ -94,21 +95,15 @@ func isHex(c byte) bool {
 // Java servers turn into '.': a segment of them is a dot-segment there.
 var lookalikeDots = strings.NewReplacer("\uff0e", ".", "\u2024", ".", "\ufe52", ".")
 
-// windowsAlias says why a path segment may name another file to a server
-// on Windows (IIS), or "".
-func windowsAlias(seg string) string {
+// windowsAlias says why a path segment (seg as sent, s with look-alike
+// dots made dots) may name another file to a server on Windows (IIS), or
+// "".
+func windowsAlias(seg, s string) string {
 	switch {
-	case seg == "":
-		return ""
-	case strings.HasSuffix(seg, ".") || strings.HasSuffix(seg, " "):
-		return "ending in a dot or a space"
-	case strings.Contains(seg, ":$"):
+	case strings.Contains(s, ":$"):
 		return "an NTFS stream"
-	}
-	for i := 1; i+1 < len(seg); i++ {
-		if seg[i] == '~' && '0' <= seg[i+1] && seg[i+1] <= '9' {
-			return "an 8.3 short name"
-		}
+	case seg != s && strings.HasSuffix(s, "."):
+		return "ending in a look-alike dot"
 	}
 	return ""
 }

@@ -86,13 +86,22 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 // (a server-first protocol) gets its upstream's greeting meanwhile, and
 // is looked at when it speaks.
 func (p *Proxy) opaque(cc *clientConn, client, upstream net.Conn, t *tracked, early []byte, dc *decision) {
-	first, err := p.peek(client, early)
-	if err == nil && first.silent() {
-		first, err = p.awaitClient(client, upstream)
+	var first opening
+	var err error
+	if len(early) > 0 {
+		first, err = p.peek(client, early)
+	} else {
+		// The upstream is dialled: a server-first protocol's greeting
+		// is relayed at once while the client says nothing.
+		var end error
+		if first, end, err = p.awaitClient(client, upstream); end != nil {
+			p.endUnrelayed(dc, end, first)
+			return
+		}
 	}
 	if err != nil {
 		dc.deny(policies.ReasonInvalidRequest, err.Error())
-		p.record(dc, 0, 0, 0)
+		p.refuseOpened(client, first, dc)
 		return
 	}
 	if _, lerr := netip.ParseAddr(dc.in.Request.Host); lerr != nil {
@@ -104,10 +113,7 @@ func (p *Proxy) opaque(cc *clientConn, client, upstream net.Conn, t *tracked, ea
 	}
 	if first.proto == speaksHTTP {
 		upstream.Close() // each request has its own, pooled
-		p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
-		defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
-		defer p.record(dc, http.StatusOK, 0, 0)
-		p.serveRequests(cc, withEarly(client, first.early), t, dc, "")
+		p.servePlainIn(cc, client, t, first, dc)
 		return
 	}
 	p.tunnel(rawConn(client), upstream, first, dc)

@@ -512,6 +512,12 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 	return dc
 }
 
+// phpName is a query param's name as PHP reads it: leading spaces
+// dropped, "." and " " made "_" (.method is _method there).
+func phpName(n string) string {
+	return strings.NewReplacer(".", "_", " ", "_").Replace(strings.TrimLeft(n, " "))
+}
+
 // methodOverride is a method a request names for itself besides its own,
 // and where.
 type methodOverride struct{ via, method string }
@@ -538,7 +544,7 @@ func methodOverrides(h http.Header, q map[string][]string) []methodOverride {
 		add(k, h.Values(k))
 	}
 	for name, vals := range q {
-		if strings.EqualFold(strings.TrimSuffix(name, "[]"), "_method") {
+		if strings.EqualFold(phpName(strings.TrimSuffix(name, "[]")), "_method") {
 			add("query parameter "+name, vals)
 		}
 	}

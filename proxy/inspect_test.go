@@ -134,6 +134,7 @@ func TestMethodOverridesAreDecided(t *testing.T) {
 		{"a second header", "GET /ok/x HTTP/1.1\r\nX-HTTP-Method-Override: GET\r\nX-HTTP-Method-Override: DELETE\r\n", false, "method_not_allowed", "DELETE"},
 		{"_method in the query", "GET /ok/x?_method=DELETE HTTP/1.1\r\n", false, "method_not_allowed", "DELETE"},
 		{"_method[] in the query", "GET /ok/x?_METHOD%5B%5D=DELETE HTTP/1.1\r\n", false, "method_not_allowed", "DELETE"},
+		{".method in the query (PHP's _method)", "GET /ok/x?.method=DELETE HTTP/1.1\r\n", false, "method_not_allowed", "DELETE"},
 		{"not a token", "GET /ok/x HTTP/1.1\r\nX-HTTP-Method-Override: DEL ETE\r\n", false, "invalid_request", "GET"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -180,13 +180,7 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 	case !dc.d.Allow:
 		p.refuseOpened(client, first, dc)
 	case first.proto == speaksHTTP:
-		// Every request is decided, as a plain request to the explicit
-		// proxy is, whether or not the host's rules restrict requests.
-		// Counted open until after its close line (Metrics.Forget).
-		p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
-		defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
-		defer p.record(dc, http.StatusOK, 0, 0)
-		p.serveRequests(cc, withEarly(client, first.early), t, dc, "")
+		p.servePlainIn(cc, client, t, first, dc)
 	case dc.d.Inspect:
 		p.inspect(cc, withEarly(client, first.early), t, dc)
 	default:
@@ -200,14 +194,13 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 			// Decided on host and port while the client said nothing:
 			// what it says first, however late, is checked as it would
 			// have been at once.
-			if first, err = p.awaitClient(client, upstream); err != nil {
-				dc.deny(policies.ReasonInvalidRequest, err.Error())
-				p.record(dc, 0, 0, 0)
-				reset(raw)
+			var end error
+			if first, end, err = p.awaitClient(client, upstream); end != nil {
+				p.endUnrelayed(dc, end, first)
 				return
 			}
-			if first.proto == speaksHTTP {
-				dc.deny(policies.ReasonInvalidRequest, fmt.Sprintf("an HTTP request after %s of silence, once the connection was tunnelled: a request is decided when it opens its connection", clientFirstWait))
+			if err != nil {
+				dc.deny(policies.ReasonInvalidRequest, err.Error())
 			} else if reason, why := checkOpaque(first, target.Host); reason != "" {
 				dc.deny(reason, why)
 			}
@@ -215,9 +208,40 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 				p.refuseOpened(client, first, dc)
 				return
 			}
+			if first.proto == speaksHTTP {
+				upstream.Close() // each request has its own, pooled
+				p.servePlainIn(cc, client, t, first, dc)
+				return
+			}
 		}
 		p.tunnel(raw, upstream, first, dc)
 	}
+}
+
+// servePlainIn reads plain HTTP requests from a connection the proxy let
+// through to dc's host (transparent, or a CONNECT's tunnel): every request
+// is decided, as a plain request to the explicit proxy is, whether or not
+// the host's rules restrict requests, its Host pinned to the host.
+// Counted open until after its close line (Metrics.Forget).
+func (p *Proxy) servePlainIn(cc *clientConn, c net.Conn, t *tracked, first opening, dc *decision) {
+	p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, 1)
+	defer p.cfg.Metrics.tunnelOpen(dc.in.Sandbox.ID, -1)
+	defer p.record(dc, http.StatusOK, 0, first.greeted)
+	p.serveRequests(cc, withEarly(c, first.early), t, dc, "")
+}
+
+// endUnrelayed records an allowed tunnel that ended while the proxy waited
+// for its client's first bytes: idle, the client gone, or the shutdown.
+func (p *Proxy) endUnrelayed(dc *decision, end error, first opening) {
+	switch {
+	case errors.Is(end, errIdleTunnel):
+		dc.detail = p.idleClosed()
+	case p.forced.Err() != nil:
+		dc.detail = errForced.Error()
+	default:
+		dc.detail = end.Error()
+	}
+	p.record(dc, http.StatusOK, 0, first.greeted)
 }
 
 // checkOpaque judges what a client of an opaque tunnel to host opened it

@@ -74,49 +74,71 @@ func (p *Proxy) peek(c net.Conn, early []byte) (opening, error) {
 	return p.classify(pc)
 }
 
-// awaitClient waits for the first bytes of a client that was silent (peek),
-// for as long as a tunnel may idle, relaying what its upstream says
-// meanwhile (a server-first protocol's greeting), and tells what they
-// speak: nothing the client sends reaches the upstream before that. A
-// client that waited, and then opened TLS or HTTP, is checked as one that
-// did at once: waiting out clientFirstWait does not skip the checks.
-func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, err error) {
+// awaitClient waits for the first bytes of a client that has said nothing
+// yet, relaying what its upstream says meanwhile (a server-first
+// protocol's greeting), and tells what they speak: nothing the client
+// sends reaches the upstream before that, however long it waits. It ends,
+// with end set (the connection is over, not refused), when neither side
+// moved for --tunnel-idle-timeout (errIdleTunnel), the client went, or a
+// greeting could not be written to it whole. An upstream that ended
+// before the client spoke can carry no other host's session: the tunnel
+// relays its end (silent opening). err is a first flight that cannot be
+// read (a broken ClientHello): a refusal.
+func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err error) {
+	idle := p.cfg.Limits.TunnelIdleTimeout
+	var (
+		greeted  int64
+		writeErr error
+		ended    bool // the upstream's end (or error) was read
+	)
 	relayed := make(chan struct{})
-	var greeted int64
 	go func() {
 		defer close(relayed)
-		buf := make([]byte, 32<<10)
+		buf := make([]byte, 16<<10)
 		for {
-			n, err := upstream.Read(buf)
+			n, rerr := upstream.Read(buf)
 			if n > 0 {
-				w, err := client.Write(buf[:n])
+				w, werr := client.Write(buf[:n])
 				greeted += int64(w)
-				if err != nil {
+				if werr != nil {
+					// Written in part, the rest would leave a hole in
+					// the client's stream: the connection ends.
+					writeErr = fmt.Errorf("client write: %w", werr)
+					client.SetReadDeadline(aLongTimeAgo)
 					return
 				}
+				client.SetReadDeadline(time.Now().Add(idle)) // the upstream moved
 			}
-			if err != nil {
-				// Its end (or its error) is read again by the relay.
+			if rerr != nil {
+				if !isTimeout(rerr) { // not awaitClient's own stop
+					ended = true
+					client.SetReadDeadline(aLongTimeAgo)
+				}
 				return
 			}
 		}
 	}()
-	defer func() {
-		upstream.SetReadDeadline(aLongTimeAgo) // the relay's read ends now
-		<-relayed
-		upstream.SetReadDeadline(time.Time{})
-		client.SetReadDeadline(time.Time{})
-		first.greeted = greeted
-	}()
 	pc := p.newPeek(client, nil)
-	client.SetReadDeadline(time.Now().Add(p.cfg.Limits.TunnelIdleTimeout))
-	if err := pc.fill(); err != nil {
-		if isTimeout(err) || errors.Is(err, io.EOF) {
-			return opening{}, nil // silent to the end: the tunnel ends it
-		}
-		return opening{}, fmt.Errorf("reading the connection's first bytes: %w", err)
+	client.SetReadDeadline(time.Now().Add(idle))
+	ferr := pc.fill()
+	upstream.SetReadDeadline(aLongTimeAgo) // the relay's read ends now
+	<-relayed
+	upstream.SetReadDeadline(time.Time{})
+	client.SetReadDeadline(time.Time{})
+	first.greeted = greeted
+	switch {
+	case writeErr != nil:
+		return first, writeErr, nil
+	case ferr == nil:
+		first, err = p.classify(pc)
+		first.greeted = greeted
+		return first, nil, err
+	case ended && isTimeout(ferr), errors.Is(ferr, io.EOF):
+		return first, nil, nil // the relay carries the end on
+	case isTimeout(ferr):
+		return first, errIdleTunnel, nil
 	}
-	return p.classify(pc)
+	return first, fmt.Errorf("client: %w", ferr), nil
 }
 
 func (p *Proxy) newPeek(c net.Conn, early []byte) *peekConn {
@@ -144,9 +166,11 @@ func (p *Proxy) classify(pc *peekConn) (opening, error) {
 		}
 		if err := pc.fill(); err != nil {
 			// A beginning that could be a request line, then silence,
-			// the end, or too much: not a request that can be read.
+			// the end, or too much: read as HTTP, which refuses it,
+			// never tunnelled past the Host pin (a request sent a byte
+			// at a time).
 			if isTimeout(err) || errors.Is(err, io.EOF) || errors.Is(err, errPeekLimit) {
-				return opening{early: pc.seen}, nil
+				return opening{proto: speaksHTTP, early: pc.seen}, nil
 			}
 			return opening{}, fmt.Errorf("reading the connection's first bytes: %w", err)
 		}
@@ -226,14 +250,15 @@ const (
 	lineIs
 )
 
-// requestLine tells whether b begins with an HTTP/1 request line (RFC 9112
-// 3: method SP request-target SP HTTP-version CRLF), or may once more
-// bytes come. An SSH banner ("SSH-2.0-OpenSSH_9.6 Ubuntu\r\n") or a binary
-// protocol is not one. Blank lines before it are skipped, as a server may
-// skip them (RFC 9112 2.2): a request behind them is still HTTP, refused
-// by net/http (which does not skip them), not tunnelled past the Host pin.
-// It only classifies: the request itself is read by net/http
-// (serveRequests).
+// requestLine tells whether b begins with an HTTP request line, or may
+// once more bytes come: a method token, a space, and "HTTP/" before the
+// line ends. It reads loosely on purpose, as servers do (nginx takes two
+// spaces, a trailing one, any 1.x version): what may be a request is read
+// as one, by net/http (serveRequests), which refuses what it cannot read
+// whole; only what cannot be one is tunnelled. An SSH banner
+// ("SSH-2.0-OpenSSH_9.6 Ubuntu\r\n") or a binary protocol is not one.
+// Blank lines before it are skipped, as a server may skip them (RFC 9112
+// 2.2).
 func requestLine(b []byte) int {
 	b = bytes.TrimLeft(b, "\r\n")
 	if len(b) == 0 {
@@ -249,33 +274,17 @@ func requestLine(b []byte) int {
 	case i == 0 || b[i] != ' ':
 		return lineIsNot
 	}
-	i++
-	start := i
-	for i < len(b) && b[i] > ' ' && b[i] != 0x7f {
-		i++
+	line := b[i:]
+	if end := bytes.IndexByte(line, '\n'); end >= 0 {
+		line = line[:end]
 	}
-	switch {
-	case i == len(b):
-		return lineMayBe
-	case i == start || b[i] != ' ':
-		return lineIsNot
-	}
-	rest := b[i+1:]
-	const version = "HTTP/1."
-	if n := min(len(rest), len(version)); !bytes.Equal(rest[:n], []byte(version[:n])) {
-		return lineIsNot
-	}
-	if len(rest) <= len(version) {
-		return lineMayBe
-	}
-	if c := rest[len(version)]; c != '0' && c != '1' {
-		return lineIsNot
-	}
-	switch end := rest[len(version)+1:]; {
-	case len(end) == 0 || (len(end) == 1 && end[0] == '\r'):
-		return lineMayBe
-	case end[0] == '\n' || (end[0] == '\r' && end[1] == '\n'):
+	const version = "HTTP/"
+	if bytes.Contains(line, []byte(version)) {
 		return lineIs
 	}
-	return lineIsNot
+	if len(line) < len(b[i:]) {
+		return lineIsNot // the line ended with no version
+	}
+	// Its end not read yet: "HTTP/" may still be cut at the edge.
+	return lineMayBe
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -447,7 +448,7 @@ func TestServeTransparent(t *testing.T) {
 			resp, _ := fx.httpsGet(t, c, "api.tp.test", []string{"http/1.1"}, "/no")
 			wantDenial(t, resp, http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "tls.tp.test")
 		}},
-		{"silent past the wait, then HTTP: refused", tpSSH, "ssh.tp.test", policies.ReasonAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
+		{"silent past the wait, then HTTP: read as requests, Host pinned", tpSSH, "ssh.tp.test", policies.ReasonAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
 			br := bufio.NewReader(c)
 			if got, err := br.ReadString('\n'); err != nil || got != tpBanner {
 				t.Fatalf("read %q, %v; want the upstream's greeting", got, err)
@@ -457,7 +458,7 @@ func TestServeTransparent(t *testing.T) {
 			if err != nil {
 				t.Fatalf("no answer to a late HTTP request: %v", err)
 			}
-			wantDenial(t, resp, http.StatusForbidden, policies.ReasonInvalidRequest, "ssh.tp.test")
+			wantDenial(t, resp, http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "ssh.tp.test")
 		}},
 		{"forgotten synthetic address", tpForgotten, tpForgotten.String(), policies.ReasonNameForgotten, func(t *testing.T, fx *tpFixture, c net.Conn) {
 			wantDenial(t, httpGet(t, c, "web.tp.test", "/ok/x"), http.StatusMisdirectedRequest, policies.ReasonNameForgotten, tpForgotten.String())
@@ -556,7 +557,8 @@ func TestPeek(t *testing.T) {
 		}, speaksTLS, -1, "api.tp.test", []string{"h2", "http/1.1"}, ""},
 		{"http", func(c net.Conn) { io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n") }, speaksHTTP, -1, "", nil, ""},
 		{"ssh", func(c net.Conn) { io.WriteString(c, "SSH-2.0-Go\r\n") }, speaksOther, -1, "", nil, ""},
-		{"request line over the limit", func(c net.Conn) { io.WriteString(c, long) }, speaksOther, 64 + 4096, "", nil, ""},
+		// Read as HTTP, which refuses it (431): never tunnelled.
+		{"request line over the limit", func(c net.Conn) { io.WriteString(c, long) }, speaksHTTP, 64 + 4096, "", nil, ""},
 		{"not a ClientHello", func(c net.Conn) { c.Write([]byte{0x16, 3, 1, 0, 4, 9, 9, 9, 9}) }, speaksOther, 0, "", nil, "no ClientHello could be read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -618,9 +620,39 @@ func TestOpaqueConnectChecksWhatOpensIt(t *testing.T) {
 	t.Run("plain HTTP with another Host", func(t *testing.T) {
 		wantDenial(t, httpGet(t, open(t, "tls.tp.test"), "other.test", "/"), http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "tls.tp.test")
 	})
+	// A request line servers read though it is loosely written (two
+	// spaces, a trailing one, HTTP/2's preface) is read as a request
+	// too: refused, never tunnelled past the Host pin; so is one sent a
+	// byte at a time.
+	for _, head := range []string{"GET  / HTTP/1.1", "GET / HTTP/1.1 ", "GET / HTTP/1.2", "PRI * HTTP/2.0"} {
+		t.Run("loose: "+head, func(t *testing.T) {
+			c := open(t, "tls.tp.test")
+			io.WriteString(c, head+"\r\nHost: other.test\r\n\r\n")
+			resp, den := denialOn(t, c)
+			if resp.StatusCode < 400 || den.Reason == "" {
+				t.Fatalf("answer %d %+v; want a refusal", resp.StatusCode, den)
+			}
+		})
+	}
+	t.Run("a byte at a time", func(t *testing.T) {
+		c := open(t, "tls.tp.test")
+		io.WriteString(c, "G")
+		time.Sleep(clientFirstWait + 200*time.Millisecond)
+		io.WriteString(c, "ET / HTTP/1.1\r\nHost: other.test\r\n\r\n")
+		resp, den := denialOn(t, c)
+		if resp.StatusCode < 400 || den.Reason == "" {
+			t.Fatalf("answer %d %+v; want a refusal", resp.StatusCode, den)
+		}
+	})
 	t.Run("server first", func(t *testing.T) {
-		c := open(t, "ssh.tp.test")
+		// The greeting may come in the same read as the 200.
+		c := d.dial(t, fx.explicit)
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "CONNECT ssh.tp.test:%d HTTP/1.1\r\nHost: ssh.tp.test:%[1]d\r\n\r\n", fx.port)
 		br := bufio.NewReader(c)
+		if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("CONNECT ssh.tp.test: %v %v", resp, err)
+		}
 		if got, err := br.ReadString('\n'); err != nil || got != tpBanner {
 			t.Fatalf("read %q, %v; want the upstream's greeting", got, err)
 		}
@@ -657,15 +689,22 @@ func TestRequestLine(t *testing.T) {
 	}{
 		{"GET / HTTP/1.1\r\n", lineIs},
 		{"PROPFIND /x HTTP/1.0\n", lineIs},
-		{"GET / HTTP/1.1", lineMayBe},
+		{"GET / HTTP/1.1", lineIs},
 		{"GE", lineMayBe},
 		{"GET /index", lineMayBe},
+		{"GET /index HTT", lineMayBe},
 		{"SSH-2.0-OpenSSH_9.6 Ubuntu-3ubuntu13\r\n", lineIsNot},
 		{"SSH-2.0-Go\r\n", lineIsNot},
 		{"\x00\x00\x00\x08\x04\xd2\x16\x2f", lineIsNot}, // PostgreSQL's SSLRequest
-		{"GET / HTTP/2.0\r\n", lineIsNot},
-		{"GET  / HTTP/1.1\r\n", lineIsNot},
-		{"GET / HTTP/1.1\rX", lineIsNot},
+		{"GET /x\r\n", lineIsNot},                       // no version: no Host either
+		// What servers read as requests, however loosely written, is
+		// read as one (and refused by net/http where it cannot be).
+		{"GET / HTTP/2.0\r\n", lineIs},
+		{"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", lineIs},
+		{"GET  / HTTP/1.1\r\n", lineIs},
+		{"GET / HTTP/1.1 \r\n", lineIs},
+		{"GET / HTTP/1.2\r\n", lineIs},
+		{"GET / HTTP/1.1\rX", lineIs},
 		{"\r\nGET / HTTP/1.1\r\n", lineIs},
 		{"\n\r\n\r\nGET /", lineMayBe},
 		{"\r\n", lineMayBe},
@@ -741,4 +780,47 @@ func TestEarlyAnswerThenClientGoes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// awaitClient waits for a silent client's first bytes while its upstream
+// speaks: an upstream that greets and ends hands its end on at once (the
+// relay passes it to the client), an upstream that goes on talking keeps
+// the wait from being idle, and a wait where neither side moves ends as
+// idle, never relayed unchecked.
+func TestAwaitClient(t *testing.T) {
+	p := &Proxy{cfg: Config{Limits: Limits{MaxHeaderBytes: 64, TunnelIdleTimeout: 500 * time.Millisecond,
+		HandshakeTimeout: 10 * time.Second, ReadHeaderTimeout: 10 * time.Second}}}
+	t.Run("upstream greets and ends", func(t *testing.T) {
+		_, client := testutil.TCPPair(t)
+		up, upstream := testutil.TCPPair(t)
+		io.WriteString(up, tpBanner)
+		up.Close()
+		first, end, err := p.awaitClient(client, upstream)
+		if end != nil || err != nil || !first.silent() || first.greeted != int64(len(tpBanner)) {
+			t.Fatalf("awaitClient = %+v, %v, %v; want silent, the greeting counted, the end handed on", first, end, err)
+		}
+	})
+	t.Run("neither side moves", func(t *testing.T) {
+		_, client := testutil.TCPPair(t)
+		_, upstream := testutil.TCPPair(t)
+		if _, end, err := p.awaitClient(client, upstream); !errors.Is(end, errIdleTunnel) || err != nil {
+			t.Fatalf("awaitClient = %v, %v; want it ended as idle", end, err)
+		}
+	})
+	t.Run("upstream talks, then the client speaks", func(t *testing.T) {
+		cl, client := testutil.TCPPair(t)
+		up, upstream := testutil.TCPPair(t)
+		go io.Copy(io.Discard, cl)
+		go func() {
+			for range 10 { // 1s of talk, twice the idle limit
+				io.WriteString(up, "tick\n")
+				time.Sleep(100 * time.Millisecond)
+			}
+			io.WriteString(cl, "SSH-2.0-Go\r\n")
+		}()
+		first, end, err := p.awaitClient(client, upstream)
+		if end != nil || err != nil || string(first.early) != "SSH-2.0-Go\r\n" || first.greeted != 50 {
+			t.Fatalf("awaitClient = %+v, %v, %v; want the client's banner, after 50 bytes of talk", first, end, err)
+		}
+	})
 }

@@ -30,12 +30,12 @@ type terminal struct {
 	groups []string     // the sandbox's cgroups, frozen while it is suspended
 	susp   byte         // the outer terminal's suspend character; 0: none
 
-	mu     sync.Mutex // raw and closed, and the modes with them
-	raw    bool
-	closed bool
+	mu        sync.Mutex // raw, closed and suspended, and the modes with them
+	raw       bool
+	closed    bool
+	suspended bool // by the relay's ^Z, until SIGCONT
 
 	sigs      chan os.Signal
-	resumed   chan struct{} // a SIGCONT came
 	stop      chan struct{} // closed by close: input ends
 	stderr    int           // the launcher's own stderr, moved aside while raw; -1: not moved
 	stderrOut chan struct{}
@@ -114,7 +114,7 @@ func isControllingTerminal(f *os.File) bool {
 // start makes the user's terminal raw and relays both ways until the
 // sandbox's side of the pty is closed by all of its processes.
 func (t *terminal) start() {
-	t.out, t.stop, t.resumed = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
+	t.out, t.stop = make(chan struct{}), make(chan struct{})
 	t.sigs = make(chan os.Signal, 4)
 	signal.Notify(t.sigs, syscall.SIGWINCH, syscall.SIGCONT)
 	t.makeRaw()
@@ -157,29 +157,39 @@ func (t *terminal) discard() {
 }
 
 // input relays what the user types to the sandbox, while the launch is in
-// the terminal's foreground only: read in the background (a shell's bg),
-// the terminal would stop the launch (SIGTTIN). Its suspend character is
-// the relay's: what came before it goes on, then the launch is suspended,
-// and what follows it goes on when the launch is resumed.
+// the terminal's foreground only: the read is the relay's own, made only
+// once the foreground is seen (a read in the background would stop the
+// launch, SIGTTIN, and Go's poller retries one whenever the terminal is
+// readable, the shell's input too). Its suspend character is the relay's:
+// what came before it goes on, then the launch is suspended, and what
+// follows it goes on when the launch is resumed.
 func (t *terminal) input() {
+	raw, err := t.outer.SyscallConn()
+	if err != nil {
+		return
+	}
 	buf := make([]byte, 4096)
 	for {
-		if !foregroundOf(t.outer) {
-			// A shell's fg of a job running in the background sends no
-			// SIGCONT: the foreground is looked for too.
-			for !foregroundOf(t.outer) {
-				select {
-				case <-t.resumed:
-				case <-time.After(100 * time.Millisecond):
-				case <-t.stop:
-					return
-				}
+		var n int
+		var rerr error
+		err := raw.Read(func(fd uintptr) bool {
+			select {
+			case <-t.stop:
+				rerr = os.ErrClosed
+				return true
+			default:
 			}
-			t.makeRaw()
-			t.resize()
-		}
-		n, err := t.outer.Read(buf)
-		if err != nil {
+			if !foregroundOf(t.outer) {
+				// Not ours to read: the shell's, or another job's. Looked
+				// at again when the terminal is readable, at most this
+				// often.
+				time.Sleep(50 * time.Millisecond)
+				return false
+			}
+			n, rerr = unix.Read(int(fd), buf)
+			return rerr != unix.EAGAIN
+		})
+		if err != nil || rerr != nil || n <= 0 {
 			return
 		}
 		b := buf[:n]
@@ -214,6 +224,9 @@ func (t *terminal) suspend() bool {
 	if err := pauseGroups(t.groups, true); err != nil {
 		fmt.Fprintf(t.outer, "\r\nairlock: the sandbox could not be paused, and runs on without the terminal until it is resumed: %v\r\n", err)
 	}
+	t.mu.Lock()
+	t.suspended = true // the terminal stays cooked until SIGCONT
+	t.mu.Unlock()
 	t.cooked()
 	syscall.Kill(0, syscall.SIGTSTP)
 	return true
@@ -235,24 +248,45 @@ func jobControl() bool {
 // the terminal is made raw again, and the sandbox runs again, in the
 // foreground or not (a shell's bg).
 func (t *terminal) signals() {
-	for s := range t.sigs {
-		switch s {
-		case syscall.SIGWINCH:
-			t.resize()
-		case syscall.SIGCONT:
-			if foregroundOf(t.outer) {
+	// A shell's fg of a job running in the background sends no SIGCONT:
+	// the foreground is looked for too, while the terminal is not raw.
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+			if t.mayRaw() && foregroundOf(t.outer) {
 				t.makeRaw()
 				t.resize()
 			}
-			if err := pauseGroups(t.groups, false); err != nil {
-				fmt.Fprintf(t.outer, "airlock: the sandbox could not be resumed: %v\r\n", err)
-			}
-			select {
-			case t.resumed <- struct{}{}:
-			default:
+		case s := <-t.sigs:
+			switch s {
+			case syscall.SIGWINCH:
+				t.resize()
+			case syscall.SIGCONT:
+				t.mu.Lock()
+				t.suspended = false
+				t.mu.Unlock()
+				if foregroundOf(t.outer) {
+					t.makeRaw()
+					t.resize()
+				}
+				if err := pauseGroups(t.groups, false); err != nil {
+					fmt.Fprintf(t.outer, "airlock: the sandbox could not be resumed: %v\r\n", err)
+				}
 			}
 		}
 	}
+}
+
+// mayRaw says the terminal is not raw, and may be made so: not while the
+// launch is being suspended (it would stop with the shell's terminal raw).
+func (t *terminal) mayRaw() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.raw && !t.suspended && !t.closed
 }
 
 // TerminalForeground reports whether the launcher holds the foreground of

@@ -217,6 +217,10 @@ _folded_paths contains lower(trim_suffix(input.request.slash_path, "/")) if inpu
 
 _folded_paths contains lower(input.request.slash_path) if input.request.slash_path != ""
 
+# As a Windows server (IIS) reads it: each segment without its trailing
+# dots and spaces (admin. and "admin " are admin there).
+_folded_paths contains concat("/", [trim_right(s, ". ") | some s in split(lower(input.request.path), "/")])
+
 _folded(e) := object.union(e, {"path": lower(e.path), "alt": lower(e.alt)}) if e.alt != null
 
 else := object.union(e, {"path": lower(e.path)})
@@ -288,7 +292,12 @@ _query_ok(q) if {
 	}
 }
 
-_same_param(name, k) if lower(trim_suffix(name, "[]")) == lower(k)
+_same_param(name, k) if _param_key(name) == _param_key(k)
+
+# A param's name as servers read it: any case, no "[]" (PHP's array), and
+# as PHP names it, without leading spaces, with "_" for "." and " "
+# (.method is _method there).
+_param_key(n) := lower(replace(replace(trim_left(trim_suffix(n, "[]"), " "), ".", "_"), " ", "_"))
 
 # A deny rule's query condition hits when any value of every listed param
 # is one it names, for the same reason, and under every spelling a server

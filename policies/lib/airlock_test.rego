@@ -202,6 +202,26 @@ test_deny_query_any_value if {
 		d := lib.decide(rules, denies) with input as object.union(base, {"request": object.union(base.request, {"query": q})})
 		d.reason == "denied_by_rule"
 	}
+
+	# As PHP names params: "." and " " are "_", leading spaces go.
+	dry := [{"name": "no-dry-run", "hosts": ["git.example.com"], "query": {"dry_run": ["false"]}}]
+	every q in [{"dry_run": ["false"]}, {"dry.run": ["false"]}, {"dry run": ["false"]}, {" dry_run": ["false"]}] {
+		d := lib.decide(rules, dry) with input as object.union(base, {"request": object.union(base.request, {"query": q})})
+		d.reason == "denied_by_rule"
+	}
+}
+
+# A deny path matches as a Windows server (IIS) reads a path too: each
+# segment without its trailing dots and spaces.
+test_deny_path_windows_segments if {
+	rules := [{"name": "api", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["api.example.com"]}]
+	denies := [{"name": "no-admin", "hosts": ["api.example.com"], "paths": ["/repos/*/admin/**"]}]
+	every p in ["/repos/x/admin/y", "/repos/x/admin./y", "/repos/x/admin /y", "/repos/x/Admin.. /y"] {
+		d := lib.decide(rules, denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", p)
+		d.reason == "denied_by_rule"
+	}
+	ok := lib.decide(rules, denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", "/repos/x/administrator/y")
+	ok.allow
 }
 
 test_sha256_list if {
