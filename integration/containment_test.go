@@ -220,49 +220,67 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool, what ...any) {
 // nothing of it), and the command that handles it keeps running: the
 // launcher does not take it for an order to stop the sandbox.
 func TestLaunchTerminalInterruptOnce(t *testing.T) {
+	master, wait := launchOnPty(t, "--stop-timeout", "1s", "--", "/bin/sh", "-c",
+		`trap "echo INT" INT; echo ready; i=0; while [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; echo done`)
+	master.Write([]byte{3}) // ^C
+	got, err := wait("one ^C")
+	if n := strings.Count(got, "INT"); n != 1 || exitCode(err) != 0 || !strings.Contains(got, "done") {
+		t.Fatalf("one ^C: the command saw SIGINT %d times, launcher exit %d, output %q; want once, 0, and the command running to its end", n, exitCode(err), got)
+	}
+}
+
+// launchOnPty starts airlock launch with args on a new terminal it leads
+// (its session's leader, in the terminal's foreground: no shell's job
+// control above it), and returns once the command has printed "ready".
+// wait waits for the launch to end (30s at most; what says what was being
+// waited for) and returns everything the terminal showed and its error.
+func launchOnPty(t *testing.T, args ...string) (master *os.File, wait func(what string) (string, error)) {
+	t.Helper()
 	testutil.RequireRoot(t, "airlock launch (PID namespace)")
 	master, slave := testutil.OpenPty(t)
-	cmd := exec.Command(airlockBin, "launch", "--net", "none", "--stop-timeout", "1s", "--log-level", "error", "--",
-		"/bin/sh", "-c", `trap "echo INT" INT; echo ready; i=0; while [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; echo done`)
+	cmd := exec.Command(airlockBin, append([]string{"launch", "--net", "none", "--log-level", "error"}, args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	slave.Close()
+	var mu sync.Mutex
 	var out strings.Builder
+	shown := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return out.String()
+	}
 	read := make(chan struct{})
-	ready := make(chan struct{})
 	go func() {
 		defer close(read)
 		buf := make([]byte, 4096)
 		for {
 			n, err := master.Read(buf)
+			mu.Lock()
 			out.Write(buf[:n])
-			if strings.Contains(out.String(), "ready") {
-				select {
-				case <-ready:
-				default:
-					close(ready)
-				}
-			}
+			mu.Unlock()
 			if err != nil {
 				return
 			}
 		}
 	}()
-	select {
-	case <-ready:
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		t.Fatal("the sandboxed shell never started")
-	}
-	master.Write([]byte{3}) // ^C
-	err := cmd.Wait()
-	<-read
-	got := out.String()
-	if n := strings.Count(got, "INT"); n != 1 || exitCode(err) != 0 || !strings.Contains(got, "done") {
-		t.Fatalf("one ^C: the command saw SIGINT %d times, launcher exit %d, output %q; want once, 0, and the command running to its end", n, exitCode(err), got)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	waitFor(t, 20*time.Second, func() bool { return strings.Contains(shown(), "ready") }, "the sandboxed command's ready, the terminal shows %q", shown())
+	return master, func(what string) (string, error) {
+		t.Helper()
+		select {
+		case err := <-done:
+			<-read
+			return shown(), err
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("%s: the launch never ended; the terminal shows %q", what, shown())
+			return "", nil
+		}
 	}
 }
 
@@ -389,55 +407,12 @@ func TestLaunchSuspendedThenBackground(t *testing.T) {
 // is the sandbox's own then, a SIGTSTP from its terminal, and the sandbox
 // runs on.
 func TestLaunchSuspendWithoutJobControl(t *testing.T) {
-	testutil.RequireRoot(t, "airlock launch (PID namespace)")
-	master, slave := testutil.OpenPty(t)
-	cmd := exec.Command(airlockBin, "launch", "--net", "none", "--log-level", "error", "--",
-		"/bin/sh", "-c", `trap "echo GOT""TSTP" TSTP; echo ready; i=0; while [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; echo done`)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	slave.Close()
-	var out strings.Builder
-	read := make(chan struct{})
-	ready := make(chan struct{})
-	go func() {
-		defer close(read)
-		buf := make([]byte, 4096)
-		for {
-			n, err := master.Read(buf)
-			out.Write(buf[:n])
-			if strings.Contains(out.String(), "ready") {
-				select {
-				case <-ready:
-				default:
-					close(ready)
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		t.Fatal("the sandboxed shell never started")
-	}
+	master, wait := launchOnPty(t, "--", "/bin/sh", "-c",
+		`trap "echo GOT""TSTP" TSTP; echo ready; i=0; while [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; echo done`)
 	master.Write([]byte{0x1a}) // ^Z
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		<-read
-		if got := out.String(); exitCode(err) != 0 || !strings.Contains(got, "GOTTSTP") || !strings.Contains(got, "done") {
-			t.Fatalf("^Z without job control: launcher exit %d, output %q; want the command's own SIGTSTP, and it running to its end", exitCode(err), got)
-		}
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("^Z without job control: the launch never ended (the sandbox frozen for good); output %q", out.String())
+	got, err := wait("^Z without job control (the sandbox frozen for good?)")
+	if exitCode(err) != 0 || !strings.Contains(got, "GOTTSTP") || !strings.Contains(got, "done") {
+		t.Fatalf("^Z without job control: launcher exit %d, output %q; want the command's own SIGTSTP, and it running to its end", exitCode(err), got)
 	}
 }
 

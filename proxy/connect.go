@@ -99,24 +99,11 @@ func (p *Proxy) opaque(cc *clientConn, client, upstream net.Conn, t *tracked, ea
 			return
 		}
 	}
-	if err != nil {
-		dc.deny(policies.ReasonInvalidRequest, err.Error())
-		p.refuseOpened(client, first, dc)
-		return
+	host := dc.in.Request.Host
+	if _, lerr := netip.ParseAddr(host); lerr == nil {
+		host = "" // a tunnel to an address: any name it serves
 	}
-	if _, lerr := netip.ParseAddr(dc.in.Request.Host); lerr != nil {
-		if reason, why := checkOpaque(first, dc.in.Request.Host); reason != "" {
-			dc.deny(reason, why)
-			p.refuseOpened(client, first, dc)
-			return
-		}
-	}
-	if first.proto == speaksHTTP {
-		upstream.Close() // each request has its own, pooled
-		p.servePlainIn(cc, client, t, first, dc)
-		return
-	}
-	p.tunnel(rawConn(client), upstream, first, dc)
+	p.serveOpened(cc, client, rawConn(client), upstream, t, first, err, host, dc)
 }
 
 // established answers an allowed CONNECT, once its upstream (if opaque)

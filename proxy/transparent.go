@@ -199,23 +199,34 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 				p.endUnrelayed(dc, end, first)
 				return
 			}
-			if err != nil {
-				dc.deny(policies.ReasonInvalidRequest, err.Error())
-			} else if reason, why := checkOpaque(first, target.Host); reason != "" {
-				dc.deny(reason, why)
-			}
-			if !dc.d.Allow {
-				p.refuseOpened(client, first, dc)
-				return
-			}
-			if first.proto == speaksHTTP {
-				upstream.Close() // each request has its own, pooled
-				p.servePlainIn(cc, client, t, first, dc)
-				return
-			}
+			p.serveOpened(cc, client, raw, upstream, t, first, err, target.Host, dc)
+			return
 		}
 		p.tunnel(raw, upstream, first, dc)
 	}
+}
+
+// serveOpened serves an allowed opaque tunnel (raw, the client's socket,
+// to upstream) once what its client opened it with is known (first, or
+// err reading it): refused where a TLS server name names another host
+// than host ("": any), read as requests when it is HTTP, relayed
+// otherwise.
+func (p *Proxy) serveOpened(cc *clientConn, client, raw, upstream net.Conn, t *tracked, first opening, err error, host string, dc *decision) {
+	if err != nil {
+		dc.deny(policies.ReasonInvalidRequest, err.Error())
+	} else if reason, why := checkOpaque(first, host); reason != "" {
+		dc.deny(reason, why)
+	}
+	if !dc.d.Allow {
+		p.refuseOpened(client, first, dc)
+		return
+	}
+	if first.proto == speaksHTTP {
+		upstream.Close() // each request has its own, pooled
+		p.servePlainIn(cc, client, t, first, dc)
+		return
+	}
+	p.tunnel(raw, upstream, first, dc)
 }
 
 // servePlainIn reads plain HTTP requests from a connection the proxy let
@@ -244,12 +255,12 @@ func (p *Proxy) endUnrelayed(dc *decision, end error, first opening) {
 	p.record(dc, http.StatusOK, 0, first.greeted)
 }
 
-// checkOpaque judges what a client of an opaque tunnel to host opened it
-// with: a TLS server name must name host, or the tunnel would carry a
-// connection to another host on the same address (a shared front, a CDN),
-// decided as this one.
+// checkOpaque judges what a client of an opaque tunnel to host ("": any)
+// opened it with: a TLS server name must name host, or the tunnel would
+// carry a connection to another host on the same address (a shared front,
+// a CDN), decided as this one.
 func checkOpaque(first opening, host string) (policies.Reason, string) {
-	if first.proto == speaksTLS && first.serverName != "" && !sameName(first.serverName, host) {
+	if host != "" && first.proto == speaksTLS && first.serverName != "" && !sameName(first.serverName, host) {
 		return policies.ReasonHostMismatch, fmt.Sprintf("TLS server name %q in a tunnel to %s", first.serverName, host)
 	}
 	return "", ""
