@@ -66,6 +66,30 @@ type Pool struct {
 	names  *simplelru.LRU[string, *entry] // most recently used first
 	addrs  map[netip.Addr]*entry          // both families
 	v4, v6 family
+	// newNames meters names not remembered yet (a token bucket): a
+	// sandbox asking for fresh names (one of a wildcard rule's, a
+	// random label each) as fast as it can would otherwise evict every
+	// other process's names, and run the pool out of addresses.
+	newNames bucket
+}
+
+// bucket is a token bucket: rate tokens a second, at most burst.
+type bucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+// take takes a token at now, if there is one.
+func (b *bucket) take(now time.Time) bool {
+	if !b.last.IsZero() {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }
 
 // entry is one remembered name; an address is allocated for a family the
@@ -115,6 +139,13 @@ func NewPool(c PoolConfig) (*Pool, error) {
 	}
 	p := &Pool{ttl: c.TTL, quarantine: time.Duration(answerTTL(c.TTL))*time.Second + quarantineMargin,
 		now: time.Now, addrs: map[netip.Addr]*entry{}}
+	// At this rate, with its burst, new names fill at most five eighths
+	// of the pool within a TTL (they are forgotten after it, unused), and
+	// their addresses, quarantine and all, never run out: a flood keeps
+	// what it asks for from evicting the names others use, or starving
+	// them of addresses.
+	p.newNames = bucket{rate: float64(c.Max) / (2 * c.TTL.Seconds()), burst: max(1, float64(c.Max)/8)}
+	p.newNames.tokens = p.newNames.burst
 	var err error
 	if p.v4, err = newFamily(c.V4, false, c.Max); err != nil {
 		return nil, err
@@ -203,6 +234,8 @@ func (p *Pool) Addr(name string, v6 bool) (netip.Addr, error) {
 		if a := e.addr(v6); a.IsValid() {
 			return a, nil
 		}
+	} else if !p.newNames.take(now) {
+		return netip.Addr{}, fmt.Errorf("fakedns: no address for %s: %w: new names asked for faster than %.0f a second (after %.0f at once)", name, ErrExhausted, p.newNames.rate, p.newNames.burst)
 	}
 	a, err := p.allocate(f, now)
 	if err != nil {

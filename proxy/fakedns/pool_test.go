@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -32,7 +33,46 @@ func stepped(t *testing.T, c PoolConfig) (*Pool, *clock) {
 	clk := newClock()
 	p.now = clk.now
 	p.v4.start, p.v6.start = 0, 0 // the walk from the first address, for tests that follow it
+	unmetered(p)
 	return p, clk
+}
+
+// unmetered lets p hand out new names as fast as it is asked, for tests of
+// what follows from many names (TestPoolMetersNewNames tests the meter).
+func unmetered(p *Pool) { p.newNames = bucket{rate: 1e18, burst: 1e18, tokens: 1e18} }
+
+// A flood of new names is metered (the default pool: about 55 a second
+// after 8,192 at once): beyond that a new name gets ErrExhausted, and the
+// names already remembered still answer, so a flood of fresh names neither
+// evicts the names others use nor runs the pool out of addresses.
+func TestPoolMetersNewNames(t *testing.T) {
+	p, err := NewPool(PoolConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := newClock()
+	p.now = clk.now
+	known := mustAddr(t, p, "db.victim.test", false)
+	for i := range 8191 {
+		mustAddr(t, p, fmt.Sprintf("n%d.flood.test", i), false)
+	}
+	if a, err := p.Addr("over.flood.test", false); !errors.Is(err, ErrExhausted) || !strings.Contains(err.Error(), "faster than") {
+		t.Fatalf("Addr of a new name past the burst = %s, %v; want ErrExhausted, metered", a, err)
+	}
+	if a := mustAddr(t, p, "db.victim.test", false); a != known {
+		t.Fatalf("a remembered name = %s; want %s still", a, known)
+	}
+	mustAddr(t, p, "db.victim.test", true) // its other family is no new name
+	clk.step(time.Second)
+	got := 0
+	for i := range 100 {
+		if _, err := p.Addr(fmt.Sprintf("m%d.flood.test", i), false); err == nil {
+			got++
+		}
+	}
+	if want := int(float64(DefaultMax) / (2 * DefaultTTL.Seconds())); got != want {
+		t.Fatalf("a second later, %d new names; want %d", got, want)
+	}
 }
 
 // A pool hands out its first addresses from a random place: made again
@@ -55,6 +95,7 @@ func TestPoolStartsAtRandom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	unmetered(p)
 	p.v4.start = 4
 	seen := map[netip.Addr]bool{}
 	for i := range 6 {

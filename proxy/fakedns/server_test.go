@@ -39,6 +39,9 @@ func newDNSFixtureWith(t testing.TB, c PoolConfig) *dnsFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c.Max != 0 {
+		unmetered(pool) // a small pool, for what follows from running out of it
+	}
 	fx := &dnsFixture{pool: pool}
 	fx.srv, err = NewServer(ServerConfig{
 		Pool:      pool,
