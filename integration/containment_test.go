@@ -452,6 +452,47 @@ func TestLaunchSeesNoHostTerminal(t *testing.T) {
 	}
 }
 
+// The sandbox's /dev holds the devices programs use, and the ptys it makes
+// itself, at most 64 (the kernel's pool of them is every sandbox's and
+// container's): not the host's others, not even one its uid owns (a
+// virtual console of the user logged in there).
+func TestLaunchSeesOnlyItsDevices(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+	// The system's python3, which the sandbox's uid may execute.
+	python := "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		t.Fatalf("%s: %v (.ci/run installs it)", python, err)
+	}
+	dev := fmt.Sprintf("/dev/airlock-test-%d", os.Getpid())
+	if err := unix.Mknod(dev, unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dev) })
+	if err := os.Chown(dev, 61000, 61000); err != nil {
+		t.Fatal(err)
+	}
+	script := `test -e ` + dev + ` && echo HOST-DEVICE-VISIBLE
+echo x > /dev/null && head -c 1 /dev/urandom >/dev/null && echo DEVICES-OK
+` + python + ` -c '
+import os
+n = 0
+try:
+    while True:
+        os.openpty()
+        n += 1
+except OSError:
+    print("PTYS", n)
+'`
+	out, err := exec.Command(airlockBin, "launch", "--net", "none", "--user", "61000:61000", "--log-level", "error", "--", "/bin/sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("launch: %v\n%s", err, out)
+	}
+	got := string(out)
+	if strings.Contains(got, "HOST-DEVICE-VISIBLE") || !strings.Contains(got, "DEVICES-OK") || !strings.Contains(got, "PTYS 64") {
+		t.Fatalf("the sandbox's /dev: %q; want the host's device %s absent, /dev/null and /dev/urandom there, and 64 ptys at most", got, dev)
+	}
+}
+
 // A sandbox launched in the background gets no descriptor of the
 // terminal: its output is copied there, but it cannot read what the user
 // types next (even ignoring SIGTTIN, even after setsid), take the

@@ -56,6 +56,14 @@ func runInit() {
 		// namespace does not cover: the host's, and other sandboxes',
 		// would be readable there.
 		{"hide the host's shared memory", privateSharedMemory},
+		// The host's /dev holds other terminals than the pty the sandbox
+		// is given (virtual consoles, a container's console) and every
+		// other device, which the default read-only /dev would let a
+		// sandbox whose uid owns one open (--user as the user logged in
+		// on a console reads what is typed there). A /dev of the
+		// devices a program uses (devDevices), the ones the sandbox is
+		// given by name (--ro, --rw), its own ptys and shared memory.
+		{"give the sandbox only its devices", privateDev},
 		// Every name is answered by the proxy, whatever server is asked
 		// (the redirect catches port 53), or by nothing at all (--net
 		// none); the sandbox's resolver asks its own loopback, so no query
@@ -360,6 +368,33 @@ func privateSharedMemory(c *Config) error {
 		return &os.SyscallError{Syscall: "mount(tmpfs, " + dir + ")", Err: err}
 	}
 	return nil
+}
+
+// devDevices are the host's devices every sandbox has: the data sources
+// and sinks, its controlling terminal, its own ptys (ownPTYs) and shared
+// memory (privateSharedMemory).
+var devDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
+	"/dev/ptmx", "/dev/pts", "/dev/shm", "/dev/mqueue"}
+
+// devLinks are /dev's links to the process's own descriptors.
+var devLinks = map[string]string{"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0",
+	"/dev/stdout": "/proc/self/fd/1", "/dev/stderr": "/proc/self/fd/2"}
+
+// privateDev replaces /dev with a read-only tmpfs holding only devDevices,
+// devLinks and the paths below /dev the config names.
+func privateDev(c *Config) error {
+	const dir = "/dev"
+	var keep []string
+	for _, p := range slices.Concat(devDevices, c.RO, c.RW, c.Exec) {
+		p = filepath.Clean(p)
+		if p == dir || !within(p, dir) || slices.Contains(keep, p) {
+			continue
+		}
+		if _, err := os.Lstat(p); err == nil {
+			keep = append(keep, p)
+		}
+	}
+	return hideDir(dir, nil, keep, devLinks)
 }
 
 // hideDir mounts an empty read-only tmpfs on dir, holding only files

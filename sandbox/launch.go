@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 
@@ -283,6 +284,12 @@ func isTerminal(v any) bool {
 	return err == nil
 }
 
+// maxPTYs bounds the ptys a sandbox makes (its relayed one among them):
+// every devpts instance but the host's draws on one pool the kernel keeps
+// (/proc/sys/kernel/pty/max less pty/reserve), which a sandbox could
+// otherwise empty for every other sandbox and container.
+const maxPTYs = 64
+
 // ownPTYs gives the thread that starts the sandbox (and so the sandbox,
 // whose mount namespace is copied from the thread's) a mount namespace of
 // its own with a devpts of its own on /dev/pts: the host's /dev/pts holds
@@ -306,7 +313,7 @@ func ownPTYs(term *terminal) (*os.File, error) {
 		}
 		return nil, nil // none to hide
 	}
-	if err := unix.Mount("devpts", dir, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	if err := unix.Mount("devpts", dir, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,max="+strconv.Itoa(maxPTYs)); err != nil {
 		return nil, &os.SyscallError{Syscall: "mount(devpts, " + dir + ")", Err: err}
 	}
 	if _, err := os.Lstat("/dev/ptmx"); err == nil {

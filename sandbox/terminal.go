@@ -177,6 +177,9 @@ func (t *terminal) input() {
 			case <-t.stop:
 				rerr = os.ErrClosed
 				return true
+			case <-t.out: // the sandbox is gone: keys typed now are the shell's
+				rerr = os.ErrClosed
+				return true
 			default:
 			}
 			if !foregroundOf(t.outer) {
@@ -185,6 +188,13 @@ func (t *terminal) input() {
 				// often.
 				time.Sleep(50 * time.Millisecond)
 				return false
+			}
+			if t.mayRaw() {
+				// In the foreground again without a SIGCONT (a shell's fg
+				// of a job running in the background): raw before a key
+				// is read, not at the ticker's next look.
+				t.makeRaw()
+				t.resize()
 			}
 			n, rerr = unix.Read(int(fd), buf)
 			return rerr != unix.EAGAIN
