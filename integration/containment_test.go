@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -400,6 +401,29 @@ func TestLaunchSuspendedThenBackground(t *testing.T) {
 	if got = waitFor("EXITCODE="); !strings.Contains(got, "EXITCODE=0") {
 		t.Fatalf("the launch did not end well after fg. The terminal:\n%s", got)
 	}
+}
+
+// ^Z suspends a launch whose sandbox reads none of what is typed (a busy
+// full-screen program): the relay does not wait on the sandbox to read the
+// keys before it, so it sees the ^Z behind them. (Markers are split in
+// what is typed.)
+func TestLaunchSuspendBehindUnreadKeys(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+	master, waitFor := ptyShell(t)
+	// Raw, as a full-screen program's: the pty takes no more keys once
+	// its buffers are full (a line discipline in canonical mode drops
+	// them instead).
+	fmt.Fprintf(master, "%s launch --net none --log-level error -- /bin/sh -c 'stty raw -echo; echo READY\"\"MARK; sleep 60'\n", airlockBin)
+	waitFor("READYMARK")
+	go func() {
+		// Past what the pty holds (its line, its port's buffers): a
+		// relay that waited on the sandbox to read would not even take
+		// all of it.
+		master.Write(bytes.Repeat([]byte("a"), 256<<10))
+		master.Write([]byte{0x1a}) // ^Z
+	}()
+	waitFor("Stopped")
+	io.WriteString(master, "kill -9 %1\n")
 }
 
 // Without a shell's job control above the launch (it leads its session,

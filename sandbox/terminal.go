@@ -36,6 +36,7 @@ type terminal struct {
 	suspended bool // by the relay's ^Z, until SIGCONT
 
 	sigs      chan os.Signal
+	keys      chan []byte   // what input relays, written to the pty by feed
 	stop      chan struct{} // closed by close: input ends
 	stderr    int           // the launcher's own stderr, moved aside while raw; -1: not moved
 	stderrOut chan struct{}
@@ -114,12 +115,13 @@ func isControllingTerminal(f *os.File) bool {
 // start makes the user's terminal raw and relays both ways until the
 // sandbox's side of the pty is closed by all of its processes.
 func (t *terminal) start() {
-	t.out, t.stop = make(chan struct{}), make(chan struct{})
+	t.out, t.stop, t.keys = make(chan struct{}), make(chan struct{}), make(chan []byte, keyChunks)
 	t.sigs = make(chan os.Signal, 4)
 	signal.Notify(t.sigs, syscall.SIGWINCH, syscall.SIGCONT)
 	t.makeRaw()
 	go t.signals()
 	go t.input()
+	go t.feed()
 	go func() {
 		defer close(t.out)
 		// The pty's master reads EIO once the last slave is closed: the
@@ -209,14 +211,47 @@ func (t *terminal) input() {
 				i = bytes.IndexByte(b, t.susp)
 			}
 			if i < 0 {
-				t.master.Write(b)
+				t.send(b)
 				break
 			}
-			t.master.Write(b[:i])
+			t.send(b[:i])
 			if !t.suspend() {
-				t.master.Write(b[i : i+1]) // the sandbox's own, then
+				t.send(b[i : i+1]) // the sandbox's own, then
 			}
 			b = b[i+1:]
+		}
+	}
+}
+
+// keyChunks bounds what the relay holds of the user's keys that the
+// sandbox has not read: past the pty's own buffer, this many reads.
+const keyChunks = 64
+
+// send queues keys for the pty. The relay never waits on a sandbox that
+// reads none (frozen, busy): it goes on reading the terminal, so the next
+// ^Z is seen. Past keyChunks, keys are dropped with a bell, as a full
+// terminal's line discipline does.
+func (t *terminal) send(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	select {
+	case t.keys <- bytes.Clone(b):
+	default:
+		t.outer.Write([]byte{'\a'})
+	}
+}
+
+// feed writes the queued keys to the pty, in order, until close.
+func (t *terminal) feed() {
+	for {
+		select {
+		case b := <-t.keys:
+			if _, err := t.master.Write(b); err != nil {
+				return
+			}
+		case <-t.stop:
+			return
 		}
 	}
 }
