@@ -327,6 +327,13 @@ func ptyShell(t *testing.T) (master *os.File, await func(marker string) string) 
 	}
 }
 
+// typeLaunch types, at a ptyShell, a launch of script (sh -c, quoted for
+// the shell), then after (" &", " | cat"). Markers in scripts are split
+// (READY""MARK): the terminal's echo of the line is not taken for them.
+func typeLaunch(master io.Writer, script, after string) {
+	fmt.Fprintf(master, "%s launch --net none --log-level error -- /bin/sh -c '%s'%s\n", airlockBin, strings.ReplaceAll(script, "'", `'\''`), after)
+}
+
 // A launch begun in the background (`&`) leads a session of its own for
 // the sandbox; brought to the foreground (`fg`), its ^C reaches the
 // launcher's group only, and the launcher passes it on: the command sees
@@ -361,7 +368,7 @@ func TestLaunchForegroundTerminalIsItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := `exec 3<&0; setsid /bin/sh -c 'trap "" TSTP TTIN TTOU; while read -r l <&3; do echo "STO""LE[$l]"; done' & echo "SIZE[$(stty size)]"; echo READY""MARK; sleep 2; echo END""MARK`
-	fmt.Fprintf(master, "%s launch --net none --log-level error -- /bin/sh -c '%s'\n", airlockBin, strings.ReplaceAll(script, "'", `'\''`))
+	typeLaunch(master, script, "")
 	got := waitFor("READYMARK")
 	if !strings.Contains(got, "SIZE[31 101]") {
 		t.Errorf("the sandbox's terminal is not the user's size (31 101). The terminal:\n%s", got)
@@ -384,7 +391,7 @@ func TestLaunchForegroundTerminalIsItsOwn(t *testing.T) {
 func TestLaunchSuspendedThenBackground(t *testing.T) {
 	testutil.RequireRoot(t, "airlock launch (PID namespace)")
 	master, waitFor := ptyShell(t)
-	fmt.Fprintf(master, "%s launch --net none --log-level error -- /bin/sh -c 'echo READY\"\"MARK; sleep 1; echo BG\"\"MARK; read line; echo \"GOT[$line]\"'\n", airlockBin)
+	typeLaunch(master, `echo READY""MARK; sleep 1; echo BG""MARK; read line; echo "GOT[$line]"`, "")
 	waitFor("READYMARK")
 	master.Write([]byte{0x1a}) // ^Z
 	waitFor("Stopped")
@@ -413,7 +420,7 @@ func TestLaunchSuspendBehindUnreadKeys(t *testing.T) {
 	// Raw, as a full-screen program's: the pty takes no more keys once
 	// its buffers are full (a line discipline in canonical mode drops
 	// them instead).
-	fmt.Fprintf(master, "%s launch --net none --log-level error -- /bin/sh -c 'stty raw -echo; echo READY\"\"MARK; sleep 60'\n", airlockBin)
+	typeLaunch(master, `stty raw -echo; echo READY""MARK; sleep 60`, "")
 	waitFor("READYMARK")
 	go func() {
 		// Past what the pty holds (its line, its port's buffers): a
@@ -447,7 +454,7 @@ func TestLaunchSuspendWithoutJobControl(t *testing.T) {
 func TestLaunchInAPipelineHasNoTerminal(t *testing.T) {
 	testutil.RequireRoot(t, "airlock launch (PID namespace)")
 	master, waitFor := ptyShell(t)
-	fmt.Fprintf(master, "%s launch --net none --log-level error -- /bin/sh -c 'tty; read line; echo \"READ[$line]\"; echo END\"\"MARK' | cat\n", airlockBin)
+	typeLaunch(master, `tty; read line; echo "READ[$line]"; echo END""MARK`, " | cat")
 	got := waitFor("ENDMARK")
 	if !strings.Contains(got, "not a tty") || !strings.Contains(got, "READ[]") {
 		t.Fatalf("a launch in a pipeline gave the sandbox a terminal, or input from it; want neither. The terminal:\n%s", got)
@@ -524,7 +531,7 @@ except OSError:
 func TestLaunchInBackgroundHasNoTerminal(t *testing.T) {
 	testutil.RequireRoot(t, "airlock launch (PID namespace)")
 	master, waitFor := ptyShell(t)
-	fmt.Fprintf(master, "%s launch --net none --log-level error -- /bin/sh -c 'trap \"\" TTIN TTOU; (exec 3</dev/tty) 2>/dev/null && echo HAS\"\"TTY || echo NO\"\"TTY; echo READY\"\"MARK; read line; echo \"READ[$line]\"; sleep 1; echo END\"\"MARK' &\n", airlockBin)
+	typeLaunch(master, `trap "" TTIN TTOU; (exec 3</dev/tty) 2>/dev/null && echo HAS""TTY || echo NO""TTY; echo READY""MARK; read line; echo "READ[$line]"; sleep 1; echo END""MARK`, " &")
 	waitFor("READYMARK")
 	time.Sleep(300 * time.Millisecond)
 	io.WriteString(master, "echo typed-by-the-user\n")

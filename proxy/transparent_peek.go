@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -94,7 +95,11 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 	relayed := make(chan struct{})
 	go func() {
 		defer close(relayed)
-		buf := make([]byte, 16<<10)
+		// Taken for every tunnel whose client waits for its 200 (most
+		// TLS clients), whose upstream then says nothing: pooled.
+		bp := greetBufs.Get().(*[]byte)
+		defer greetBufs.Put(bp)
+		buf := *bp
 		for {
 			n, rerr := upstream.Read(buf)
 			if n > 0 {
@@ -140,6 +145,9 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 	}
 	return first, fmt.Errorf("client: %w", ferr), nil
 }
+
+// greetBufs are awaitClient's buffers for what an upstream says first.
+var greetBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
 func (p *Proxy) newPeek(c net.Conn, early []byte) *peekConn {
 	// Clipped: appended to, early (a view of the server's read buffer)

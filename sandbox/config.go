@@ -117,7 +117,7 @@ func Defaults() Config {
 		DieWithParent: true,
 		Exec:          existing("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"),
 		RO:            existing("/etc", "/proc", "/dev"),
-		// /dev/ptmx and /dev/pts are the sandbox's own (privatePTYs).
+		// /dev/ptmx and /dev/pts are the sandbox's own (ownPTYs).
 		RW: existing("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts"),
 	}
 }

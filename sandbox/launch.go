@@ -274,14 +274,14 @@ func relayed(w io.Writer) io.Writer {
 	return w
 }
 
-// isTerminal says whether v is a file that is a terminal.
+// isTerminal says whether v is a file that is a terminal. (Through
+// control: Fd would make a descriptor the shell shares blocking.)
 func isTerminal(v any) bool {
 	f, ok := v.(*os.File)
 	if !ok || f == nil {
 		return false
 	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return control(f, func(fd int) error { _, err := unix.IoctlGetTermios(fd, unix.TCGETS); return err }) == nil
 }
 
 // maxPTYs bounds the ptys a sandbox makes (its relayed one among them):

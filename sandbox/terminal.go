@@ -191,13 +191,10 @@ func (t *terminal) input() {
 				time.Sleep(50 * time.Millisecond)
 				return false
 			}
-			if t.mayRaw() {
-				// In the foreground again without a SIGCONT (a shell's fg
-				// of a job running in the background): raw before a key
-				// is read, not at the ticker's next look.
-				t.makeRaw()
-				t.resize()
-			}
+			// In the foreground again without a SIGCONT (a shell's fg of
+			// a job running in the background): raw before a key is
+			// read, not at the ticker's next look.
+			t.rawInForeground()
 			n, rerr = unix.Read(int(fd), buf)
 			return rerr != unix.EAGAIN
 		})
@@ -302,10 +299,7 @@ func (t *terminal) signals() {
 		case <-t.stop:
 			return
 		case <-tick.C:
-			if t.mayRaw() && foregroundOf(t.outer) {
-				t.makeRaw()
-				t.resize()
-			}
+			t.rawInForeground()
 		case s := <-t.sigs:
 			switch s {
 			case syscall.SIGWINCH:
@@ -314,10 +308,7 @@ func (t *terminal) signals() {
 				t.mu.Lock()
 				t.suspended = false
 				t.mu.Unlock()
-				if foregroundOf(t.outer) {
-					t.makeRaw()
-					t.resize()
-				}
+				t.rawInForeground()
 				if err := pauseGroups(t.groups, false); err != nil {
 					fmt.Fprintf(t.outer, "airlock: the sandbox could not be resumed: %v\r\n", err)
 				}
@@ -326,12 +317,18 @@ func (t *terminal) signals() {
 	}
 }
 
-// mayRaw says the terminal is not raw, and may be made so: not while the
-// launch is being suspended (it would stop with the shell's terminal raw).
-func (t *terminal) mayRaw() bool {
+// rawInForeground makes the terminal raw again, with the pty its size,
+// when the launch holds the terminal's foreground and the terminal is not
+// raw: not while the launch is being suspended (it would stop with the
+// shell's terminal raw), nor once the relay is closed.
+func (t *terminal) rawInForeground() {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return !t.raw && !t.suspended && !t.closed
+	may := !t.raw && !t.suspended && !t.closed
+	t.mu.Unlock()
+	if may && foregroundOf(t.outer) { // makeRaw looks again, under the lock
+		t.makeRaw()
+		t.resize()
+	}
 }
 
 // TerminalForeground reports whether the launcher holds the foreground of
@@ -372,7 +369,7 @@ func (t *terminal) resize() {
 func (t *terminal) makeRaw() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.raw || t.closed {
+	if t.raw || t.closed || t.suspended {
 		return
 	}
 	raw := t.saved
