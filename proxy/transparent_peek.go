@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -91,15 +92,28 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 		greeted  int64
 		writeErr error
 		ended    bool // the upstream's end (or error) was read
+		// stopped is set before the relay ends the client's read (a
+		// deadline in the past), which a re-armed deadline must not undo.
+		stopped atomic.Bool
+		// moved is when the upstream last said something, as time since
+		// start: a chunk costs a clock read, not a deadline's reset.
+		moved atomic.Int64
 	)
+	start := time.Now()
 	relayed := make(chan struct{})
 	go func() {
 		defer close(relayed)
 		// Taken for every tunnel whose client waits for its 200 (most
-		// TLS clients), whose upstream then says nothing: pooled.
+		// TLS clients), whose upstream then says nothing: pooled, and
+		// small. An upstream that fills it is streaming (a server-first
+		// download) and gets the relay loop's size instead.
 		bp := greetBufs.Get().(*[]byte)
 		defer greetBufs.Put(bp)
 		buf := *bp
+		stop := func() {
+			stopped.Store(true)
+			client.SetReadDeadline(aLongTimeAgo)
+		}
 		for {
 			n, rerr := upstream.Read(buf)
 			if n > 0 {
@@ -109,23 +123,40 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 					// Written in part, the rest would leave a hole in
 					// the client's stream: the connection ends.
 					writeErr = fmt.Errorf("client write: %w", werr)
-					client.SetReadDeadline(aLongTimeAgo)
+					stop()
 					return
 				}
-				client.SetReadDeadline(time.Now().Add(idle)) // the upstream moved
+				moved.Store(int64(time.Since(start)))
+				if n == len(buf) && len(buf) < streamBuf {
+					buf = make([]byte, streamBuf)
+				}
 			}
 			if rerr != nil {
 				if !isTimeout(rerr) { // not awaitClient's own stop
 					ended = true
-					client.SetReadDeadline(aLongTimeAgo)
+					stop()
 				}
 				return
 			}
 		}
 	}()
 	pc := p.newPeek(client, nil)
-	client.SetReadDeadline(time.Now().Add(idle))
-	ferr := pc.fill()
+	client.SetReadDeadline(start.Add(idle))
+	var ferr error
+	for {
+		if ferr = pc.fill(); !isTimeout(ferr) || stopped.Load() {
+			break
+		}
+		// Idle only if the upstream has not moved either.
+		last := start.Add(time.Duration(moved.Load()))
+		if time.Since(last) >= idle {
+			break
+		}
+		client.SetReadDeadline(last.Add(idle))
+		if stopped.Load() { // the relay ended before the deadline was re-armed
+			client.SetReadDeadline(aLongTimeAgo)
+		}
+	}
 	upstream.SetReadDeadline(aLongTimeAgo) // the relay's read ends now
 	<-relayed
 	upstream.SetReadDeadline(time.Time{})
@@ -145,6 +176,12 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 	}
 	return first, fmt.Errorf("client: %w", ferr), nil
 }
+
+// streamBuf is what awaitClient reads at a time from an upstream that
+// streams before its client speaks, as the relay loop reads. With 16 KiB
+// reads and a deadline reset after each, a download to a client that
+// never speaks (the bench's raw bulk) ran at 1,171 MB/s; with these, 2,068.
+const streamBuf = 256 << 10
 
 // greetBufs are awaitClient's buffers for what an upstream says first.
 var greetBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}

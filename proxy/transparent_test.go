@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -821,6 +822,26 @@ func TestAwaitClient(t *testing.T) {
 		first, end, err := p.awaitClient(client, upstream)
 		if end != nil || err != nil || string(first.early) != "SSH-2.0-Go\r\n" || first.greeted != 50 {
 			t.Fatalf("awaitClient = %+v, %v, %v; want the client's banner, after 50 bytes of talk", first, end, err)
+		}
+	})
+	t.Run("upstream streams, then the client speaks", func(t *testing.T) {
+		cl, client := testutil.TCPPair(t)
+		up, upstream := testutil.TCPPair(t)
+		stream := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB, past the first buffer
+		got := make(chan []byte, 1)
+		go func() {
+			b := make([]byte, len(stream))
+			io.ReadFull(cl, b)
+			got <- b
+			io.WriteString(cl, "SSH-2.0-Go\r\n")
+		}()
+		go up.Write(stream)
+		first, end, err := p.awaitClient(client, upstream)
+		if end != nil || err != nil || string(first.early) != "SSH-2.0-Go\r\n" || first.greeted != int64(len(stream)) {
+			t.Fatalf("awaitClient = %v %q, %v, %v; want the client's banner, after the whole stream", first.greeted, first.early, end, err)
+		}
+		if !bytes.Equal(<-got, stream) {
+			t.Fatal("the client got the stream altered")
 		}
 	})
 }
