@@ -35,6 +35,7 @@ var (
 	which     = flag.String("scenarios", "plain,tunnels,https,tlsbulk,bulk,mitm,transparent,pod,watchdog,spawn,start", "which scenarios to run (https: keep-alive inside an opaque tunnel; tlsbulk: a TLS download through a tunnel; bulk: raw bytes through one; mitm: inspected new connections and keep-alive; as root: transparent: airlock launch, pod: airlock up, watchdog: airlock watchdog daemons, spawn: airlock spawn beside airlock launch, start: sandbox start beside bwrap)")
 	relayAddr = flag.String("relay", "", "run as the go-relay reference on this address (the bench starts it)")
 	loopAddr  = flag.String("loop", "", "run as the go-loop reference on this address (the bench starts it)")
+	smapAddr  = flag.String("sockmap", "", "run as the go-sockmap reference on this address (the bench starts it, as root)")
 	rounds    = flag.Int("rounds", 3, "rounds, each measuring every proxy; the table shows medians")
 )
 
@@ -45,6 +46,9 @@ func main() {
 	}
 	if *relayAddr != "" {
 		goRelay(*relayAddr)
+	}
+	if *smapAddr != "" {
+		goSockmap(*smapAddr)
 	}
 	if *serveDNSFloor {
 		dnsFloor()

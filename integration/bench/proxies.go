@@ -31,6 +31,7 @@ var proxies = []proxy{
 	{"tinyproxy", startTinyproxy, "plain,tunnels,https,tlsbulk,bulk"},
 	{"go-relay", startSelf("-relay"), "tunnels,https,tlsbulk,bulk"}, // they relay CONNECT only
 	{"go-loop", startSelf("-loop"), "tunnels,https,tlsbulk,bulk"},
+	{"go-sockmap", startSelf("-sockmap"), "tunnels,https,tlsbulk,bulk"},
 	// mitmproxy inspects every tunnel: it is measured where airlock
 	// inspects, not as an opaque relay.
 	{"mitmproxy", startMitmproxy, "mitm"},
