@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/origdst"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -63,8 +64,27 @@ func (n *Network) setUpEgress(c NetworkConfig) error {
 	if err := InstallEgress(n.NS, r); err != nil {
 		return fmt.Errorf("sandbox namespace: %w", err)
 	}
+	if err := checkConntrack(n); err != nil {
+		return err
+	}
 	// After the listeners, which avoid the services' ports themselves.
 	return reservePorts(c.LocalPorts)
+}
+
+// checkConntrack refuses a namespace whose conntrack cannot be asked: the
+// transparent listeners learn each redirected connection's destination
+// from it, and would refuse every one; a command started anyway would find
+// its connections hanging, where the launch should have refused to start.
+func checkConntrack(n *Network) error {
+	t, err := origdst.OpenTable(n.NS)
+	if err == nil {
+		err = t.Check()
+		t.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox namespace: the redirect's original destinations cannot be read from conntrack (the kernel needs nf_conntrack_netlink): %w", err)
+	}
+	return nil
 }
 
 // reservePorts keeps a pod's services' ports from the kernel's picks in
