@@ -524,6 +524,58 @@ except OSError:
 	}
 }
 
+// The host's terminals, devices and processes mounted elsewhere than
+// /dev and /proc (a chroot's /dev/pts, /dev and /proc under /srv) are not
+// there in the sandbox, even under a path it is given to read, where its
+// uid could open a terminal it owns or read its other processes'
+// environments.
+func TestLaunchSeesNoHostViewsElsewhere(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+	dir, err := os.MkdirTemp("", "airlock-chroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "file"), []byte("readable\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mounts := []struct {
+		name, source, fstype string
+		flags                uintptr
+	}{
+		{"pts", "/dev/pts", "", unix.MS_BIND},
+		{"dev", "devtmpfs", "devtmpfs", 0},
+		{"proc", "proc", "proc", 0},
+	}
+	for _, m := range mounts {
+		at := filepath.Join(dir, m.name)
+		if err := os.Mkdir(at, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(m.source, at, m.fstype, m.flags, ""); err != nil {
+			t.Fatalf("mount %s on %s: %v", m.source, at, err)
+		}
+		t.Cleanup(func() { unix.Unmount(at, unix.MNT_DETACH) })
+	}
+	probes := []string{filepath.Join(dir, "pts/ptmx"), filepath.Join(dir, "dev/null"), filepath.Join(dir, "proc/1/cmdline")}
+	for _, p := range probes {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("the host's view: %v", err)
+		}
+	}
+	script := `for p in ` + strings.Join(probes, " ") + `; do test -e $p && echo "VISIBLE $p"; done; cat ` + filepath.Join(dir, "file")
+	out, err := exec.Command(airlockBin, "launch", "--net", "none", "--user", "61000:61000", "--ro", dir, "--log-level", "error", "--", "/bin/sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("launch: %v\n%s", err, out)
+	}
+	if got := string(out); strings.Contains(got, "VISIBLE") || !strings.Contains(got, "readable") {
+		t.Fatalf("the sandbox, given %s to read: %q; want its file read and none of %q there", dir, got, probes)
+	}
+}
+
 // A sandbox launched in the background gets no descriptor of the
 // terminal: its output is copied there, but it cannot read what the user
 // types next (even ignoring SIGTTIN, even after setsid), take the

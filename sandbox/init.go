@@ -64,6 +64,10 @@ func runInit() {
 		// devices a program uses (devDevices), the ones the sandbox is
 		// given by name (--ro, --rw), its own ptys and shared memory.
 		{"give the sandbox only its devices", privateDev},
+		// The same views mounted elsewhere (a chroot's /dev/pts and
+		// /proc) would show the host's terminals and processes under a
+		// path the sandbox is given to read.
+		{"hide the host's devices and processes mounted elsewhere", hideHostViews},
 		// Every name is answered by the proxy, whatever server is asked
 		// (the redirect catches port 53), or by nothing at all (--net
 		// none); the sandbox's resolver asks its own loopback, so no query
