@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -524,11 +526,11 @@ except OSError:
 	}
 }
 
-// The host's terminals, devices and processes mounted elsewhere than
-// /dev and /proc (a chroot's /dev/pts, /dev and /proc under /srv) are not
-// there in the sandbox, even under a path it is given to read, where its
-// uid could open a terminal it owns or read its other processes'
-// environments.
+// What the host has mounted under a path the sandbox is given (a chroot's
+// /dev, /dev/pts, /proc and /run) shows no more than the sandbox's own
+// /dev, /proc and hidden socket directories do: no device there opens (a
+// terminal its uid owns, a disk), and the host's processes and sockets
+// are not there.
 func TestLaunchSeesNoHostViewsElsewhere(t *testing.T) {
 	testutil.RequireRoot(t, "airlock launch (PID namespace)")
 	dir, err := os.MkdirTemp("", "airlock-chroot-")
@@ -542,6 +544,13 @@ func TestLaunchSeesNoHostViewsElsewhere(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "file"), []byte("readable\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A host daemon's socket, in /run.
+	sock := fmt.Sprintf("/run/airlock-test-%d.sock", os.Getpid())
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
 	mounts := []struct {
 		name, source, fstype string
 		flags                uintptr
@@ -549,6 +558,7 @@ func TestLaunchSeesNoHostViewsElsewhere(t *testing.T) {
 		{"pts", "/dev/pts", "", unix.MS_BIND},
 		{"dev", "devtmpfs", "devtmpfs", 0},
 		{"proc", "proc", "proc", 0},
+		{"run", "/run", "", unix.MS_BIND},
 	}
 	for _, m := range mounts {
 		at := filepath.Join(dir, m.name)
@@ -560,19 +570,38 @@ func TestLaunchSeesNoHostViewsElsewhere(t *testing.T) {
 		}
 		t.Cleanup(func() { unix.Unmount(at, unix.MNT_DETACH) })
 	}
-	probes := []string{filepath.Join(dir, "pts/ptmx"), filepath.Join(dir, "dev/null"), filepath.Join(dir, "proc/1/cmdline")}
-	for _, p := range probes {
+	// A terminal of the host's that the sandbox's uid owns.
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ptmx.Close() })
+	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(fmt.Sprintf("/dev/pts/%d", n), 61000, 61000); err != nil {
+		t.Fatal(err)
+	}
+	there := []string{filepath.Join(dir, "proc/1/cmdline"), filepath.Join(dir, "run", filepath.Base(sock))}
+	opens := []string{filepath.Join(dir, "dev/zero"), filepath.Join(dir, "pts", strconv.Itoa(n))}
+	for _, p := range slices.Concat(there, opens) {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("the host's view: %v", err)
 		}
 	}
-	script := `for p in ` + strings.Join(probes, " ") + `; do test -e $p && echo "VISIBLE $p"; done; cat ` + filepath.Join(dir, "file")
+	script := `for p in ` + strings.Join(there, " ") + `; do test -e $p && echo "VISIBLE $p"; done
+for p in ` + strings.Join(opens, " ") + `; do (exec 3<$p) 2>/dev/null && echo "OPENED $p"; done
+head -c 1 /dev/zero >/dev/null && cat ` + filepath.Join(dir, "file")
 	out, err := exec.Command(airlockBin, "launch", "--net", "none", "--user", "61000:61000", "--ro", dir, "--log-level", "error", "--", "/bin/sh", "-c", script).CombinedOutput()
 	if err != nil {
 		t.Fatalf("launch: %v\n%s", err, out)
 	}
-	if got := string(out); strings.Contains(got, "VISIBLE") || !strings.Contains(got, "readable") {
-		t.Fatalf("the sandbox, given %s to read: %q; want its file read and none of %q there", dir, got, probes)
+	if got := string(out); strings.Contains(got, "VISIBLE") || strings.Contains(got, "OPENED") || !strings.Contains(got, "readable") {
+		t.Fatalf("the sandbox, given %s to read: %q; want its own /dev/zero and its file read, none of %q there and none of %q opened", dir, got, there, opens)
 	}
 }
 

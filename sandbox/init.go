@@ -64,10 +64,11 @@ func runInit() {
 		// devices a program uses (devDevices), the ones the sandbox is
 		// given by name (--ro, --rw), its own ptys and shared memory.
 		{"give the sandbox only its devices", privateDev},
-		// The same views mounted elsewhere (a chroot's /dev/pts and
-		// /proc) would show the host's terminals and processes under a
-		// path the sandbox is given to read.
-		{"hide the host's devices and processes mounted elsewhere", hideHostViews},
+		// The host's processes, cgroups and socket directories mounted
+		// elsewhere too (a chroot's /proc and /run) would show under a
+		// path the sandbox is given, past what the steps around this
+		// one hide.
+		{"hide the host's views mounted elsewhere", hideHostViews},
 		// Every name is answered by the proxy, whatever server is asked
 		// (the redirect catches port 53), or by nothing at all (--net
 		// none); the sandbox's resolver asks its own loopback, so no query
@@ -75,6 +76,10 @@ func runInit() {
 		// by a Unix socket: asked to resolve, a host daemon would carry
 		// the name out of a sandbox that has no network.
 		{"keep DNS and the host's sockets out of the sandbox", hideHostServices},
+		// A device node outside /dev (a chroot's /dev/pts or /dev/console,
+		// a container's /dev bound elsewhere) would open a terminal or
+		// device its own /dev leaves out. Last, once every mount is made.
+		{"allow devices only in /dev", noDevices},
 	}
 	for _, s := range steps {
 		if err := s.run(c); err != nil {
