@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -106,10 +107,17 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 		// Taken for every tunnel whose client waits for its 200 (most
 		// TLS clients), whose upstream then says nothing: pooled, and
 		// small. An upstream that fills it is streaming (a server-first
-		// download) and gets the relay loop's size instead.
-		bp := greetBufs.Get().(*[]byte)
-		defer greetBufs.Put(bp)
-		buf := *bp
+		// download), and reads as the relay loop does until a read would
+		// not have filled the small one.
+		small := greetBufs.Get().(*[]byte)
+		defer greetBufs.Put(small)
+		var big *[]byte
+		defer func() {
+			if big != nil {
+				streamBufs.Put(big)
+			}
+		}()
+		buf := *small
 		stop := func() {
 			stopped.Store(true)
 			client.SetReadDeadline(aLongTimeAgo)
@@ -117,6 +125,10 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 		for {
 			n, rerr := upstream.Read(buf)
 			if n > 0 {
+				// The upstream moved; so has the client once the write
+				// is done. A client that takes less than a read's worth
+				// in the idle limit is taken for one that reads nothing.
+				moved.Store(int64(time.Since(start)))
 				w, werr := client.Write(buf[:n])
 				greeted += int64(w)
 				if werr != nil {
@@ -127,12 +139,19 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 					return
 				}
 				moved.Store(int64(time.Since(start)))
-				if n == len(buf) && len(buf) < streamBuf {
-					buf = make([]byte, streamBuf)
-				}
+			}
+			switch {
+			case big == nil && n == len(buf):
+				big = streamBufs.Get().(*[]byte)
+				buf = *big
+			case big != nil && n < len(*small):
+				streamBufs.Put(big)
+				big, buf = nil, *small
 			}
 			if rerr != nil {
-				if !isTimeout(rerr) { // not awaitClient's own stop
+				// A deadline's error is awaitClient's own stop; any
+				// other (a reset, a keepalive's timeout) is the end.
+				if !errors.Is(rerr, os.ErrDeadlineExceeded) {
 					ended = true
 					stop()
 				}
@@ -144,7 +163,7 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 	client.SetReadDeadline(start.Add(idle))
 	var ferr error
 	for {
-		if ferr = pc.fill(); !isTimeout(ferr) || stopped.Load() {
+		if ferr = pc.fill(); !errors.Is(ferr, os.ErrDeadlineExceeded) || stopped.Load() {
 			break
 		}
 		// Idle only if the upstream has not moved either.
@@ -158,30 +177,40 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 		}
 	}
 	upstream.SetReadDeadline(aLongTimeAgo) // the relay's read ends now
+	// And its write, to a client that reads none of it: at once when the
+	// wait ended as idle, else after the idle limit.
+	idled := errors.Is(ferr, os.ErrDeadlineExceeded) && !stopped.Load()
+	if idled {
+		client.SetWriteDeadline(aLongTimeAgo)
+	} else {
+		client.SetWriteDeadline(time.Now().Add(idle))
+	}
 	<-relayed
 	upstream.SetReadDeadline(time.Time{})
 	client.SetReadDeadline(time.Time{})
+	client.SetWriteDeadline(time.Time{})
 	first.greeted = greeted
 	switch {
+	case idled:
+		return first, errIdleTunnel, nil
 	case writeErr != nil:
 		return first, writeErr, nil
 	case ferr == nil:
 		first, err = p.classify(pc)
 		first.greeted = greeted
 		return first, nil, err
-	case ended && isTimeout(ferr), errors.Is(ferr, io.EOF):
+	case ended && errors.Is(ferr, os.ErrDeadlineExceeded), errors.Is(ferr, io.EOF):
 		return first, nil, nil // the relay carries the end on
-	case isTimeout(ferr):
-		return first, errIdleTunnel, nil
 	}
 	return first, fmt.Errorf("client: %w", ferr), nil
 }
 
-// streamBuf is what awaitClient reads at a time from an upstream that
-// streams before its client speaks, as the relay loop reads. With 16 KiB
-// reads and a deadline reset after each, a download to a client that
-// never speaks (the bench's raw bulk) ran at 1,171 MB/s; with these, 2,068.
-const streamBuf = 256 << 10
+// streamBufs are what awaitClient reads into from an upstream that
+// streams before its client speaks, as large as the relay loop's reads.
+// With 16 KiB reads and a deadline reset after each, a download to a
+// client that never speaks (the bench's raw bulk) ran at 1,171 MB/s; with
+// these, 2,068.
+var streamBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 // greetBufs are awaitClient's buffers for what an upstream says first.
 var greetBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}

@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -836,6 +837,40 @@ func TestAwaitClient(t *testing.T) {
 			t.Fatalf("awaitClient = %+v, %v, %v; want the client's banner, after 50 bytes of talk", first, end, err)
 		}
 	})
+	t.Run("upstream floods a client that reads nothing", func(t *testing.T) {
+		_, client := testutil.TCPPair(t) // its peer never reads
+		up, upstream := testutil.TCPPair(t)
+		go func() {
+			chunk := make([]byte, 1<<20)
+			for {
+				if _, err := up.Write(chunk); err != nil {
+					return
+				}
+			}
+		}()
+		done := make(chan error, 1)
+		go func() {
+			_, end, _ := p.awaitClient(client, upstream)
+			done <- end
+		}()
+		select {
+		case end := <-done:
+			if !errors.Is(end, errIdleTunnel) {
+				t.Fatalf("awaitClient ended with %v; want idle: the client took nothing for the idle limit", end)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("awaitClient still waits on a client that reads nothing, 40 idle limits on")
+		}
+	})
+	t.Run("upstream fails with a timeout of its own", func(t *testing.T) {
+		_, client := testutil.TCPPair(t)
+		up, upstream := testutil.TCPPair(t)
+		io.WriteString(up, tpBanner)
+		first, end, err := p.awaitClient(client, timingOut{upstream})
+		if end != nil || err != nil || first.greeted != int64(len(tpBanner)) {
+			t.Fatalf("awaitClient = %+v, %v, %v; want the greeting counted and the end handed on, not a wait for idle", first, end, err)
+		}
+	})
 	t.Run("upstream streams, then the client speaks", func(t *testing.T) {
 		cl, client := testutil.TCPPair(t)
 		up, upstream := testutil.TCPPair(t)
@@ -856,4 +891,18 @@ func TestAwaitClient(t *testing.T) {
 			t.Fatal("the client got the stream altered")
 		}
 	})
+}
+
+// timingOut is an upstream whose read fails with ETIMEDOUT (a keepalive
+// that went unanswered) once what was sent is read: an error that is a
+// timeout, and no deadline's.
+type timingOut struct{ net.Conn }
+
+func (c timingOut) Read(b []byte) (int, error) {
+	c.Conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	n, err := c.Conn.Read(b)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return n, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ETIMEDOUT)}
+	}
+	return n, err
 }
