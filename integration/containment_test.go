@@ -603,6 +603,16 @@ head -c 1 /dev/zero >/dev/null && cat ` + filepath.Join(dir, "file")
 	if got := string(out); strings.Contains(got, "VISIBLE") || strings.Contains(got, "OPENED") || !strings.Contains(got, "readable") {
 		t.Fatalf("the sandbox, given %s to read: %q; want its own /dev/zero and its file read, none of %q there and none of %q opened", dir, got, there, opens)
 	}
+	// Named, such a path refuses the launch, saying why.
+	for _, c := range []struct{ path, why string }{
+		{filepath.Join(dir, "run"), "shows the host's sockets in /run"},
+		{filepath.Join(dir, "dev/zero"), "a device outside /dev"},
+	} {
+		out, err := exec.Command(airlockBin, "launch", "--net", "none", "--user", "61000:61000", "--ro", c.path, "--log-level", "error", "--", "/bin/true").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.why) {
+			t.Errorf("launch --ro %s: %v, %q; want it refused: %s", c.path, err, out, c.why)
+		}
+	}
 }
 
 // A sandbox launched in the background gets no descriptor of the

@@ -19,9 +19,10 @@ import (
 // cgroups, BPF objects or IPC wherever they are mounted, each with the one
 // place the host has it. Device filesystems (devpts, devtmpfs) are not
 // among them: outside /dev no device can be opened at all (noDevices).
+// Nor is hugetlbfs, which shows no more than a tmpfs (and has its place
+// where a DPDK setup or a Kubernetes volume puts it).
 var kernelViews = map[string]string{
-	"proc": "/proc", "sysfs": "/sys", "cgroup": "/sys", "cgroup2": "/sys", "bpf": "/sys",
-	"mqueue": "/dev", "hugetlbfs": "/dev",
+	"proc": "/proc", "sysfs": "/sys", "cgroup": "/sys", "cgroup2": "/sys", "bpf": "/sys", "mqueue": "/dev",
 }
 
 // ownTrees are replaced whole by the sandbox's own (mountProc, privateDev):
@@ -31,21 +32,24 @@ var ownTrees = []string{"/proc", "/dev"}
 // maxHostViews bounds hideHostViews' rounds: each takes one mount away.
 const maxHostViews = 256
 
-// hideHostViews takes away, in the sandbox's mount namespace, every mount
-// that would show the host under a path the sandbox is given, through the
-// rules that let it read there:
+// hideHostViews takes away, in the sandbox's mount namespace, what would
+// show the host under a path the sandbox is given, through the rules that
+// let it read there:
 //   - kernelViews outside their places (a chroot's /proc shows the host's
-//     processes, their command lines and, to their uid, environments);
-//   - off the host network, any other mount of what hostSocketDirs hide (a
-//     chroot's bind of /run, /tmp or /var/lib): Landlock does not mediate
-//     connect(2) to a socket by path, and hideHostServices hides each
-//     directory only where it is.
+//     processes, their command lines and, to their uid, environments): the
+//     mount is taken away;
+//   - off the host network, what hostSocketDirs hide, shown again by
+//     another mount of its filesystem (a chroot's bind of /run, a /var/tmp
+//     bound from /tmp, the whole root bound under /host): Landlock does not
+//     mediate connect(2) to a socket by path, and hideHostServices hides
+//     each directory only where it is. A mount of nothing but that is taken
+//     away; one that holds it has the spot covered by an empty read-only
+//     tmpfs, as the directory itself is.
 //
-// Deepest first, one at a time, reading the mounts again after each: a
-// mount stacked on one of them is taken away first (it is what the path
-// reaches), and a mount detached with its parent is gone. One hidden under
-// another mount is out of reach, and left. Any that cannot be taken away,
-// or mounts that cannot be read, refuse the launch.
+// One at a time, deepest first, reading the mounts again after each, and
+// only where a path reaches the mount (one hidden under another is out of
+// reach, and left). A spot a path the sandbox names lies in (--ro, --rw,
+// --exec) refuses the launch, as anything that cannot be taken away does.
 func hideHostViews(c *Config) error {
 	var socketDirs []string
 	if c.Net != NetHost {
@@ -55,44 +59,112 @@ func hideHostViews(c *Config) error {
 			}
 		}
 	}
+	named := slices.Concat(c.RO, c.RW, c.Exec)
 	for range maxHostViews {
 		mounts, err := readMounts()
 		if err != nil {
 			return err
 		}
-		var next *mount
-		for _, m := range exposing(mounts, socketDirs) {
-			if m.reachable() {
-				next = &m
+		var next *shown
+		for _, sh := range exposing(mounts, socketDirs) {
+			ok, err := sh.reachable()
+			if err != nil {
+				return err
+			}
+			if ok {
+				next = &sh
 				break
 			}
 		}
 		if next == nil {
 			return nil
 		}
-		if err := unix.Unmount(next.point, unix.MNT_DETACH); err != nil {
-			return &os.SyscallError{Syscall: "umount2(" + next.point + ", MNT_DETACH)", Err: err}
+		if i := slices.IndexFunc(named, func(p string) bool { return within(filepath.Clean(p), next.spot) }); i >= 0 {
+			return fmt.Errorf("path %s: it lies in %s, which shows the host's %s; name it where the host has it", named[i], next.spot, next.what)
+		}
+		if err := next.hide(); err != nil {
+			return err
 		}
 	}
-	return fmt.Errorf("more than %d mounts of the host's views to take away", maxHostViews)
+	return fmt.Errorf("more than %d of the host's views to take away", maxHostViews)
 }
 
 // noDevices makes every mount outside /dev nodev: a device node anywhere
 // else (a chroot's /dev/pts or /dev/console, a container's /dev bound under
 // /srv) cannot be opened, so the sandbox reaches no terminal or device but
-// those its own /dev holds (privateDev, ownPTYs). The whole tree is set,
-// then /dev's again cleared: no mount is looked up by path.
-func noDevices(*Config) error {
+// those its own /dev holds (privateDev, ownPTYs). The whole tree at once,
+// without looking a mount up by path, then the /dev mounts that allowed
+// devices allow them again (and no other: /dev's tmpfs and /dev/shm stay
+// nodev). A kernel before 5.12, or a root that is no mount (a chroot), has
+// each mount remounted instead. A device the sandbox is given outside /dev
+// refuses the launch, rather than fail to open in it.
+func noDevices(c *Config) error {
+	for _, p := range slices.Concat(c.RO, c.RW, c.Exec) {
+		p = filepath.Clean(p)
+		if st, err := os.Stat(p); err == nil && st.Mode()&os.ModeDevice != 0 && !within(p, "/dev") {
+			return fmt.Errorf("path %s: a device outside /dev, which opens in the sandbox only under /dev", p)
+		}
+	}
+	mounts, err := readMounts()
+	if err != nil {
+		return err
+	}
 	set := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NODEV}
-	if err := unix.MountSetattr(unix.AT_FDCWD, "/", unix.AT_RECURSIVE, set); err != nil {
-		return &os.SyscallError{Syscall: "mount_setattr(/, AT_RECURSIVE, MOUNT_ATTR_NODEV) (Linux 5.12)", Err: err}
+	err = unix.MountSetattr(unix.AT_FDCWD, "/", unix.AT_RECURSIVE, set)
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) {
+		return remountNoDev(mounts)
+	}
+	if err != nil {
+		return &os.SyscallError{Syscall: "mount_setattr(/, AT_RECURSIVE, MOUNT_ATTR_NODEV)", Err: err}
 	}
 	clear := &unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_NODEV}
-	if err := unix.MountSetattr(unix.AT_FDCWD, "/dev", unix.AT_RECURSIVE, clear); err != nil {
-		return &os.SyscallError{Syscall: "mount_setattr(/dev, AT_RECURSIVE, clear MOUNT_ATTR_NODEV)", Err: err}
+	for _, m := range mounts {
+		if !within(m.point, "/dev") || hasOpt(m.opts, "nodev") {
+			continue
+		}
+		if ok, err := (shown{m: m, spot: m.point}).reachable(); err != nil || !ok {
+			continue // hidden under another: nothing reaches it to clear
+		}
+		if err := unix.MountSetattr(unix.AT_FDCWD, m.point, 0, clear); err != nil {
+			return &os.SyscallError{Syscall: "mount_setattr(" + m.point + ", clear MOUNT_ATTR_NODEV)", Err: err}
+		}
 	}
 	return nil
 }
+
+// remountNoDev is noDevices mount by mount, each remounted with its own
+// flags and nodev: every one a path reaches outside /dev.
+func remountNoDev(mounts []mount) error {
+	for _, m := range mounts {
+		if within(m.point, "/dev") || hasOpt(m.opts, "nodev") {
+			continue
+		}
+		ok, err := (shown{m: m, spot: m.point}).reachable()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NODEV)
+		for opt, f := range mountFlags {
+			if hasOpt(m.opts, opt) {
+				flags |= f
+			}
+		}
+		if err := unix.Mount("", m.point, "", flags, ""); err != nil {
+			return &os.SyscallError{Syscall: "mount(" + m.point + ", MS_REMOUNT|MS_BIND|MS_NODEV)", Err: err}
+		}
+	}
+	return nil
+}
+
+// mountFlags are the per-mount options a bind remount must repeat, or
+// lose.
+var mountFlags = map[string]uintptr{"ro": unix.MS_RDONLY, "nosuid": unix.MS_NOSUID, "noexec": unix.MS_NOEXEC,
+	"noatime": unix.MS_NOATIME, "nodiratime": unix.MS_NODIRATIME, "relatime": unix.MS_RELATIME}
+
+func hasOpt(opts, opt string) bool { return slices.Contains(strings.Split(opts, ","), opt) }
 
 // mount is one line of mountinfo (proc(5)).
 type mount struct {
@@ -100,19 +172,49 @@ type mount struct {
 	dev    string // major:minor of its filesystem
 	root   string // what of its filesystem is mounted
 	point  string
+	opts   string // its per-mount options (rw,nosuid,nodev,...)
 	fstype string
 }
 
-// reachable says whether the mount is what its mount point reaches, not
-// one hidden under another mount there or above it.
-func (m mount) reachable() bool {
-	var st unix.Statx_t
-	err := unix.Statx(unix.AT_FDCWD, m.point, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, unix.STATX_MNT_ID, &st)
-	return err == nil && st.Mask&unix.STATX_MNT_ID != 0 && st.Mnt_id == m.id
+// shown is a spot to take away: a mount (spot is its point), or a part of
+// one that shows a socket directory's content (cover).
+type shown struct {
+	m     mount
+	spot  string
+	cover bool
+	what  string // what it shows, for an error
+}
+
+// reachable says whether the spot's path leads into the mount's
+// filesystem, not into one stacked on it there or above it. A path that is
+// gone is not; one that cannot be looked at refuses the launch.
+func (sh shown) reachable() (bool, error) {
+	var st unix.Stat_t
+	err := unix.Lstat(sh.spot, &st)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return false, nil
+	}
+	if err != nil {
+		return false, &os.PathError{Op: "lstat", Path: sh.spot, Err: err}
+	}
+	if sh.cover && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return false, nil // a socket directory's place holds no directory here
+	}
+	return fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)) == sh.m.dev, nil
+}
+
+func (sh shown) hide() error {
+	if sh.cover {
+		return hideDir(sh.spot, nil, nil, nil)
+	}
+	if err := unix.Unmount(sh.spot, unix.MNT_DETACH); err != nil {
+		return &os.SyscallError{Syscall: "umount2(" + sh.spot + ", MNT_DETACH)", Err: err}
+	}
+	return nil
 }
 
 func readMounts() ([]mount, error) {
-	raw, err := os.ReadFile("/proc/self/mountinfo")
+	raw, err := os.ReadFile("/proc/thread-self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +237,7 @@ func parseMounts(raw []byte) ([]mount, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mountinfo: cannot read the line %q", sc.Text())
 		}
-		mounts = append(mounts, mount{id: id, dev: f[2], root: unescapeMount(f[3]), point: unescapeMount(f[4]), fstype: f[sep+1]})
+		mounts = append(mounts, mount{id: id, dev: f[2], root: unescapeMount(f[3]), point: unescapeMount(f[4]), opts: f[5], fstype: f[sep+1]})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("mountinfo: %w", err)
@@ -146,39 +248,59 @@ func parseMounts(raw []byte) ([]mount, error) {
 	return mounts, nil
 }
 
-// exposing is the mounts that hideHostViews takes away, deepest first.
-func exposing(mounts []mount, socketDirs []string) []mount {
+// exposing is what hideHostViews takes away, deepest first.
+func exposing(mounts []mount, socketDirs []string) []shown {
 	hidden := hiddenParts(mounts, socketDirs)
-	var found []mount
+	var found []shown
 	for _, m := range mounts {
 		if slices.ContainsFunc(ownTrees, func(t string) bool { return within(m.point, t) }) {
 			continue
 		}
-		own, view := kernelViews[m.fstype]
-		if view && !within(m.point, own) || showsHidden(m, hidden) {
-			found = append(found, m)
+		if own, view := kernelViews[m.fstype]; view && !within(m.point, own) {
+			found = append(found, shown{m: m, spot: m.point, what: m.fstype})
+			continue
+		}
+		for _, h := range hidden {
+			if m.dev != h.dev || within(m.point, h.dir) {
+				continue // another filesystem, or hidden with the directory
+			}
+			switch {
+			case within(m.root, h.path):
+				found = append(found, shown{m: m, spot: m.point, what: "sockets in " + h.dir})
+			case within(h.path, m.root):
+				rel, _ := filepath.Rel(m.root, h.path)
+				if spot := filepath.Join(m.point, rel); spot != h.dir {
+					found = append(found, shown{m: m, spot: spot, cover: true, what: "sockets in " + h.dir})
+				}
+			}
 		}
 	}
-	slices.SortStableFunc(found, func(a, b mount) int {
-		return cmp.Compare(strings.Count(b.point, "/"), strings.Count(a.point, "/"))
+	slices.SortStableFunc(found, func(a, b shown) int {
+		return cmp.Compare(strings.Count(b.spot, "/"), strings.Count(a.spot, "/"))
 	})
 	return found
 }
 
-// hiddenPart is what of a filesystem a socket directory shows: the
-// directory (its own mount's part of it, or the mount it lies in), and
-// every mount below it.
+// hiddenPart is what of a filesystem a socket directory shows.
 type hiddenPart struct {
 	dir  string // the socket directory
 	dev  string
 	path string // within the filesystem
 }
 
+// socketFS are the filesystems a mount below a socket directory is hidden
+// with as a whole, where daemons' sockets are (/run/user/UID): a disk's
+// filesystem mounted there (a backup tool's view of the root at
+// /run/timeshift) is not its sockets.
+var socketFS = []string{"tmpfs", "ramfs"}
+
+// hiddenParts is what the socket directories hide: each one's part of the
+// topmost mount it lies in, and the socketFS mounts below it.
 func hiddenParts(mounts []mount, socketDirs []string) []hiddenPart {
 	var parts []hiddenPart
 	for _, d := range socketDirs {
-		// The topmost mount d lies in: the longest mount point above
-		// it, the last of equals (a later mount is stacked on top).
+		// The longest mount point above it, the last of equals (a later
+		// mount is stacked on top).
 		var in *mount
 		for i, m := range mounts {
 			if within(d, m.point) && (in == nil || len(m.point) >= len(in.point)) {
@@ -190,22 +312,12 @@ func hiddenParts(mounts []mount, socketDirs []string) []hiddenPart {
 			parts = append(parts, hiddenPart{d, in.dev, filepath.Join(in.root, rel)})
 		}
 		for _, m := range mounts {
-			if within(m.point, d) && m.point != d {
+			if within(m.point, d) && m.point != d && slices.Contains(socketFS, m.fstype) {
 				parts = append(parts, hiddenPart{d, m.dev, m.root})
 			}
 		}
 	}
 	return parts
-}
-
-// showsHidden says whether m, mounted outside the socket directories,
-// shows some of what they hide: the same filesystem, and a part of it that
-// holds or lies in a hidden part.
-func showsHidden(m mount, hidden []hiddenPart) bool {
-	return slices.ContainsFunc(hidden, func(h hiddenPart) bool {
-		return m.dev == h.dev && !within(m.point, h.dir) && !within(h.dir, m.point) &&
-			(within(m.root, h.path) || within(h.path, m.root))
-	})
 }
 
 // unescapeMount undoes mountinfo's escapes of a path: space, tab, newline

@@ -1,14 +1,26 @@
 package sandbox
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
-// Taken away: the host's views outside their places, and other mounts of
-// what the socket directories hide; left: the sandbox's own /proc and /dev
-// trees (whatever the host mounted in them: a container masks /proc/kcore
-// with its /dev/null), the views at their places, and other filesystems.
+// Taken away: the host's views outside their places, and what the socket
+// directories hide where another mount shows it again (a mount of nothing
+// else, or the spot in one that holds it); left: the sandbox's own /proc
+// and /dev trees (whatever the host mounted in them: a container masks
+// /proc/kcore with its /dev/null), the views at their places, device
+// filesystems (nodev does for them), hugetlbfs, and a disk's filesystem
+// mounted below a socket directory (a backup tool's view of the root),
+// whose other mounts are not sockets.
 func TestExposing(t *testing.T) {
 	mountinfo := `22 1 0:21 / /proc rw,nosuid - proc proc rw
 23 1 0:5 / /dev rw,nosuid - devtmpfs udev rw
@@ -28,27 +40,43 @@ func TestExposing(t *testing.T) {
 38 37 0:28 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw
 39 25 0:28 /user.slice /srv/chroot/sys/fs/cgroup rw - cgroup2 cgroup2 rw
 40 25 0:29 / /srv/mq rw - mqueue mqueue rw
+41 25 0:31 / /mnt/huge rw - hugetlbfs hugetlbfs rw
+42 31 0:40 / /run/timeshift/backup rw - btrfs /dev/sdb1 rw
+43 25 0:40 /@home /data rw - btrfs /dev/sdb1 rw
+44 25 0:45 / /tmp rw - tmpfs tmpfs rw
+45 25 0:45 / /var/tmp rw - tmpfs tmpfs rw
 `
 	mounts, err := parseMounts([]byte(mountinfo))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, m := range exposing(mounts, []string{"/run", "/var/lib/sss/pipes"}) {
-		got = append(got, m.point)
+	spots := func(socketDirs []string) (got []string) {
+		for _, sh := range exposing(mounts, socketDirs) {
+			got = append(got, sh.spot)
+		}
+		return got
 	}
-	want := []string{"/srv/chroot/home/u/rt", "/srv/chroot/sys/fs/cgroup", "/srv/chroot/var/lib", "/srv/my chroot/proc", "/srv/chroot/run", "/srv/mq"}
+	got := spots([]string{"/run", "/var/lib/sss/pipes", "/tmp/.X11-unix"})
+	want := []string{"/srv/chroot/var/lib/sss/pipes", "/srv/chroot/home/u/rt", "/srv/chroot/sys/fs/cgroup",
+		"/srv/my chroot/proc", "/srv/chroot/run", "/var/tmp/.X11-unix", "/srv/mq"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("exposing = %q; want %q (deepest first)", got, want)
 	}
 	// Off the host network only: on it, the host's sockets are the
 	// sandbox's.
-	got = got[:0]
-	for _, m := range exposing(mounts, nil) {
-		got = append(got, m.point)
-	}
-	if want := []string{"/srv/chroot/sys/fs/cgroup", "/srv/my chroot/proc", "/srv/mq"}; !slices.Equal(got, want) {
+	if got, want := spots(nil), []string{"/srv/chroot/sys/fs/cgroup", "/srv/my chroot/proc", "/srv/mq"}; !slices.Equal(got, want) {
 		t.Fatalf("exposing, no socket directories = %q; want %q", got, want)
+	}
+	// A filesystem's top mounted as the root (btrfs) shows a socket
+	// directory of a subvolume mounted elsewhere at another path.
+	btrfs := `1 0 0:50 / / rw - btrfs /dev/sda2 rw
+2 1 0:50 /@var /var rw - btrfs /dev/sda2 rw
+`
+	if mounts, err = parseMounts([]byte(btrfs)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := spots([]string{"/var/lib/sss/pipes"}), []string{"/@var/lib/sss/pipes"}; !slices.Equal(got, want) {
+		t.Fatalf("exposing, btrfs = %q; want %q", got, want)
 	}
 }
 
@@ -59,5 +87,61 @@ func TestParseMountsFailsClosed(t *testing.T) {
 		if _, err := parseMounts([]byte(bad)); err == nil {
 			t.Errorf("parseMounts(%q) = nil error; want one", bad)
 		}
+	}
+}
+
+// On a kernel without mount_setattr, every mount is remounted nodev with
+// the flags it had: a device node there no longer opens.
+func TestRemountNoDev(t *testing.T) {
+	testutil.RequireRoot(t, "mount namespaces")
+	dir := t.TempDir()
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread, in a mount namespace of its own,
+		// ends with the goroutine.
+		runtime.LockOSThread()
+		errc <- func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+				return err
+			}
+			if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+				return err
+			}
+			if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
+				return err
+			}
+			null := filepath.Join(dir, "null")
+			if err := unix.Mknod(null, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+				return err
+			}
+			f, err := os.OpenFile(null, os.O_WRONLY, 0)
+			if err != nil {
+				return fmt.Errorf("the device before: %w", err)
+			}
+			f.Close()
+			mounts, err := readMounts()
+			if err != nil {
+				return err
+			}
+			if err := remountNoDev(mounts); err != nil {
+				return err
+			}
+			if f, err := os.OpenFile(null, os.O_WRONLY, 0); err == nil {
+				f.Close()
+				return errors.New("the device opened after remountNoDev")
+			}
+			if mounts, err = readMounts(); err != nil {
+				return err
+			}
+			for _, m := range mounts {
+				if m.point == dir && !(hasOpt(m.opts, "nodev") && hasOpt(m.opts, "nosuid") && hasOpt(m.opts, "noexec")) {
+					return fmt.Errorf("%s remounted %s; want nodev and its own nosuid,noexec", dir, m.opts)
+				}
+			}
+			return nil
+		}()
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }
