@@ -95,7 +95,7 @@ func (p *Proxy) opaque(cc *clientConn, client, upstream net.Conn, t *tracked, ea
 		// is relayed at once while the client says nothing.
 		var end error
 		if first, end, err = p.awaitClient(client, upstream); end != nil {
-			p.endUnrelayed(dc, end, first)
+			p.endUnrelayed(client, dc, end, first)
 			return
 		}
 	}

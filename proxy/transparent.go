@@ -196,7 +196,7 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 			// have been at once.
 			var end error
 			if first, end, err = p.awaitClient(client, upstream); end != nil {
-				p.endUnrelayed(dc, end, first)
+				p.endUnrelayed(client, dc, end, first)
 				return
 			}
 			p.serveOpened(cc, client, raw, upstream, t, first, err, target.Host, dc)
@@ -242,8 +242,12 @@ func (p *Proxy) servePlainIn(cc *clientConn, c net.Conn, t *tracked, first openi
 }
 
 // endUnrelayed records an allowed tunnel that ended while the proxy waited
-// for its client's first bytes: idle, the client gone, or the shutdown.
-func (p *Proxy) endUnrelayed(dc *decision, end error, first opening) {
+// for its client's first bytes: idle, the client gone, the upstream failed
+// (the client is reset, as the upstream's end was), or the shutdown.
+func (p *Proxy) endUnrelayed(client net.Conn, dc *decision, end error, first opening) {
+	if _, ok := errors.AsType[*upstreamAbort](end); ok {
+		reset(rawConn(client))
+	}
 	switch {
 	case errors.Is(end, errIdleTunnel):
 		dc.detail = p.idleClosed()

@@ -92,7 +92,8 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 	var (
 		greeted  int64
 		writeErr error
-		ended    bool // the upstream's end (or error) was read
+		ended    bool  // the upstream's end (or error) was read
+		upErr    error // the upstream's error, not its end: a reset
 		// stopped is set before the relay ends the client's read (a
 		// deadline in the past), which a re-armed deadline must not undo.
 		stopped atomic.Bool
@@ -153,6 +154,9 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 				// other (a reset, a keepalive's timeout) is the end.
 				if !errors.Is(rerr, os.ErrDeadlineExceeded) {
 					ended = true
+					if !errors.Is(rerr, io.EOF) {
+						upErr = rerr
+					}
 					stop()
 				}
 				return
@@ -195,6 +199,10 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 		return first, errIdleTunnel, nil
 	case writeErr != nil:
 		return first, writeErr, nil
+	case upErr != nil:
+		// Passed on as an end, a reset would read as the whole stream
+		// to a protocol without framing: the client is reset too.
+		return first, &upstreamAbort{upErr}, nil
 	case ferr == nil:
 		first, err = p.classify(pc)
 		first.greeted = greeted
@@ -204,6 +212,13 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 	}
 	return first, fmt.Errorf("client: %w", ferr), nil
 }
+
+// upstreamAbort is awaitClient's end when the upstream failed (a reset, a
+// keepalive's timeout) before the client spoke.
+type upstreamAbort struct{ err error }
+
+func (e *upstreamAbort) Error() string { return "upstream: " + e.err.Error() }
+func (e *upstreamAbort) Unwrap() error { return e.err }
 
 // streamBufs are what awaitClient reads into from an upstream that
 // streams before its client speaks, as large as the relay loop's reads.

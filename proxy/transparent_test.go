@@ -867,8 +867,19 @@ func TestAwaitClient(t *testing.T) {
 		up, upstream := testutil.TCPPair(t)
 		io.WriteString(up, tpBanner)
 		first, end, err := p.awaitClient(client, timingOut{upstream})
-		if end != nil || err != nil || first.greeted != int64(len(tpBanner)) {
-			t.Fatalf("awaitClient = %+v, %v, %v; want the greeting counted and the end handed on, not a wait for idle", first, end, err)
+		if _, ok := errors.AsType[*upstreamAbort](end); !ok || err != nil || first.greeted != int64(len(tpBanner)) {
+			t.Fatalf("awaitClient = %+v, %v, %v; want the greeting counted and the upstream's failure as the end, not a wait for idle", first, end, err)
+		}
+	})
+	t.Run("upstream greets and resets", func(t *testing.T) {
+		_, client := testutil.TCPPair(t)
+		up, upstream := testutil.TCPPair(t)
+		io.WriteString(up, tpBanner)
+		up.(*net.TCPConn).SetLinger(0)
+		up.Close()
+		first, end, err := p.awaitClient(client, upstream)
+		if _, ok := errors.AsType[*upstreamAbort](end); !ok || err != nil || first.greeted != int64(len(tpBanner)) {
+			t.Fatalf("awaitClient = %+v, %v, %v; want the greeting counted and the upstream's reset as the end (passed on as one)", first, end, err)
 		}
 	})
 	t.Run("upstream streams, then the client speaks", func(t *testing.T) {
