@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
@@ -635,6 +637,48 @@ func TestLaunchInBackgroundHasNoTerminal(t *testing.T) {
 	}
 	if !strings.Contains(got, "typed-by-the-user\r\ntyped-by-the-user") {
 		t.Errorf("the user's line did not reach the shell whole (echoed, then its output). The terminal:\n%s", got)
+	}
+}
+
+// A POSIX message queue of the host's is not in the sandbox's
+// /dev/mqueue, though /dev/mqueue is there: an mqueue mount shows the
+// queues of the IPC namespace it was made in, and the host's, bound in,
+// would list them and open any its uid may read.
+func TestLaunchSeesNoHostMessageQueues(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (IPC namespace)")
+	// The host's mqueue mount, where systemd makes it (this host may
+	// have none).
+	if _, err := os.Stat("/dev/mqueue"); errors.Is(err, os.ErrNotExist) {
+		if err := os.Mkdir("/dev/mqueue", 0o1777); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove("/dev/mqueue") })
+		if err := unix.Mount("mqueue", "/dev/mqueue", "mqueue", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Unmount("/dev/mqueue", unix.MNT_DETACH) })
+	}
+	name := fmt.Sprintf("airlock-test-%d", os.Getpid())
+	path, err := unix.BytePtrFromString(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, _, errno := unix.Syscall6(unix.SYS_MQ_OPEN, uintptr(unsafe.Pointer(path)), unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC, 0o644, 0, 0, 0)
+	if errno != 0 {
+		t.Fatalf("mq_open(%s): %v", name, errno)
+	}
+	unix.Close(int(fd))
+	t.Cleanup(func() { unix.Syscall(unix.SYS_MQ_UNLINK, uintptr(unsafe.Pointer(path)), 0, 0) })
+	if _, err := os.Stat("/dev/mqueue/" + name); err != nil {
+		t.Fatalf("the host's queue: %v", err)
+	}
+	out, err := exec.Command(airlockBin, "launch", "--net", "none", "--log-level", "error", "--",
+		"/bin/sh", "-c", "test -d /dev/mqueue && echo HAS-MQUEUE; ls -A /dev/mqueue").CombinedOutput()
+	if err != nil {
+		t.Fatalf("launch: %v\n%s", err, out)
+	}
+	if got := string(out); strings.Contains(got, name) || !strings.Contains(got, "HAS-MQUEUE") {
+		t.Fatalf("the sandbox's /dev/mqueue: %q; want it there, without the host's queue %s", got, name)
 	}
 }
 

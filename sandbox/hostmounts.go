@@ -29,8 +29,9 @@ var kernelViews = map[string]string{
 // what the host mounted below them is out of reach.
 var ownTrees = []string{"/proc", "/dev"}
 
-// maxHostViews bounds hideHostViews' rounds: each takes one mount away.
-const maxHostViews = 256
+// maxViewRounds bounds hideHostViews' rounds: each takes away every view
+// a path reaches, and a later one only what that uncovered.
+const maxViewRounds = 16
 
 // hideHostViews takes away, in the sandbox's mount namespace, what would
 // show the host under a path the sandbox is given, through the rules that
@@ -46,10 +47,11 @@ const maxHostViews = 256
 //     away; one that holds it has the spot covered by an empty read-only
 //     tmpfs, as the directory itself is.
 //
-// One at a time, deepest first, reading the mounts again after each, and
-// only where a path reaches the mount (one hidden under another is out of
-// reach, and left). A spot a path the sandbox names lies in (--ro, --rw,
-// --exec) refuses the launch, as anything that cannot be taken away does.
+// Outermost first, every one a path reaches in a round (one hidden under
+// another mount is out of reach, and left; one inside a mount taken away
+// went with it), then the mounts are read again, for what taking one away
+// uncovered. A spot a path the sandbox names lies in (--ro, --rw, --exec)
+// refuses the launch, as anything that cannot be taken away does.
 func hideHostViews(c *Config) error {
 	var socketDirs []string
 	if c.Net != NetHost {
@@ -59,34 +61,55 @@ func hideHostViews(c *Config) error {
 			}
 		}
 	}
-	named := slices.Concat(c.RO, c.RW, c.Exec)
-	for range maxHostViews {
+	named := resolved(slices.Concat(c.RO, c.RW, c.Exec))
+	var last string
+	for range maxViewRounds {
 		mounts, err := readMounts()
 		if err != nil {
 			return err
 		}
-		var next *shown
+		var gone []string // mounts taken away this round
+		hid := 0
 		for _, sh := range exposing(mounts, socketDirs) {
+			if slices.ContainsFunc(gone, func(g string) bool { return within(sh.spot, g) }) {
+				continue
+			}
 			ok, err := sh.reachable()
 			if err != nil {
 				return err
 			}
-			if ok {
-				next = &sh
-				break
+			if !ok {
+				continue
 			}
+			if i := slices.IndexFunc(named, func(p string) bool { return within(p, sh.spot) }); i >= 0 {
+				return fmt.Errorf("path %s: it lies in %s, which shows the host's %s; name it where the host has it", named[i], sh.spot, sh.what)
+			}
+			if err := sh.hide(); err != nil {
+				return err
+			}
+			if !sh.cover {
+				gone = append(gone, sh.spot)
+			}
+			hid, last = hid+1, sh.spot
 		}
-		if next == nil {
+		if hid == 0 {
 			return nil
 		}
-		if i := slices.IndexFunc(named, func(p string) bool { return within(filepath.Clean(p), next.spot) }); i >= 0 {
-			return fmt.Errorf("path %s: it lies in %s, which shows the host's %s; name it where the host has it", named[i], next.spot, next.what)
-		}
-		if err := next.hide(); err != nil {
-			return err
-		}
 	}
-	return fmt.Errorf("more than %d of the host's views to take away", maxHostViews)
+	return fmt.Errorf("the host's views still show after %d rounds of taking them away (the last at %s)", maxViewRounds, last)
+}
+
+// resolved is paths as the kernel reaches them: their links followed (one
+// that does not exist, as named).
+func resolved(paths []string) []string {
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
+		out = append(out, filepath.Clean(p))
+	}
+	return out
 }
 
 // noDevices makes every mount outside /dev nodev: a device node anywhere
@@ -99,8 +122,7 @@ func hideHostViews(c *Config) error {
 // each mount remounted instead. A device the sandbox is given outside /dev
 // refuses the launch, rather than fail to open in it.
 func noDevices(c *Config) error {
-	for _, p := range slices.Concat(c.RO, c.RW, c.Exec) {
-		p = filepath.Clean(p)
+	for _, p := range resolved(slices.Concat(c.RO, c.RW, c.Exec)) {
 		if st, err := os.Stat(p); err == nil && st.Mode()&os.ModeDevice != 0 && !within(p, "/dev") {
 			return fmt.Errorf("path %s: a device outside /dev, which opens in the sandbox only under /dev", p)
 		}
@@ -162,7 +184,8 @@ func remountNoDev(mounts []mount) error {
 // mountFlags are the per-mount options a bind remount must repeat, or
 // lose.
 var mountFlags = map[string]uintptr{"ro": unix.MS_RDONLY, "nosuid": unix.MS_NOSUID, "noexec": unix.MS_NOEXEC,
-	"noatime": unix.MS_NOATIME, "nodiratime": unix.MS_NODIRATIME, "relatime": unix.MS_RELATIME}
+	"noatime": unix.MS_NOATIME, "nodiratime": unix.MS_NODIRATIME, "relatime": unix.MS_RELATIME,
+	"nosymfollow": unix.MS_NOSYMFOLLOW}
 
 func hasOpt(opts, opt string) bool { return slices.Contains(strings.Split(opts, ","), opt) }
 
@@ -185,22 +208,47 @@ type shown struct {
 	what  string // what it shows, for an error
 }
 
-// reachable says whether the spot's path leads into the mount's
-// filesystem, not into one stacked on it there or above it. A path that is
-// gone is not; one that cannot be looked at refuses the launch.
+// reachable says whether the spot's path leads into the mount, not into
+// one stacked on it there or above it, by its mount id (device numbers
+// will not do: btrfs gives each subvolume its own). A path that is gone,
+// or is a link, is not; one that cannot be looked at refuses the launch.
 func (sh shown) reachable() (bool, error) {
-	var st unix.Stat_t
-	err := unix.Lstat(sh.spot, &st)
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+	fd, err := unix.Open(sh.spot, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
 		return false, nil
 	}
 	if err != nil {
-		return false, &os.PathError{Op: "lstat", Path: sh.spot, Err: err}
+		return false, &os.PathError{Op: "open", Path: sh.spot, Err: err}
 	}
-	if sh.cover && st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return false, nil // a socket directory's place holds no directory here
+	defer unix.Close(fd)
+	var st unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_TYPE|unix.STATX_MNT_ID, &st); err != nil {
+		return false, &os.PathError{Op: "statx", Path: sh.spot, Err: err}
 	}
-	return fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)) == sh.m.dev, nil
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK || sh.cover && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return false, nil // a link leads elsewhere; a spot to cover holds no directory here
+	}
+	id := st.Mnt_id
+	if st.Mask&unix.STATX_MNT_ID == 0 { // before Linux 5.8
+		if id, err = fdMountID(fd); err != nil {
+			return false, &os.PathError{Op: "mount id", Path: sh.spot, Err: err}
+		}
+	}
+	return id == sh.m.id, nil
+}
+
+// fdMountID is the mount id of what fd is open on, from its fdinfo.
+func fdMountID(fd int) (uint64, error) {
+	raw, err := os.ReadFile("/proc/thread-self/fdinfo/" + strconv.Itoa(fd))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "mnt_id:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, errors.New("no mnt_id in fdinfo")
 }
 
 func (sh shown) hide() error {
@@ -248,7 +296,7 @@ func parseMounts(raw []byte) ([]mount, error) {
 	return mounts, nil
 }
 
-// exposing is what hideHostViews takes away, deepest first.
+// exposing is what hideHostViews takes away, outermost first.
 func exposing(mounts []mount, socketDirs []string) []shown {
 	hidden := hiddenParts(mounts, socketDirs)
 	var found []shown
@@ -276,7 +324,7 @@ func exposing(mounts []mount, socketDirs []string) []shown {
 		}
 	}
 	slices.SortStableFunc(found, func(a, b shown) int {
-		return cmp.Compare(strings.Count(b.spot, "/"), strings.Count(a.spot, "/"))
+		return cmp.Compare(strings.Count(a.spot, "/"), strings.Count(b.spot, "/"))
 	})
 	return found
 }

@@ -57,14 +57,14 @@ func TestExposing(t *testing.T) {
 		return got
 	}
 	got := spots([]string{"/run", "/var/lib/sss/pipes", "/tmp/.X11-unix"})
-	want := []string{"/srv/chroot/var/lib/sss/pipes", "/srv/chroot/home/u/rt", "/srv/chroot/sys/fs/cgroup",
-		"/srv/my chroot/proc", "/srv/chroot/run", "/var/tmp/.X11-unix", "/srv/mq"}
+	want := []string{"/srv/mq", "/srv/my chroot/proc", "/srv/chroot/run", "/var/tmp/.X11-unix",
+		"/srv/chroot/home/u/rt", "/srv/chroot/sys/fs/cgroup", "/srv/chroot/var/lib/sss/pipes"}
 	if !slices.Equal(got, want) {
-		t.Fatalf("exposing = %q; want %q (deepest first)", got, want)
+		t.Fatalf("exposing = %q; want %q (outermost first)", got, want)
 	}
 	// Off the host network only: on it, the host's sockets are the
 	// sandbox's.
-	if got, want := spots(nil), []string{"/srv/chroot/sys/fs/cgroup", "/srv/my chroot/proc", "/srv/mq"}; !slices.Equal(got, want) {
+	if got, want := spots(nil), []string{"/srv/mq", "/srv/my chroot/proc", "/srv/chroot/sys/fs/cgroup"}; !slices.Equal(got, want) {
 		t.Fatalf("exposing, no socket directories = %q; want %q", got, want)
 	}
 	// A filesystem's top mounted as the root (btrfs) shows a socket
@@ -93,13 +93,51 @@ func TestParseMountsFailsClosed(t *testing.T) {
 // On a kernel without mount_setattr, every mount is remounted nodev with
 // the flags it had: a device node there no longer opens.
 func TestRemountNoDev(t *testing.T) {
-	testutil.RequireRoot(t, "mount namespaces")
 	dir := t.TempDir()
+	inMountNamespace(t, func() error {
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
+			return err
+		}
+		null := filepath.Join(dir, "null")
+		if err := unix.Mknod(null, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(null, os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("the device before: %w", err)
+		}
+		f.Close()
+		mounts, err := readMounts()
+		if err != nil {
+			return err
+		}
+		if err := remountNoDev(mounts); err != nil {
+			return err
+		}
+		if f, err := os.OpenFile(null, os.O_WRONLY, 0); err == nil {
+			f.Close()
+			return errors.New("the device opened after remountNoDev")
+		}
+		if mounts, err = readMounts(); err != nil {
+			return err
+		}
+		for _, m := range mounts {
+			if m.point == dir && !(hasOpt(m.opts, "nodev") && hasOpt(m.opts, "nosuid") && hasOpt(m.opts, "noexec")) {
+				return fmt.Errorf("%s remounted %s; want nodev and its own nosuid,noexec", dir, m.opts)
+			}
+		}
+		return nil
+	})
+}
+
+// inMountNamespace runs f on a thread in a private mount namespace of its
+// own, which ends with it.
+func inMountNamespace(t *testing.T, f func() error) {
+	t.Helper()
+	testutil.RequireRoot(t, "mount namespaces")
 	errc := make(chan error, 1)
 	go func() {
-		// Never unlocked: the thread, in a mount namespace of its own,
-		// ends with the goroutine.
-		runtime.LockOSThread()
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
 		errc <- func() error {
 			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 				return err
@@ -107,41 +145,45 @@ func TestRemountNoDev(t *testing.T) {
 			if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 				return err
 			}
-			if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
-				return err
-			}
-			null := filepath.Join(dir, "null")
-			if err := unix.Mknod(null, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
-				return err
-			}
-			f, err := os.OpenFile(null, os.O_WRONLY, 0)
-			if err != nil {
-				return fmt.Errorf("the device before: %w", err)
-			}
-			f.Close()
-			mounts, err := readMounts()
-			if err != nil {
-				return err
-			}
-			if err := remountNoDev(mounts); err != nil {
-				return err
-			}
-			if f, err := os.OpenFile(null, os.O_WRONLY, 0); err == nil {
-				f.Close()
-				return errors.New("the device opened after remountNoDev")
-			}
-			if mounts, err = readMounts(); err != nil {
-				return err
-			}
-			for _, m := range mounts {
-				if m.point == dir && !(hasOpt(m.opts, "nodev") && hasOpt(m.opts, "nosuid") && hasOpt(m.opts, "noexec")) {
-					return fmt.Errorf("%s remounted %s; want nodev and its own nosuid,noexec", dir, m.opts)
-				}
-			}
-			return nil
+			return f()
 		}()
 	}()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A kept path inside another kept one is left to the other's bind: its
+// mount point, made there, was the host's own file, and was emptied.
+func TestHideDirLeavesTheHostsFiles(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "app", "state")
+	if err := os.Mkdir(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inMountNamespace(t, func() error {
+		return hideDir(dir, nil, []string{filepath.Dir(file), file}, nil)
+	})
+	if got, err := os.ReadFile(file); err != nil || string(got) != "kept" {
+		t.Fatalf("the host's %s after hideDir: %q, %v; want it as it was", file, got, err)
+	}
+}
+
+// Without statx's mount id, fdinfo gives the same.
+func TestFDMountID(t *testing.T) {
+	fd, err := unix.Open("/proc", unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	var st unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &st); err != nil || st.Mask&unix.STATX_MNT_ID == 0 {
+		t.Fatalf("statx: %v, mask %#x", err, st.Mask)
+	}
+	if id, err := fdMountID(fd); err != nil || id != st.Mnt_id {
+		t.Fatalf("fdMountID = %d, %v; want %d", id, err, st.Mnt_id)
 	}
 }

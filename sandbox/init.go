@@ -383,7 +383,7 @@ func privateSharedMemory(c *Config) error {
 // and sinks, its controlling terminal, its own ptys (ownPTYs) and shared
 // memory (privateSharedMemory).
 var devDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
-	"/dev/ptmx", "/dev/pts", "/dev/shm", "/dev/mqueue"}
+	"/dev/ptmx", "/dev/pts", "/dev/shm", mqueueDir}
 
 // devLinks are /dev's links to the process's own descriptors.
 var devLinks = map[string]string{"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0",
@@ -403,14 +403,32 @@ func privateDev(c *Config) error {
 			keep = append(keep, p)
 		}
 	}
-	return hideDir(dir, nil, keep, devLinks)
+	if err := hideDir(dir, nil, keep, devLinks); err != nil {
+		return err
+	}
+	// An mqueue mount shows the queues of the IPC namespace it was made
+	// in: the host's, bound back above. The sandbox's own goes on top.
+	if slices.Contains(keep, mqueueDir) {
+		if err := unix.Mount("mqueue", mqueueDir, "mqueue", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return &os.SyscallError{Syscall: "mount(mqueue, " + mqueueDir + ")", Err: err}
+		}
+	}
+	return nil
 }
+
+const mqueueDir = "/dev/mqueue"
 
 // hideDir mounts an empty read-only tmpfs on dir, holding only files
 // (names relative to dir, and their content), links (name → target, made
 // again) and the host's paths keep (below dir), each mounted back where it
 // was, last: nothing is written through them.
 func hideDir(dir string, files map[string]string, keep []string, links map[string]string) error {
+	// A path inside another kept one is shown by its (recursive) bind
+	// already: mounted again, its mount point would be made in the host's
+	// directory.
+	keep = slices.DeleteFunc(slices.Clone(keep), func(p string) bool {
+		return slices.ContainsFunc(keep, func(q string) bool { return q != p && within(p, q) })
+	})
 	// Opened before the tmpfs covers them.
 	kept := make([]*os.File, 0, len(keep))
 	defer func() {
@@ -479,10 +497,15 @@ func mountBack(f *os.File, p string) error {
 	if st.IsDir() {
 		err = os.Mkdir(p, 0o555)
 	} else {
-		err = os.WriteFile(p, nil, 0o444)
+		// Made, and never opened to write if it is there: a path kept
+		// before this one may show the host's own file here.
+		var fd int
+		if fd, err = unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0o444); err == nil {
+			unix.Close(fd)
+		}
 	}
 	if err != nil && !errors.Is(err, os.ErrExist) {
-		return err
+		return &os.PathError{Op: "make a mount point", Path: p, Err: err}
 	}
 	src := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
 	if err := unix.Mount(src, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
