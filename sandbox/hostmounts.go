@@ -70,7 +70,7 @@ func hideHostViews(c *Config) error {
 		}
 		var gone []string // mounts taken away this round
 		hid := 0
-		for _, sh := range exposing(mounts, socketDirs) {
+		for _, sh := range exposing(mounts, socketDirs, named) {
 			if slices.ContainsFunc(gone, func(g string) bool { return within(sh.spot, g) }) {
 				continue
 			}
@@ -297,8 +297,14 @@ func parseMounts(raw []byte) ([]mount, error) {
 }
 
 // exposing is what hideHostViews takes away, outermost first.
-func exposing(mounts []mount, socketDirs []string) []shown {
+func exposing(mounts []mount, socketDirs, named []string) []shown {
 	hidden := hiddenParts(mounts, socketDirs)
+	// A mount below a socket directory is hidden with it, unless it lies
+	// in a path the sandbox names there, which hideHostServices binds
+	// back whole.
+	shownAgain := func(point, dir string) bool {
+		return slices.ContainsFunc(named, func(p string) bool { return p != dir && within(p, dir) && within(point, p) })
+	}
 	var found []shown
 	for _, m := range mounts {
 		if slices.ContainsFunc(ownTrees, func(t string) bool { return within(m.point, t) }) {
@@ -309,8 +315,8 @@ func exposing(mounts []mount, socketDirs []string) []shown {
 			continue
 		}
 		for _, h := range hidden {
-			if m.dev != h.dev || within(m.point, h.dir) {
-				continue // another filesystem, or hidden with the directory
+			if m.dev != h.dev || m.id == h.src || within(m.point, h.dir) && !shownAgain(m.point, h.dir) {
+				continue // another filesystem, the part's own mount, or hidden with the directory
 			}
 			switch {
 			case within(m.root, h.path):
@@ -332,6 +338,7 @@ func exposing(mounts []mount, socketDirs []string) []shown {
 // hiddenPart is what of a filesystem a socket directory shows.
 type hiddenPart struct {
 	dir  string // the socket directory
+	src  uint64 // the mount it is of
 	dev  string
 	path string // within the filesystem
 }
@@ -357,11 +364,11 @@ func hiddenParts(mounts []mount, socketDirs []string) []hiddenPart {
 		}
 		if in != nil {
 			rel, _ := filepath.Rel(in.point, d)
-			parts = append(parts, hiddenPart{d, in.dev, filepath.Join(in.root, rel)})
+			parts = append(parts, hiddenPart{d, in.id, in.dev, filepath.Join(in.root, rel)})
 		}
 		for _, m := range mounts {
 			if within(m.point, d) && m.point != d && slices.Contains(socketFS, m.fstype) {
-				parts = append(parts, hiddenPart{d, m.dev, m.root})
+				parts = append(parts, hiddenPart{d, m.id, m.dev, m.root})
 			}
 		}
 	}

@@ -50,8 +50,8 @@ func TestExposing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spots := func(socketDirs []string) (got []string) {
-		for _, sh := range exposing(mounts, socketDirs) {
+	spots := func(socketDirs []string, named ...string) (got []string) {
+		for _, sh := range exposing(mounts, socketDirs, named) {
 			got = append(got, sh.spot)
 		}
 		return got
@@ -66,6 +66,23 @@ func TestExposing(t *testing.T) {
 	// sandbox's.
 	if got, want := spots(nil), []string{"/srv/mq", "/srv/my chroot/proc", "/srv/chroot/sys/fs/cgroup"}; !slices.Equal(got, want) {
 		t.Fatalf("exposing, no socket directories = %q; want %q", got, want)
+	}
+	// A path named below a socket directory is bound back whole: a mount
+	// in it that shows the directory's sockets again goes first; the
+	// part's own mounts stay.
+	again := `1 0 8:1 / / rw - ext4 /dev/sda1 rw
+2 1 0:25 / /run rw - tmpfs tmpfs rw
+3 2 0:26 / /run/app rw - tmpfs tmpfs rw
+4 3 0:25 / /run/app/all rw - tmpfs tmpfs rw
+`
+	if mounts, err = parseMounts([]byte(again)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := spots([]string{"/run"}, "/run/app"), []string{"/run/app/all"}; !slices.Equal(got, want) {
+		t.Fatalf("exposing, /run/app named = %q; want %q", got, want)
+	}
+	if got := spots([]string{"/run"}); len(got) != 0 {
+		t.Fatalf("exposing, nothing named = %q; want none (all hidden with /run)", got)
 	}
 	// A filesystem's top mounted as the root (btrfs) shows a socket
 	// directory of a subvolume mounted elsewhere at another path.
