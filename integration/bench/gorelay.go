@@ -13,17 +13,28 @@ import (
 // both ways, which splices), with no identity, policy, audit or limits. The
 // bench runs itself in this mode as the "go-relay" column, so that what
 // airlock adds is measured apart from what Go's runtime costs.
-func goRelay(addr string) {
+func goRelay(addr string) { serveEach(addr, relayOne) }
+
+// serveEach serves each connection to addr in a goroutine of its own, for
+// the bench's process's life: a reference relay has no stop.
+func serveEach(addr string, serve func(net.Conn)) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		os.Exit(1)
 	}
+	acceptEach(ln, serve)
+	os.Exit(1)
+}
+
+// acceptEach serves each connection ln accepts in a goroutine of its own,
+// until ln fails.
+func acceptEach(ln net.Listener, serve func(net.Conn)) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			os.Exit(1)
+			return
 		}
-		go relayOne(c)
+		go serve(c)
 	}
 }
 

@@ -34,17 +34,7 @@ func goSockmap(addr string) {
 		fmt.Fprintln(os.Stderr, "go-sockmap:", err)
 		os.Exit(1)
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		os.Exit(1)
-	}
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			os.Exit(1)
-		}
-		go spliceOne(peers, c.(*net.TCPConn))
-	}
+	serveEach(addr, func(c net.Conn) { spliceOne(peers, c.(*net.TCPConn)) })
 }
 
 // sockmapRelay makes the sockhash, keyed by a socket's cookie and holding

@@ -21,15 +21,7 @@ func TestGoSockmapCarriesTheTunnelLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go spliceOne(peers, c.(*net.TCPConn))
-		}
-	}()
+	go acceptEach(ln, func(c net.Conn) { spliceOne(peers, c.(*net.TCPConn)) })
 	up := shortLoads(t)
 	checkLoads(t, &running{addr: ln.Addr().String()}, up, "tunnels,https,tlsbulk,bulk")
 }
