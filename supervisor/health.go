@@ -11,6 +11,9 @@ import (
 	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 )
 
+// probeSuffix ends the id of a service's exec probe (its leaf's name).
+const probeSuffix = ".probe"
+
 // checker probes a service once, within the health check's timeout; nil
 // is healthy. ctx ends when the probe must stop (the service is being
 // stopped or restarted).
@@ -79,7 +82,7 @@ func (s *service) execProbe(ctx context.Context, argv []string, timeout time.Dur
 	c.Stdin, c.Stdout, c.Stderr = nil, nil, nil
 	// ".probe": service names cannot hold a dot, so a probe's leaf is
 	// never a service's, whose preset would then decide for the probe.
-	sb, err := Launch(ctx, SandboxOptions{ID: s.leafID() + ".probe", Config: c, Env: s.env, CgroupParent: s.pod.group, ParentReaped: true, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log})
+	sb, err := Launch(ctx, SandboxOptions{ID: s.leafID() + probeSuffix, Config: c, Env: s.env, CgroupParent: s.pod.group, ParentReaped: true, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log})
 	if err != nil {
 		return fmt.Errorf("exec probe: %w", err)
 	}

@@ -233,6 +233,12 @@ func (o *oneOffs) add(x *oneOff) error {
 	if x.spec.ID == o.pod.m.Name {
 		return refuse(409, "id %q: it is pod %s's own name", x.spec.ID, o.pod.m.Name)
 	}
+	// A service's exec probe runs in a leaf of that name: taken, the
+	// probe could not be made (the service failing its health checks),
+	// or would be decided by the one-off's preset.
+	if strings.HasSuffix(x.spec.ID, probeSuffix) {
+		return refuse(409, "id %q: ids ending %q are the services' probes'", x.spec.ID, probeSuffix)
+	}
 	for _, svc := range o.services {
 		if svc.ID == x.spec.ID {
 			return refuse(409, "id %q: a service of pod %s has that id", x.spec.ID, o.pod.m.Name)

@@ -30,6 +30,8 @@ func TestOneOffAddRefusals(t *testing.T) {
 		// would be given the service's lines (tee) and end its series.
 		{"a service's id", "gateway", "/airlock-pod-p/airlock-gateway", false, 409, `id "gateway": a service of pod p has that id`},
 		{"the pod's name", "p", "/airlock-pod-p/airlock-p", false, 409, `id "p": it is pod p's own name`},
+		// A service's exec probe runs in that leaf.
+		{"a probe's", "p-svc.probe", "/airlock-pod-p/airlock-p-svc.probe", false, 409, `id "p-svc.probe": ids ending ".probe" are the services' probes'`},
 		{"pod stopping", "spawn-2", "/airlock-pod-p/airlock-spawn-2", true, 503, "pod p is stopping"},
 	} {
 		if tc.closed {

@@ -5,13 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // OperatorHeader tells the service which operator called. A client's own
@@ -20,6 +23,13 @@ const OperatorHeader = "X-Airlock-Operator"
 
 // keyHeaders carry an operator's key; they never reach the service.
 var keyHeaders = []string{"Authorization", "X-Api-Key"}
+
+// ownHeader says whether a header name is, under a service's reading of
+// it ('_' as '-', any case), one the ingress sets or takes away.
+func ownHeader(name string) bool {
+	name = strings.ReplaceAll(name, "_", "-")
+	return strings.EqualFold(name, OperatorHeader) || slices.ContainsFunc(keyHeaders, func(k string) bool { return strings.EqualFold(name, k) })
+}
 
 // Refusal is the JSON body of a 401 or 502.
 type Refusal struct {
@@ -30,6 +40,23 @@ type Refusal struct {
 
 type lineKey struct{}
 
+// maxLoggedPath is as much of a request's path as its audit line holds:
+// anyone who reaches the port, with no key, writes a line per request.
+const maxLoggedPath = 1 << 10
+
+// loggedPath is p cut to maxLoggedPath bytes (at a rune's start), marked
+// as cut.
+func loggedPath(p string) string {
+	if len(p) <= maxLoggedPath {
+		return p
+	}
+	cut := maxLoggedPath
+	for cut > 0 && !utf8.RuneStart(p[cut]) {
+		cut--
+	}
+	return p[:cut] + fmt.Sprintf("…(%d bytes)", len(p))
+}
+
 // ServeHTTP authenticates the request, forwards it, and audits it: one
 // line, written when the request ends, whatever way it ends (a refusal, an
 // upstream failure, a stream the client left).
@@ -37,7 +64,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	line := &auditLine{
 		Route: s.route.Name, Service: s.route.Service, Operator: UnknownOperator,
-		Remote: r.RemoteAddr, Method: r.Method, Path: r.URL.Path,
+		Remote: r.RemoteAddr, Method: r.Method, Path: loggedPath(r.URL.Path),
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	counted := s.begin()
@@ -145,8 +172,13 @@ func (s *Server) newProxy(dial func(ctx context.Context, network, addr string) (
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.SetXForwarded()
-			for _, h := range keyHeaders {
-				pr.Out.Header.Del(h)
+			// Under any spelling a service may read as one of them: CGI,
+			// WSGI and PHP map X_Airlock_Operator and X-Airlock-Operator
+			// alike to HTTP_X_AIRLOCK_OPERATOR, and the client's could win.
+			for name := range pr.Out.Header {
+				if ownHeader(name) {
+					pr.Out.Header.Del(name)
+				}
 			}
 			pr.Out.Header.Set(OperatorHeader, pr.In.Context().Value(lineKey{}).(*auditLine).Operator)
 		},

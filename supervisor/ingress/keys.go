@@ -84,6 +84,11 @@ func (k *Keys) Path() string { return k.path }
 // least one key that only its owner can change is an error: a route that
 // cannot tell operators apart must not start.
 func LoadKeys(path string) (*Keys, error) {
+	// Its directories too: one another user may write lets them put
+	// another file (another route's keys, through a link) in its place.
+	if err := trusted.Path(path); errors.Is(err, trusted.ErrUntrusted) {
+		return nil, fmt.Errorf("ingress key file: %w", err)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("ingress key file: %w", err)

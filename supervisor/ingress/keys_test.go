@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 )
 
 // writeKeys writes a key file with the given mode and returns its path.
@@ -52,6 +54,15 @@ func TestLoadKeysRefuses(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "no-such-keys")
 		if _, err := LoadKeys(p); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), p) {
 			t.Fatalf("LoadKeys(missing) = %v; want ErrNotExist naming %s", err, p)
+		}
+	})
+	t.Run("in a directory others may write", func(t *testing.T) {
+		p := writeKeys(t, "alice "+good+"\n", 0o600)
+		if err := os.Chmod(filepath.Dir(p), 0o775); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadKeys(p); !errors.Is(err, trusted.ErrUntrusted) || !strings.Contains(err.Error(), "its directory") {
+			t.Fatalf("LoadKeys(in a group-writable directory) = %v; want it refused, naming the directory", err)
 		}
 	})
 	t.Run("directory", func(t *testing.T) {

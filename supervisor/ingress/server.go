@@ -52,7 +52,7 @@ type Options struct {
 const (
 	readHeaderTimeout = 10 * time.Second
 	idleTimeout       = 2 * time.Minute
-	maxHeaderBytes    = 1 << 20
+	maxHeaderBytes    = 64 << 10 // as the proxy's: anyone who reaches the port may send it
 )
 
 // Server serves one route.
@@ -107,8 +107,11 @@ func Listen(r Route, o Options) (*Server, error) {
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		BaseContext:       func(net.Listener) context.Context { return base },
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		// "OPTIONS *" reaches the handler (a key, a line), not net/http's
+		// own answer.
+		DisableGeneralOptionsHandler: true,
+		BaseContext:                  func(net.Listener) context.Context { return base },
+		ErrorLog:                     slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	s.proxy = s.newProxy(o.Dial)
 	return s, nil

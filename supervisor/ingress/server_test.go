@@ -190,6 +190,9 @@ func TestHTTPKeysWithCurl(t *testing.T) {
 		{"/bearer-lower", []string{"authorization: bearer " + in.alice}, "alice", ReasonAllowed},
 		{"/api-key", []string{"X-Api-Key: " + in.bob, "X-Airlock-Operator: alice", "X-Forwarded-For: 192.0.2.1"}, "bob", ReasonAllowed},
 		{"/both-same", []string{"Authorization: Bearer " + in.bob, "X-Api-Key: " + in.bob}, "bob", ReasonAllowed},
+		// CGI-style services read '_' as '-': the client's spellings of
+		// the operator (and of a key) never reach them.
+		{"/underscores", []string{"X-Api-Key: " + in.bob, "X_Airlock_Operator: alice", "x_airlock-OPERATOR: alice", "X_Api_Key: " + in.alice}, "bob", ReasonAllowed},
 		{"/none", nil, "", ReasonKeyMissing},
 		{"/basic", []string{"Authorization: Basic " + in.alice}, "", ReasonKeyMissing},
 		{"/empty-bearer", []string{"Authorization: Bearer "}, "", ReasonKeyMissing},
@@ -220,6 +223,11 @@ func TestHTTPKeysWithCurl(t *testing.T) {
 			}
 			if got := seen.Values(OperatorHeader); len(got) != 1 || got[0] != tc.operator {
 				t.Errorf("service saw %s: %q; want [%s]", OperatorHeader, got, tc.operator)
+			}
+			for name, v := range seen {
+				if name != OperatorHeader && ownHeader(name) {
+					t.Errorf("service saw %s: %q; want no other spelling of %s or a key header", name, v, OperatorHeader)
+				}
 			}
 			for _, k := range keyHeaders {
 				if v := seen.Get(k); v != "" {
@@ -650,5 +658,32 @@ func TestKeyFileChangesTakeEffect(t *testing.T) {
 	}
 	if refused != 3 {
 		t.Errorf("%d audit lines say %s; want one per broken file, 3", refused, ReasonKeysUnavailable)
+	}
+}
+
+// Anyone who reaches the port writes a line per request, key or not: a
+// long path is cut in it, and "OPTIONS *" is refused and written as any
+// other request is, not answered by net/http before the key is asked for.
+func TestUnauthenticatedRequestsStaySmallInTheLog(t *testing.T) {
+	backend := echoHeaders()
+	defer backend.Close()
+	in := startIngress(t, port(t, backend.URL))
+	long := "/" + strings.Repeat("<", 8<<10)
+	if status, _, _ := curl(t, in.url+long); status != http.StatusUnauthorized {
+		t.Fatalf("a long path, no key: %d; want 401", status)
+	}
+	if status, _, _ := curl(t, "-X", "OPTIONS", "--request-target", "*", in.url); status != http.StatusUnauthorized {
+		t.Fatalf("OPTIONS *, no key: %d; want 401", status)
+	}
+	in.shutdown(t)
+	lines := strings.Split(strings.TrimSpace(in.audit.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("audit log: %d lines; want one per request:\n%s", len(lines), in.audit.String())
+	}
+	if len(lines[0]) > 8<<10 || !strings.Contains(lines[0], "(8193 bytes)") {
+		t.Errorf("the long path's line is %d bytes: %.200q; want it cut, saying how long the path was", len(lines[0]), lines[0])
+	}
+	if !strings.Contains(lines[1], `"method":"OPTIONS"`) || !strings.Contains(lines[1], ReasonKeyMissing) {
+		t.Errorf("OPTIONS * line: %s; want it refused for want of a key", lines[1])
 	}
 }
