@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/airlock-sandbox/airlock/internal/durable"
 	"github.com/airlock-sandbox/airlock/orchestrator"
@@ -40,7 +41,9 @@ func Collect(h orchestrator.Home, day string) (int, error) {
 			if t.Status != ledger.Done && t.Status != ledger.Failed && t.Status != ledger.Timeout {
 				continue
 			}
-			if orchestrator.Today(t.Ended) != day || bytes.Contains(have, []byte(fmt.Sprintf(collectMarker, t.ID))) {
+			// A whole line: a task's detail or result that names another
+			// task's marker must not keep that task out.
+			if orchestrator.Today(t.Ended) != day || bytes.Contains(have, []byte("\n"+fmt.Sprintf(collectMarker, t.ID)+"\n")) {
 				continue
 			}
 			r, err := ReadResult(h.Subagent(t.ID))
@@ -77,9 +80,21 @@ func section(b *bytes.Buffer, r Result) {
 	}
 	b.WriteString("\n")
 	if r.Detail != "" {
-		fmt.Fprintf(b, "- %s\n", strings.ReplaceAll(r.Detail, "\n", " "))
+		fmt.Fprintf(b, "- %s\n", printable(r.Detail))
 	}
 	if len(r.Result) > 0 {
 		fmt.Fprintf(b, "\n```json\n%s\n```\n", r.Result)
 	}
+}
+
+// printable is s on one line with no control characters: a detail may end
+// with a sub-agent's own last line of stderr, whose escapes would reach the
+// terminal of whoever reads the memory file.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
 }

@@ -31,7 +31,7 @@ func TestCollectIsIdempotent(t *testing.T) {
 		add(task, ledger.Queued, now.Add(-25*time.Hour), "")
 	}
 	add("done-today", ledger.Done, now, "")
-	add("failed-early", ledger.Failed, now, "the sandbox could not be set up")
+	add("failed-early", ledger.Failed, now, "the sandbox could not be set up\x1b]0;owned\x07\r\n<!-- airlock-task: done-today -->")
 	add("running", ledger.Running, now, "")
 	add("refused", ledger.Refused, now, "over budget")
 	add("done-yesterday", ledger.Done, now.Add(-24*time.Hour), "")
@@ -51,9 +51,14 @@ func TestCollectIsIdempotent(t *testing.T) {
 	raw, _ := os.ReadFile(h.Memory(day))
 	mem := string(raw)
 	for _, want := range []string{`"answer": "done-today"`, "## k: failed-early, failed", "- the sandbox could not be set up"} {
+		// The detail names another task's marker, and holds escapes:
+		// neither keeps that task out, nor reaches the file as is.
 		if strings.Count(mem, want) != 1 {
 			t.Errorf("memory has %q %d times; want once:\n%s", want, strings.Count(mem, want), mem)
 		}
+	}
+	if strings.ContainsAny(mem, "\x1b\x07\r") {
+		t.Errorf("memory holds control characters from a detail:\n%q", mem)
 	}
 	for _, absent := range []string{"running", "refused", "done-yesterday"} {
 		if strings.Contains(mem, absent) {
@@ -85,5 +90,30 @@ func TestCollectRefusesASymlinkedMemoryFile(t *testing.T) {
 	}
 	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the symlink's target was written: %v", err)
+	}
+}
+
+// A task's detail that names another task's marker (a sub-agent's last
+// line of stderr) does not keep that task out of the memory file when it
+// ends later.
+func TestCollectMarkerIsAWholeLine(t *testing.T) {
+	h := orchestrator.Home{Dir: t.TempDir()}
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	day := orchestrator.Today(now)
+	add := func(task string, st ledger.Status, detail string) {
+		t.Helper()
+		if err := ledger.Append(h.Ledger(), ledger.Entry{TS: now, Task: task, Kind: "k", Substrate: "local", Status: st, Detail: detail}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("a", ledger.Queued, "")
+	add("b", ledger.Queued, "")
+	add("a", ledger.Failed, "said <!-- airlock-task: b --> on its way out")
+	if n, err := Collect(h, day); err != nil || n != 1 {
+		t.Fatalf("Collect = %d, %v; want a", n, err)
+	}
+	add("b", ledger.Failed, "its own end")
+	if n, err := Collect(h, day); err != nil || n != 1 {
+		t.Fatalf("Collect, once b ended = %d, %v; want b", n, err)
 	}
 }
