@@ -153,3 +153,23 @@ func TestRunnerRemoteSecret(t *testing.T) {
 		}
 	}
 }
+
+// What git cannot add of work/ (a repository of the sub-agent's own, with
+// no commit) costs neither the result nor the logs: they are committed,
+// and the detail says work/ was not.
+func TestRunnerCommitsTheResultWhateverWorkHolds(t *testing.T) {
+	testutil.RequireTool(t, "git")
+	rm := Remote{URL: testutil.GitRemote(t)}
+	f := agent(t, "t-work-repo", `git init -q "$(dirname "$1")/work/repo" && echo kept >"$(dirname "$1")/work/file" && echo '{"a":1}'`)
+	files, err := f.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, fetched := runOnce(t, rm, "t-work-repo", files)
+	if r.Status != ledger.Done || !strings.Contains(string(r.Result), `"a"`) || !strings.Contains(r.Detail, "work/ was not committed") {
+		t.Fatalf("result %+v; want done, its result, and a detail saying work/ was not committed", r)
+	}
+	if _, ok := fetched.Files["stdout.log"]; !ok {
+		t.Error("the branch holds no stdout.log; want the logs committed beside the result")
+	}
+}

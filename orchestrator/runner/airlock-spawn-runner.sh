@@ -123,6 +123,15 @@ detailfile=$work/detail.txt
 # line of any length fits (an argument over 128 KiB does not).
 finish() {
 	detail=$3
+	# work/ is the sub-agent's: what git cannot add of it (a repository
+	# of its own with no commit) must not cost the result and the audit
+	# log, which the exit trap would delete with the checkout.
+	keep=
+	if [ -d "$dir/work" ] && ! added=$(git add -f -- "$dir/work" 2>&1); then
+		git reset -q -- "$dir/work" >/dev/null 2>&1 || true
+		keep=":(exclude)$dir/work"
+		warning="${warning:+$warning; }work/ was not committed: $(printf '%s\n' "$added" | grep . | tail -n 1)"
+	fi
 	if [ -n "$warning" ]; then
 		detail="$warning${detail:+; $detail}"
 	fi
@@ -137,7 +146,7 @@ finish() {
 		+ (if $tokens == "" then {} else {usage: {tokens: ($tokens | tonumber)}} end)
 		+ (if $result == [] then {} else {result: $result[0]} end)
 		+ (if $detail == "" then {} else {detail: $detail} end)' >"$dir/result.json"
-	git add -f -- "$dir"
+	git add -f -- "$dir" ${keep:+"$keep"}
 	# No hook of the checkout's runs, with the credentials in its
 	# environment or at all.
 	git -c core.hooksPath=/dev/null commit --quiet --no-verify -m "spawn $id: $1"
