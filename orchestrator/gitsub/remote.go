@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -189,9 +190,12 @@ type Fetched struct {
 	Files map[string][]byte // name → content, for the names asked that exist
 }
 
+// maxFetched is the largest file Fetch reads.
+const maxFetched = 64 << 20
+
 // Fetch reads the named files of spawns/<id>/ at the branch's tip. A name
-// the tip does not have is left out; a branch that does not exist is an
-// error.
+// the tip does not have as a file of at most maxFetched bytes is left out;
+// a branch that does not exist is an error.
 func (rm Remote) Fetch(ctx context.Context, id string, names ...string) (*Fetched, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
@@ -209,13 +213,24 @@ func (rm Remote) Fetch(ctx context.Context, id string, names ...string) (*Fetche
 		return nil, err
 	}
 	f := &Fetched{Tip: tip, Files: map[string][]byte{}}
-	out, err := r.run(ctx, nil, "ls-tree", "--name-only", tip, Dir(id)+"/")
+	out, err := r.run(ctx, nil, "ls-tree", "-z", "-l", tip, Dir(id)+"/")
 	if err != nil {
 		return nil, err
 	}
+	// Only files, and none larger than maxFetched: the branch is the
+	// sub-agent's to write, and what cannot be read as a file (a tree, a
+	// gitlink where result.json should be) would fail every poll, the task
+	// never ending; a huge one would be read into memory whole.
 	present := map[string]bool{}
-	for _, p := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		present[strings.TrimPrefix(p, Dir(id)+"/")] = true
+	for _, e := range strings.Split(string(out), "\x00") {
+		meta, path, ok := strings.Cut(e, "\t")
+		fields := strings.Fields(meta)
+		if !ok || len(fields) != 4 || fields[1] != "blob" {
+			continue
+		}
+		if size, err := strconv.ParseInt(fields[3], 10, 64); err == nil && size <= maxFetched {
+			present[strings.TrimPrefix(path, Dir(id)+"/")] = true
+		}
 	}
 	for _, name := range names {
 		if !present[name] {

@@ -2,6 +2,8 @@ package gitsub
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -82,5 +84,35 @@ func TestRemoteErrorsHideToken(t *testing.T) {
 		} else if strings.Contains(err.Error(), token) || !strings.Contains(err.Error(), "127.0.0.1") {
 			t.Errorf("%s: %v; want the remote named, its token not", name, err)
 		}
+	}
+}
+
+// What the sub-agent committed where a file should be (a directory named
+// result.json) is left out, as an absent file is: read as a blob, it failed
+// every poll, and the task never reached its deadline's end.
+func TestFetchReadsOnlyFiles(t *testing.T) {
+	ctx := context.Background()
+	rm := Remote{URL: testutil.GitRemote(t)}
+	if _, err := rm.Push(ctx, "t-tree", map[string][]byte{"task": []byte("do it")}); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(t.TempDir(), "work")
+	testutil.Git(t, "", "clone", "--quiet", "--branch", Branch("t-tree"), rm.URL, work)
+	dir := filepath.Join(work, Dir("t-tree"), "result.json")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "x"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Git(t, work, "add", ".")
+	testutil.Git(t, work, "commit", "--quiet", "-m", "a tree where result.json goes")
+	testutil.Git(t, work, "push", "--quiet", "origin", Branch("t-tree"))
+	f, err := rm.Fetch(ctx, "t-tree", "task", "result.json")
+	if err != nil {
+		t.Fatalf("Fetch = %v; want the tree left out, not an error", err)
+	}
+	if _, ok := f.Files["result.json"]; ok || string(f.Files["task"]) != "do it" {
+		t.Errorf("fetched %q; want the task, and no result.json", f.Files)
 	}
 }
