@@ -68,7 +68,7 @@ pinned one; 2: usage.`,
 			if err != nil {
 				return err
 			}
-			d, err := gate.Decide(cmd.Context(), h, e, action, target, time.Now())
+			d, err := gate.Decide(cmd.Context(), h, e, action, target, time.Now)
 			if errors.Is(err, gate.ErrInvalidAction) {
 				return &exitError{ExitUsage, fmt.Errorf("--action: %w", err)}
 			}

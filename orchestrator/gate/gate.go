@@ -64,8 +64,8 @@ var actionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
 // An error means the decision could not be recorded (log, memory file or
 // inbox): the caller must not take the action. A decision that reached no
 // log is a block.
-func Decide(ctx context.Context, home orchestrator.Home, e *policies.Engine, action, target string, now time.Time) (Decision, error) {
-	d := Decision{TS: now.UTC(), Action: action, Target: target, Policy: e.Hash()}
+func Decide(ctx context.Context, home orchestrator.Home, e *policies.Engine, action, target string, clock func() time.Time) (Decision, error) {
+	d := Decision{TS: clock().UTC(), Action: action, Target: target, Policy: e.Hash()}
 	if !actionName.MatchString(action) {
 		return block(d, RuleInvalidAction, "the action is not a name"), fmt.Errorf("%w %q: want a name of letters, digits and _.:- (send_mail)", ErrInvalidAction, action)
 	}
@@ -74,6 +74,10 @@ func Decide(ctx context.Context, home orchestrator.Home, e *policies.Engine, act
 		return block(d, RuleUnrecorded, err.Error()), err
 	}
 	defer log.close()
+	// Stamped once the log is the gate's: one that waited on the lock (or
+	// was stopped) must not append a line older than those before it,
+	// which countAuto reads back only as far as the day's start.
+	d.TS = clock().UTC()
 
 	if why, killed := killFile(home.KillFile()); killed {
 		d.Outcome, d.Rule, d.Reason = Killed, RuleKillFile, why

@@ -39,7 +39,7 @@ func TestConcurrentGatesKeepTheDailyCap(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := Decide(context.Background(), home, e, "open_pr", "o/r", now); err != nil {
+			if _, err := Decide(context.Background(), home, e, "open_pr", "o/r", at(now)); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -68,7 +68,7 @@ func TestTornLogLine(t *testing.T) {
 	if err := os.WriteFile(home.ActionLog(), []byte(whole+torn), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d, err := Decide(context.Background(), home, e, "open_pr", "o/r", now)
+	d, err := Decide(context.Background(), home, e, "open_pr", "o/r", at(now))
 	if err != nil || d.Outcome != policies.OutcomeAuto || !strings.Contains(d.Reason, "1 of 5") {
 		t.Fatalf("Decide = %+v, %v; want auto counting the one whole line (1 of 5)", d, err)
 	}
@@ -83,14 +83,14 @@ func TestCapIsPerUTCDay(t *testing.T) {
 	e, home := embedded(t), orchestrator.Home{Dir: t.TempDir()}
 	day := time.Date(2026, 11, 23, 23, 59, 0, 0, time.UTC)
 	for range 5 {
-		if _, err := Decide(context.Background(), home, e, "open_pr", "o/r", day); err != nil {
+		if _, err := Decide(context.Background(), home, e, "open_pr", "o/r", at(day)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if d, _ := Decide(context.Background(), home, e, "open_pr", "o/r", day); d.Outcome != policies.OutcomeBudget {
+	if d, _ := Decide(context.Background(), home, e, "open_pr", "o/r", at(day)); d.Outcome != policies.OutcomeBudget {
 		t.Fatalf("6th open_pr of the day = %s, want budget", d.Outcome)
 	}
-	if d, _ := Decide(context.Background(), home, e, "open_pr", "o/r", day.Add(2*time.Minute)); d.Outcome != policies.OutcomeAuto {
+	if d, _ := Decide(context.Background(), home, e, "open_pr", "o/r", at(day.Add(2*time.Minute))); d.Outcome != policies.OutcomeAuto {
 		t.Fatalf("first open_pr of the next day = %s, want auto", d.Outcome)
 	}
 }
@@ -108,7 +108,7 @@ func TestParkAppendsNeverRewrites(t *testing.T) {
 	}
 	decide := func(action, target string) {
 		t.Helper()
-		if _, err := Decide(context.Background(), home, e, action, target, now); err != nil {
+		if _, err := Decide(context.Background(), home, e, action, target, at(now)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -140,7 +140,7 @@ func TestParkAppendsNeverRewrites(t *testing.T) {
 func TestInvalidActionIsNotDecided(t *testing.T) {
 	e, home := embedded(t), orchestrator.Home{Dir: t.TempDir()}
 	for _, a := range []string{"", "send mail", "send_mail\n- forged", "-x"} {
-		d, err := Decide(context.Background(), home, e, a, "t", time.Now())
+		d, err := Decide(context.Background(), home, e, a, "t", time.Now)
 		if !errors.Is(err, ErrInvalidAction) || d.Outcome != policies.OutcomeBlock || d.Rule != RuleInvalidAction {
 			t.Errorf("Decide(%q) = %+v, %v; want a block and ErrInvalidAction", a, d, err)
 		}
@@ -167,11 +167,34 @@ func TestActionLogSymlinkRefused(t *testing.T) {
 	if err := os.Symlink(elsewhere, home.ActionLog()); err != nil {
 		t.Fatal(err)
 	}
-	d, err := Decide(context.Background(), home, e, "open_pr", "o/r", time.Now())
+	d, err := Decide(context.Background(), home, e, "open_pr", "o/r", time.Now)
 	if err == nil || d.Outcome != policies.OutcomeBlock || d.Rule != RuleUnrecorded {
 		t.Fatalf("Decide through a symlinked log = %+v, %v; want a block (unrecorded) and an error", d, err)
 	}
 	if _, err := os.Stat(elsewhere); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the symlink's target was written: %v", err)
+	}
+}
+
+// at is a clock stopped at t.
+func at(t time.Time) func() time.Time { return func() time.Time { return t } }
+
+// A decision is stamped once the action log is the gate's: one that waited
+// on the lock past the day's start would otherwise write a line older than
+// those before it, where the count of the day's actions stops reading.
+func TestDecisionStampedUnderTheLock(t *testing.T) {
+	e, home := embedded(t), orchestrator.Home{Dir: t.TempDir()}
+	asked, then := time.Date(2026, 11, 23, 23, 0, 0, 0, time.UTC), time.Date(2026, 11, 24, 1, 0, 0, 0, time.UTC)
+	calls := 0
+	clock := func() time.Time {
+		calls++
+		if calls == 1 {
+			return asked
+		}
+		return then
+	}
+	d, err := Decide(context.Background(), home, e, "open_pr", "o/r", clock)
+	if err != nil || !d.TS.Equal(then) {
+		t.Fatalf("Decide = %+v, %v; want it stamped %v, when the log was the gate's", d, err, then)
 	}
 }
