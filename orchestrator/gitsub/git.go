@@ -3,9 +3,13 @@ package gitsub
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -49,12 +53,13 @@ func (r *repo) run(ctx context.Context, env []string, args ...string) ([]byte, e
 
 // runIn is run with stdin.
 func (r *repo) runIn(ctx context.Context, stdin []byte, env []string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, r.git, args...)
-	cmd.Dir = r.dir
 	// GIT_DIR pins the scratch repository: a git directory found by
 	// searching upwards (the operator's) must never be the one written.
-	cmd.Env = append(append(os.Environ(), "GIT_DIR="+r.dir, "GIT_TERMINAL_PROMPT=0"), identity...)
-	cmd.Env = append(cmd.Env, env...)
+	env = append(append(append(os.Environ(), "GIT_DIR="+r.dir, "GIT_TERMINAL_PROMPT=0"), identity...), env...)
+	argv, env := credentialsInEnv(args, env)
+	cmd := exec.CommandContext(ctx, r.git, argv...)
+	cmd.Dir = r.dir
+	cmd.Env = env
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
@@ -74,4 +79,33 @@ func (r *repo) runIn(ctx context.Context, stdin []byte, env []string, args ...st
 func (r *repo) line(ctx context.Context, env []string, args ...string) (string, error) {
 	out, err := r.run(ctx, env, args...)
 	return strings.TrimSpace(string(out)), err
+}
+
+// credentialsInEnv moves an http(s) remote URL's user and password out of
+// git's arguments, which every user of the host may read in /proc, into an
+// Authorization header in its environment, which only the host's root and
+// the supervisor's user may (as the runner sends them).
+func credentialsInEnv(args, env []string) ([]string, []string) {
+	out := slices.Clone(args)
+	for i, a := range args {
+		u, err := url.Parse(a)
+		if err != nil || u.User == nil || (u.Scheme != "http" && u.Scheme != "https") {
+			continue
+		}
+		pass, _ := u.User.Password()
+		basic := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pass))
+		u.User = nil
+		out[i] = u.String()
+		// After the operator's own GIT_CONFIG_* entries, if any.
+		n := 0
+		for _, e := range env {
+			if v, ok := strings.CutPrefix(e, "GIT_CONFIG_COUNT="); ok {
+				n, _ = strconv.Atoi(v)
+			}
+		}
+		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=http.extraHeader", n),
+			fmt.Sprintf("GIT_CONFIG_VALUE_%d=Authorization: Basic %s", n, basic),
+			fmt.Sprintf("GIT_CONFIG_COUNT=%d", n+1))
+	}
+	return out, env
 }

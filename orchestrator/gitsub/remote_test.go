@@ -3,6 +3,7 @@ package gitsub
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -114,5 +115,37 @@ func TestFetchReadsOnlyFiles(t *testing.T) {
 	}
 	if _, ok := f.Files["result.json"]; ok || string(f.Files["task"]) != "do it" {
 		t.Errorf("fetched %q; want the task, and no result.json", f.Files)
+	}
+}
+
+// A remote URL's credentials never reach git's command line, which every
+// user of the host may read in /proc: they go in its environment, as a
+// header, and the remote takes them.
+func TestRemoteCredentialsOffTheCommandLine(t *testing.T) {
+	ctx := context.Background()
+	const secret = "s3cret-t0ken"
+	url, _ := testutil.GitHTTPRemote(t, "x-access-token", secret)
+	real, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := filepath.Join(t.TempDir(), "argv")
+	wrapper := filepath.Join(t.TempDir(), "git")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nprintf '%s\\n' \"$*\" >>"+argv+"\nexec "+real+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rm := Remote{URL: url, Git: wrapper}
+	if _, err := rm.Push(ctx, "t-cred", map[string][]byte{"task": []byte("x")}); err != nil {
+		t.Fatalf("Push with the right credentials: %v", err)
+	}
+	if _, err := rm.Fetch(ctx, "t-cred", "task"); err != nil {
+		t.Fatalf("Fetch with the right credentials: %v", err)
+	}
+	logged, err := os.ReadFile(argv)
+	if err != nil || !strings.Contains(string(logged), "127.0.0.1") {
+		t.Fatalf("git's command lines: %q, %v; want the remote named", logged, err)
+	}
+	if strings.Contains(string(logged), secret) {
+		t.Errorf("a git command line holds the remote's token:\n%s", logged)
 	}
 }
