@@ -152,6 +152,9 @@ func (s *Server) refuse(w http.ResponseWriter, status int, reason, msg string) {
 	body = append(body, '\n')
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	// The connection ends with the refusal: a client with no key holds
+	// none open, with one of the route's connections, for the idle time.
+	w.Header().Set("Connection", "close")
 	w.WriteHeader(status)
 	w.Write(body)
 }

@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/netutil"
 )
 
 // Route is one door: a host address that reaches one service's port
@@ -44,7 +47,16 @@ type Options struct {
 	// KeysChanged, when set, is told when the route's key file changed:
 	// n keys now admit, or err says why none does until it is mended.
 	KeysChanged func(n int, err error)
+	// MaxConns bounds the connections the route serves at once (0:
+	// DefaultMaxConns); more wait in its backlog. Anyone who reaches the
+	// port may open them, and each holds a descriptor and a goroutine of
+	// the supervisor, which serves the proxy and the admin socket too.
+	MaxConns int
 }
+
+// DefaultMaxConns is a route's MaxConns when none is given: the proxy's
+// own default per sandbox.
+const DefaultMaxConns = 1024
 
 // Server timeouts. There is no write timeout and no read timeout: either
 // would cut a server-sent event stream or a WebSocket, which may last as
@@ -94,6 +106,7 @@ func Listen(r Route, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ingress route %q: listen %s: %w", r.Name, r.Listen, err)
 	}
+	ln = netutil.LimitListener(ln, cmp.Or(o.MaxConns, DefaultMaxConns))
 	logger := o.Logger
 	if logger == nil {
 		logger = slog.Default()

@@ -49,7 +49,7 @@ func (c *trackedConn) Close() error { c.closed.Store(true); return c.Conn.Close(
 // startIngress serves a route to port on loopback. Its dialer is a plain
 // one standing in for the supervisor's dialer into the pod, and records
 // what it is asked to dial.
-func startIngress(t *testing.T, port int) *ingress {
+func startIngress(t *testing.T, port int, with ...func(*Options)) *ingress {
 	t.Helper()
 	in := &ingress{audit: &testutil.Buffer{}}
 	in.alice, _ = NewKey()
@@ -59,7 +59,7 @@ func startIngress(t *testing.T, port int) *ingress {
 		t.Fatal(err)
 	}
 	var d net.Dialer
-	in.srv, err = Listen(Route{Name: "gateway", Listen: "127.0.0.1:0", Service: "gw", Port: port, Keys: keys}, Options{
+	o := Options{
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := d.DialContext(ctx, network, addr)
 			if err != nil {
@@ -81,7 +81,11 @@ func startIngress(t *testing.T, port int) *ingress {
 				in.keyChanges = append(in.keyChanges, fmt.Sprint(n))
 			}
 		},
-	})
+	}
+	for _, f := range with {
+		f(&o)
+	}
+	in.srv, err = Listen(Route{Name: "gateway", Listen: "127.0.0.1:0", Service: "gw", Port: port, Keys: keys}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -685,5 +689,53 @@ func TestUnauthenticatedRequestsStaySmallInTheLog(t *testing.T) {
 	}
 	if !strings.Contains(lines[1], `"method":"OPTIONS"`) || !strings.Contains(lines[1], ReasonKeyMissing) {
 		t.Errorf("OPTIONS * line: %s; want it refused for want of a key", lines[1])
+	}
+}
+
+// A route serves at most MaxConns connections at once, whoever opens them;
+// and a refused request's connection ends with its answer, so a client
+// with no key holds none of them open.
+func TestConnectionsAreBounded(t *testing.T) {
+	backend := echoHeaders()
+	defer backend.Close()
+	in := startIngress(t, port(t, backend.URL), func(o *Options) { o.MaxConns = 2 })
+	addr := strings.TrimPrefix(in.url, "http://")
+	get := func(c net.Conn, key string) (*http.Response, error) {
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\nX-Api-Key: %s\r\n\r\n", key)
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		return http.ReadResponse(bufio.NewReader(c), nil)
+	}
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if resp, err := get(c, in.alice); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("a keyed request: %v, %v; want 200", resp, err)
+		}
+		held = append(held, c) // kept alive
+	}
+	third, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	fmt.Fprintf(third, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(third)
+	third.SetReadDeadline(time.Now().Add(time.Second))
+	if resp, err := http.ReadResponse(br, nil); err == nil {
+		t.Fatalf("a third connection was served (%s) while two were held; want it waiting", resp.Status)
+	}
+	held[0].Close()
+	third.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("once one was closed: %v, %v; want the third served, 401", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if n, err := br.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Errorf("after the 401: read %d, %v; want the connection closed", n, err)
 	}
 }
