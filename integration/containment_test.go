@@ -573,23 +573,12 @@ func TestLaunchSeesNoHostViewsElsewhere(t *testing.T) {
 		t.Cleanup(func() { unix.Unmount(at, unix.MNT_DETACH) })
 	}
 	// A terminal of the host's that the sandbox's uid owns.
-	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ptmx.Close() })
-	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(fmt.Sprintf("/dev/pts/%d", n), 61000, 61000); err != nil {
+	_, pts := testutil.OpenPty(t)
+	if err := pts.Chown(61000, 61000); err != nil {
 		t.Fatal(err)
 	}
 	there := []string{filepath.Join(dir, "proc/1/cmdline"), filepath.Join(dir, "run", filepath.Base(sock))}
-	opens := []string{filepath.Join(dir, "dev/zero"), filepath.Join(dir, "pts", strconv.Itoa(n))}
+	opens := []string{filepath.Join(dir, "dev/zero"), filepath.Join(dir, "pts", filepath.Base(pts.Name()))}
 	for _, p := range slices.Concat(there, opens) {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("the host's view: %v", err)
