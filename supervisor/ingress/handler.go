@@ -113,7 +113,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.proxy.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), lineKey{}, line)))
+	ctx, a := s.hold(r.Context(), key, line.Operator)
+	defer s.drop(a)
+	s.proxy.ServeHTTP(sw, r.WithContext(context.WithValue(ctx, lineKey{}, line)))
 }
 
 // presentedKey finds the key in `Authorization: Bearer KEY` or

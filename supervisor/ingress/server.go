@@ -88,6 +88,10 @@ type Server struct {
 	// stop cancels every request's context at Shutdown: that is what ends
 	// a WebSocket, whose hijacked connection http.Server no longer tracks.
 	stop context.CancelFunc
+	// admitted are the allowed requests in flight, each ended (its
+	// context cancelled) once its key no longer admits (revoke).
+	admittedMu sync.Mutex
+	admitted   map[*admission]struct{}
 	// mu guards closed; reqs counts the handlers Shutdown waits for, so
 	// that every audit line is written when it returns.
 	mu     sync.Mutex
@@ -113,7 +117,9 @@ func Listen(r Route, o Options) (*Server, error) {
 	}
 	logger = logger.With("route", r.Name, "service", r.Service)
 	base, stop := context.WithCancel(context.Background())
-	s := &Server{route: r, ln: ln, audit: &auditLog{w: o.Audit}, failOpen: o.AuditFailOpen, log: logger, stop: stop, keysChanged: o.KeysChanged}
+	s := &Server{route: r, ln: ln, audit: &auditLog{w: o.Audit}, failOpen: o.AuditFailOpen, log: logger, stop: stop, keysChanged: o.KeysChanged,
+		admitted: map[*admission]struct{}{}}
+	go s.watchKeys(base)
 	s.keys.Store(&keySet{keys: r.Keys, stamp: r.Keys.stamp})
 	s.srv = &http.Server{
 		Handler:           s,

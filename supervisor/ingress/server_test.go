@@ -739,3 +739,52 @@ func TestConnectionsAreBounded(t *testing.T) {
 		t.Errorf("after the 401: read %d, %v; want the connection closed", n, err)
 	}
 }
+
+// A key removed from the file ends what it let in that is still open (a
+// stream, a WebSocket), whether or not another request comes: a leaked key
+// replaced must not keep its session.
+func TestRemovedKeyEndsItsStreams(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // streams until the ingress ends it
+	}))
+	t.Cleanup(backend.Close) // after the route's own cleanup: its handler waits on the route
+	in := startIngress(t, port(t, backend.URL))
+	open := func(key string) *bufio.Reader {
+		req, _ := http.NewRequest(http.MethodGet, in.url+"/events", nil)
+		req.Header.Set("X-Api-Key", key)
+		resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("open a stream: %v, %v", resp, err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		br := bufio.NewReader(resp.Body)
+		if event, err := br.ReadString('\n'); event != "data: one\n" {
+			t.Fatalf("the stream's first line: %q, %v", event, err)
+		}
+		if blank, err := br.ReadString('\n'); blank != "\n" {
+			t.Fatalf("the stream's first event's end: %q, %v", blank, err)
+		}
+		return br
+	}
+	alices, bobs := open(in.alice), open(in.bob)
+	if _, err := AddKey(in.srv.route.Keys.Path(), "alice", true); err != nil { // alice's key replaced
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { _, err := io.ReadAll(alices); ended <- err }()
+	select {
+	case <-ended:
+	case <-time.After(20 * time.Second):
+		t.Fatal("alice's stream still open 20 s after her key was replaced")
+	}
+	// bob's key is still in the file: his stream goes on.
+	go func() { _, err := bobs.ReadByte(); ended <- err }()
+	select {
+	case err := <-ended:
+		t.Fatalf("bob's stream ended (%v); his key still admits", err)
+	case <-time.After(2 * keyRecheck):
+	}
+}
