@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/airlock-sandbox/airlock/internal/flood"
 	"github.com/airlock-sandbox/airlock/proxy/fakedns"
 )
 
@@ -21,24 +22,24 @@ const DNSAuditMessage = "CANONICAL-PROXY-DNS"
 // rejects get NXDOMAIN. Each refusal is written to the audit log before it
 // is sent and, as for a connection, one whose line cannot be written gets
 // SERVFAIL instead, unless AuditFailOpen; past maxDNSLines in a
-// dnsFloodInterval they are summed up instead (dnsFlood). Replies are
+// dnsFloodInterval they are summed up instead (flood.Counter). Replies are
 // counted by rcode.
 func (p *Proxy) ServeDNS(sb Sandbox, pool *fakedns.Pool, packets []net.PacketConn, streams []net.Listener) error {
-	flood := &dnsFlood{interval: dnsFloodInterval, summarise: func(k dnsFloodKey, n int64) {
+	refusals := &flood.Counter[dnsFloodKey]{Interval: dnsFloodInterval, Max: maxDNSLines, Summarise: func(k dnsFloodKey, n int64) {
 		p.auditDNS(&sb, &fakedns.Refusal{Rcode: k.rcode, Reason: k.reason, Detail: fmt.Sprintf(
 			"%d refusals beyond %d within %s not written one by one", n, maxDNSLines, dnsFloodInterval)}, n)
 	}}
-	defer flood.flush() // Serve has returned: no refusal comes after it
+	defer refusals.Flush() // Serve has returned: no refusal comes after it
 	srv, err := fakedns.NewServer(fakedns.ServerConfig{
 		Pool:      pool,
 		Reachable: sb.Reachable,
 		Refused: func(r fakedns.Refusal) error {
-			write, err := flood.admit(dnsFloodKey{r.Rcode, r.Reason})
+			write, err := refusals.Admit(dnsFloodKey{r.Rcode, r.Reason})
 			if !write {
 				return err // on record in the summary line, if the log writes
 			}
 			err = p.auditDNS(&sb, &r, 0)
-			flood.wrote(err)
+			refusals.Wrote(err)
 			return err
 		},
 		Answered: func(rcode string) { p.cfg.Metrics.countDNS(sb.ID, rcode) },

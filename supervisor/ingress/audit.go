@@ -53,7 +53,20 @@ type auditLine struct {
 	Allowed    bool    `json:"allowed"`
 	Reason     string  `json:"reason"`
 	DurationMS float64 `json:"duration_ms"`
+	// Count is how many refusals a summary line stands for (refusalLines),
+	// none of them written one by one.
+	Count int64 `json:"count,omitempty"`
 }
+
+// Refusals for want of a key are written one by one up to refusalLines per
+// refusalInterval, then counted and summed up in one line per reason when
+// the interval ends (flood.Counter): anyone who reaches the port may send
+// them, as fast as it likes, into a log the pod's proxy shares.
+const refusalLines = 64
+
+// refusalInterval is a variable for the tests, which need an interval that
+// cannot end before they look.
+var refusalInterval = time.Second
 
 // auditLog writes each line with one Write, never interleaved.
 type auditLog struct {

@@ -70,10 +70,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	counted := s.begin()
 	defer func() {
 		line.Status = sw.final()
-		if err := s.audit.write(line, start); err != nil {
-			s.log.Error("ingress audit write failed", "err", err, "operator", line.Operator,
-				"method", line.Method, "path", line.Path, "status", line.Status, "reason", line.Reason)
-		}
+		s.record(line, start)
 		if counted {
 			s.reqs.Done()
 		}
@@ -116,6 +113,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, a := s.hold(r.Context(), key, line.Operator)
 	defer s.drop(a)
 	s.proxy.ServeHTTP(sw, r.WithContext(context.WithValue(ctx, lineKey{}, line)))
+}
+
+// record writes a request's line, unless it is a refusal for want of a key
+// beyond the interval's lines, which is summed up when the interval ends.
+func (s *Server) record(line *auditLine, start time.Time) {
+	unkeyed := line.Status == http.StatusUnauthorized
+	if unkeyed {
+		if write, _ := s.unkeyed.Admit(line.Reason); !write {
+			return
+		}
+	}
+	err := s.audit.write(line, start)
+	if unkeyed {
+		s.unkeyed.Wrote(err)
+	}
+	if err != nil {
+		s.log.Error("ingress audit write failed", "err", err, "operator", line.Operator,
+			"method", line.Method, "path", line.Path, "status", line.Status, "reason", line.Reason)
+	}
 }
 
 // presentedKey finds the key in `Authorization: Bearer KEY` or

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/flood"
 	"golang.org/x/net/netutil"
 )
 
@@ -92,6 +93,8 @@ type Server struct {
 	// context cancelled) once its key no longer admits (revoke).
 	admittedMu sync.Mutex
 	admitted   map[*admission]struct{}
+	// unkeyed counts the lines of refusals for want of a key.
+	unkeyed *flood.Counter[string]
 	// mu guards closed; reqs counts the handlers Shutdown waits for, so
 	// that every audit line is written when it returns.
 	mu     sync.Mutex
@@ -119,6 +122,7 @@ func Listen(r Route, o Options) (*Server, error) {
 	base, stop := context.WithCancel(context.Background())
 	s := &Server{route: r, ln: ln, audit: &auditLog{w: o.Audit}, failOpen: o.AuditFailOpen, log: logger, stop: stop, keysChanged: o.KeysChanged,
 		admitted: map[*admission]struct{}{}}
+	s.unkeyed = &flood.Counter[string]{Interval: refusalInterval, Max: refusalLines, Summarise: s.sumUnkeyed}
 	go s.watchKeys(base)
 	s.keys.Store(&keySet{keys: r.Keys, stamp: r.Keys.stamp})
 	s.srv = &http.Server{
@@ -200,7 +204,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	s.transport.CloseIdleConnections()
+	s.unkeyed.Flush() // no refusal comes after the requests have ended
 	return err
+}
+
+// sumUnkeyed writes the line summing up n refusals for reason that were
+// not written one by one.
+func (s *Server) sumUnkeyed(reason string, n int64) {
+	line := &auditLine{Route: s.route.Name, Service: s.route.Service, Operator: UnknownOperator,
+		Status: http.StatusUnauthorized, Reason: reason, Count: n}
+	if err := s.audit.write(line, time.Now()); err != nil {
+		s.log.Error("ingress audit write failed", "err", err, "reason", reason, "count", n)
+	}
 }
 
 // begin counts a request Shutdown must wait for, unless Shutdown is

@@ -788,3 +788,46 @@ func TestRemovedKeyEndsItsStreams(t *testing.T) {
 	case <-time.After(2 * keyRecheck):
 	}
 }
+
+// Refusals for want of a key past refusalLines in an interval are summed
+// up in one line per reason, not written one by one: anyone who reaches
+// the port may send them as fast as it likes.
+func TestUnkeyedRefusalsAreSummedUp(t *testing.T) {
+	defer func(d time.Duration) { refusalInterval = d }(refusalInterval)
+	refusalInterval = time.Hour // one interval, ended by the shutdown
+	backend := echoHeaders()
+	defer backend.Close()
+	in := startIngress(t, port(t, backend.URL))
+	c := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	const sent = 3 * refusalLines
+	for i := range sent {
+		resp, err := c.Get(fmt.Sprintf("%s/%d", in.url, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("request %d: %d; want 401", i, resp.StatusCode)
+		}
+	}
+	in.shutdown(t) // ends the interval: its summary is written
+	var one, summed int64
+	for _, l := range strings.Split(strings.TrimSpace(in.audit.String()), "\n") {
+		var a auditLine
+		if err := json.Unmarshal([]byte(l), &a); err != nil {
+			t.Fatal(err)
+		}
+		if a.Reason != ReasonKeyMissing || a.Status != http.StatusUnauthorized {
+			t.Fatalf("line %s; want refusals for want of a key only", l)
+		}
+		if a.Count > 0 {
+			summed += a.Count
+		} else {
+			one++
+		}
+	}
+	if one+summed != sent || one != refusalLines {
+		t.Fatalf("%d lines one by one and %d refusals summed up; want all %d on record, at most %d of them one by one", one, summed, sent, refusalLines)
+	}
+}
