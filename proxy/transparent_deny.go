@@ -3,8 +3,10 @@ package proxy
 import (
 	"bufio"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -55,6 +57,13 @@ func (p *Proxy) refuseInTLS(c net.Conn, first opening, dc *decision) {
 		reset(c)
 		return
 	}
+	// The request first, for as long as a refusal lingers: answered
+	// before it has sent one, an HTTP client takes the answer for an
+	// unsolicited one (Go's: "Unsolicited response received on idle HTTP
+	// channel") and reports that instead of the reason.
+	tc.SetReadDeadline(time.Now().Add(refuseLinger))
+	http.ReadRequest(bufio.NewReader(tc))
+	tc.SetReadDeadline(time.Time{})
 	resp := dc.denialResponse(nil)
 	resp.Close = true
 	writeResponse(bufio.NewWriter(tc), resp)
