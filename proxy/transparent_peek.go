@@ -92,8 +92,9 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 	var (
 		greeted  int64
 		writeErr error
-		ended    bool  // the upstream's end (or error) was read
-		upErr    error // the upstream's error, not its end: a reset
+		// upEnd is how the upstream ended before the client spoke:
+		// io.EOF, or an error (a reset).
+		upEnd error
 		// stopped is set before the relay ends the client's read (a
 		// deadline in the past), which a re-armed deadline must not undo.
 		stopped atomic.Bool
@@ -153,10 +154,7 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 				// A deadline's error is awaitClient's own stop; any
 				// other (a reset, a keepalive's timeout) is the end.
 				if !errors.Is(rerr, os.ErrDeadlineExceeded) {
-					ended = true
-					if !errors.Is(rerr, io.EOF) {
-						upErr = rerr
-					}
+					upEnd = rerr
 					stop()
 				}
 				return
@@ -199,15 +197,15 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 		return first, errIdleTunnel, nil
 	case writeErr != nil:
 		return first, writeErr, nil
-	case upErr != nil:
+	case upEnd != nil && !errors.Is(upEnd, io.EOF):
 		// Passed on as an end, a reset would read as the whole stream
 		// to a protocol without framing: the client is reset too.
-		return first, &upstreamAbort{upErr}, nil
+		return first, &upstreamAbort{upEnd}, nil
 	case ferr == nil:
 		first, err = p.classify(pc)
 		first.greeted = greeted
 		return first, nil, err
-	case ended && errors.Is(ferr, os.ErrDeadlineExceeded), errors.Is(ferr, io.EOF):
+	case upEnd != nil && errors.Is(ferr, os.ErrDeadlineExceeded), errors.Is(ferr, io.EOF):
 		return first, nil, nil // the relay carries the end on
 	}
 	return first, fmt.Errorf("client: %w", ferr), nil

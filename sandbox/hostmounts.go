@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -141,14 +140,14 @@ func noDevices(c *Config) error {
 	}
 	clear := &unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_NODEV}
 	for _, m := range mounts {
-		if !within(m.point, "/dev") || hasOpt(m.opts, "nodev") {
+		if !within(m.Point, "/dev") || m.HasOpt("nodev") {
 			continue
 		}
-		if ok, err := (shown{m: m, spot: m.point}).reachable(); err != nil || !ok {
+		if ok, err := reaches(m.Point, m.ID, false); err != nil || !ok {
 			continue // hidden under another: nothing reaches it to clear
 		}
-		if err := unix.MountSetattr(unix.AT_FDCWD, m.point, 0, clear); err != nil {
-			return &os.SyscallError{Syscall: "mount_setattr(" + m.point + ", clear MOUNT_ATTR_NODEV)", Err: err}
+		if err := unix.MountSetattr(unix.AT_FDCWD, m.Point, 0, clear); err != nil {
+			return &os.SyscallError{Syscall: "mount_setattr(" + m.Point + ", clear MOUNT_ATTR_NODEV)", Err: err}
 		}
 	}
 	return nil
@@ -158,10 +157,10 @@ func noDevices(c *Config) error {
 // flags and nodev: every one a path reaches outside /dev.
 func remountNoDev(mounts []mount) error {
 	for _, m := range mounts {
-		if within(m.point, "/dev") || hasOpt(m.opts, "nodev") {
+		if within(m.Point, "/dev") || m.HasOpt("nodev") {
 			continue
 		}
-		ok, err := (shown{m: m, spot: m.point}).reachable()
+		ok, err := reaches(m.Point, m.ID, false)
 		if err != nil {
 			return err
 		}
@@ -170,12 +169,12 @@ func remountNoDev(mounts []mount) error {
 		}
 		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NODEV)
 		for opt, f := range mountFlags {
-			if hasOpt(m.opts, opt) {
+			if m.HasOpt(opt) {
 				flags |= f
 			}
 		}
-		if err := unix.Mount("", m.point, "", flags, ""); err != nil {
-			return &os.SyscallError{Syscall: "mount(" + m.point + ", MS_REMOUNT|MS_BIND|MS_NODEV)", Err: err}
+		if err := unix.Mount("", m.Point, "", flags, ""); err != nil {
+			return &os.SyscallError{Syscall: "mount(" + m.Point + ", MS_REMOUNT|MS_BIND|MS_NODEV)", Err: err}
 		}
 	}
 	return nil
@@ -187,17 +186,11 @@ var mountFlags = map[string]uintptr{"ro": unix.MS_RDONLY, "nosuid": unix.MS_NOSU
 	"noatime": unix.MS_NOATIME, "nodiratime": unix.MS_NODIRATIME, "relatime": unix.MS_RELATIME,
 	"nosymfollow": unix.MS_NOSYMFOLLOW}
 
-func hasOpt(opts, opt string) bool { return slices.Contains(strings.Split(opts, ","), opt) }
+// mount is one mount of the init's mount namespace.
+type mount = mountinfo.Mount
 
-// mount is one line of mountinfo (proc(5)).
-type mount struct {
-	id     uint64
-	dev    string // major:minor of its filesystem
-	root   string // what of its filesystem is mounted
-	point  string
-	opts   string // its per-mount options (rw,nosuid,nodev,...)
-	fstype string
-}
+// readMounts is the mounts of the calling thread's mount namespace.
+func readMounts() ([]mount, error) { return mountinfo.Read("/proc/thread-self/mountinfo") }
 
 // shown is a spot to take away: a mount (spot is its point), or a part of
 // one that shows a socket directory's content (cover).
@@ -208,33 +201,37 @@ type shown struct {
 	what  string // what it shows, for an error
 }
 
-// reachable says whether the spot's path leads into the mount, not into
-// one stacked on it there or above it, by its mount id (device numbers
-// will not do: btrfs gives each subvolume its own). A path that is gone,
-// or is a link, is not; one that cannot be looked at refuses the launch.
-func (sh shown) reachable() (bool, error) {
-	fd, err := unix.Open(sh.spot, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// reachable says whether the spot's path leads into its mount (reaches).
+func (sh shown) reachable() (bool, error) { return reaches(sh.spot, sh.m.ID, sh.cover) }
+
+// reaches says whether path leads into mount id, not into one stacked on
+// it there or above it, by its mount id (device numbers will not do:
+// btrfs gives each subvolume its own); with dir, only to a directory. A
+// path that is gone, or is a link, does not; one that cannot be looked at
+// refuses the launch.
+func reaches(path string, id uint64, dir bool) (bool, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
 		return false, nil
 	}
 	if err != nil {
-		return false, &os.PathError{Op: "open", Path: sh.spot, Err: err}
+		return false, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
 	var st unix.Statx_t
 	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_TYPE|unix.STATX_MNT_ID, &st); err != nil {
-		return false, &os.PathError{Op: "statx", Path: sh.spot, Err: err}
+		return false, &os.PathError{Op: "statx", Path: path, Err: err}
 	}
-	if st.Mode&unix.S_IFMT == unix.S_IFLNK || sh.cover && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK || dir && st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return false, nil // a link leads elsewhere; a spot to cover holds no directory here
 	}
-	id := st.Mnt_id
+	got := st.Mnt_id
 	if st.Mask&unix.STATX_MNT_ID == 0 { // before Linux 5.8
-		if id, err = fdMountID(fd); err != nil {
-			return false, &os.PathError{Op: "mount id", Path: sh.spot, Err: err}
+		if got, err = fdMountID(fd); err != nil {
+			return false, &os.PathError{Op: "mount id", Path: path, Err: err}
 		}
 	}
-	return id == sh.m.id, nil
+	return got == id, nil
 }
 
 // fdMountID is the mount id of what fd is open on, from its fdinfo.
@@ -261,41 +258,6 @@ func (sh shown) hide() error {
 	return nil
 }
 
-func readMounts() ([]mount, error) {
-	raw, err := os.ReadFile("/proc/thread-self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	return parseMounts(raw)
-}
-
-// parseMounts reads mountinfo whole, or fails: a mount left unread could
-// be one to take away.
-func parseMounts(raw []byte) ([]mount, error) {
-	var mounts []mount
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(nil, 4<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		sep := slices.Index(f, "-")
-		if len(f) < 5 || sep < 6 || sep+1 >= len(f) {
-			return nil, fmt.Errorf("mountinfo: cannot read the line %q", sc.Text())
-		}
-		id, err := strconv.ParseUint(f[0], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("mountinfo: cannot read the line %q", sc.Text())
-		}
-		mounts = append(mounts, mount{id: id, dev: f[2], root: unescapeMount(f[3]), point: unescapeMount(f[4]), opts: f[5], fstype: f[sep+1]})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("mountinfo: %w", err)
-	}
-	if len(mounts) == 0 {
-		return nil, errors.New("mountinfo: no mounts")
-	}
-	return mounts, nil
-}
-
 // exposing is what hideHostViews takes away, outermost first.
 func exposing(mounts []mount, socketDirs, named []string) []shown {
 	hidden := hiddenParts(mounts, socketDirs)
@@ -307,23 +269,23 @@ func exposing(mounts []mount, socketDirs, named []string) []shown {
 	}
 	var found []shown
 	for _, m := range mounts {
-		if slices.ContainsFunc(ownTrees, func(t string) bool { return within(m.point, t) }) {
+		if slices.ContainsFunc(ownTrees, func(t string) bool { return within(m.Point, t) }) {
 			continue
 		}
-		if own, view := kernelViews[m.fstype]; view && !within(m.point, own) {
-			found = append(found, shown{m: m, spot: m.point, what: m.fstype})
+		if own, view := kernelViews[m.FSType]; view && !within(m.Point, own) {
+			found = append(found, shown{m: m, spot: m.Point, what: m.FSType})
 			continue
 		}
 		for _, h := range hidden {
-			if m.dev != h.dev || m.id == h.src || within(m.point, h.dir) && !shownAgain(m.point, h.dir) {
+			if m.Dev != h.dev || m.ID == h.src || within(m.Point, h.dir) && !shownAgain(m.Point, h.dir) {
 				continue // another filesystem, the part's own mount, or hidden with the directory
 			}
 			switch {
-			case within(m.root, h.path):
-				found = append(found, shown{m: m, spot: m.point, what: "sockets in " + h.dir})
-			case within(h.path, m.root):
-				rel, _ := filepath.Rel(m.root, h.path)
-				if spot := filepath.Join(m.point, rel); spot != h.dir {
+			case within(m.Root, h.path):
+				found = append(found, shown{m: m, spot: m.Point, what: "sockets in " + h.dir})
+			case within(h.path, m.Root):
+				rel, _ := filepath.Rel(m.Root, h.path)
+				if spot := filepath.Join(m.Point, rel); spot != h.dir {
 					found = append(found, shown{m: m, spot: spot, cover: true, what: "sockets in " + h.dir})
 				}
 			}
@@ -358,39 +320,19 @@ func hiddenParts(mounts []mount, socketDirs []string) []hiddenPart {
 		// mount is stacked on top).
 		var in *mount
 		for i, m := range mounts {
-			if within(d, m.point) && (in == nil || len(m.point) >= len(in.point)) {
+			if within(d, m.Point) && (in == nil || len(m.Point) >= len(in.Point)) {
 				in = &mounts[i]
 			}
 		}
 		if in != nil {
-			rel, _ := filepath.Rel(in.point, d)
-			parts = append(parts, hiddenPart{d, in.id, in.dev, filepath.Join(in.root, rel)})
+			rel, _ := filepath.Rel(in.Point, d)
+			parts = append(parts, hiddenPart{d, in.ID, in.Dev, filepath.Join(in.Root, rel)})
 		}
 		for _, m := range mounts {
-			if within(m.point, d) && m.point != d && slices.Contains(socketFS, m.fstype) {
-				parts = append(parts, hiddenPart{d, m.id, m.dev, m.root})
+			if within(m.Point, d) && m.Point != d && slices.Contains(socketFS, m.FSType) {
+				parts = append(parts, hiddenPart{d, m.ID, m.Dev, m.Root})
 			}
 		}
 	}
 	return parts
-}
-
-// unescapeMount undoes mountinfo's escapes of a path: space, tab, newline
-// and backslash as three octal digits.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var out []byte
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				out = append(out, byte(n))
-				i += 3
-				continue
-			}
-		}
-		out = append(out, s[i])
-	}
-	return string(out)
 }

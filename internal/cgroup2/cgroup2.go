@@ -4,7 +4,6 @@
 package cgroup2
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 )
 
 // ErrNoCgroup2 means no cgroup v2 hierarchy is mounted.
@@ -21,19 +22,13 @@ var ErrNoCgroup2 = errors.New("no cgroup v2 hierarchy mounted")
 // Mount returns where the cgroup v2 hierarchy is mounted: /sys/fs/cgroup on
 // a unified system, /sys/fs/cgroup/unified on a hybrid one.
 func Mount() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read("/proc/self/mountinfo")
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// ... mountpoint ... - fstype source options
-		fields := strings.Fields(sc.Text())
-		for i, x := range fields {
-			if x == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
-				return fields[4], nil
-			}
+	for _, m := range mounts {
+		if m.FSType == "cgroup2" {
+			return m.Point, nil
 		}
 	}
 	return "", ErrNoCgroup2
