@@ -62,7 +62,7 @@ func (s *Substrate) Poll(ctx context.Context, home orchestrator.Home, b budget.B
 // the branch exists) or its deadline has passed.
 func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b budget.Budget, id string, onRemote bool) (*spawn.Reconciled, error) {
 	dir := home.Subagent(id)
-	t, release, err := spawn.ClaimRunning(home, id)
+	t, release, err := spawn.ClaimIn(home, id, ledger.Running)
 	if t == nil || err != nil {
 		return nil, err
 	}

@@ -54,9 +54,9 @@ type Entry struct {
 	Exit      *int      `json:"exit_code,omitempty"`
 	Usage     *Usage    `json:"usage,omitempty"`
 	Detail    string    `json:"detail,omitempty"`
-	// Spawner is the process carrying the task (running lines), and
-	// Reserved the UTC day its tokens are reserved on: what a reconciler
-	// needs to end and settle the task should that process die.
+	// Spawner is the process carrying the task (queued and running
+	// lines), and Reserved the UTC day its tokens are reserved on: what a
+	// reconciler needs to end and settle the task should that process die.
 	Spawner  *Process `json:"spawner,omitempty"`
 	Reserved string   `json:"reserved_day,omitempty"`
 }

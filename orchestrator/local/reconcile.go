@@ -25,9 +25,11 @@ const ExitSpawnerGone = 1
 // result.json the spawner wrote before dying is its outcome; else the task
 // failed with ExitSpawnerGone and a detail starting "spawner gone". Its
 // reservation is then settled at the usage reported, else at the estimate
-// it holds (the tokens may have been spent). A running line that names no
-// process (an older airlock's) is left alone: nothing says it is gone.
-// Errors of single tasks are joined; the others are still reconciled.
+// it holds (the tokens may have been spent). So too a task still queued,
+// on any substrate, whose spawner is gone: nothing ran, its reservation is
+// released. A line that names no process (an older airlock's) is left
+// alone: nothing says it is gone. Errors of single tasks are joined; the
+// others are still reconciled.
 func Reconcile(home orchestrator.Home, b budget.Budget, now func() time.Time) ([]spawn.Reconciled, error) {
 	entries, _, err := ledger.Read(home.Ledger())
 	if err != nil {
@@ -36,10 +38,16 @@ func Reconcile(home orchestrator.Home, b budget.Budget, now func() time.Time) ([
 	var done []spawn.Reconciled
 	var errs []error
 	for _, t := range ledger.Fold(entries) {
-		if t.Status != ledger.Running || t.Substrate != kind.Local || t.Spawner == nil {
+		end := reconcile
+		switch {
+		case t.Spawner == nil:
+			continue
+		case t.Status == ledger.Queued:
+			end = reconcileQueued
+		case t.Status != ledger.Running || t.Substrate != kind.Local:
 			continue
 		}
-		r, err := reconcile(home, b, t, now)
+		r, err := end(home, b, t, now)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("task %s: %w", t.ID, err))
 		}
@@ -58,7 +66,7 @@ func reconcile(home orchestrator.Home, b budget.Budget, t ledger.Task, now func(
 	}
 	id := t.ID
 	dir := home.Subagent(id)
-	still, release, err := spawn.ClaimRunning(home, id)
+	still, release, err := spawn.ClaimIn(home, id, ledger.Running)
 	if still == nil || err != nil {
 		return nil, err
 	}
@@ -85,4 +93,31 @@ func reconcile(home orchestrator.Home, b budget.Budget, t ledger.Task, now func(
 		return rc, b.Settle(resv, r.Usage.Tokens)
 	}
 	return rc, b.SettleHeld(resv)
+}
+
+// reconcileQueued ends task t, queued, if its spawner is gone: it died
+// after reserving the task's tokens and before starting it (rendering its
+// directory), so nothing ran and the reservation is released.
+func reconcileQueued(home orchestrator.Home, b budget.Budget, t ledger.Task, now func() time.Time) (*spawn.Reconciled, error) {
+	if alive, err := t.Spawner.Alive(); alive || err != nil {
+		return nil, err
+	}
+	id := t.ID
+	still, release, err := spawn.ClaimIn(home, id, ledger.Queued)
+	if still == nil || err != nil {
+		return nil, err
+	}
+	defer release()
+	r := spawn.Result{Task: id, Kind: t.Kind, Substrate: t.Substrate, Status: ledger.Failed, Exit: ExitSpawnerGone,
+		Ended:  now().UTC(),
+		Detail: fmt.Sprintf("spawner gone before the task ran: airlock spawn (pid %d) ended after reserving its tokens and before starting it; nothing ran, and the reservation is released", t.Spawner.Pid)}
+	if err := spawn.WriteResult(home.Subagent(id), r); err != nil {
+		return nil, err
+	}
+	if err := ledger.Append(home.Ledger(), ledger.Entry{Task: id, Kind: t.Kind, Substrate: t.Substrate,
+		Status: r.Status, Exit: &r.Exit, Detail: r.Detail}); err != nil {
+		return nil, err
+	}
+	rc := &spawn.Reconciled{ID: id, Status: r.Status, Exit: r.Exit, Detail: r.Detail}
+	return rc, b.Settle(budget.Reservation{Task: id, Day: t.Reserved}, 0)
 }

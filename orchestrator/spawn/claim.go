@@ -56,11 +56,12 @@ type Reconciled struct {
 	Detail string
 }
 
-// ClaimRunning claims task id for a reconciler and returns its ledger state
-// read under the claim, when it is still running: whoever held the claim
-// before may have settled it. A nil task (and release) means there is
-// nothing to do: another process holds the claim, or the task has ended.
-func ClaimRunning(home orchestrator.Home, id string) (t *ledger.Task, release func(), err error) {
+// ClaimIn claims task id for a reconciler and returns its ledger state
+// read under the claim, when its status is still st: whoever held the
+// claim before may have settled it. A nil task (and release) means there
+// is nothing to do: another process holds the claim, or the task has
+// moved on.
+func ClaimIn(home orchestrator.Home, id string, st ledger.Status) (t *ledger.Task, release func(), err error) {
 	release, err = Claim(home.Subagent(id))
 	if errors.Is(err, ErrClaimed) {
 		return nil, nil, nil
@@ -74,7 +75,7 @@ func ClaimRunning(home orchestrator.Home, id string) (t *ledger.Task, release fu
 		return nil, nil, err
 	}
 	for _, ft := range ledger.Fold(entries) {
-		if ft.ID == id && ft.Status == ledger.Running {
+		if ft.ID == id && ft.Status == st {
 			return &ft, release, nil
 		}
 	}

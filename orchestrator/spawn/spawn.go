@@ -100,6 +100,13 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 		return Result{}, &UsageError{fmt.Errorf("--task-file: %w", err)}
 	}
 
+	// This process is named on the task's queued and running lines: should
+	// it die before the task's end, a reconciler sees it gone and settles
+	// the task (local.Reconcile).
+	self, err := ledger.Self()
+	if err != nil {
+		return Result{}, fmt.Errorf("name this spawn in the ledger: %w", err)
+	}
 	id := orchestrator.NewTaskID(s.now())
 	base := ledger.Entry{Task: id, Kind: k.Name, Substrate: name}
 	res := Result{Task: id, Kind: k.Name, Substrate: name}
@@ -119,14 +126,14 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 		s.event(event, fmt.Sprintf("task %s (kind %s) refused: %v", id, k.Name, err))
 		return res, err
 	}
-	if err := ledger.Append(s.Home.Ledger(), entry(base, ledger.Queued)); err != nil {
+	if err := ledger.Append(s.Home.Ledger(), carried(base, ledger.Queued, self, resv.Day)); err != nil {
 		s.settle(resv, 0)
 		return res, fmt.Errorf("ledger: %w", err)
 	}
 	job, err := s.render(k, id, text)
 	if err == nil {
 		job.Async, job.Reserved = req.Async, resv.Day
-		err = s.running(base, resv.Day)
+		err = ledger.Append(s.Home.Ledger(), carried(base, ledger.Running, self, resv.Day))
 	}
 	if err != nil {
 		return s.fail(res, resv, base, err)
@@ -173,18 +180,12 @@ func (s *Spawner) fail(res Result, resv budget.Reservation, base ledger.Entry, e
 	return res, err
 }
 
-// running appends the task's running line, naming this process and the
-// reservation's day: should the process die before the task's end, a
-// reconciler sees it gone and settles the task (local.Reconcile).
-func (s *Spawner) running(base ledger.Entry, day string) error {
-	e := entry(base, ledger.Running)
-	e.Reserved = day
-	self, err := ledger.Self()
-	if err != nil {
-		return fmt.Errorf("name this spawn in the ledger: %w", err)
-	}
-	e.Spawner = self
-	return ledger.Append(s.Home.Ledger(), e)
+// carried is the task's line of status st carried by the spawner self,
+// its tokens reserved on day.
+func carried(base ledger.Entry, st ledger.Status, self *ledger.Process, day string) ledger.Entry {
+	e := entry(base, st)
+	e.Spawner, e.Reserved = self, day
+	return e
 }
 
 func entry(base ledger.Entry, st ledger.Status) ledger.Entry {

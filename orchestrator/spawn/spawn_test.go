@@ -1,0 +1,63 @@
+package spawn
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/orchestrator"
+	"github.com/airlock-sandbox/airlock/orchestrator/budget"
+	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/presets"
+)
+
+// ranAt is a substrate that runs nothing and reports done.
+type ranAt struct{}
+
+func (ranAt) Run(context.Context, Job) (Result, error) { return Result{Status: ledger.Done}, nil }
+
+// Every line of a task from its reservation on names the spawn carrying it
+// and the day its tokens are reserved on: should the spawn die at any
+// step, a reconciler can tell it is gone and settle the reservation.
+func TestLinesNameTheirSpawner(t *testing.T) {
+	home := orchestrator.Home{Dir: t.TempDir()}
+	os.MkdirAll(home.Kinds(), 0o755)
+	kindYAML := "name: k\nbinary: {path: /bin/true}\npreset: reviewer\nsubstrate: local\ntimeout: 1m\ntokens: 40000\nprompt: \"x {{.Text}}\"\n"
+	if err := os.WriteFile(filepath.Join(home.Kinds(), "k.yaml"), []byte(kindYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	task := filepath.Join(home.Dir, "task.txt")
+	os.WriteFile(task, []byte("t"), 0o644)
+	quiet := slog.New(slog.DiscardHandler)
+	e, err := policies.New(context.Background(), policies.Options{Source: policies.Source{FS: presets.FS}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := budget.Budget{Dir: home.Budget(), Daily: 100000}
+	s := &Spawner{Home: home, Engine: e, Budget: b, Log: quiet, Substrates: map[string]Substrate{"local": ranAt{}}}
+	res, err := s.Spawn(context.Background(), Request{Kind: "k", TaskFile: task})
+	if err != nil || res.Status != ledger.Done {
+		t.Fatalf("Spawn = %+v, %v; want done", res, err)
+	}
+	entries, _, err := ledger.Read(home.Ledger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	today := orchestrator.Today(s.now())
+	seen := map[ledger.Status]bool{}
+	for _, e := range entries {
+		if e.Status != ledger.Queued && e.Status != ledger.Running {
+			continue
+		}
+		seen[e.Status] = true
+		if e.Spawner == nil || e.Spawner.Pid != os.Getpid() || e.Reserved != today {
+			t.Errorf("%s line names spawner %+v, reserved day %q; want this process (pid %d) and %s", e.Status, e.Spawner, e.Reserved, os.Getpid(), today)
+		}
+	}
+	if !seen[ledger.Queued] || !seen[ledger.Running] {
+		t.Errorf("ledger lines %+v; want queued and running", entries)
+	}
+}
