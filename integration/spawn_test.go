@@ -246,6 +246,32 @@ func TestSpawnOverBudget(t *testing.T) {
 	}
 }
 
+// The home's budget.yaml is the day's limit, out of the spawner's hands:
+// --daily-tokens above it is a usage error (exit 2) before anything is
+// reserved or written; without the flag the file's limit applies (the
+// kind's 100 tokens over its 99: exit 77); with a lower flag, the flag's.
+func TestSpawnHomeLimit(t *testing.T) {
+	e := newSpawnEnv(t)
+	e.kind(t, "quick", "1m", 100, "quick")
+	h := orchestrator.Home{Dir: e.home}
+	if err := os.WriteFile(h.BudgetLimit(), []byte("daily_tokens: 99\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := e.spawn(t, 1000000, "--kind", "quick")
+	if code != spawn.ExitUsage || !strings.Contains(errs, "1000000 tokens asked, and "+h.BudgetLimit()+" sets 99") {
+		t.Fatalf("airlock spawn --daily-tokens 1000000 = %d; want 2 naming the home's limit\n%s%s", code, out, errs)
+	}
+	if entries, _ := e.ledger(t); len(entries) != 0 {
+		t.Errorf("ledger %+v after a usage error; want nothing", entries)
+	}
+	for _, tc := range []struct{ daily, limit int }{{0, 99}, {50, 50}} {
+		code, out, errs = e.spawn(t, tc.daily, "--kind", "quick")
+		if want := fmt.Sprintf("limit %d tokens", tc.limit); code != spawn.ExitOverBudget || !strings.Contains(errs, want) {
+			t.Fatalf("airlock spawn --daily-tokens %d = %d; want 77 saying %q\n%s%s", tc.daily, code, want, out, errs)
+		}
+	}
+}
+
 // A day's budget file that cannot be believed refuses as an exhausted
 // budget does (exit 77, a refused line, an event): a scheduler that stops
 // for the day at 77 does not retry into it, and nothing is launched.

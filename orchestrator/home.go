@@ -49,6 +49,10 @@ func (h Home) Ledger() string { return filepath.Join(h.Dir, "queue", "tasks.json
 // Budget holds the daily token budget, one file per UTC day.
 func (h Home) Budget() string { return filepath.Join(h.Dir, "budget") }
 
+// BudgetLimit is the operator's daily limit, when it is set in the home
+// (budget.Budget.LimitFile).
+func (h Home) BudgetLimit() string { return filepath.Join(h.Dir, "budget.yaml") }
+
 // Subagent is one task's directory (prompt, task, kind snapshot, logs,
 // result).
 func (h Home) Subagent(id string) string { return filepath.Join(h.Dir, "subagents", id) }

@@ -74,7 +74,7 @@ func newSpawnCmd() *cobra.Command {
 			}
 			s := &spawn.Spawner{
 				Home: h, Engine: engine, Log: slog.Default(),
-				Budget: budget.Budget{Dir: h.Budget(), Daily: dailyTokens},
+				Budget: budget.Budget{Dir: h.Budget(), Daily: dailyTokens, LimitFile: h.BudgetLimit()},
 				Substrates: map[string]spawn.Substrate{
 					// In this process, with the engine just verified:
 					// the bundle is compiled once.
@@ -115,7 +115,7 @@ func newSpawnCmd() *cobra.Command {
 		fl.BoolVar(&dryRun, "dry-run", false, "print what the sub-agent could reach (from its preset) and spawn nothing")
 		homeFlag(cmd, &home)
 		podSocketFlag(fl, &podSocket)
-		fl.Int64Var(&dailyTokens, "daily-tokens", 0, "the day's (UTC) token budget for all spawns, `N`; 0 refuses every spawn")
+		fl.Int64Var(&dailyTokens, "daily-tokens", 0, "the day's (UTC) token budget for all spawns, `N`; with the home's budget.yaml, a lower limit only (0: the file's); without it, 0 refuses every spawn")
 	})
 	gf.register(cmd, true, true)
 	xf.register(cmd)

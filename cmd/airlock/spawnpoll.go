@@ -47,7 +47,7 @@ collect --today does. Run it from a timer.`,
 			if err != nil {
 				return err
 			}
-			b := budget.Budget{Dir: home.Budget()}
+			b := budget.Budget{Dir: home.Budget(), LimitFile: home.BudgetLimit()}
 			done, err := local.Reconcile(home, b, time.Now)
 			if gf.remote != "" {
 				s, serr := gf.substrate(cmd)

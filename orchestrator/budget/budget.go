@@ -28,7 +28,11 @@ var ErrUnusable = errors.New("daily token budget unusable")
 type Budget struct {
 	Dir string
 	// Daily is the tokens per UTC day; 0 (or less) refuses everything.
+	// With a limit file, it may only lower the file's limit, and 0 takes
+	// the file's.
 	Daily int64
+	// LimitFile is the operator's limit file (limit.go), if any.
+	LimitFile string
 	// Now is time.Now when nil; tests set the day with it.
 	Now func() time.Time
 }
@@ -52,16 +56,20 @@ func (b Budget) Reserve(task string, tokens int64) (Reservation, error) {
 	}
 	day := b.today()
 	r := Reservation{Task: task, Day: day, Tokens: tokens}
-	err := b.update(day, func(a *account) error {
+	daily, err := b.limit()
+	if err != nil {
+		return Reservation{}, err
+	}
+	err = b.update(day, func(a *account) error {
 		if _, dup := a.Reserved[task]; dup {
 			return fmt.Errorf("budget %s: task %s already holds a reservation", day, task)
 		}
 		reserved := a.reserved()
 		// Compared as what is left, never as a sum: a sum can wrap
 		// past the limit and let everything through.
-		if b.Daily <= 0 || tokens > b.Daily || reserved > b.Daily-tokens || a.Spent > b.Daily-tokens-reserved {
+		if daily <= 0 || tokens > daily || reserved > daily-tokens || a.Spent > daily-tokens-reserved {
 			return fmt.Errorf("%w: %s: limit %d tokens, %d reserved, %d spent; task %s asked for %d",
-				ErrExhausted, day, max(b.Daily, 0), reserved, a.Spent, task, tokens)
+				ErrExhausted, day, max(daily, 0), reserved, a.Spent, task, tokens)
 		}
 		a.Reserved[task] = tokens
 		return nil
@@ -101,10 +109,11 @@ func (b Budget) settle(r Reservation, used func(held int64) int64) error {
 		}
 		delete(a.Reserved, r.Task)
 		charge := used(held)
-		if b.Daily > 0 {
-			// A settler that does not know the day's limit (spawn poll)
-			// charges what was reported; the sum saturates either way.
-			charge = min(charge, b.Daily)
+		if daily, err := b.limit(); err == nil && daily > 0 {
+			// A settler that does not know the day's limit (spawn poll
+			// with no limit file) charges what was reported; the sum
+			// saturates either way.
+			charge = min(charge, daily)
 		}
 		a.Spent = addSat(a.Spent, charge)
 		return nil
@@ -121,11 +130,15 @@ func addSat(a, b int64) int64 {
 
 // Today is today's account.
 func (b Budget) Today() (Day, error) {
+	daily, err := b.limit()
+	if err != nil {
+		return Day{}, err
+	}
 	a, err := b.read(b.today())
 	if err != nil {
 		return Day{}, err
 	}
-	return Day{Limit: max(b.Daily, 0), Reserved: a.reserved(), Spent: a.Spent}, nil
+	return Day{Limit: max(daily, 0), Reserved: a.reserved(), Spent: a.Spent}, nil
 }
 
 func (b Budget) today() string {

@@ -114,6 +114,8 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 	if err != nil {
 		event := "budget_exhausted"
 		switch {
+		case errors.Is(err, budget.ErrAboveLimit):
+			return Result{}, &UsageError{err}
 		case errors.Is(err, budget.ErrExhausted):
 		case errors.Is(err, budget.ErrUnusable):
 			// A refusal too (exit 77: no retry spends), until fixed.
