@@ -92,8 +92,10 @@ func isHex(c byte) bool {
 }
 
 // lookalikeDots are the characters Windows' best-fit mapping (IIS) and some
-// Java servers turn into '.': a segment of them is a dot-segment there.
-var lookalikeDots = strings.NewReplacer("\uff0e", ".", "\u2024", ".", "\ufe52", ".")
+// Java servers turn into '.', and those Unicode compatibility
+// normalisation (NFKC) makes two or three dots: a segment of them is a
+// dot-segment there.
+var lookalikeDots = strings.NewReplacer("\uff0e", ".", "\u2024", ".", "\ufe52", ".", "\u2025", "..", "\u2026", "...")
 
 // windowsAlias says why a path segment (seg as sent, s with look-alike
 // dots made dots) may name another file to a server on Windows (IIS), or

@@ -131,6 +131,7 @@ func ReadBundle(src Source) (*Bundle, error) {
 	defer closeFn()
 	b := &Bundle{Origin: origin}
 	hasLib := false
+	seen := map[string]bool{}
 	for {
 		d, err := loader.NextFile()
 		if errors.Is(err, io.EOF) {
@@ -140,6 +141,16 @@ func ReadBundle(src Source) (*Bundle, error) {
 			return nil, fmt.Errorf("read policy bundle %s: %w", origin, err)
 		}
 		p := strings.TrimPrefix(path.Clean("/"+d.Path()), "/")
+		// Two entries one path (a tarball's rv.rego and ./x/../rv.rego)
+		// would both be hashed and only one parsed; and tar refuses to
+		// extract a ".." member, so a reviewer reads another bundle.
+		if slices.Contains(strings.Split(d.Path(), "/"), "..") {
+			return nil, fmt.Errorf("read policy bundle %s: %q: a path with a .. segment", origin, d.Path())
+		}
+		if seen[p] {
+			return nil, fmt.Errorf("read policy bundle %s: two files are %s", origin, p)
+		}
+		seen[p] = true
 		var buf bytes.Buffer
 		_, err = d.Read(&buf, maxBundleFile) // io.CopyN: EOF when shorter
 		d.Close()
@@ -156,7 +167,12 @@ func ReadBundle(src Source) (*Bundle, error) {
 			b.Files = append(b.Files, f)
 		case base == "data.json" || base == "data.yaml" || base == "data.yml":
 			b.Files = append(b.Files, f)
-		case base == ".manifest" || base == ".signatures.json":
+		case base == ".manifest":
+			if err := checkManifest(f.Raw); err != nil {
+				return nil, fmt.Errorf("read policy bundle %s: %s: %w", origin, p, err)
+			}
+			b.meta = append(b.meta, f)
+		case base == ".signatures.json":
 			b.meta = append(b.meta, f)
 		}
 	}
@@ -170,6 +186,27 @@ func ReadBundle(src Source) (*Bundle, error) {
 		return nil, fmt.Errorf("read policy bundle %s: no .rego files", origin)
 	}
 	return b, nil
+}
+
+// checkManifest refuses a .manifest that would change how the hashed
+// files are parsed: it is not hashed, and every file is parsed as Rego v1.
+func checkManifest(raw []byte) error {
+	var m struct {
+		RegoVersion      *int           `json:"rego_version"`
+		FileRegoVersions map[string]int `json:"file_rego_versions"`
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return fmt.Errorf("not a manifest: %w", err)
+	}
+	if m.RegoVersion != nil && *m.RegoVersion != 1 {
+		return fmt.Errorf("rego_version %d: this bundle's files are parsed as Rego v1, and the manifest is not hashed", *m.RegoVersion)
+	}
+	for f, v := range m.FileRegoVersions {
+		if v != 1 {
+			return fmt.Errorf("file_rego_versions[%q] %d: this bundle's files are parsed as Rego v1, and the manifest is not hashed", f, v)
+		}
+	}
+	return nil
 }
 
 // maxBundleFile bounds one policy file; a larger one is refused, not cut.

@@ -128,6 +128,7 @@ func TestAmbiguousPathRefused(t *testing.T) {
 		"/p/%252e%252e/admin": "escaped escape", "/p/%25%32%65%25%32%65/admin": "escaped escape", "/%2561dmin/x": "escaped escape", "/p/%252F": "escaped escape", "/p/%255C": "escaped escape",
 		"/p/%c0%ae%c0%ae/admin": "not UTF-8", "/p/%ff": "not UTF-8",
 		"/p/%EF%BC%8E%EF%BC%8E/admin": "dot-segment", "/p/\uff0e/x": "dot-segment", "/p/a\uff0eb": "",
+		"/public/%E2%80%A5/admin": "dot-segment", "/public/\u2025/admin": "dot-segment", "/p/a\u2026b": "",
 		"/repos/x/admin\uff0e/y": "look-alike dot", "/repos/x/admin::$DATA/y": "NTFS stream", "/repos/x/admin:stream:$DATA": "NTFS stream",
 		"/~user/x": "", "/v1/models/gemini:generateContent": "", "/v1/a~b": "", "/files/a.txt": "", "/a%20b": "",
 		"/wiki/Washington,_D.C.": "", "/repos/o/r/commits/HEAD~1": "", "/repos/x/admin./y": "", "/x/y%20": "",

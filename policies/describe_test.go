@@ -25,7 +25,7 @@ func TestDescribeShippedPresets(t *testing.T) {
 	}{
 		{"reviewer", []string{"anthropic-api", "github-api-read", "github-git-refs", "github-git-upload-pack"}, []string{"no-git-push", "no-git-push-discovery"}, []string{
 			"hosts:    api.github.com", "methods:  GET HEAD OPTIONS",
-			"binaries: /usr/bin/gh (unpinned) /usr/local/bin/gh (unpinned) /usr/bin/node (unpinned) /usr/local/bin/node (unpinned) /usr/local/bin/claude (unpinned) /home/*/.local/share/claude/versions/* (unpinned) /usr/bin/curl (unpinned)",
+			"binaries: /usr/bin/gh (unpinned) /usr/local/bin/gh (unpinned) /usr/bin/node (unpinned) /usr/local/bin/node (unpinned) /usr/local/bin/claude (unpinned) /usr/bin/curl (unpinned)",
 			"injects:  header x-api-key from the proxy's env ANTHROPIC_API_KEY",
 			"query:    service=git-upload-pack", "paths:    /**/git-receive-pack",
 			"tls:      inspected (every request decided)",

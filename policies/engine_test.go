@@ -231,6 +231,13 @@ func TestInvalidPresetsAreRefused(t *testing.T) {
 		{"a capitalised pin", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/gh", "SHA256": "` + strings.Repeat("a", 64) + `"}], "hosts": ["a.example"]}]` + tail, `binaries[0]: unknown field "SHA256"`},
 		{"a long-s field", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hoſts": ["a.example"]}]` + tail, `unknown field "hoſts"`},
 		{"a capitalised secret source", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "inject": {"authorization": {"Env": "T"}}}]` + tail, `inject authorization: unknown field "Env"`},
+		// Empty or null, a field is "any" to Go and matches nothing in
+		// the library: a deny rule that denies nothing.
+		{"a deny's empty hosts", head + "rules := []\n\ndenies := [{\"name\": \"d\", \"hosts\": []}]\n\ndecision := lib.decide(rules, denies)\n", `field "hosts" is []`},
+		{"a deny's null ports", head + "rules := []\n\ndenies := [{\"name\": \"d\", \"ports\": null}]\n\ndecision := lib.decide(rules, denies)\n", `field "ports" is null`},
+		{"a deny's empty binaries", head + "rules := []\n\ndenies := [{\"name\": \"d\", \"binaries\": []}]\n\ndecision := lib.decide(rules, denies)\n", `field "binaries" is []`},
+		{"an empty query", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "query": {}}]` + tail, `field "query" is {}`},
+		{"a null pin", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/gh", "sha256": null}], "hosts": ["a.example"]}]` + tail, `binaries[0]: field "sha256" is null`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "bundle")

@@ -81,6 +81,27 @@ func jsonFields(t reflect.Type) map[string]bool {
 	return names
 }
 
+// empty says whether v, a decoded JSON value, is null, [] or {}: decoded
+// into a Rule, each is the absent field (any), and the library reads
+// each as a present one.
+func empty(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case []any:
+		return len(v) == 0
+	case map[string]any:
+		return len(v) == 0
+	}
+	return false
+}
+
+// jsonText is v as JSON, for an error.
+func jsonText(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
 // exactFields checks every object of the rules (the rules, their binaries,
 // their inject entries) for a field name not spelled exactly as the
 // library reads it.
@@ -94,9 +115,12 @@ func exactFields(v any) error {
 		if !ok {
 			return nil // not an object: the decoder says so
 		}
-		for k := range m {
+		for k, v := range m {
 			if !names[k] {
 				return fmt.Errorf("%s: unknown field %q (field names are lower case, as the library reads them)", where, k)
+			}
+			if empty(v) {
+				return fmt.Errorf("%s: field %q is %s: leave it out to mean any (the library reads an empty or null field as one that matches nothing, so a deny rule would deny nothing)", where, k, jsonText(v))
 			}
 		}
 		return nil

@@ -18,11 +18,13 @@ go := [{"path": "/usr/local/go/bin/go"}, {"path": "/usr/lib/go-*/bin/go"}]
 
 gh := [{"path": "/usr/bin/gh"}, {"path": "/usr/local/bin/gh"}]
 
+# No path here is one a sandbox could write: a path the agent can write
+# (its home) is whatever file it puts there. A native install in a home
+# (~/.local/share/claude/versions/, ~/.opencode/bin/) needs the operator's
+# rule, pinned by sha256.
+
 # Claude Code: the npm install runs under node, the native install is one file.
-claude := array.concat(node, [
-	{"path": "/usr/local/bin/claude"},
-	{"path": "/home/*/.local/share/claude/versions/*"},
-])
+claude := array.concat(node, [{"path": "/usr/local/bin/claude"}])
 
 # The pi coding agent is an npm package: node is the process.
 pi := node
@@ -30,10 +32,7 @@ pi := node
 # The npm packages of codex and opencode ship native executables.
 codex := [{"path": "/usr/local/lib/node_modules/@openai/codex/**/codex"}]
 
-opencode := [
-	{"path": "/usr/local/lib/node_modules/opencode-ai/**/opencode"},
-	{"path": "/home/*/.opencode/bin/opencode"},
-]
+opencode := [{"path": "/usr/local/lib/node_modules/opencode-ai/**/opencode"}]
 
 # Model APIs. The key is injected by the proxy from its own environment, so the
 # agent never holds it; if the proxy lacks it the request is refused.

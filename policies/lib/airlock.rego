@@ -218,12 +218,23 @@ _folded_paths contains lower(trim_suffix(input.request.slash_path, "/")) if inpu
 _folded_paths contains lower(input.request.slash_path) if input.request.slash_path != ""
 
 # As a Windows server (IIS) reads it: each segment without its trailing
-# dots and spaces (admin. and "admin " are admin there).
-_folded_paths contains concat("/", [trim_right(s, ". ") | some s in split(lower(input.request.path), "/")])
+# dots and spaces (admin. and "admin " are admin there), with or without
+# a trailing slash.
+_folded_paths contains _iis_path
 
-_folded(e) := object.union(e, {"path": lower(e.path), "alt": lower(e.alt)}) if e.alt != null
+_folded_paths contains trim_suffix(_iis_path, "/") if _iis_path != "/"
 
-else := object.union(e, {"path": lower(e.path)})
+_iis_path := concat("/", [trim_right(s, ". ") | some s in split(lower(input.request.path), "/")])
+
+# The pattern folded as the path is: lower case, and without a trailing
+# slash (every path is matched without one too).
+_folded(e) := object.union(e, {"path": _unslashed(lower(e.path)), "alt": lower(e.alt)}) if e.alt != null
+
+else := object.union(e, {"path": _unslashed(lower(e.path))})
+
+_unslashed(p) := trim_suffix(p, "/") if p != "/"
+
+else := p
 
 _ports_ok(null) := true
 

@@ -222,6 +222,26 @@ test_deny_path_windows_segments if {
 	}
 	ok := lib.decide(rules, denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", "/repos/x/administrator/y")
 	ok.allow
+
+	# Read so, with a trailing slash as without one.
+	refs := [{"name": "no-refs", "hosts": ["api.example.com"], "paths": ["/o/info/refs"]}]
+	every p in ["/o/info/refs./", "/o/info/refs /", "/O/INFO/REFS./", "/o/info/refs.", "/o/info/refs/"] {
+		d := lib.decide(rules, refs) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", p)
+		d.reason == "denied_by_rule"
+	}
+}
+
+# A deny pattern written with a trailing slash denies the path without
+# one, as a pattern without one denies the path with it.
+test_deny_path_pattern_trailing_slash if {
+	rules := [{"name": "api", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["api.example.com"]}]
+	denies := [{"name": "no-slash", "hosts": ["api.example.com"], "paths": ["/slash/", "/"]}]
+	every p in ["/slash", "/slash/", "/SLASH/", "/"] {
+		d := lib.decide(rules, denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", p)
+		d.reason == "denied_by_rule"
+	}
+	ok := lib.decide(rules, denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", "/slashes")
+	ok.allow
 }
 
 test_sha256_list if {
