@@ -2,6 +2,7 @@ package durable_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/durable"
+	"golang.org/x/sys/unix"
 )
 
 // WriteFile replaces the file whole with the mode asked, leaves no
@@ -179,5 +181,53 @@ func TestAppendNothing(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(path); string(got) != "a\n" {
 		t.Errorf("file = %q, want untouched", got)
+	}
+}
+
+// WriteFile sets its file's mode through its descriptor: another user who
+// can write the directory, and puts a symbolic link in the temporary
+// file's place as soon as it appears, never gets the mode of the link's
+// target changed (the writer is root: a chmod by name followed the link).
+func TestWriteFileModeNotByName(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(t.TempDir(), "shadow")
+	if err := os.WriteFile(target, []byte("root:secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // the other user: each temporary file, swapped for a link
+		buf := make([]byte, 4096)
+		for {
+			n, err := unix.Read(fd, buf)
+			if err != nil || n <= 0 {
+				return
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				length := int(binary.NativeEndian.Uint32(buf[off+12:]))
+				name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+length]), "\x00")
+				off += unix.SizeofInotifyEvent + length
+				if strings.HasPrefix(name, ".out.") {
+					p := filepath.Join(dir, name)
+					if os.Remove(p) == nil {
+						os.Symlink(target, p)
+					}
+				}
+			}
+		}
+	}()
+	for i := range 50 {
+		durable.WriteFile(filepath.Join(dir, "out"), []byte("metrics\n"), 0o644)
+		if fi, err := os.Stat(target); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("after %d writes the link's target is %v (%v); want it 0600, untouched", i+1, fi.Mode().Perm(), err)
+		}
 	}
 }

@@ -16,14 +16,18 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	defer os.Remove(tmp.Name()) // after the rename, nothing is there
-	if _, err = tmp.Write(data); err == nil {
+	// By its descriptor, never its name: whoever can write dir could put
+	// a symbolic link in the file's place, and a chmod by name would
+	// change the mode of what it points to.
+	err = tmp.Chmod(perm)
+	if err == nil {
+		_, err = tmp.Write(data)
+	}
+	if err == nil {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), perm)
 	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), path)

@@ -28,15 +28,33 @@ func Mode(fi fs.FileInfo) error {
 // it: one that another user may write lets that user put another file in
 // its place. A directory others may write but whose sticky bit keeps them
 // from what they do not own (/tmp) passes; what is below it is checked.
+// The directories above path as written are checked too: a symbolic link
+// in one another user may write is theirs to point elsewhere later.
 func Path(path string) error {
-	real, err := filepath.EvalSymlinks(path)
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	real, err := filepath.EvalSymlinks(abs)
 	if err == nil {
 		real, err = filepath.Abs(real)
 	}
 	if err != nil {
 		return err
 	}
-	for p := real; ; p = filepath.Dir(p) {
+	if err := chain(path, real, real); err != nil {
+		return err
+	}
+	if dir := filepath.Dir(abs); abs != real {
+		return chain(path, dir, real)
+	}
+	return nil
+}
+
+// chain checks from and every directory above it, for Path(path): from
+// is the file itself when it is real.
+func chain(path, from, real string) error {
+	for p := from; ; p = filepath.Dir(p) {
 		fi, err := os.Stat(p)
 		if err != nil {
 			return err

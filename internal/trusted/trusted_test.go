@@ -41,6 +41,13 @@ func TestPath(t *testing.T) {
 	os.Chmod(sub, 0o777)
 	inOpen := filepath.Join(sub, "f")
 	os.WriteFile(inOpen, []byte("x"), 0o755)
+	// A link to root's file, in a directory another user may write: they
+	// can point it elsewhere once it has been checked.
+	openLink := filepath.Join(sub, "link")
+	os.Symlink(good, openLink)
+	// A trusted link to a trusted file passes.
+	goodLink := filepath.Join(dir, "goodlink")
+	os.Symlink(good, goodLink)
 	for _, tc := range []struct {
 		name string
 		path string
@@ -51,6 +58,8 @@ func TestPath(t *testing.T) {
 		{"another user's", file("theirs", 0o755, 61000), false},
 		{"a link to another user's", link, false},
 		{"in a directory others may write", inOpen, false},
+		{"a link in a directory others may write, to root's", openLink, false},
+		{"root's link to root's", goodLink, true},
 	} {
 		err := Path(tc.path)
 		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrUntrusted)) {
