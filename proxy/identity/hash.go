@@ -109,6 +109,13 @@ func (h *HashCache) hash(d procDir, k fileKey) (string, error) {
 	if keyOf(&st) != k {
 		return "", fmt.Errorf("%s changed while it was being identified", link)
 	}
+	// A memory file (memfd) can be rewritten through a shared mapping
+	// made before its exec, with no write(2), its size and times
+	// unchanged: its key would keep the digest of bytes it no longer
+	// holds. Only one sealed against writes has fixed bytes.
+	if seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0); err == nil && seals&unix.F_SEAL_WRITE == 0 {
+		return "", fmt.Errorf("%s is a memory file its owner may still write (not sealed with F_SEAL_WRITE): its bytes are not fixed, so no digest names them", link)
+	}
 	digest := sha256.New()
 	if _, err := io.Copy(digest, f); err != nil {
 		return "", fmt.Errorf("hash %s: %w", link, err)

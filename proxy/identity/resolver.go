@@ -106,9 +106,7 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 	}
 	if r.hook != nil {
 		if tgid, fd, at, ok := r.hook.Lookup(sock.cookie); ok && tgid != self {
-			if p := r.connector(tgid, fd, at, sock); p != nil {
-				return p, nil
-			}
+			return r.connector(tgid, fd, at, sock)
 		}
 	}
 	pids, err := r.candidates.PIDs()
@@ -126,34 +124,45 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 }
 
 // connector describes the process the connect hook saw make the
-// connection, if it still holds the socket; nil sends the lookup to the
-// scan. A process that started after the connect is not the connector but
-// a later owner of its pid; one that handed the socket on and closed its
-// own copy is not the owner any more. The check and the description go
-// through one /proc directory, so both are of the same process. fd is
-// where the connector connected the socket, checked first (-1: not known).
-func (r *Resolver) connector(tgid, fd int, at time.Duration, sock diagSocket) *Process {
+// connection, which must still hold the socket. One that does not (it
+// exited, or its pid is a later process's, or it closed its copy) is no
+// answer, and neither are the socket's holders then: a copy can be hidden
+// from every fd table while the proxy looks (sent to a unix socket of its
+// own, SCM_RIGHTS, and taken back after), so a connector that seems to
+// have handed the socket on may still drive it. The check and the
+// description go through one /proc directory, so both are of the same
+// process. fd is where the connector connected the socket, checked first
+// (-1: not known).
+func (r *Resolver) connector(tgid, fd int, at time.Duration, sock diagSocket) (*Process, error) {
 	socket := heldSocket{link: socketLink(sock.inode), fd: fd}
 	if p, ok := r.procs.get(tgid, at+startSlack, int(sock.uid), &socket); ok {
-		return p
+		return p, nil
 	}
+	gone := fmt.Errorf("%w: the process that connected socket inode %d (pid %d) no longer holds it; its holders now cannot be believed (a copy may be hidden while the proxy looks)", ErrAmbiguous, sock.inode, tgid)
 	d, err := openProc(tgid)
 	if err != nil {
-		return nil
+		return nil, gone
 	}
 	defer func() {
 		if d.fd >= 0 {
 			d.close()
 		}
 	}()
-	if held, err := d.holds(socket); err != nil || !held {
-		return nil
+	held, err := d.holds(socket)
+	if err != nil {
+		return nil, unknown("read the fd table of pid %d, which connected socket inode %d: %v", tgid, sock.inode, err)
+	}
+	if !held {
+		return nil, gone
 	}
 	p, err := r.describeDir(&d, at+startSlack, int(sock.uid))
-	if err != nil || p.UID != int(sock.uid) {
-		return nil
+	if err != nil {
+		return nil, err // a later process of its pid: started after the connect
 	}
-	return p
+	if p.UID != int(sock.uid) {
+		return nil, fmt.Errorf("%w: socket uid %d but pid %d, which connected it, runs as uid %d", ErrAmbiguous, sock.uid, p.PID, p.UID)
+	}
+	return p, nil
 }
 
 // owner describes the socket's holders, which must agree on the executable,

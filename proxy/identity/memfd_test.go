@@ -1,0 +1,89 @@
+package identity
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/vishvananda/netns"
+)
+
+// runFromMemfd runs /usr/bin/sleep from a memory file, sealed against
+// writes or not, holding a connection to port; it prints the pid.
+const runFromMemfd = `
+import fcntl, os, socket, subprocess, sys
+port, sealed = int(sys.argv[1]), sys.argv[2] == "sealed"
+fd = os.memfd_create("tool", os.MFD_ALLOW_SEALING)
+os.write(fd, open("/usr/bin/sleep", "rb").read())
+if sealed:
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+s = socket.create_connection(("127.0.0.1", port))
+p = subprocess.Popen(["/proc/self/fd/%d" % fd, "30"], pass_fds=[fd, s.fileno()])
+s.close()
+print(p.pid, flush=True)
+sys.stdin.readline()
+`
+
+// A program run from a memory file its owner may still write has no
+// fixed bytes to name (it can be rewritten through a shared mapping with
+// its size and times unchanged): it is not identified, and so decided by
+// no rule. One sealed against writes is identified as any file is.
+func TestMemfdExecutable(t *testing.T) {
+	python := testutil.RequireTool(t, "python3")
+	for _, tc := range []struct {
+		seal string
+		ok   bool
+	}{{"sealed", true}, {"unsealed", false}} {
+		t.Run(tc.seal, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			cmd := exec.Command(python, "-c", runFromMemfd, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port), tc.seal)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			cmd.Stderr = os.Stderr
+			stdin, _ := cmd.StdinPipe()
+			stdout, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { stdin.Close(); syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }()
+			conn, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			var pid int
+			if _, err := fmt.Fscan(bufio.NewReader(stdout), &pid); err != nil {
+				t.Fatal(err)
+			}
+			r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			// The child may not have exec'd yet: until it has, python
+			// holds the socket too.
+			var p *Process
+			for range 100 {
+				if p, err = r.Lookup(addrs(conn)); err == nil || strings.Contains(err.Error(), "memory file") {
+					break
+				}
+				syscall.Nanosleep(&syscall.Timespec{Nsec: 20e6}, nil)
+			}
+			if tc.ok && (err != nil || p.PID != pid) {
+				t.Fatalf("Lookup = %+v, %v; want pid %d identified", p, err, pid)
+			}
+			if !tc.ok && (err == nil || !strings.Contains(err.Error(), "not sealed with F_SEAL_WRITE")) {
+				t.Fatalf("Lookup = %+v, %v; want it refused as an unsealed memory file", p, err)
+			}
+		})
+	}
+}
