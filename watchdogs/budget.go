@@ -16,11 +16,13 @@ const (
 	DefaultWindow      = 30 * time.Minute
 )
 
-// prune drops the restarts that have left the window at now.
+// prune drops the restarts that have left the window at now, and those
+// recorded after now: a clock stepped back (an RTC that ran ahead, then
+// NTP's first sync) must not hold the budget shut for the step's length.
 func (b Budget) prune(restarts []time.Time, now time.Time) []time.Time {
 	kept := restarts[:0]
 	for _, t := range restarts {
-		if now.Sub(t) < b.Window {
+		if age := now.Sub(t); age >= 0 && age < b.Window {
 			kept = append(kept, t)
 		}
 	}

@@ -76,6 +76,9 @@ type TargetMemory struct {
 	PodBooted time.Time `json:"pod_booted,omitzero"`
 	Exits     int       `json:"exits,omitempty"`
 	HeapMB    int       `json:"heap_mb,omitempty"`
+	// Pid is the gateway's pid at the last look (ProcessTarget with a pid
+	// file): another one since says it exited.
+	Pid int `json:"pid,omitempty"`
 }
 
 // Steps bounds how a limit grows: each recovery doubles it (from Start
@@ -87,8 +90,10 @@ type Steps struct{ Start, Max int64 }
 // or above it already: it is kept (a cap never lowers a limit).
 func (s Steps) next(cur int64) (next int64, atMax bool) {
 	switch {
-	case cur <= 0 && s.Start > 0:
-		cur = s.Start
+	case s.Start > 0:
+		// Never below Start: a heap remembered from before an operator
+		// raised it (a state file's) is not the one to double.
+		cur = max(cur, s.Start)
 	case cur <= 0:
 		return s.Max, false
 	}
@@ -133,8 +138,12 @@ func (g *Gateway) Probe(ctx context.Context) Finding {
 	// Down: gone by the target's word, or, when nothing says whether it
 	// runs (no pid file), refusing its health URL.
 	down := ev.Known && !ev.Running || !ev.Known && health.Kind != "" && !health.Strike
+	// What the gateway's output says is believed with a sign it ended: a
+	// running gateway can be made to print anything (a request's path it
+	// logs). Without a pid file, only a health URL can give that sign.
+	ended := ev.Exited || down || !ev.Known && (g.Health == nil || health.Kind != "")
 	switch {
-	case ev.HeapOOM != "":
+	case ev.HeapOOM != "" && ended:
 		// Even when it runs again (its supervisor restarted it): it
 		// runs with the heap that ran out.
 		cur := g.heapNow(ev)
@@ -202,7 +211,16 @@ func (g *Gateway) Restore(raw json.RawMessage) error {
 	if len(raw) == 0 {
 		return nil
 	}
-	return json.Unmarshal(raw, &g.mem)
+	if err := json.Unmarshal(raw, &g.mem); err != nil {
+		return err
+	}
+	// A heap the watchdog gave the gateway before an operator raised its
+	// start (--heap-mb) is not the one it restarts with: a limit never
+	// goes down.
+	if g.mem.HeapMB > 0 && int64(g.mem.HeapMB) < g.Heap.Start {
+		g.mem.HeapMB = int(g.Heap.Start)
+	}
+	return nil
 }
 
 // Remember implements Remembering.

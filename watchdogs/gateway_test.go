@@ -1,6 +1,7 @@
 package watchdogs
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -73,6 +74,27 @@ func TestGatewayHeapOOMRestartsWithALargerHeap(t *testing.T) {
 	}
 	if d := e.inboxEvents()[4].Detail; !strings.Contains(d, "JavaScript heap out of memory") || !strings.Contains(d, "at its cap or above already") {
 		t.Errorf("the third finding %q: want V8's words and that the heap is at its cap", d)
+	}
+}
+
+// A running gateway's output holding V8's words is not its end: one that
+// logs a request's path, or was made to print V8's whole fatal line, is
+// left running, its heap as it was. (Its real end, another pid in the
+// pid file, is TestGatewayHeapOOMRestartsWithALargerHeap's.)
+func TestGatewayHeapWordsOfALiveGateway(t *testing.T) {
+	e := newGatewayEnv(t, "")
+	e.once(e.gatewayWatchdog(e.start, "", heapSteps, memorySteps, wideBudget), Healthy)
+	pid := e.pid()
+	f, err := os.OpenFile(e.log, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`127.0.0.1 - "GET /search?q=FATAL ERROR: Reached heap limit HTTP/1.1" 404` + "\n" +
+		"FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory\n")
+	f.Close()
+	e.once(e.gatewayWatchdog(e.start, "", heapSteps, memorySteps, wideBudget), Healthy)
+	if e.pid() != pid || gone(pid) {
+		t.Errorf("the gateway (pid %d) was replaced by pid %d for words in its log", pid, e.pid())
 	}
 }
 
@@ -268,12 +290,37 @@ func TestStepsNeverLowerALimit(t *testing.T) {
 		{Steps{Start: 32, Max: 128}, 32, 64, false},
 		{Steps{Start: 32, Max: 128}, 100, 128, false},
 		{Steps{Start: 32, Max: 128}, 128, 128, true},
-		{Steps{Start: 32, Max: 128}, 512, 512, true}, // above the cap: kept, not lowered
-		{Steps{Start: 32, Max: 128}, 0, 64, false},   // unknown: from Start
-		{Steps{Max: 4096}, 0, 4096, false},           // no Start either: the cap
+		{Steps{Start: 32, Max: 128}, 512, 512, true},      // above the cap: kept, not lowered
+		{Steps{Start: 32, Max: 128}, 0, 64, false},        // unknown: from Start
+		{Steps{Max: 4096}, 0, 4096, false},                // no Start either: the cap
+		{Steps{Start: 1024, Max: 4096}, 256, 2048, false}, // remembered below Start (raised since): from Start
 	} {
 		if got, at := tc.steps.next(tc.cur); got != tc.want || at != tc.atMax {
 			t.Errorf("%+v.next(%d) = %d, %v; want %d, %v", tc.steps, tc.cur, got, at, tc.want, tc.atMax)
 		}
+	}
+}
+
+// A FIFO in the log's place is no log: the look says so at once (the
+// round is blind) instead of waiting for a writer that never comes.
+func TestLogThatIsAFIFO(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "gw.log")
+	if err := syscall.Mkfifo(log, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := &Gateway{Target: ProcessTarget{Log: log}, Heap: Steps{Max: 4096}}
+	done := make(chan Finding, 1)
+	go func() { done <- g.Probe(context.Background()) }()
+	select {
+	case f := <-done:
+		if !f.Blind || !strings.Contains(f.Detail, "not a regular file") {
+			t.Errorf("probe = %+v; want it blind, the log not a regular file", f)
+		}
+	case <-time.After(10 * time.Second):
+		// Let it go: a writer opens the FIFO.
+		if fd, err := syscall.Open(log, syscall.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			defer syscall.Close(fd)
+		}
+		t.Fatal("the probe blocked opening the FIFO")
 	}
 }

@@ -38,6 +38,10 @@ func (t ProcessTarget) Look(_ context.Context, m *TargetMemory) (Evidence, error
 		}
 		ev.Known, ev.Running = true, err == nil
 		if err == nil {
+			// Another pid than the last look's: the one it saw has
+			// exited, and something started the gateway again.
+			ev.Exited = m.Pid != 0 && p.pid != m.Pid
+			m.Pid = p.pid
 			p.close()
 		} else {
 			ev.Exit = err.Error()
@@ -89,7 +93,9 @@ const maxLogRead = 1 << 20
 // returns the last V8 heap-exhaustion line in it. skip only moves to its
 // end.
 func (t ProcessTarget) heapLine(m *TargetMemory, skip bool) (string, error) {
-	f, err := os.Open(t.Log)
+	// Without blocking: a FIFO in the log's place would hold every round
+	// until its unit's timeout, and no fault would ever be handled.
+	f, err := os.OpenFile(t.Log, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil // not written yet
 	}
@@ -100,6 +106,9 @@ func (t ProcessTarget) heapLine(m *TargetMemory, skip bool) (string, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return "", fmt.Errorf("the gateway's log: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("the gateway's log %s: a %s, not a regular file", t.Log, fi.Mode().Type())
 	}
 	ino := fi.Sys().(*syscall.Stat_t).Ino
 	from := m.LogOffset
@@ -118,9 +127,13 @@ func (t ProcessTarget) heapLine(m *TargetMemory, skip bool) (string, error) {
 	return heapExhausted(buf), nil
 }
 
-// v8OOM are the lines V8 writes when it runs out of heap: Node's fatal
-// error and the mark-compact trace before it.
-var v8OOM = [][]byte{[]byte("JavaScript heap out of memory"), []byte("Reached heap limit")}
+// v8Fatal begins the line V8 writes when it dies: Node writes it to its
+// stderr as the line's first word, where no request a gateway logs puts
+// it; v8OOM are the words of that line that say it ran out of heap.
+var (
+	v8Fatal = []byte("FATAL ERROR:")
+	v8OOM   = [][]byte{[]byte("JavaScript heap out of memory"), []byte("Reached heap limit")}
+)
 
 // heapExhausted returns the last line of out that says V8 ran out of heap,
 // trimmed; "" when none does.
@@ -129,6 +142,9 @@ func heapExhausted(out []byte) string {
 		i := bytes.LastIndexByte(out[:len(out)-1], '\n')
 		line := out[i+1:]
 		out = out[:i+1]
+		if !bytes.HasPrefix(bytes.TrimLeft(line, " \t"), v8Fatal) {
+			continue
+		}
 		for _, sig := range v8OOM {
 			if bytes.Contains(line, sig) {
 				s := strings.TrimSpace(string(line))

@@ -49,3 +49,18 @@ func TestStateFile(t *testing.T) {
 		})
 	}
 }
+
+// A heap remembered below the start the operator gives now (raised since)
+// is raised to it: a restart never lowers the gateway's heap.
+func TestRememberedHeapNeverBelowStart(t *testing.T) {
+	g := &Gateway{Heap: Steps{Start: 1024, Max: 4096}}
+	if err := g.Restore([]byte(`{"seen":true,"heap_mb":256}`)); err != nil {
+		t.Fatal(err)
+	}
+	if g.mem.HeapMB != 1024 {
+		t.Fatalf("heap after Restore = %d MB; want the start, 1024", g.mem.HeapMB)
+	}
+	if err := g.Restore([]byte(`{"seen":true,"heap_mb":2048}`)); err != nil || g.mem.HeapMB != 2048 {
+		t.Fatalf("heap after Restore = %d MB, %v; want 2048, as remembered", g.mem.HeapMB, err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Units says what `airlock watchdog install` writes: the init system's
@@ -86,8 +87,12 @@ func (u Units) check() error {
 		errs = append(errs, errors.New("the state directory is empty: a one-shot watchdog needs its state file"))
 	}
 	for _, a := range append([]string{u.Airlock, u.Manifest, u.LogDir, u.StateDir}, u.Args...) {
-		if strings.ContainsAny(a, "\x00\n\r") {
-			errs = append(errs, fmt.Errorf("%q: a unit's argument cannot hold a NUL or a line break", a))
+		// Neither unit file writes these as given: systemd's lines end at
+		// a line break, and XML (a plist) has no control characters but
+		// tab and line breaks, nor invalid UTF-8, which its encoder
+		// silently replaces: launchd would run another argument.
+		if !utf8.ValidString(a) || strings.ContainsFunc(a, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+			errs = append(errs, fmt.Errorf("%q: a unit's argument cannot hold a control character (a NUL, a line break) or bytes that are not UTF-8", a))
 		}
 	}
 	for _, w := range u.Watchdogs {

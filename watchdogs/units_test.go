@@ -144,10 +144,17 @@ func TestUnitsRefuseWhatWouldNotRun(t *testing.T) {
 		{"no binary", Units{}, "path is empty"},
 		{"relative manifest", Units{Airlock: "/a", Manifest: "pod.yaml"}, `"pod.yaml" is not an absolute path`},
 		{"line break", Units{Airlock: "/a", Args: []string{"x\nExecStartPre=/bin/evil"}}, "line break"},
+		// XML has no other control characters, and its encoder would
+		// put U+FFFD in their place: launchd would run another argument.
+		{"control character", Units{Airlock: "/a", Args: []string{"--restart-cmd=a\x1bb"}}, "control character"},
+		{"not UTF-8", Units{Airlock: "/a", Args: []string{"--restart-cmd=a\xffb"}}, "not UTF-8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := tc.u.Systemd(); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Systemd() = %v; want %q", err, tc.want)
+			}
+			if _, err := tc.u.Launchd(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Launchd() = %v; want %q", err, tc.want)
 			}
 		})
 	}

@@ -45,7 +45,8 @@ func newWatchdogGatewayCmd() *cobra.Command {
 		Use:   "gateway",
 		Short: "Watch the Node gateway; restart it after an OOM with more memory, within a budget",
 		Long: `Watches the Node gateway and tells apart, from evidence, why it went down:
-  - V8 ran out of heap ("JavaScript heap out of memory" in its output):
+  - V8 ran out of heap (its "FATAL ERROR: ... JavaScript heap out of memory"
+    line in its output, and it ended: another pid, or none):
     restarted with a doubled --max-old-space-size in NODE_OPTIONS (from
     --heap-mb, up to --max-heap-mb);
   - the OOM killer killed it at its cgroup's memory limit (the group's
