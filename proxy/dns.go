@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/airlock-sandbox/airlock/internal/clip"
 	"github.com/airlock-sandbox/airlock/internal/flood"
 	"github.com/airlock-sandbox/airlock/proxy/fakedns"
 )
@@ -70,6 +71,10 @@ func (p *Proxy) ServeDNS(sb Sandbox, pool *fakedns.Pool, packets []net.PacketCon
 	return srv.Serve(packets, streams)
 }
 
+// maxDNSName is as much of a refused name as its line holds: the longest
+// name DNS carries, 253 bytes, as read.
+const maxDNSName = 256
+
 // auditDNS writes a refusal's line or, with count > 0, the line summing up
 // count refusals of a flood (no name nor query type: they were many). A
 // line that cannot be written is counted and logged on stderr; its error
@@ -89,13 +94,16 @@ func (p *Proxy) auditDNS(sb *Sandbox, r *fakedns.Refusal, count int64) error {
 	if sb.Preset != "" { // a pod's answerer speaks for all its services
 		b = jsonString(b, "preset", sb.Preset)
 	}
+	// The name is the sandbox's to choose, and a name that cannot be
+	// read is quoted again in the detail: each escaping multiplies its
+	// bytes, and a refusal's line, up to 64 a second, must stay small.
 	if count == 0 {
-		b = jsonString(b, "name", r.Name)
+		b = jsonString(b, "name", clip.String(r.Name, maxDNSName))
 		b = jsonString(b, "qtype", r.QType)
 	}
 	b = jsonString(b, "rcode", r.Rcode)
 	b = jsonString(b, "reason", string(r.Reason))
-	b = jsonString(b, "detail", r.Detail)
+	b = jsonString(b, "detail", clip.String(r.Detail, 2*maxDNSName))
 	if count > 0 {
 		b = jsonInt(b, "count", count)
 	}

@@ -326,3 +326,20 @@ func devFull(t *testing.T) *os.File {
 	t.Cleanup(func() { full.Close() })
 	return full
 }
+
+// A refusal's line stays small whatever name the sandbox asks: a name of
+// 253 backslashes, escaped by DNS's presentation format, quoted in the
+// detail, then escaped as JSON, was 3.3 KB a line, at up to 64 lines a
+// second from one sandbox. The name and the detail are cut, marked so.
+func TestDNSRefusalLineIsBounded(t *testing.T) {
+	var audit testutil.Buffer
+	d := newDNSProxy(t, &audit, false, sandboxDNS)
+	label := strings.Repeat(`\092`, 63) // 63 backslash bytes, as miekg/dns writes them
+	name := label + "." + label + "." + label + "." + strings.Repeat(`\092`, 61) + "."
+	d.ask(t, "udp", name, dns.TypeA)
+	d.shutdown(t)
+	line := strings.TrimSpace(audit.String())
+	if len(line) > 2048 || !strings.Contains(line, "bytes)") {
+		t.Fatalf("the refusal's line is %d bytes: %.300s…; want at most 2048, its name cut", len(line), line)
+	}
+}

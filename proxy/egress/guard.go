@@ -127,6 +127,9 @@ func parseResolve(s string) (string, []netip.Addr, error) {
 // name that answers with one public and one private address is a rebinding
 // attempt, not a choice.
 func (g *Guard) Lookup(ctx context.Context, host string, port int) ([]netip.Addr, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("resolve %s: port %d out of range", host, port)
+	}
 	var addrs []netip.Addr
 	if ip, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{ip.Unmap()}
@@ -209,6 +212,11 @@ func (g *Guard) allowed(a netip.Addr) bool {
 // Dial connects to the first of addrs that answers. The addresses must come
 // from Lookup: Dial does not check them again.
 func (g *Guard) Dial(ctx context.Context, addrs []netip.Addr, port int) (net.Conn, error) {
+	// Both are Lookup's to have refused: nil, nil here would be a
+	// connection nobody made.
+	if len(addrs) == 0 || port < 1 || port > 65535 {
+		return nil, fmt.Errorf("dial %v port %d: no address, or a port out of range", addrs, port)
+	}
 	var errs []error
 	for _, a := range addrs {
 		c, err := g.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())

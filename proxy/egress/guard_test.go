@@ -174,3 +174,26 @@ func TestDialRefusesTheHostItself(t *testing.T) {
 	}
 	c.Close()
 }
+
+// A port out of range is refused, not cut to 16 bits (65979 is 443 to a
+// uint16), and Dial with nothing to dial is an error, never a nil
+// connection without one.
+func TestPortRangeAndNoAddresses(t *testing.T) {
+	g, err := New(Options{Resolve: []string{"good.test:443:8.8.4.4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, port := range []int{0, -1, 65536, 65536 + 443} {
+		if addrs, err := g.Lookup(ctx, "8.8.4.4", port); err == nil {
+			t.Errorf("Lookup(8.8.4.4, port %d) = %v; want refused", port, addrs)
+		}
+		if c, err := g.Dial(ctx, []netip.Addr{netip.MustParseAddr("127.0.0.1")}, port); err == nil {
+			c.Close()
+			t.Errorf("Dial(port %d) connected; want refused", port)
+		}
+	}
+	if c, err := g.Dial(ctx, nil, 443); c != nil || err == nil {
+		t.Errorf("Dial(no addresses) = %v, %v; want an error", c, err)
+	}
+}

@@ -33,6 +33,9 @@ func (s *Server) answer(req *dns.Msg) (*dns.Msg, *Refusal) {
 	// The answerer stands in for a recursive resolver: RA keeps stub
 	// resolvers from warning that recursion is unavailable.
 	m.RecursionAvailable = true
+	// The name once, pointed to after: a long name's answer stays within
+	// the 512 bytes a UDP answer to a query without EDNS may have.
+	m.Compress = true
 	if req.Opcode != dns.OpcodeQuery {
 		// NOTIFY passes miekg/dns's accept check; nothing else is served.
 		m.SetRcode(req, dns.RcodeNotImplemented)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/miekg/dns"
 	"golang.org/x/net/netutil"
@@ -57,6 +58,44 @@ type served struct {
 // descriptors, which every sandbox shares.
 const MaxStreams = 64
 
+// streamLife bounds a TCP connection's life, whatever it sends: miekg/dns
+// waits up to its idle timeout for each next query, up to 128 of them, and
+// clients that each ask one now and then would hold every one of the
+// MaxStreams slots for as long as they liked. A variable for tests.
+var streamLife = 10 * time.Second
+
+// lifeListener gives each connection streamLife: no deadline set on it
+// reaches past its end.
+type lifeListener struct{ net.Listener }
+
+func (l lifeListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	lc := &lifeConn{Conn: c, end: time.Now().Add(streamLife)}
+	lc.SetDeadline(time.Time{})
+	return lc, nil
+}
+
+type lifeConn struct {
+	net.Conn
+	end time.Time
+}
+
+func (c *lifeConn) clamp(t time.Time) time.Time {
+	if t.IsZero() || t.After(c.end) {
+		return c.end
+	}
+	return t
+}
+
+func (c *lifeConn) SetDeadline(t time.Time) error     { return c.Conn.SetDeadline(c.clamp(t)) }
+func (c *lifeConn) SetReadDeadline(t time.Time) error { return c.Conn.SetReadDeadline(c.clamp(t)) }
+func (c *lifeConn) SetWriteDeadline(t time.Time) error {
+	return c.Conn.SetWriteDeadline(c.clamp(t))
+}
+
 // ErrServerClosed is Serve's error once Shutdown has been called.
 var ErrServerClosed = errors.New("fakedns: server closed")
 
@@ -94,7 +133,7 @@ func (s *Server) Serve(packets []net.PacketConn, streams []net.Listener) error {
 		all = append(all, s.newGated(pc))
 	}
 	for _, ln := range streams {
-		all = append(all, s.newServed(&dns.Server{Listener: netutil.LimitListener(ln, MaxStreams)}))
+		all = append(all, s.newServed(&dns.Server{Listener: lifeListener{netutil.LimitListener(ln, MaxStreams)}}))
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -153,9 +192,22 @@ func (s *Server) newServed(srv *dns.Server) *served {
 	sv := &served{srv: srv, started: make(chan struct{}), done: make(chan struct{})}
 	srv.Handler = s
 	srv.MsgAcceptFunc = s.accept
+	srv.MsgInvalidFunc = s.invalid
 	srv.NotifyStartedFunc = func() { close(sv.started) }
 	return sv
 }
+
+// invalid counts the FORMERR miekg/dns answers, without the handler, to a
+// message whose header it read and whose body it could not (a compression
+// pointer to itself); one too short for a header goes unanswered.
+func (s *Server) invalid(m []byte, _ error) {
+	if len(m) >= dnsHeaderLen {
+		s.count(dns.RcodeFormatError)
+	}
+}
+
+// dnsHeaderLen is a DNS message header's size (RFC 1035, 4.1.1).
+const dnsHeaderLen = 12
 
 // newGated serves pc with at most MaxInFlight answers at once (gate).
 func (s *Server) newGated(pc net.PacketConn) *served {
@@ -169,7 +221,7 @@ func (s *Server) newGated(pc net.PacketConn) *served {
 		}
 		return a
 	}
-	sv.srv.MsgInvalidFunc = func([]byte, error) { g.give() }
+	sv.srv.MsgInvalidFunc = func(m []byte, err error) { g.give(); s.invalid(m, err) }
 	return sv
 }
 

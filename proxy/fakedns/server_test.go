@@ -250,10 +250,57 @@ func TestServerCountsAnswers(t *testing.T) {
 	if err != nil || r.Rcode != dns.RcodeFormatError {
 		t.Fatalf("two questions: %v, %v; want FORMERR", r, err)
 	}
+	// A header miekg/dns reads and a body it cannot (the question's name
+	// a compression pointer to itself): its FORMERR, which miekg/dns
+	// writes without the handler, is counted too, on both transports.
+	loop := []byte{0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0xc0, 0x0c, 0, 1, 0, 1}
+	for _, network := range []string{"udp", "tcp"} {
+		addr := map[string]string{"udp": fx.udp, "tcp": fx.tcp}[network]
+		c, err := net.Dial(network, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		co := &dns.Conn{Conn: c}
+		co.Write(loop)
+		r, err := co.ReadMsg()
+		c.Close()
+		if err != nil || r.Rcode != dns.RcodeFormatError {
+			t.Fatalf("%s: a name pointing to itself: %v, %v; want FORMERR", network, r, err)
+		}
+	}
 	fx.mu.Lock()
 	defer fx.mu.Unlock()
-	if want := []string{"NOERROR", "NXDOMAIN", "REFUSED", "FORMERR"}; !slices.Equal(fx.rcodes, want) {
+	if want := []string{"NOERROR", "NXDOMAIN", "REFUSED", "FORMERR", "FORMERR", "FORMERR"}; !slices.Equal(fx.rcodes, want) {
 		t.Errorf("answers counted %v; want %v", fx.rcodes, want)
+	}
+}
+
+// An answer to a long name stays within the 512 bytes of a UDP answer to
+// a query without EDNS: the name is written once, pointed to after.
+func TestServerLongNameFitsUDP(t *testing.T) {
+	fx := newDNSFixture(t)
+	label := strings.Repeat("a", 60)
+	name := label + "." + label + "." + label + "." + label[:50] + ".wild.test."
+	c, err := net.Dial("udp", fx.udp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	q, _ := new(dns.Msg).SetQuestion(name, dns.TypeAAAA).Pack()
+	c.Write(q)
+	raw := make([]byte, 4096)
+	n, err := c.Read(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := new(dns.Msg)
+	if err := r.Unpack(raw[:n]); err != nil || r.Rcode != dns.RcodeSuccess || r.Truncated || len(r.Answer) != 1 {
+		t.Fatalf("%s: %v, %v; want one answer, not truncated", name, r, err)
+	}
+	if n > 512 {
+		t.Errorf("the answer to a %d-byte name is %d bytes; want at most 512", len(name), n)
 	}
 }
 
@@ -333,6 +380,30 @@ func TestServerLimitsStreams(t *testing.T) {
 	if r, err := extra.ReadMsg(); err != nil || r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("connection %d after one closed: %v, %v; want it served", MaxStreams+1, r, err)
 	}
+}
+
+// A TCP connection is served for a bounded time, however often it asks:
+// slow askers cannot hold the stream slots for as long as they like.
+func TestServerStreamsEnd(t *testing.T) {
+	defer func(l time.Duration) { streamLife = l }(streamLife)
+	streamLife = 500 * time.Millisecond
+	fx := newDNSFixture(t)
+	c := &dns.Client{Net: "tcp"}
+	conn, err := c.Dial(fx.tcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	q := new(dns.Msg).SetQuestion("api.allowed.test.", dns.TypeA)
+	start := time.Now()
+	// 60 queries at most: miekg/dns ends a connection after 128.
+	for time.Since(start) < 3*time.Second {
+		if _, _, err := c.ExchangeWithConn(q, conn); err != nil {
+			return // ended by the server
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("a connection asking every 50ms was still served after 3s (its life is %v)", streamLife)
 }
 
 // A message that ends after its header, which says one question, is a

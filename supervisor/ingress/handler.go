@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -14,7 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/airlock-sandbox/airlock/internal/clip"
 )
 
 // OperatorHeader tells the service which operator called. A client's own
@@ -44,19 +44,6 @@ type lineKey struct{}
 // anyone who reaches the port, with no key, writes a line per request.
 const maxLoggedPath = 1 << 10
 
-// loggedPath is p cut to maxLoggedPath bytes (at a rune's start), marked
-// as cut.
-func loggedPath(p string) string {
-	if len(p) <= maxLoggedPath {
-		return p
-	}
-	cut := maxLoggedPath
-	for cut > 0 && !utf8.RuneStart(p[cut]) {
-		cut--
-	}
-	return p[:cut] + fmt.Sprintf("…(%d bytes)", len(p))
-}
-
 // ServeHTTP authenticates the request, forwards it, and audits it: one
 // line, written when the request ends, whatever way it ends (a refusal, an
 // upstream failure, a stream the client left).
@@ -64,7 +51,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	line := &auditLine{
 		Route: s.route.Name, Service: s.route.Service, Operator: UnknownOperator,
-		Remote: r.RemoteAddr, Method: r.Method, Path: loggedPath(r.URL.Path),
+		Remote: r.RemoteAddr, Method: r.Method, Path: clip.String(r.URL.Path, maxLoggedPath),
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	counted := s.begin()
