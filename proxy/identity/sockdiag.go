@@ -99,8 +99,7 @@ func (d *sockDiag) lookup(src, dst netip.AddrPort) (diagSocket, error) {
 	family := uint8(unix.AF_INET)
 	if src.Addr().Is6() || dst.Addr().Is6() {
 		family = unix.AF_INET6
-		src = netip.AddrPortFrom(netip.AddrFrom16(src.Addr().As16()), src.Port())
-		dst = netip.AddrPortFrom(netip.AddrFrom16(dst.Addr().As16()), dst.Port())
+		src, dst = mapped(src), mapped(dst)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -155,7 +154,14 @@ func (d *sockDiag) lookup(src, dst netip.AddrPort) (diagSocket, error) {
 				// socket bound to the source address: only an answer for
 				// this very connection counts.
 				want := make([]byte, 48)
-				putSockID(want, src, dst)
+				if family == unix.AF_INET && m.Data[0] == unix.AF_INET6 {
+					// A dual-stack socket (AF_INET6, as Java's are)
+					// connected to an IPv4 address: the kernel finds it
+					// by the IPv4 ends and names them IPv4-mapped.
+					putSockID(want, mapped(src), mapped(dst))
+				} else {
+					putSockID(want, src, dst)
+				}
 				if m.Data[1] == tcpListen || !bytes.Equal(m.Data[4:4+36], want[:36]) {
 					return diagSocket{}, errNoSocket
 				}
@@ -167,6 +173,11 @@ func (d *sockDiag) lookup(src, dst netip.AddrPort) (diagSocket, error) {
 			}
 		}
 	}
+}
+
+// mapped is a in its 16-byte form (an IPv4 address IPv4-mapped).
+func mapped(a netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom16(a.Addr().As16()), a.Port())
 }
 
 // putSockID writes a struct inet_diag_sockid: ports and addresses in

@@ -87,3 +87,47 @@ func TestMemfdExecutable(t *testing.T) {
 		})
 	}
 }
+
+// connectMapped connects a dual-stack AF_INET6 socket, as Java's are, to
+// an IPv4 port through its IPv4-mapped address, and waits.
+const connectMapped = `
+import socket, sys
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+s.connect(("::ffff:127.0.0.1", int(sys.argv[1])))
+print("connected", flush=True)
+sys.stdin.readline()
+`
+
+// A connection from a dual-stack socket to an IPv4 address is attributed
+// like any other: the kernel names its ends IPv4-mapped, and every such
+// client (Java's, by default) was identity_unknown.
+func TestDualStackClientSocket(t *testing.T) {
+	python := testutil.RequireTool(t, "python3")
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cmd := exec.Command(python, "-c", connectMapped, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }()
+	conn, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	bufio.NewReader(stdout).ReadString('\n')
+	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if p, err := r.Lookup(addrs(conn)); err != nil || p.PID != cmd.Process.Pid {
+		t.Fatalf("Lookup = %+v, %v; want python (pid %d)", p, err, cmd.Process.Pid)
+	}
+}
