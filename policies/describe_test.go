@@ -51,7 +51,7 @@ func TestDescribeShippedPresets(t *testing.T) {
 			"tls:      tunnelled (opaque: requests inside are not seen)", "websocket: allowed (frames are not inspected)",
 		}},
 		{"strict", nil, nil, []string{"allows: nothing (every connection is denied)"}},
-		{"demo", []string{"demo-model-api"}, nil, []string{"ports:    18443", "paths:    /v1/models /v1/chat/completions"}},
+		{"demo", []string{"demo-model-list", "demo-model-chat"}, nil, []string{"ports:    18443", "paths:    /v1/models", "paths:    /v1/chat/completions"}},
 	}
 	seen := map[string]bool{}
 	for _, c := range cases {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -329,6 +330,17 @@ func Check(ctx context.Context, b *Bundle) error {
 	return err
 }
 
+// deterministic are OPA's capabilities without its nondeterministic
+// built-ins (http.send, net.lookup_ip_addr, time.now_ns, rand.intn,
+// opa.runtime, ...): a decision is the bundle's answer to its input, which
+// the decision cache keys on whole, and a bundle could otherwise reach the
+// network from the proxy, outside every sandbox, beside its secrets.
+var deterministic = func() *ast.Capabilities {
+	c := ast.CapabilitiesForThisVersion()
+	c.Builtins = slices.DeleteFunc(c.Builtins, (*ast.Builtin).IsNondeterministic)
+	return c
+}()
+
 // compile compiles a bundle's policy modules (tests excluded: they never
 // decide anything) and prepares one query per preset.
 func compile(ctx context.Context, b *Bundle) (*generation, error) {
@@ -341,7 +353,7 @@ func compile(ctx context.Context, b *Bundle) (*generation, error) {
 	if err := checkInputRefs(mods); err != nil {
 		return nil, fmt.Errorf("policy bundle %s: %w", b.Origin, err)
 	}
-	c := ast.NewCompiler().WithStrict(false)
+	c := ast.NewCompiler().WithStrict(false).WithCapabilities(deterministic)
 	if c.Compile(mods); c.Failed() {
 		return nil, fmt.Errorf("compile policy bundle %s: %w", b.Origin, c.Errors)
 	}

@@ -210,6 +210,8 @@ func TestInvalidPresetsAreRefused(t *testing.T) {
 		{"non-canonical host", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["API.example.com"]}]` + tail, `write "api.example.com"`},
 		{"mid-label wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["api*.example.com"]}]` + tail, "whole first label"},
 		{"tld wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["*.com"]}]` + tail, "top-level domain"},
+		{"public suffix wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["*.co.uk"]}]` + tail, "public suffix (co.uk"},
+		{"private suffix wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["*.github.io"]}]` + tail, "public suffix (github.io"},
 		{"no binaries", head + `rules := [{"name": "r", "hosts": ["a.example"]}]` + tail, "lists no binaries"},
 		{"unknown method set", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "methods": "readonly"}]` + tail, "not one of"},
 		{"two **", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "paths": ["/**/x/**"]}]` + tail, "at most one **"},
@@ -231,6 +233,10 @@ func TestInvalidPresetsAreRefused(t *testing.T) {
 		{"a capitalised pin", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/gh", "SHA256": "` + strings.Repeat("a", 64) + `"}], "hosts": ["a.example"]}]` + tail, `binaries[0]: unknown field "SHA256"`},
 		{"a long-s field", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hoſts": ["a.example"]}]` + tail, `unknown field "hoſts"`},
 		{"a capitalised secret source", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "inject": {"authorization": {"Env": "T"}}}]` + tail, `inject authorization: unknown field "Env"`},
+		// A decision is the bundle's answer to its input: nothing that
+		// reads the clock, chance or the network from the proxy.
+		{"the clock", head + "rules := [] if time.now_ns() > 0\n" + tail, "undefined function time.now_ns"},
+		{"the network", head + "rules := [] if http.send({\"method\": \"GET\", \"url\": \"http://127.0.0.1:9/\"})\n" + tail, "undefined function http.send"},
 		// Empty or null, a field is "any" to Go and matches nothing in
 		// the library: a deny rule that denies nothing.
 		{"a deny's empty hosts", head + "rules := []\n\ndenies := [{\"name\": \"d\", \"hosts\": []}]\n\ndecision := lib.decide(rules, denies)\n", `field "hosts" is []`},

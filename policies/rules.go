@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+
+	"golang.org/x/net/publicsuffix"
 )
 
 // Rule is one allow or deny rule of a preset, as validated at compile time.
@@ -358,6 +360,11 @@ func checkHostPattern(h string) error {
 	}
 	if wild && !strings.Contains(c, ".") {
 		return fmt.Errorf("host %q: a wildcard over a top-level domain is not allowed", h)
+	}
+	// co.uk, github.io: anyone may register a name under a public suffix,
+	// so a wildcard over one is a wildcard over strangers' sites.
+	if ps, _ := publicsuffix.PublicSuffix(c); wild && ps == c {
+		return fmt.Errorf("host %q: a wildcard over a public suffix (%s, where anyone may register a name) is not allowed", h, c)
 	}
 	if c != rest {
 		if wild {

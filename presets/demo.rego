@@ -7,14 +7,26 @@ package airlock.presets.demo
 import data.airlock.common
 import data.airlock.lib
 
-rules := [{
-	"name": "demo-model-api",
-	"binaries": common.python,
-	"hosts": ["api.model.test"],
-	"ports": [18443],
-	"methods": ["GET", "POST"],
-	"paths": ["/v1/models", "/v1/chat/completions"],
-}]
+# Two rules: one rule's methods apply to each of its paths, and POST
+# /v1/models or GET /v1/chat/completions is neither list nor chat.
+rules := [
+	{
+		"name": "demo-model-list",
+		"binaries": common.python,
+		"hosts": ["api.model.test"],
+		"ports": [18443],
+		"methods": ["GET"],
+		"paths": ["/v1/models"],
+	},
+	{
+		"name": "demo-model-chat",
+		"binaries": common.python,
+		"hosts": ["api.model.test"],
+		"ports": [18443],
+		"methods": ["POST"],
+		"paths": ["/v1/chat/completions"],
+	},
+]
 
 denies := []
 

@@ -37,3 +37,10 @@ test_other_host_denied if {
 	d := demo.decision with input as t.conn(t.python, "api.openai.com", 443)
 	d.reason == "host_not_allowed"
 }
+
+test_methods_bound_to_their_paths if {
+	list := demo.decision with input as model_req(t.python, "POST", "/v1/models")
+	not list.allow
+	chat := demo.decision with input as model_req(t.python, "GET", "/v1/chat/completions")
+	not chat.allow
+}

@@ -235,12 +235,13 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 }
 
 // AttachHook attaches the cgroup connect hook to dir. Without it (no
-// cgroup BPF) attribution scans the cgroup's processes: slower, the same
-// decisions, and said in the log. A nil hook is returned then.
+// cgroup BPF) attribution scans the cgroup's processes: slower, blind to a
+// copy of a socket hidden in flight while it looks, and said in the log. A
+// nil hook is returned then.
 func AttachHook(dir string, log *slog.Logger) *connhook.Hook {
 	h, err := connhook.Attach(dir)
 	if err != nil {
-		log.Warn("cgroup connect hook unavailable; each new connection scans the sandbox's processes (slower, same decisions)", "cgroup", dir, "err", err)
+		log.Warn("cgroup connect hook unavailable; each new connection scans the sandbox's processes (slower, and blind to a socket's copy hidden in flight while it looks)", "cgroup", dir, "err", err)
 		return nil
 	}
 	if h.FDs != nil {

@@ -33,6 +33,8 @@ func TestCheck(t *testing.T) {
 		{"::1", "loopback"},
 		{"fd00::1", "unique local"},
 		{"fe80::1", "link-local"},
+		{"3fff:0fff::1", "documentation"},
+		{"3fff:1000::1", ""},
 		{"::ffff:169.254.169.254", "metadata"},
 		{"64:ff9b::a9fe:a9fe", "IPv6 form of 169.254.169.254"},
 		{"64:ff9b::808:808", ""},

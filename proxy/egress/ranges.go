@@ -28,6 +28,7 @@ var blocked = []struct {
 	{netip.MustParsePrefix("100::/64"), "discard (100::/64)"},
 	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64 (64:ff9b:1::/48)"},
 	{netip.MustParsePrefix("2001:db8::/32"), "documentation (2001:db8::/32)"},
+	{netip.MustParsePrefix("3fff::/20"), "documentation (3fff::/20, RFC 9637)"},
 	{netip.MustParsePrefix("fc00::/7"), "unique local (fc00::/7)"},
 	{netip.MustParsePrefix("fe80::/10"), "link-local (fe80::/10)"},
 	{netip.MustParsePrefix("fec0::/10"), "site-local (fec0::/10)"},
