@@ -3,6 +3,7 @@ package identity
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +14,42 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/vishvananda/netns"
 )
+
+// pythonConnected runs script with python3, its first argument the port of
+// a loopback listener and then args, and returns the process, the
+// connection it made (accepted), its stdout and its stdin (whose close
+// tells a script waiting on it to end). The process group is killed at
+// cleanup.
+func pythonConnected(t *testing.T, script string, args ...string) (*exec.Cmd, net.Conn, *bufio.Reader, io.WriteCloser) {
+	t.Helper()
+	python := testutil.RequireTool(t, "python3")
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cmd := exec.Command(python, append([]string{"-c", script, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+	conn, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return cmd, conn, bufio.NewReader(stdout), stdin
+}
 
 // runFromMemfd runs /usr/bin/sleep from a memory file, sealed against
 // writes or not, holding a connection to port; it prints the pid.
@@ -35,33 +72,14 @@ sys.stdin.readline()
 // its size and times unchanged): it is not identified, and so decided by
 // no rule. One sealed against writes is identified as any file is.
 func TestMemfdExecutable(t *testing.T) {
-	python := testutil.RequireTool(t, "python3")
 	for _, tc := range []struct {
 		seal string
 		ok   bool
 	}{{"sealed", true}, {"unsealed", false}} {
 		t.Run(tc.seal, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			cmd := exec.Command(python, "-c", runFromMemfd, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port), tc.seal)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			cmd.Stderr = os.Stderr
-			stdin, _ := cmd.StdinPipe()
-			stdout, _ := cmd.StdoutPipe()
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { stdin.Close(); syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }()
-			conn, err := ln.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			_, conn, stdout, _ := pythonConnected(t, runFromMemfd, tc.seal)
 			var pid int
-			if _, err := fmt.Fscan(bufio.NewReader(stdout), &pid); err != nil {
+			if _, err := fmt.Fscan(stdout, &pid); err != nil {
 				t.Fatal(err)
 			}
 			r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
@@ -102,26 +120,8 @@ sys.stdin.readline()
 // like any other: the kernel names its ends IPv4-mapped, and every such
 // client (Java's, by default) was identity_unknown.
 func TestDualStackClientSocket(t *testing.T) {
-	python := testutil.RequireTool(t, "python3")
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cmd := exec.Command(python, "-c", connectMapped, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
-	cmd.Stderr = os.Stderr
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }()
-	conn, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	bufio.NewReader(stdout).ReadString('\n')
+	cmd, conn, stdout, _ := pythonConnected(t, connectMapped)
+	stdout.ReadString('\n')
 	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
 	if err != nil {
 		t.Fatal(err)

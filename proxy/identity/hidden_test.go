@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,29 +41,9 @@ ctypes.CDLL(None).pthread_exit(None)
 // writer, whose executable its exited main thread no longer shows, fails
 // the lookup.
 func TestHolderBehindAnExitedMainThread(t *testing.T) {
-	python := testutil.RequireTool(t, "python3")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cmd := exec.Command(python, "-c", hiddenHolder, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }()
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
+	cmd, server, stdout, _ := pythonConnected(t, hiddenHolder)
 	var child int
-	if _, err := fmt.Fscan(bufio.NewReader(stdout), &child); err != nil {
+	if _, err := fmt.Fscan(stdout, &child); err != nil {
 		t.Fatal(err)
 	}
 	server.SetReadDeadline(time.Now().Add(10 * time.Second))
