@@ -238,7 +238,7 @@ func (p *Proxy) newPeek(c net.Conn, early []byte) *peekConn {
 // more as it needs within bounds of size and time.
 func (p *Proxy) classify(pc *peekConn) (opening, error) {
 	c := pc.Conn
-	if pc.seen[0] == recordTypeHandshake {
+	if isTLSRecord(pc.seen[0]) {
 		c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HandshakeTimeout))
 		pc.max = maxClientHello
 		return pc.clientHello()
@@ -267,8 +267,12 @@ func (p *Proxy) classify(pc *peekConn) (opening, error) {
 // silent says the client sent nothing before peek's wait ran out.
 func (o opening) silent() bool { return len(o.early) == 0 }
 
-// recordTypeHandshake begins every TLS ClientHello (RFC 8446 5.1).
-const recordTypeHandshake = 0x16
+// isTLSRecord says whether b is a TLS record's content type (RFC 8446
+// 5.1, and heartbeat's): a ClientHello's is handshake, 0x16, but crypto/tls
+// (and so a Go front) reads an alert before it and skips it, so anything
+// that begins as a record is read as TLS, its ClientHello found as the
+// upstream would find it, or the connection refused.
+func isTLSRecord(b byte) bool { return b >= 0x14 && b <= 0x18 }
 
 // errHelloRead stops crypto/tls's handshake once the ClientHello is read.
 var errHelloRead = errors.New("ClientHello read")

@@ -634,6 +634,24 @@ func TestOpaqueConnectChecksWhatOpensIt(t *testing.T) {
 	t.Run("plain HTTP with another Host", func(t *testing.T) {
 		wantDenial(t, httpGet(t, open(t, "tls.tp.test"), "other.test", "/"), http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "tls.tp.test")
 	})
+	// A Go front (crypto/tls) skips a warning alert sent before the
+	// ClientHello and reads the ClientHello after it: so does the check,
+	// on the explicit and the transparent path alike.
+	alert := []byte{0x15, 0x03, 0x01, 0x00, 0x02, 0x01, 90} // warning, user_canceled
+	for _, path := range []string{"explicit", "transparent"} {
+		t.Run("an alert, then TLS for another host, "+path, func(t *testing.T) {
+			var c net.Conn
+			if path == "explicit" {
+				c = open(t, "tls.tp.test")
+			} else {
+				c = d.dial(t, fmt.Sprintf("%s:%d", tpTLS, fx.port))
+				t.Cleanup(func() { c.Close() })
+			}
+			c.Write(alert)
+			resp, _ := fx.httpsGet(t, c, "api.tp.test", []string{"http/1.1"}, "/no")
+			wantDenial(t, resp, http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "tls.tp.test")
+		})
+	}
 	// A request line servers read though it is loosely written (two
 	// spaces, a trailing one, HTTP/2's preface) is read as a request
 	// too: refused, never tunnelled past the Host pin; so is one sent a

@@ -14,15 +14,18 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/durable"
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/sys/unix"
 )
@@ -76,16 +79,25 @@ func LoadOrCreate(dir string, cacheSize int) (*CA, error) {
 	return Load(certPath, keyPath, cacheSize)
 }
 
-// Load reads an operator-supplied CA.
+// Load reads an operator-supplied CA. The key is believed only from a
+// regular file no other user could have written or can read, in
+// directories no other user could have changed (trusted): it signs for
+// every host every sandbox trusts. The certificate file must hold the one
+// certificate and nothing else: it is handed to every sandbox as the root
+// it trusts.
 func Load(certPath, keyPath string, cacheSize int) (*CA, error) {
-	st, err := os.Stat(keyPath)
+	keyPEM, err := readKey(keyPath)
 	if err != nil {
-		return nil, fmt.Errorf("CA key: %w", err)
+		return nil, err
 	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("CA key %s is readable by group or others (%v); chmod 600 it", keyPath, st.Mode().Perm())
+	certFile, err := os.ReadFile(certPath)
+	if err != nil {
+		return nil, fmt.Errorf("CA certificate: %w", err)
 	}
-	pair, err := tls.LoadX509KeyPair(certPath, keyPath)
+	if err := onlyOneCert(certFile); err != nil {
+		return nil, fmt.Errorf("CA certificate %s: %w", certPath, err)
+	}
+	pair, err := tls.X509KeyPair(certFile, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("CA %s: %w", certPath, err)
 	}
@@ -100,7 +112,8 @@ func Load(certPath, keyPath string, cacheSize int) (*CA, error) {
 	if !ok {
 		return nil, fmt.Errorf("CA key %s cannot sign", keyPath)
 	}
-	certPEM, _ := os.ReadFile(certPath)
+	// Exactly the certificate parsed, whatever else the file held.
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
 	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -110,6 +123,57 @@ func Load(certPath, keyPath string, cacheSize int) (*CA, error) {
 		return nil, err
 	}
 	return &CA{Cert: cert, CertPEM: certPEM, key: signer, leafKey: leafKey, leaves: cache}, nil
+}
+
+// readKey reads the CA key through one descriptor, checked: a regular
+// file, root's or this user's, readable and writable by no one else, in
+// directories no other user may write (trusted.Path).
+func readKey(path string) ([]byte, error) {
+	if err := trusted.Path(path); err != nil {
+		return nil, fmt.Errorf("CA key: %w", err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("CA key: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("CA key: %w", err)
+	}
+	switch {
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("CA key %s is not a regular file", path)
+	case fi.Mode().Perm()&0o077 != 0:
+		return nil, fmt.Errorf("CA key %s is readable by group or others (%v); chmod 600 it", path, fi.Mode().Perm())
+	}
+	if err := trusted.Mode(fi); err != nil {
+		return nil, fmt.Errorf("CA key %s: %w", path, err)
+	}
+	return io.ReadAll(io.LimitReader(f, 1<<20))
+}
+
+// onlyOneCert refuses a certificate file that holds a private key, or more
+// than one certificate: every sandbox reads it, and trusts each
+// certificate in it as a root.
+func onlyOneCert(raw []byte) error {
+	certs := 0
+	for {
+		var b *pem.Block
+		if b, raw = pem.Decode(raw); b == nil {
+			break
+		}
+		switch {
+		case strings.Contains(b.Type, "PRIVATE KEY"):
+			return fmt.Errorf("holds a private key (%s): every sandbox is given this file; keep the key in a file of its own", b.Type)
+		case b.Type == "CERTIFICATE":
+			certs++
+		}
+	}
+	if certs > 1 {
+		return fmt.Errorf("holds %d certificates: every sandbox would trust each; give the CA's alone", certs)
+	}
+	return nil
 }
 
 // lockDir holds an exclusive flock of dir itself until unlock.

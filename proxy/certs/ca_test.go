@@ -2,10 +2,15 @@ package certs
 
 import (
 	"crypto/x509"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 )
 
 func TestCreateLoadAndSign(t *testing.T) {
@@ -55,6 +60,61 @@ func TestRefusesLooseKeyAndHalfCA(t *testing.T) {
 	os.Remove(filepath.Join(dir, KeyFile))
 	if _, err := LoadOrCreate(dir, 8); err == nil {
 		t.Fatal("a CA directory without its key was accepted (or silently regenerated)")
+	}
+}
+
+// What every sandbox is given to trust is the CA's certificate alone: a
+// certificate file that also holds the key (one PEM for both, given as
+// --ca-cert and --ca-key) or another certificate is refused, and the
+// certificate handed out is the one parsed, never the file as read.
+func TestCertFileHoldsTheCertificateAlone(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ca")
+	ca, err := LoadOrCreate(dir, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPath, keyPath := filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)
+	cert, _ := os.ReadFile(certPath)
+	key, _ := os.ReadFile(keyPath)
+	both := filepath.Join(dir, "both.pem")
+	if err := os.WriteFile(both, append(append([]byte{}, cert...), key...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(both, both, 8); err == nil || !strings.Contains(err.Error(), "holds a private key") {
+		t.Fatalf("Load(one PEM as certificate and key) = %v; want it refused: the certificate file holds the key", err)
+	}
+	chain := filepath.Join(dir, "chain.pem")
+	os.WriteFile(chain, append(append([]byte{}, cert...), cert...), 0o600)
+	if _, err := Load(chain, keyPath, 8); err == nil || !strings.Contains(err.Error(), "holds 2 certificates") {
+		t.Fatalf("Load(two certificates) = %v; want it refused", err)
+	}
+	if strings.Contains(string(ca.CertPEM), "PRIVATE KEY") || strings.Count(string(ca.CertPEM), "BEGIN CERTIFICATE") != 1 {
+		t.Fatalf("CertPEM = %s; want the one certificate", ca.CertPEM)
+	}
+}
+
+// The key is believed only from a file of root's or this user's, in
+// directories no other user may write: a key another user owns could be
+// theirs to read, one in a directory they may write theirs to replace.
+func TestKeyOwnerAndDirectory(t *testing.T) {
+	testutil.RequireRoot(t, "a key owned by another user")
+	dir := filepath.Join(t.TempDir(), "ca")
+	if _, err := LoadOrCreate(dir, 8); err != nil {
+		t.Fatal(err)
+	}
+	keyPath := filepath.Join(dir, KeyFile)
+	os.Chown(keyPath, 65534, 65534)
+	if _, err := LoadOrCreate(dir, 8); !errors.Is(err, trusted.ErrUntrusted) {
+		t.Fatalf("a key owned by uid 65534: %v; want it refused as untrusted", err)
+	}
+	os.Chown(keyPath, 0, 0)
+	os.Chmod(dir, 0o777)
+	if _, err := LoadOrCreate(dir, 8); !errors.Is(err, trusted.ErrUntrusted) {
+		t.Fatalf("a key in a directory anyone may write: %v; want it refused as untrusted", err)
+	}
+	os.Chmod(dir, 0o700)
+	if _, err := LoadOrCreate(dir, 8); err != nil {
+		t.Fatal(err)
 	}
 }
 

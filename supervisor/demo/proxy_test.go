@@ -66,11 +66,11 @@ func TestShimThroughProxy(t *testing.T) {
 			src = bytes.ReplaceAll(src, []byte(pinned), fmt.Appendf(nil, `"ports": [%d]`, port))
 			// And one rule for node, on another name, so that the
 			// gateway's own path through the proxy is seen allowed too.
-			rule := fmt.Sprintf(`rules := [{"name": "test-node", "binaries": [{"path": %q}], "hosts": ["node.model.test"], "ports": [%d], "methods": ["GET"], "paths": ["/v1/models"]}, {`, node, port)
-			if !bytes.Contains(src, []byte("rules := [{")) {
-				t.Fatal("demo.rego has no `rules := [{` to add a rule to")
+			rule := fmt.Sprintf("rules := [\n\t{\"name\": \"test-node\", \"binaries\": [{\"path\": %q}], \"hosts\": [\"node.model.test\"], \"ports\": [%d], \"methods\": [\"GET\"], \"paths\": [\"/v1/models\"]},", node, port)
+			if !bytes.Contains(src, []byte("rules := [\n")) {
+				t.Fatal("demo.rego has no `rules := [` (then a line break) to add a rule to")
 			}
-			src = bytes.Replace(src, []byte("rules := [{"), []byte(rule), 1)
+			src = bytes.Replace(src, []byte("rules := [\n"), []byte(rule), 1)
 		}
 		os.WriteFile(filepath.Join(bundle, f), src, 0o644)
 	}
