@@ -60,10 +60,24 @@ type Source struct {
 // Verification configures checking of OPA-style signed bundles
 // (.signatures.json, as `opa build --signing-key` writes it).
 type Verification struct {
-	PublicKey string // PEM public key, or an HMAC secret for HS* algorithms
+	PublicKey string // PEM public key
 	KeyID     string // default "default"
-	Algorithm string // default "RS256"
+	Algorithm string // default "RS256"; one of SigningAlgorithms
 	Scope     string
+}
+
+// SigningAlgorithms are the signature algorithms a bundle may be verified
+// with: public-key ones only. With HS256 OPA takes the "public key" for the
+// HMAC secret, and anyone who has the public key (it is public) signs.
+var SigningAlgorithms = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"}
+
+// CheckSigningAlg refuses an algorithm not in SigningAlgorithms ("" is
+// RS256).
+func CheckSigningAlg(alg string) error {
+	if alg == "" || slices.Contains(SigningAlgorithms, alg) {
+		return nil
+	}
+	return fmt.Errorf("signing algorithm %q: want one of %s (a public key's; an HMAC one would make the public key its secret)", alg, strings.Join(SigningAlgorithms, ", "))
 }
 
 // ErrIntegrity is the class of errors where the bundle is not the one the
@@ -253,6 +267,9 @@ func (b *Bundle) read(v *Verification) (bundle.Bundle, error) {
 		alg := v.Algorithm
 		if alg == "" {
 			alg = "RS256"
+		}
+		if err := CheckSigningAlg(alg); err != nil {
+			return bundle.Bundle{}, err
 		}
 		keys := map[string]*bundle.KeyConfig{keyID: {Key: v.PublicKey, Algorithm: alg, Scope: v.Scope}}
 		r = r.WithBundleVerificationConfig(bundle.NewVerificationConfig(keys, keyID, v.Scope, b.injected))

@@ -61,6 +61,10 @@ type Engine struct {
 	// served are the presets something serves (RequirePreset); a reload
 	// whose bundle lacks one is rejected.
 	served map[string]bool
+	// locked: a lock file was enforced on a load, so every later load
+	// needs one (the default one beside the bundle is optional only until
+	// then: whoever may edit the bundle may delete it, too).
+	locked atomic.Bool
 }
 
 // generation is one compiled bundle. Quarantine, when non-nil, overrides it.
@@ -314,13 +318,17 @@ func (e *Engine) readLock() (*Lock, error) {
 	if file == "" {
 		return nil, nil
 	}
-	if _, err := os.Stat(file); !explicit && errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(file); !explicit && !e.locked.Load() && errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	l, err := ReadLock(file)
+	if errors.Is(err, os.ErrNotExist) && e.locked.Load() {
+		return nil, fmt.Errorf("%w: lock file %s, enforced when this policy was loaded, is gone", ErrIntegrity, file)
+	}
 	if err != nil {
 		return nil, err
 	}
+	e.locked.Store(true)
 	return &l, nil
 }
 

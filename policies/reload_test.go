@@ -164,6 +164,12 @@ func TestReloadRefusesEditThatBreaksTheLock(t *testing.T) {
 	if err := e.Reload(context.Background()); err != nil || e.Hash() != edited.Hash() {
 		t.Fatalf("Reload after re-lock = %v (hash %s)", err, e.Hash())
 	}
+	// Deleting the lock is no way around it: once enforced, it is needed.
+	os.WriteFile(p, []byte("# another edit\n"+string(raw)), 0o644)
+	os.Remove(filepath.Join(dir, policies.LockFileName))
+	if err := e.Reload(context.Background()); !errors.Is(err, policies.ErrIntegrity) || !strings.Contains(err.Error(), "is gone") || e.Hash() != edited.Hash() {
+		t.Fatalf("Reload with the lock deleted = %v (hash %s); want an integrity error, the locked generation kept", err, e.Hash())
+	}
 }
 
 // A preset being served is part of what a reload must keep: a bundle that

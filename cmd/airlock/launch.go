@@ -107,6 +107,21 @@ func newLaunchCmd() *cobra.Command {
 			if err := c.Validate(); err != nil {
 				return &exitError{ExitUsage, err}
 			}
+			// No proxy of its own serves the sandbox without --net proxy
+			// and --preset: a preset, a policy pin or a proxy flag given
+			// then would be ignored, and the command run unchecked.
+			if c.Net != sandbox.NetProxy || preset == "" {
+				unused := func(name string) bool {
+					return proxyFlagNames[name] || policyFlagNames[name] || name == "kind" || name == "preset" && c.Net != sandbox.NetProxy
+				}
+				why := fmt.Sprintf("--net %s serves no proxy, so no policy or proxy setting applies; use --net proxy --preset NAME, or drop it", c.Net)
+				if c.Net == sandbox.NetProxy {
+					why = "without --preset no proxy serves the sandbox, so no policy or proxy setting applies; give --preset NAME, or drop it"
+				}
+				if err := refuseSetFlags(cmd.Flags(), func(name string) bool { return !unused(name) }, why); err != nil {
+					return &exitError{ExitUsage, err}
+				}
+			}
 			status, err := openStatus(jsonStatus)
 			if err != nil {
 				return &exitError{ExitUsage, err}

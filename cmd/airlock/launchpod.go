@@ -45,9 +45,16 @@ type podLaunch struct {
 // checkPodFlags refuses every flag set that the pod decides (exit 2): a
 // flag set and not taken by ours.
 func checkPodFlags(fl *pflag.FlagSet, ours func(name string) bool) error {
+	return refuseSetFlags(fl, ours, "with --pod-socket the pod decides this (its network, proxy, policy, CA and limits); drop it, or run without --pod-socket")
+}
+
+// refuseSetFlags refuses the flags set (on the command line, or by their
+// AIRLOCK_* variables, named) that are not ours, saying why: a flag that
+// would be silently ignored is a setting the user believes in force.
+func refuseSetFlags(fl *pflag.FlagSet, ours func(name string) bool, why string) error {
 	var refused []string
 	fl.Visit(func(f *pflag.Flag) {
-		if ours(f.Name) {
+		if !f.Changed || ours(f.Name) { // a default the command set itself is not the user's
 			return
 		}
 		if env := f.Annotations[envAnnotation]; len(env) > 0 {
@@ -60,7 +67,7 @@ func checkPodFlags(fl *pflag.FlagSet, ours func(name string) bool) error {
 		return nil
 	}
 	sort.Strings(refused)
-	return fmt.Errorf("%s: with --pod-socket the pod decides this (its network, proxy, policy, CA and limits); drop it, or run without --pod-socket", strings.Join(refused, ", "))
+	return fmt.Errorf("%s: %s", strings.Join(refused, ", "), why)
 }
 
 // launchInPod runs args as a one-off sandbox of the running pod on

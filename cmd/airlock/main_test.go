@@ -224,3 +224,42 @@ func TestAuditFailureFlag(t *testing.T) {
 		}
 	}
 }
+
+// A policy or proxy setting that would be ignored is refused, named, as a
+// usage error before anything runs: a launch that serves no proxy (--net
+// none or host, or no --preset), and policy flags that would read as
+// "none" (an empty key or lock, from an unset variable), or need a key
+// they lack, or make the public key an HMAC secret.
+func TestIgnoredPolicySettingsRefused(t *testing.T) {
+	zero := "sha256:" + strings.Repeat("0", 64)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"a preset with --net host", nil, []string{"launch", "--net", "host", "--preset", "reviewer", "--", "/bin/true"}, "--preset: --net host serves no proxy"},
+		{"a pin with --net none", nil, []string{"launch", "--net", "none", "--policy-sha256", zero, "--", "/bin/true"}, "--policy-sha256: --net none serves no proxy"},
+		{"a proxy flag without --preset", nil, []string{"launch", "--net", "proxy", "--allow-range", "0.0.0.0/0", "--", "/bin/true"}, "--allow-range: without --preset"},
+		{"a policy knob with --net none", []string{"AIRLOCK_POLICY=/nonexistent"}, []string{"launch", "--net", "none", "--", "/bin/true"}, "--policy (from AIRLOCK_POLICY in the environment: unset it)"},
+		{"an empty key", nil, []string{"policy", "verify", "--policy-public-key", ""}, "--policy-public-key is empty"},
+		{"an empty key from the environment", []string{"AIRLOCK_POLICY_PUBLIC_KEY="}, []string{"policy", "verify"}, "--policy-public-key (from AIRLOCK_POLICY_PUBLIC_KEY) is empty"},
+		{"an empty lock", nil, []string{"policy", "verify", "--policy-lock", ""}, "--policy-lock is empty"},
+		{"a key id without a key", nil, []string{"policy", "verify", "--policy-key-id", "k"}, "--policy-key-id only means something with --policy-public-key"},
+		{"an HMAC algorithm", nil, []string{"policy", "verify", "--policy-public-key", "/nonexistent.pem", "--policy-signing-alg", "HS256"}, `signing algorithm "HS256"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, kv := range tc.env {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+			if code, _, errs := airlock(t, "", tc.args...); code != ExitUsage || !strings.Contains(errs, tc.want) {
+				t.Errorf("airlock %q = %d %q; want exit %d saying %q", tc.args, code, errs, ExitUsage, tc.want)
+			}
+		})
+	}
+	// Without them, as before.
+	if code, _, errs := airlock(t, "", "policy", "verify"); code != ExitOK {
+		t.Errorf("policy verify = %d %s", code, errs)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/tester"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // policyFlags are the engine options every command that loads a policy
@@ -30,6 +31,7 @@ type policyFlags struct {
 	bundle, lock, publicKey, keyID, alg string
 	sha256                              pinFlag
 	quarantine                          bool
+	fs                                  *pflag.FlagSet // where they were registered
 }
 
 // pinFlag is --policy-sha256, checked as it is parsed: a malformed pin is
@@ -50,6 +52,7 @@ func (p *pinFlag) Set(s string) error {
 
 func (f *policyFlags) register(cmd *cobra.Command, withBundle bool) {
 	fl := cmd.Flags()
+	f.fs = fl
 	inGroup(fl, "Policy", func() {
 		if withBundle {
 			fl.StringVar(&f.bundle, "policy", "", "policy bundle: a `DIR` or a .tar.gz built by opa build (default: the embedded presets)")
@@ -65,7 +68,51 @@ func (f *policyFlags) register(cmd *cobra.Command, withBundle bool) {
 
 func (f *policyFlags) source() policies.Source { return supervisor.PolicySource(f.bundle) }
 
+// fromEnv says which variable set fl, if one did.
+func fromEnv(fl *pflag.Flag) string {
+	if env := fl.Annotations[envAnnotation]; len(env) > 0 {
+		return " (from " + env[0] + ")"
+	}
+	return ""
+}
+
+// check refuses what would loosen a check unsaid: an empty key, lock or
+// bundle given (an unset variable in a unit's Environment= gives one,
+// and it read as "none": no signature required, the optional lock), the
+// key's id or algorithm without the key, an HMAC algorithm.
+func (f *policyFlags) check() error {
+	var errs []error
+	set := func(name string) *pflag.Flag {
+		if f.fs == nil {
+			return nil
+		}
+		if fl := f.fs.Lookup(name); fl != nil && fl.Changed {
+			return fl
+		}
+		return nil
+	}
+	for _, name := range []string{"policy", "policy-lock", "policy-public-key"} {
+		if fl := set(name); fl != nil && fl.Value.String() == "" {
+			errs = append(errs, fmt.Errorf("--%s%s is empty: give a path, or leave it out", name, fromEnv(fl)))
+		}
+	}
+	if f.publicKey == "" {
+		for _, name := range []string{"policy-key-id", "policy-signing-alg"} {
+			if fl := set(name); fl != nil {
+				errs = append(errs, fmt.Errorf("--%s%s only means something with --policy-public-key", name, fromEnv(fl)))
+			}
+		}
+	}
+	if err := policies.CheckSigningAlg(f.alg); err != nil {
+		errs = append(errs, fmt.Errorf("--policy-signing-alg: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
 func (f *policyFlags) options() (policies.Options, error) {
+	if err := f.check(); err != nil {
+		return policies.Options{}, &exitError{ExitUsage, err}
+	}
 	o, err := supervisor.PolicyFrom(manifest.Policy{
 		Bundle: f.bundle, SHA256: string(f.sha256), Lock: f.lock, Quarantine: f.quarantine,
 		PublicKey: f.publicKey, KeyID: f.keyID, SigningAlg: f.alg,

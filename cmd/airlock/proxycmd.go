@@ -49,6 +49,15 @@ var proxyFlagNames = func() map[string]bool {
 	return names
 }()
 
+// policyFlagNames are the flags policyFlags registers (with the bundle's).
+var policyFlagNames = func() map[string]bool {
+	cmd := &cobra.Command{}
+	new(policyFlags).register(cmd, true)
+	names := map[string]bool{}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
+	return names
+}()
+
 func (f *proxyFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	inGroup(fl, "Proxy", func() {

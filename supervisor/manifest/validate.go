@@ -86,6 +86,9 @@ func checkPolicy(p *Pod, r *yamlobj.Report) {
 			}
 		}
 	}
+	if err := policies.CheckSigningAlg(p.Policy.SigningAlg); err != nil {
+		r.At("policy.signing_alg", "%v", err)
+	}
 }
 
 func checkProxy(p *Pod, r *yamlobj.Report) {
