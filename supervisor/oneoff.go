@@ -118,12 +118,15 @@ func (o *oneOffs) tee(id string, line []byte) error {
 	return nil
 }
 
-// validSandboxID says whether id may be a one-off's ID (its cgroup's name
-// and a field of every audit line): 1 to 100 letters, digits, '.', '_',
+// SandboxIDRule says what ValidSandboxID takes, for a refusal to say.
+const SandboxIDRule = "letters, digits, '.', '_', '-' (at most 100, not starting with a punctuation)"
+
+// ValidSandboxID says whether id may be a sandbox's ID (a one-off's, a
+// launch's: its cgroup's name and a field of every audit line): 1 to 100 letters, digits, '.', '_',
 // '-', the first a letter or digit. Checked by hand: the equivalent
 // regexp's {0,99} cost every airlock command about a millisecond to
 // compile at start, in every process of the binary.
-func validSandboxID(id string) bool {
+func ValidSandboxID(id string) bool {
 	if len(id) == 0 || len(id) > 100 {
 		return false
 	}
@@ -154,8 +157,8 @@ func refuse(status int, format string, args ...any) error {
 // field.
 func (o *oneOffs) config(spec adminclient.SandboxSpec) (sandbox.Config, error) {
 	p := o.pod
-	if !validSandboxID(spec.ID) {
-		return sandbox.Config{}, refuse(400, "id %q: want letters, digits, '.', '_', '-' (at most 100, not starting with a punctuation)", spec.ID)
+	if !ValidSandboxID(spec.ID) {
+		return sandbox.Config{}, refuse(400, "id %q: want "+SandboxIDRule, spec.ID)
 	}
 	if _, ok := p.engine.Preset(spec.Preset); !ok {
 		return sandbox.Config{}, refuse(400, "preset %q: not in the pod's policy %s; it has %v", spec.Preset, p.engine.Hash(), p.engine.Presets())

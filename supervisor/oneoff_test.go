@@ -62,8 +62,8 @@ func TestValidSandboxID(t *testing.T) {
 		{"", false}, {strings.Repeat("x", 101), false}, {"-a", false}, {".a", false}, {"_a", false},
 		{"..", false}, {"a/b", false}, {"a b", false}, {"é", false}, {"a\n", false},
 	} {
-		if got := validSandboxID(tc.id); got != tc.want {
-			t.Errorf("validSandboxID(%q) = %v, want %v", tc.id, got, tc.want)
+		if got := ValidSandboxID(tc.id); got != tc.want {
+			t.Errorf("ValidSandboxID(%q) = %v, want %v", tc.id, got, tc.want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -32,6 +33,18 @@ var envKnobs = map[string]string{
 	"AIRLOCK_GITHUB_API":         "github-api",
 	"AIRLOCK_DAILY_TOKENS":       "daily-tokens",
 	"AIRLOCK_POD_SOCKET":         "pod-socket",
+}
+
+// policyKnobs are the variables of the policy flags, sorted.
+func policyKnobs() []string {
+	var envs []string
+	for env, name := range envKnobs {
+		if policyFlagNames[name] {
+			envs = append(envs, env)
+		}
+	}
+	slices.Sort(envs)
+	return envs
 }
 
 // envAnnotation marks a flag applyEnvKnobs set, with its variable.

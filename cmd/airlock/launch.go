@@ -122,6 +122,9 @@ func newLaunchCmd() *cobra.Command {
 					return &exitError{ExitUsage, err}
 				}
 			}
+			if cmd.Flags().Changed("metrics") {
+				return &exitError{ExitUsage, errors.New("--metrics: a launch's proxy serves no metrics (airlock proxy and airlock up do)")}
+			}
 			status, err := openStatus(jsonStatus)
 			if err != nil {
 				return &exitError{ExitUsage, err}
@@ -130,6 +133,10 @@ func newLaunchCmd() *cobra.Command {
 			warnHostAccount(c.UID, c.GID, log)
 			if sandboxID == "" {
 				sandboxID = fmt.Sprintf("%d", os.Getpid())
+			} else if !supervisor.ValidSandboxID(sandboxID) {
+				// It names the sandbox's cgroup: x/../.. would leave
+				// its parent.
+				return &exitError{ExitUsage, fmt.Errorf("--sandbox-id %q: want "+supervisor.SandboxIDRule, sandboxID)}
 			}
 
 			// Signals are kept from here on and passed to the sandbox
@@ -228,6 +235,7 @@ func newLaunchCmd() *cobra.Command {
 		pf.register(cmd, true)
 	})
 	groupedHelp(cmd, "Sandbox", "Network", "Proxy", "Policy")
+	fl.MarkHidden("metrics")
 	// The command owns stdout; decisions go to stderr unless redirected.
 	fl.Lookup("audit-log").DefValue = "stderr"
 	fl.Set("audit-log", "stderr")

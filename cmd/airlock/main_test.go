@@ -247,6 +247,11 @@ func TestIgnoredPolicySettingsRefused(t *testing.T) {
 		{"an empty lock", nil, []string{"policy", "verify", "--policy-lock", ""}, "--policy-lock is empty"},
 		{"a key id without a key", nil, []string{"policy", "verify", "--policy-key-id", "k"}, "--policy-key-id only means something with --policy-public-key"},
 		{"an HMAC algorithm", nil, []string{"policy", "verify", "--policy-public-key", "/nonexistent.pem", "--policy-signing-alg", "HS256"}, `signing algorithm "HS256"`},
+		// Not policy, but as silently wrong: the id names the cgroup;
+		// metrics a launch does not serve, or serves to every interface.
+		{"metrics a launch does not serve", nil, []string{"launch", "--net", "proxy", "--preset", "strict", "--metrics", "127.0.0.1:0", "--", "/bin/true"}, "--metrics: a launch's proxy serves no metrics"},
+		{"metrics on every interface", nil, []string{"proxy", "--preset", "strict", "--metrics", "0.0.0.0:0"}, `--metrics "0.0.0.0:0"`},
+		{"a sandbox id that leaves its cgroup", nil, []string{"launch", "--net", "none", "--sandbox-id", "x/../../esc", "--", "/bin/true"}, `--sandbox-id "x/../../esc"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, kv := range tc.env {
@@ -261,5 +266,27 @@ func TestIgnoredPolicySettingsRefused(t *testing.T) {
 	// Without them, as before.
 	if code, _, errs := airlock(t, "", "policy", "verify"); code != ExitOK {
 		t.Errorf("policy verify = %d %s", code, errs)
+	}
+}
+
+// The policy variables are not ignored where their flags are not: `airlock
+// up` refuses them (a pod's policy is its manifest's), and `policy verify`
+// and `policy test` without a DIR take the bundle AIRLOCK_POLICY names,
+// the one launch and spawn would load.
+func TestPolicyVariablesWhereNoFlagTakesThem(t *testing.T) {
+	t.Run("up", func(t *testing.T) {
+		t.Setenv("AIRLOCK_POLICY_SHA256", "sha256:"+strings.Repeat("0", 64))
+		if code, _, errs := airlock(t, "", "up", filepath.Join(t.TempDir(), "pod.yaml")); code != ExitUsage || !strings.Contains(errs, "AIRLOCK_POLICY_SHA256 is set") {
+			t.Errorf("up with AIRLOCK_POLICY_SHA256 = %d %q; want exit %d naming it", code, errs, ExitUsage)
+		}
+	})
+	broken := filepath.Join(t.TempDir(), "broken")
+	os.MkdirAll(broken, 0o755)
+	os.WriteFile(filepath.Join(broken, "x.rego"), []byte("package x\n\nbad {\n"), 0o644)
+	t.Setenv("AIRLOCK_POLICY", broken)
+	for _, sub := range []string{"verify", "test"} {
+		if code, _, errs := airlock(t, "", "policy", sub); code == ExitOK || !strings.Contains(errs, broken) {
+			t.Errorf("policy %s with AIRLOCK_POLICY=%s = %d %q; want that bundle loaded, and refused", sub, broken, code, errs)
+		}
 	}
 }

@@ -141,10 +141,14 @@ func newPolicyCmd() *cobra.Command {
 	return cmd
 }
 
-// bundleArg reads the optional DIR argument into the flags.
+// bundleArg reads the optional DIR argument into the flags; without one,
+// the bundle AIRLOCK_POLICY names, as the commands that load a policy take
+// it: what `policy verify` says is of the bundle they would load.
 func bundleArg(f *policyFlags, args []string) {
 	if len(args) == 1 {
 		f.bundle = args[0]
+	} else if env, ok := os.LookupEnv("AIRLOCK_POLICY"); ok {
+		f.bundle = env
 	}
 }
 

@@ -158,6 +158,13 @@ func newProxyCmd() *cobra.Command {
 			if preset == "" {
 				return &exitError{ExitUsage, errors.New("--preset is required")}
 			}
+			// /metrics has no authentication: loopback only, as the
+			// watchdog's and a pod's admin HTTP are.
+			if xf.metrics != "" {
+				if err := checkLoopbackAddr("--metrics", xf.metrics); err != nil {
+					return &exitError{ExitUsage, err}
+				}
+			}
 			families := map[string]string{}
 			for _, addr := range append(slices.Clone(transparent), dnsAddrs...) {
 				f, err := oneFamily(addr)

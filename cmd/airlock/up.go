@@ -29,6 +29,13 @@ func newUpCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log := slog.Default()
 			stderr := cmd.ErrOrStderr()
+			// A pod's policy is its manifest's: a variable that pins or
+			// names one would be believed and not read.
+			for _, env := range policyKnobs() {
+				if _, ok := os.LookupEnv(env); ok {
+					return &exitError{ExitUsage, fmt.Errorf("%s is set: a pod's policy (bundle, pin, lock, key) is its manifest's policy: section; unset it", env)}
+				}
+			}
 			var m *manifest.Pod
 			var demo *demoPod
 			var err error
