@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -305,4 +306,25 @@ func TestFaultEndsAdmittedOnRecord(t *testing.T) {
 	if buf.String() != before {
 		t.Errorf("endOnPanic without a panic wrote %q", strings.TrimPrefix(buf.String(), before))
 	}
+}
+
+// The audit log is opened as the file itself, never through a symbolic
+// link: one planted where the log is to be would have root append to a
+// file of its planter's choosing.
+func TestAuditLogNotThroughASymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "elsewhere")
+	link := filepath.Join(dir, "audit.jsonl")
+	os.Symlink(target, link)
+	if _, _, err := openAudit(link); err == nil || !strings.Contains(err.Error(), "is a symbolic link") {
+		t.Fatalf("openAudit(a symlink) = %v; want it refused", err)
+	}
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Errorf("the link's target was created (%v)", err)
+	}
+	w, closeLog, err := openAudit(filepath.Join(dir, "real.jsonl"))
+	if err != nil || w == nil {
+		t.Fatalf("openAudit(a file) = %v", err)
+	}
+	closeLog()
 }

@@ -189,7 +189,12 @@ func openAudit(path string) (io.Writer, func() error, error) {
 	case "stderr":
 		return os.Stderr, func() error { return nil }, nil
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	// Not through a symbolic link: one another user planted where the
+	// log is to be would have root append to a file of its choosing.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, nil, fmt.Errorf("audit log %s is a symbolic link: give the file itself (or - for stdout, stderr)", path)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("audit log: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
@@ -165,15 +166,44 @@ func Up(ctx context.Context, m *manifest.Pod, o Options) (_ *Pod, err error) {
 	return p, nil
 }
 
+// stateDir makes dir, 0711, or checks the one there: the pod's root
+// writes its lock, events, audit log and CA there, so it must be a
+// directory no other user may write (nor any above it: trusted.Path), not
+// a shared one such as /tmp, and its mode is only ever widened to let the
+// services' uids through to the CA bundle inside (a manifest naming /etc
+// once stripped it to 0711).
+func stateDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return err
+		}
+		return os.Chmod(dir, 0o711)
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("state_dir %s: not a directory (%s)", dir, fi.Mode().Type())
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("state_dir %s: mode %04o lets another user write in it; give the pod a directory of its own", dir, fi.Mode().Perm())
+	}
+	if err := trusted.Path(dir); err != nil {
+		return fmt.Errorf("state_dir: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o011 != 0o011 {
+		return os.Chmod(dir, perm|0o011)
+	}
+	return nil
+}
+
 // openState makes the state directory and opens the events file first, so
 // that every later step, a pin mismatch included, is on record. The
 // directory is traversable but not listable by the services' uids: the
 // files they need (the CA bundle) sit in a readable directory inside.
 func (p *Pod) openState(context.Context) error {
-	if err := os.MkdirAll(p.m.StateDir, 0o711); err != nil {
-		return err
-	}
-	if err := os.Chmod(p.m.StateDir, 0o711); err != nil {
+	if err := stateDir(p.m.StateDir); err != nil {
 		return err
 	}
 	ev, err := events.Open(p.m.Events.File, events.Options{MaxBytes: p.m.Events.MaxBytes, Keep: p.m.Events.Keep})

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/proxy/identity"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/supervisor"
+	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/vishvananda/netns"
@@ -160,10 +161,8 @@ func newProxyCmd() *cobra.Command {
 			}
 			// /metrics has no authentication: loopback only, as the
 			// watchdog's and a pod's admin HTTP are.
-			if xf.metrics != "" {
-				if err := checkLoopbackAddr("--metrics", xf.metrics); err != nil {
-					return &exitError{ExitUsage, err}
-				}
+			if why := manifest.CheckLoopbackHost(xf.metrics); xf.metrics != "" && why != "" {
+				return &exitError{ExitUsage, fmt.Errorf("--metrics %q: %s", xf.metrics, why)}
 			}
 			families := map[string]string{}
 			for _, addr := range append(slices.Clone(transparent), dnsAddrs...) {

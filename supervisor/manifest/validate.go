@@ -143,15 +143,25 @@ func checkAdmin(p *Pod, r *yamlobj.Report) {
 // CheckLoopback says why addr, where a listener without authentication
 // would serve, is not a loopback host:port; "" when it is one.
 func CheckLoopback(addr string) (why string) {
-	host, port, err := net.SplitHostPort(addr)
+	if why := CheckLoopbackHost(addr); why != "" {
+		return why
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "want a port from 1 to 65535"
+	}
+	return ""
+}
+
+// CheckLoopbackHost is CheckLoopback but for the port, which may be 0 (the
+// kernel's pick, said once bound).
+func CheckLoopbackHost(addr string) (why string) {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "want 127.0.0.1:PORT"
 	}
 	if a, err := netip.ParseAddr(host); err != nil || !a.IsLoopback() {
 		return "must be a loopback address (127.0.0.1:PORT or [::1]:PORT): it has no authentication"
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return "want a port from 1 to 65535"
 	}
 	return ""
 }
