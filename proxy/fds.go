@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 
 	"github.com/airlock-sandbox/airlock/proxy/identity"
 	"golang.org/x/sys/unix"
@@ -25,8 +27,24 @@ const (
 // past the limit, the /proc directories each identity resolver keeps
 // open, and the proxy's own.
 func fdsNeeded(maxConns, sandboxes int) uint64 {
-	per := uint64(maxConns)*fdsPerConn + maxRefusing + identity.ProcCacheSize
-	return uint64(sandboxes)*per + maxIdleUpstream + fdMargin
+	// Saturating: a --max-conns near 2^63 must not wrap to a small need,
+	// and with it the warning that no limit can hold it.
+	per := satAdd(satMul(uint64(maxConns), fdsPerConn), maxRefusing+identity.ProcCacheSize)
+	return satAdd(satMul(uint64(sandboxes), per), maxIdleUpstream+fdMargin)
+}
+
+func satMul(a, b uint64) uint64 {
+	if hi, lo := bits.Mul64(a, b); hi == 0 {
+		return lo
+	}
+	return math.MaxUint64
+}
+
+func satAdd(a, b uint64) uint64 {
+	if sum, carry := bits.Add64(a, b, 0); carry == 0 {
+		return sum
+	}
+	return math.MaxUint64
 }
 
 // EnsureFDs checks that the process may open the descriptors sandboxes

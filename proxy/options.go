@@ -143,6 +143,25 @@ func Build(decider policies.Decider, o Options) (*Proxy, error) {
 	return p, nil
 }
 
+// CheckFlags checks what an operator typed into o (its allowed ranges,
+// --resolve pins and upstream CA files) without setting anything up: a
+// mistake there is a usage error, said before a policy is compiled or a
+// sandbox made.
+func CheckFlags(o Options) error {
+	for _, r := range o.AllowRanges {
+		if _, err := egress.ParseAllowRange(r); err != nil {
+			return err
+		}
+	}
+	if _, err := egress.New(egress.Options{Resolve: o.Resolve}); err != nil {
+		return err
+	}
+	if _, err := upstreamRoots(o.UpstreamCAs); err != nil {
+		return fmt.Errorf("--upstream-ca: %w", err)
+	}
+	return nil
+}
+
 func loadCA(o Options) (*certs.CA, error) {
 	if o.CACert != "" || o.CAKey != "" {
 		if o.CACert == "" || o.CAKey == "" {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -162,6 +163,13 @@ echo "$ curl --noproxy '*' http://127.0.0.1:%[1]d/  (straight to the upstream, b
 		"--ca-dir", filepath.Join(dir, "ca"), "--audit-log", filepath.Join(dir, "audit.log"), "--log-level", "error",
 		"--", "/bin/sh", "-c", script)
 	launch.Stdout, launch.Stderr = out, cmd.ErrOrStderr()
+	// The demo's launch is the one above: the caller's knobs (a pin, a pod
+	// socket) are not the demo's to take.
+	launch.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		_, knob := envKnobs[name]
+		return knob
+	})
 	if err := launch.Run(); err != nil {
 		return fmt.Errorf("sandbox demo: %w", err)
 	}

@@ -159,6 +159,10 @@ func TestFmt(t *testing.T) {
 }
 
 func TestDemo(t *testing.T) {
+	// The caller's knobs are its own, not the demo's launch's (of a
+	// bundle of the demo's): a pin of the embedded bundle failed it.
+	_, embedded, _ := airlock(t, "", "policy", "hash")
+	t.Setenv("AIRLOCK_POLICY_SHA256", strings.TrimSpace(embedded))
 	code, out, errs := airlock(t, "", "demo")
 	if code != ExitOK || !strings.Contains(out, "ALLOW") || !strings.Contains(out, "DENY") || !strings.Contains(out, "binary_not_allowed") {
 		t.Fatalf("demo = %d\n%s\n%s", code, out, errs)
@@ -225,12 +229,13 @@ func TestAuditFailureFlag(t *testing.T) {
 	}
 }
 
-// A policy or proxy setting that would be ignored is refused, named, as a
-// usage error before anything runs: a launch that serves no proxy (--net
-// none or host, or no --preset), and policy flags that would read as
-// "none" (an empty key or lock, from an unset variable), or need a key
-// they lack, or make the public key an HMAC secret.
-func TestIgnoredPolicySettingsRefused(t *testing.T) {
+// A setting that would be ignored, or could not work, is refused, named,
+// as a usage error before anything runs: policy and proxy flags where no
+// proxy serves the sandbox (--net none or host, or no --preset); policy
+// flags that would read as "none" (an empty key or lock, from an unset
+// variable), need a key they lack, or make the public key an HMAC secret;
+// proxy flags that do not parse, found before a policy is compiled.
+func TestUsageErrorsBeforeAnythingRuns(t *testing.T) {
 	zero := "sha256:" + strings.Repeat("0", 64)
 	for _, tc := range []struct {
 		name string
@@ -247,6 +252,9 @@ func TestIgnoredPolicySettingsRefused(t *testing.T) {
 		{"an empty lock", nil, []string{"policy", "verify", "--policy-lock", ""}, "--policy-lock is empty"},
 		{"a key id without a key", nil, []string{"policy", "verify", "--policy-key-id", "k"}, "--policy-key-id only means something with --policy-public-key"},
 		{"an HMAC algorithm", nil, []string{"policy", "verify", "--policy-public-key", "/nonexistent.pem", "--policy-signing-alg", "HS256"}, `signing algorithm "HS256"`},
+		{"an allowed range that is none", nil, []string{"launch", "--preset", "strict", "--allow-range", "bogus", "--", "/bin/true"}, `--allow-range "bogus"`},
+		{"a pin to no port", nil, []string{"launch", "--preset", "strict", "--resolve", "x:99999:1.2.3.4", "--", "/bin/true"}, `--resolve "x:99999:1.2.3.4": bad port`},
+		{"an upstream CA not there", nil, []string{"launch", "--preset", "strict", "--upstream-ca", "/nonexistent.pem", "--", "/bin/true"}, "--upstream-ca"},
 		// Not policy, but as silently wrong: the id names the cgroup;
 		// metrics a launch does not serve, or serves to every interface.
 		{"metrics a launch does not serve", nil, []string{"launch", "--net", "proxy", "--preset", "strict", "--metrics", "127.0.0.1:0", "--", "/bin/true"}, "--metrics: a launch's proxy serves no metrics"},

@@ -119,6 +119,9 @@ func buildProxy(ctx context.Context, pf *policyFlags, xf *proxyFlags, preset str
 	if err := proxy.CheckLimits(xf.limits, xf.dialTimeout); errors.As(err, &le) {
 		return nil, nil, &exitError{ExitUsage, fmt.Errorf("--%s must be positive", le.Name)}
 	}
+	if err := proxy.CheckFlags(xf.options(log)); err != nil {
+		return nil, nil, &exitError{ExitUsage, err}
+	}
 	o, err := pf.options()
 	if err != nil {
 		return nil, nil, err
