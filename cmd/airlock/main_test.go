@@ -258,6 +258,7 @@ func TestUsageErrorsBeforeAnythingRuns(t *testing.T) {
 		// Not policy, but as silently wrong: the id names the cgroup;
 		// metrics a launch does not serve, or serves to every interface.
 		{"metrics a launch does not serve", nil, []string{"launch", "--net", "proxy", "--preset", "strict", "--metrics", "127.0.0.1:0", "--", "/bin/true"}, "--metrics: a launch's proxy serves no metrics"},
+		{"a demo's state dir with a manifest", nil, []string{"up", "/nonexistent/pod.yaml", "--state-dir", "/tmp/x"}, "--state-dir is the demo pod's"},
 		{"metrics on every interface", nil, []string{"proxy", "--preset", "strict", "--metrics", "0.0.0.0:0"}, `--metrics "0.0.0.0:0"`},
 		{"a sandbox id that leaves its cgroup", nil, []string{"launch", "--net", "none", "--sandbox-id", "x/../../esc", "--", "/bin/true"}, `--sandbox-id "x/../../esc"`},
 	} {

@@ -42,6 +42,9 @@ func newUpCmd() *cobra.Command {
 			// A manifest's mistakes are reported first, root or not;
 			// the demo is prepared (files, ports) only as root.
 			if len(args) == 1 {
+				if cmd.Flags().Changed("state-dir") {
+					return &exitError{ExitUsage, errors.New("--state-dir is the demo pod's (no manifest): a manifest's pod keeps its state in its state_dir")}
+				}
 				if m, err = manifest.Load(args[0]); err != nil {
 					return &exitError{ExitUsage, err}
 				}

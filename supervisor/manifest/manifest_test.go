@@ -97,6 +97,10 @@ func TestErrors(t *testing.T) {
 			`pod.yaml:8: services[0].secrets.TOKEN: TOKEN is also in env: a variable comes from one place`,
 		}},
 		{"landlock mode", minimal + "    landlock: {mode: soft}\n", []string{`pod.yaml:7: services[0].landlock.mode: "soft": want hard, best-effort or off`}},
+		{"landlock path empty", minimal + "    landlock: {rw: [\"\"]}\n", []string{
+			`pod.yaml:7: services[0].landlock.rw[0]: "": want an absolute path`,
+		}},
+		{"health command empty", minimal + "    health: {exec: [\"\"]}\n", []string{`pod.yaml:7: services[0].health.exec[0]: the command: must not be empty`}},
 		{"memory suffix", minimal + "    memory_max: 12X\n", []string{
 			`pod.yaml:7: services[0].memory_max: "12X" is not a size (want bytes, or a number with K, M or G: "512M")`,
 		}},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -219,6 +220,15 @@ func checkServices(p *Pod, r *yamlobj.Report) {
 		default:
 			r.At(path+".landlock.mode", "%q: want hard, best-effort or off", s.Landlock.Mode)
 		}
+		// Found here, not at boot after the network is made: a manifest
+		// that loads is one the pod can run.
+		for field, paths := range map[string][]string{"ro": s.Landlock.RO, "rw": s.Landlock.RW, "exec": s.Landlock.Exec} {
+			for j, p := range paths {
+				if !filepath.IsAbs(p) {
+					r.At(yamlobj.Index(path+".landlock."+field, j), "%q: want an absolute path", p)
+				}
+			}
+		}
 		if r.Given(path+".memory_max") && s.MemoryMax <= 0 {
 			r.At(path+".memory_max", "%d: want a positive size (leave it out for no limit)", s.MemoryMax)
 		}
@@ -275,6 +285,8 @@ func checkHealth(p *Pod, r *yamlobj.Report) {
 			kinds = append(kinds, "exec")
 			if len(h.Exec) == 0 {
 				r.At(path+".exec", "must not be empty")
+			} else if h.Exec[0] == "" {
+				r.At(path+".exec[0]", "the command: must not be empty")
 			}
 		}
 		if len(kinds) != 1 {
