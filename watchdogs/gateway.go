@@ -77,8 +77,14 @@ type TargetMemory struct {
 	Exits     int       `json:"exits,omitempty"`
 	HeapMB    int       `json:"heap_mb,omitempty"`
 	// Pid is the gateway's pid at the last look (ProcessTarget with a pid
-	// file): another one since says it exited.
+	// file): another one since says it exited. 0 after the watchdog's own
+	// restart.
 	Pid int `json:"pid,omitempty"`
+	// HeapLine is V8's heap line the last look read while the gateway
+	// still ran (it may have been dying, or it printed the words): the
+	// next look believes it if the gateway has ended by then, else
+	// forgets it.
+	HeapLine string `json:"heap_line,omitempty"`
 }
 
 // Steps bounds how a limit grows: each recovery doubles it (from Start
@@ -140,10 +146,22 @@ func (g *Gateway) Probe(ctx context.Context) Finding {
 	down := ev.Known && !ev.Running || !ev.Known && health.Kind != "" && !health.Strike
 	// What the gateway's output says is believed with a sign it ended: a
 	// running gateway can be made to print anything (a request's path it
-	// logs). Without a pid file, only a health URL can give that sign.
-	ended := ev.Exited || down || !ev.Known && (g.Health == nil || health.Kind != "")
+	// logs). A line read while it still ran is kept for one more look (V8
+	// writes it, then its stack, then aborts). Without a pid file nothing
+	// tells a restart by its own supervisor: V8's line, at a line's start,
+	// is believed alone.
+	ended := ev.Exited || down || !ev.Known
+	pending := g.mem.HeapLine
+	g.mem.HeapLine = ""
 	switch {
-	case ev.HeapOOM != "" && ended:
+	case ev.HeapOOM != "" && !ended:
+		g.mem.HeapLine = ev.HeapOOM
+		ev.HeapOOM = ""
+	case ev.HeapOOM == "" && ended:
+		ev.HeapOOM = pending
+	}
+	switch {
+	case ev.HeapOOM != "":
 		// Even when it runs again (its supervisor restarted it): it
 		// runs with the heap that ran out.
 		cur := g.heapNow(ev)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -323,4 +324,85 @@ func TestLogThatIsAFIFO(t *testing.T) {
 		}
 		t.Fatal("the probe blocked opening the FIFO")
 	}
+}
+
+// sleepGateway is a gateway of plain processes (sleep) with a pid file and
+// a log, for the heap evidence's timing: restart starts another.
+func sleepGateway(t *testing.T) (g *Gateway, pid func() int, appendLog func(string)) {
+	t.Helper()
+	dir := t.TempDir()
+	pidFile, log := filepath.Join(dir, "gw.pid"), filepath.Join(dir, "gw.log")
+	start := fmt.Sprintf("sleep 300 >> %s 2>&1 & echo $! > %s", log, pidFile)
+	pid = func() int {
+		raw, _ := os.ReadFile(pidFile)
+		n, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+		return n
+	}
+	var started []int
+	t.Cleanup(func() {
+		for _, p := range started {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+	})
+	restart := CommandRestart{Command: start, PidFile: pidFile, Timeout: 10 * time.Second}
+	if err := restart.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	started = append(started, pid())
+	appendLog = func(line string) {
+		f, err := os.OpenFile(log, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(line + "\n")
+		f.Close()
+	}
+	appendLog("listening")
+	g = &Gateway{Target: ProcessTarget{Command: restart, Log: log}, Heap: Steps{Start: 256, Max: 1024}}
+	if f := g.Probe(context.Background()); f.Kind != "" {
+		t.Fatalf("baseline: %+v", f)
+	}
+	t.Cleanup(func() { syscall.Kill(pid(), syscall.SIGKILL) })
+	return g, pid, appendLog
+}
+
+const v8Line = "FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory"
+
+// V8's line read while the gateway still runs (it was dying: the line,
+// then the stack, then the abort) is believed at the next look that finds
+// it gone; the watchdog's own restart is no sign of an exit, so a line a
+// gateway it started prints while it runs is not believed.
+func TestHeapLineTimes(t *testing.T) {
+	ctx := context.Background()
+	t.Run("dying", func(t *testing.T) {
+		g, pid, appendLog := sleepGateway(t)
+		appendLog(v8Line)
+		if f := g.Probe(ctx); f.Kind != "" {
+			t.Fatalf("while it still runs: %+v; want nothing yet", f)
+		}
+		old := pid()
+		syscall.Kill(old, syscall.SIGKILL)
+		testutil.WaitFor(t, "the gateway to end", func() bool { return gone(old) })
+		if f := g.Probe(ctx); f.Kind != KindGatewayHeapOOM {
+			t.Fatalf("once it ended: %+v; want %s from the line read before", f, KindGatewayHeapOOM)
+		}
+	})
+	t.Run("after the watchdog's own restart", func(t *testing.T) {
+		g, pid, appendLog := sleepGateway(t)
+		old := pid()
+		syscall.Kill(old, syscall.SIGKILL)
+		testutil.WaitFor(t, "the gateway to end", func() bool { return gone(old) })
+		if f := g.Probe(ctx); f.Kind != KindGatewayCrash {
+			t.Fatalf("after the kill: %+v; want %s", f, KindGatewayCrash)
+		}
+		if err := g.Recover(ctx); err != nil {
+			t.Fatal(err)
+		}
+		appendLog(v8Line)
+		for i := range 2 {
+			if f := g.Probe(ctx); f.Kind != "" {
+				t.Fatalf("look %d after its restart, the new gateway (pid %d) running: %+v; want nothing", i, pid(), f)
+			}
+		}
+	})
 }

@@ -178,5 +178,8 @@ func (t ProcessTarget) Restart(ctx context.Context, c Change, m *TargetMemory) e
 	if c.MemoryMax > 0 {
 		r.Env = append(r.Env, "AIRLOCK_MEMORY_MAX="+strconv.FormatInt(c.MemoryMax, 10))
 	}
+	// The pid this restart gives it is no sign of an exit: the next look
+	// takes it as its baseline.
+	m.Pid = 0
 	return r.Recover(ctx)
 }
