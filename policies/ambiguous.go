@@ -51,7 +51,8 @@ func checkUnambiguous(escaped string) error {
 		if !isASCII(s) {
 			s = lookalikeDots.Replace(s)
 		}
-		if s, _, _ = strings.Cut(s, ";"); s == "." || s == ".." {
+		s, _, _ = strings.Cut(s, ";")
+		if d := nfkcDots.Replace(s); d == "." || d == ".." {
 			return invalid("path has the dot-segment %s, which servers resolve differently; send the path resolved", strconv.Quote(seg))
 		}
 		if why := windowsAlias(seg, s); why != "" {
@@ -92,10 +93,15 @@ func isHex(c byte) bool {
 }
 
 // lookalikeDots are the characters Windows' best-fit mapping (IIS) and some
-// Java servers turn into '.', and those Unicode compatibility
-// normalisation (NFKC) makes two or three dots: a segment of them is a
-// dot-segment there.
-var lookalikeDots = strings.NewReplacer("\uff0e", ".", "\u2024", ".", "\ufe52", ".", "\u2025", "..", "\u2026", "...")
+// Java servers turn into '.': a segment of them is a dot-segment there,
+// and one ending in one ends in a dot.
+var lookalikeDots = strings.NewReplacer("\uff0e", ".", "\u2024", ".", "\ufe52", ".")
+
+// nfkcDots are what Unicode compatibility normalisation (NFKC) makes two
+// or three dots: a segment of them alone is a dot-segment to a server that
+// normalises. An honest title ends in an ellipsis ("Und täglich…"), so
+// they count for the dot-segment only.
+var nfkcDots = strings.NewReplacer("\u2025", "..", "\u2026", "...")
 
 // windowsAlias says why a path segment (seg as sent, s with look-alike
 // dots made dots) may name another file to a server on Windows (IIS), or

@@ -129,6 +129,7 @@ func TestAmbiguousPathRefused(t *testing.T) {
 		"/p/%c0%ae%c0%ae/admin": "not UTF-8", "/p/%ff": "not UTF-8",
 		"/p/%EF%BC%8E%EF%BC%8E/admin": "dot-segment", "/p/\uff0e/x": "dot-segment", "/p/a\uff0eb": "",
 		"/public/%E2%80%A5/admin": "dot-segment", "/public/\u2025/admin": "dot-segment", "/p/a\u2026b": "",
+		"/wiki/Und_t%C3%A4glich_gr%C3%BC%C3%9Ft%E2%80%A6": "", "/wiki/\u2026": "",
 		"/repos/x/admin\uff0e/y": "look-alike dot", "/repos/x/admin::$DATA/y": "NTFS stream", "/repos/x/admin:stream:$DATA": "NTFS stream",
 		"/~user/x": "", "/v1/models/gemini:generateContent": "", "/v1/a~b": "", "/files/a.txt": "", "/a%20b": "",
 		"/wiki/Washington,_D.C.": "", "/repos/o/r/commits/HEAD~1": "", "/repos/x/admin./y": "", "/x/y%20": "",

@@ -296,6 +296,12 @@ func (e *Engine) load(ctx context.Context) (*generation, error) {
 		}
 		g.cache, _ = lru.New[cacheKey, Decision](size)
 	}
+	// A lock a loaded generation was verified against is required from
+	// now on (a stale one that failed is not: the next load may go
+	// without it).
+	if lock != nil {
+		e.locked.Store(true)
+	}
 	return g, nil
 }
 
@@ -328,7 +334,6 @@ func (e *Engine) readLock() (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.locked.Store(true)
 	return &l, nil
 }
 

@@ -165,6 +165,8 @@ func TestReloadRefusesEditThatBreaksTheLock(t *testing.T) {
 		t.Fatalf("Reload after re-lock = %v (hash %s)", err, e.Hash())
 	}
 	// Deleting the lock is no way around it: once enforced, it is needed.
+	// (A stale lock that failed its load is not enforced: see
+	// TestStaleLockIsNotRequired.)
 	os.WriteFile(p, []byte("# another edit\n"+string(raw)), 0o644)
 	os.Remove(filepath.Join(dir, policies.LockFileName))
 	if err := e.Reload(context.Background()); !errors.Is(err, policies.ErrIntegrity) || !strings.Contains(err.Error(), "is gone") || e.Hash() != edited.Hash() {
@@ -304,5 +306,32 @@ func TestWatchEndsWhenTheBundleIsGoneForGood(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the watch did not end within 10s of the bundle going for good")
+	}
+}
+
+// A lock that failed its load (a stale one copied in) was never enforced:
+// once it is removed, a reload goes on without one, as before it came.
+func TestStaleLockIsNotRequired(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bundle")
+	writeBundle(t, dir, nil)
+	ctx := context.Background()
+	e, err := policies.New(ctx, policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := policies.LoadBundle(policies.Source{Path: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies.WriteLock(filepath.Join(dir, policies.LockFileName), policies.NewLock(now))
+	p := filepath.Join(dir, "writer.rego")
+	raw, _ := os.ReadFile(p)
+	os.WriteFile(p, append([]byte("# an edit the lock predates\n"), raw...), 0o644)
+	if err := e.Reload(ctx); !errors.Is(err, policies.ErrIntegrity) {
+		t.Fatalf("Reload with a stale lock = %v; want an integrity error", err)
+	}
+	os.Remove(filepath.Join(dir, policies.LockFileName))
+	if err := e.Reload(ctx); err != nil {
+		t.Fatalf("Reload with the stale lock gone = %v; want it loaded", err)
 	}
 }

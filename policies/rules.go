@@ -241,7 +241,7 @@ func (r *Rule) validate(isDeny bool, seen map[string]bool) []error {
 		}
 	}
 	for _, h := range r.Hosts {
-		if err := checkHostPattern(h); err != nil {
+		if err := checkHostPattern(h, isDeny); err != nil {
 			fail("%v", err)
 		}
 	}
@@ -346,7 +346,7 @@ func checkDigests(raw json.RawMessage) error {
 
 // checkHostPattern accepts "*", "*.<domain>" with at least two labels after
 // the wildcard, or a canonical host; it suggests the canonical spelling.
-func checkHostPattern(h string) error {
+func checkHostPattern(h string, isDeny bool) error {
 	if h == "*" {
 		return nil
 	}
@@ -361,9 +361,11 @@ func checkHostPattern(h string) error {
 	if wild && !strings.Contains(c, ".") {
 		return fmt.Errorf("host %q: a wildcard over a top-level domain is not allowed", h)
 	}
-	// co.uk, github.io: anyone may register a name under a public suffix,
-	// so a wildcard over one is a wildcard over strangers' sites.
-	if ps, _ := publicsuffix.PublicSuffix(c); wild && ps == c {
+	// co.uk, com.au: anyone may register a name under an ICANN public
+	// suffix, so a wildcard over one allows strangers' sites. (The list's
+	// private part names providers' domains too, googleapis.com beside
+	// github.io: not refused.) A deny rule may name any: it only narrows.
+	if ps, icann := publicsuffix.PublicSuffix(c); wild && !isDeny && icann && ps == c {
 		return fmt.Errorf("host %q: a wildcard over a public suffix (%s, where anyone may register a name) is not allowed", h, c)
 	}
 	if c != rest {

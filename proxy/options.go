@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -14,9 +15,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
+	"golang.org/x/sys/unix"
 )
 
 // Options are what an operator configures about a proxy, from flags
@@ -143,11 +146,32 @@ func Build(decider policies.Decider, o Options) (*Proxy, error) {
 	return p, nil
 }
 
+// checkAuditPath refuses an audit log path that is a symbolic link
+// another user could have planted or may point elsewhere (trusted.Link):
+// root would append to a file of its choosing. /dev/stderr and a link of
+// the operator's own in a directory of theirs pass.
+func checkAuditPath(path string) error {
+	if fi, err := os.Lstat(path); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		return nil // not a link; the open says what else is wrong
+	}
+	if err := trusted.Link(path); err != nil {
+		return fmt.Errorf("audit log %s: a symbolic link another user could point elsewhere: %w", path, err)
+	}
+	return nil
+}
+
 // CheckFlags checks what an operator typed into o (its allowed ranges,
-// --resolve pins and upstream CA files) without setting anything up: a
-// mistake there is a usage error, said before a policy is compiled or a
-// sandbox made.
+// --resolve pins, upstream CA files and audit log) without setting
+// anything up: a mistake there is a usage error, said before a policy is
+// compiled or a sandbox made.
 func CheckFlags(o Options) error {
+	switch o.AuditLog {
+	case "", "-", "stderr":
+	default:
+		if err := checkAuditPath(o.AuditLog); err != nil {
+			return err
+		}
+	}
 	for _, r := range o.AllowRanges {
 		if _, err := egress.ParseAllowRange(r); err != nil {
 			return err
@@ -208,15 +232,30 @@ func openAudit(path string) (io.Writer, func() error, error) {
 	case "stderr":
 		return os.Stderr, func() error { return nil }, nil
 	}
-	// Not through a symbolic link: one another user planted where the
-	// log is to be would have root append to a file of its choosing.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
-	if errors.Is(err, syscall.ELOOP) {
-		return nil, nil, fmt.Errorf("audit log %s is a symbolic link: give the file itself (or - for stdout, stderr)", path)
+	if err := checkAuditPath(path); err != nil {
+		return nil, nil, err
 	}
+	// Without blocking (a FIFO with no reader would hold the start), and
+	// only a file root or this user owns: one another user made there
+	// (a FIFO, a file they read) is theirs, not the log.
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_CLOEXEC|unix.O_NONBLOCK, 0o600)
 	if err != nil {
-		return nil, nil, fmt.Errorf("audit log: %w", err)
+		return nil, nil, fmt.Errorf("audit log %s: %w", path, err)
 	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("audit log %s: %w", path, err)
+	}
+	if st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("audit log %s is owned by uid %d, neither root nor this user: another user's file is not the log", path, st.Uid)
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("audit log %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
 	return f, f.Close, nil
 }
 

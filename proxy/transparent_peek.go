@@ -267,12 +267,13 @@ func (p *Proxy) classify(pc *peekConn) (opening, error) {
 // silent says the client sent nothing before peek's wait ran out.
 func (o opening) silent() bool { return len(o.early) == 0 }
 
-// isTLSRecord says whether b is a TLS record's content type (RFC 8446
-// 5.1, and heartbeat's): a ClientHello's is handshake, 0x16, but crypto/tls
-// (and so a Go front) reads an alert before it and skips it, so anything
-// that begins as a record is read as TLS, its ClientHello found as the
-// upstream would find it, or the connection refused.
-func isTLSRecord(b byte) bool { return b >= 0x14 && b <= 0x18 }
+// isTLSRecord says whether b begins a record a TLS server reads before
+// the ClientHello: handshake (0x16), or an alert (0x15), which crypto/tls
+// (and so a Go front) skips, reading the ClientHello after it. Either is
+// read as TLS, its ClientHello found as the upstream would find it, or the
+// connection refused. No server takes another record type first, and
+// other protocols may begin with those bytes (a length's low byte).
+func isTLSRecord(b byte) bool { return b == 0x15 || b == 0x16 }
 
 // errHelloRead stops crypto/tls's handshake once the ClientHello is read.
 var errHelloRead = errors.New("ClientHello read")

@@ -22,6 +22,9 @@ const lockDir = "/run/airlock"
 // A second `airlock up` of a running pod must be refused here: later
 // steps remove a stale cgroup of that name and write to its events file.
 func (p *Pod) lockPod() error {
+	if err := stateDir(p.m.StateDir); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(lockDir, 0o700); err != nil {
 		return err
 	}

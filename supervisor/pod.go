@@ -168,17 +168,21 @@ func Up(ctx context.Context, m *manifest.Pod, o Options) (_ *Pod, err error) {
 
 // stateDir makes dir, 0711, or checks the one there: the pod's root
 // writes its lock, events, audit log and CA there, so it must be a
-// directory no other user may write (nor any above it: trusted.Path), not
-// a shared one such as /tmp, and its mode is only ever widened to let the
-// services' uids through to the CA bundle inside (a manifest naming /etc
-// once stripped it to 0711).
+// directory no other user may write (nor any above it, nor a link on the
+// way: trusted.Path), not a shared one such as /tmp, and its mode is only
+// ever widened to let the services' uids through to the CA bundle inside
+// (a manifest naming /etc once stripped it to 0711). It is the boot's
+// first step: nothing is written there before it.
 func stateDir(dir string) error {
-	fi, err := os.Lstat(dir)
+	fi, err := os.Stat(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o711); err != nil {
 			return err
 		}
-		return os.Chmod(dir, 0o711)
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return err
+		}
+		fi, err = os.Stat(dir)
 	}
 	if err != nil {
 		return err
@@ -203,9 +207,6 @@ func stateDir(dir string) error {
 // directory is traversable but not listable by the services' uids: the
 // files they need (the CA bundle) sit in a readable directory inside.
 func (p *Pod) openState(context.Context) error {
-	if err := stateDir(p.m.StateDir); err != nil {
-		return err
-	}
 	ev, err := events.Open(p.m.Events.File, events.Options{MaxBytes: p.m.Events.MaxBytes, Keep: p.m.Events.Keep})
 	if err != nil {
 		return err

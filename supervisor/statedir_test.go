@@ -22,6 +22,7 @@ func TestStateDir(t *testing.T) {
 	}
 	link := filepath.Join(base, "link")
 	os.Symlink(mk("target", 0o700), link)
+	openParent := mk("openparent", 0o777)
 	file := filepath.Join(base, "file")
 	os.WriteFile(file, nil, 0o600)
 	for _, tc := range []struct {
@@ -35,8 +36,9 @@ func TestStateDir(t *testing.T) {
 		{"the pod's own, open to read", mk("readable", 0o755), 0o755, ""},
 		{"writable by others", mk("open", 0o777), 0, "lets another user write"},
 		{"shared and sticky, as /tmp", mk("sticky", 0o1777), 0, "lets another user write"},
-		{"a symbolic link", link, 0, "not a directory"},
+		{"a link of the pod's to a directory of its own", link, 0o711, ""},
 		{"a file", file, 0, "not a directory"},
+		{"new, under a directory others may write", filepath.Join(openParent, "state"), 0, "writable by group or others"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := stateDir(tc.dir)

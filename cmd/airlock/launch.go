@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/spf13/cobra"
@@ -118,7 +119,30 @@ func newLaunchCmd() *cobra.Command {
 				if c.Net == sandbox.NetProxy {
 					why = "without --preset no proxy serves the sandbox, so no policy or proxy setting applies; give --preset NAME, or drop it"
 				}
-				if err := refuseSetFlags(cmd.Flags(), func(name string) bool { return !unused(name) }, why); err != nil {
+				refused := func(name string) bool {
+					if !unused(name) {
+						return false
+					}
+					// With --net none nothing can leave: a knob exported
+					// for other commands (AIRLOCK_POLICY) is moot, said
+					// and left; one typed here is still a mistake.
+					if f := cmd.Flags().Lookup(name); c.Net == sandbox.NetNone && len(f.Annotations[envAnnotation]) > 0 {
+						log.Warn("an environment knob does not apply: --net none serves no proxy", "env", f.Annotations[envAnnotation][0], "flag", "--"+name)
+						return false
+					}
+					return true
+				}
+				if err := refuseSetFlags(cmd.Flags(), func(name string) bool { return !refused(name) }, why); err != nil {
+					return &exitError{ExitUsage, err}
+				}
+			}
+			if sandboxID != "" && !supervisor.ValidSandboxID(sandboxID) {
+				// It names the sandbox's cgroup: x/../.. would leave
+				// its parent.
+				return &exitError{ExitUsage, fmt.Errorf("--sandbox-id %q: want "+supervisor.SandboxIDRule, sandboxID)}
+			}
+			if c.Net == sandbox.NetProxy && preset != "" {
+				if err := proxy.CheckFlags(xf.options(log)); err != nil {
 					return &exitError{ExitUsage, err}
 				}
 			}
@@ -133,10 +157,6 @@ func newLaunchCmd() *cobra.Command {
 			warnHostAccount(c.UID, c.GID, log)
 			if sandboxID == "" {
 				sandboxID = fmt.Sprintf("%d", os.Getpid())
-			} else if !supervisor.ValidSandboxID(sandboxID) {
-				// It names the sandbox's cgroup: x/../.. would leave
-				// its parent.
-				return &exitError{ExitUsage, fmt.Errorf("--sandbox-id %q: want "+supervisor.SandboxIDRule, sandboxID)}
 			}
 
 			// Signals are kept from here on and passed to the sandbox

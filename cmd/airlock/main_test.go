@@ -246,7 +246,7 @@ func TestUsageErrorsBeforeAnythingRuns(t *testing.T) {
 		{"a preset with --net host", nil, []string{"launch", "--net", "host", "--preset", "reviewer", "--", "/bin/true"}, "--preset: --net host serves no proxy"},
 		{"a pin with --net none", nil, []string{"launch", "--net", "none", "--policy-sha256", zero, "--", "/bin/true"}, "--policy-sha256: --net none serves no proxy"},
 		{"a proxy flag without --preset", nil, []string{"launch", "--net", "proxy", "--allow-range", "0.0.0.0/0", "--", "/bin/true"}, "--allow-range: without --preset"},
-		{"a policy knob with --net none", []string{"AIRLOCK_POLICY=/nonexistent"}, []string{"launch", "--net", "none", "--", "/bin/true"}, "--policy (from AIRLOCK_POLICY in the environment: unset it)"},
+		{"a policy knob with --net host", []string{"AIRLOCK_POLICY=/nonexistent"}, []string{"launch", "--net", "host", "--", "/bin/true"}, "--policy (from AIRLOCK_POLICY in the environment: unset it)"},
 		{"an empty key", nil, []string{"policy", "verify", "--policy-public-key", ""}, "--policy-public-key is empty"},
 		{"an empty key from the environment", []string{"AIRLOCK_POLICY_PUBLIC_KEY="}, []string{"policy", "verify"}, "--policy-public-key (from AIRLOCK_POLICY_PUBLIC_KEY) is empty"},
 		{"an empty lock", nil, []string{"policy", "verify", "--policy-lock", ""}, "--policy-lock is empty"},

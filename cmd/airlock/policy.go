@@ -141,15 +141,28 @@ func newPolicyCmd() *cobra.Command {
 	return cmd
 }
 
-// bundleArg reads the optional DIR argument into the flags; without one,
-// the bundle AIRLOCK_POLICY names, as the commands that load a policy take
-// it: what `policy verify` says is of the bundle they would load.
+// bundleArg reads the optional DIR argument into the flags.
 func bundleArg(f *policyFlags, args []string) {
 	if len(args) == 1 {
 		f.bundle = args[0]
-	} else if env, ok := os.LookupEnv("AIRLOCK_POLICY"); ok {
-		f.bundle = env
 	}
+}
+
+// loadedBundleArg is bundleArg for the commands that load a policy as
+// launch and spawn would (test, verify): without a DIR, the bundle
+// AIRLOCK_POLICY names, so that what they say is of the bundle those
+// load. Empty, it is refused as they refuse it.
+func loadedBundleArg(f *policyFlags, args []string) error {
+	if len(args) == 1 {
+		f.bundle = args[0]
+		return nil
+	}
+	env, ok := os.LookupEnv("AIRLOCK_POLICY")
+	if ok && env == "" {
+		return &exitError{ExitUsage, errors.New("AIRLOCK_POLICY is empty: give a bundle, or unset it")}
+	}
+	f.bundle = env
+	return nil
 }
 
 func newPolicyTestCmd() *cobra.Command {
@@ -160,7 +173,9 @@ func newPolicyTestCmd() *cobra.Command {
 		Short: "Compile and validate every preset, then run the bundle's Rego tests (as `opa test`)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			bundleArg(&f, args)
+			if err := loadedBundleArg(&f, args); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			// The engine's own load is part of the test: a preset whose
 			// Rego tests pass but that the engine refuses is a failure.
@@ -382,7 +397,9 @@ func newPolicyVerifyCmd() *cobra.Command {
 		Short: "Load the bundle as `airlock up` would (pin, lock, signature, compile) and report",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			bundleArg(&f, args)
+			if err := loadedBundleArg(&f, args); err != nil {
+				return err
+			}
 			e, err := f.engine(cmd.Context())
 			if err != nil {
 				return err

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -28,14 +29,13 @@ func Mode(fi fs.FileInfo) error {
 // it: one that another user may write lets that user put another file in
 // its place. A directory others may write but whose sticky bit keeps them
 // from what they do not own (/tmp) passes; what is below it is checked.
-// The directories above path as written are checked too: a symbolic link
-// in one another user may write is theirs to point elsewhere later.
+// So is each symbolic link met on the way, and the directory it is in: a
+// link another user owns, or in a directory they may write, is theirs to
+// point elsewhere later.
 func Path(path string) error {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return err
-	}
-	real, err := filepath.EvalSymlinks(abs)
+	// Resolved as written: a ".." after a link is the parent of where
+	// the link leads, as the kernel reads it, not a lexical step back.
+	real, err := filepath.EvalSymlinks(path)
 	if err == nil {
 		real, err = filepath.Abs(real)
 	}
@@ -45,10 +45,73 @@ func Path(path string) error {
 	if err := chain(path, real, real); err != nil {
 		return err
 	}
-	if dir := filepath.Dir(abs); abs != real {
-		return chain(path, dir, real)
+	return links(path, path, 0)
+}
+
+// maxLinks bounds the links one path may lead through, as the kernel's 40.
+const maxLinks = 40
+
+// links checks each symbolic link met resolving p (for Path(orig)): those
+// of its directory part (recursively), then those its last component
+// leads through, each owned by root or this user, in a directory chain
+// passes.
+func links(orig, p string, depth int) error {
+	if depth > maxLinks {
+		return fmt.Errorf("%s: too many levels of symbolic links", orig)
 	}
-	return nil
+	dir, base := splitLast(p)
+	for hop := 0; ; hop++ {
+		if hop > maxLinks {
+			return fmt.Errorf("%s: too many levels of symbolic links", orig)
+		}
+		if dir != "." && dir != "/" {
+			if err := links(orig, dir, depth+1); err != nil {
+				return err
+			}
+		}
+		realDir, err := filepath.EvalSymlinks(dir)
+		if err == nil {
+			realDir, err = filepath.Abs(realDir)
+		}
+		if err != nil {
+			return err
+		}
+		full := filepath.Join(realDir, base)
+		fi, err := os.Lstat(full)
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			return nil
+		}
+		if err := owner(fi); err != nil {
+			return fmt.Errorf("%s: the link %s: %w", orig, full, err)
+		}
+		if err := chain(orig, realDir, ""); err != nil {
+			return err
+		}
+		target, err := os.Readlink(full)
+		if err != nil {
+			return err
+		}
+		if !filepath.IsAbs(target) {
+			target = realDir + "/" + target
+		}
+		dir, base = splitLast(target)
+	}
+}
+
+// splitLast splits p at its last slash, cleaning nothing: ("a/b/..", "c")
+// for "a/b/../c"; (".", p) without one.
+func splitLast(p string) (dir, base string) {
+	i := strings.LastIndexByte(p, '/')
+	switch {
+	case i < 0:
+		return ".", p
+	case i == 0:
+		return "/", p[1:]
+	}
+	return p[:i], p[i+1:]
 }
 
 // chain checks from and every directory above it, for Path(path): from
@@ -73,6 +136,24 @@ func chain(path, from, real string) error {
 			return nil
 		}
 	}
+}
+
+// Link checks a symbolic link itself: root's or this process's user's
+// (no other user's link to point elsewhere), in directories Path passes.
+// Where it points is Path's to check, when that matters.
+func Link(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if err := owner(fi); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	return Path(filepath.Dir(abs))
 }
 
 func owner(fi fs.FileInfo) error {

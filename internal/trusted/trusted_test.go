@@ -48,6 +48,17 @@ func TestPath(t *testing.T) {
 	// A trusted link to a trusted file passes.
 	goodLink := filepath.Join(dir, "goodlink")
 	os.Symlink(good, goodLink)
+	// A ".." after a link is where the link leads's parent, as the kernel
+	// reads it: goodlink-to-open/sub/../f is open/f, in the open directory.
+	os.Mkdir(filepath.Join(sub, "sub"), 0o755)
+	toSub := filepath.Join(dir, "tosub")
+	os.Symlink(filepath.Join(sub, "sub"), toSub)
+	dotdot := toSub + "/../f"
+	// A link to a link in a directory others may write, to root's file.
+	second := filepath.Join(sub, "second")
+	os.Symlink(good, second)
+	twoHops := filepath.Join(dir, "twohops")
+	os.Symlink(second, twoHops)
 	for _, tc := range []struct {
 		name string
 		path string
@@ -60,6 +71,8 @@ func TestPath(t *testing.T) {
 		{"in a directory others may write", inOpen, false},
 		{"a link in a directory others may write, to root's", openLink, false},
 		{"root's link to root's", goodLink, true},
+		{"a .. after a link into a directory others may write", dotdot, false},
+		{"a link to a link in a directory others may write", twoHops, false},
 	} {
 		err := Path(tc.path)
 		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrUntrusted)) {

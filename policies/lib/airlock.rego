@@ -228,7 +228,7 @@ _iis_path := concat("/", [trim_right(s, ". ") | some s in split(lower(input.requ
 
 # The pattern folded as the path is: lower case, and without a trailing
 # slash (every path is matched without one too).
-_folded(e) := object.union(e, {"path": _unslashed(lower(e.path)), "alt": lower(e.alt)}) if e.alt != null
+_folded(e) := object.union(e, {"path": _unslashed(lower(e.path)), "alt": _unslashed(lower(e.alt))}) if e.alt != null
 
 else := object.union(e, {"path": _unslashed(lower(e.path))})
 

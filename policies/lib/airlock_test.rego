@@ -235,8 +235,8 @@ test_deny_path_windows_segments if {
 # one, as a pattern without one denies the path with it.
 test_deny_path_pattern_trailing_slash if {
 	rules := [{"name": "api", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["api.example.com"]}]
-	denies := [{"name": "no-slash", "hosts": ["api.example.com"], "paths": ["/slash/", "/"]}]
-	every p in ["/slash", "/slash/", "/SLASH/", "/"] {
+	denies := [{"name": "no-slash", "hosts": ["api.example.com"], "paths": ["/slash/", "/", "/admin/**/"]}]
+	every p in ["/slash", "/slash/", "/SLASH/", "/", "/admin", "/admin/", "/admin/x"] {
 		d := lib.decide(rules, denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", p)
 		d.reason == "denied_by_rule"
 	}

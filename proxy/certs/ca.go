@@ -126,11 +126,17 @@ func Load(certPath, keyPath string, cacheSize int) (*CA, error) {
 }
 
 // readKey reads the CA key through one descriptor, checked: a regular
-// file, root's or this user's, readable and writable by no one else, in
-// directories no other user may write (trusted.Path).
+// file, root's or this user's, readable and writable by no one else, in a
+// directory no other user may write. (Not every directory above: a home's
+// ~/.config is group-writable under a umask of 002, its group the user's
+// own.)
 func readKey(path string) ([]byte, error) {
-	if err := trusted.Path(path); err != nil {
+	dir, err := os.Stat(filepath.Dir(path))
+	if err != nil {
 		return nil, fmt.Errorf("CA key: %w", err)
+	}
+	if err := trusted.Mode(dir); err != nil {
+		return nil, fmt.Errorf("CA key %s: its directory: %w", path, err)
 	}
 	f, err := os.Open(path)
 	if err != nil {

@@ -2,6 +2,7 @@ package identity
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/vishvananda/netns"
@@ -129,5 +131,71 @@ func TestDualStackClientSocket(t *testing.T) {
 	defer r.Close()
 	if p, err := r.Lookup(addrs(conn)); err != nil || p.PID != cmd.Process.Pid {
 		t.Fatalf("Lookup = %+v, %v; want python (pid %d)", p, err, cmd.Process.Pid)
+	}
+}
+
+// runFromTmpfs runs a copy of /usr/bin/sleep from /dev/shm (tmpfs, which
+// answers F_GET_SEALS as a memfd does), holding a connection to port.
+const runFromTmpfs = `
+import os, shutil, socket, subprocess, sys
+path = "/dev/shm/airlock-test-sleep-%d" % os.getpid()
+shutil.copy("/usr/bin/sleep", path)
+os.chmod(path, 0o755)
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+p = subprocess.Popen([path, "30"], pass_fds=[s.fileno()])
+s.close()
+print(p.pid, flush=True)
+sys.stdin.readline()
+os.unlink(path)
+`
+
+// A program run from a tmpfs file (a /tmp or /dev/shm of tmpfs) is
+// identified as any file is: exec keeps it from being written, and only a
+// memfd is refused.
+func TestTmpfsExecutable(t *testing.T) {
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("no /dev/shm")
+	}
+	cmd, conn, stdout, _ := pythonConnected(t, runFromTmpfs)
+	t.Cleanup(func() { os.Remove(fmt.Sprintf("/dev/shm/airlock-test-sleep-%d", cmd.Process.Pid)) })
+	var pid int
+	if _, err := fmt.Fscan(stdout, &pid); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var p *Process
+	for range 100 {
+		if p, err = r.Lookup(addrs(conn)); err == nil && p.PID == pid {
+			break
+		}
+		syscall.Nanosleep(&syscall.Timespec{Nsec: 20e6}, nil)
+	}
+	if err != nil || p.PID != pid {
+		t.Fatalf("Lookup = %+v, %v; want pid %d identified", p, err, pid)
+	}
+}
+
+// forgetfulHook has no record of any connect: its table was flooded.
+type forgetfulHook struct{}
+
+func (forgetfulHook) Lookup(uint64) (int, int, time.Duration, bool) { return 0, 0, 0, false }
+
+// With the connect hook, a socket it has no record of is refused: its
+// record was pushed out (a flood of connects does that), and the scan
+// would name whoever holds the socket now, its connector hidden.
+func TestHookWithoutARecordRefuses(t *testing.T) {
+	_, server := clientProcess(t)
+	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.WithConnHook(forgetfulHook{})
+	if p, err := r.Lookup(addrs(server)); !errors.Is(err, ErrUnknown) || !strings.Contains(err.Error(), "no record") {
+		t.Fatalf("Lookup = %+v, %v; want identity_unknown: the hook has no record", p, err)
 	}
 }

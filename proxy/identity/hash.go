@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -91,6 +92,14 @@ func (h *HashCache) Exe(d procDir, k fileKey) (string, error) {
 	return c.sum, c.err
 }
 
+// isMemfd says whether the executable d runs is a memfd, by its link's
+// name (memfd_create's "/memfd:NAME (deleted)").
+func isMemfd(d procDir) bool {
+	buf := make([]byte, 256)
+	n, err := unix.Readlinkat(d.fd, "exe", buf)
+	return err == nil && strings.HasPrefix(string(buf[:n]), "/memfd:")
+}
+
 // hash reads and hashes the executable d runs, and caches its digest.
 func (h *HashCache) hash(d procDir, k fileKey) (string, error) {
 	link := "/proc/" + strconv.Itoa(d.pid) + "/exe"
@@ -109,11 +118,13 @@ func (h *HashCache) hash(d procDir, k fileKey) (string, error) {
 	if keyOf(&st) != k {
 		return "", fmt.Errorf("%s changed while it was being identified", link)
 	}
-	// A memory file (memfd) can be rewritten through a shared mapping
-	// made before its exec, with no write(2), its size and times
-	// unchanged: its key would keep the digest of bytes it no longer
-	// holds. Only one sealed against writes has fixed bytes.
-	if seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0); err == nil && seals&unix.F_SEAL_WRITE == 0 {
+	// A memory file (memfd: no link in any directory, its link named
+	// /memfd:NAME) can be rewritten through a shared mapping made before
+	// its exec, with no write(2), its size and times unchanged: its key
+	// would keep the digest of bytes it no longer holds. Only one sealed
+	// against writes has fixed bytes. (A tmpfs file answers F_GET_SEALS
+	// too, and exec keeps it from being written: it is not one.)
+	if seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0); err == nil && seals&unix.F_SEAL_WRITE == 0 && st.Nlink == 0 && isMemfd(d) {
 		return "", fmt.Errorf("%s is a memory file its owner may still write (not sealed with F_SEAL_WRITE): its bytes are not fixed, so no digest names them", link)
 	}
 	digest := sha256.New()

@@ -45,9 +45,14 @@ type ConnHook interface {
 	Lookup(cookie uint64) (tgid, fd int, connectedAt time.Duration, ok bool)
 }
 
+// HookEntries is how many connects the connect hook remembers
+// (connhook.MaxEntries).
+const HookEntries = 1 << 16
+
 // WithConnHook makes lookups O(1): the owner is the process the hook saw
-// connect, provided it still holds the socket. Without an entry (the hook
-// was attached later, or its LRU forgot) the lookup scans the candidates.
+// connect, provided it still holds the socket. A socket without an entry
+// (its LRU forgot it) is refused: the hook is attached before the
+// sandbox's first process starts, so each of its connects was recorded.
 // The hook attributes a connection to its connector; a socket shared after
 // connect(2) is not detected on this path, which a scan catches only if the
 // sharing happened before the lookup.
@@ -105,7 +110,15 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 		return nil, unknown("socket %s→%s has no inode (closed)", client, server)
 	}
 	if r.hook != nil {
-		if tgid, fd, at, ok := r.hook.Lookup(sock.cookie); ok && tgid != self {
+		tgid, fd, at, ok := r.hook.Lookup(sock.cookie)
+		if !ok {
+			// Every process of the sandbox was born under the hook, so
+			// each of its connects is recorded; one missing was pushed
+			// out of the hook's table (a flood of connects can do that),
+			// and the scan would name whoever holds the socket now.
+			return nil, unknown("the connect hook has no record of socket %s→%s (its table keeps the latest %d connects)", client, server, HookEntries)
+		}
+		if tgid != self {
 			return r.connector(tgid, fd, at, sock)
 		}
 	}

@@ -223,9 +223,11 @@ func checkServices(p *Pod, r *yamlobj.Report) {
 		// Found here, not at boot after the network is made: a manifest
 		// that loads is one the pod can run.
 		for field, paths := range map[string][]string{"ro": s.Landlock.RO, "rw": s.Landlock.RW, "exec": s.Landlock.Exec} {
-			for j, p := range paths {
-				if !filepath.IsAbs(p) {
-					r.At(yamlobj.Index(path+".landlock."+field, j), "%q: want an absolute path", p)
+			for j, lp := range paths {
+				// Relative ones are made absolute against state_dir:
+				// without it, that is its error, not theirs.
+				if lp == "" || !filepath.IsAbs(lp) && p.StateDir != "" {
+					r.At(yamlobj.Index(path+".landlock."+field, j), "%q: want an absolute path", lp)
 				}
 			}
 		}

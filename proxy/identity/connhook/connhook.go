@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/proxy/identity"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
@@ -27,9 +28,10 @@ type Hook struct {
 	FDs error
 }
 
-// maxEntries bounds the map; it is an LRU, so old connections age out and
-// a lookup that misses falls back to the fd scan.
-const maxEntries = 1 << 16
+// MaxEntries bounds the map; it is an LRU, so old connections age out, and
+// a lookup that misses is refused (identity_unknown): a miss is a record
+// pushed out, and the fd scan would name whoever holds the socket now.
+const MaxEntries = identity.HookEntries
 
 // Attach loads the programs and attaches them to cgroupDir (a cgroup v2
 // directory: the sandbox's leaf). Every connect(2) made by a process in that
@@ -40,7 +42,7 @@ func Attach(cgroupDir string) (*Hook, error) {
 		Type:       ebpf.LRUHash,
 		KeySize:    8,  // socket cookie
 		ValueSize:  16, // struct { u32 tgid; u32 fd + 1, or 0; u64 boot_ns }
-		MaxEntries: maxEntries,
+		MaxEntries: MaxEntries,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connhook: create map: %w", err)
