@@ -74,6 +74,7 @@ type generation struct {
 	bundle     *Bundle
 	presets    map[string]*compiledPreset
 	quarantine error
+	locked     bool                           // verified against a lock file
 	cache      *lru.Cache[cacheKey, Decision] // nil: caching disabled
 	gate       *rego.PreparedEvalQuery        // nil: the bundle has no gate policy
 }
@@ -103,7 +104,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.gen.Store(g)
+	e.use(g)
 	e.log.Info("policy generation active", "policy", g.hash, "origin", g.origin, "presets", g.presetNames())
 	return e, nil
 }
@@ -296,13 +297,17 @@ func (e *Engine) load(ctx context.Context) (*generation, error) {
 		}
 		g.cache, _ = lru.New[cacheKey, Decision](size)
 	}
-	// A lock a loaded generation was verified against is required from
-	// now on (a stale one that failed is not: the next load may go
-	// without it).
-	if lock != nil {
+	g.locked = lock != nil
+	return g, nil
+}
+
+// use puts g in force. A lock it was verified against is required from
+// now on (one a rejected load read is not: the next may go without it).
+func (e *Engine) use(g *generation) {
+	e.gen.Store(g)
+	if g.locked {
 		e.locked.Store(true)
 	}
-	return g, nil
 }
 
 func (e *Engine) lockPath() (string, bool) {

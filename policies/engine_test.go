@@ -202,13 +202,12 @@ func mustRead(t *testing.T, name string) string {
 	return string(raw)
 }
 
-// A deny rule may name a wildcard over a public suffix (it only narrows:
-// *.ngrok.io, *.co.uk), and an allow rule one over a provider's domain
-// the list's private part names (*.googleapis.com).
+// A deny rule may name a wildcard over a public suffix or a top-level
+// domain: it only narrows (*.ngrok.io, *.co.uk, *.zip).
 func TestSuffixWildcardsThatLoad(t *testing.T) {
 	const head = "package airlock.presets.ok\n\nimport data.airlock.lib\n\n"
-	body := head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["*.googleapis.com"]}]` + "\n\n" +
-		`denies := [{"name": "no-tunnels", "hosts": ["*.ngrok.io", "*.co.uk"]}]` + "\n\ndecision := lib.decide(rules, denies)\n"
+	body := head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["*.example.com"]}]` + "\n\n" +
+		`denies := [{"name": "no-tunnels", "hosts": ["*.ngrok.io", "*.co.uk", "*.zip"]}]` + "\n\ndecision := lib.decide(rules, denies)\n"
 	dir := filepath.Join(t.TempDir(), "bundle")
 	writeBundle(t, dir, map[string]string{"ok.rego": body})
 	if _, err := policies.New(context.Background(), policies.Options{Source: policies.Source{Path: dir}, Logger: discard()}); err != nil {
@@ -225,6 +224,7 @@ func TestInvalidPresetsAreRefused(t *testing.T) {
 		{"mid-label wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["api*.example.com"]}]` + tail, "whole first label"},
 		{"tld wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["*.com"]}]` + tail, "top-level domain"},
 		{"public suffix wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["*.co.uk"]}]` + tail, "public suffix (co.uk"},
+		{"private suffix wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["*.workers.dev"]}]` + tail, "public suffix (workers.dev"},
 		{"no binaries", head + `rules := [{"name": "r", "hosts": ["a.example"]}]` + tail, "lists no binaries"},
 		{"unknown method set", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "methods": "readonly"}]` + tail, "not one of"},
 		{"two **", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "paths": ["/**/x/**"]}]` + tail, "at most one **"},

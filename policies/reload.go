@@ -37,7 +37,7 @@ func (e *Engine) Reload(ctx context.Context) error {
 		e.notify(cur.hash, err)
 		return err
 	}
-	e.gen.Store(g)
+	e.use(g)
 	e.log.Info("policy generation active", "policy", g.hash, "previous", cur.hash, "origin", g.origin, "presets", g.presetNames())
 	e.notify(g.hash, nil)
 	return nil

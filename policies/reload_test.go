@@ -335,3 +335,35 @@ func TestStaleLockIsNotRequired(t *testing.T) {
 		t.Fatalf("Reload with the stale lock gone = %v; want it loaded", err)
 	}
 }
+
+// A lock read by a load the engine then rejected (it lacks a served
+// preset) was never in force: once it is removed, a reload goes on
+// without one.
+func TestRejectedLoadsLockIsNotRequired(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bundle")
+	writeBundle(t, dir, nil)
+	ctx := context.Background()
+	e, err := policies.New(ctx, policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.RequirePreset("writer"); err != nil {
+		t.Fatal(err)
+	}
+	writer, _ := os.ReadFile(filepath.Join(dir, "writer.rego"))
+	os.Remove(filepath.Join(dir, "writer.rego"))
+	os.Remove(filepath.Join(dir, "writer_test.rego"))
+	without, err := policies.LoadBundle(policies.Source{Path: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies.WriteLock(filepath.Join(dir, policies.LockFileName), policies.NewLock(without))
+	if err := e.Reload(ctx); err == nil || !strings.Contains(err.Error(), "lacks served preset") {
+		t.Fatalf("Reload without the served preset = %v; want it rejected", err)
+	}
+	os.WriteFile(filepath.Join(dir, "writer.rego"), writer, 0o644)
+	os.Remove(filepath.Join(dir, policies.LockFileName))
+	if err := e.Reload(ctx); err != nil {
+		t.Fatalf("Reload with the preset back and no lock = %v; want it loaded", err)
+	}
+}

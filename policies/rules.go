@@ -358,15 +358,16 @@ func checkHostPattern(h string, isDeny bool) error {
 	if err != nil {
 		return fmt.Errorf("host %q: %v", h, err)
 	}
-	if wild && !strings.Contains(c, ".") {
+	// A deny rule may name any wildcard: it only narrows.
+	if wild && !isDeny && !strings.Contains(c, ".") {
 		return fmt.Errorf("host %q: a wildcard over a top-level domain is not allowed", h)
 	}
-	// co.uk, com.au: anyone may register a name under an ICANN public
-	// suffix, so a wildcard over one allows strangers' sites. (The list's
-	// private part names providers' domains too, googleapis.com beside
-	// github.io: not refused.) A deny rule may name any: it only narrows.
-	if ps, icann := publicsuffix.PublicSuffix(c); wild && !isDeny && icann && ps == c {
-		return fmt.Errorf("host %q: a wildcard over a public suffix (%s, where anyone may register a name) is not allowed", h, c)
+	// co.uk, github.io, workers.dev: others may register a name under a
+	// public suffix (the list's private part names where they may on a
+	// provider's domain), so an allow rule's wildcard over one allows
+	// strangers' sites. List the hosts instead.
+	if ps, _ := publicsuffix.PublicSuffix(c); wild && !isDeny && ps == c {
+		return fmt.Errorf("host %q: a wildcard over a public suffix (%s, where others may register names) is not allowed in an allow rule; list the hosts", h, c)
 	}
 	if c != rest {
 		if wild {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -15,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
@@ -146,32 +144,10 @@ func Build(decider policies.Decider, o Options) (*Proxy, error) {
 	return p, nil
 }
 
-// checkAuditPath refuses an audit log path that is a symbolic link
-// another user could have planted or may point elsewhere (trusted.Link):
-// root would append to a file of its choosing. /dev/stderr and a link of
-// the operator's own in a directory of theirs pass.
-func checkAuditPath(path string) error {
-	if fi, err := os.Lstat(path); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-		return nil // not a link; the open says what else is wrong
-	}
-	if err := trusted.Link(path); err != nil {
-		return fmt.Errorf("audit log %s: a symbolic link another user could point elsewhere: %w", path, err)
-	}
-	return nil
-}
-
 // CheckFlags checks what an operator typed into o (its allowed ranges,
-// --resolve pins, upstream CA files and audit log) without setting
-// anything up: a mistake there is a usage error, said before a policy is
+// --resolve pins and upstream CA files) without setting anything up: a mistake there is a usage error, said before a policy is
 // compiled or a sandbox made.
 func CheckFlags(o Options) error {
-	switch o.AuditLog {
-	case "", "-", "stderr":
-	default:
-		if err := checkAuditPath(o.AuditLog); err != nil {
-			return err
-		}
-	}
 	for _, r := range o.AllowRanges {
 		if _, err := egress.ParseAllowRange(r); err != nil {
 			return err
@@ -226,19 +202,23 @@ func upstreamRoots(files []string) (*x509.CertPool, error) {
 // a handled one is reset by their execve.
 func openAudit(path string) (io.Writer, func() error, error) {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	// The process's own streams by any of their names: reopened through
+	// /proc, they would be whatever another user's shell made them.
 	switch path {
-	case "-", "":
+	case "-", "", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1":
 		return os.Stdout, func() error { return nil }, nil
-	case "stderr":
+	case "stderr", "/dev/stderr", "/dev/fd/2", "/proc/self/fd/2":
 		return os.Stderr, func() error { return nil }, nil
 	}
-	if err := checkAuditPath(path); err != nil {
-		return nil, nil, err
+	// Not through a symbolic link (one planted, or swapped in after any
+	// check, would have root append where it points), without blocking
+	// (a FIFO with no reader would hold the start), and only a file root
+	// or this user owns: one another user made there is theirs, not the
+	// log.
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0o600)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, nil, fmt.Errorf("audit log %s is a symbolic link: give the file itself (or -, stderr)", path)
 	}
-	// Without blocking (a FIFO with no reader would hold the start), and
-	// only a file root or this user owns: one another user made there
-	// (a FIFO, a file they read) is theirs, not the log.
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_CLOEXEC|unix.O_NONBLOCK, 0o600)
 	if err != nil {
 		return nil, nil, fmt.Errorf("audit log %s: %w", path, err)
 	}

@@ -338,6 +338,8 @@ func (h *recordingHook) Lookup(cookie uint64) (int, int, time.Duration, bool) {
 	return tgid, fd, at, ok
 }
 
+func (h *recordingHook) Blind() bool { return h.hook.Blind() }
+
 func (h *recordingHook) seen() []int {
 	h.mu.Lock()
 	defer h.mu.Unlock()

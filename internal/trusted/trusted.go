@@ -45,7 +45,8 @@ func Path(path string) error {
 	if err := chain(path, real, real); err != nil {
 		return err
 	}
-	return links(path, path, 0)
+	hops := 0
+	return links(path, path, &hops)
 }
 
 // maxLinks bounds the links one path may lead through, as the kernel's 40.
@@ -54,18 +55,12 @@ const maxLinks = 40
 // links checks each symbolic link met resolving p (for Path(orig)): those
 // of its directory part (recursively), then those its last component
 // leads through, each owned by root or this user, in a directory chain
-// passes.
-func links(orig, p string, depth int) error {
-	if depth > maxLinks {
-		return fmt.Errorf("%s: too many levels of symbolic links", orig)
-	}
+// passes. hops counts the links followed, as the kernel's 40 bound them.
+func links(orig, p string, hops *int) error {
 	dir, base := splitLast(p)
-	for hop := 0; ; hop++ {
-		if hop > maxLinks {
-			return fmt.Errorf("%s: too many levels of symbolic links", orig)
-		}
+	for {
 		if dir != "." && dir != "/" {
-			if err := links(orig, dir, depth+1); err != nil {
+			if err := links(orig, dir, hops); err != nil {
 				return err
 			}
 		}
@@ -83,6 +78,9 @@ func links(orig, p string, depth int) error {
 		}
 		if fi.Mode()&fs.ModeSymlink == 0 {
 			return nil
+		}
+		if *hops++; *hops > maxLinks {
+			return fmt.Errorf("%s: more than %d symbolic links on the way: %w", orig, maxLinks, ErrUntrusted)
 		}
 		if err := owner(fi); err != nil {
 			return fmt.Errorf("%s: the link %s: %w", orig, full, err)
@@ -136,24 +134,6 @@ func chain(path, from, real string) error {
 			return nil
 		}
 	}
-}
-
-// Link checks a symbolic link itself: root's or this process's user's
-// (no other user's link to point elsewhere), in directories Path passes.
-// Where it points is Path's to check, when that matters.
-func Link(path string) error {
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return err
-	}
-	if err := owner(fi); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return err
-	}
-	return Path(filepath.Dir(abs))
 }
 
 func owner(fi fs.FileInfo) error {

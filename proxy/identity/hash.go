@@ -92,11 +92,12 @@ func (h *HashCache) Exe(d procDir, k fileKey) (string, error) {
 	return c.sum, c.err
 }
 
-// isMemfd says whether the executable d runs is a memfd, by its link's
-// name (memfd_create's "/memfd:NAME (deleted)").
-func isMemfd(d procDir) bool {
+// isMemfd says whether f, the executable opened, is a memfd, by its
+// name (memfd_create's "/memfd:NAME (deleted)"): read from the descriptor,
+// not the process's exe link, which an exec since would name another.
+func isMemfd(f *os.File) bool {
 	buf := make([]byte, 256)
-	n, err := unix.Readlinkat(d.fd, "exe", buf)
+	n, err := unix.Readlink("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), buf)
 	return err == nil && strings.HasPrefix(string(buf[:n]), "/memfd:")
 }
 
@@ -124,7 +125,7 @@ func (h *HashCache) hash(d procDir, k fileKey) (string, error) {
 	// would keep the digest of bytes it no longer holds. Only one sealed
 	// against writes has fixed bytes. (A tmpfs file answers F_GET_SEALS
 	// too, and exec keeps it from being written: it is not one.)
-	if seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0); err == nil && seals&unix.F_SEAL_WRITE == 0 && st.Nlink == 0 && isMemfd(d) {
+	if seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0); err == nil && seals&unix.F_SEAL_WRITE == 0 && st.Nlink == 0 && isMemfd(f) {
 		return "", fmt.Errorf("%s is a memory file its owner may still write (not sealed with F_SEAL_WRITE): its bytes are not fixed, so no digest names them", link)
 	}
 	digest := sha256.New()

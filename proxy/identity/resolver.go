@@ -43,6 +43,9 @@ const ProcCacheSize = 512
 // connhook package's BPF programs).
 type ConnHook interface {
 	Lookup(cookie uint64) (tgid, fd int, connectedAt time.Duration, ok bool)
+	// Blind: the hook has recorded no connect at all (the kernel does
+	// not run it), so a miss says nothing.
+	Blind() bool
 }
 
 // HookEntries is how many connects the connect hook remembers
@@ -52,7 +55,9 @@ const HookEntries = 1 << 16
 // WithConnHook makes lookups O(1): the owner is the process the hook saw
 // connect, provided it still holds the socket. A socket without an entry
 // (its LRU forgot it) is refused: the hook is attached before the
-// sandbox's first process starts, so each of its connects was recorded.
+// sandbox's first process starts, so each of its connects was recorded;
+// unless the hook is blind (it has recorded nothing: the kernel does not
+// run it), when the lookup scans.
 // The hook attributes a connection to its connector; a socket shared after
 // connect(2) is not detected on this path, which a scan catches only if the
 // sharing happened before the lookup.
@@ -111,14 +116,14 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 	}
 	if r.hook != nil {
 		tgid, fd, at, ok := r.hook.Lookup(sock.cookie)
-		if !ok {
+		switch {
+		case !ok && !r.hook.Blind():
 			// Every process of the sandbox was born under the hook, so
 			// each of its connects is recorded; one missing was pushed
 			// out of the hook's table (a flood of connects can do that),
 			// and the scan would name whoever holds the socket now.
-			return nil, unknown("the connect hook has no record of socket %s→%s (its table keeps the latest %d connects)", client, server, HookEntries)
-		}
-		if tgid != self {
+			return nil, unknown("the connect hook has no record of socket %s→%s (its table keeps about the latest %d connects)", client, server, HookEntries)
+		case ok && tgid != self:
 			return r.connector(tgid, fd, at, sock)
 		}
 	}

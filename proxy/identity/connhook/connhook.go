@@ -145,6 +145,15 @@ func (h *Hook) Lookup(cookie uint64) (tgid, fd int, at time.Duration, ok bool) {
 	return int(e.TGID), int(e.FD1) - 1, time.Duration(e.BootNs), true
 }
 
+// Blind says the hook has recorded no connect at all: a kernel that does
+// not match sockets to cgroup v2 (before 5.14, with cgroup v1's net_cls or
+// net_prio in use) never runs its programs. A hook that sees connects
+// always holds the latest, the one being looked up among them.
+func (h *Hook) Blind() bool {
+	var k uint64
+	return errors.Is(h.conns.NextKey(nil, &k), ebpf.ErrKeyNotExist)
+}
+
 // Close detaches the programs and frees the map.
 func (h *Hook) Close() error {
 	var errs []error
