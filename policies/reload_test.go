@@ -309,16 +309,24 @@ func TestWatchEndsWhenTheBundleIsGoneForGood(t *testing.T) {
 	}
 }
 
-// A lock that failed its load (a stale one copied in) was never enforced:
-// once it is removed, a reload goes on without one, as before it came.
-func TestStaleLockIsNotRequired(t *testing.T) {
+// unlockedEngine is an engine of the presets in a directory of their own,
+// with no lock file, not watched.
+func unlockedEngine(t *testing.T) (*policies.Engine, string) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "bundle")
 	writeBundle(t, dir, nil)
-	ctx := context.Background()
-	e, err := policies.New(ctx, policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
+	e, err := policies.New(context.Background(), policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return e, dir
+}
+
+// A lock that failed its load (a stale one copied in) was never enforced:
+// once it is removed, a reload goes on without one, as before it came.
+func TestStaleLockIsNotRequired(t *testing.T) {
+	e, dir := unlockedEngine(t)
+	ctx := context.Background()
 	now, err := policies.LoadBundle(policies.Source{Path: dir}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -340,13 +348,8 @@ func TestStaleLockIsNotRequired(t *testing.T) {
 // preset) was never in force: once it is removed, a reload goes on
 // without one.
 func TestRejectedLoadsLockIsNotRequired(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "bundle")
-	writeBundle(t, dir, nil)
+	e, dir := unlockedEngine(t)
 	ctx := context.Background()
-	e, err := policies.New(ctx, policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := e.RequirePreset("writer"); err != nil {
 		t.Fatal(err)
 	}
