@@ -224,6 +224,7 @@ func TestInvalidPresetsAreRefused(t *testing.T) {
 		{"mid-label wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["api*.example.com"]}]` + tail, "whole first label"},
 		{"tld wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["*.com"]}]` + tail, "top-level domain"},
 		{"public suffix wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["*.co.uk"]}]` + tail, "public suffix (co.uk"},
+		{"wildcard over a suffix wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["*.kawasaki.jp"]}]` + tail, "public suffix (kawasaki.jp"},
 		{"private suffix wildcard", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["*.workers.dev"]}]` + tail, "public suffix (workers.dev"},
 		{"no binaries", head + `rules := [{"name": "r", "hosts": ["a.example"]}]` + tail, "lists no binaries"},
 		{"unknown method set", head + `rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"], "methods": "readonly"}]` + tail, "not one of"},

@@ -324,11 +324,17 @@ func TestAuditLogOpen(t *testing.T) {
 	if _, err := os.Stat(target); !os.IsNotExist(err) {
 		t.Errorf("the link's target was created (%v)", err)
 	}
+	// A FIFO another user made, with a reader (theirs): not the log.
 	fifo := filepath.Join(dir, "fifo.jsonl")
 	syscall.Mkfifo(fifo, 0o666)
 	os.Chown(fifo, 65534, 65534)
-	if _, _, err := openAudit(fifo); err == nil {
-		t.Error("openAudit(another user's FIFO) succeeded; want it refused")
+	reader, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	if _, _, err := openAudit(fifo); err == nil || !strings.Contains(err.Error(), "neither root nor this user") {
+		t.Errorf("openAudit(another user's FIFO) = %v; want it refused", err)
 	}
 	theirs := filepath.Join(dir, "theirs.jsonl")
 	os.WriteFile(theirs, nil, 0o666)
@@ -336,14 +342,42 @@ func TestAuditLogOpen(t *testing.T) {
 	if _, _, err := openAudit(theirs); err == nil || !strings.Contains(err.Error(), "neither root nor this user") {
 		t.Errorf("openAudit(another user's file) = %v; want it refused", err)
 	}
-	for path, want := range map[string]*os.File{"/dev/stderr": os.Stderr, "/dev/stdout": os.Stdout, "/proc/self/fd/2": os.Stderr} {
-		if w, _, err := openAudit(path); err != nil || w != want {
-			t.Errorf("openAudit(%s) = %v, %v; want the process's own stream", path, w, err)
-		}
-	}
 	w, closeLog, err := openAudit(filepath.Join(dir, "real.jsonl"))
 	if err != nil || w == nil {
 		t.Fatalf("openAudit(a file) = %v", err)
 	}
 	closeLog()
+}
+
+// The process's own descriptors are taken by any of their names, never
+// reopened (through /proc they would be whatever another user's shell made
+// them): stdout and stderr, and an inherited one (3>>file, >(...)),
+// written to as given.
+func TestAuditLogOwnDescriptors(t *testing.T) {
+	for path, want := range map[string]*os.File{"/dev/stderr": os.Stderr, "/dev/stdout": os.Stdout, "/proc/self/fd/2": os.Stderr, "/dev/fd/1": os.Stdout} {
+		if w, _, err := openAudit(path); err != nil || w != want {
+			t.Errorf("openAudit(%s) = %v, %v; want the process's own stream", path, w, err)
+		}
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	for _, path := range []string{fmt.Sprintf("/dev/fd/%d", w.Fd()), fmt.Sprintf("/proc/self/fd/%d", w.Fd())} {
+		log, closeLog, err := openAudit(path)
+		if err != nil {
+			t.Fatalf("openAudit(%s, a pipe's write end) = %v", path, err)
+		}
+		io.WriteString(log, "line\n")
+		closeLog()
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(r, buf); err != nil || string(buf) != "line\n" {
+			t.Errorf("through %s the pipe got %q, %v", path, buf, err)
+		}
+	}
+	if _, _, err := openAudit(fmt.Sprintf("/dev/fd/%d", r.Fd())); err == nil || !strings.Contains(err.Error(), "not open for writing") {
+		t.Errorf("openAudit(a read end) = %v; want it refused", err)
+	}
 }

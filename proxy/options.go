@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -194,6 +196,27 @@ func upstreamRoots(files []string) (*x509.CertPool, error) {
 	return roots, nil
 }
 
+// OwnDescriptor says whether path names one of this process's own
+// descriptors rather than a file ("-" and "" are stdout, "stderr"
+// stderr; /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N), and
+// which.
+func OwnDescriptor(path string) (int, bool) {
+	switch path {
+	case "-", "", "/dev/stdout":
+		return 1, true
+	case "stderr", "/dev/stderr":
+		return 2, true
+	}
+	for _, dir := range []string{"/dev/fd/", "/proc/self/fd/"} {
+		if n, ok := strings.CutPrefix(path, dir); ok {
+			if fd, err := strconv.Atoi(n); err == nil && fd >= 0 {
+				return fd, true
+			}
+		}
+	}
+	return 0, false
+}
+
 // openAudit opens the audit log. A write to a closed stdout or stderr pipe
 // is made an EPIPE error like any other, on which the proxy refuses what it
 // cannot record, instead of the death by SIGPIPE Go gives a program that
@@ -202,13 +225,26 @@ func upstreamRoots(files []string) (*x509.CertPool, error) {
 // a handled one is reset by their execve.
 func openAudit(path string) (io.Writer, func() error, error) {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	// The process's own streams by any of their names: reopened through
-	// /proc, they would be whatever another user's shell made them.
-	switch path {
-	case "-", "", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1":
-		return os.Stdout, func() error { return nil }, nil
-	case "stderr", "/dev/stderr", "/dev/fd/2", "/proc/self/fd/2":
-		return os.Stderr, func() error { return nil }, nil
+	// The process's own descriptors by any of their names: reopened
+	// through /proc, they would be whatever another user's shell made
+	// them (and, links, refused below).
+	if fd, ok := OwnDescriptor(path); ok {
+		switch fd {
+		case 1:
+			return os.Stdout, func() error { return nil }, nil
+		case 2:
+			return os.Stderr, func() error { return nil }, nil
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+		if err != nil || flags&unix.O_ACCMODE == unix.O_RDONLY {
+			return nil, nil, fmt.Errorf("audit log %s: descriptor %d is not open for writing", path, fd)
+		}
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			return nil, nil, fmt.Errorf("audit log %s: %w", path, err)
+		}
+		f := os.NewFile(uintptr(dup), path)
+		return f, f.Close, nil
 	}
 	// Not through a symbolic link (one planted, or swapped in after any
 	// check, would have root append where it points), without blocking

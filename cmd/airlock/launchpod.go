@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/adminclient"
 	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -107,7 +108,7 @@ func launchInPod(cmd *cobra.Command, o podLaunch, args []string, log *slog.Logge
 			return err
 		}
 	}
-	if cmd.Flags().Changed("audit-log") && (o.auditLog == "-" || o.auditLog == "stderr") {
+	if _, own := proxy.OwnDescriptor(o.auditLog); cmd.Flags().Changed("audit-log") && own {
 		return usage(fmt.Errorf("--audit-log %s: with --pod-socket the pod writes a copy of the sandbox's lines to a FILE it creates; name one", o.auditLog))
 	}
 	for _, p := range []*string{&spec.Dir, &o.auditLog} {

@@ -103,6 +103,21 @@ func TestHookAttributesTheConnector(t *testing.T) {
 	}
 }
 
+// A hook that has recorded no connect is blind (a kernel that does not
+// run it leaves it so, and the resolver then scans); one connect from its
+// cgroup and it is not, for good.
+func TestHookBlindUntilAConnect(t *testing.T) {
+	testutil.RequireRoot(t, "cgroup BPF connect hooks")
+	_, hook := hookedCgroup(t)
+	if !hook.Blind() {
+		t.Fatal("a hook that has recorded nothing says it is not blind")
+	}
+	hook2, _, _, _ := sandbox(t, 1)
+	if hook2.Blind() {
+		t.Fatal("a hook that recorded a connect says it is blind")
+	}
+}
+
 // BenchmarkLookupHook is the identity lookup with the connect hook, with
 // n processes in the sandbox's cgroup.
 func BenchmarkLookupHook(b *testing.B) {
