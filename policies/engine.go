@@ -353,11 +353,13 @@ func Check(ctx context.Context, b *Bundle) error {
 // opa.runtime, ...): a decision is the bundle's answer to its input, which
 // the decision cache keys on whole, and a bundle could otherwise reach the
 // network from the proxy, outside every sandbox, beside its secrets.
-var deterministic = func() *ast.Capabilities {
+// Built at the first compile, not at every airlock start (a launch with no
+// proxy compiles nothing).
+var deterministic = sync.OnceValue(func() *ast.Capabilities {
 	c := ast.CapabilitiesForThisVersion()
 	c.Builtins = slices.DeleteFunc(c.Builtins, (*ast.Builtin).IsNondeterministic)
 	return c
-}()
+})
 
 // compile compiles a bundle's policy modules (tests excluded: they never
 // decide anything) and prepares one query per preset.
@@ -371,7 +373,7 @@ func compile(ctx context.Context, b *Bundle) (*generation, error) {
 	if err := checkInputRefs(mods); err != nil {
 		return nil, fmt.Errorf("policy bundle %s: %w", b.Origin, err)
 	}
-	c := ast.NewCompiler().WithStrict(false).WithCapabilities(deterministic)
+	c := ast.NewCompiler().WithStrict(false).WithCapabilities(deterministic())
 	if c.Compile(mods); c.Failed() {
 		return nil, fmt.Errorf("compile policy bundle %s: %w", b.Origin, c.Errors)
 	}

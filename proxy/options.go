@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy/certs"
 	"github.com/airlock-sandbox/airlock/proxy/egress"
@@ -147,8 +148,9 @@ func Build(decider policies.Decider, o Options) (*Proxy, error) {
 }
 
 // CheckFlags checks what an operator typed into o (its allowed ranges,
-// --resolve pins and upstream CA files) without setting anything up: a mistake there is a usage error, said before a policy is
-// compiled or a sandbox made.
+// --resolve pins and upstream CA files) without setting anything up: a
+// mistake there is a usage error, said before a policy is compiled or a
+// sandbox made.
 func CheckFlags(o Options) error {
 	for _, r := range o.AllowRanges {
 		if _, err := egress.ParseAllowRange(r); err != nil {
@@ -258,20 +260,23 @@ func openAudit(path string) (io.Writer, func() error, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("audit log %s: %w", path, err)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return nil, nil, fmt.Errorf("audit log %s: %w", path, err)
-	}
-	if st.Uid != 0 && int(st.Uid) != os.Geteuid() {
-		unix.Close(fd)
-		return nil, nil, fmt.Errorf("audit log %s is owned by uid %d, neither root nor this user: another user's file is not the log", path, st.Uid)
-	}
+	// Blocking again before os.NewFile sees it: a FIFO is then written
+	// as a file is, not through the poller.
 	if err := unix.SetNonblock(fd, false); err != nil {
 		unix.Close(fd)
 		return nil, nil, fmt.Errorf("audit log %s: %w", path, err)
 	}
 	f := os.NewFile(uintptr(fd), path)
+	fi, err := f.Stat()
+	if err == nil {
+		if err = trusted.Owner(fi); err != nil {
+			err = fmt.Errorf("neither root nor this user owns it, and another user's file is not the log: %w", err)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("audit log %s: %w", path, err)
+	}
 	return f, f.Close, nil
 }
 

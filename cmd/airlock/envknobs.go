@@ -47,6 +47,14 @@ func policyKnobs() []string {
 	return envs
 }
 
+// knobOf is the variable that set fl (applyEnvKnobs), or "".
+func knobOf(fl *pflag.Flag) string {
+	if env := fl.Annotations[envAnnotation]; len(env) > 0 {
+		return env[0]
+	}
+	return ""
+}
+
 // envAnnotation marks a flag applyEnvKnobs set, with its variable.
 const envAnnotation = "airlock-env"
 

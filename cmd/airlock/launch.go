@@ -112,22 +112,21 @@ func newLaunchCmd() *cobra.Command {
 			// and --preset: a preset, a policy pin or a proxy flag given
 			// then would be ignored, and the command run unchecked.
 			if c.Net != sandbox.NetProxy || preset == "" {
-				unused := func(name string) bool {
-					return proxyFlagNames[name] || policyFlagNames[name] || name == "kind" || name == "preset" && c.Net != sandbox.NetProxy
-				}
 				why := fmt.Sprintf("--net %s serves no proxy, so no policy or proxy setting applies; use --net proxy --preset NAME, or drop it", c.Net)
 				if c.Net == sandbox.NetProxy {
 					why = "without --preset no proxy serves the sandbox, so no policy or proxy setting applies; give --preset NAME, or drop it"
 				}
 				refused := func(name string) bool {
-					if !unused(name) {
+					env := knobOf(cmd.Flags().Lookup(name))
+					switch {
+					case !proxyFlagNames[name] && !policyFlagNames[name] && name != "kind" && (name != "preset" || c.Net == sandbox.NetProxy):
 						return false
-					}
-					// With --net none nothing can leave: a knob exported
-					// for other commands (AIRLOCK_POLICY) is moot, said
-					// and left; one typed here is still a mistake.
-					if f := cmd.Flags().Lookup(name); c.Net == sandbox.NetNone && len(f.Annotations[envAnnotation]) > 0 {
-						log.Warn("an environment knob does not apply: --net none serves no proxy", "env", f.Annotations[envAnnotation][0], "flag", "--"+name)
+					case c.Net == sandbox.NetNone && env != "":
+						// With --net none nothing can leave: a knob
+						// exported for other commands (AIRLOCK_POLICY)
+						// is moot, said and left; one typed here is
+						// still a mistake.
+						log.Warn("an environment knob does not apply: --net none serves no proxy", "env", env, "flag", "--"+name)
 						return false
 					}
 					return true

@@ -58,8 +58,8 @@ func refuseSetFlags(fl *pflag.FlagSet, ours func(name string) bool, why string) 
 		if !f.Changed || ours(f.Name) { // a default the command set itself is not the user's
 			return
 		}
-		if env := f.Annotations[envAnnotation]; len(env) > 0 {
-			refused = append(refused, "--"+f.Name+" (from "+env[0]+" in the environment: unset it)")
+		if env := knobOf(f); env != "" {
+			refused = append(refused, "--"+f.Name+" (from "+env+" in the environment: unset it)")
 			return
 		}
 		refused = append(refused, "--"+f.Name)

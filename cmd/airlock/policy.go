@@ -70,8 +70,8 @@ func (f *policyFlags) source() policies.Source { return supervisor.PolicySource(
 
 // fromEnv says which variable set fl, if one did.
 func fromEnv(fl *pflag.Flag) string {
-	if env := fl.Annotations[envAnnotation]; len(env) > 0 {
-		return " (from " + env[0] + ")"
+	if env := knobOf(fl); env != "" {
+		return " (from " + env + ")"
 	}
 	return ""
 }

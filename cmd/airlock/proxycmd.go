@@ -113,14 +113,13 @@ func (f *proxyFlags) options(log *slog.Logger) proxy.Options {
 
 // buildProxy is the engine serving preset and a proxy deciding with it.
 // Limits are checked as typed, before anything is set up: a zero or
-// negative value is a mistake, not a way to turn a guard off.
+// negative value is a mistake, not a way to turn a guard off. The other
+// proxy flags are its callers' to check first (proxy.CheckFlags), before
+// they create anything.
 func buildProxy(ctx context.Context, pf *policyFlags, xf *proxyFlags, preset string, log *slog.Logger) (*policies.Engine, *proxy.Proxy, error) {
 	var le *proxy.LimitError
 	if err := proxy.CheckLimits(xf.limits, xf.dialTimeout); errors.As(err, &le) {
 		return nil, nil, &exitError{ExitUsage, fmt.Errorf("--%s must be positive", le.Name)}
-	}
-	if err := proxy.CheckFlags(xf.options(log)); err != nil {
-		return nil, nil, &exitError{ExitUsage, err}
 	}
 	o, err := pf.options()
 	if err != nil {
@@ -166,6 +165,9 @@ func newProxyCmd() *cobra.Command {
 			// watchdog's and a pod's admin HTTP are.
 			if why := manifest.CheckLoopbackHost(xf.metrics); xf.metrics != "" && why != "" {
 				return &exitError{ExitUsage, fmt.Errorf("--metrics %q: %s", xf.metrics, why)}
+			}
+			if err := proxy.CheckFlags(xf.options(log)); err != nil {
+				return &exitError{ExitUsage, err}
 			}
 			families := map[string]string{}
 			for _, addr := range append(slices.Clone(transparent), dnsAddrs...) {

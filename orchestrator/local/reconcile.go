@@ -38,16 +38,10 @@ func Reconcile(home orchestrator.Home, b budget.Budget, now func() time.Time) ([
 	var done []spawn.Reconciled
 	var errs []error
 	for _, t := range ledger.Fold(entries) {
-		end := reconcile
-		switch {
-		case t.Spawner == nil:
-			continue
-		case t.Status == ledger.Queued:
-			end = reconcileQueued
-		case t.Status != ledger.Running || t.Substrate != kind.Local:
+		if t.Spawner == nil || t.Status != ledger.Queued && (t.Status != ledger.Running || t.Substrate != kind.Local) {
 			continue
 		}
-		r, err := end(home, b, t, now)
+		r, err := reconcile(home, b, t, now)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("task %s: %w", t.ID, err))
 		}
@@ -58,30 +52,36 @@ func Reconcile(home orchestrator.Home, b budget.Budget, now func() time.Time) ([
 	return done, errors.Join(errs...)
 }
 
-// reconcile settles task id if its spawner is gone, under the task's
-// claim (two polls never settle it twice).
+// reconcile ends task t if its spawner is gone, under the task's claim
+// (two polls never settle it twice). Running, its result is the one its
+// spawner wrote, else a spawner-gone failure, and its reservation is
+// settled at the usage reported, else at what it holds. Queued, nothing
+// ran: a spawner-gone failure, the reservation released.
 func reconcile(home orchestrator.Home, b budget.Budget, t ledger.Task, now func() time.Time) (*spawn.Reconciled, error) {
 	if alive, err := t.Spawner.Alive(); alive || err != nil {
 		return nil, err
 	}
 	id := t.ID
 	dir := home.Subagent(id)
-	still, release, err := spawn.ClaimIn(home, id, ledger.Running)
+	still, release, err := spawn.ClaimIn(home, id, t.Status)
 	if still == nil || err != nil {
 		return nil, err
 	}
 	defer release()
 	r, err := spawn.ReadResult(dir)
-	if err != nil || !ledger.Terminal(r.Status) {
-		r = spawn.Result{Task: id, Kind: t.Kind, Substrate: kind.Local, Status: ledger.Failed, Exit: ExitSpawnerGone,
+	if t.Status == ledger.Queued || err != nil || !ledger.Terminal(r.Status) {
+		r = spawn.Result{Task: id, Kind: t.Kind, Substrate: t.Substrate, Status: ledger.Failed, Exit: ExitSpawnerGone,
 			Started: t.Started, Ended: now().UTC(),
 			Detail: fmt.Sprintf("spawner gone: airlock spawn (pid %d) ended before its task and recorded no end; its sandbox went with it, and the sub-agent's own exit code is unknown", t.Spawner.Pid)}
+		if t.Status == ledger.Queued {
+			r.Detail = fmt.Sprintf("spawner gone before the task ran: airlock spawn (pid %d) ended after reserving its tokens and before starting it; nothing ran, and the reservation is released", t.Spawner.Pid)
+		}
 		if err := spawn.WriteResult(dir, r); err != nil {
 			return nil, err
 		}
 	}
 	exit := r.Exit
-	if err := ledger.Append(home.Ledger(), ledger.Entry{Task: id, Kind: t.Kind, Substrate: kind.Local,
+	if err := ledger.Append(home.Ledger(), ledger.Entry{Task: id, Kind: t.Kind, Substrate: t.Substrate,
 		Status: r.Status, Exit: &exit, Usage: r.Usage, Detail: r.Detail}); err != nil {
 		return nil, err
 	}
@@ -89,35 +89,11 @@ func reconcile(home orchestrator.Home, b budget.Budget, t ledger.Task, now func(
 	// budget errs toward refusing), never a task settled twice.
 	rc := &spawn.Reconciled{ID: id, Status: r.Status, Exit: exit, Detail: r.Detail}
 	resv := budget.Reservation{Task: id, Day: t.Reserved}
-	if r.Usage != nil {
+	switch {
+	case t.Status == ledger.Queued:
+		return rc, b.Settle(resv, 0)
+	case r.Usage != nil:
 		return rc, b.Settle(resv, r.Usage.Tokens)
 	}
 	return rc, b.SettleHeld(resv)
-}
-
-// reconcileQueued ends task t, queued, if its spawner is gone: it died
-// after reserving the task's tokens and before starting it (rendering its
-// directory), so nothing ran and the reservation is released.
-func reconcileQueued(home orchestrator.Home, b budget.Budget, t ledger.Task, now func() time.Time) (*spawn.Reconciled, error) {
-	if alive, err := t.Spawner.Alive(); alive || err != nil {
-		return nil, err
-	}
-	id := t.ID
-	still, release, err := spawn.ClaimIn(home, id, ledger.Queued)
-	if still == nil || err != nil {
-		return nil, err
-	}
-	defer release()
-	r := spawn.Result{Task: id, Kind: t.Kind, Substrate: t.Substrate, Status: ledger.Failed, Exit: ExitSpawnerGone,
-		Ended:  now().UTC(),
-		Detail: fmt.Sprintf("spawner gone before the task ran: airlock spawn (pid %d) ended after reserving its tokens and before starting it; nothing ran, and the reservation is released", t.Spawner.Pid)}
-	if err := spawn.WriteResult(home.Subagent(id), r); err != nil {
-		return nil, err
-	}
-	if err := ledger.Append(home.Ledger(), ledger.Entry{Task: id, Kind: t.Kind, Substrate: t.Substrate,
-		Status: r.Status, Exit: &r.Exit, Detail: r.Detail}); err != nil {
-		return nil, err
-	}
-	rc := &spawn.Reconciled{ID: id, Status: r.Status, Exit: r.Exit, Detail: r.Detail}
-	return rc, b.Settle(budget.Reservation{Task: id, Day: t.Reserved}, 0)
 }
