@@ -202,9 +202,15 @@ func TestWriteFileModeNotByName(t *testing.T) {
 	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	defer close(stop)
+	// The other user stops at a file named "stop", and is waited for: it
+	// must not be swapping while the directory is removed.
+	done := make(chan struct{})
+	defer func() {
+		os.WriteFile(filepath.Join(dir, "stop"), nil, 0o600)
+		<-done
+	}()
 	go func() { // the other user: each temporary file, swapped for a link
+		defer close(done)
 		buf := make([]byte, 4096)
 		for {
 			n, err := unix.Read(fd, buf)
@@ -215,6 +221,9 @@ func TestWriteFileModeNotByName(t *testing.T) {
 				length := int(binary.NativeEndian.Uint32(buf[off+12:]))
 				name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+length]), "\x00")
 				off += unix.SizeofInotifyEvent + length
+				if name == "stop" {
+					return
+				}
 				if strings.HasPrefix(name, ".out.") {
 					p := filepath.Join(dir, name)
 					if os.Remove(p) == nil {
