@@ -494,17 +494,25 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 			break
 		}
 		// The upstream may act on the request as this method: it must be
-		// allowed as that too.
+		// allowed as that too. Asked from the request as sent (target):
+		// dc.in's is canonical already, and decoded again it would name
+		// another path.
 		in := dc.in
+		in.Request = target
 		in.Request.Method = o.method
 		if d := p.cfg.Decider.Decide(ctx, &in); !d.Allow {
 			// Decided, audited and answered as the method it would be
-			// taken for, the detail naming the one it was sent as.
-			dc.detail = fmt.Sprintf("a %s with %s %q: the upstream may take it for that method", dc.in.Request.Method, o.via, o.method)
+			// taken for, the detail naming the one it was sent as. A
+			// query's value is never written down (it may be a secret)
+			// unless it is one of HTTP's own methods.
 			dc.d = d
-			if d.Error != "" {
-				dc.detail += " (" + d.Error + ")" // no method to say it was taken for
-			} else {
+			switch {
+			case o.fromQuery && (d.Error != "" || !httpMethods[in.Request.Method]):
+				dc.detail = fmt.Sprintf("a %s with %s naming a method this request may not be taken for (a query's values are not written down)", dc.in.Request.Method, o.via)
+			case d.Error != "":
+				dc.detail = fmt.Sprintf("a %s with %s %q: %s", dc.in.Request.Method, o.via, o.method, d.Error)
+			default:
+				dc.detail = fmt.Sprintf("a %s with %s %q: the upstream may take it for that method", dc.in.Request.Method, o.via, o.method)
 				dc.in = in
 			}
 		}
@@ -519,33 +527,59 @@ func phpName(n string) string {
 }
 
 // methodOverride is a method a request names for itself besides its own,
-// and where.
-type methodOverride struct{ via, method string }
+// and where (fromQuery: a query's value, never written down).
+type methodOverride struct {
+	via, method string
+	fromQuery   bool
+}
 
 // overrideHeaders are the headers frameworks and APIs read a request's
 // "real" method from (Google's APIs, Rails, Laravel, Symfony, Express's
 // method-override): a GET a read-only rule allows would be a DELETE there.
 var overrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
 
+// httpMethods are the methods of HTTP's own specifications (RFC 9110,
+// RFC 5789): a query's _method naming one of them is no secret to hide.
+var httpMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true, http.MethodPatch: true,
+	http.MethodDelete: true, http.MethodConnect: true, http.MethodOptions: true, http.MethodTrace: true,
+}
+
+// isOverrideHeader says whether a header, spelled as sent, is one of
+// overrideHeaders to a server behind CGI's naming (Rack, PHP), which reads
+// "_" as "-" (X_HTTP_Method_Override is HTTP_X_HTTP_METHOD_OVERRIDE there,
+// as the canonical spelling is).
+func isOverrideHeader(k string) bool {
+	k = strings.ReplaceAll(k, "_", "-")
+	for _, name := range overrideHeaders {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
 // methodOverrides lists the methods a request asks to be taken for: its
-// override headers' values and its query's _method (Laravel and Symfony
-// read it from the query of a POST). A form body's _method cannot be
-// seen.
+// override headers' values, however spelled, and its query's _method
+// (Laravel and Symfony read it from the query of a POST). A form body's
+// _method cannot be seen.
 func methodOverrides(h http.Header, q map[string][]string) []methodOverride {
 	var out []methodOverride
-	add := func(via string, vals []string) {
+	add := func(via string, vals []string, fromQuery bool) {
 		for _, v := range vals {
 			if v = strings.TrimSpace(v); v != "" {
-				out = append(out, methodOverride{via, v})
+				out = append(out, methodOverride{via, v, fromQuery})
 			}
 		}
 	}
-	for _, k := range overrideHeaders {
-		add(k, h.Values(k))
+	for k, vals := range h {
+		if isOverrideHeader(k) {
+			add("header "+k, vals, false)
+		}
 	}
 	for name, vals := range q {
 		if strings.EqualFold(phpName(strings.TrimSuffix(name, "[]")), "_method") {
-			add("query parameter "+name, vals)
+			add("query parameter "+name, vals, true)
 		}
 	}
 	return out

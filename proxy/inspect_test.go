@@ -136,6 +136,20 @@ func TestMethodOverridesAreDecided(t *testing.T) {
 		{"_method[] in the query", "GET /ok/x?_METHOD%5B%5D=DELETE HTTP/1.1\r\n", false, "method_not_allowed", "DELETE"},
 		{".method in the query (PHP's _method)", "GET /ok/x?.method=DELETE HTTP/1.1\r\n", false, "method_not_allowed", "DELETE"},
 		{"not a token", "GET /ok/x HTTP/1.1\r\nX-HTTP-Method-Override: DEL ETE\r\n", false, "invalid_request", "GET"},
+		// CGI's naming (Rack, PHP) reads "_" as "-": the same header there.
+		{"X_HTTP_Method_Override", "GET /ok/x HTTP/1.1\r\nX_HTTP_Method_Override: DELETE\r\n", false, "method_not_allowed", "DELETE"},
+		{"X-HTTP_Method-Override", "GET /ok/x HTTP/1.1\r\nX-HTTP_Method-Override: DELETE\r\n", false, "method_not_allowed", "DELETE"},
+		{"x_http_method", "GET /ok/x HTTP/1.1\r\nx_http_method: PUT\r\n", false, "method_not_allowed", "PUT"},
+		{"X_Method_Override", "GET /ok/x HTTP/1.1\r\nX_Method_Override: PATCH\r\n", false, "method_not_allowed", "PATCH"},
+		// Decided again as sent, not as the first decision canonicalised
+		// it: decoded twice, %3B would be a parameter segment's ";", and
+		// %25 an escape of nothing.
+		{"an escaped semicolon", "GET /ok/a%3Bb HTTP/1.1\r\nX-HTTP-Method-Override: GET\r\n", true, "", ""},
+		{"an escaped percent sign", "GET /ok/100%25 HTTP/1.1\r\nX-HTTP-Method-Override: GET\r\n", true, "", ""},
+		// A query's value is not written down unless it is one of
+		// HTTP's methods: denied as the request was sent.
+		{"_method not HTTP's", "GET /ok/x?_method=SKLIVE123 HTTP/1.1\r\n", false, "method_not_allowed", "GET"},
+		{"_method no token", "GET /ok/x?_method=QUERYVALUE%2Fsk-live-123 HTTP/1.1\r\n", false, "invalid_request", "GET"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tls.Client(connectTo(t, d, "api.tp.test"), &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"}})
@@ -151,6 +165,11 @@ func TestMethodOverridesAreDecided(t *testing.T) {
 				t.Fatalf("answer %d %+v; want 403 %s, the request denied as %s", resp.StatusCode, den, tc.reason, tc.method)
 			}
 		})
+	}
+	for _, secret := range []string{"SKLIVE123", "sk-live-123"} {
+		if raw := fx.audit.String(); strings.Contains(raw, secret) {
+			t.Errorf("a query's value %q is on the audit log:\n%s", secret, raw)
+		}
 	}
 }
 

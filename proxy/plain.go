@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/elazarl/goproxy"
@@ -36,15 +37,26 @@ func (p *Proxy) handlePlain(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Requ
 // every later request on it. A body not read to its end closes the
 // connection after the answer (h its header), which the server then
 // writes at once, reading none of it. A body the client waits to be asked
-// for (Expect: 100-continue) is not asked for: the server closes after the
-// answer.
+// for (Expect: 100-continue) is not asked for: the connection closes after
+// the answer.
 func drainRefused(r *http.Request, body io.Reader, h http.Header) {
-	if body == nil || body == http.NoBody || expectsContinue(r) {
+	if body == nil || body == http.NoBody {
 		return
 	}
-	if !drainWithin(connFrom(r.Context()).conn.SetReadDeadline, body) {
-		h.Set("Connection", "close")
+	if expectsContinue(r) || !drainWithin(connFrom(r.Context()).conn.SetReadDeadline, body) {
+		closeLingering(r, h)
 	}
+}
+
+// closeLingering makes an answer (h its header) the connection's last, the
+// rest of r's body unread. The server reads on in that body once the
+// answer is written (to reuse its buffer), and for refuseLinger at most,
+// as a close lingers: unbounded, a client that stopped sending, or waits
+// to be asked for its body, would hold the connection as long as it
+// likes.
+func closeLingering(r *http.Request, h http.Header) {
+	h.Set("Connection", "close")
+	connFrom(r.Context()).conn.SetReadDeadline(time.Now().Add(refuseLinger))
 }
 
 // decidePlain decides an absolute-form request, SSRF guard and credential
@@ -301,7 +313,7 @@ func (p *Proxy) handlePlainResponse(resp *http.Response, gctx *goproxy.ProxyCtx)
 			// The rest of the body cannot be told from a next
 			// request, and is not read on.
 			resp = st.dc.denialResponse(gctx.Req)
-			resp.Header.Set("Connection", "close")
+			closeLingering(gctx.Req, resp.Header)
 		} else {
 			detail := "no response"
 			if gctx.Error != nil {

@@ -1,9 +1,15 @@
 package proxy
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // hopByHop relays a WebSocket upgrade and nothing else: any other Upgrade
@@ -30,6 +36,39 @@ func TestHopByHop(t *testing.T) {
 			h := tc.in.Clone()
 			if got := hopByHop(h); got != tc.websocket || !reflect.DeepEqual(h, tc.want) {
 				t.Fatalf("hopByHop(%v) = %v, %v; want %v, %v", tc.in, got, h, tc.websocket, tc.want)
+			}
+		})
+	}
+}
+
+// A plain request answered as the connection's last with its body unread
+// (the body stopped arriving; a refused upload that waits for 100
+// Continue) ends its connection after the answer: the server reads what
+// is left of the body only as long as a close lingers, so a client that
+// sends no more holds nothing.
+func TestPlainLastAnswerEndsTheConnection(t *testing.T) {
+	for _, tc := range []struct{ name, request, reason string }{
+		{"the body stopped arriving", "GET http://web.tp.test:%d/ok/x HTTP/1.1\r\nHost: web.tp.test:%[1]d\r\nContent-Length: 100\r\n\r\n0123456789", string(policies.ReasonInvalidRequest)},
+		{"a refused upload waiting for 100 Continue", "POST http://web.tp.test:%d/ok/x HTTP/1.1\r\nHost: web.tp.test:%[1]d\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n", string(policies.ReasonMethodNotAllowed)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newTPFixture(t)
+			fx.p.cfg.Limits.IdleTimeout = 300 * time.Millisecond
+			c := fx.dialer(t).dial(t, fx.explicit)
+			defer c.Close()
+			fmt.Fprintf(c, tc.request, fx.port)
+			br := bufio.NewReader(c)
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.ReadAll(resp.Body)
+			if !resp.Close || resp.Header.Get(ReasonHeader) != tc.reason {
+				t.Fatalf("answer %d close=%v reason %q; want the connection's last, reason %s", resp.StatusCode, resp.Close, resp.Header.Get(ReasonHeader), tc.reason)
+			}
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Fatalf("after the answer the connection read %v; want its end (EOF)", err)
 			}
 		})
 	}
