@@ -506,6 +506,27 @@ func TestPodRefusesAnotherPodsAdminSocket(t *testing.T) {
 	first.awaitState("one", "healthy") // its admin API still answers, as itself
 }
 
+// A pod whose admin socket would be in a directory another user may write
+// (/tmp, sticky or not) does not boot: that user could bind the path while
+// the pod is down, refusing its next boot or taken by its clients for it.
+func TestPodRefusesAnAdminSocketOthersCouldBind(t *testing.T) {
+	e := newPodEnv(t)
+	shared := filepath.Join(os.TempDir(), fmt.Sprintf("airlock-itest-%d.sock", os.Getpid()))
+	pod := startPod(t, e, "sharedsock", e.manifest("sharedsock", "admin:\n  socket: "+shared+"\n", e.pyService("one", 8043, "egress_none", "")))
+	select {
+	case <-pod.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the pod booted with its admin socket in %s:\n%s", os.TempDir(), pod.stderr.String())
+	}
+	if exitCode(pod.exitErr) == 0 || !strings.Contains(pod.stderr.String(), "admin socket "+shared+": its directory") {
+		t.Errorf("exit %d; want a refused boot naming the socket's directory:\n%s", exitCode(pod.exitErr), pod.stderr.String())
+	}
+	if _, err := os.Lstat(shared); !os.IsNotExist(err) {
+		os.Remove(shared)
+		t.Errorf("the refused pod left %s (%v)", shared, err)
+	}
+}
+
 // A service run with a host group's gid is said to be, on record: it reads
 // what that group may.
 func TestPodSaysAHostGroup(t *testing.T) {

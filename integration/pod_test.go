@@ -761,3 +761,114 @@ func TestPodRefusesAnIngressWithoutKeys(t *testing.T) {
 		}
 	}
 }
+
+// An exec health probe runs with its service's limits: it runs as the
+// service, with what the service may write, so a service that rewrote what
+// its probe runs would otherwise fork (or allocate) without bound through
+// it. The probe forks 20 sleeps where the service may have 8 processes.
+func TestPodProbeHasItsServiceLimits(t *testing.T) {
+	e := newPodEnv(t)
+	out := filepath.Join(e.dir, "probe-out")
+	if err := os.Mkdir(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(out, 0o777)
+	forked := filepath.Join(out, "forked")
+	m := e.manifest("probelimits", "", fmt.Sprintf(`  - name: limited
+    command: [/bin/sleep, "1000"]
+    user: "61000"
+    preset: egress_none
+    pids_max: 8
+    landlock: {rw: [%s]}
+    health: {exec: [/bin/sh, -c, "for i in $(seq 20); do sleep 5 & echo $i > %s; done"], interval: 3s, timeout: 2s, threshold: 1}
+`, out, forked))
+	pod := startPod(t, e, "probelimits", m)
+	pod.awaitEvent("health", "limited", 0) // healthy, or failed: the first probe has ended
+	raw, err := os.ReadFile(forked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(string(raw))); err != nil || n > 8 {
+		t.Errorf("the probe forked %q sleeps; want fewer than the service's pids_max, 8", raw)
+	}
+	pod.stop(15 * time.Second)
+}
+
+// A service's v1 limit groups (a hybrid host's memory and pids) go under
+// a v1 group of its pod's name, as its leaf does in v2: pod v1-a's service
+// b and pod v1's service a-b both have the leaf airlock-v1-a-b, and both
+// boot; and what a killed run left there is removed by the next boot,
+// where it would refuse the service's launch.
+func TestPodV1GroupsAreThePods(t *testing.T) {
+	e := newPodEnv(t)
+	svc := func(name string) string {
+		return fmt.Sprintf("  - name: %s\n    command: [/bin/sleep, \"1000\"]\n    user: \"61000\"\n    preset: egress_none\n    pids_max: 16\n    memory_max: 64M\n", name)
+	}
+	var stale []string
+	for _, ctrl := range []string{"memory", "pids"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctrl, "cgroup.procs")); err != nil {
+			continue // v2 only here: no v1 group to be left
+		}
+		dir := filepath.Join("/sys/fs/cgroup", ctrl, "airlock-pod-v1-a", "airlock-v1-a-b")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(dir); os.Remove(filepath.Dir(dir)) })
+		stale = append(stale, filepath.Dir(dir))
+	}
+	a := startPod(t, e, "v1-a", e.manifest("v1-a", "", svc("b")))
+	a.awaitReady()
+	b := startPod(t, e, "v1", e.manifest("v1", "", svc("a-b")))
+	b.awaitReady()
+	a.stop(15 * time.Second)
+	b.stop(15 * time.Second)
+	for _, dir := range append(stale, "/sys/fs/cgroup/memory/airlock-pod-v1", "/sys/fs/cgroup/pids/airlock-pod-v1") {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("v1 group %s outlived its pod (%v)", dir, err)
+		}
+	}
+}
+
+// A service restarted after a crash waits, as its first launch did, for
+// the services it comes after: while base is down (in its backoff, 2s),
+// dependent, which crashes at once, is not launched again and again.
+func TestPodRestartWaitsForWhatItComesAfter(t *testing.T) {
+	e := newPodEnv(t)
+	m := e.manifest("restartafter", "", `  - name: base
+    command: [/bin/sh, -c, "sleep 0.5; exit 1"]
+    user: "61000"
+    preset: egress_none
+    restart: {policy: always, backoff: {initial: 2s, max: 2s}, give_up: {restarts: 100, window: 60s}}
+  - name: dependent
+    command: [/bin/sh, -c, "exit 1"]
+    user: "61000"
+    preset: egress_none
+    after: [base]
+    restart: {policy: always, backoff: {initial: 20ms, max: 50ms}, give_up: {restarts: 1000, window: 60s}}
+`)
+	pod := startPod(t, e, "restartafter", m)
+	// Two of base's outages, each 2s.
+	_, i := pod.awaitEvent("exit", "base", 0)
+	_, i = pod.awaitEvent("started", "base", i+1)
+	_, i = pod.awaitEvent("exit", "base", i+1)
+	pod.awaitEvent("started", "base", i+1)
+	evs, _ := events.Read(pod.events, time.Time{})
+	baseUp, worst, during := false, 0, 0
+	for _, ev := range evs {
+		switch {
+		case ev.Service == "base" && ev.Kind == "started":
+			baseUp, during = true, 0
+		case ev.Service == "base" && ev.Kind == "exit":
+			baseUp = false
+		case ev.Service == "dependent" && ev.Kind == "started" && !baseUp:
+			// One may have been decided just before base went.
+			if during++; during > worst {
+				worst = during
+			}
+		}
+	}
+	if worst > 1 {
+		t.Errorf("dependent was launched %d times in one outage of base, which it comes after; want at most once", worst)
+	}
+	pod.stop(15 * time.Second)
+}

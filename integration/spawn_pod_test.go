@@ -444,3 +444,30 @@ func TestSpawnInPodRefused(t *testing.T) {
 		}
 	}
 }
+
+// A one-off refused for its files leaves none of them behind, so that the
+// launch can be asked again: stdout and stderr naming one file are refused
+// as such (not as a file that exists, which the first had made), and the
+// same launch with a stderr of its own then runs.
+func TestPodSandboxRefusedForItsFilesLeavesNone(t *testing.T) {
+	e := newPodSpawnEnv(t, "oneoff-files")
+	s := e.spec(t, "spawn-files", "egress_none", "/bin/true")
+	s.Stderr = s.Stdout
+	_, err := e.launcher().Launch(context.Background(), s)
+	if err == nil || !strings.Contains(err.Error(), "stdout and stderr name the same file") {
+		t.Fatalf("Launch with stdout and stderr one file = %v; want it refused as such", err)
+	}
+	for _, f := range []string{s.Stdout, s.Audit} {
+		if _, err := os.Lstat(f); !os.IsNotExist(err) {
+			t.Errorf("the refused launch left %s (%v)", f, err)
+		}
+	}
+	s.Stderr = filepath.Join(filepath.Dir(s.Stdout), "stderr.log")
+	sb, err := e.launcher().Launch(context.Background(), s)
+	if err != nil {
+		t.Fatalf("the launch asked again, with a stderr of its own: %v", err)
+	}
+	if code, err := sb.Wait(); err != nil || code != 0 {
+		t.Fatalf("Wait = %d, %v; want 0", code, err)
+	}
+}

@@ -81,12 +81,21 @@ func NewLeaf(lc LeafConfig) (*Leaf, error) {
 			log = slog.Default()
 		}
 		log.Warn("cgroup v2 not writable: the proxy finds the sandbox's processes by scanning its process tree, and there is no connect hook", "err", err)
-		if l.freezer, err = createV1("freezer", name); err != nil {
+		if l.freezer, err = createV1("freezer", "", name); err != nil {
 			return nil, fmt.Errorf("without a cgroup v2 leaf the sandbox needs a v1 freezer group, to kill all of its processes: %w", err)
 		}
 		l.Joined = append(l.Joined, l.freezer)
 	} else {
 		l.Joined = append(l.Joined, l.V2)
+	}
+	// A v1 limit group of a leaf with a parent (a pod's service) goes
+	// under a v1 group of the parent's name, as the leaf does in v2: the
+	// v1 hierarchy is the host's, where leaves of two pods' services could
+	// share a name, and the pod clears what a killed run of it left there
+	// by that name (RemoveV1Tree).
+	v1Parent := ""
+	if lc.Parent != "" {
+		v1Parent = filepath.Base(lc.Parent)
 	}
 	limits := map[string]int64{"memory": lc.MemoryMax, "pids": lc.PidsMax}
 	for _, ctrl := range []string{"memory", "pids"} {
@@ -94,7 +103,7 @@ func NewLeaf(lc LeafConfig) (*Leaf, error) {
 		if v == 0 {
 			continue
 		}
-		dir, err := l.limitDir(ctrl, name)
+		dir, err := l.limitDir(ctrl, v1Parent, name)
 		if err == nil {
 			err = writeLimit(dir, ctrl, v)
 		}
@@ -126,8 +135,9 @@ func (l *Leaf) under(dir string) bool {
 }
 
 // limitDir is where controller ctrl is enforced: the v2 leaf when the
-// controller is enabled for it, else a v1 group of that controller.
-func (l *Leaf) limitDir(ctrl, name string) (string, error) {
+// controller is enabled for it, else a v1 group of that controller, under
+// v1Parent ("" for the controller's root).
+func (l *Leaf) limitDir(ctrl, v1Parent, name string) (string, error) {
 	if l.V2 != "" {
 		raw, _ := os.ReadFile(filepath.Join(filepath.Dir(l.V2), "cgroup.subtree_control"))
 		for _, enabled := range strings.Fields(string(raw)) {
@@ -136,7 +146,7 @@ func (l *Leaf) limitDir(ctrl, name string) (string, error) {
 			}
 		}
 	}
-	dir, err := createV1(ctrl, name)
+	dir, err := createV1(ctrl, v1Parent, name)
 	if err != nil {
 		return "", err
 	}
@@ -144,12 +154,40 @@ func (l *Leaf) limitDir(ctrl, name string) (string, error) {
 	return dir, nil
 }
 
-func createV1(ctrl, name string) (string, error) {
+// v1Controllers are the v1 hierarchies a leaf may have groups in.
+var v1Controllers = []string{"memory", "pids", "freezer"}
+
+// createV1 makes the v1 group name of controller ctrl, under parent when
+// that is not "" (made too, unless it is there).
+func createV1(ctrl, parent, name string) (string, error) {
 	v1 := filepath.Join("/sys/fs/cgroup", ctrl)
 	if _, err := os.Stat(filepath.Join(v1, "cgroup.procs")); err != nil {
 		return "", fmt.Errorf("neither cgroup v2 nor v1 offers the %s controller", ctrl)
 	}
+	if parent != "" {
+		v1 = filepath.Join(v1, parent)
+		if err := os.Mkdir(v1, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", fmt.Errorf("create cgroup %s: %w", v1, err)
+		}
+	}
 	return cgroup2.Create(v1, name)
+}
+
+// RemoveV1Tree removes, as RemoveTree does, the v1 groups named name at
+// the root of each v1 controller's hierarchy, where the limit groups of a
+// leaf whose parent is name go (LeafConfig.Parent); found says whether
+// there were any.
+func RemoveV1Tree(name string) (found bool, err error) {
+	var errs []error
+	for _, ctrl := range v1Controllers {
+		dir := filepath.Join("/sys/fs/cgroup", ctrl, name)
+		if !exists(dir) {
+			continue
+		}
+		found = true
+		errs = append(errs, RemoveTree(dir))
+	}
+	return found, errors.Join(errs...)
 }
 
 func writeLimit(dir, ctrl string, v int64) error {

@@ -9,6 +9,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func sha256File(t *testing.T, path string) string {
@@ -54,6 +57,37 @@ func TestPinnedBinaryMismatchRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {
 		t.Fatalf("the refused command ran (%s: %v)", marker, err)
+	}
+}
+
+// A FIFO where the pinned binary was is refused at once, as no regular
+// file: opened as the binary is, it would hold the launch until a writer
+// came.
+func TestPinnedBinaryFIFORefused(t *testing.T) {
+	dir := pinDir(t)
+	fifo := filepath.Join(dir, "agent")
+	if err := unix.Mkfifo(fifo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := base(t, fifo)
+	c.Exec = append(c.Exec, dir)
+	c.CommandSHA256 = strings.Repeat("0", 64)
+	done := make(chan error, 1)
+	go func() { _, _, err := run(t, c); done <- err }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		// Let the launch go, so that the test ends.
+		if f, oerr := os.OpenFile(fifo, os.O_WRONLY, 0); oerr == nil {
+			f.Close()
+		}
+		err = <-done
+		t.Fatalf("the launch waited on the FIFO for a writer (then: %v)", err)
+	}
+	var se *SetupError
+	if !errors.As(err, &se) || se.Step != "verify pinned binary" || !strings.Contains(se.Err, fifo+" is not a regular file") {
+		t.Fatalf("launch of a pinned FIFO = %v; want it refused as no regular file", err)
 	}
 }
 

@@ -738,7 +738,7 @@ func TestDestroyKillsAndRemoves(t *testing.T) {
 				}
 				dir, err = cgroup2.Create(mnt, name)
 			} else {
-				dir, err = createV1("freezer", name)
+				dir, err = createV1("freezer", "", name)
 			}
 			if err != nil {
 				t.Fatal(err)

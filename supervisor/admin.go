@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/internal/nodeopts"
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 )
 
 // Status is the pod as the admin API, `airlock status` and /readyz show it.
@@ -102,6 +104,25 @@ func (p *Pod) Status() Status {
 	return st
 }
 
+// socketDir checks that the admin socket's directory is the pod's root's
+// alone (trusted.Path, and no sticky /tmp either): where another user may
+// create files, they could bind the socket's path while the pod is down,
+// and refuse its next boot or be taken for the pod by its clients.
+func socketDir(path string) error {
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	if err == nil {
+		err = trusted.Mode(fi)
+	}
+	if err == nil {
+		err = trusted.Path(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("admin socket %s: its directory %s: %w; put it where only the pod's user may write (the state_dir, its default)", path, dir, err)
+	}
+	return nil
+}
+
 // admin serves the admin API on a unix socket only its owner may use
 // (there is no TCP admin port: restarting services is not for the
 // network), and, when the manifest asks, /healthz, /readyz and /metrics on
@@ -113,6 +134,9 @@ type admin struct {
 func newAdmin(p *Pod) (*admin, error) {
 	a := &admin{}
 	path := p.m.Admin.Socket
+	if err := socketDir(path); err != nil {
+		return nil, err
+	}
 	// A socket left by a pod that was killed is removed; one something
 	// still listens on is another pod's (the pod's lock covers its name
 	// and state, not this path), and anything but a socket there is not

@@ -71,7 +71,10 @@ func newChecker(p *Pod, s *service, h *manifest.Health) checker {
 
 // execProbe runs argv with the service's identity and restrictions, in
 // its own cgroup under the pod's (so a probe that hangs is killed whole at
-// its timeout, and its connections, belonging to no service, get nothing).
+// its timeout, and its connections, belonging to no service, get nothing)
+// with the service's limits: it runs as the service, with what the
+// service may write, so a service that rewrote what its probe runs would
+// otherwise have memory and processes without bound every interval.
 //
 // Its timeout runs from the command's start: the sandbox's setup (tens of
 // milliseconds, more on a loaded host) is the supervisor's, not the
@@ -82,7 +85,8 @@ func (s *service) execProbe(ctx context.Context, argv []string, timeout time.Dur
 	c.Stdin, c.Stdout, c.Stderr = nil, nil, nil
 	// ".probe": service names cannot hold a dot, so a probe's leaf is
 	// never a service's, whose preset would then decide for the probe.
-	sb, err := Launch(ctx, SandboxOptions{ID: s.leafID() + probeSuffix, Config: c, Env: s.env, CgroupParent: s.pod.group, ParentReaped: true, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log})
+	sb, err := Launch(ctx, SandboxOptions{ID: s.leafID() + probeSuffix, Config: c, Env: s.env, CgroupParent: s.pod.group, ParentReaped: true,
+		MemoryMax: s.memoryLimit(), PidsMax: s.spec.PidsMax, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log})
 	if err != nil {
 		return fmt.Errorf("exec probe: %w", err)
 	}

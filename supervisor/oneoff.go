@@ -302,14 +302,28 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File) (*oneOf
 		}
 	}
 	// The files are opened before the route learns the leaf: the tee
-	// has its file from the first decision on.
+	// has its file from the first decision on. A launch refused removes
+	// those it made (O_EXCL: made by it, and nothing ran to write them),
+	// so that it can be asked again.
 	var made []*os.File
-	for _, f := range named {
+	discard := func() {
+		x.closeFiles()
+		for _, f := range made {
+			os.Remove(f.Name())
+		}
+	}
+	for i, f := range named {
+		for _, g := range named[:i] {
+			if filepath.Clean(g.path) == filepath.Clean(f.path) {
+				discard()
+				return nil, refuse(400, "%s and %s name the same file, %s: each must be a file of its own", g.name, f.name, f.path)
+			}
+		}
 		// O_EXCL and O_NOFOLLOW: a file (or a link) already there is
 		// not the pod's to write through, as root.
 		fh, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|os.O_APPEND, 0o600)
 		if err != nil {
-			x.closeFiles()
+			discard()
 			return nil, refuse(400, "%s: %v", f.name, err)
 		}
 		x.files = append(x.files, fh)
@@ -322,11 +336,7 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File) (*oneOf
 		x.audit = made[len(made)-1]
 	}
 	if err := o.add(x); err != nil {
-		// Made by this launch (O_EXCL), and nothing ran to write them.
-		x.closeFiles()
-		for _, f := range made {
-			os.Remove(f.Name())
-		}
+		discard()
 		return nil, err
 	}
 	x.sb, err = Launch(p.ctx, SandboxOptions{
@@ -338,7 +348,7 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File) (*oneOf
 		x.exit.Error = err.Error()
 		p.event("sandbox_failed", events.Warning, spec.ID, "one-off sandbox not launched: "+err.Error())
 		o.forget(x)
-		x.closeFiles()
+		discard()
 		close(x.done)
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}

@@ -40,21 +40,10 @@ func withConn(ctx context.Context, c net.Conn) context.Context {
 // peerRoot refuses a peer that is not root (uid 0), by the socket's
 // credentials, not by what it says.
 func peerRoot(r *http.Request) error {
-	c, ok := r.Context().Value(connKey{}).(*net.UnixConn)
-	if !ok {
-		return errors.New("not a unix socket connection: the peer's uid is unknown")
-	}
-	raw, err := c.SyscallConn()
+	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	cred, err := adminclient.PeerCred(c)
 	if err != nil {
 		return err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
-		return err
-	}
-	if cerr != nil {
-		return fmt.Errorf("getsockopt(SO_PEERCRED): %w", cerr)
 	}
 	if cred.Uid != 0 {
 		return fmt.Errorf("peer uid %d (pid %d): launching a sandbox is root's only", cred.Uid, cred.Pid)

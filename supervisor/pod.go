@@ -296,20 +296,32 @@ func (p *Pod) openNetwork(context.Context) error {
 	return nil
 }
 
+// PodGroupName is the name of pod name's cgroup, at the root of the
+// hierarchy (a standalone launch may not take it: its leaf goes there).
+func PodGroupName(name string) string { return "airlock-pod-" + name }
+
 // openGroup makes the pod's cgroup, under which each service gets its
 // leaf. A group left by a pod that was killed (SIGKILL leaves no chance to
-// clean up) is killed and removed first.
+// clean up) is killed and removed first, and so are the v1 groups of that
+// name (a hybrid host's: its services' memory and pids limits), which
+// would otherwise refuse every service's launch.
 func (p *Pod) openGroup(context.Context) error {
 	mnt, err := cgroup2.Mount()
 	if err != nil {
 		return fmt.Errorf("the pod needs cgroup v2: %w", err)
 	}
-	dir := filepath.Join(mnt, "airlock-pod-"+p.m.Name)
+	name := PodGroupName(p.m.Name)
+	dir := filepath.Join(mnt, name)
 	if _, err := os.Stat(dir); err == nil {
 		p.log.Warn("removing the cgroup of a previous run of this pod", "cgroup", dir)
 		if err := sandbox.RemoveTree(dir); err != nil {
 			return err
 		}
+	}
+	if found, err := sandbox.RemoveV1Tree(name); err != nil {
+		return err
+	} else if found {
+		p.log.Warn("removed the v1 cgroups of a previous run of this pod", "cgroup", name)
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return fmt.Errorf("create the pod's cgroup: %w", err)
@@ -323,7 +335,8 @@ func (p *Pod) openGroup(context.Context) error {
 		return errors.Join(err, sandbox.RemoveTree(dir))
 	}
 	p.cleanup = append(p.cleanup, func() {
-		if err := sandbox.RemoveTree(dir); err != nil {
+		_, v1err := sandbox.RemoveV1Tree(name)
+		if err := errors.Join(sandbox.RemoveTree(dir), v1err); err != nil {
 			p.log.Error("the pod's cgroup could not be removed", "err", err)
 		}
 		reaper.Release()

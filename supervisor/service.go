@@ -188,12 +188,20 @@ func (s *service) run() {
 		s.setState(stateStopped, "stopped before it started")
 		return
 	}
-	for {
+	for launched := false; ; launched = true {
 		// Nothing is launched once the pod stops, whichever of a
 		// restart and the stop a select woke for; an instance that
 		// ended meanwhile is not restarted either (the pod is stopping
 		// before any service's stop is asked for).
 		if s.pod.stopping.Load() {
+			s.setState(stateStopped, "stopped with the pod")
+			return
+		}
+		// A restart waits for the services it comes after, as the first
+		// launch did: launched while one is down, an instance that
+		// cannot work without it would crash again and again, and be
+		// given up on for an outage of its dependency's.
+		if launched && !s.awaitDependencies() {
 			s.setState(stateStopped, "stopped with the pod")
 			return
 		}
@@ -289,6 +297,9 @@ func (s *service) awaitDependencies() bool {
 			continue
 		case waiting == "":
 			return true
+		}
+		if st := s.status(); st.State != statePending {
+			s.setState(statePending, "waiting for "+waiting+", which it comes after, to be up: "+st.Detail)
 		}
 		select {
 		case <-ch:

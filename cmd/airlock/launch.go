@@ -140,6 +140,11 @@ func newLaunchCmd() *cobra.Command {
 				// its parent.
 				return &exitError{ExitUsage, fmt.Errorf("--sandbox-id %q: want "+supervisor.SandboxIDRule, sandboxID)}
 			}
+			if podSocket == "" && cgroupParent == "" && strings.HasPrefix(sandbox.LeafName(sandboxID), supervisor.PodGroupName("")) {
+				// Its leaf, at the hierarchy's root, would be a pod's
+				// group, which that pod's boot kills as its own left over.
+				return &exitError{ExitUsage, fmt.Errorf("--sandbox-id %q: ids beginning pod- name pods' cgroups; choose another", sandboxID)}
+			}
 			if c.Net == sandbox.NetProxy && preset != "" {
 				if err := proxy.CheckFlags(xf.options(log)); err != nil {
 					return &exitError{ExitUsage, err}

@@ -261,6 +261,8 @@ func TestUsageErrorsBeforeAnythingRuns(t *testing.T) {
 		{"a demo's state dir with a manifest", nil, []string{"up", "/nonexistent/pod.yaml", "--state-dir", "/tmp/x"}, "--state-dir is the demo pod's"},
 		{"metrics on every interface", nil, []string{"proxy", "--preset", "strict", "--metrics", "0.0.0.0:0"}, `--metrics "0.0.0.0:0"`},
 		{"a sandbox id that leaves its cgroup", nil, []string{"launch", "--net", "none", "--sandbox-id", "x/../../esc", "--", "/bin/true"}, `--sandbox-id "x/../../esc"`},
+		// Its leaf would be pod web's group, which web's boot kills.
+		{"a sandbox id whose cgroup is a pod's", nil, []string{"launch", "--net", "none", "--sandbox-id", "pod-web", "--", "/bin/true"}, `--sandbox-id "pod-web": ids beginning pod- name pods' cgroups`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, kv := range tc.env {

@@ -76,7 +76,7 @@ func do(ctx context.Context, socket, method, path string, body io.Reader) (*http
 		Proxy:             nil,
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+			return dialPod(ctx, socket)
 		},
 	}}
 	resp, err := client.Do(req)

@@ -8,10 +8,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // TestDialHandshakeRespectsCtx: a pod that takes the connection and never
@@ -89,5 +93,61 @@ func TestDialKeepsBytesReadWithTheHandshake(t *testing.T) {
 	got, err := io.ReadAll(conn)
 	if string(got) != "220 banner\r\n" || err != nil {
 		t.Errorf("read %q, %v; want the banner sent with the answer", got, err)
+	}
+}
+
+// A socket another user listens on where a pod's was (the pod down, the
+// path in a shared directory) is refused before anything is sent to it:
+// a request, a launch's spec, the launcher's descriptors.
+func TestImpostorSocketRefused(t *testing.T) {
+	testutil.RequireRoot(t, "a listener of another uid")
+	// The system's python3: uid 61000 can execute it.
+	python := "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		t.Fatalf("python3: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "airlock-impostor-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o777)
+	socket := filepath.Join(dir, "admin.sock")
+	impostor := exec.Command(python, "-c", `import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(8)
+print("listening", flush=True)
+while True:
+    c, _ = s.accept()
+    if c.recv(1):
+        print("sent to", flush=True)
+`, socket)
+	impostor.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 61000, Gid: 61000}}
+	out, err := impostor.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := impostor.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { impostor.Process.Kill(); impostor.Wait() })
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "listening" {
+		t.Fatalf("the impostor did not listen: %q", lines.Text())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const want = "served by uid 61000"
+	if _, err := Do(ctx, socket, http.MethodGet, "/v1/status"); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Do on the impostor's socket = %v; want it refused as %s", err, want)
+	}
+	if _, err := Launch(ctx, socket, SandboxSpec{ID: "x", Command: []string{"/bin/true"}}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Launch on the impostor's socket = %v; want it refused as %s", err, want)
+	}
+	impostor.Process.Kill()
+	impostor.Wait()
+	for lines.Scan() {
+		t.Errorf("the impostor was %s", lines.Text())
 	}
 }
