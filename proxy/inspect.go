@@ -488,6 +488,11 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 		return p.refused(cc, target, policies.ReasonInvalidRequest, err.Error())
 	}
 	target.Query = q
+	for k := range req.Header {
+		if isHeader(k, rewriteHeaders) {
+			return p.refused(cc, target, policies.ReasonInvalidRequest, "header "+k+" names another path for the upstream to serve than the one decided; send the request to that path instead")
+		}
+	}
 	dc := p.decide(ctx, cc, target)
 	for _, o := range methodOverrides(req.Header, q) {
 		if !dc.d.Allow {
@@ -545,13 +550,19 @@ var httpMethods = map[string]bool{
 	http.MethodDelete: true, http.MethodConnect: true, http.MethodOptions: true, http.MethodTrace: true,
 }
 
-// isOverrideHeader says whether a header, spelled as sent, is one of
-// overrideHeaders to a server behind CGI's naming (Rack, PHP), which reads
-// "_" as "-" (X_HTTP_Method_Override is HTTP_X_HTTP_METHOD_OVERRIDE there,
-// as the canonical spelling is).
-func isOverrideHeader(k string) bool {
+// rewriteHeaders are headers IIS's URL rewriting sets for the application
+// behind it, and that frameworks (Zend, Symfony) have routed on instead
+// of the request's own path: a request decided for /public would be
+// served as the path they name.
+var rewriteHeaders = []string{"X-Original-Url", "X-Rewrite-Url"}
+
+// isHeader says whether a header, spelled as sent, is one of names to a
+// server behind CGI's naming (Rack, PHP), which reads "_" as "-"
+// (X_HTTP_Method_Override is HTTP_X_HTTP_METHOD_OVERRIDE there, as the
+// canonical spelling is).
+func isHeader(k string, names []string) bool {
 	k = strings.ReplaceAll(k, "_", "-")
-	for _, name := range overrideHeaders {
+	for _, name := range names {
 		if strings.EqualFold(k, name) {
 			return true
 		}
@@ -573,7 +584,7 @@ func methodOverrides(h http.Header, q map[string][]string) []methodOverride {
 		}
 	}
 	for k, vals := range h {
-		if isOverrideHeader(k) {
+		if isHeader(k, overrideHeaders) {
 			add("header "+k, vals, false)
 		}
 	}

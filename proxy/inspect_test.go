@@ -150,6 +150,9 @@ func TestMethodOverridesAreDecided(t *testing.T) {
 		// HTTP's methods: denied as the request was sent.
 		{"_method not HTTP's", "GET /ok/x?_method=SKLIVE123 HTTP/1.1\r\n", false, "method_not_allowed", "GET"},
 		{"_method no token", "GET /ok/x?_method=QUERYVALUE%2Fsk-live-123 HTTP/1.1\r\n", false, "invalid_request", "GET"},
+		// The path, not the method, named again: refused.
+		{"X-Original-URL", "GET /ok/x HTTP/1.1\r\nX-Original-URL: /admin/delete\r\n", false, "invalid_request", "GET"},
+		{"X_Rewrite_URL", "GET /ok/x HTTP/1.1\r\nX_Rewrite_URL: /admin/delete\r\n", false, "invalid_request", "GET"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tls.Client(connectTo(t, d, "api.tp.test"), &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"}})
