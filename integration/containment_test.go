@@ -407,7 +407,10 @@ func TestLaunchSuspendedThenBackground(t *testing.T) {
 	io.WriteString(master, "fg\n")
 	time.Sleep(500 * time.Millisecond) // bash gives the job the terminal
 	io.WriteString(master, "typed-after-fg\n")
-	waitFor("GOT[typed-after-fg]")
+	// The shell's prompt again: the launch has ended. Typed before it,
+	// while the sandbox is on its way out, a line is the sandbox's, as
+	// over ssh, and goes with it.
+	waitFor("GOT[typed-after-fg]\r\n$ ")
 	io.WriteString(master, "echo EXIT\"\"CODE=$?\n")
 	if got = waitFor("EXITCODE="); !strings.Contains(got, "EXITCODE=0") {
 		t.Fatalf("the launch did not end well after fg. The terminal:\n%s", got)
