@@ -163,7 +163,19 @@ func CheckFlags(o Options) error {
 	if _, err := upstreamRoots(o.UpstreamCAs); err != nil {
 		return fmt.Errorf("--upstream-ca: %w", err)
 	}
+	// Looked at here too, so that a link is a usage error before a policy
+	// is compiled; the open (openAudit) refuses one all the same, swapped
+	// in since.
+	if _, own := OwnDescriptor(o.AuditLog); !own {
+		if fi, err := os.Lstat(o.AuditLog); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			return auditLinkError(o.AuditLog)
+		}
+	}
 	return nil
+}
+
+func auditLinkError(path string) error {
+	return fmt.Errorf("audit log %s is a symbolic link: give the file itself (or -, stderr)", path)
 }
 
 func loadCA(o Options) (*certs.CA, error) {
@@ -255,7 +267,7 @@ func openAudit(path string) (io.Writer, func() error, error) {
 	// log.
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0o600)
 	if errors.Is(err, unix.ELOOP) {
-		return nil, nil, fmt.Errorf("audit log %s is a symbolic link: give the file itself (or -, stderr)", path)
+		return nil, nil, auditLinkError(path)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("audit log %s: %w", path, err)

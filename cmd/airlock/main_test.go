@@ -237,6 +237,10 @@ func TestAuditFailureFlag(t *testing.T) {
 // proxy flags that do not parse, found before a policy is compiled.
 func TestUsageErrorsBeforeAnythingRuns(t *testing.T) {
 	zero := "sha256:" + strings.Repeat("0", 64)
+	link := filepath.Join(t.TempDir(), "audit.log")
+	if err := os.Symlink("/etc/passwd", link); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -261,6 +265,9 @@ func TestUsageErrorsBeforeAnythingRuns(t *testing.T) {
 		{"a demo's state dir with a manifest", nil, []string{"up", "/nonexistent/pod.yaml", "--state-dir", "/tmp/x"}, "--state-dir is the demo pod's"},
 		{"metrics on every interface", nil, []string{"proxy", "--preset", "strict", "--metrics", "0.0.0.0:0"}, `--metrics "0.0.0.0:0"`},
 		{"a sandbox id that leaves its cgroup", nil, []string{"launch", "--net", "none", "--sandbox-id", "x/../../esc", "--", "/bin/true"}, `--sandbox-id "x/../../esc"`},
+		// Refused by the open too, but only after the policy's compile.
+		{"an audit log through a link", nil, []string{"proxy", "--preset", "strict", "--audit-log", link}, "audit log " + link + " is a symbolic link"},
+		{"a launch's audit log through a link", nil, []string{"launch", "--preset", "strict", "--audit-log", link, "--", "/bin/true"}, "audit log " + link + " is a symbolic link"},
 		// Its leaf would be pod web's group, which web's boot kills.
 		{"a sandbox id whose cgroup is a pod's", nil, []string{"launch", "--net", "none", "--sandbox-id", "pod-web", "--", "/bin/true"}, `--sandbox-id "pod-web": ids beginning pod- name pods' cgroups`},
 	} {
