@@ -511,12 +511,12 @@ func TestPodRefusesAnotherPodsAdminSocket(t *testing.T) {
 // the pod is down, refusing its next boot or taken by its clients for it.
 func TestPodRefusesAnAdminSocketOthersCouldBind(t *testing.T) {
 	e := newPodEnv(t)
-	shared := filepath.Join(os.TempDir(), fmt.Sprintf("airlock-itest-%d.sock", os.Getpid()))
+	shared := fmt.Sprintf("/tmp/airlock-itest-%d.sock", os.Getpid()) // /tmp itself: TMPDIR may be private
 	pod := startPod(t, e, "sharedsock", e.manifest("sharedsock", "admin:\n  socket: "+shared+"\n", e.pyService("one", 8043, "egress_none", "")))
 	select {
 	case <-pod.exited:
 	case <-time.After(60 * time.Second):
-		t.Fatalf("the pod booted with its admin socket in %s:\n%s", os.TempDir(), pod.stderr.String())
+		t.Fatalf("the pod booted with its admin socket in /tmp:\n%s", pod.stderr.String())
 	}
 	if exitCode(pod.exitErr) == 0 || !strings.Contains(pod.stderr.String(), "admin socket "+shared+": its directory") {
 		t.Errorf("exit %d; want a refused boot naming the socket's directory:\n%s", exitCode(pod.exitErr), pod.stderr.String())

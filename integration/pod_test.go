@@ -807,7 +807,7 @@ func TestPodV1GroupsAreThePods(t *testing.T) {
 	var stale []string
 	for _, ctrl := range []string{"memory", "pids"} {
 		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctrl, "cgroup.procs")); err != nil {
-			continue // v2 only here: no v1 group to be left
+			continue // not a v1 hierarchy here
 		}
 		dir := filepath.Join("/sys/fs/cgroup", ctrl, "airlock-pod-v1-a", "airlock-v1-a-b")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -815,6 +815,9 @@ func TestPodV1GroupsAreThePods(t *testing.T) {
 		}
 		t.Cleanup(func() { os.Remove(dir); os.Remove(filepath.Dir(dir)) })
 		stale = append(stale, filepath.Dir(dir))
+	}
+	if len(stale) == 0 {
+		t.Skip("no v1 memory or pids hierarchy on this host: its services' limits are all in their v2 leaves")
 	}
 	a := startPod(t, e, "v1-a", e.manifest("v1-a", "", svc("b")))
 	a.awaitReady()

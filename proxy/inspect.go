@@ -512,8 +512,11 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 			// unless it is one of HTTP's own methods.
 			dc.d = d
 			switch {
-			case o.fromQuery && (d.Error != "" || !httpMethods[in.Request.Method]):
+			case o.fromQuery && (d.Reason == policies.ReasonInvalidRequest || d.Error == "" && !httpMethods[in.Request.Method]):
+				// The error of a value that is no method quotes it.
 				dc.detail = fmt.Sprintf("a %s with %s naming a method this request may not be taken for (a query's values are not written down)", dc.in.Request.Method, o.via)
+			case o.fromQuery && d.Error != "":
+				dc.detail = fmt.Sprintf("a %s with %s naming another method: %s", dc.in.Request.Method, o.via, d.Error)
 			case d.Error != "":
 				dc.detail = fmt.Sprintf("a %s with %s %q: %s", dc.in.Request.Method, o.via, o.method, d.Error)
 			default:
@@ -557,11 +560,18 @@ var httpMethods = map[string]bool{
 var rewriteHeaders = []string{"X-Original-Url", "X-Rewrite-Url"}
 
 // isHeader says whether a header, spelled as sent, is one of names to a
-// server behind CGI's naming (Rack, PHP), which reads "_" as "-"
-// (X_HTTP_Method_Override is HTTP_X_HTTP_METHOD_OVERRIDE there, as the
-// canonical spelling is).
+// server behind CGI's naming, which makes every byte of a header's name
+// that is no letter or digit a "_" (lighttpd; Rack and PHP behind it):
+// X_HTTP_Method_Override and X.HTTP.Method.Override are both
+// HTTP_X_HTTP_METHOD_OVERRIDE there, as the canonical spelling is.
 func isHeader(k string, names []string) bool {
-	k = strings.ReplaceAll(k, "_", "-")
+	cgi := func(r rune) rune {
+		if 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' {
+			return r
+		}
+		return '-'
+	}
+	k = strings.Map(cgi, k)
 	for _, name := range names {
 		if strings.EqualFold(k, name) {
 			return true

@@ -153,6 +153,10 @@ func TestMethodOverridesAreDecided(t *testing.T) {
 		// The path, not the method, named again: refused.
 		{"X-Original-URL", "GET /ok/x HTTP/1.1\r\nX-Original-URL: /admin/delete\r\n", false, "invalid_request", "GET"},
 		{"X_Rewrite_URL", "GET /ok/x HTTP/1.1\r\nX_Rewrite_URL: /admin/delete\r\n", false, "invalid_request", "GET"},
+		// lighttpd makes every byte that is no letter or digit a "_".
+		{"X.HTTP.Method.Override", "GET /ok/x HTTP/1.1\r\nX.HTTP.Method.Override: DELETE\r\n", false, "method_not_allowed", "DELETE"},
+		{"X~Method~Override", "GET /ok/x HTTP/1.1\r\nX~Method~Override: PATCH\r\n", false, "method_not_allowed", "PATCH"},
+		{"X.Original.URL", "GET /ok/x HTTP/1.1\r\nX.Original.URL: /admin/delete\r\n", false, "invalid_request", "GET"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tls.Client(connectTo(t, d, "api.tp.test"), &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"}})

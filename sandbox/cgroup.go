@@ -45,8 +45,10 @@ type LeafConfig struct {
 	// launcher (DieWithParent false).
 	Reap bool
 	// ParentReaped says a reaper already covers Parent's whole tree
-	// (StartTreeReaper, a pod's): the leaf starts one of its own only for
-	// groups outside that tree (v1 limit groups on a hybrid host).
+	// (StartTreeReaper, a pod's), and the v1 groups of Parent's name
+	// (RemoveV1Tree): the leaf's v1 limit groups on a hybrid host go
+	// there, as its v2 group does under Parent, so that they are that
+	// tree's to remove, and leaves of two trees never share a name.
 	ParentReaped bool
 	// Logger says what is lost without a v2 leaf; slog.Default() when nil.
 	Logger *slog.Logger
@@ -88,13 +90,8 @@ func NewLeaf(lc LeafConfig) (*Leaf, error) {
 	} else {
 		l.Joined = append(l.Joined, l.V2)
 	}
-	// A v1 limit group of a leaf with a parent (a pod's service) goes
-	// under a v1 group of the parent's name, as the leaf does in v2: the
-	// v1 hierarchy is the host's, where leaves of two pods' services could
-	// share a name, and the pod clears what a killed run of it left there
-	// by that name (RemoveV1Tree).
 	v1Parent := ""
-	if lc.Parent != "" {
+	if lc.ParentReaped && lc.Parent != "" {
 		v1Parent = filepath.Base(lc.Parent)
 	}
 	limits := map[string]int64{"memory": lc.MemoryMax, "pids": lc.PidsMax}
@@ -111,7 +108,7 @@ func NewLeaf(lc LeafConfig) (*Leaf, error) {
 			return nil, errors.Join(fmt.Errorf("cannot enforce %s.max=%d: %w", ctrl, v, err), l.Destroy())
 		}
 	}
-	if lc.Reap && !(lc.ParentReaped && l.under(lc.Parent)) {
+	if lc.Reap && !(lc.ParentReaped && l.under(lc.Parent, v1Parent)) {
 		if l.reaper, err = startReaper(l.V2, l.freezer, l.Joined); err != nil {
 			return nil, errors.Join(err, l.Destroy())
 		}
@@ -119,15 +116,17 @@ func NewLeaf(lc LeafConfig) (*Leaf, error) {
 	return l, nil
 }
 
-// under says whether every group of the leaf is below dir (never below
-// "", no parent named).
-func (l *Leaf) under(dir string) bool {
+// under says whether every group of the leaf is below dir, or, a v1
+// group, below the v1 group v1Parent of its controller (never below "",
+// no parent named).
+func (l *Leaf) under(dir, v1Parent string) bool {
 	if dir == "" {
 		return false
 	}
 	prefix := filepath.Clean(dir) + "/"
 	for _, d := range l.Joined {
-		if !strings.HasPrefix(d, prefix) {
+		v1 := v1Parent != "" && filepath.Base(filepath.Dir(d)) == v1Parent && filepath.Dir(filepath.Dir(filepath.Dir(d))) == "/sys/fs/cgroup"
+		if !strings.HasPrefix(d, prefix) && !v1 {
 			return false
 		}
 	}

@@ -65,8 +65,9 @@ func openPinned(c *Config) error {
 	path := c.Command[0]
 	// O_NONBLOCK: a FIFO (or a device) put where the binary was would
 	// hold the open, and the launch, until a writer came; it is opened at
-	// once, and refused for what it is.
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	// once, and refused for what it is. O_NOCTTY: a terminal there does
+	// not become the stage's.
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
 		return &os.PathError{Op: "open pinned binary", Path: path, Err: err}
 	}

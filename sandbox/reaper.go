@@ -1,11 +1,13 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 )
 
@@ -98,7 +100,12 @@ func runReaper(tree bool, args []string) {
 	io.Copy(io.Discard, os.Stdin) // returns at EOF: the launcher is gone
 	destroy := func() error { return destroyGroups(undash(args[0]), undash(args[1]), args[2:]) }
 	if tree {
-		destroy = func() error { return RemoveTree(args[0]) }
+		// And the v1 groups of its name, where its leaves' v1 limit
+		// groups are (LeafConfig.ParentReaped).
+		destroy = func() error {
+			_, v1err := RemoveV1Tree(filepath.Base(args[0]))
+			return errors.Join(RemoveTree(args[0]), v1err)
+		}
 	}
 	if err := destroy(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: cgroup reaper: %v\n", err)

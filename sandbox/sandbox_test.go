@@ -786,44 +786,56 @@ func TestDestroyKillsAndRemoves(t *testing.T) {
 }
 
 // Under a parent a tree reaper covers (a pod's), a leaf starts no reaper
-// of its own, unless a limit puts one of its groups outside that tree (a
-// v1 group on a hybrid host), which only its own reaper would remove.
-func TestLeafReapsOnlyOutsideAReapedParent(t *testing.T) {
+// of its own: a limit that v2 does not offer there puts its group in a v1
+// group of the parent's name (a hybrid host's), which the tree reaper
+// removes with the tree when the launcher is gone.
+func TestLeafUnderAReapedParent(t *testing.T) {
 	testutil.RequireRoot(t, "cgroups")
 	mnt, err := cgroup2.Mount()
 	if err != nil {
 		t.Fatal(err)
 	}
-	parent, err := cgroup2.Create(mnt, fmt.Sprintf("airlock-reaped-%d", os.Getpid()))
+	name := fmt.Sprintf("airlock-reaped-%d", os.Getpid())
+	parent, err := cgroup2.Create(mnt, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer RemoveTree(parent)
-	// Where v2 offers pids, the limit goes in the leaf, under the parent.
-	os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+pids"), 0)
+	defer func() { RemoveTree(parent); RemoveV1Tree(name) }()
+	reaper, err := StartTreeReaper(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Memory is not enabled below the parent: on a hybrid host its limit
+	// is a v1 group.
+	var leaves []*Leaf
 	for _, tc := range []struct {
-		id   string
-		pids int64
-	}{{"nolimit", 0}, {"pidsmax", 64}} {
-		l, err := NewLeaf(LeafConfig{Parent: parent, ID: tc.id, PidsMax: tc.pids, Reap: true, ParentReaped: true})
+		id  string
+		mem int64
+	}{{"nolimit", 0}, {"memmax", 64 << 20}} {
+		l, err := NewLeaf(LeafConfig{Parent: parent, ID: tc.id, MemoryMax: tc.mem, Reap: true, ParentReaped: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var outside []string
+		leaves = append(leaves, l)
+		if l.reaper != nil {
+			t.Errorf("%s: a reaper of its own, under a reaped parent", tc.id)
+		}
 		for _, d := range l.Joined {
-			if !strings.HasPrefix(d, parent+"/") {
-				outside = append(outside, d)
+			if !strings.HasPrefix(d, parent+"/") && filepath.Dir(d) != filepath.Join("/sys/fs/cgroup", "memory", name) {
+				t.Errorf("%s: group %s neither under the parent nor under the v1 group of its name", tc.id, d)
 			}
 		}
-		if got := l.reaper != nil; got != (len(outside) > 0) {
-			t.Errorf("%s: a reaper of its own %v, with groups outside the parent %v", tc.id, got, outside)
+	}
+	reaper.Release() // the launcher gone, its tree not removed
+	for _, l := range leaves {
+		for _, d := range l.Joined {
+			if _, err := os.Stat(d); !os.IsNotExist(err) {
+				t.Errorf("group %s outlived the tree's reaper (%v)", d, err)
+			}
 		}
-		if tc.pids == 0 && len(outside) > 0 {
-			t.Errorf("%s: groups outside the parent without a limit: %v", tc.id, outside)
-		}
-		if err := l.Destroy(); err != nil {
-			t.Error(err)
-		}
+	}
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", "memory", name)); !os.IsNotExist(err) {
+		t.Errorf("the v1 group of the tree's name outlived its reaper (%v)", err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/adminclient"
 	"github.com/airlock-sandbox/airlock/supervisor/manifest"
@@ -73,5 +74,30 @@ func TestRestartBeforeTheFirstLaunch(t *testing.T) {
 		if len(s.restartReq) != c.woken {
 			t.Errorf("restart of a %s service: %d requests for its loop; want %d", c.state, len(s.restartReq), c.woken)
 		}
+	}
+}
+
+// A service's restart waits for what it comes after as it is now: one given
+// up on once and revived since, healthy again, lets it launch (given up on
+// for good, it would have every later restart of its dependents given up).
+func TestRestartAfterARevivedDependency(t *testing.T) {
+	p := &Pod{m: &manifest.Pod{Name: "p"}, log: slog.New(slog.DiscardHandler), byName: map[string]*service{}, failed: make(chan struct{}), stateCh: make(chan struct{})}
+	base := &service{pod: p, name: "base", restartReq: make(chan struct{}, 1), up: make(chan struct{})}
+	dep := &service{pod: p, name: "dependent", restartReq: make(chan struct{}, 1), stopReq: make(chan struct{}), up: make(chan struct{}),
+		spec: manifest.Service{After: []string{"base"}}}
+	p.services, p.byName["base"], p.byName["dependent"] = []*service{base, dep}, base, dep
+	base.setState(stateHealthy, "")
+	base.setState(stateGivenUp, "crash loop")
+	base.setState(stateHealthy, "revived by an operator")
+	done := make(chan bool, 1)
+	go func() { done <- dep.awaitDependencies() }()
+	select {
+	case ok := <-done:
+		if st := dep.status(); !ok || st.State == stateGivenUp {
+			t.Fatalf("awaitDependencies = %v, dependent %s (%s); want its launch to go ahead", ok, st.State, st.Detail)
+		}
+	case <-time.After(10 * time.Second):
+		close(dep.stopReq)
+		t.Fatalf("the dependent still waits for base, healthy again: %s (%s)", dep.status().State, dep.status().Detail)
 	}
 }

@@ -72,15 +72,13 @@ type service struct {
 	memoryMax int64
 	up        chan struct{} // closed at the first healthy state
 	upOnce    sync.Once
-	failed    chan struct{} // closed when given up on
-	failOnce  sync.Once
 }
 
 func newService(p *Pod, s manifest.Service) (*service, error) {
 	svc := &service{
 		pod: p, spec: s, name: s.Name,
 		restartReq: make(chan struct{}, 1), stopReq: make(chan struct{}), done: make(chan struct{}),
-		up: make(chan struct{}), failed: make(chan struct{}),
+		up:    make(chan struct{}),
 		state: statePending, since: time.Now(), memoryMax: s.MemoryMax,
 	}
 	r := s.Restart
@@ -167,9 +165,6 @@ func (s *service) setState(state, detail string) {
 	s.pod.changed()
 	if state == stateHealthy {
 		s.upOnce.Do(func() { close(s.up) })
-	}
-	if state == stateGivenUp {
-		s.failOnce.Do(func() { close(s.failed) })
 	}
 }
 
@@ -276,7 +271,8 @@ func (s *service) awaitDependencies() bool {
 		waiting, gone := "", ""
 		for _, dep := range s.spec.After {
 			d := s.pod.byName[dep]
-			if !revived && isClosed(d.failed) {
+			// Given up on now: one revived since is waited for.
+			if !revived && d.status().State == stateGivenUp {
 				gone = dep
 				break
 			}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/presets"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -270,6 +271,7 @@ func TestUsageErrorsBeforeAnythingRuns(t *testing.T) {
 		{"a launch's audit log through a link", nil, []string{"launch", "--preset", "strict", "--audit-log", link, "--", "/bin/true"}, "audit log " + link + " is a symbolic link"},
 		// Its leaf would be pod web's group, which web's boot kills.
 		{"a sandbox id whose cgroup is a pod's", nil, []string{"launch", "--net", "none", "--sandbox-id", "pod-web", "--", "/bin/true"}, `--sandbox-id "pod-web": ids beginning pod- name pods' cgroups`},
+		{"a sandbox id whose cgroup is a pod's, the root named", nil, []string{"launch", "--net", "none", "--cgroup", cgroupRoot(t), "--sandbox-id", "pod-web", "--", "/bin/true"}, `--sandbox-id "pod-web": ids beginning pod- name pods' cgroups`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, kv := range tc.env {
@@ -307,4 +309,13 @@ func TestPolicyVariablesWhereNoFlagTakesThem(t *testing.T) {
 			t.Errorf("policy %s with AIRLOCK_POLICY=%s = %d %q; want that bundle loaded, and refused", sub, broken, code, errs)
 		}
 	}
+}
+
+// cgroupRoot is the cgroup v2 hierarchy's root here.
+func cgroupRoot(t *testing.T) string {
+	root, err := cgroup2.Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
 }
