@@ -67,11 +67,15 @@ decision := {"outcome": "block", "rule": "destructive", "reason": why} if {
 	reason := sprintf("%s is auto: %d of %d taken today", [input.action, taken(input.action), cap])
 }
 
-# own_address: exactly one @, and the domain (any case) is one of ours.
+# own_address: a plain local part (letters, digits, . _ + -), exactly one
+# @, and the domain (any case) is one of ours. Anything else in the local
+# part may route the mail on: a mail server rewrites user%elsewhere@ours
+# and elsewhere!user@ours (Postfix's percent hack and bang paths, on by
+# default) to another domain, and quotes and brackets hide addresses.
 own_address(target) if {
 	parts := split(target, "@")
 	count(parts) == 2
-	parts[0] != ""
+	regex.match(`^[A-Za-z0-9._+-]+$`, parts[0])
 	lower(parts[1]) in own_domains
 }
 

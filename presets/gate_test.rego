@@ -33,7 +33,13 @@ test_mail_to_own_domain_is_auto if {
 }
 
 test_mail_outside_is_a_draft if {
-	every to in ["x@example.test", "ops@airlock.test.example.test", "a@b@airlock.test", "@airlock.test", "airlock.test"] {
+	every to in [
+		"x@example.test", "ops@airlock.test.example.test", "a@b@airlock.test", "@airlock.test", "airlock.test",
+		# Routed on by the mail server: the percent hack, a bang path,
+		# a quoted or bracketed local part.
+		"evil%example.test@airlock.test", "example.test!evil@airlock.test", "\"evil@example.test\"@airlock.test",
+		"<evil@example.test>@airlock.test", "a,b@airlock.test", "a b@airlock.test",
+	] {
 		d := ask("send_mail", to, {})
 		d.outcome == "draft"
 		d.rule == "mail-outside"

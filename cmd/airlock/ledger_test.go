@@ -27,7 +27,7 @@ func writeLedger(t *testing.T) orchestrator.Home {
 		{TS: now, Task: "run", Kind: "codex", Substrate: "git", Status: ledger.Queued},
 		{TS: now, Task: "run", Kind: "codex", Substrate: "git", Status: ledger.Running},
 		{TS: now, Task: "bad", Kind: "coder", Substrate: "local", Status: ledger.Queued},
-		{TS: now, Task: "bad", Kind: "coder", Substrate: "local", Status: ledger.Failed, Exit: &three, Detail: "last stdout line\nis not JSON"},
+		{TS: now, Task: "bad", Kind: "coder", Substrate: "local", Status: ledger.Failed, Exit: &three, Detail: "last stdout line\nis not JSON\x1b]0;retitled\a\x1b[2K\r"},
 	} {
 		if err := ledger.Append(h.Ledger(), e); err != nil {
 			t.Fatal(err)
@@ -62,6 +62,11 @@ func TestLedgerTable(t *testing.T) {
 				t.Errorf("row %d %q lacks %q", i+1, lines[i+1], w)
 			}
 		}
+	}
+	// A detail may end with a sub-agent's last line of stderr: its
+	// escapes are not the operator's terminal's to act on.
+	if strings.ContainsAny(out, "\x1b\a\r") {
+		t.Errorf("airlock ledger printed control characters of a detail: %q", out)
 	}
 	if !strings.Contains(errs, "ledger lines skipped") || !strings.Contains(errs, "skipped=1") && !strings.Contains(errs, `"skipped":1`) {
 		t.Errorf("stderr %q: want the torn line reported", errs)

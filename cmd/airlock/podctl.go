@@ -8,13 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/adminclient"
 	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/spf13/cobra"
 )
@@ -106,7 +106,7 @@ func printStatus(w io.Writer, st supervisor.Status) {
 }
 
 func oneLine(s string) string {
-	s = strings.ReplaceAll(s, "\n", " ")
+	s = spawn.Printable(s)
 	if len(s) > 100 {
 		s = s[:97] + "..."
 	}

@@ -154,7 +154,7 @@ func report(stdout, stderr io.Writer, h orchestrator.Home, res spawn.Result) err
 	}
 	fmt.Fprintf(stdout, "%s\n", raw)
 	if res.Status != ledger.Done {
-		fmt.Fprintf(stderr, "airlock: task %s %s: %s (see %s)\n", res.Task, res.Status, res.Detail, dir)
+		fmt.Fprintf(stderr, "airlock: task %s %s: %s (see %s)\n", res.Task, res.Status, spawn.Printable(res.Detail), dir)
 	}
 	return nil
 }

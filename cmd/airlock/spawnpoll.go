@@ -72,7 +72,7 @@ func reportReconciled(cmd *cobra.Command, home orchestrator.Home, done []spawn.R
 	var err error
 	out := cmd.OutOrStdout()
 	for _, r := range done {
-		fmt.Fprintf(out, "%s\t%s\texit %d\t%s\n", r.ID, r.Status, r.Exit, r.Detail)
+		fmt.Fprintf(out, "%s\t%s\texit %d\t%s\n", r.ID, r.Status, r.Exit, spawn.Printable(r.Detail))
 		if r.Status != ledger.Done {
 			err = errors.Join(err, home.Notify("spawn_failed",
 				fmt.Sprintf("task %s %s with exit code %d: %s", r.ID, r.Status, r.Exit, r.Detail)))

@@ -84,7 +84,7 @@ func (b Budget) Reserve(task string, tokens int64) (Reservation, error) {
 // it), on the reservation's day even when the task ended after midnight.
 // Settling a reservation the day does not hold is an error, so nothing is
 // charged twice. What a sub-agent reports is its own word, so the charge
-// is capped at the day's limit (a huge report spends the day, no more)
+// is capped at the operator's limit (a huge report spends the day, no more)
 // and added saturating: Spent never wraps negative and reopens the day.
 func (b Budget) Settle(r Reservation, used int64) error {
 	if used < 0 {
@@ -109,11 +109,13 @@ func (b Budget) settle(r Reservation, used func(held int64) int64) error {
 		}
 		delete(a.Reserved, r.Task)
 		charge := used(held)
-		if daily, err := b.limit(); err == nil && daily > 0 {
-			// A settler that does not know the day's limit (spawn poll
-			// with no limit file) charges what was reported; the sum
-			// saturates either way.
-			charge = min(charge, daily)
+		if ceiling, err := b.ceiling(); err == nil && ceiling > 0 {
+			// Capped at the operator's limit, never at one a spawn
+			// lowered it to (that one would charge its sub-agent less
+			// than it reports). A settler that does not know the limit
+			// (spawn poll with no limit file) charges what was
+			// reported; the sum saturates either way.
+			charge = min(charge, ceiling)
 		}
 		a.Spent = addSat(a.Spent, charge)
 		return nil

@@ -28,6 +28,23 @@ var ErrAboveLimit = errors.New("above the daily limit the home sets")
 // limit is the day's limit in tokens: the limit file's, or Daily's where
 // that is lower or there is no file.
 func (b Budget) limit() (int64, error) {
+	daily, err := b.ceiling()
+	if err != nil || b.LimitFile == "" || daily == b.Daily {
+		return daily, err
+	}
+	if b.Daily > daily {
+		return 0, fmt.Errorf("%w: %d tokens asked, and %s sets %d: only its operator raises it", ErrAboveLimit, b.Daily, b.LimitFile, daily)
+	}
+	if b.Daily > 0 {
+		return b.Daily, nil
+	}
+	return daily, nil
+}
+
+// ceiling is the operator's limit: the limit file's, Daily where there is
+// no file. What a spawn lowers the day's limit to (Daily) binds what it
+// may reserve, not what its sub-agent is charged.
+func (b Budget) ceiling() (int64, error) {
 	if b.LimitFile == "" {
 		return b.Daily, nil
 	}
@@ -56,12 +73,6 @@ func (b Budget) limit() (int64, error) {
 	}
 	if err := d.Err(); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrUnusable, err)
-	}
-	if b.Daily > daily {
-		return 0, fmt.Errorf("%w: %d tokens asked, and %s sets %d: only its operator raises it", ErrAboveLimit, b.Daily, b.LimitFile, daily)
-	}
-	if b.Daily > 0 {
-		return b.Daily, nil
 	}
 	return daily, nil
 }

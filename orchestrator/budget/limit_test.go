@@ -64,3 +64,30 @@ func TestLimitFile(t *testing.T) {
 		})
 	}
 }
+
+// A spawn that lowers the day's limit (its --daily-tokens) binds what it
+// may reserve, not what its sub-agent is charged: a report above the
+// lowered limit is charged up to the operator's, so a later spawn finds
+// the day as spent as it was reported.
+func TestLoweredLimitChargesWhatWasReported(t *testing.T) {
+	dir := t.TempDir()
+	limit := filepath.Join(dir, "budget.yaml")
+	if err := os.WriteFile(limit, []byte("daily_tokens: 100000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lowered := budget.Budget{Dir: filepath.Join(dir, "budget"), Daily: 40000, LimitFile: limit}
+	r, err := lowered.Reserve("a", 40000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lowered.Settle(r, 100000); err != nil {
+		t.Fatal(err)
+	}
+	day, err := budget.Budget{Dir: lowered.Dir, LimitFile: limit}.Today()
+	if err != nil || day.Spent != 100000 {
+		t.Fatalf("the day %+v, %v; want the 100000 reported spent", day, err)
+	}
+	if _, err := (budget.Budget{Dir: lowered.Dir, LimitFile: limit}).Reserve("b", 1); !errors.Is(err, budget.ErrExhausted) {
+		t.Fatalf("a reservation on a day reported spent: %v; want ErrExhausted", err)
+	}
+}

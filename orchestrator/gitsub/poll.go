@@ -115,6 +115,14 @@ func (s *Substrate) reconcile(ctx context.Context, home orchestrator.Home, b bud
 // started, though: its spawn may be just about to take the claim this Poll
 // holds, and start it.
 func (s *Substrate) neverPushed(home orchestrator.Home, b budget.Budget, t *ledger.Task, dir string, started time.Time) (*spawn.Reconciled, error) {
+	// A spawn still alive may be just about to push it however long it
+	// has been (stopped meanwhile: ^Z, a host asleep): failed and its
+	// tokens released now, the task would run on with nothing reserved.
+	if t.Spawner != nil {
+		if alive, err := t.Spawner.Alive(); alive || err != nil {
+			return nil, err
+		}
+	}
 	now := s.now()
 	if !now.After(started.Add(s.grace())) {
 		return nil, nil

@@ -235,3 +235,35 @@ func TestPollNeverPushedSettlesOnReservedDay(t *testing.T) {
 		t.Errorf("budget of %s: %+v, %v; want the reservation released", resv.Day, day, err)
 	}
 }
+
+// A task whose spawn is alive is not failed as never pushed, however long
+// ago it started: the spawn may have been stopped (^Z, a host asleep) after
+// its running line and be about to push it; failed and its tokens released,
+// it would then run with nothing reserved.
+func TestNeverPushedWaitsForALiveSpawner(t *testing.T) {
+	ctx := context.Background()
+	home := orchestrator.Home{Dir: t.TempDir()}
+	b := budget.Budget{Dir: home.Budget(), Daily: 1000}
+	const id = "t-stopped"
+	resv, err := b.Reserve(id, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := ledger.Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := time.Now().Add(-time.Hour)
+	for _, st := range []ledger.Status{ledger.Queued, ledger.Running} {
+		if err := ledger.Append(home.Ledger(), ledger.Entry{TS: long, Task: id, Kind: "reviewer", Substrate: kind.Git, Status: st, Spawner: self, Reserved: resv.Day}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := (&Substrate{Remote: Remote{URL: testutil.GitRemote(t)}}).Poll(ctx, home, b)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("Poll = %+v, %v; want nothing settled while its spawner lives", got, err)
+	}
+	if day, err := b.Today(); err != nil || day.Reserved != 10 {
+		t.Fatalf("budget %+v, %v; want its 10 tokens still reserved", day, err)
+	}
+}

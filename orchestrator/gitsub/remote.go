@@ -23,12 +23,17 @@ type Remote struct {
 // String is the URL without its password (a CI job's token), for messages.
 func (rm Remote) String() string { return redact(rm.URL) }
 
-// redact is s with the password of a URL replaced; s itself when it is not
-// a URL with one.
+// redact is s with the credentials of a URL replaced: its password, or its
+// user when it has none (https://TOKEN@host, which hosts take as a token
+// too); s itself when it is not a URL with either.
 func redact(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || u.User == nil {
 		return s
+	}
+	if _, ok := u.User.Password(); !ok {
+		u.User = url.User("xxxxx")
+		return u.String()
 	}
 	return u.Redacted()
 }

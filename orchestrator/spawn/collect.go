@@ -80,17 +80,18 @@ func section(b *bytes.Buffer, r Result) {
 	}
 	b.WriteString("\n")
 	if r.Detail != "" {
-		fmt.Fprintf(b, "- %s\n", printable(r.Detail))
+		fmt.Fprintf(b, "- %s\n", Printable(r.Detail))
 	}
 	if len(r.Result) > 0 {
 		fmt.Fprintf(b, "\n```json\n%s\n```\n", r.Result)
 	}
 }
 
-// printable is s on one line with no control characters: a detail may end
+// Printable is s on one line with no control characters: a detail may end
 // with a sub-agent's own last line of stderr, whose escapes would reach the
-// terminal of whoever reads the memory file.
-func printable(s string) string {
+// terminal of whoever reads it (the memory file, the ledger's table, what
+// a spawn or its poll prints).
+func Printable(s string) string {
 	return strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) {
 			return ' '
