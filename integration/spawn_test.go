@@ -223,8 +223,9 @@ func TestSpawnTimeout(t *testing.T) {
 	testutil.WaitFor(t, "no process of the timed-out sub-agent left", func() bool { return len(withArg(marker)) == 0 })
 }
 
-// Over budget nothing is launched: exit 77, no sub-agent directory, one
-// ledger line refused, an inbox event.
+// Over budget nothing is launched: exit 77, no sub-agent directory, the
+// task queued (its line names the spawn and the day, before anything is
+// reserved) then refused in the ledger, an inbox event.
 func TestSpawnOverBudget(t *testing.T) {
 	e := newSpawnEnv(t)
 	e.kind(t, "quick", "1m", 100, "quick")
@@ -237,8 +238,8 @@ func TestSpawnOverBudget(t *testing.T) {
 		t.Errorf("subagents/ exists (%v): something was prepared", err)
 	}
 	entries, _ := e.ledger(t)
-	if len(entries) != 1 || entries[0].Status != ledger.Refused {
-		t.Errorf("ledger %+v; want one refused line", entries)
+	if len(entries) != 2 || entries[0].Status != ledger.Queued || entries[1].Status != ledger.Refused {
+		t.Errorf("ledger %+v; want the task queued, then refused", entries)
 	}
 	evs, err := events.Read(h.Inbox(), time.Time{})
 	if err != nil || len(evs) != 1 || evs[0].Kind != "budget_exhausted" || evs[0].Source != "orchestrator" {
@@ -273,7 +274,7 @@ func TestSpawnHomeLimit(t *testing.T) {
 }
 
 // A day's budget file that cannot be believed refuses as an exhausted
-// budget does (exit 77, a refused line, an event): a scheduler that stops
+// budget does (exit 77, the task refused, an event): a scheduler that stops
 // for the day at 77 does not retry into it, and nothing is launched.
 func TestSpawnUnusableBudget(t *testing.T) {
 	e := newSpawnEnv(t)
@@ -290,8 +291,8 @@ func TestSpawnUnusableBudget(t *testing.T) {
 		t.Fatalf("airlock spawn = %d; want 77 naming the unreadable budget\n%s%s", code, out, errs)
 	}
 	entries, _ := e.ledger(t)
-	if len(entries) != 1 || entries[0].Status != ledger.Refused {
-		t.Errorf("ledger %+v; want one refused line", entries)
+	if len(entries) != 2 || entries[0].Status != ledger.Queued || entries[1].Status != ledger.Refused {
+		t.Errorf("ledger %+v; want the task queued, then refused", entries)
 	}
 	evs, err := events.Read(h.Inbox(), time.Time{})
 	if err != nil || len(evs) != 1 || evs[0].Kind != "budget_unusable" {

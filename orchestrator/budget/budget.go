@@ -19,6 +19,10 @@ import (
 // ErrExhausted: the day's budget cannot hold the reservation.
 var ErrExhausted = errors.New("daily token budget exhausted")
 
+// ErrNoReservation: the day holds no reservation of the task (settled
+// already, or never made).
+var ErrNoReservation = errors.New("holds no reservation")
+
 // ErrUnusable: the day's budget file cannot be believed (it does not
 // parse, or holds a negative amount): every reservation is refused until
 // an operator fixes or removes it.
@@ -51,10 +55,19 @@ type Day struct{ Limit, Reserved, Spent int64 }
 // ErrExhausted that says the day's limit, what is reserved and spent, and
 // what was asked.
 func (b Budget) Reserve(task string, tokens int64) (Reservation, error) {
+	return b.ReserveOn(task, b.Day(), tokens)
+}
+
+// Day is today's date (UTC), the day a reservation made now is on.
+func (b Budget) Day() string { return b.today() }
+
+// ReserveOn is Reserve on day, one Day gave: a spawn names the day on its
+// task's ledger line before it reserves, so that a reconciler finds the
+// reservation of a spawn that died in between.
+func (b Budget) ReserveOn(task, day string, tokens int64) (Reservation, error) {
 	if task == "" || tokens < 0 {
 		return Reservation{}, fmt.Errorf("budget: reserve %d tokens for task %q: need a task and a non-negative estimate", tokens, task)
 	}
-	day := b.today()
 	r := Reservation{Task: task, Day: day, Tokens: tokens}
 	daily, err := b.limit()
 	if err != nil {
@@ -105,7 +118,7 @@ func (b Budget) settle(r Reservation, used func(held int64) int64) error {
 	return b.update(r.Day, func(a *account) error {
 		held, ok := a.Reserved[r.Task]
 		if !ok {
-			return fmt.Errorf("budget %s: task %s holds no reservation (settled already?)", r.Day, r.Task)
+			return fmt.Errorf("budget %s: task %s %w (settled already?)", r.Day, r.Task, ErrNoReservation)
 		}
 		delete(a.Reserved, r.Task)
 		charge := used(held)

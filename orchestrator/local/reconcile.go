@@ -74,7 +74,7 @@ func reconcile(home orchestrator.Home, b budget.Budget, t ledger.Task, now func(
 			Started: t.Started, Ended: now().UTC(),
 			Detail: fmt.Sprintf("spawner gone: airlock spawn (pid %d) ended before its task and recorded no end; its sandbox went with it, and the sub-agent's own exit code is unknown", t.Spawner.Pid)}
 		if t.Status == ledger.Queued {
-			r.Detail = fmt.Sprintf("spawner gone before the task ran: airlock spawn (pid %d) ended after reserving its tokens and before starting it; nothing ran, and the reservation is released", t.Spawner.Pid)
+			r.Detail = fmt.Sprintf("spawner gone before the task ran: airlock spawn (pid %d) ended before starting it; nothing ran, and what it reserved is released", t.Spawner.Pid)
 		}
 		if err := spawn.WriteResult(dir, r); err != nil {
 			return nil, err
@@ -91,7 +91,11 @@ func reconcile(home orchestrator.Home, b budget.Budget, t ledger.Task, now func(
 	resv := budget.Reservation{Task: id, Day: t.Reserved}
 	switch {
 	case t.Status == ledger.Queued:
-		return rc, b.Settle(resv, 0)
+		// It may have died before it reserved: nothing to release then.
+		if err := b.Settle(resv, 0); err != nil && !errors.Is(err, budget.ErrNoReservation) {
+			return rc, err
+		}
+		return rc, nil
 	case r.Usage != nil:
 		return rc, b.Settle(resv, r.Usage.Tokens)
 	}

@@ -68,3 +68,28 @@ func TestQueuedTaskOfAGoneSpawnerIsReleased(t *testing.T) {
 		t.Errorf("a second reconcile: %+v, %v; want nothing", again, err)
 	}
 }
+
+// A spawn names its task and the day on the queued line before it reserves:
+// one that died in between left a queued task and no reservation, which a
+// reconcile ends as the others, with nothing to release.
+func TestQueuedTaskWithoutAReservationEnds(t *testing.T) {
+	home := orchestrator.Home{Dir: t.TempDir()}
+	b := budget.Budget{Dir: home.Budget(), Daily: 100000}
+	self, err := ledger.Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := *self
+	gone.Boot = "an earlier boot"
+	if err := ledger.Append(home.Ledger(), ledger.Entry{Task: "unreserved", Kind: "k", Substrate: "local", Status: ledger.Queued,
+		Spawner: &gone, Reserved: b.Day()}); err != nil {
+		t.Fatal(err)
+	}
+	done, err := Reconcile(home, b, time.Now)
+	if err != nil || len(done) != 1 || done[0].Status != ledger.Failed {
+		t.Fatalf("Reconcile = %+v, %v; want the task failed, no error for a reservation never made", done, err)
+	}
+	if again, err := Reconcile(home, b, time.Now); err != nil || len(again) != 0 {
+		t.Errorf("a second reconcile: %+v, %v; want nothing", again, err)
+	}
+}

@@ -110,27 +110,36 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 	id := orchestrator.NewTaskID(s.now())
 	base := ledger.Entry{Task: id, Kind: k.Name, Substrate: name}
 	res := Result{Task: id, Kind: k.Name, Substrate: name}
-	resv, err := s.Budget.Reserve(id, k.Tokens)
+	// A limit above the operator's is a usage error, before anything is
+	// written.
+	if _, err := s.Budget.Limit(); errors.Is(err, budget.ErrAboveLimit) {
+		return Result{}, &UsageError{err}
+	}
+	// The queued line, naming this spawn and the day, before the tokens
+	// are reserved: a spawn that dies in between leaves a reservation a
+	// reconciler finds and releases, never one no line names.
+	day := s.Budget.Day()
+	if err := ledger.Append(s.Home.Ledger(), carried(base, ledger.Queued, self, day)); err != nil {
+		return res, fmt.Errorf("ledger: %w", err)
+	}
+	resv, err := s.Budget.ReserveOn(id, day, k.Tokens)
 	if err != nil {
 		event := "budget_exhausted"
 		switch {
-		case errors.Is(err, budget.ErrAboveLimit):
-			return Result{}, &UsageError{err}
-		case errors.Is(err, budget.ErrExhausted):
+		case errors.Is(err, budget.ErrExhausted), errors.Is(err, budget.ErrAboveLimit):
 		case errors.Is(err, budget.ErrUnusable):
 			// A refusal too (exit 77: no retry spends), until fixed.
 			event = "budget_unusable"
 		default:
-			return res, fmt.Errorf("budget %s: %w", s.Budget.Dir, err)
+			err = fmt.Errorf("budget %s: %w", s.Budget.Dir, err)
+			res.Status, res.Detail = ledger.Failed, err.Error()
+			s.appendLedger(base, ledger.Failed, nil, nil, err.Error())
+			return res, err
 		}
 		res.Status, res.Detail = ledger.Refused, err.Error()
 		s.appendLedger(base, ledger.Refused, nil, nil, err.Error())
 		s.event(event, fmt.Sprintf("task %s (kind %s) refused: %v", id, k.Name, err))
 		return res, err
-	}
-	if err := ledger.Append(s.Home.Ledger(), carried(base, ledger.Queued, self, resv.Day)); err != nil {
-		s.settle(resv, 0)
-		return res, fmt.Errorf("ledger: %w", err)
 	}
 	job, err := s.render(k, id, text)
 	if err == nil {
