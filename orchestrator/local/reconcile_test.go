@@ -11,20 +11,13 @@ import (
 	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 )
 
-// A task still queued whose spawner is gone (it died after reserving the
-// task's tokens and before starting it) never runs: a reconciler ends it
+// A task still queued whose spawner is gone (it died before starting it,
+// its tokens reserved) never runs: a reconciler ends it
 // failed, says so in its result, and releases its reservation, whatever
 // its substrate. One whose spawner is alive is left alone.
 func TestQueuedTaskOfAGoneSpawnerIsReleased(t *testing.T) {
-	home := orchestrator.Home{Dir: t.TempDir()}
-	b := budget.Budget{Dir: home.Budget(), Daily: 100000}
-	self, err := ledger.Self()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone := *self
-	gone.Boot = "an earlier boot"
-	for id, spawner := range map[string]*ledger.Process{"gone": &gone, "alive": self} {
+	home, b, self, gone := spawners(t)
+	for id, spawner := range map[string]*ledger.Process{"gone": gone, "alive": self} {
 		resv, err := b.Reserve(id, 40000)
 		if err != nil {
 			t.Fatal(err)
@@ -73,16 +66,9 @@ func TestQueuedTaskOfAGoneSpawnerIsReleased(t *testing.T) {
 // one that died in between left a queued task and no reservation, which a
 // reconcile ends as the others, with nothing to release.
 func TestQueuedTaskWithoutAReservationEnds(t *testing.T) {
-	home := orchestrator.Home{Dir: t.TempDir()}
-	b := budget.Budget{Dir: home.Budget(), Daily: 100000}
-	self, err := ledger.Self()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone := *self
-	gone.Boot = "an earlier boot"
+	home, b, _, gone := spawners(t)
 	if err := ledger.Append(home.Ledger(), ledger.Entry{Task: "unreserved", Kind: "k", Substrate: "local", Status: ledger.Queued,
-		Spawner: &gone, Reserved: b.Day()}); err != nil {
+		Spawner: gone, Reserved: b.Day()}); err != nil {
 		t.Fatal(err)
 	}
 	done, err := Reconcile(home, b, time.Now)
@@ -92,4 +78,18 @@ func TestQueuedTaskWithoutAReservationEnds(t *testing.T) {
 	if again, err := Reconcile(home, b, time.Now); err != nil || len(again) != 0 {
 		t.Errorf("a second reconcile: %+v, %v; want nothing", again, err)
 	}
+}
+
+// spawners is a fresh home and budget, this process as a live spawner, and
+// one gone (its boot another).
+func spawners(t *testing.T) (orchestrator.Home, budget.Budget, *ledger.Process, *ledger.Process) {
+	t.Helper()
+	home := orchestrator.Home{Dir: t.TempDir()}
+	self, err := ledger.Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := *self
+	gone.Boot = "an earlier boot"
+	return home, budget.Budget{Dir: home.Budget(), Daily: 100000}, self, &gone
 }
