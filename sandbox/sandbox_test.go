@@ -805,14 +805,23 @@ func TestLeafUnderAReapedParent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Memory is not enabled below the parent: on a hybrid host its limit
-	// is a v1 group.
+	// Pids enabled below the parent where v2 offers it: its limit is in
+	// the v2 leaf. Memory not: on a hybrid host its limit is a v1 group
+	// (on a host of v2 only, that case is not there to run).
+	os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+pids"), 0)
+	cases := []struct {
+		id       string
+		mem, pid int64
+	}{{"nolimit", 0, 0}, {"pidsmax", 0, 64}}
+	if _, err := os.Stat("/sys/fs/cgroup/memory/cgroup.procs"); err == nil {
+		cases = append(cases, struct {
+			id       string
+			mem, pid int64
+		}{"memmax", 64 << 20, 0})
+	}
 	var leaves []*Leaf
-	for _, tc := range []struct {
-		id  string
-		mem int64
-	}{{"nolimit", 0}, {"memmax", 64 << 20}} {
-		l, err := NewLeaf(LeafConfig{Parent: parent, ID: tc.id, MemoryMax: tc.mem, Reap: true, ParentReaped: true})
+	for _, tc := range cases {
+		l, err := NewLeaf(LeafConfig{Parent: parent, ID: tc.id, MemoryMax: tc.mem, PidsMax: tc.pid, Reap: true, ParentReaped: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -821,7 +830,8 @@ func TestLeafUnderAReapedParent(t *testing.T) {
 			t.Errorf("%s: a reaper of its own, under a reaped parent", tc.id)
 		}
 		for _, d := range l.Joined {
-			if !strings.HasPrefix(d, parent+"/") && filepath.Dir(d) != filepath.Join("/sys/fs/cgroup", "memory", name) {
+			v1 := filepath.Base(filepath.Dir(d)) == name && filepath.Dir(filepath.Dir(filepath.Dir(d))) == "/sys/fs/cgroup"
+			if !strings.HasPrefix(d, parent+"/") && !v1 {
 				t.Errorf("%s: group %s neither under the parent nor under the v1 group of its name", tc.id, d)
 			}
 		}
@@ -834,8 +844,10 @@ func TestLeafUnderAReapedParent(t *testing.T) {
 			}
 		}
 	}
-	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", "memory", name)); !os.IsNotExist(err) {
-		t.Errorf("the v1 group of the tree's name outlived its reaper (%v)", err)
+	for _, ctrl := range []string{"memory", "pids"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctrl, name)); !os.IsNotExist(err) {
+			t.Errorf("the v1 %s group of the tree's name outlived its reaper (%v)", ctrl, err)
+		}
 	}
 }
 

@@ -8,13 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -142,9 +140,11 @@ func newLaunchCmd() *cobra.Command {
 				// its parent.
 				return &exitError{ExitUsage, fmt.Errorf("--sandbox-id %q: want "+supervisor.SandboxIDRule, sandboxID)}
 			}
-			if podSocket == "" && atCgroupRoot(cgroupParent) && strings.HasPrefix(sandbox.LeafName(sandboxID), supervisor.PodGroupName("")) {
-				// Its leaf, at the hierarchy's root, would be a pod's
-				// group, which that pod's boot kills as its own left over.
+			if podSocket == "" && strings.HasPrefix(sandbox.LeafName(sandboxID), supervisor.PodGroupName("")) {
+				// Its leaf (at the hierarchy's root) or its v1 limit
+				// groups (at theirs, whatever --cgroup) would be a pod's
+				// groups, which that pod's boot kills as its own left
+				// over.
 				return &exitError{ExitUsage, fmt.Errorf("--sandbox-id %q: ids beginning pod- name pods' cgroups; choose another", sandboxID)}
 			}
 			if c.Net == sandbox.NetProxy && preset != "" {
@@ -370,14 +370,4 @@ func forwardSignals(sigs <-chan os.Signal, proc *supervisor.Sandbox, stopTimeout
 			}
 		}
 	}
-}
-
-// atCgroupRoot says whether a launch's leaf, under parent (its --cgroup),
-// is at the root of the cgroup v2 hierarchy, where the pods' groups are.
-func atCgroupRoot(parent string) bool {
-	if parent == "" {
-		return true
-	}
-	root, err := cgroup2.Mount()
-	return err == nil && filepath.Clean(parent) == filepath.Clean(root)
 }

@@ -45,9 +45,12 @@ func newLedgerCmd() *cobra.Command {
 				}
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
 				for _, t := range tasks {
-					if err := enc.Encode(t); err != nil {
+					raw, err := json.Marshal(t)
+					if err != nil {
+						return err
+					}
+					if _, err := fmt.Fprintf(cmd.OutOrStdout(), "%s\n", escapeC1(raw)); err != nil {
 						return err
 					}
 				}
@@ -96,4 +99,21 @@ func stamp(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format("2006-01-02T15:04:05Z")
+}
+
+// escapeC1 is JSON raw with the C1 control characters (U+0080 to U+009F)
+// escaped, as encoding/json leaves them: a detail may end with a
+// sub-agent's own line of output, and a terminal that prints the JSON acts
+// on a raw CSI or OSC of them. Outside strings, JSON has no such bytes.
+func escapeC1(raw []byte) []byte {
+	out := make([]byte, 0, len(raw))
+	for i := 0; i < len(raw); i++ {
+		if raw[i] == 0xc2 && i+1 < len(raw) && raw[i+1] >= 0x80 && raw[i+1] <= 0x9f {
+			out = fmt.Appendf(out, `\u%04x`, raw[i+1])
+			i++
+			continue
+		}
+		out = append(out, raw[i])
+	}
+	return out
 }

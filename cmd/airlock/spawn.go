@@ -152,7 +152,7 @@ func report(stdout, stderr io.Writer, h orchestrator.Home, res spawn.Result) err
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s\n", raw)
+	fmt.Fprintf(stdout, "%s\n", escapeC1(raw))
 	if res.Status != ledger.Done {
 		fmt.Fprintf(stderr, "airlock: task %s %s: %s (see %s)\n", res.Task, res.Status, spawn.Printable(res.Detail), dir)
 	}

@@ -26,9 +26,9 @@ its result.json before dying (then that result), and its reservation is
 settled at the usage reported, else at the kind's estimate it holds. The
 process is the one its running line names by pid, start time and boot, so a
 reused pid is never taken for it. A task still queued, on either substrate,
-whose spawn process is gone (it died after reserving the tokens and before
-starting the task) fails the same way, "spawner gone before the task ran",
-and its reservation is released: nothing ran.
+whose spawn process is gone (it died before starting the task) fails the
+same way, "spawner gone before the task ran", and what it reserved, if
+anything, is released: nothing ran.
 
 With --git-remote, also every task the ledger has running on the git
 substrate: when its branch carries the runner's result.json, copy the result

@@ -23,19 +23,21 @@ type Remote struct {
 // String is the URL without its password (a CI job's token), for messages.
 func (rm Remote) String() string { return redact(rm.URL) }
 
-// redact is s with the credentials of a URL replaced: its password, or its
-// user when it has none (https://TOKEN@host, which hosts take as a token
-// too); s itself when it is not a URL with either.
+// redact is s with the credentials of a URL replaced, its user and its
+// password both: hosts take a token in either (https://TOKEN@host,
+// https://TOKEN:x-oauth-basic@host); s itself when it is not a URL with
+// any.
 func redact(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || u.User == nil {
 		return s
 	}
-	if _, ok := u.User.Password(); !ok {
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword("xxxxx", "xxxxx")
+	} else {
 		u.User = url.User("xxxxx")
-		return u.String()
 	}
-	return u.Redacted()
+	return u.String()
 }
 
 // BranchPrefix names every spawn branch: spawn/<task id>.

@@ -86,10 +86,13 @@ func TestRemoteErrorsHideToken(t *testing.T) {
 			t.Errorf("%s: %v; want the remote named, its token not", name, err)
 		}
 	}
-	// A token as the URL's user, with no password (GitHub takes it so).
-	rm = Remote{URL: "https://" + token + "@127.0.0.1:1/o/r.git"}
-	if _, err := rm.Push(ctx, "t-1", map[string][]byte{"task": []byte("x")}); err == nil || strings.Contains(err.Error(), token) || strings.Contains(rm.String(), token) {
-		t.Errorf("Push to a remote whose user is its token: %v (%s); want the token hidden", err, rm)
+	// A token as the URL's user, with no password or with GitHub's
+	// x-oauth-basic.
+	for _, userinfo := range []string{token, token + ":x-oauth-basic", token + ":"} {
+		rm = Remote{URL: "https://" + userinfo + "@127.0.0.1:1/o/r.git"}
+		if _, err := rm.Push(ctx, "t-1", map[string][]byte{"task": []byte("x")}); err == nil || strings.Contains(err.Error(), token) || strings.Contains(rm.String(), token) {
+			t.Errorf("Push to a remote whose user is its token: %v (%s); want the token hidden", err, rm)
+		}
 	}
 }
 

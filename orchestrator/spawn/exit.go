@@ -28,12 +28,13 @@ var reserved = []int{ExitUsage, ExitIntegrity, ExitOverBudget, exitSetup}
 // sub-agent's exit code when it failed, except 1 for a code airlock
 // reserves (2, 10, 77, 125), for one that is no exit status (0 with an
 // unusable result, negative when its launcher was killed, above 255);
-// 124 timeout; 77 over budget; 10 policy integrity; 2 usage; 1 any other
+// 124 timeout; 77 over budget (a limit lowered under a spawn too); 10
+// policy integrity; 2 usage; 1 any other
 // failure to run it.
 func ExitCode(r Result, err error) int {
 	var ue *UsageError
 	switch {
-	case errors.Is(err, budget.ErrExhausted), errors.Is(err, budget.ErrUnusable):
+	case errors.Is(err, budget.ErrExhausted), errors.Is(err, budget.ErrUnusable), errors.Is(err, budget.ErrAboveLimit):
 		return ExitOverBudget
 	case errors.Is(err, policies.ErrIntegrity):
 		return ExitIntegrity

@@ -1,7 +1,7 @@
 // Package spawn is `airlock spawn`'s flow, in order: the kind is loaded
 // and checked against the verified bundle → a dry run describes the
-// preset and stops → the kind's token estimate is reserved against the
-// day's budget → the ledger says queued → the task is rendered into the
+// preset and stops → the ledger says queued → the kind's token estimate is
+// reserved against the day's budget → the task is rendered into the
 // sub-agent's directory → running → the substrate runs it → result.json
 // → done, failed or timeout → the reservation is settled at what was used.
 //
@@ -123,6 +123,16 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 		return res, fmt.Errorf("ledger: %w", err)
 	}
 	resv, err := s.Budget.ReserveOn(id, day, k.Tokens)
+	if now := s.Budget.Day(); errors.Is(err, budget.ErrExhausted) && now != day {
+		// The day turned between the line and the reservation: refused
+		// now, a scheduler would stop for the whole new day. Its budget
+		// is asked, the task queued again on it.
+		day = now
+		if err := ledger.Append(s.Home.Ledger(), carried(base, ledger.Queued, self, day)); err != nil {
+			return res, fmt.Errorf("ledger: %w", err)
+		}
+		resv, err = s.Budget.ReserveOn(id, day, k.Tokens)
+	}
 	if err != nil {
 		event := "budget_exhausted"
 		switch {
@@ -131,10 +141,9 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 			// A refusal too (exit 77: no retry spends), until fixed.
 			event = "budget_unusable"
 		default:
-			err = fmt.Errorf("budget %s: %w", s.Budget.Dir, err)
-			res.Status, res.Detail = ledger.Failed, err.Error()
-			s.appendLedger(base, ledger.Failed, nil, nil, err.Error())
-			return res, err
+			// What failed may have come after the reservation was
+			// written (a directory's fsync): released, if it was.
+			return s.fail(res, budget.Reservation{Task: id, Day: day}, base, fmt.Errorf("budget %s: %w", s.Budget.Dir, err))
 		}
 		res.Status, res.Detail = ledger.Refused, err.Error()
 		s.appendLedger(base, ledger.Refused, nil, nil, err.Error())
@@ -215,7 +224,8 @@ func (s *Spawner) appendLedger(base ledger.Entry, st ledger.Status, exit *int, u
 }
 
 func (s *Spawner) settle(r budget.Reservation, used int64) {
-	if err := s.Budget.Settle(r, used); err != nil {
+	// A reservation never made (its reserve failed) is nothing to settle.
+	if err := s.Budget.Settle(r, used); err != nil && !errors.Is(err, budget.ErrNoReservation) {
 		s.log().Error("the budget could not be settled", "task", r.Task, "day", r.Day, "used", used, "err", err)
 	}
 }
