@@ -57,6 +57,9 @@ func (f *gitFlags) substrate(cmd *cobra.Command) (*gitsub.Substrate, error) {
 		return nil, &exitError{ExitUsage, fmt.Errorf("--git-grace %v: want a positive duration", f.grace)}
 	}
 	s := &gitsub.Substrate{Remote: gitsub.Remote{URL: f.remote, Base: f.base}, PollEvery: f.pollEvery, Grace: f.grace}
+	if err := s.Remote.Check(); err != nil {
+		return nil, &exitError{ExitUsage, fmt.Errorf("--git-remote: %w", err)}
+	}
 	switch {
 	case f.dispatch != "" && f.ghRepo != "":
 		return nil, &exitError{ExitUsage, errors.New("--dispatch-cmd and --github-repo both given: say which dispatcher starts the runner")}

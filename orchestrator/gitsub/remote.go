@@ -23,21 +23,44 @@ type Remote struct {
 // String is the URL without its password (a CI job's token), for messages.
 func (rm Remote) String() string { return redact(rm.URL) }
 
-// redact is s with the credentials of a URL replaced, its user and its
-// password both: hosts take a token in either (https://TOKEN@host,
-// https://TOKEN:x-oauth-basic@host); s itself when it is not a URL with
-// any.
+// redact is s with the credentials of a URL replaced: a password, and an
+// http(s) URL's user too (hosts take a token in either: https://TOKEN@host,
+// https://TOKEN:x-oauth-basic@host; an ssh user, git@, is no secret). A
+// URL that does not parse (a password with a bare % or ^) has what stands
+// between its "://" and its last "@" replaced; s is itself when it is
+// neither.
 func redact(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if err != nil {
+		if i, at := strings.Index(s, "://"), strings.LastIndexByte(s, '@'); i >= 0 && at > i {
+			return s[:i+3] + "xxxxx" + s[at:]
+		}
 		return s
 	}
+	if u.User == nil {
+		return s
+	}
+	user := u.User.Username()
+	if u.Scheme == "http" || u.Scheme == "https" {
+		user = "xxxxx"
+	}
 	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword("xxxxx", "xxxxx")
+		u.User = url.UserPassword(user, "xxxxx")
 	} else {
-		u.User = url.User("xxxxx")
+		u.User = url.User(user)
 	}
 	return u.String()
+}
+
+// Check refuses a remote URL whose credentials could not be kept out of
+// git's arguments (credentialsInEnv) and messages: one that names a user
+// or password and does not parse as a URL.
+func (rm Remote) Check() error {
+	if _, err := url.Parse(rm.URL); err != nil && strings.Contains(rm.URL, "://") && strings.Contains(rm.URL, "@") {
+		// Not the parser's error: it quotes the URL, or a piece of it.
+		return fmt.Errorf("git remote %s does not parse as a URL: percent-encode its user and password", redact(rm.URL))
+	}
+	return nil
 }
 
 // BranchPrefix names every spawn branch: spawn/<task id>.

@@ -157,3 +157,33 @@ func TestRemoteCredentialsOffTheCommandLine(t *testing.T) {
 		t.Errorf("a git command line holds the remote's token:\n%s", logged)
 	}
 }
+
+// What a remote's URL shows in messages: no password, no user of an
+// http(s) URL (hosts take a token there), an ssh user (git@) as it is; a
+// URL that does not parse with what could be credentials hidden, and
+// refused by Check.
+func TestRedact(t *testing.T) {
+	for _, c := range []struct{ url, want string }{
+		{"https://tok@h.test/o/r.git", "https://xxxxx@h.test/o/r.git"},
+		{"https://tok:x-oauth-basic@h.test/o/r.git", "https://xxxxx:xxxxx@h.test/o/r.git"},
+		{"ssh://git@h.test/o/r.git", "ssh://git@h.test/o/r.git"},
+		{"ssh://git:pw@h.test/o/r.git", "ssh://git:xxxxx@h.test/o/r.git"},
+		{"https://user:SE^CRET@h.test/o/r.git", "https://xxxxx@h.test/o/r.git"},
+		{"https://user:p%zzSECRET@h.test/o/r.git", "https://xxxxx@h.test/o/r.git"},
+		{"git@h.test:o/r.git", "git@h.test:o/r.git"},
+		{"/srv/git/r.git", "/srv/git/r.git"},
+	} {
+		if got := redact(c.url); got != c.want {
+			t.Errorf("redact(%q) = %q; want %q", c.url, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		url string
+		ok  bool
+	}{{"https://user:SE^CRET@h.test/o/r.git", false}, {"https://user:SE%5ECRET@h.test/o/r.git", true}, {"git@h.test:o/r.git", true}} {
+		err := Remote{URL: c.url}.Check()
+		if (err == nil) != c.ok || err != nil && strings.Contains(err.Error(), "CRET") {
+			t.Errorf("Check(%q) = %v; want ok %v, and nothing of the password", c.url, err, c.ok)
+		}
+	}
+}

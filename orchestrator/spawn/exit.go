@@ -34,12 +34,12 @@ var reserved = []int{ExitUsage, ExitIntegrity, ExitOverBudget, exitSetup}
 func ExitCode(r Result, err error) int {
 	var ue *UsageError
 	switch {
+	case errors.As(err, &ue): // a limit asked above the operator's, too
+		return ExitUsage
 	case errors.Is(err, budget.ErrExhausted), errors.Is(err, budget.ErrUnusable), errors.Is(err, budget.ErrAboveLimit):
 		return ExitOverBudget
 	case errors.Is(err, policies.ErrIntegrity):
 		return ExitIntegrity
-	case errors.As(err, &ue):
-		return ExitUsage
 	case err != nil:
 		return 1
 	}

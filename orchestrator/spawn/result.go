@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/internal/durable"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
@@ -47,7 +48,9 @@ func (r *Result) Judge(last []byte) {
 	}
 	last = bytes.TrimSpace(last)
 	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(last, &obj); err != nil || obj == nil {
+	// Not UTF-8, it is no JSON text, and kept as the result it would reach
+	// a terminal raw (a lone 0x9b is a CSI to one in an 8-bit locale).
+	if err := json.Unmarshal(last, &obj); err != nil || obj == nil || !utf8.Valid(last) {
 		r.Status = ledger.Failed
 		r.Detail = joinDetail(r.Detail, fmt.Sprintf("the last stdout line is not a JSON object: %q", Clip(last)))
 		if r.Exit != 0 {

@@ -26,6 +26,8 @@ func TestJudge(t *testing.T) {
 		{0, "", `{"usage":{"tokens":-3}}`, ledger.Done, -1, 0},
 		{0, "", `not json`, ledger.Failed, -1, 1},
 		{0, "", `[1,2]`, ledger.Failed, -1, 1},
+		// No UTF-8, no JSON text: a lone 0x9b is a terminal's CSI.
+		{0, "", "{\"msg\":\"\x9b2J\"}", ledger.Failed, -1, 1},
 		{0, "", `null`, ledger.Failed, -1, 1},
 		{0, "", ``, ledger.Failed, -1, 1},
 		{3, "", `{"error":"x","usage":{"tokens":5}}`, ledger.Failed, 5, 3},
@@ -69,6 +71,10 @@ func TestExitCodeOfRefusals(t *testing.T) {
 		{fmt.Errorf("reserve: %w", budget.ErrUnusable), ExitOverBudget},
 		{fmt.Errorf("open: %w", policies.ErrIntegrity), ExitIntegrity},
 		{&UsageError{errors.New("no kind")}, ExitUsage},
+		// Asked above the operator's limit: a usage error, before
+		// anything is written; lowered under a spawn meanwhile: 77.
+		{&UsageError{fmt.Errorf("limit: %w", budget.ErrAboveLimit)}, ExitUsage},
+		{fmt.Errorf("reserve: %w", budget.ErrAboveLimit), ExitOverBudget},
 		{errors.New("disk full"), 1},
 	} {
 		if got := ExitCode(Result{}, c.err); got != c.want {

@@ -123,7 +123,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 		return res, fmt.Errorf("ledger: %w", err)
 	}
 	resv, err := s.Budget.ReserveOn(id, day, k.Tokens)
-	if now := s.Budget.Day(); errors.Is(err, budget.ErrExhausted) && now != day {
+	if now := s.Budget.Day(); errors.Is(err, budget.ErrExhausted) && now > day {
 		// The day turned between the line and the reservation: refused
 		// now, a scheduler would stop for the whole new day. Its budget
 		// is asked, the task queued again on it.
@@ -143,7 +143,11 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 		default:
 			// What failed may have come after the reservation was
 			// written (a directory's fsync): released, if it was.
-			return s.fail(res, budget.Reservation{Task: id, Day: day}, base, fmt.Errorf("budget %s: %w", s.Budget.Dir, err))
+			resv := budget.Reservation{Task: id, Day: day}
+			if serr := s.Budget.Settle(resv, 0); serr != nil && !errors.Is(serr, budget.ErrNoReservation) {
+				s.log().Error("the budget could not be settled", "task", id, "day", day, "used", 0, "err", serr)
+			}
+			return s.ended(res, base, fmt.Errorf("budget %s: %w", s.Budget.Dir, err))
 		}
 		res.Status, res.Detail = ledger.Refused, err.Error()
 		s.appendLedger(base, ledger.Refused, nil, nil, err.Error())
@@ -193,9 +197,15 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 // did is counted (the reservation is released), the ledger and the inbox
 // say why.
 func (s *Spawner) fail(res Result, resv budget.Reservation, base ledger.Entry, err error) (Result, error) {
+	s.settle(resv, 0)
+	return s.ended(res, base, err)
+}
+
+// ended records a task that could not run, its reservation settled: failed
+// in the ledger, and the inbox told.
+func (s *Spawner) ended(res Result, base ledger.Entry, err error) (Result, error) {
 	res.Status, res.Detail = ledger.Failed, err.Error()
 	s.appendLedger(base, ledger.Failed, nil, nil, err.Error())
-	s.settle(resv, 0)
 	s.event("spawn_failed", fmt.Sprintf("task %s (kind %s) could not run: %v", base.Task, base.Kind, err))
 	return res, err
 }
@@ -224,8 +234,7 @@ func (s *Spawner) appendLedger(base ledger.Entry, st ledger.Status, exit *int, u
 }
 
 func (s *Spawner) settle(r budget.Reservation, used int64) {
-	// A reservation never made (its reserve failed) is nothing to settle.
-	if err := s.Budget.Settle(r, used); err != nil && !errors.Is(err, budget.ErrNoReservation) {
+	if err := s.Budget.Settle(r, used); err != nil {
 		s.log().Error("the budget could not be settled", "task", r.Task, "day", r.Day, "used", used, "err", err)
 	}
 }

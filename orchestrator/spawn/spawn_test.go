@@ -1,10 +1,12 @@
 package spawn
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +111,31 @@ func TestDayTurnsBeforeTheReservation(t *testing.T) {
 	}
 	if len(days) != 2 || days[0] != "2026-11-23" || days[1] != "2026-11-24" {
 		t.Errorf("queued lines on %v; want the old day, then the new", days)
+	}
+}
+
+// releasing is a substrate whose run finds its task's reservation released
+// by someone else (a reconciler that took its spawner for gone), then
+// reports usage.
+type releasing struct{ b budget.Budget }
+
+func (r releasing) Run(_ context.Context, j Job) (Result, error) {
+	r.b.Settle(budget.Reservation{Task: j.ID, Day: j.Reserved}, 0)
+	return Result{Status: ledger.Done, Usage: &ledger.Usage{Tokens: 30000}}, nil
+}
+
+// A task's usage that finds no reservation to settle is charged nowhere:
+// said loudly, never silently (only a reservation never made, its reserve
+// having failed, is no one's to settle).
+func TestUsageWithNoReservationIsSaid(t *testing.T) {
+	_, task, s := kindHome(t, budget.Budget{Daily: 100000})
+	var logs bytes.Buffer
+	s.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	s.Substrates = map[string]Substrate{"local": releasing{s.Budget}}
+	if _, err := s.Spawn(context.Background(), Request{Kind: "k", TaskFile: task}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "the budget could not be settled") || !strings.Contains(logs.String(), "holds no reservation") {
+		t.Errorf("logs %q; want the settle that found no reservation said", logs.String())
 	}
 }
