@@ -52,8 +52,7 @@ func TestPlainLastAnswerEndsTheConnection(t *testing.T) {
 		{"a refused upload waiting for 100 Continue", "POST http://web.tp.test:%d/ok/x HTTP/1.1\r\nHost: web.tp.test:%[1]d\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n", string(policies.ReasonMethodNotAllowed)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fx := newTPFixture(t)
-			fx.p.cfg.Limits.IdleTimeout = 300 * time.Millisecond
+			fx := newTPFixtureLimits(t, Limits{IdleTimeout: 300 * time.Millisecond})
 			c := fx.dialer(t).dial(t, fx.explicit)
 			defer c.Close()
 			fmt.Fprintf(c, tc.request, fx.port)

@@ -114,6 +114,13 @@ type tpFixture struct {
 
 func newTPFixture(tb testing.TB) *tpFixture {
 	tb.Helper()
+	return newTPFixtureLimits(tb, Limits{})
+}
+
+// newTPFixtureLimits is newTPFixture whose proxy has limits (zero fields:
+// the defaults), set before it serves.
+func newTPFixtureLimits(tb testing.TB, limits Limits) *tpFixture {
+	tb.Helper()
 	dir := tb.TempDir()
 	fx := &tpFixture{audit: &testutil.Buffer{}, errors: &testutil.Buffer{}}
 	fx.exe = testExe(tb)
@@ -177,7 +184,7 @@ func newTPFixture(tb testing.TB) *tpFixture {
 		tb.Cleanup(func() { f.Close() })
 		audit = f
 	}
-	fx.p, err = New(Config{Decider: engine, CA: ca, Guard: guard, UpstreamRoots: fx.upCA.Pool, Audit: audit, Logger: errorLog})
+	fx.p, err = New(Config{Decider: engine, CA: ca, Guard: guard, UpstreamRoots: fx.upCA.Pool, Audit: audit, Logger: errorLog, Limits: limits})
 	if err != nil {
 		tb.Fatal(err)
 	}
