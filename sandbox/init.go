@@ -665,6 +665,13 @@ func dropInitPrivileges(c *Config) error {
 	if err := switchIDs(c); err != nil {
 		return err
 	}
+	// Not dumpable whatever the host's fs.suid_dumpable: the sandbox's
+	// processes run as its uid too, and a dumpable init would be theirs to
+	// read (/proc/1/mem, its environment) and take descriptors from,
+	// where Landlock does not keep them off (--landlock off).
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return &os.SyscallError{Syscall: "prctl(PR_SET_DUMPABLE)", Err: err}
+	}
 	if c.DieWithParent {
 		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 			return &os.SyscallError{Syscall: "prctl(PR_SET_PDEATHSIG)", Err: err}

@@ -183,6 +183,24 @@ func attempt(name string) int {
 		err = unix.Unshare(unix.CLONE_NEWUSER)
 	case "unshare-files":
 		err = unix.Unshare(unix.CLONE_FILES)
+	case "close-range-unshare":
+		// A range of nothing: the flag alone would unshare the table.
+		if _, _, errno := unix.RawSyscall(unix.SYS_CLOSE_RANGE, ^uintptr(0), ^uintptr(0), unix.CLOSE_RANGE_UNSHARE); errno != 0 {
+			err = errno
+		}
+	case "pidfd-getfd":
+		// Its own descriptor: the kernel would hand it over.
+		pidfd, perr := unix.PidfdOpen(os.Getpid(), 0)
+		if perr != nil {
+			err = fmt.Errorf("pidfd_open: %w", perr)
+			break
+		}
+		_, err = unix.PidfdGetfd(pidfd, 0, 0)
+	case "kcmp":
+		const kcmpFile = 0
+		if _, _, errno := unix.RawSyscall6(unix.SYS_KCMP, uintptr(os.Getpid()), uintptr(os.Getpid()), kcmpFile, 0, 0, 0); errno != 0 {
+			err = errno
+		}
 	case "thread-own-files":
 		// The kernel would refuse these flags too (EINVAL: a thread
 		// needs CLONE_SIGHAND); the filter refuses first, EPERM.
@@ -351,6 +369,11 @@ func TestEscapesFail(t *testing.T) {
 		// A file table only a thread holds would hide a socket's holder
 		// from the proxy's attribution.
 		{"unshare-files", "", unix.EPERM, NetNone},
+		{"close-range-unshare", "", unix.EPERM, NetNone},
+		// Another process's descriptor (its allowed connection, for a
+		// binary that may not connect), or a comparison of them.
+		{"pidfd-getfd", "", unix.EPERM, NetNone},
+		{"kcmp", "", unix.EPERM, NetNone},
 		{"thread-own-files", "", unix.EPERM, NetNone},
 		// Each would crash the init, and the sandbox with it.
 		{"sigqueue-init", "", unix.EPERM, NetNone},

@@ -8,11 +8,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// deniedSyscalls fail with EPERM: debugging other processes, loading kernel
-// code, new mounts, namespace games, keyrings, and the async interfaces
-// that bypass syscall filtering.
+// deniedSyscalls fail with EPERM: debugging other processes (ptrace and
+// what needs its access: another's memory, its descriptors by
+// pidfd_getfd, which would hand a binary another's allowed connection,
+// their comparison), loading kernel code, new mounts, namespace games,
+// keyrings, and the async interfaces that bypass syscall filtering.
 var deniedSyscalls = []uint32{
 	unix.SYS_PTRACE, unix.SYS_PROCESS_VM_READV, unix.SYS_PROCESS_VM_WRITEV,
+	unix.SYS_PIDFD_GETFD, unix.SYS_PROCESS_MADVISE, unix.SYS_KCMP,
 	unix.SYS_BPF, unix.SYS_PERF_EVENT_OPEN,
 	unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT, unix.SYS_MOVE_MOUNT, unix.SYS_OPEN_TREE,
 	unix.SYS_FSOPEN, unix.SYS_FSCONFIG, unix.SYS_FSMOUNT, unix.SYS_FSPICK, unix.SYS_MOUNT_SETATTR,
@@ -75,6 +78,9 @@ func seccompProgram(full bool) ([]bpf.Instruction, error) {
 	// a holder out of its sight (a process not allowed to connect, using
 	// a socket it passed to one that is).
 	p = append(p, refuseWhen(unix.SYS_UNSHARE, argIs{0, bpf.JumpBitsSet, []uint32{unix.CLONE_FILES}})...)
+	// close_range's CLOSE_RANGE_UNSHARE gives the calling thread a table
+	// of its own too.
+	p = append(p, refuseWhen(unix.SYS_CLOSE_RANGE, argIs{2, bpf.JumpBitsSet, []uint32{unix.CLOSE_RANGE_UNSHARE}})...)
 	p = append(p, refuseWhen(unix.SYS_CLONE,
 		argIs{0, bpf.JumpBitsSet, []uint32{unix.CLONE_THREAD}}, argIs{0, bpf.JumpBitsNotSet, []uint32{unix.CLONE_FILES}})...)
 	// No signal the Go runtime would take for a fault of its own (see
