@@ -563,21 +563,31 @@ var rewriteHeaders = []string{"X-Original-Url", "X-Rewrite-Url"}
 // server behind CGI's naming, which makes every byte of a header's name
 // that is no letter or digit a "_" (lighttpd; Rack and PHP behind it):
 // X_HTTP_Method_Override and X.HTTP.Method.Override are both
-// HTTP_X_HTTP_METHOD_OVERRIDE there, as the canonical spelling is.
+// HTTP_X_HTTP_METHOD_OVERRIDE there, as the canonical spelling is. Every
+// request's headers go through it: compared byte by byte, nothing made.
 func isHeader(k string, names []string) bool {
-	cgi := func(r rune) rune {
-		if 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' {
-			return r
-		}
-		return '-'
-	}
-	k = strings.Map(cgi, k)
 	for _, name := range names {
-		if strings.EqualFold(k, name) {
+		if len(k) == len(name) && sameCGIName(k, name) {
 			return true
 		}
 	}
 	return false
+}
+
+// sameCGIName compares k with name, of one length, as CGI names them:
+// letters in any case, any other byte of k for name's '-'.
+func sameCGIName(k, name string) bool {
+	for i := 0; i < len(k); i++ {
+		c, n := k[i], name[i]
+		if n == '-' {
+			if 'a' <= c|0x20 && c|0x20 <= 'z' || '0' <= c && c <= '9' {
+				return false
+			}
+		} else if c|0x20 != n|0x20 {
+			return false
+		}
+	}
+	return true
 }
 
 // methodOverrides lists the methods a request asks to be taken for: its

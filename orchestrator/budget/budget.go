@@ -69,7 +69,7 @@ func (b Budget) ReserveOn(task, day string, tokens int64) (Reservation, error) {
 		return Reservation{}, fmt.Errorf("budget: reserve %d tokens for task %q: need a task and a non-negative estimate", tokens, task)
 	}
 	r := Reservation{Task: task, Day: day, Tokens: tokens}
-	daily, err := b.limit()
+	daily, err := b.Limit()
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -145,7 +145,7 @@ func addSat(a, b int64) int64 {
 
 // Today is today's account.
 func (b Budget) Today() (Day, error) {
-	daily, err := b.limit()
+	daily, err := b.Limit()
 	if err != nil {
 		return Day{}, err
 	}

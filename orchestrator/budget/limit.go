@@ -25,13 +25,10 @@ var ErrAboveLimit = errors.New("above the daily limit the home sets")
 // trusted.Path's (no other user could have written it), or nothing is
 // reserved.
 
-// Limit is the day's limit in tokens (limit), for a caller to learn that
-// it cannot reserve (ErrAboveLimit, ErrUnusable) before it writes anything.
-func (b Budget) Limit() (int64, error) { return b.limit() }
-
-// limit is the day's limit in tokens: the limit file's, or Daily's where
-// that is lower or there is no file.
-func (b Budget) limit() (int64, error) {
+// Limit is the day's limit in tokens: the limit file's, or Daily's where
+// that is lower or there is no file. A caller learns from it that it
+// cannot reserve (ErrAboveLimit, ErrUnusable) before it writes anything.
+func (b Budget) Limit() (int64, error) {
 	daily, err := b.ceiling()
 	if err != nil || b.LimitFile == "" || daily == b.Daily {
 		return daily, err

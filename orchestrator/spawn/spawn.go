@@ -143,10 +143,7 @@ func (s *Spawner) Spawn(ctx context.Context, req Request) (Result, error) {
 		default:
 			// What failed may have come after the reservation was
 			// written (a directory's fsync): released, if it was.
-			resv := budget.Reservation{Task: id, Day: day}
-			if serr := s.Budget.Settle(resv, 0); serr != nil && !errors.Is(serr, budget.ErrNoReservation) {
-				s.log().Error("the budget could not be settled", "task", id, "day", day, "used", 0, "err", serr)
-			}
+			s.settleMade(budget.Reservation{Task: id, Day: day}, 0, false)
 			return s.ended(res, base, fmt.Errorf("budget %s: %w", s.Budget.Dir, err))
 		}
 		res.Status, res.Detail = ledger.Refused, err.Error()
@@ -233,8 +230,13 @@ func (s *Spawner) appendLedger(base ledger.Entry, st ledger.Status, exit *int, u
 	}
 }
 
-func (s *Spawner) settle(r budget.Reservation, used int64) {
-	if err := s.Budget.Settle(r, used); err != nil {
+func (s *Spawner) settle(r budget.Reservation, used int64) { s.settleMade(r, used, true) }
+
+// settleMade settles r; made says the reservation was made, so that its
+// absence is said (its usage charged nowhere). Without made (a reserve
+// that failed, perhaps after writing it), there may be none to settle.
+func (s *Spawner) settleMade(r budget.Reservation, used int64, made bool) {
+	if err := s.Budget.Settle(r, used); err != nil && (made || !errors.Is(err, budget.ErrNoReservation)) {
 		s.log().Error("the budget could not be settled", "task", r.Task, "day", r.Day, "used", used, "err", err)
 	}
 }

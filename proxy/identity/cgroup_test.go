@@ -8,7 +8,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
-	"github.com/vishvananda/netns"
 )
 
 // A process placed in a cgroup leaf is described with that leaf's path, in
@@ -32,19 +31,11 @@ func TestDescribeReadsTheCgroup(t *testing.T) {
 	if err := cgroup2.Add(leaf, cmd.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
-	plain, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
+	plain := treeResolver(t)
 	if p, err := plain.describe(cmd.Process.Pid, 0, os.Geteuid()); err != nil || p.Cgroup != "" {
 		t.Fatalf("describe without WithCgroups = %+v, %v; want no cgroup read", p, err)
 	}
-	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := treeResolver(t)
 	r.WithCgroups()
 	p, err := r.describe(cmd.Process.Pid, 0, os.Geteuid())
 	if err != nil {

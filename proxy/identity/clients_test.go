@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
-	"github.com/vishvananda/netns"
 )
 
 // pythonConnected runs script with python3, its first argument the port of
@@ -84,11 +83,8 @@ func TestMemfdExecutable(t *testing.T) {
 			if _, err := fmt.Fscan(stdout, &pid); err != nil {
 				t.Fatal(err)
 			}
-			r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
+			r := treeResolver(t)
+			var err error
 			// The child may not have exec'd yet: until it has, python
 			// holds the socket too.
 			var p *Process
@@ -124,11 +120,7 @@ sys.stdin.readline()
 func TestDualStackClientSocket(t *testing.T) {
 	cmd, conn, stdout, _ := pythonConnected(t, connectMapped)
 	stdout.ReadString('\n')
-	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := treeResolver(t)
 	if p, err := r.Lookup(addrs(conn)); err != nil || p.PID != cmd.Process.Pid {
 		t.Fatalf("Lookup = %+v, %v; want python (pid %d)", p, err, cmd.Process.Pid)
 	}
@@ -170,11 +162,8 @@ func TestTmpfsExecutable(t *testing.T) {
 	if pid < 0 {
 		t.Skip("/dev/shm is mounted noexec here")
 	}
-	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := treeResolver(t)
+	var err error
 	var p *Process
 	for range 100 {
 		if p, err = r.Lookup(addrs(conn)); err == nil && p.PID == pid {
@@ -199,11 +188,7 @@ func (h forgetfulHook) Blind() bool                                 { return h.b
 // would name whoever holds the socket now, its connector hidden.
 func TestHookWithoutARecordRefuses(t *testing.T) {
 	_, server := clientProcess(t)
-	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := treeResolver(t)
 	r.WithConnHook(forgetfulHook{})
 	if p, err := r.Lookup(addrs(server)); !errors.Is(err, ErrUnknown) || !strings.Contains(err.Error(), "no record") {
 		t.Fatalf("Lookup = %+v, %v; want identity_unknown: the hook has no record", p, err)

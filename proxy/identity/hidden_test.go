@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
-	"github.com/vishvananda/netns"
 )
 
 // hiddenHolder connects to the port in argv[1] and hands the socket to a
@@ -54,11 +53,7 @@ func TestHolderBehindAnExitedMainThread(t *testing.T) {
 	if !strings.Contains(string(status), "State:\tZ") {
 		t.Fatalf("the writer's main thread has not exited:\n%s", status)
 	}
-	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := treeResolver(t)
 	p, err := r.Lookup(addrs(server))
 	if p != nil || !errors.Is(err, ErrUnknown) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", cmd.Process.Pid)) {
 		t.Errorf("Lookup = %+v, %v; want the lookup refused, naming the writer, pid %d (not sleep, pid %d)", p, err, cmd.Process.Pid, child)
@@ -97,11 +92,7 @@ ctypes.CDLL(None).pthread_exit(None)`)
 	}
 	f.Close()
 	defer func() { holder.Process.Kill(); holder.Wait() }()
-	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := treeResolver(t)
 	p, err := r.Lookup(addrs(server))
 	if err != nil || p.PID != holder.Process.Pid {
 		t.Errorf("Lookup = %+v, %v; want sleep (pid %d), past pid %d", p, err, holder.Process.Pid, bystander.Process.Pid)

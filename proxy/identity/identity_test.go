@@ -42,11 +42,7 @@ func fileSHA(t *testing.T, p string) string {
 
 func TestLookupFindsTheOwner(t *testing.T) {
 	child, server := clientProcess(t)
-	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := treeResolver(t)
 	p, err := r.Lookup(addrs(server))
 	if err != nil {
 		t.Fatalf("Lookup(own connection): %v", err)
@@ -96,11 +92,7 @@ func TestLookupSharedSocketWithDifferentExeIsAmbiguous(t *testing.T) {
 			c.Wait()
 		}
 	}()
-	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := treeResolver(t)
 	if _, err := r.Lookup(addrs(server)); !errors.Is(err, ErrAmbiguous) {
 		t.Fatalf("Lookup of a socket shared with sleep = %v; want ErrAmbiguous", err)
 	}
@@ -138,11 +130,7 @@ func BenchmarkLookup(b *testing.B) {
 				}
 			}()
 			child, server := clientProcess(b)
-			r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer r.Close()
+			r := treeResolver(b)
 			c, s := addrs(server)
 			r.Lookup(c, s) // hash the executables once: the cache is the steady state
 			testutil.Latencies(b, func(int) {
@@ -163,11 +151,7 @@ func TestDescribeSeesExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := treeResolver(t)
 	pid, uid := cmd.Process.Pid, os.Geteuid()
 	sh, _ := filepath.EvalSymlinks("/bin/sh")
 	before, err := r.describe(pid, 0, uid)
@@ -200,11 +184,7 @@ func TestDescribeSeesExec(t *testing.T) {
 // description is paid, the executable's hash is not (the hash cache).
 func BenchmarkDescribeFresh(b *testing.B) {
 	child, _ := clientProcess(b)
-	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
+	r := treeResolver(b)
 	pid, uid := child.Process.Pid, os.Geteuid()
 	testutil.Latencies(b, func(int) {
 		r.procs.purge()
@@ -212,4 +192,16 @@ func BenchmarkDescribeFresh(b *testing.B) {
 			b.Fatalf("describe = %+v, %v", p, err)
 		}
 	})
+}
+
+// treeResolver is a resolver of this process's tree, in this namespace,
+// closed when the test ends.
+func treeResolver(t testing.TB) *Resolver {
+	t.Helper()
+	r, err := NewResolver(netns.None(), Tree(os.Getpid()), NewHashCache(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }
