@@ -38,12 +38,18 @@ func shService(name, script, restart, more string) string {
 // gated is script run once the test opens the gate (openGate): a service
 // that fails after the pod is ready, not during its boot (which would fail
 // the boot).
+// Its service is given e.seesSignals.
 func gated(e *podEnv, script string) string {
-	return fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; %s", filepath.Join(e.dir, "gate"), script)
+	return fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; %s", filepath.Join(e.signals, "gate"), script)
+}
+
+// seesSignals is a service's landlock block that shows it e.signals.
+func (e *podEnv) seesSignals() string {
+	return fmt.Sprintf("    landlock: {ro: [%s]}\n", e.signals)
 }
 
 func openGate(t *testing.T, e *podEnv) {
-	if err := os.WriteFile(filepath.Join(e.dir, "gate"), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(e.signals, "gate"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -62,9 +68,9 @@ func TestPodAdminStatusEvidence(t *testing.T) {
 for i in range(100000): print('line', i)
 sys.stdout.write('x' * (1 << 20))"`, e.python)
 	m := e.manifest("evidence", "", e.pyService("steady", 8001, "egress_none", "")+
-		shService("crasher", gated(e, "echo about to fail; exit 3"), slowRestart, "")+
-		shService("hog", gated(e, "exec "+hog), slowRestart, "    memory_max: 64M\n")+
-		shService("flood", gated(e, flood), slowRestart, ""))
+		shService("crasher", gated(e, "echo about to fail; exit 3"), slowRestart, e.seesSignals())+
+		shService("hog", gated(e, "exec "+hog), slowRestart, "    memory_max: 64M\n"+e.seesSignals())+
+		shService("flood", gated(e, flood), slowRestart, e.seesSignals()))
 	pod := startPod(t, e, "evidence", m)
 	pod.awaitReady()
 	openGate(t, e)
@@ -245,11 +251,11 @@ func memoryLimit(t *testing.T, pid int) int64 {
 // file revive.
 func TestPodAdminRevive(t *testing.T) {
 	e := newPodEnv(t)
-	revive := filepath.Join(e.dir, "revive")
+	revive := filepath.Join(e.signals, "revive")
 	m := e.manifest("revive", "", e.pyService("steady", 8001, "egress_none", "")+
-		shService("once", "[ -e "+revive+" ] && exec sleep 3600; "+gated(e, "echo done; exit 0"), "{policy: never}", "")+
+		shService("once", "[ -e "+revive+" ] && exec sleep 3600; "+gated(e, "echo done; exit 0"), "{policy: never}", e.seesSignals())+
 		shService("crasher", "[ -e "+revive+" ] && exec sleep 3600; "+gated(e, "exit 3"),
-			"{policy: always, backoff: {initial: 20ms, max: 100ms}, give_up: {restarts: 2, window: 60s}}", ""))
+			"{policy: always, backoff: {initial: 20ms, max: 100ms}, give_up: {restarts: 2, window: 60s}}", e.seesSignals()))
 	pod := startPod(t, e, "revive", m)
 	pod.awaitReady()
 	openGate(t, e)
@@ -280,8 +286,8 @@ func TestPodAdminRevive(t *testing.T) {
 // and `airlock up` exits non-zero for its unit to restart it.
 func TestPodAdminFailsWhenEveryServiceEnded(t *testing.T) {
 	e := newPodEnv(t)
-	m := e.manifest("ended", "", shService("once", gated(e, "exit 0"), "{policy: never}", "")+
-		shService("crasher", gated(e, "exit 3"), "{policy: always, backoff: {initial: 20ms, max: 100ms}, give_up: {restarts: 1, window: 60s}}", ""))
+	m := e.manifest("ended", "", shService("once", gated(e, "exit 0"), "{policy: never}", e.seesSignals())+
+		shService("crasher", gated(e, "exit 3"), "{policy: always, backoff: {initial: 20ms, max: 100ms}, give_up: {restarts: 1, window: 60s}}", e.seesSignals()))
 	pod := startPod(t, e, "ended", m)
 	pod.awaitReady()
 	openGate(t, e)

@@ -30,8 +30,12 @@ import (
 // traverse.
 type podEnv struct {
 	dir, bundle, python, script, keys, key string
-	upstreamCA                             string
-	tlsPort                                int
+	// signals holds the files a test makes for its services to notice
+	// (gated, revive, crash): the only part of dir they see without its
+	// files being theirs to read (the sandbox's /tmp is its own).
+	signals    string
+	upstreamCA string
+	tlsPort    int
 }
 
 func newPodEnv(t *testing.T) *podEnv {
@@ -42,7 +46,10 @@ func newPodEnv(t *testing.T) *podEnv {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755)
-	e := &podEnv{dir: dir, bundle: filepath.Join(dir, "bundle")}
+	e := &podEnv{dir: dir, bundle: filepath.Join(dir, "bundle"), signals: filepath.Join(dir, "signals")}
+	if err := os.Mkdir(e.signals, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	// The system's python3: the services' uid can execute it.
 	e.python = realpath(t, "/usr/bin/python3")
 	e.script = filepath.Join(dir, "podsvc.py")

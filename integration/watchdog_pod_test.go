@@ -44,9 +44,9 @@ func (e *podEnv) gatewayService(t *testing.T, name string, port int, more string
     user: "61000"
     preset: egress_none
     ports: [%d]
-    landlock: {ro: [%s]}
+    landlock: {ro: [%s, %s]}
     health: {http: {port: %d, path: /healthz}, interval: 1s, timeout: 1s, threshold: 2}
-%s`, name, node, script, port, extra, port, script, port, more)
+%s`, name, node, script, port, extra, port, script, e.signals, port, more)
 }
 
 // podWatchdog runs `airlock watchdog NAME --once` against the pod, into
@@ -201,7 +201,7 @@ func TestShimWatchdogPodKilledAndHung(t *testing.T) {
 // given up on with one critical line. A second service keeps the pod up.
 func TestGatewayWatchdogPodCrashLoopIsGivenUp(t *testing.T) {
 	e := newPodEnv(t)
-	crash := filepath.Join(e.dir, "crash")
+	crash := filepath.Join(e.signals, "crash")
 	gw := e.gatewayService(t, "gateway", 8002, "    restart: {policy: never}\n", "--crash-if", crash)
 	pod := startPod(t, e, "wdloop", e.manifest("wdloop", "", e.pyService("shim", 8001, "egress_none", "")+gw))
 	pod.awaitReady()

@@ -217,6 +217,9 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	if c.Dir != "" && !filepath.IsAbs(c.Dir) {
+		fail("working directory %q must be absolute", c.Dir)
+	}
 	for name := range c.Rlimits {
 		switch _, ok := rlimitNames[name]; {
 		case name == "core":

@@ -54,12 +54,9 @@ const maxViewRounds = 16
 func hideHostViews(c *Config) error {
 	var socketDirs []string
 	if c.Net != NetHost {
-		for _, d := range hostSocketDirs {
-			if real, err := filepath.EvalSymlinks(d); err == nil && !slices.Contains(socketDirs, real) {
-				socketDirs = append(socketDirs, real)
-			}
-		}
+		socketDirs = existingDirs(hostSocketDirs)
 	}
+	tmp := existingDirs(tmpDirs)
 	named := resolved(slices.Concat(c.RO, c.RW, c.Exec))
 	var last string
 	for range maxViewRounds {
@@ -69,7 +66,7 @@ func hideHostViews(c *Config) error {
 		}
 		var gone []string // mounts taken away this round
 		hid := 0
-		for _, sh := range exposing(mounts, socketDirs, named) {
+		for _, sh := range exposing(mounts, socketDirs, tmp, named) {
 			if slices.ContainsFunc(gone, func(g string) bool { return within(sh.spot, g) }) {
 				continue
 			}
@@ -96,6 +93,17 @@ func hideHostViews(c *Config) error {
 		}
 	}
 	return fmt.Errorf("the host's views still show after %d rounds of taking them away (the last at %s)", maxViewRounds, last)
+}
+
+// existingDirs is dirs as the kernel reaches them, those that exist, once.
+func existingDirs(dirs []string) []string {
+	var out []string
+	for _, d := range dirs {
+		if real, err := filepath.EvalSymlinks(d); err == nil && !slices.Contains(out, real) {
+			out = append(out, real)
+		}
+	}
+	return out
 }
 
 // resolved is paths as the kernel reaches them: their links followed (one
@@ -258,9 +266,11 @@ func (sh shown) hide() error {
 	return nil
 }
 
-// exposing is what hideHostViews takes away, outermost first.
-func exposing(mounts []mount, socketDirs, named []string) []shown {
-	hidden := hiddenParts(mounts, socketDirs)
+// exposing is what hideHostViews takes away, outermost first. Of the
+// tmp directories (privateTmp), only a mount showing one whole is: a
+// directory bound from one elsewhere is the operator's, not its sockets.
+func exposing(mounts []mount, socketDirs, tmp, named []string) []shown {
+	hidden := slices.Concat(hiddenParts(mounts, socketDirs, false), hiddenParts(mounts, tmp, true))
 	// A mount below a socket directory is hidden with it, unless it lies
 	// in a path the sandbox names there, which hideHostServices binds
 	// back whole.
@@ -280,12 +290,19 @@ func exposing(mounts []mount, socketDirs, named []string) []shown {
 			if m.Dev != h.dev || m.ID == h.src || within(m.Point, h.dir) && !shownAgain(m.Point, h.dir) {
 				continue // another filesystem, the part's own mount, or hidden with the directory
 			}
+			// A spot in a tmp directory is the sandbox's own
+			// (privateTmp), but for the paths named there.
+			ownTmp := func(spot string) bool {
+				return h.whole && slices.ContainsFunc(tmp, func(d string) bool { return within(spot, d) })
+			}
 			switch {
-			case within(m.Root, h.path):
-				found = append(found, shown{m: m, spot: m.Point, what: "sockets in " + h.dir})
+			case within(m.Root, h.path) && (!h.whole || m.Root == h.path):
+				if !ownTmp(m.Point) {
+					found = append(found, shown{m: m, spot: m.Point, what: "sockets in " + h.dir})
+				}
 			case within(h.path, m.Root):
 				rel, _ := filepath.Rel(m.Root, h.path)
-				if spot := filepath.Join(m.Point, rel); spot != h.dir {
+				if spot := filepath.Join(m.Point, rel); spot != h.dir && !ownTmp(spot) {
 					found = append(found, shown{m: m, spot: spot, cover: true, what: "sockets in " + h.dir})
 				}
 			}
@@ -294,7 +311,9 @@ func exposing(mounts []mount, socketDirs, named []string) []shown {
 	slices.SortStableFunc(found, func(a, b shown) int {
 		return cmp.Compare(strings.Count(a.spot, "/"), strings.Count(b.spot, "/"))
 	})
-	return found
+	// One spot may show several directories (/tmp, and /var/tmp bound
+	// from it): taken away once.
+	return slices.CompactFunc(found, func(a, b shown) bool { return a.spot == b.spot && a.cover == b.cover })
 }
 
 // hiddenPart is what of a filesystem a socket directory shows.
@@ -303,6 +322,8 @@ type hiddenPart struct {
 	src  uint64 // the mount it is of
 	dev  string
 	path string // within the filesystem
+	// whole: only a mount of all of it, or of more, shows it.
+	whole bool
 }
 
 // socketFS are the filesystems a mount below a socket directory is hidden
@@ -312,8 +333,9 @@ type hiddenPart struct {
 var socketFS = []string{"tmpfs", "ramfs"}
 
 // hiddenParts is what the socket directories hide: each one's part of the
-// topmost mount it lies in, and the socketFS mounts below it.
-func hiddenParts(mounts []mount, socketDirs []string) []hiddenPart {
+// topmost mount it lies in, and the socketFS mounts below it; with whole,
+// only the part, shown by a mount of all of it.
+func hiddenParts(mounts []mount, socketDirs []string, whole bool) []hiddenPart {
 	var parts []hiddenPart
 	for _, d := range socketDirs {
 		// The longest mount point above it, the last of equals (a later
@@ -326,11 +348,14 @@ func hiddenParts(mounts []mount, socketDirs []string) []hiddenPart {
 		}
 		if in != nil {
 			rel, _ := filepath.Rel(in.Point, d)
-			parts = append(parts, hiddenPart{d, in.ID, in.Dev, filepath.Join(in.Root, rel)})
+			parts = append(parts, hiddenPart{d, in.ID, in.Dev, filepath.Join(in.Root, rel), whole})
+		}
+		if whole {
+			continue
 		}
 		for _, m := range mounts {
 			if within(m.Point, d) && m.Point != d && slices.Contains(socketFS, m.FSType) {
-				parts = append(parts, hiddenPart{d, m.ID, m.Dev, m.Root})
+				parts = append(parts, hiddenPart{d, m.ID, m.Dev, m.Root, false})
 			}
 		}
 	}

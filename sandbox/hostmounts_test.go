@@ -51,8 +51,9 @@ func TestExposing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var tmp []string // the tmp directories, as privateTmp has them
 	spots := func(socketDirs []string, named ...string) (got []string) {
-		for _, sh := range exposing(mounts, socketDirs, named) {
+		for _, sh := range exposing(mounts, socketDirs, tmp, named) {
 			got = append(got, sh.spot)
 		}
 		return got
@@ -95,6 +96,37 @@ func TestExposing(t *testing.T) {
 	}
 	if got, want := spots([]string{"/var/lib/sss/pipes"}), []string{"/@var/lib/sss/pipes"}; !slices.Equal(got, want) {
 		t.Fatalf("exposing, btrfs = %q; want %q", got, want)
+	}
+	// The tmp directories, on any network: a mount that shows one whole
+	// elsewhere (the root bound at /host, once for /tmp and once for the
+	// /var/tmp bound from it) has the spot covered; a directory bound
+	// from one (an operator's work tree), and one bound on the other,
+	// are left: the sandbox has its own of both.
+	tmpViews := `1 0 8:1 / / rw - ext4 /dev/sda1 rw
+2 1 8:1 / /host rw - ext4 /dev/sda1 rw
+3 1 8:1 /tmp/work /srv/work rw - ext4 /dev/sda1 rw
+4 1 8:1 /tmp /var/tmp rw - ext4 /dev/sda1 rw
+5 1 0:45 / /mnt/t rw - tmpfs tmpfs rw
+`
+	if mounts, err = mountinfo.Parse([]byte(tmpViews)); err != nil {
+		t.Fatal(err)
+	}
+	tmp = []string{"/tmp", "/var/tmp"}
+	if got, want := spots(nil), []string{"/host/tmp"}; !slices.Equal(got, want) {
+		t.Fatalf("exposing, tmp directories = %q; want %q", got, want)
+	}
+	// /tmp a tmpfs of its own, and /var/tmp another mount of it.
+	tmpfs := `1 0 8:1 / / rw - ext4 /dev/sda1 rw
+2 1 0:45 / /tmp rw - tmpfs tmpfs rw
+3 1 0:45 / /var/tmp rw - tmpfs tmpfs rw
+4 1 0:45 /x /srv/x rw - tmpfs tmpfs rw
+5 1 0:45 / /srv/all rw - tmpfs tmpfs rw
+`
+	if mounts, err = mountinfo.Parse([]byte(tmpfs)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := spots(nil), []string{"/srv/all"}; !slices.Equal(got, want) {
+		t.Fatalf("exposing, tmpfs /tmp = %q; want %q", got, want)
 	}
 }
 

@@ -69,6 +69,11 @@ func runInit() {
 		// path the sandbox is given, past what the steps around this
 		// one hide.
 		{"hide the host's views mounted elsewhere", hideHostViews},
+		// The host's /tmp and /var/tmp hold other users' and programs'
+		// sockets (tmpDirs), reachable by path whatever Landlock says.
+		// After the views are hidden, which finds them by where the
+		// host has them.
+		{"give the sandbox its own /tmp", privateTmp},
 		// Every name is answered by the proxy, whatever server is asked
 		// (the redirect catches port 53), or by nothing at all (--net
 		// none); the sandbox's resolver asks its own loopback, so no query
@@ -361,6 +366,52 @@ func under(dir string, paths []namedPath, conf string) (keep []string, links map
 	return keep, links, nil
 }
 
+// tmpDirs are the host's shared scratch directories, where any user's
+// programs listen on Unix sockets (tmux's server, ssh-agent, an editor's):
+// one the sandbox's uid may write would run its commands outside the
+// sandbox, and Landlock does not mediate connect(2) to a socket by path.
+var tmpDirs = []string{"/tmp", "/var/tmp"}
+
+// privateTmp gives the sandbox /tmp and /var/tmp of its own, on any
+// network: each an empty tmpfs, writable by whom Landlock lets write it
+// (--rw /tmp), holding the host's paths the sandbox names below it
+// (Config.RO, RW, Exec) and its working directory, each mounted back. What
+// it writes there itself goes with it.
+func privateTmp(c *Config) error {
+	var named []namedPath
+	for _, p := range slices.Concat(c.RO, c.RW, c.Exec, []string{c.Dir}) {
+		if p == "" {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			real = "" // missing: Landlock's open names it
+		}
+		named = append(named, namedPath{filepath.Clean(p), real})
+	}
+	done := map[string]bool{}
+	for _, dir := range tmpDirs {
+		real, err := filepath.EvalSymlinks(dir)
+		if errors.Is(err, os.ErrNotExist) || done[real] {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		done[real] = true
+		// The directory itself, named, is the sandbox's own.
+		below := slices.DeleteFunc(slices.Clone(named), func(n namedPath) bool { return n.real == real })
+		keep, links, err := under(real, below, "")
+		if err != nil {
+			return err
+		}
+		if err := coverDir(real, true, nil, keep, links); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // privateSharedMemory mounts an empty tmpfs of the sandbox's own on
 // /dev/shm: writable (as the host's is, sticky) when the sandbox is given
 // /dev/shm to write, read-only otherwise.
@@ -423,6 +474,12 @@ const mqueueDir = "/dev/mqueue"
 // again) and the host's paths keep (below dir), each mounted back where it
 // was, last: nothing is written through them.
 func hideDir(dir string, files map[string]string, keep []string, links map[string]string) error {
+	return coverDir(dir, false, files, keep, links)
+}
+
+// coverDir is hideDir, but for writable: then the tmpfs is left writable
+// and sticky (mode 1777, as /tmp is), for Landlock to say who writes it.
+func coverDir(dir string, writable bool, files map[string]string, keep []string, links map[string]string) error {
 	// A path inside another kept one is shown by its (recursive) bind
 	// already: mounted again, its mount point would be made in the host's
 	// directory.
@@ -443,12 +500,14 @@ func hideDir(dir string, files map[string]string, keep []string, links map[strin
 		}
 		kept = append(kept, f)
 	}
-	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	ro := uintptr(0)
-	if len(files) == 0 && len(keep) == 0 && len(links) == 0 {
+	flags, data, ro := uintptr(unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC), "size=1m,mode=0555", uintptr(0)
+	if writable {
+		// Executable, as the host's /tmp is: Landlock's --exec says what runs.
+		flags, data = unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"
+	} else if len(files) == 0 && len(keep) == 0 && len(links) == 0 {
 		ro = unix.MS_RDONLY // nothing to write first: read-only from the start
 	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", flags|ro, "size=1m,mode=0555"); err != nil {
+	if err := unix.Mount("tmpfs", dir, "tmpfs", flags|ro, data); err != nil {
 		return &os.SyscallError{Syscall: "mount(tmpfs, " + dir + ")", Err: err}
 	}
 	if ro != 0 {
@@ -477,6 +536,9 @@ func hideDir(dir string, files map[string]string, keep []string, links map[strin
 		if err := mountBack(kept[i], p); err != nil {
 			return err
 		}
+	}
+	if writable {
+		return nil
 	}
 	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, ""); err != nil {
 		return &os.SyscallError{Syscall: "mount(" + dir + ", MS_REMOUNT|MS_RDONLY)", Err: err}

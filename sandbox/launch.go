@@ -51,6 +51,17 @@ func (e *SetupError) Error() string {
 // the child's whole life: the parent-death signal fires when that thread
 // exits, and the init's death ends the namespace.
 func Start(c Config, net *Network) (*Process, error) {
+	if c.Dir == "" {
+		// By its path, looked up in the sandbox's mounts: inherited, the
+		// launcher's directory would be held past them, and a path
+		// relative to it would reach what they hide (the host's /tmp
+		// under the sandbox's own, its sockets with it).
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: the working directory: %w (name one: --cwd)", err)
+		}
+		c.Dir = wd
+	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}

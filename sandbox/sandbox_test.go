@@ -334,7 +334,15 @@ func TestEscapesFail(t *testing.T) {
 	defer ln.Close()
 	testutil.ServeConns(ln, func(net.Conn) {})
 	// Readable by uid 998 as far as file modes go: only Landlock stops it.
-	secret := filepath.Join(openDir(t), "secret")
+	// Where the sandbox sees the host's files (not in /tmp, which is its
+	// own): Landlock, not a missing file, is what stops the read.
+	secretDir, err := os.MkdirTemp("/", "airlock-sandbox-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(secretDir) })
+	os.Chmod(secretDir, 0o755)
+	secret := filepath.Join(secretDir, "secret")
 	os.WriteFile(secret, []byte("s"), 0o644)
 	// A setuid-root copy of id: no_new_privs must keep it at uid 998.
 	suidDir := openDir(t)
@@ -988,6 +996,98 @@ print(open(sys.argv[2]).read())`, sock, kept+"/x")
 	var se *SetupError
 	if !errors.As(err, &se) || !strings.Contains(se.Err, "resolver's sockets in /run/nscd") {
 		t.Fatalf("--ro /run/nscd = %v; want a refusal naming the resolver's sockets", err)
+	}
+}
+
+// The host's /tmp and /var/tmp hold other programs' sockets (tmux's
+// server runs commands for whoever connects), reachable by path whatever
+// Landlock says: the sandbox has its own of both, on any network, by an
+// absolute path or one relative to where it starts, even when the
+// launcher starts there. What it is given below them is there; what it
+// writes there stays its own.
+func TestTmpIsPrivate(t *testing.T) {
+	testutil.RequireRoot(t, "sandboxes, and a socket in /tmp")
+	py := testutil.RequireTool(t, "/usr/bin/python3")
+	dir := filepath.Join("/tmp", fmt.Sprintf("airlock-test-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "s")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	os.Chmod(sock, 0o666)
+	varSock := fmt.Sprintf("/var/tmp/airlock-test-%d.sock", os.Getpid())
+	vln, err := net.Listen("unix", varSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vln.Close()
+	os.Chmod(varSock, 0o666)
+	given := t.TempDir() // below /tmp too, or where TMPDIR says
+	os.Chmod(given, 0o755)
+	os.WriteFile(filepath.Join(given, "x"), []byte("given"), 0o644)
+	made := filepath.Join("/tmp", fmt.Sprintf("airlock-test-%d-made", os.Getpid()))
+	defer os.Remove(made)
+	script := `import os, socket, sys
+for p in sys.argv[1:4]:
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(p); print("reached", p)
+    except OSError as e:
+        print(e.strerror)
+print(open(sys.argv[4]).read())
+open(sys.argv[5], "w").write("x"); print("made")
+print(os.getcwd())`
+	rel, _ := filepath.Rel("/tmp", sock)
+	for _, tc := range []struct {
+		name string
+		net  Net
+		dir  string // Config.Dir
+		cwd  string // the launcher's
+	}{
+		{"no network", NetNone, "", ""},
+		{"host network", NetHost, "", ""},
+		{"started in /tmp", NetNone, "/tmp", ""},
+		{"launched from /tmp", NetNone, "", "/tmp"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.cwd != "" {
+				t.Chdir(tc.cwd)
+			}
+			c := base(t, py, "-c", script, sock, varSock, rel, filepath.Join(given, "x"), made)
+			c.Net, c.Dir = tc.net, tc.dir
+			c.RO = append(c.RO, given)
+			c.RW = append(c.RW, "/tmp")
+			wd, _ := os.Getwd()
+			if tc.dir != "" {
+				wd = tc.dir
+			}
+			out, code, err := run(t, c)
+			want := "No such file or directory\nNo such file or directory\nNo such file or directory\ngiven\nmade\n" + wd + "\n"
+			if err != nil || code != 0 || out != want {
+				t.Fatalf("exit %d, %v, output %q; want %q: the host's sockets missing, the given path read, a file made, started where asked or launched", code, err, out, want)
+			}
+			if _, err := os.Stat(made); err == nil {
+				t.Fatalf("what the sandbox wrote to its /tmp is in the host's")
+			}
+		})
+	}
+	// Nor does the init hold the launcher's directory, which its
+	// /proc/1/cwd would lead to.
+	t.Chdir("/tmp")
+	c := base(t, "/bin/sleep", "30")
+	c.Net = NetHost
+	p, err := Start(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { p.Signal(syscall.SIGKILL); p.Wait() }()
+	if got, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", p.Pid)); err != nil || got != "/" {
+		t.Errorf("the init's directory = %q, %v; want /", got, err)
 	}
 }
 

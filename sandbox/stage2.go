@@ -127,7 +127,7 @@ func runCommandStage() {
 	// from there by exec, a bare one only from PATH's absolute entries.
 	if c.Dir != "" {
 		if err := os.Chdir(c.Dir); err != nil {
-			fail(err)
+			fail(fmt.Errorf("the working directory, as the sandbox has it: %w (a directory in /run, or in another hidden one, is not there; name one with --cwd)", err))
 		}
 	}
 	path, err := lookPath(c.Command[0], c.Env)

@@ -65,8 +65,12 @@ func stageCommandOf(f *os.File, extra []*os.File, args ...string) *exec.Cmd {
 	copy(files, extra)
 	files[fdStage-3] = f
 	return &exec.Cmd{
-		Path:       "/proc/self/fd/" + strconv.Itoa(fdStage),
-		Args:       append([]string{"airlock", Stage2Arg}, args...),
+		Path: "/proc/self/fd/" + strconv.Itoa(fdStage),
+		Args: append([]string{"airlock", Stage2Arg}, args...),
+		// Not the launcher's directory: the init's would be the command
+		// stage's, under the mounts that hide it (Config.Dir is looked
+		// up in them).
+		Dir:        "/",
 		Env:        stageEnv(),
 		ExtraFiles: files,
 	}
