@@ -549,13 +549,16 @@ func TestLaunchSeesNoHostViewsElsewhere(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "file"), []byte("readable\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// A host daemon's socket, in /run.
+	// A host daemon's socket, in /run, and a user's program's, in /tmp.
 	sock := fmt.Sprintf("/run/airlock-test-%d.sock", os.Getpid())
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
+	tmpSock := fmt.Sprintf("/tmp/airlock-test-%d.sock", os.Getpid())
+	for _, s := range []string{sock, tmpSock} {
+		ln, err := net.Listen("unix", s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
 	}
-	t.Cleanup(func() { ln.Close() })
 	mounts := []struct {
 		name, source, fstype string
 		flags                uintptr
@@ -564,6 +567,7 @@ func TestLaunchSeesNoHostViewsElsewhere(t *testing.T) {
 		{"dev", "devtmpfs", "devtmpfs", 0},
 		{"proc", "proc", "proc", 0},
 		{"run", "/run", "", unix.MS_BIND},
+		{"tmp", "/tmp", "", unix.MS_BIND},
 	}
 	for _, m := range mounts {
 		at := filepath.Join(dir, m.name)
@@ -580,22 +584,30 @@ func TestLaunchSeesNoHostViewsElsewhere(t *testing.T) {
 	if err := pts.Chown(61000, 61000); err != nil {
 		t.Fatal(err)
 	}
-	there := []string{filepath.Join(dir, "proc/1/cmdline"), filepath.Join(dir, "run", filepath.Base(sock))}
+	there := []string{filepath.Join(dir, "proc/1/cmdline"), filepath.Join(dir, "run", filepath.Base(sock)),
+		filepath.Join(dir, "tmp", filepath.Base(tmpSock))}
 	opens := []string{filepath.Join(dir, "dev/zero"), filepath.Join(dir, "pts", filepath.Base(pts.Name()))}
 	for _, p := range slices.Concat(there, opens) {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("the host's view: %v", err)
 		}
 	}
-	script := `for p in ` + strings.Join(there, " ") + `; do test -e $p && echo "VISIBLE $p"; done
+	look := `for p in ` + strings.Join(there, " ") + `; do test -e $p && echo "VISIBLE $p"; done
 for p in ` + strings.Join(opens, " ") + `; do (exec 3<$p) 2>/dev/null && echo "OPENED $p"; done
-head -c 1 /dev/zero >/dev/null && cat ` + filepath.Join(dir, "file")
+`
+	script := look + `head -c 1 /dev/zero >/dev/null && cat ` + filepath.Join(dir, "file")
 	out, err := exec.Command(airlockBin, "launch", "--net", "none", "--user", "61000:61000", "--ro", dir, "--log-level", "error", "--", "/bin/sh", "-c", script).CombinedOutput()
 	if err != nil {
 		t.Fatalf("launch: %v\n%s", err, out)
 	}
 	if got := string(out); strings.Contains(got, "VISIBLE") || strings.Contains(got, "OPENED") || !strings.Contains(got, "readable") {
 		t.Fatalf("the sandbox, given %s to read: %q; want its own /dev/zero and its file read, none of %q there and none of %q opened", dir, got, there, opens)
+	}
+	// Nor when the sandbox starts there (in /tmp, kept as given paths are).
+	cmd := exec.Command(airlockBin, "launch", "--net", "none", "--user", "61000:61000", "--log-level", "error", "--", "/bin/sh", "-c", look+"true")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil || strings.Contains(string(out), "VISIBLE") || strings.Contains(string(out), "OPENED") {
+		t.Fatalf("the sandbox, started in %s: %v, %q; want none of %q there and none of %q opened", dir, err, out, there, opens)
 	}
 	// Named, such a path refuses the launch, saying why.
 	for _, c := range []struct{ path, why string }{

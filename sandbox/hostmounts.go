@@ -58,6 +58,9 @@ func hideHostViews(c *Config) error {
 	}
 	tmp := existingDirs(tmpDirs)
 	named := resolved(slices.Concat(c.RO, c.RW, c.Exec))
+	// What privateTmp mounts back below the tmp directories, with all
+	// that is mounted below it.
+	kept := append(slices.Clone(named), resolved([]string{c.Dir})...)
 	var last string
 	for range maxViewRounds {
 		mounts, err := readMounts()
@@ -66,7 +69,7 @@ func hideHostViews(c *Config) error {
 		}
 		var gone []string // mounts taken away this round
 		hid := 0
-		for _, sh := range exposing(mounts, socketDirs, tmp, named) {
+		for _, sh := range exposing(mounts, socketDirs, tmp, named, kept) {
 			if slices.ContainsFunc(gone, func(g string) bool { return within(sh.spot, g) }) {
 				continue
 			}
@@ -269,13 +272,19 @@ func (sh shown) hide() error {
 // exposing is what hideHostViews takes away, outermost first. Of the
 // tmp directories (privateTmp), only a mount showing one whole is: a
 // directory bound from one elsewhere is the operator's, not its sockets.
-func exposing(mounts []mount, socketDirs, tmp, named []string) []shown {
+// One in a tmp directory is left to privateTmp's tmpfs, unless it lies in
+// a path kept there (mounted back with all below it).
+func exposing(mounts []mount, socketDirs, tmp, named, kept []string) []shown {
 	hidden := slices.Concat(hiddenParts(mounts, socketDirs, false), hiddenParts(mounts, tmp, true))
 	// A mount below a socket directory is hidden with it, unless it lies
 	// in a path the sandbox names there, which hideHostServices binds
-	// back whole.
-	shownAgain := func(point, dir string) bool {
-		return slices.ContainsFunc(named, func(p string) bool { return p != dir && within(p, dir) && within(point, p) })
+	// back whole (privateTmp: a path kept).
+	shownAgain := func(point string, h hiddenPart) bool {
+		back := named
+		if h.whole {
+			back = kept
+		}
+		return slices.ContainsFunc(back, func(p string) bool { return p != h.dir && within(p, h.dir) && within(point, p) })
 	}
 	var found []shown
 	for _, m := range mounts {
@@ -287,13 +296,12 @@ func exposing(mounts []mount, socketDirs, tmp, named []string) []shown {
 			continue
 		}
 		for _, h := range hidden {
-			if m.Dev != h.dev || m.ID == h.src || within(m.Point, h.dir) && !shownAgain(m.Point, h.dir) {
+			if m.Dev != h.dev || m.ID == h.src || within(m.Point, h.dir) && !shownAgain(m.Point, h) {
 				continue // another filesystem, the part's own mount, or hidden with the directory
 			}
-			// A spot in a tmp directory is the sandbox's own
-			// (privateTmp), but for the paths named there.
 			ownTmp := func(spot string) bool {
-				return h.whole && slices.ContainsFunc(tmp, func(d string) bool { return within(spot, d) })
+				return h.whole && slices.ContainsFunc(tmp, func(d string) bool { return within(spot, d) }) &&
+					!slices.ContainsFunc(kept, func(k string) bool { return within(spot, k) })
 			}
 			switch {
 			case within(m.Root, h.path) && (!h.whole || m.Root == h.path):

@@ -53,7 +53,7 @@ func TestExposing(t *testing.T) {
 	}
 	var tmp []string // the tmp directories, as privateTmp has them
 	spots := func(socketDirs []string, named ...string) (got []string) {
-		for _, sh := range exposing(mounts, socketDirs, tmp, named) {
+		for _, sh := range exposing(mounts, socketDirs, tmp, named, named) {
 			got = append(got, sh.spot)
 		}
 		return got
@@ -114,6 +114,22 @@ func TestExposing(t *testing.T) {
 	tmp = []string{"/tmp", "/var/tmp"}
 	if got, want := spots(nil), []string{"/host/tmp"}; !slices.Equal(got, want) {
 		t.Fatalf("exposing, tmp directories = %q; want %q", got, want)
+	}
+	// A chroot in /tmp, kept (named, or where the sandbox starts), is
+	// mounted back with what is mounted in it: its view of the root, and
+	// its bind of /tmp, go first.
+	chroot := `1 0 8:1 / / rw - ext4 /dev/sda1 rw
+2 1 8:1 / /tmp/chroot/host rw - ext4 /dev/sda1 rw
+3 1 8:1 /tmp /tmp/chroot/tmp rw - ext4 /dev/sda1 rw
+`
+	if mounts, err = mountinfo.Parse([]byte(chroot)); err != nil {
+		t.Fatal(err)
+	}
+	if got := spots(nil); len(got) != 0 {
+		t.Fatalf("exposing, a chroot in /tmp not kept = %q; want none (under the sandbox's /tmp)", got)
+	}
+	if got, want := spots(nil, "/tmp/chroot"), []string{"/tmp/chroot/tmp", "/tmp/chroot/host/tmp", "/tmp/chroot/host/var/tmp"}; !slices.Equal(got, want) {
+		t.Fatalf("exposing, a chroot in /tmp kept = %q; want %q", got, want)
 	}
 	// /tmp a tmpfs of its own, and /var/tmp another mount of it.
 	tmpfs := `1 0 8:1 / / rw - ext4 /dev/sda1 rw
@@ -225,5 +241,39 @@ func TestFDMountID(t *testing.T) {
 	}
 	if id, err := fdMountID(fd); err != nil || id != st.Mnt_id {
 		t.Fatalf("fdMountID = %d, %v; want %d", id, err, st.Mnt_id)
+	}
+}
+
+// The sandbox's own /tmp is noexec where the host's is, and executable
+// where the host's is.
+func TestPrivateTmpKeepsNoexec(t *testing.T) {
+	for _, noexec := range []bool{true, false} {
+		dir := t.TempDir()
+		inMountNamespace(t, func() error {
+			flags := uintptr(unix.MS_NOSUID)
+			if noexec {
+				flags |= unix.MS_NOEXEC
+			}
+			if err := unix.Mount("tmpfs", dir, "tmpfs", flags, ""); err != nil {
+				return err
+			}
+			if err := coverDir(dir, true, nil, nil, nil); err != nil {
+				return err
+			}
+			mounts, err := readMounts()
+			if err != nil {
+				return err
+			}
+			var top mount
+			for _, m := range mounts {
+				if m.Point == dir {
+					top = m // the last at the point is on top
+				}
+			}
+			if top.HasOpt("noexec") != noexec || top.HasOpt("ro") || top.FSType != "tmpfs" {
+				return fmt.Errorf("host's /tmp noexec %v: the sandbox's is %s %s", noexec, top.FSType, top.Opts)
+			}
+			return nil
+		})
 	}
 }

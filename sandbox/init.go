@@ -478,7 +478,8 @@ func hideDir(dir string, files map[string]string, keep []string, links map[strin
 }
 
 // coverDir is hideDir, but for writable: then the tmpfs is left writable
-// and sticky (mode 1777, as /tmp is), for Landlock to say who writes it.
+// and sticky (mode 1777, as /tmp is), for Landlock to say who writes it;
+// what is written there counts against the writer's memory cgroup.
 func coverDir(dir string, writable bool, files map[string]string, keep []string, links map[string]string) error {
 	// A path inside another kept one is shown by its (recursive) bind
 	// already: mounted again, its mount point would be made in the host's
@@ -502,8 +503,16 @@ func coverDir(dir string, writable bool, files map[string]string, keep []string,
 	}
 	flags, data, ro := uintptr(unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC), "size=1m,mode=0555", uintptr(0)
 	if writable {
-		// Executable, as the host's /tmp is: Landlock's --exec says what runs.
+		// Executable or not as the host's is (a noexec /tmp stays so);
+		// where it is, Landlock's --exec says what runs.
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			return &os.PathError{Op: "statfs", Path: dir, Err: err}
+		}
 		flags, data = unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"
+		if st.Flags&unix.ST_NOEXEC != 0 {
+			flags |= unix.MS_NOEXEC
+		}
 	} else if len(files) == 0 && len(keep) == 0 && len(links) == 0 {
 		ro = unix.MS_RDONLY // nothing to write first: read-only from the start
 	}

@@ -1040,40 +1040,60 @@ for p in sys.argv[1:4]:
     except OSError as e:
         print(e.strerror)
 print(open(sys.argv[4]).read())
-open(sys.argv[5], "w").write("x"); print("made")
+for p in sys.argv[5:7]:
+    try:
+        open(p, "w").write("x"); print("made")
+    except OSError as e:
+        print(e.strerror)
+print(oct(os.stat("/tmp").st_mode & 0o7777))
 print(os.getcwd())`
+	// A directory of the host's given to write, below /tmp.
+	out := filepath.Join("/tmp", fmt.Sprintf("airlock-test-%d-out", os.Getpid()))
+	if err := os.Mkdir(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(out)
+	os.Chmod(out, 0o777)
 	rel, _ := filepath.Rel("/tmp", sock)
 	for _, tc := range []struct {
 		name string
 		net  Net
 		dir  string // Config.Dir
 		cwd  string // the launcher's
+		rw   bool   // --rw /tmp
 	}{
-		{"no network", NetNone, "", ""},
-		{"host network", NetHost, "", ""},
-		{"started in /tmp", NetNone, "/tmp", ""},
-		{"launched from /tmp", NetNone, "", "/tmp"},
+		{"no network", NetNone, "", "", true},
+		{"host network", NetHost, "", "", true},
+		{"started in /tmp", NetNone, "/tmp", "", true},
+		{"launched from /tmp", NetNone, "", "/tmp", true},
+		{"not given /tmp", NetNone, "", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.cwd != "" {
 				t.Chdir(tc.cwd)
 			}
-			c := base(t, py, "-c", script, sock, varSock, rel, filepath.Join(given, "x"), made)
+			c := base(t, py, "-c", script, sock, varSock, rel, filepath.Join(given, "x"), made, filepath.Join(out, "x"))
 			c.Net, c.Dir = tc.net, tc.dir
-			c.RO = append(c.RO, given)
-			c.RW = append(c.RW, "/tmp")
+			c.RO, c.RW = append(c.RO, given), append(c.RW, out)
+			madeLine := "Permission denied\n"
+			if tc.rw {
+				c.RW, madeLine = append(c.RW, "/tmp"), "made\n"
+			}
 			wd, _ := os.Getwd()
 			if tc.dir != "" {
 				wd = tc.dir
 			}
-			out, code, err := run(t, c)
-			want := "No such file or directory\nNo such file or directory\nNo such file or directory\ngiven\nmade\n" + wd + "\n"
-			if err != nil || code != 0 || out != want {
-				t.Fatalf("exit %d, %v, output %q; want %q: the host's sockets missing, the given path read, a file made, started where asked or launched", code, err, out, want)
+			want := "No such file or directory\nNo such file or directory\nNo such file or directory\ngiven\n" + madeLine + "made\n0o1777\n" + wd + "\n"
+			if got, code, err := run(t, c); err != nil || code != 0 || got != want {
+				t.Fatalf("exit %d, %v, output %q; want %q: the host's sockets missing, the given path read, a file made in /tmp only when given it, one in the given directory, started where asked or launched", code, err, got, want)
 			}
 			if _, err := os.Stat(made); err == nil {
 				t.Fatalf("what the sandbox wrote to its /tmp is in the host's")
 			}
+			if _, err := os.Stat(filepath.Join(out, "x")); err != nil {
+				t.Fatalf("what the sandbox wrote to the directory it was given below /tmp: %v", err)
+			}
+			os.Remove(filepath.Join(out, "x"))
 		})
 	}
 	// Nor does the init hold the launcher's directory, which its
@@ -1088,6 +1108,33 @@ print(os.getcwd())`
 	defer func() { p.Signal(syscall.SIGKILL); p.Wait() }()
 	if got, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", p.Pid)); err != nil || got != "/" {
 		t.Errorf("the init's directory = %q, %v; want /", got, err)
+	}
+}
+
+// A launcher that runs from a directory the sandbox's uid may not enter
+// (root in its 0700 home) starts the command there all the same, as it
+// did when the directory was inherited: it is entered as root, by its
+// path among the sandbox's mounts. One the sandbox does not have refuses
+// the start, saying why.
+func TestStartsInItsDirectory(t *testing.T) {
+	testutil.RequireRoot(t, "sandboxes, and a directory of root's")
+	private, err := os.MkdirTemp("/", "airlock-sandbox-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(private) })
+	os.Chmod(private, 0o700)
+	t.Chdir(private)
+	out, code, err := run(t, base(t, "/bin/pwd"))
+	if err != nil || code != 0 || out != private+"\n" {
+		t.Fatalf("launched from %s (0700): exit %d, %v, %q; want it started there", private, code, err, out)
+	}
+	c := base(t, "/bin/pwd")
+	c.Dir = "/run/airlock-test-absent"
+	_, _, err = run(t, c)
+	var se *SetupError
+	if !errors.As(err, &se) || !strings.Contains(se.Err, "the sandbox does not have it") {
+		t.Fatalf("started in a directory the sandbox lacks: %v; want a refusal that says so", err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -65,6 +66,18 @@ func RunStage2() {
 	os.Exit(125)
 }
 
+// enterDir makes Config.Dir the working directory.
+func enterDir(c *Config) error {
+	if c.Dir == "" {
+		return nil
+	}
+	err := os.Chdir(c.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: the sandbox does not have it (the host's /run, /tmp and /var/tmp are hidden there but for the paths it is given); give it, or name another with --cwd", err)
+	}
+	return err
+}
+
 // runCommandStage runs the ordered per-process restrictions and execs the
 // command. It only returns on failure, after reporting which step failed.
 func runCommandStage() {
@@ -92,6 +105,11 @@ func runCommandStage() {
 		// A pinned command is opened and hashed here, as root, and that
 		// descriptor is what the exec runs (execpin.go).
 		{"verify pinned binary", openPinned},
+		// By its path among the sandbox's mounts, and as root: a
+		// directory the sandbox's uid may not enter (the 0700 home
+		// the launcher ran from) is its directory all the same, as it
+		// was the launcher's. Landlock says what it may read there.
+		{"enter the working directory", enterDir},
 		// The bounding set caps what any later exec can gain; dropping
 		// it needs CAP_SETPCAP, so it goes before the uid switch.
 		{"drop capability bounding set", dropBounding},
@@ -123,13 +141,9 @@ func runCommandStage() {
 		}
 	}
 	step = "exec"
-	// The command runs in its directory; a name with a slash is taken
-	// from there by exec, a bare one only from PATH's absolute entries.
-	if c.Dir != "" {
-		if err := os.Chdir(c.Dir); err != nil {
-			fail(fmt.Errorf("the working directory, as the sandbox has it: %w (a directory in /run, or in another hidden one, is not there; name one with --cwd)", err))
-		}
-	}
+	// The command runs in its directory (enterDir); a name with a slash
+	// is taken from there by exec, a bare one only from PATH's absolute
+	// entries.
 	path, err := lookPath(c.Command[0], c.Env)
 	if err != nil {
 		fail(err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -73,7 +74,13 @@ func newLaunchCmd() *cobra.Command {
 			if noDefaultPaths {
 				c.RO, c.RW, c.Exec = nil, nil, nil
 			}
-			c.Command, c.Dir = args, cwd
+			c.Command = args
+			if cwd != "" {
+				// As --pod-socket has it: relative to where airlock runs.
+				if c.Dir, err = filepath.Abs(cwd); err != nil {
+					return &exitError{ExitUsage, fmt.Errorf("--cwd %s: %w", cwd, err)}
+				}
+			}
 			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
 			if c.UID, c.GID, err = sandbox.ParseUser(userSpec); err != nil {
 				return &exitError{ExitUsage, err}
