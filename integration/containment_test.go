@@ -538,7 +538,9 @@ except OSError:
 // are not there.
 func TestLaunchSeesNoHostViewsElsewhere(t *testing.T) {
 	testutil.RequireRoot(t, "airlock launch (PID namespace)")
-	dir, err := os.MkdirTemp("", "airlock-chroot-")
+	// In /tmp, whatever TMPDIR says: a chroot there is kept in the
+	// sandbox's own /tmp, given or started in.
+	dir, err := os.MkdirTemp("/tmp", "airlock-chroot-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -612,6 +614,8 @@ for p in ` + strings.Join(opens, " ") + `; do (exec 3<$p) 2>/dev/null && echo "O
 	// Named, such a path refuses the launch, saying why.
 	for _, c := range []struct{ path, why string }{
 		{filepath.Join(dir, "run"), "shows the host's sockets in /run"},
+		// A path below a mount that is the host's /tmp.
+		{filepath.Join(dir, "tmp", filepath.Base(dir)), "shows the host's sockets in /tmp"},
 		{filepath.Join(dir, "dev/zero"), "a device outside /dev"},
 	} {
 		out, err := exec.Command(airlockBin, "launch", "--net", "none", "--user", "61000:61000", "--ro", c.path, "--log-level", "error", "--", "/bin/true").CombinedOutput()

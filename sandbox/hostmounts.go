@@ -284,7 +284,12 @@ func exposing(mounts []mount, socketDirs, tmp, named, kept []string) []shown {
 		if h.whole {
 			back = kept
 		}
-		return slices.ContainsFunc(back, func(p string) bool { return p != h.dir && within(p, h.dir) && within(point, p) })
+		// Kept whole, with what is mounted on or below it, and for
+		// privateTmp inside what is mounted above it: a mount of the
+		// root in /tmp holds the host's /tmp at a path kept below it.
+		return slices.ContainsFunc(back, func(p string) bool {
+			return p != h.dir && within(p, h.dir) && (within(point, p) || h.whole && within(p, point))
+		})
 	}
 	var found []shown
 	for _, m := range mounts {
@@ -301,7 +306,7 @@ func exposing(mounts []mount, socketDirs, tmp, named, kept []string) []shown {
 			}
 			ownTmp := func(spot string) bool {
 				return h.whole && slices.ContainsFunc(tmp, func(d string) bool { return within(spot, d) }) &&
-					!slices.ContainsFunc(kept, func(k string) bool { return within(spot, k) })
+					!slices.ContainsFunc(kept, func(k string) bool { return within(spot, k) || within(k, spot) })
 			}
 			switch {
 			case within(m.Root, h.path) && (!h.whole || m.Root == h.path):

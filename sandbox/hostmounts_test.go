@@ -51,9 +51,9 @@ func TestExposing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tmp []string // the tmp directories, as privateTmp has them
+	var tmp, started []string // the tmp directories, as privateTmp has them; where the sandbox starts
 	spots := func(socketDirs []string, named ...string) (got []string) {
-		for _, sh := range exposing(mounts, socketDirs, tmp, named, named) {
+		for _, sh := range exposing(mounts, socketDirs, tmp, named, append(started, named...)) {
 			got = append(got, sh.spot)
 		}
 		return got
@@ -131,6 +131,22 @@ func TestExposing(t *testing.T) {
 	if got, want := spots(nil, "/tmp/chroot"), []string{"/tmp/chroot/tmp", "/tmp/chroot/host/tmp", "/tmp/chroot/host/var/tmp"}; !slices.Equal(got, want) {
 		t.Fatalf("exposing, a chroot in /tmp kept = %q; want %q", got, want)
 	}
+	started = []string{"/tmp/chroot"}
+	if got, want := spots(nil), []string{"/tmp/chroot/tmp", "/tmp/chroot/host/tmp", "/tmp/chroot/host/var/tmp"}; !slices.Equal(got, want) {
+		t.Fatalf("exposing, a chroot in /tmp started in = %q; want %q", got, want)
+	}
+	// Kept inside such a mount: the path is the host's /tmp (or
+	// /var/tmp) itself, whatever is mounted below it.
+	for kept, spot := range map[string]string{
+		"/tmp/chroot/host/tmp": "/tmp/chroot/host/tmp", "/tmp/chroot/host/var/tmp": "/tmp/chroot/host/var/tmp",
+		"/tmp/chroot/host/tmp/x": "/tmp/chroot/host/tmp", "/tmp/chroot/tmp/x": "/tmp/chroot/tmp",
+	} {
+		started = []string{kept}
+		if got, want := spots(nil), []string{spot}; !slices.Equal(got, want) {
+			t.Fatalf("exposing, started in %s = %q; want %q", kept, got, want)
+		}
+	}
+	started = nil
 	// /tmp a tmpfs of its own, and /var/tmp another mount of it.
 	tmpfs := `1 0 8:1 / / rw - ext4 /dev/sda1 rw
 2 1 0:45 / /tmp rw - tmpfs tmpfs rw

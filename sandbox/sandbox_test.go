@@ -1114,8 +1114,8 @@ print(os.getcwd())`
 // A launcher that runs from a directory the sandbox's uid may not enter
 // (root in its 0700 home) starts the command there all the same, as it
 // did when the directory was inherited: it is entered as root, by its
-// path among the sandbox's mounts. One the sandbox does not have refuses
-// the start, saying why.
+// path among the sandbox's mounts. One the sandbox does not have (the
+// host's, under the hidden /run) refuses the start, saying why.
 func TestStartsInItsDirectory(t *testing.T) {
 	testutil.RequireRoot(t, "sandboxes, and a directory of root's")
 	private, err := os.MkdirTemp("/", "airlock-sandbox-test-")
@@ -1129,8 +1129,13 @@ func TestStartsInItsDirectory(t *testing.T) {
 	if err != nil || code != 0 || out != private+"\n" {
 		t.Fatalf("launched from %s (0700): exit %d, %v, %q; want it started there", private, code, err, out)
 	}
+	hidden := fmt.Sprintf("/run/airlock-test-%d", os.Getpid())
+	if err := os.Mkdir(hidden, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(hidden) })
 	c := base(t, "/bin/pwd")
-	c.Dir = "/run/airlock-test-absent"
+	c.Dir = hidden
 	_, _, err = run(t, c)
 	var se *SetupError
 	if !errors.As(err, &se) || !strings.Contains(se.Err, "the sandbox does not have it") {

@@ -66,16 +66,21 @@ func RunStage2() {
 	os.Exit(125)
 }
 
-// enterDir makes Config.Dir the working directory.
-func enterDir(c *Config) error {
+// enterDir makes Config.Dir the working directory, and says whether it
+// is left to enterDirAsSandbox: where root is the one refused (a FUSE
+// mount without allow_other, an NFS home that squashes root).
+func enterDir(c *Config) (later bool, err error) {
 	if c.Dir == "" {
-		return nil
+		return false, nil
 	}
-	err := os.Chdir(c.Dir)
+	err = os.Chdir(c.Dir)
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+		return true, nil
+	}
 	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w: the sandbox does not have it (the host's /run, /tmp and /var/tmp are hidden there but for the paths it is given); give it, or name another with --cwd", err)
+		return false, fmt.Errorf("%w: the sandbox does not have it (what the host has in /run off the host network, and in /tmp and /var/tmp, is there only where the sandbox is given it); give it with --ro, or name another with --cwd", err)
 	}
-	return err
+	return false, err
 }
 
 // runCommandStage runs the ordered per-process restrictions and execs the
@@ -88,6 +93,7 @@ func runCommandStage() {
 	step := ""
 	fail := func(err error) { report(step, err) }
 	parent := os.Getppid()
+	dirLater := false // enterDir
 
 	steps := []struct {
 		name string
@@ -109,13 +115,19 @@ func runCommandStage() {
 		// directory the sandbox's uid may not enter (the 0700 home
 		// the launcher ran from) is its directory all the same, as it
 		// was the launcher's. Landlock says what it may read there.
-		{"enter the working directory", enterDir},
+		{"enter the working directory", func(c *Config) (err error) { dirLater, err = enterDir(c); return err }},
 		// The bounding set caps what any later exec can gain; dropping
 		// it needs CAP_SETPCAP, so it goes before the uid switch.
 		{"drop capability bounding set", dropBounding},
 		// setgroups/setresgid/setresuid on this thread, the one that
 		// execs (switchThreadIDs).
 		{"switch uid and gid", switchThreadIDs},
+		{"enter the working directory as the sandbox's uid", func(c *Config) error {
+			if !dirLater {
+				return nil
+			}
+			return os.Chdir(c.Dir)
+		}},
 		// The uid switch cleared the capabilities; grant exactly the
 		// kept ones back, permitted, effective, inheritable and ambient.
 		{"set capabilities", setCaps},
