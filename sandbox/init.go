@@ -264,16 +264,9 @@ func hideHostServices(c *Config) error {
 	}
 	// The paths the sandbox names, resolved once, but resolv.conf's: the
 	// sandbox has its own there, readable (c.RO below).
-	var named []namedPath
-	for _, p := range slices.Concat(c.RO, c.RW, c.Exec) {
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil {
-			real = "" // missing: Landlock's open names it
-		}
-		if conf == "" || real != conf {
-			named = append(named, namedPath{filepath.Clean(p), real})
-		}
-	}
+	named := slices.DeleteFunc(namedPaths(slices.Concat(c.RO, c.RW, c.Exec)), func(n namedPath) bool {
+		return conf != "" && n.real == conf
+	})
 	hostConf := conf // conf is cleared once the sandbox's own is placed
 	hidden := map[string]bool{}
 	for _, dir := range hostSocketDirs {
@@ -315,6 +308,22 @@ func hideHostServices(c *Config) error {
 // namedPath is a path the sandbox names, and where it leads ("" when it
 // does not exist).
 type namedPath struct{ path, real string }
+
+// namedPaths is paths ("" left out) with where each leads.
+func namedPaths(paths []string) []namedPath {
+	var out []namedPath
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			real = "" // missing: Landlock's open names it
+		}
+		out = append(out, namedPath{filepath.Clean(p), real})
+	}
+	return out
+}
 
 // within says whether p is parent or below it.
 func within(p, parent string) bool {
@@ -378,17 +387,7 @@ var tmpDirs = []string{"/tmp", "/var/tmp"}
 // (Config.RO, RW, Exec) and its working directory, each mounted back. What
 // it writes there itself goes with it.
 func privateTmp(c *Config) error {
-	var named []namedPath
-	for _, p := range slices.Concat(c.RO, c.RW, c.Exec, []string{c.Dir}) {
-		if p == "" {
-			continue
-		}
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil {
-			real = "" // missing: Landlock's open names it
-		}
-		named = append(named, namedPath{filepath.Clean(p), real})
-	}
+	named := namedPaths(slices.Concat(c.RO, c.RW, c.Exec, []string{c.Dir}))
 	done := map[string]bool{}
 	for _, dir := range tmpDirs {
 		real, err := filepath.EvalSymlinks(dir)
