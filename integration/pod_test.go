@@ -842,18 +842,9 @@ func TestPodV1GroupsAreThePods(t *testing.T) {
 // dependent, which crashes at once, is not launched again and again.
 func TestPodRestartWaitsForWhatItComesAfter(t *testing.T) {
 	e := newPodEnv(t)
-	m := e.manifest("restartafter", "", `  - name: base
-    command: [/bin/sh, -c, "sleep 0.5; exit 1"]
-    user: "61000"
-    preset: egress_none
-    restart: {policy: always, backoff: {initial: 2s, max: 2s}, give_up: {restarts: 100, window: 60s}}
-  - name: dependent
-    command: [/bin/sh, -c, "exit 1"]
-    user: "61000"
-    preset: egress_none
-    after: [base]
-    restart: {policy: always, backoff: {initial: 20ms, max: 50ms}, give_up: {restarts: 1000, window: 60s}}
-`)
+	m := e.manifest("restartafter", "",
+		shService("base", "sleep 0.5; exit 1", "{policy: always, backoff: {initial: 2s, max: 2s}, give_up: {restarts: 100, window: 60s}}", "")+
+			shService("dependent", "exit 1", "{policy: always, backoff: {initial: 20ms, max: 50ms}, give_up: {restarts: 1000, window: 60s}}", "    after: [base]\n"))
 	pod := startPod(t, e, "restartafter", m)
 	// Two of base's outages, each 2s.
 	_, i := pod.awaitEvent("exit", "base", 0)

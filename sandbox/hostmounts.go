@@ -54,13 +54,19 @@ const maxViewRounds = 16
 func hideHostViews(c *Config) error {
 	var socketDirs []string
 	if c.Net != NetHost {
-		socketDirs = existingDirs(hostSocketDirs)
+		var err error
+		if socketDirs, err = existingDirs(hostSocketDirs); err != nil {
+			return err
+		}
 	}
-	tmp := existingDirs(tmpDirs)
+	tmp, err := existingDirs(tmpDirs)
+	if err != nil {
+		return err
+	}
 	named := resolved(slices.Concat(c.RO, c.RW, c.Exec))
 	// What privateTmp mounts back below the tmp directories, with all
 	// that is mounted below it.
-	kept := append(slices.Clone(named), resolved([]string{c.Dir})...)
+	kept := resolved(slices.Concat(c.RO, c.RW, c.Exec, []string{c.Dir}))
 	var last string
 	for range maxViewRounds {
 		mounts, err := readMounts()
@@ -98,26 +104,29 @@ func hideHostViews(c *Config) error {
 	return fmt.Errorf("the host's views still show after %d rounds of taking them away (the last at %s)", maxViewRounds, last)
 }
 
-// existingDirs is dirs as the kernel reaches them, those that exist, once.
-func existingDirs(dirs []string) []string {
+// existingDirs is dirs as the kernel reaches them, those that exist, each
+// once (/var/run is /run); one that cannot be looked at refuses the launch.
+func existingDirs(dirs []string) ([]string, error) {
 	var out []string
 	for _, d := range dirs {
-		if real, err := filepath.EvalSymlinks(d); err == nil && !slices.Contains(out, real) {
-			out = append(out, real)
+		real, err := filepath.EvalSymlinks(d)
+		if errors.Is(err, os.ErrNotExist) || slices.Contains(out, real) {
+			continue
 		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, real)
 	}
-	return out
+	return out, nil
 }
 
 // resolved is paths as the kernel reaches them: their links followed (one
-// that does not exist, as named).
+// that does not exist, as named; "" left out).
 func resolved(paths []string) []string {
-	out := make([]string, 0, len(paths))
-	for _, p := range paths {
-		if real, err := filepath.EvalSymlinks(p); err == nil {
-			p = real
-		}
-		out = append(out, filepath.Clean(p))
+	var out []string
+	for _, n := range namedPaths(paths) {
+		out = append(out, cmp.Or(n.real, n.path))
 	}
 	return out
 }

@@ -268,16 +268,11 @@ func hideHostServices(c *Config) error {
 		return conf != "" && n.real == conf
 	})
 	hostConf := conf // conf is cleared once the sandbox's own is placed
-	hidden := map[string]bool{}
-	for _, dir := range hostSocketDirs {
-		real, err := filepath.EvalSymlinks(dir)
-		if errors.Is(err, os.ErrNotExist) || hidden[real] {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		hidden[real] = true
+	dirs, err := existingDirs(hostSocketDirs)
+	if err != nil {
+		return err
+	}
+	for _, real := range dirs {
 		var files map[string]string
 		if rel, err := filepath.Rel(real, conf); conf != "" && err == nil && filepath.IsLocal(rel) {
 			// Readable where it is, as /etc's own would be: Landlock
@@ -388,16 +383,11 @@ var tmpDirs = []string{"/tmp", "/var/tmp"}
 // it writes there itself goes with it.
 func privateTmp(c *Config) error {
 	named := namedPaths(slices.Concat(c.RO, c.RW, c.Exec, []string{c.Dir}))
-	done := map[string]bool{}
-	for _, dir := range tmpDirs {
-		real, err := filepath.EvalSymlinks(dir)
-		if errors.Is(err, os.ErrNotExist) || done[real] {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		done[real] = true
+	dirs, err := existingDirs(tmpDirs)
+	if err != nil {
+		return err
+	}
+	for _, real := range dirs {
 		// The directory itself, named, is the sandbox's own.
 		below := slices.DeleteFunc(slices.Clone(named), func(n namedPath) bool { return n.real == real })
 		keep, links, err := under(real, below, "")

@@ -317,6 +317,30 @@ func openDir(t *testing.T) string {
 	return d
 }
 
+// hostSocket listens on a Unix socket at path that any uid may connect
+// to, for the test's life.
+func hostSocket(t *testing.T, path string) string {
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	os.Chmod(path, 0o666)
+	return path
+}
+
+// rootDir is a directory of the test's in /, where a sandbox sees the
+// host's files (its /tmp is its own).
+func rootDir(t *testing.T, mode os.FileMode) string {
+	d, err := os.MkdirTemp("/", "airlock-sandbox-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	os.Chmod(d, mode)
+	return d
+}
+
 func socketErr(domain, typ, proto int) error {
 	fd, err := unix.Socket(domain, typ, proto)
 	if err == nil {
@@ -336,13 +360,7 @@ func TestEscapesFail(t *testing.T) {
 	// Readable by uid 998 as far as file modes go: only Landlock stops it.
 	// Where the sandbox sees the host's files (not in /tmp, which is its
 	// own): Landlock, not a missing file, is what stops the read.
-	secretDir, err := os.MkdirTemp("/", "airlock-sandbox-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(secretDir) })
-	os.Chmod(secretDir, 0o755)
-	secret := filepath.Join(secretDir, "secret")
+	secret := filepath.Join(rootDir(t, 0o755), "secret")
 	os.WriteFile(secret, []byte("s"), 0o644)
 	// A setuid-root copy of id: no_new_privs must keep it at uid 998.
 	suidDir := openDir(t)
@@ -959,13 +977,7 @@ func TestInitThreadsInTheSandboxNetwork(t *testing.T) {
 func TestHostSocketsHidden(t *testing.T) {
 	testutil.RequireRoot(t, "sandboxes, and a socket under /run")
 	py := testutil.RequireTool(t, "/usr/bin/python3")
-	sock := fmt.Sprintf("/run/airlock-test-%d.sock", os.Getpid())
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	os.Chmod(sock, 0o666)
+	sock := hostSocket(t, fmt.Sprintf("/run/airlock-test-%d.sock", os.Getpid()))
 	kept := fmt.Sprintf("/run/airlock-test-%d", os.Getpid())
 	if err := os.MkdirAll(kept, 0o755); err != nil {
 		t.Fatal(err)
@@ -1013,20 +1025,8 @@ func TestTmpIsPrivate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "s")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	os.Chmod(sock, 0o666)
-	varSock := fmt.Sprintf("/var/tmp/airlock-test-%d.sock", os.Getpid())
-	vln, err := net.Listen("unix", varSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vln.Close()
-	os.Chmod(varSock, 0o666)
+	sock := hostSocket(t, filepath.Join(dir, "s"))
+	varSock := hostSocket(t, fmt.Sprintf("/var/tmp/airlock-test-%d.sock", os.Getpid()))
 	given := t.TempDir() // below /tmp too, or where TMPDIR says
 	os.Chmod(given, 0o755)
 	os.WriteFile(filepath.Join(given, "x"), []byte("given"), 0o644)
@@ -1118,12 +1118,7 @@ print(os.getcwd())`
 // host's, under the hidden /run) refuses the start, saying why.
 func TestStartsInItsDirectory(t *testing.T) {
 	testutil.RequireRoot(t, "sandboxes, and a directory of root's")
-	private, err := os.MkdirTemp("/", "airlock-sandbox-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(private) })
-	os.Chmod(private, 0o700)
+	private := rootDir(t, 0o700)
 	t.Chdir(private)
 	out, code, err := run(t, base(t, "/bin/pwd"))
 	if err != nil || code != 0 || out != private+"\n" {

@@ -66,21 +66,34 @@ func RunStage2() {
 	os.Exit(125)
 }
 
-// enterDir makes Config.Dir the working directory, and says whether it
-// is left to enterDirAsSandbox: where root is the one refused (a FUSE
-// mount without allow_other, an NFS home that squashes root).
-func enterDir(c *Config) (later bool, err error) {
+// workDir enters Config.Dir by its path among the sandbox's mounts: as
+// root (enter), so that a directory the sandbox's uid may not enter (the
+// 0700 home the launcher ran from) is its directory all the same, as it
+// was the launcher's; where root is the one refused (a FUSE mount without
+// allow_other, an NFS home that squashes root), as the sandbox's uid
+// (enterAsSandbox). Landlock says what it may read there.
+type workDir struct{ refused bool }
+
+func (w *workDir) enter(c *Config) error {
 	if c.Dir == "" {
-		return false, nil
+		return nil
 	}
-	err = os.Chdir(c.Dir)
+	err := os.Chdir(c.Dir)
 	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
-		return true, nil
+		w.refused = true
+		return nil
 	}
 	if errors.Is(err, os.ErrNotExist) {
-		return false, fmt.Errorf("%w: the sandbox does not have it (what the host has in /run off the host network, and in /tmp and /var/tmp, is there only where the sandbox is given it); give it with --ro, or name another with --cwd", err)
+		return fmt.Errorf("%w: the sandbox does not have it (what the host has in /run off the host network, and in /tmp and /var/tmp, is there only where the sandbox is given it); give it with --ro, or name another with --cwd", err)
 	}
-	return false, err
+	return err
+}
+
+func (w *workDir) enterAsSandbox(c *Config) error {
+	if !w.refused {
+		return nil
+	}
+	return os.Chdir(c.Dir)
 }
 
 // runCommandStage runs the ordered per-process restrictions and execs the
@@ -93,7 +106,7 @@ func runCommandStage() {
 	step := ""
 	fail := func(err error) { report(step, err) }
 	parent := os.Getppid()
-	dirLater := false // enterDir
+	var wd workDir
 
 	steps := []struct {
 		name string
@@ -111,23 +124,15 @@ func runCommandStage() {
 		// A pinned command is opened and hashed here, as root, and that
 		// descriptor is what the exec runs (execpin.go).
 		{"verify pinned binary", openPinned},
-		// By its path among the sandbox's mounts, and as root: a
-		// directory the sandbox's uid may not enter (the 0700 home
-		// the launcher ran from) is its directory all the same, as it
-		// was the launcher's. Landlock says what it may read there.
-		{"enter the working directory", func(c *Config) (err error) { dirLater, err = enterDir(c); return err }},
+		// As root, before the uid switch (workDir).
+		{"enter the working directory", wd.enter},
 		// The bounding set caps what any later exec can gain; dropping
 		// it needs CAP_SETPCAP, so it goes before the uid switch.
 		{"drop capability bounding set", dropBounding},
 		// setgroups/setresgid/setresuid on this thread, the one that
 		// execs (switchThreadIDs).
 		{"switch uid and gid", switchThreadIDs},
-		{"enter the working directory as the sandbox's uid", func(c *Config) error {
-			if !dirLater {
-				return nil
-			}
-			return os.Chdir(c.Dir)
-		}},
+		{"enter the working directory as the sandbox's uid", wd.enterAsSandbox},
 		// The uid switch cleared the capabilities; grant exactly the
 		// kept ones back, permitted, effective, inheritable and ambient.
 		{"set capabilities", setCaps},
@@ -153,7 +158,7 @@ func runCommandStage() {
 		}
 	}
 	step = "exec"
-	// The command runs in its directory (enterDir); a name with a slash
+	// The command runs in its directory (workDir); a name with a slash
 	// is taken from there by exec, a bare one only from PATH's absolute
 	// entries.
 	path, err := lookPath(c.Command[0], c.Env)

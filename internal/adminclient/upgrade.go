@@ -16,12 +16,6 @@ import (
 // the dial and the handshake, not the connection returned.
 func upgradeTo(ctx context.Context, socket string, req *http.Request, proto, what string) (net.Conn, *bufio.Reader, error) {
 	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	if err == nil {
-		conn, err = checkPeer(conn, socket)
-		if err != nil {
-			return nil, nil, err // a socket is there, and no pod's
-		}
-	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, fmt.Errorf("the pod's admin socket %s: %w", socket, ctx.Err())
@@ -29,6 +23,9 @@ func upgradeTo(ctx context.Context, socket string, req *http.Request, proto, wha
 		// %v: an ECONNREFUSED here is the pod's, not what the caller
 		// asks the pod for.
 		return nil, nil, fmt.Errorf("%w: %s: %v", ErrNoPod, socket, err)
+	}
+	if conn, err = checkPeer(conn, socket); err != nil {
+		return nil, nil, err // a socket is there, and no pod's
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
