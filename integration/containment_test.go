@@ -720,3 +720,82 @@ func TestLaunchHasItsOwnIPC(t *testing.T) {
 		t.Errorf("the sandbox sees message queues (the host made %s):\n%s", id, out)
 	}
 }
+
+// A launch whose setup waits in the kernel for good (a path it was given
+// on a FUSE mount whose server never answers) still stops as a launch
+// does: at a second stop signal, or --stop-timeout after the first. It
+// exits 125 saying why, writes so to --json-status, and leaves no process
+// and no group behind.
+func TestLaunchStopsAHungSetup(t *testing.T) {
+	hung := testutil.HungFUSE(t)
+	for i, tc := range []struct {
+		name    string
+		signals []syscall.Signal
+		why     string
+	}{
+		{"a second SIGINT", []syscall.Signal{syscall.SIGINT, syscall.SIGINT}, "a second stop signal"},
+		{"SIGTERM, then the stop timeout", []syscall.Signal{syscall.SIGTERM}, "not stopped within --stop-timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprintf("hung-%d-%d", os.Getpid(), i)
+			status := filepath.Join(t.TempDir(), "status.json")
+			cmd := exec.Command(airlockBin, "launch", "--net", "none", "--sandbox-id", id, "--stop-timeout", "1s", "--json-status", status,
+				"--ro", hung, "--", "/bin/true")
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			waitFor(t, 10*time.Second, func() bool { return waitsInTheKernel(cmd.Process.Pid) }, "a process of the launch waiting on the hung mount")
+			for _, sig := range tc.signals {
+				cmd.Process.Signal(sig)
+				time.Sleep(100 * time.Millisecond)
+			}
+			select {
+			case <-exited:
+			case <-time.After(time.Minute):
+				cmd.Process.Kill()
+				t.Fatalf("airlock launch still setting up a minute after %v: %s", tc.signals, stderr.String())
+			}
+			if code := cmd.ProcessState.ExitCode(); code != 125 || !strings.Contains(stderr.String(), "setup stopped before the command ran: "+tc.why) {
+				t.Errorf("a hung setup stopped: exit %d, %s; want 125, saying %q", code, stderr.String(), tc.why)
+			}
+			raw, _ := os.ReadFile(status)
+			var st struct {
+				Started  bool   `json:"started"`
+				Error    string `json:"error"`
+				ExitCode int    `json:"exit_code"`
+			}
+			if err := json.Unmarshal(raw, &st); err != nil || st.Started || st.ExitCode != 125 || !strings.Contains(st.Error, tc.why) {
+				t.Errorf("--json-status of a stopped setup: %s (%v); want not started, 125, why", raw, err)
+			}
+			if left := cgroupsOf(id); len(left) > 0 {
+				t.Errorf("cgroups left behind: %v", left)
+			}
+		})
+	}
+}
+
+// waitsInTheKernel says whether pid or a process under it is in an
+// uninterruptible (or killable) wait, state D.
+func waitsInTheKernel(pid int) bool {
+	// Each thread lists the children it made (the sandbox's init is
+	// made by a thread of its own).
+	lists, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, l := range lists {
+		children, _ := os.ReadFile(l)
+		for _, f := range strings.Fields(string(children)) {
+			var child int
+			fmt.Sscan(f, &child)
+			if child > 0 && waitsInTheKernel(child) {
+				return true
+			}
+		}
+	}
+	stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	// pid (comm) STATE ...: the name may hold spaces and parentheses.
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	return strings.HasPrefix(rest, "D")
+}

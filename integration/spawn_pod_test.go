@@ -471,3 +471,66 @@ func TestPodSandboxRefusedForItsFilesLeavesNone(t *testing.T) {
 		t.Fatalf("Wait = %d, %v; want 0", code, err)
 	}
 }
+
+// What a pod launches may hang in its setup for good (a path given on a
+// FUSE mount whose server never answers): an operator's stop of such a
+// one-off, and the pod's own stop, hold no longer than their grace, and
+// the one-off's launcher hears why; so does the stop of a pod whose
+// service hangs in its setup at boot.
+func TestPodStopsWhatHangsInSetup(t *testing.T) {
+	e := newPodSpawnEnv(t, "oneoff-hung")
+	hung := testutil.HungFUSE(t)
+	launch := func(id string) <-chan error {
+		s := e.spec(t, id, "egress_ok", "/bin/true")
+		s.RO = append(s.RO, hung)
+		failed := make(chan error, 1)
+		go func() {
+			sb, err := e.launcher().Launch(context.Background(), s)
+			if err == nil {
+				sb.Wait()
+			}
+			failed <- err
+		}()
+		waitFor(t, 20*time.Second, func() bool { return waitsInTheKernel(e.pod.cmd.Process.Pid) }, "the one-off %s waiting on the hung mount", id)
+		return failed
+	}
+	heard := func(failed <-chan error, id string) {
+		t.Helper()
+		select {
+		case err := <-failed:
+			if err == nil || !strings.Contains(err.Error(), "setup stopped before the command ran") {
+				t.Errorf("the launcher of %s, stopped while its setup hung: %v; want a failed launch saying why", id, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("the launcher of %s still waiting a minute after its stop", id)
+		}
+	}
+
+	failed := launch("hung-deleted")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := adminclient.Do(ctx, e.pod.socket, http.MethodDelete, adminclient.StopPath("hung-deleted", time.Second))
+	if err != nil {
+		t.Fatalf("DELETE of a one-off whose setup hangs (grace 1s): %v", err)
+	}
+	resp.Body.Close()
+	heard(failed, "hung-deleted")
+
+	failed = launch("hung-podstop")
+	e.pod.stop(time.Minute) // stop_grace 3s
+	heard(failed, "hung-podstop")
+
+	svc := e.pyService("svc", 18080, "egress_none", "")
+	hungSvc := strings.Replace(svc, "landlock: {ro: [", "landlock: {ro: ["+hung+", ", 1)
+	if hungSvc == svc {
+		t.Fatalf("no landlock line to give the hung path in:\n%s", svc)
+	}
+	pod := startPod(t, e.podEnv, "boot-hung", e.manifest("boot-hung", "", hungSvc))
+	waitFor(t, 20*time.Second, func() bool { return waitsInTheKernel(pod.cmd.Process.Pid) }, "the service waiting on the hung mount")
+	pod.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-pod.exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("airlock up, its service's setup hung at boot, still running a minute after SIGTERM (stop_grace 3s):\n%s", pod.stderr.String())
+	}
+}

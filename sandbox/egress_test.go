@@ -352,7 +352,7 @@ func TestDenyPeers(t *testing.T) {
 	connect := func(dir string, port int) string {
 		c := base(t, "/bin/bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && cat <&3", port))
 		c.Net, c.ProxyPort, c.Cgroups = NetProxy, 3128, []string{dir}
-		p, err := Start(c, n)
+		p, err := Start(context.Background(), c, n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -458,7 +458,7 @@ try:
 except PermissionError:
     sys.exit(3)`, msg, port))
 	c.Net, c.ProxyPort, c.Cgroups = NetProxy, 3128, []string{dir}
-	p, err := Start(c, n)
+	p, err := Start(context.Background(), c, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -527,7 +527,7 @@ for p in map(int, sys.argv[1:]):
 		}
 		var out bytes.Buffer
 		c.Stdout = &out
-		p, err := Start(c, n)
+		p, err := Start(context.Background(), c, n)
 		if err != nil {
 			t.Fatal(err)
 		}

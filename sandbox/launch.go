@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -50,7 +52,14 @@ func (e *SetupError) Error() string {
 // host. The init is started from a goroutine that holds its OS thread for
 // the child's whole life: the parent-death signal fires when that thread
 // exits, and the init's death ends the namespace.
-func Start(c Config, net *Network) (*Process, error) {
+//
+// When ctx ends before the command runs, the init is killed and Start
+// returns ctx's error: a setup step can wait in the kernel without end (a
+// path on a FUSE mount whose server stopped answering, a hard NFS mount
+// whose server is gone), and whoever launched the sandbox (an operator's
+// ^C, a pod's stop) must not wait with it. Once the command runs, ctx no
+// longer matters.
+func Start(ctx context.Context, c Config, net *Network) (*Process, error) {
 	if c.Dir == "" {
 		// By its path, looked up in the sandbox's mounts: inherited, the
 		// launcher's directory would be held past them, and a path
@@ -199,15 +208,31 @@ func Start(c Config, net *Network) (*Process, error) {
 	}
 	// The status pipe closes without a word when exec succeeds (CLOEXEC);
 	// a setup failure writes which step failed.
-	var se stepError
-	dec := json.NewDecoder(statR)
-	derr := dec.Decode(&se)
-	statR.Close()
-	if derr == nil {
+	type status struct {
+		se  stepError
+		err error
+	}
+	read := make(chan status, 1)
+	go func() {
+		var st status
+		st.err = json.NewDecoder(statR).Decode(&st.se)
+		statR.Close()
+		read <- st
+	}()
+	var st status
+	select {
+	case st = <-read:
+	case <-ctx.Done():
+		err := p.abandon(ctx)
+		lifeW.Close()
+		term.discard()
+		return nil, err
+	}
+	if st.err == nil {
 		<-p.done
 		lifeW.Close()
 		term.discard()
-		return nil, &SetupError{Step: se.Step, Err: se.Error}
+		return nil, &SetupError{Step: st.se.Step, Err: st.se.Error}
 	}
 	if term != nil {
 		// The relay begins once the command runs: until then the
@@ -216,6 +241,24 @@ func Start(c Config, net *Network) (*Process, error) {
 		term.start()
 	}
 	return p, nil
+}
+
+// reapWithin is how long abandon waits for a killed init to be reaped. A
+// wait in the kernel that SIGKILL ends (FUSE's, NFS's) ends at once; a
+// process that stays (an uninterruptible wait) is reaped when it leaves it,
+// by the goroutine that started it, and the launch does not wait for that.
+const reapWithin = 5 * time.Second
+
+// abandon kills a sandbox whose setup ctx ended, and says so.
+func (p *Process) abandon(ctx context.Context) error {
+	p.proc.Kill()
+	err := fmt.Errorf("sandbox setup stopped before the command ran: %w", context.Cause(ctx))
+	select {
+	case <-p.done:
+		return err
+	case <-time.After(reapWithin):
+		return fmt.Errorf("%w; its init (pid %d), killed, was still not reaped after %v: a step waits in the kernel (on a hung FUSE or NFS path it was given?)", err, p.Pid, reapWithin)
+	}
 }
 
 // Signal sends sig to the command, through the init (on the life pipe:

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -66,7 +67,7 @@ func runWith(t testing.TB, c Config, setup func(*Network)) (string, int, error) 
 		t.Fatal(err)
 	}
 	c.Stdout, c.Stderr = out, os.Stderr
-	p, err := Start(c, network)
+	p, err := Start(context.Background(), c, network)
 	if err != nil {
 		return "", 0, err
 	}
@@ -752,7 +753,7 @@ func BenchmarkLaunch(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p, err := Start(c, n)
+			p, err := Start(context.Background(), c, n)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -913,7 +914,7 @@ func TestSandboxesDoNotShareAProcessGroup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pv, err := Start(victim, nv)
+		pv, err := Start(context.Background(), victim, nv)
 		if err != nil {
 			nv.Close()
 			t.Fatal(err)
@@ -946,7 +947,7 @@ func TestInitThreadsInTheSandboxNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	p, err := Start(c, n)
+	p, err := Start(context.Background(), c, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1101,7 +1102,7 @@ print(os.getcwd())`
 	t.Chdir("/tmp")
 	c := base(t, "/bin/sleep", "30")
 	c.Net = NetHost
-	p, err := Start(c, nil)
+	p, err := Start(context.Background(), c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1135,6 +1136,46 @@ func TestStartsInItsDirectory(t *testing.T) {
 	var se *SetupError
 	if !errors.As(err, &se) || !strings.Contains(se.Err, "the sandbox does not have it") {
 		t.Fatalf("started in a directory the sandbox lacks: %v; want a refusal that says so", err)
+	}
+}
+
+// A setup step that waits in the kernel for good (here on a FUSE mount
+// whose server never answers, named to the sandbox or started in) ends
+// when the launch's context does: the init is killed and reaped, and Start
+// says why, instead of holding whoever launched it (a pod's stop, an
+// operator's ^C) for as long as the mount hangs.
+func TestStartStopsAHungSetup(t *testing.T) {
+	hung := testutil.HungFUSE(t)
+	for _, tc := range []struct {
+		name  string
+		given func(*Config)
+	}{
+		{"named", func(c *Config) { c.RO = append(c.RO, hung) }},
+		{"started in", func(c *Config) { c.Dir = hung }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base(t, "/bin/true")
+			c.Net = NetHost // no network to make: the setup is the mounts'
+			tc.given(&c)
+			ctx, cancel := context.WithTimeoutCause(context.Background(), 300*time.Millisecond, errors.New("the test's stop"))
+			defer cancel()
+			started := make(chan error, 1)
+			go func() {
+				p, err := Start(ctx, c, nil)
+				if err == nil {
+					p.Wait()
+				}
+				started <- err
+			}()
+			select {
+			case err := <-started:
+				if err == nil || !strings.Contains(err.Error(), "the test's stop") || strings.Contains(err.Error(), "not reaped") {
+					t.Fatalf("a sandbox whose setup hangs, its launch stopped: %v; want the stop's cause, the init reaped", err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("Start still waiting for a hung setup a minute after its context ended")
+			}
+		})
 	}
 }
 

@@ -56,8 +56,10 @@ type oneOff struct {
 	audit *os.File
 
 	// launched is closed once sb is set, or its launch failed (sb nil):
-	// a stop (the pod's, an operator's) may find it in between.
+	// a stop (the pod's, an operator's) may find it in between, and ends
+	// the launch (abort) if it outlasts the stop's grace.
 	launched chan struct{}
+	abort    context.CancelFunc
 	done     chan struct{} // closed once it has ended and is forgotten
 	exit     adminclient.SandboxExit
 }
@@ -291,7 +293,9 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File) (*oneOf
 		}
 		return nil, err
 	}
-	x := &oneOff{spec: spec, cg: cg, launched: make(chan struct{}), done: make(chan struct{})}
+	launch, abort := context.WithCancel(p.ctx)
+	defer abort()
+	x := &oneOff{spec: spec, cg: cg, launched: make(chan struct{}), abort: abort, done: make(chan struct{})}
 	named := []struct{ name, path string }{{"stdout", spec.Stdout}, {"stderr", spec.Stderr}, {"audit", spec.Audit}}
 	if spec.Stdio {
 		x.files = append(x.files, stdio...)
@@ -339,7 +343,7 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File) (*oneOf
 		discard()
 		return nil, err
 	}
-	x.sb, err = Launch(p.ctx, SandboxOptions{
+	x.sb, err = Launch(launch, SandboxOptions{
 		ID: spec.ID, Config: c, Env: sandbox.EnvOptions{Set: spec.Env}, CgroupParent: p.group, ParentReaped: true,
 		Network: p.network, DenyPeers: true, CABundle: p.caBundle, Logger: p.log,
 	})
@@ -388,7 +392,14 @@ func (x *oneOff) closeFiles() {
 // operator's with a long grace, then the pod's), the earliest deadline
 // rules.
 func (x *oneOff) stop(ctx context.Context) {
-	<-x.launched
+	select {
+	case <-x.launched:
+	case <-ctx.Done():
+		// Its setup hangs (a path it was given on a hung FUSE or NFS
+		// mount): the stop's grace is its too.
+		x.abort()
+		<-x.launched
+	}
 	if x.sb == nil {
 		return // its launch failed: nothing runs
 	}

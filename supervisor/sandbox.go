@@ -202,7 +202,7 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 		return nil, err
 	}
 	s.started = time.Now()
-	if s.proc, err = sandbox.Start(c, network); err != nil {
+	if s.proc, err = sandbox.Start(ctx, c, network); err != nil {
 		if hook != nil {
 			hook.Close()
 		}

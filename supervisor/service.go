@@ -45,10 +45,14 @@ type service struct {
 	restartReq chan struct{}
 	stopReq    chan struct{}
 	stopCtx    context.Context // the pod's stop deadline, set before stopReq closes
-	running    bool            // its loop was started (set by boot, before the loop runs)
-	parked     bool            // given up on or exited, waiting for an operator (the pod's lifeMu)
-	stopOnce   sync.Once
-	done       chan struct{}
+	// launching is every launch's context: ended by a stop whose
+	// deadline passed while a launch's setup hangs (abortLaunch).
+	launching   context.Context
+	abortLaunch context.CancelFunc
+	running     bool // its loop was started (set by boot, before the loop runs)
+	parked      bool // given up on or exited, waiting for an operator (the pod's lifeMu)
+	stopOnce    sync.Once
+	done        chan struct{}
 
 	mu         sync.Mutex
 	state      string
@@ -81,6 +85,7 @@ func newService(p *Pod, s manifest.Service) (*service, error) {
 		up:    make(chan struct{}),
 		state: statePending, since: time.Now(), memoryMax: s.MemoryMax,
 	}
+	svc.launching, svc.abortLaunch = context.WithCancel(p.ctx)
 	r := s.Restart
 	svc.backoff = backoff{initial: r.Initial, max: r.Max, mult: r.Multiplier, jitter: r.Jitter}
 	svc.loop = crashLoop{max: r.GiveUpAfter, window: r.GiveUpWindow}
@@ -337,7 +342,7 @@ func (s *service) once() (why string, failed bool) {
 	s.setState(stateStarting, "")
 	s.out.reset()
 	env, memoryMax := s.launchEnv(), s.memoryLimit()
-	sb, err := Launch(s.pod.ctx, SandboxOptions{
+	sb, err := Launch(s.launching, SandboxOptions{
 		ID: s.leafID(), Config: s.cfg, Env: env, CgroupParent: s.pod.group, ParentReaped: true,
 		MemoryMax: memoryMax, PidsMax: s.spec.PidsMax, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log,
 	})
@@ -597,7 +602,15 @@ func (s *service) stop(ctx context.Context) {
 		close(s.stopReq)
 	})
 	if s.running {
-		<-s.done
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			// The loop may be held in a launch whose setup hangs (a
+			// path given on a hung FUSE or NFS mount): the stop's
+			// deadline ends that as it kills a running instance.
+			s.abortLaunch()
+			<-s.done
+		}
 	}
 }
 

@@ -177,8 +177,8 @@ func newLaunchCmd() *cobra.Command {
 			sigs := make(chan os.Signal, 8)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 			defer signal.Stop(sigs)
-			ctx, cancel := context.WithCancel(cmd.Context())
-			defer cancel()
+			ctx, cancel := context.WithCancelCause(cmd.Context())
+			defer cancel(nil)
 
 			o := supervisor.SandboxOptions{
 				ID: sandboxID, Config: c, Env: sandbox.EnvOptions{Set: envs, Keep: keepEnv},
@@ -196,15 +196,19 @@ func newLaunchCmd() *cobra.Command {
 			} else if c.Net == sandbox.NetProxy {
 				log.Warn("--net proxy without --preset: nothing serves the proxy inside the sandbox, so its connections and DNS queries wait unanswered; use --preset, or --net none")
 			}
+			launched := make(chan *supervisor.Sandbox, 1)
+			go forwardSignals(sigs, launched, cancel, stopTimeout, log)
 			sb, err := supervisor.Launch(ctx, o)
+			launched <- sb
 			if err != nil {
+				failed := map[string]any{"started": false, "error": err.Error(), "exit_code": ExitLaunch}
 				var se *sandbox.SetupError
 				if errors.As(err, &se) {
-					status.write(map[string]any{"started": false, "step": se.Step, "error": se.Err, "exit_code": ExitLaunch}, log)
+					failed["step"], failed["error"] = se.Step, se.Err
 				}
+				status.write(failed, log)
 				return &exitError{ExitLaunch, err}
 			}
-			go forwardSignals(sigs, sb, stopTimeout, log)
 			out, werr := sb.Wait()
 			code := out.ExitCode
 			outcome := map[string]any{"started": true, "pid": out.Pid, "exit_code": code, "duration_ms": out.Duration.Milliseconds(), "oom_killed": out.OOMKills > 0}
@@ -341,15 +345,30 @@ func (s *statusFile) Close() {
 	}
 }
 
-// forwardSignals passes the launcher's signals to the sandbox. A stop
-// signal (SIGINT, SIGTERM, SIGHUP) is the command's to act on for up to
-// stopTimeout, as docker stop allows; after that, or at a second SIGINT or
-// SIGTERM, the whole sandbox is killed: a command that ignores or defers it
-// (a shell waiting on its foreground job defers SIGINT) cannot keep the
-// sandbox alive after the launcher was told to stop. A terminal's ^C is
-// none of these: on the sandbox's own terminal, it is the pty's to signal.
-func forwardSignals(sigs <-chan os.Signal, proc *supervisor.Sandbox, stopTimeout time.Duration, log *slog.Logger) {
+// forwardSignals passes the launcher's signals to the sandbox, launched
+// once it runs (nil: it never will). Those that come while it is set up
+// are passed on once the command runs. A stop signal (SIGINT, SIGTERM,
+// SIGHUP) is the command's to act on for up to stopTimeout, as docker stop
+// allows; after that, or at a second SIGINT or SIGTERM, the whole sandbox
+// is killed: a command that ignores or defers it (a shell waiting on its
+// foreground job defers SIGINT) cannot keep the sandbox alive after the
+// launcher was told to stop. Before the command runs, the kill is abort,
+// which ends a setup that would otherwise hold the launcher as long as a
+// path given to the sandbox hangs (a FUSE or NFS mount whose server is
+// gone). A terminal's ^C is none of these: on the sandbox's own terminal,
+// it is the pty's to signal.
+func forwardSignals(sigs <-chan os.Signal, launched <-chan *supervisor.Sandbox, abort context.CancelCauseFunc, stopTimeout time.Duration, log *slog.Logger) {
+	var proc *supervisor.Sandbox
+	var done <-chan struct{}
+	var pending []syscall.Signal
+	killed := false
 	kill := func(why string) {
+		killed = true
+		if proc == nil {
+			log.Warn("ending the sandbox's setup: "+why, "stop_timeout", stopTimeout.String())
+			abort(errors.New(why))
+			return
+		}
 		log.Warn("killing the sandbox: "+why, "stop_timeout", stopTimeout.String())
 		if err := proc.Kill(); err != nil {
 			log.Error("kill the sandbox", "err", err)
@@ -359,14 +378,32 @@ func forwardSignals(sigs <-chan os.Signal, proc *supervisor.Sandbox, stopTimeout
 	stops := 0
 	for {
 		select {
-		case <-proc.Done():
+		case sb := <-launched:
+			if sb == nil {
+				return
+			}
+			proc, done, launched = sb, sb.Done(), nil
+			if killed {
+				// Set up as the abort came: it runs, and is killed.
+				kill("a stop during its setup")
+				continue
+			}
+			for _, sig := range pending {
+				proc.Signal(sig)
+			}
+			pending = nil
+		case <-done:
 			return
 		case <-deadline:
-			kill("the command did not stop within --stop-timeout")
+			kill("not stopped within --stop-timeout")
 			deadline = nil
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
-			proc.Signal(sig)
+			if proc != nil {
+				proc.Signal(sig)
+			} else {
+				pending = append(pending, sig)
+			}
 			if sig == syscall.SIGQUIT {
 				continue
 			}

@@ -139,8 +139,30 @@ func launchInPod(cmd *cobra.Command, o podLaunch, args []string, log *slog.Logge
 	defer signal.Stop(sigs)
 
 	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+	// A stop signal while the pod sets the sandbox up ends the request,
+	// and the pod, its launcher gone, ends a setup that hangs.
+	stopped, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-sigs:
+			close(stopped)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	sb, err := adminclient.LaunchStdio(ctx, o.socket, spec, os.Stdin, os.Stdout, os.Stderr)
 	cancel()
+	<-watched
+	select {
+	case <-stopped:
+		if err == nil {
+			sb.Stop(o.stopTimeout) // it ran as the signal came
+		} else {
+			err = fmt.Errorf("stopped by a signal while the pod set the sandbox up: %w", err)
+		}
+	default:
+	}
 	if err != nil {
 		var se *adminclient.StatusError
 		switch {
