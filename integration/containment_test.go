@@ -748,7 +748,14 @@ func TestLaunchStopsAHungSetup(t *testing.T) {
 			}
 			exited := make(chan error, 1)
 			go func() { exited <- cmd.Wait() }()
-			waitFor(t, 10*time.Second, func() bool { return waitsInTheKernel(cmd.Process.Pid) }, "a process of the launch waiting on the hung mount")
+			waitFor(t, 20*time.Second, func() bool {
+				select {
+				case err := <-exited:
+					t.Fatalf("airlock launch ended (%v) before it waited on the hung mount: %s", err, stderr.String())
+				default:
+				}
+				return waitsInTheKernel(cmd.Process.Pid)
+			}, "a process of the launch waiting on the hung mount")
 			for _, sig := range tc.signals {
 				cmd.Process.Signal(sig)
 				time.Sleep(100 * time.Millisecond)

@@ -567,7 +567,13 @@ urllib.request.urlopen("https://api.test:%d/v1/hello", timeout=2)`, e.tlsPort)
 		if ev.Severity != events.Critical || !strings.Contains(ev.Detail, "unhealthy") {
 			t.Errorf("health event %+v", ev)
 		}
-		after := pod.awaitState("alpha", "healthy")
+		// The event is on record before the state leaves healthy: the
+		// restarted instance is the one with one launch more.
+		var after supervisor.ServiceStatus
+		waitFor(t, 60*time.Second, func() bool {
+			after = pod.service("alpha")
+			return after.State == "healthy" && after.Launches > before.Launches
+		}, "alpha healthy again, relaunched")
 		if after.Restarts != before.Restarts+1 {
 			t.Errorf("alpha: %+v", after)
 		}

@@ -498,7 +498,7 @@ func TestPodStopsWhatHangsInSetup(t *testing.T) {
 		t.Helper()
 		select {
 		case err := <-failed:
-			if err == nil || !strings.Contains(err.Error(), "setup stopped before the command ran") {
+			if err == nil || !strings.Contains(err.Error(), "setup stopped before the command ran: stopped while it was being set up") {
 				t.Errorf("the launcher of %s, stopped while its setup hung: %v; want a failed launch saying why", id, err)
 			}
 		case <-time.After(time.Minute):
@@ -515,6 +515,30 @@ func TestPodStopsWhatHangsInSetup(t *testing.T) {
 	}
 	resp.Body.Close()
 	heard(failed, "hung-deleted")
+
+	// airlock launch --pod-socket, ^C'd while the pod sets its sandbox up.
+	cmd := exec.Command(airlockBin, "launch", "--pod-socket", e.pod.socket, "--preset", "egress_ok", "--user", fmt.Sprint(oneOffUID),
+		"--sandbox-id", "hung-cli", "--stop-timeout", "1s", "--ro", hung, "--", "/bin/true")
+	cmd.Env = cleanEnv()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	waitFor(t, 20*time.Second, func() bool { return waitsInTheKernel(e.pod.cmd.Process.Pid) }, "the launch's one-off waiting on the hung mount")
+	cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		t.Fatalf("airlock launch --pod-socket still waiting a minute after ^C, its sandbox's setup hung: %s", stderr.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 125 || !strings.Contains(stderr.String(), "setup stopped before the command ran: stopped while it was being set up") {
+		t.Errorf("airlock launch --pod-socket ^C'd in a hung setup: exit %d, %s; want 125, saying so", code, stderr.String())
+	}
+	waitFor(t, 20*time.Second, func() bool { return !waitsInTheKernel(e.pod.cmd.Process.Pid) }, "the pod to end the setup of the launch it lost")
 
 	failed = launch("hung-podstop")
 	e.pod.stop(time.Minute) // stop_grace 3s

@@ -312,6 +312,14 @@ func namedPaths(paths []string) []namedPath {
 			continue
 		}
 		real, err := filepath.EvalSymlinks(p)
+		if errors.Is(err, unix.EACCES) {
+			// The root of a mount that refuses root (FUSE without
+			// allow_other): no link, or its lstat would not have been
+			// refused; where it is, is where its directory is.
+			if dir, derr := filepath.EvalSymlinks(filepath.Dir(p)); derr == nil {
+				real, err = filepath.Join(dir, filepath.Base(p)), nil
+			}
+		}
 		if err != nil {
 			real = "" // missing: Landlock's open names it
 		}
@@ -547,14 +555,14 @@ func coverDir(dir string, writable bool, files map[string]string, keep []string,
 // mountBack mounts the host's path p, open as f, at p again on the tmpfs
 // that hides it: a directory or a file made there to mount it on.
 func mountBack(f *os.File, p string) error {
-	st, err := f.Stat()
+	dir, err := isDir(int(f.Fd()))
 	if err != nil {
-		return err
+		return &os.PathError{Op: "stat", Path: p, Err: err}
 	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o555); err != nil {
 		return err
 	}
-	if st.IsDir() {
+	if dir {
 		err = os.Mkdir(p, 0o555)
 	} else {
 		// Made, and never opened to write if it is there: a path kept

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -194,11 +195,11 @@ func (rs *ruleset) addPath(p string, rights uint64) error {
 		return fmt.Errorf("landlock: open %s: %w", p, err)
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	dir, err := isDir(fd)
+	if err != nil {
 		return fmt.Errorf("landlock: stat %s: %w", p, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+	if !dir {
 		rights &= llFileAll
 	}
 	rule := unix.LandlockPathBeneathAttr{Allowed_access: rights, Parent_fd: int32(fd)}
@@ -206,6 +207,21 @@ func (rs *ruleset) addPath(p string, rights uint64) error {
 		return fmt.Errorf("landlock_add_rule(%s): %w", p, errno)
 	}
 	return nil
+}
+
+// isDir says whether the file open as fd is a directory. The root of a
+// mount that refuses root (FUSE without allow_other, as sshfs makes)
+// cannot be looked at even by root: it is taken for the directory such a
+// mount almost always is, and what uses it as one (a bind on a directory,
+// a Landlock rule with a directory's rights) is refused by the kernel if
+// it is not.
+func isDir(fd int) (bool, error) {
+	var st unix.Stat_t
+	err := unix.Fstat(fd, &st)
+	if errors.Is(err, unix.EACCES) {
+		return true, nil
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR, err
 }
 
 // enforce restricts the calling thread (and what it executes). It needs

@@ -1139,6 +1139,29 @@ func TestStartsInItsDirectory(t *testing.T) {
 	}
 }
 
+// A directory that root may not enter but the sandbox's uid may (a
+// user's FUSE mount without allow_other, as sshfs makes) is entered as
+// that uid, after the switch: the sandbox starts there; and given to it,
+// it is there to read, in /tmp as elsewhere.
+func TestStartsInADirectoryOnlyItsUIDMayEnter(t *testing.T) {
+	c := base(t, "/bin/pwd")
+	own := testutil.OwnFUSE(t, c.UID)
+	if err := unix.Access(own, unix.X_OK); !errors.Is(err, unix.EACCES) {
+		t.Fatalf("root's access to a FUSE mount without allow_other: %v; want EACCES, or the test proves nothing", err)
+	}
+	c.Dir = own
+	out, code, err := run(t, c)
+	if err != nil || code != 0 || out != own+"\n" {
+		t.Fatalf("started in %s, which only uid %d may enter: exit %d, %v, %q; want it started there", own, c.UID, code, err, out)
+	}
+	c = base(t, "/bin/ls", "-A", own)
+	c.RO = append(c.RO, own)
+	out, code, err = run(t, c)
+	if err != nil || code != 0 || out != "" {
+		t.Fatalf("ls of %s, given: exit %d, %v, %q; want its (empty) listing", own, code, err, out)
+	}
+}
+
 // A setup step that waits in the kernel for good (here on a FUSE mount
 // whose server never answers, named to the sandbox or started in) ends
 // when the launch's context does: the init is killed and reaped, and Start

@@ -59,7 +59,7 @@ type oneOff struct {
 	// a stop (the pod's, an operator's) may find it in between, and ends
 	// the launch (abort) if it outlasts the stop's grace.
 	launched chan struct{}
-	abort    context.CancelFunc
+	abort    context.CancelCauseFunc
 	done     chan struct{} // closed once it has ended and is forgotten
 	exit     adminclient.SandboxExit
 }
@@ -276,8 +276,10 @@ func (o *oneOffs) get(id string) (*oneOff, bool) {
 
 // launch starts spec's sandbox; stdio, with spec.Stdio, are the
 // launcher's stdin, stdout and stderr, closed here (after the sandbox's
-// end once it started). Its end (wait) is the caller's to await.
-func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File) (*oneOff, error) {
+// end once it started). Its end (wait) is the caller's to await. added,
+// when given, is called once the sandbox is known, before its setup: a
+// stop from its launcher must reach a setup that hangs.
+func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File, added func(*oneOff)) (*oneOff, error) {
 	p := o.pod
 	c, err := o.config(spec)
 	if err == nil && spec.Stdio != (len(stdio) == 3) {
@@ -293,8 +295,8 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File) (*oneOf
 		}
 		return nil, err
 	}
-	launch, abort := context.WithCancel(p.ctx)
-	defer abort()
+	launch, abort := context.WithCancelCause(p.ctx)
+	defer abort(nil)
 	x := &oneOff{spec: spec, cg: cg, launched: make(chan struct{}), abort: abort, done: make(chan struct{})}
 	named := []struct{ name, path string }{{"stdout", spec.Stdout}, {"stderr", spec.Stderr}, {"audit", spec.Audit}}
 	if spec.Stdio {
@@ -343,6 +345,9 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File) (*oneOf
 		discard()
 		return nil, err
 	}
+	if added != nil {
+		added(x)
+	}
 	x.sb, err = Launch(launch, SandboxOptions{
 		ID: spec.ID, Config: c, Env: sandbox.EnvOptions{Set: spec.Env}, CgroupParent: p.group, ParentReaped: true,
 		Network: p.network, DenyPeers: true, CABundle: p.caBundle, Logger: p.log,
@@ -387,6 +392,10 @@ func (x *oneOff) closeFiles() {
 	}
 }
 
+// errStoppedInSetup is why a launch ends when its stop's grace has passed
+// while it is still being set up.
+var errStoppedInSetup = errors.New("stopped while it was being set up, and its stop's grace has passed")
+
 // stop ends x: SIGTERM to its command, then, when ctx ends, every process
 // of it killed; it returns once x has ended. Of several stops (an
 // operator's with a long grace, then the pod's), the earliest deadline
@@ -397,7 +406,7 @@ func (x *oneOff) stop(ctx context.Context) {
 	case <-ctx.Done():
 		// Its setup hangs (a path it was given on a hung FUSE or NFS
 		// mount): the stop's grace is its too.
-		x.abort()
+		x.abort(errStoppedInSetup)
 		<-x.launched
 	}
 	if x.sb == nil {

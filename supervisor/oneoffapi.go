@@ -77,7 +77,17 @@ func serveSandboxLaunch(p *Pod, w http.ResponseWriter, r *http.Request) {
 		serveStdioLaunch(p, w, spec)
 		return
 	}
-	x, err := p.sandboxes.launch(spec, nil)
+	// The launcher gone while the sandbox is set up (its ^C, its death)
+	// stops it, as its stream's close does once it runs.
+	x, err := p.sandboxes.launch(spec, nil, func(x *oneOff) {
+		go func() {
+			select {
+			case <-r.Context().Done():
+				x.stopGrace(disconnectGrace)
+			case <-x.launched:
+			}
+		}()
+	})
 	if err != nil {
 		writeLaunchError(w, err)
 		return
@@ -118,14 +128,15 @@ func serveStdioLaunch(p *Pod, w http.ResponseWriter, spec adminclient.SandboxSpe
 	stdio, err := receiveStdio(client, buf.Reader)
 	var x *oneOff
 	if err == nil {
-		x, err = p.sandboxes.launch(spec, stdio)
+		// Its stop line, or its close, reaches a setup that hangs too.
+		x, err = p.sandboxes.launch(spec, stdio, func(x *oneOff) { go watchLauncher(x, buf.Reader) })
 	}
 	if err != nil {
 		line, _ := json.Marshal(adminclient.SandboxExit{Exit: 125, Error: err.Error()})
 		client.Write(append(line, '\n'))
 		return
 	}
-	hold(x, client, buf.Reader)
+	report(x, client)
 }
 
 // stdioWait bounds how long a launcher may take to pass its streams once
@@ -191,6 +202,11 @@ func switchProtocols(client net.Conn, buf *bufio.ReadWriter, proto string) error
 // hold carries x's stop one way and its exit the other, until it ends.
 func hold(x *oneOff, client net.Conn, r *bufio.Reader) {
 	go watchLauncher(x, r)
+	report(x, client)
+}
+
+// report writes x's exit line to its launcher once it has ended.
+func report(x *oneOff, client net.Conn) {
 	<-x.done
 	line, _ := json.Marshal(x.exit)
 	client.Write(append(line, '\n'))

@@ -48,7 +48,7 @@ type service struct {
 	// launching is every launch's context: ended by a stop whose
 	// deadline passed while a launch's setup hangs (abortLaunch).
 	launching   context.Context
-	abortLaunch context.CancelFunc
+	abortLaunch context.CancelCauseFunc
 	running     bool // its loop was started (set by boot, before the loop runs)
 	parked      bool // given up on or exited, waiting for an operator (the pod's lifeMu)
 	stopOnce    sync.Once
@@ -85,7 +85,7 @@ func newService(p *Pod, s manifest.Service) (*service, error) {
 		up:    make(chan struct{}),
 		state: statePending, since: time.Now(), memoryMax: s.MemoryMax,
 	}
-	svc.launching, svc.abortLaunch = context.WithCancel(p.ctx)
+	svc.launching, svc.abortLaunch = context.WithCancelCause(p.ctx)
 	r := s.Restart
 	svc.backoff = backoff{initial: r.Initial, max: r.Max, mult: r.Multiplier, jitter: r.Jitter}
 	svc.loop = crashLoop{max: r.GiveUpAfter, window: r.GiveUpWindow}
@@ -608,7 +608,7 @@ func (s *service) stop(ctx context.Context) {
 			// The loop may be held in a launch whose setup hangs (a
 			// path given on a hung FUSE or NFS mount): the stop's
 			// deadline ends that as it kills a running instance.
-			s.abortLaunch()
+			s.abortLaunch(errStoppedInSetup)
 			<-s.done
 		}
 	}

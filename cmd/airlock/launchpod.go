@@ -159,7 +159,7 @@ func launchInPod(cmd *cobra.Command, o podLaunch, args []string, log *slog.Logge
 		if err == nil {
 			sb.Stop(o.stopTimeout) // it ran as the signal came
 		} else {
-			err = fmt.Errorf("stopped by a signal while the pod set the sandbox up: %w", err)
+			err = fmt.Errorf("stopped by a signal before the pod took the launch: %w", err)
 		}
 	default:
 	}

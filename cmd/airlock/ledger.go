@@ -117,3 +117,15 @@ func escapeC1(raw []byte) []byte {
 	}
 	return out
 }
+
+// c1Escaped writes JSON to w with escapeC1 applied, a write at a time: for
+// writers of whole values or lines (an Encoder, Fprintln), which never
+// split a character between writes.
+type c1Escaped struct{ w io.Writer }
+
+func (c c1Escaped) Write(p []byte) (int, error) {
+	if _, err := c.w.Write(escapeC1(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

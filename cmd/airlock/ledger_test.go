@@ -163,3 +163,22 @@ func TestLedgerUsage(t *testing.T) {
 		t.Errorf("airlock ledger on a new home = %d, %q; want only the header", code, out)
 	}
 }
+
+// What a pod's events say may end with what a sandbox printed: `airlock
+// events` prints them with their C1 controls escaped, as ledger does.
+func TestEventsEscapeC1(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "agent-inbox.jsonl")
+	detail := "exited: a\u009b2J\u009d0;x\u0007"
+	line, _ := json.Marshal(map[string]any{"ts": time.Now().UTC(), "source": "supervisor", "kind": "exit", "severity": "warning", "service": "svc", "detail": detail})
+	if err := os.WriteFile(file, append(line, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := airlock(t, "", "events", "--file", file)
+	if code != ExitOK || strings.ContainsAny(out, "\u009b\u009d") || !strings.Contains(out, `\u009b2J`) {
+		t.Fatalf("airlock events --file = %d, %q, %s; want the detail with its C1 controls escaped", code, out, errs)
+	}
+	var back struct{ Detail string }
+	if err := json.Unmarshal([]byte(out), &back); err != nil || back.Detail != detail {
+		t.Errorf("the printed event reads back as %q, %v; want %q", back.Detail, err, detail)
+	}
+}

@@ -62,7 +62,8 @@ func newStatusCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				return json.NewEncoder(out).Encode(st)
+				// A service's last lines are its own output.
+				return json.NewEncoder(c1Escaped{out}).Encode(st)
 			}
 			printStatus(out, st)
 			return nil
@@ -148,7 +149,8 @@ func newEventsCmd() *cobra.Command {
 					return &exitError{ExitUsage, fmt.Errorf("--since %q: %w", since, err)}
 				}
 			}
-			out := cmd.OutOrStdout()
+			// An event's detail may hold what a sandbox printed.
+			out := c1Escaped{cmd.OutOrStdout()}
 			enc := json.NewEncoder(out)
 			if file != "" {
 				// The pod may be gone: read its file directly.

@@ -1,8 +1,9 @@
 package testutil
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
-	"os"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -16,20 +17,129 @@ import (
 // and the kernel's fuse.
 func HungFUSE(t testing.TB) string {
 	t.Helper()
-	RequireRoot(t, "a hung FUSE mount")
-	dir := t.TempDir()
-	dev, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
-	RequireFeature(t, "FUSE (/dev/fuse)", err)
 	// allow_other: every uid's look waits, the sandbox's included, not
 	// only the mounting root's.
-	opts := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other", dev.Fd())
-	if err := unix.Mount("airlock-test", dir, "fuse.hung", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		dev.Close()
+	dir, _ := mountFUSE(t, "a hung FUSE mount", 0, ",allow_other")
+	return dir
+}
+
+// OwnFUSE mounts on a new temporary directory a FUSE filesystem that only
+// uid may enter, as a user's FUSE mount without allow_other (sshfs,
+// rclone) is: the kernel refuses every other process, root's included.
+// Its root is an empty directory, mode 0755, served by a goroutine until
+// the test ends. It needs root and the kernel's fuse.
+func OwnFUSE(t testing.TB, uid int) string {
+	t.Helper()
+	dir, fd := mountFUSE(t, "a FUSE mount", uid, "")
+	stop, served := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(served)
+		serveEmptyDir(fd, uint32(uid), stop)
+	}()
+	t.Cleanup(func() { // before mountFUSE's: the server is done with fd
+		close(stop)
+		<-served
+	})
+	return dir
+}
+
+// mountFUSE mounts a FUSE filesystem owned by uid, with the options extra
+// adds, on a new temporary directory, and returns it and the descriptor
+// its server would answer on; both end with the test.
+func mountFUSE(t testing.TB, what string, uid int, extra string) (string, int) {
+	t.Helper()
+	RequireRoot(t, what)
+	dir := t.TempDir()
+	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	RequireFeature(t, "FUSE (/dev/fuse)", err)
+	opts := fmt.Sprintf("fd=%d,rootmode=40000,user_id=%d,group_id=%d%s", fd, uid, uid, extra)
+	if err := unix.Mount("airlock-test", dir, "fuse.airlock-test", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		unix.Close(fd)
 		RequireFeature(t, "a FUSE mount", err)
 	}
 	t.Cleanup(func() {
-		dev.Close()
+		unix.Close(fd) // the connection ends: what waits on it fails
 		unix.Unmount(dir, unix.MNT_DETACH)
 	})
-	return dir
+	return dir, fd
+}
+
+// The FUSE protocol's messages (include/uapi/linux/fuse.h), as much of it
+// as an empty directory needs.
+const (
+	fuseLookup      = 1
+	fuseForget      = 2
+	fuseGetattr     = 3
+	fuseOpendir     = 27
+	fuseInit        = 26
+	fuseReaddir     = 28
+	fuseReleasedir  = 29
+	fuseAccess      = 34
+	fuseInterrupt   = 36
+	fuseBatchForget = 42
+)
+
+// serveEmptyDir answers the kernel on fd until stop: a root directory
+// owned by uid, holding nothing.
+func serveEmptyDir(fd int, uid uint32, stop <-chan struct{}) {
+	buf := make([]byte, 1<<17+4096)
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		// poll(2), level-triggered, a tenth of a second at a time: the
+		// runtime's edge-triggered poller missed requests of /dev/fuse.
+		unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 100)
+		n, err := unix.Read(fd, buf)
+		if err != nil {
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINTR) {
+				continue // none yet, or one interrupted before it was read
+			}
+			return
+		}
+		if n < 40 {
+			continue
+		}
+		opcode := binary.LittleEndian.Uint32(buf[4:])
+		unique := binary.LittleEndian.Uint64(buf[8:])
+		var out []byte
+		errno := unix.Errno(unix.ENOSYS)
+		switch opcode {
+		case fuseForget, fuseBatchForget, fuseInterrupt:
+			continue // no answer is due
+		case fuseInit:
+			// major 7, minor 31, max_write 128 KiB, time_gran 1; the rest 0.
+			out = make([]byte, 64)
+			binary.LittleEndian.PutUint32(out[0:], 7)
+			binary.LittleEndian.PutUint32(out[4:], 31)
+			binary.LittleEndian.PutUint32(out[20:], 1<<17)
+			binary.LittleEndian.PutUint32(out[24:], 1)
+			errno = 0
+		case fuseGetattr:
+			// fuse_attr_out: valid 0s, then fuse_attr: ino 1, mode, nlink 2, uid, gid.
+			out = make([]byte, 104)
+			a := out[16:]
+			binary.LittleEndian.PutUint64(a[0:], 1)
+			binary.LittleEndian.PutUint32(a[60:], unix.S_IFDIR|0o755)
+			binary.LittleEndian.PutUint32(a[64:], 2)
+			binary.LittleEndian.PutUint32(a[68:], uid)
+			binary.LittleEndian.PutUint32(a[72:], uid)
+			binary.LittleEndian.PutUint32(a[80:], 4096)
+			errno = 0
+		case fuseAccess, fuseReleasedir, fuseReaddir:
+			errno = 0 // allowed; done; nothing more to list
+		case fuseOpendir:
+			out, errno = make([]byte, 16), 0
+		case fuseLookup:
+			errno = unix.ENOENT
+		}
+		reply := make([]byte, 16+len(out))
+		binary.LittleEndian.PutUint32(reply[0:], uint32(len(reply)))
+		binary.LittleEndian.PutUint32(reply[4:], uint32(-int32(errno)))
+		binary.LittleEndian.PutUint64(reply[8:], unique)
+		copy(reply[16:], out)
+		unix.Write(fd, reply)
+	}
 }
