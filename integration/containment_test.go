@@ -754,7 +754,7 @@ func TestLaunchStopsAHungSetup(t *testing.T) {
 					t.Fatalf("airlock launch ended (%v) before it waited on the hung mount: %s", err, stderr.String())
 				default:
 				}
-				return waitsInTheKernel(cmd.Process.Pid)
+				return testutil.WaitsOnFUSE(cmd.Process.Pid)
 			}, "a process of the launch waiting on the hung mount")
 			for _, sig := range tc.signals {
 				cmd.Process.Signal(sig)
@@ -783,26 +783,4 @@ func TestLaunchStopsAHungSetup(t *testing.T) {
 			}
 		})
 	}
-}
-
-// waitsInTheKernel says whether pid or a process under it is in an
-// uninterruptible (or killable) wait, state D.
-func waitsInTheKernel(pid int) bool {
-	// Each thread lists the children it made (the sandbox's init is
-	// made by a thread of its own).
-	lists, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	for _, l := range lists {
-		children, _ := os.ReadFile(l)
-		for _, f := range strings.Fields(string(children)) {
-			var child int
-			fmt.Sscan(f, &child)
-			if child > 0 && waitsInTheKernel(child) {
-				return true
-			}
-		}
-	}
-	stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	// pid (comm) STATE ...: the name may hold spaces and parentheses.
-	_, rest, _ := strings.Cut(string(stat), ") ")
-	return strings.HasPrefix(rest, "D")
 }

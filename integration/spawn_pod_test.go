@@ -491,7 +491,7 @@ func TestPodStopsWhatHangsInSetup(t *testing.T) {
 			}
 			failed <- err
 		}()
-		waitFor(t, 20*time.Second, func() bool { return waitsInTheKernel(e.pod.cmd.Process.Pid) }, "the one-off %s waiting on the hung mount", id)
+		waitFor(t, 20*time.Second, func() bool { return testutil.WaitsOnFUSE(e.pod.cmd.Process.Pid) }, "the one-off %s waiting on the hung mount", id)
 		return failed
 	}
 	heard := func(failed <-chan error, id string) {
@@ -513,7 +513,12 @@ func TestPodStopsWhatHangsInSetup(t *testing.T) {
 	if err != nil {
 		t.Fatalf("DELETE of a one-off whose setup hangs (grace 1s): %v", err)
 	}
+	var exit adminclient.SandboxExit
+	json.NewDecoder(resp.Body).Decode(&exit)
 	resp.Body.Close()
+	if exit.Exit != 125 || !strings.Contains(exit.Error, "setup stopped before the command ran") {
+		t.Errorf("DELETE of a one-off whose setup hangs answered %+v; want 125, saying why", exit)
+	}
 	heard(failed, "hung-deleted")
 
 	// airlock launch --pod-socket, ^C'd while the pod sets its sandbox up.
@@ -527,7 +532,7 @@ func TestPodStopsWhatHangsInSetup(t *testing.T) {
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
-	waitFor(t, 20*time.Second, func() bool { return waitsInTheKernel(e.pod.cmd.Process.Pid) }, "the launch's one-off waiting on the hung mount")
+	waitFor(t, 20*time.Second, func() bool { return testutil.WaitsOnFUSE(e.pod.cmd.Process.Pid) }, "the launch's one-off waiting on the hung mount")
 	cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case <-exited:
@@ -538,7 +543,7 @@ func TestPodStopsWhatHangsInSetup(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != 125 || !strings.Contains(stderr.String(), "setup stopped before the command ran: stopped while it was being set up") {
 		t.Errorf("airlock launch --pod-socket ^C'd in a hung setup: exit %d, %s; want 125, saying so", code, stderr.String())
 	}
-	waitFor(t, 20*time.Second, func() bool { return !waitsInTheKernel(e.pod.cmd.Process.Pid) }, "the pod to end the setup of the launch it lost")
+	waitFor(t, 20*time.Second, func() bool { return !testutil.WaitsOnFUSE(e.pod.cmd.Process.Pid) }, "the pod to end the setup of the launch it lost")
 
 	failed = launch("hung-podstop")
 	e.pod.stop(time.Minute) // stop_grace 3s
@@ -550,7 +555,7 @@ func TestPodStopsWhatHangsInSetup(t *testing.T) {
 		t.Fatalf("no landlock line to give the hung path in:\n%s", svc)
 	}
 	pod := startPod(t, e.podEnv, "boot-hung", e.manifest("boot-hung", "", hungSvc))
-	waitFor(t, 20*time.Second, func() bool { return waitsInTheKernel(pod.cmd.Process.Pid) }, "the service waiting on the hung mount")
+	waitFor(t, 20*time.Second, func() bool { return testutil.WaitsOnFUSE(pod.cmd.Process.Pid) }, "the service waiting on the hung mount")
 	pod.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-pod.exited:

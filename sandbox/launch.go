@@ -77,6 +77,9 @@ func Start(ctx context.Context, c Config, net *Network) (*Process, error) {
 	if c.Net != NetHost && net == nil {
 		return nil, errors.New("sandbox: a network namespace is required unless --net host")
 	}
+	if ctx.Err() != nil {
+		return nil, stoppedInSetup(ctx)
+	}
 	var err error
 	// The pipes' launcher ends stay open until the sandbox is running;
 	// the ends the init holds are closed once it is started.
@@ -223,10 +226,14 @@ func Start(ctx context.Context, c Config, net *Network) (*Process, error) {
 	select {
 	case st = <-read:
 	case <-ctx.Done():
-		err := p.abandon(ctx)
-		lifeW.Close()
-		term.discard()
-		return nil, err
+		select {
+		case st = <-read: // the setup ended as ctx did: its outcome stands
+		default:
+			err := p.abandon(ctx)
+			lifeW.Close()
+			term.discard()
+			return nil, err
+		}
 	}
 	if st.err == nil {
 		<-p.done
@@ -249,10 +256,15 @@ func Start(ctx context.Context, c Config, net *Network) (*Process, error) {
 // by the goroutine that started it, and the launch does not wait for that.
 const reapWithin = 5 * time.Second
 
+// stoppedInSetup is why a sandbox whose setup ctx ended never ran.
+func stoppedInSetup(ctx context.Context) error {
+	return fmt.Errorf("sandbox setup stopped before the command ran: %w", context.Cause(ctx))
+}
+
 // abandon kills a sandbox whose setup ctx ended, and says so.
 func (p *Process) abandon(ctx context.Context) error {
 	p.proc.Kill()
-	err := fmt.Errorf("sandbox setup stopped before the command ran: %w", context.Cause(ctx))
+	err := stoppedInSetup(ctx)
 	select {
 	case <-p.done:
 		return err

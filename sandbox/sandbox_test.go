@@ -1166,22 +1166,26 @@ func TestStartsInADirectoryOnlyItsUIDMayEnter(t *testing.T) {
 // whose server never answers, named to the sandbox or started in) ends
 // when the launch's context does: the init is killed and reaped, and Start
 // says why, instead of holding whoever launched it (a pod's stop, an
-// operator's ^C) for as long as the mount hangs.
+// operator's ^C) for as long as the mount hangs. Where the server took the
+// request and SIGKILL cannot end the wait, Start gives up after reapWithin
+// and says that too.
 func TestStartStopsAHungSetup(t *testing.T) {
-	hung := testutil.HungFUSE(t)
+	hung, stuck := testutil.HungFUSE(t), testutil.StuckFUSE(t)
 	for _, tc := range []struct {
-		name  string
-		given func(*Config)
+		name   string
+		given  func(*Config)
+		reaped bool
 	}{
-		{"named", func(c *Config) { c.RO = append(c.RO, hung) }},
-		{"started in", func(c *Config) { c.Dir = hung }},
+		{"named", func(c *Config) { c.RO = append(c.RO, hung) }, true},
+		{"started in", func(c *Config) { c.Dir = hung }, true},
+		{"named, its request taken", func(c *Config) { c.RO = append(c.RO, stuck) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base(t, "/bin/true")
 			c.Net = NetHost // no network to make: the setup is the mounts'
 			tc.given(&c)
-			ctx, cancel := context.WithTimeoutCause(context.Background(), 300*time.Millisecond, errors.New("the test's stop"))
-			defer cancel()
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
 			started := make(chan error, 1)
 			go func() {
 				p, err := Start(ctx, c, nil)
@@ -1190,10 +1194,12 @@ func TestStartStopsAHungSetup(t *testing.T) {
 				}
 				started <- err
 			}()
+			testutil.WaitFor(t, "the sandbox's setup waiting on the FUSE mount", func() bool { return testutil.WaitsOnFUSE(os.Getpid()) })
+			cancel(errors.New("the test's stop"))
 			select {
 			case err := <-started:
-				if err == nil || !strings.Contains(err.Error(), "the test's stop") || strings.Contains(err.Error(), "not reaped") {
-					t.Fatalf("a sandbox whose setup hangs, its launch stopped: %v; want the stop's cause, the init reaped", err)
+				if err == nil || !strings.Contains(err.Error(), "the test's stop") || strings.Contains(err.Error(), "was still not reaped") == tc.reaped {
+					t.Fatalf("a sandbox whose setup hangs, its launch stopped: %v; want the stop's cause, and whether its init was reaped (%v)", err, tc.reaped)
 				}
 			case <-time.After(time.Minute):
 				t.Fatal("Start still waiting for a hung setup a minute after its context ended")

@@ -69,6 +69,10 @@ func newChecker(p *Pod, s *service, h *manifest.Health) checker {
 	}
 }
 
+// probeSetupWithin bounds an exec probe's sandbox setup, which takes tens
+// of milliseconds.
+const probeSetupWithin = 10 * time.Second
+
 // execProbe runs argv with the service's identity and restrictions, in
 // its own cgroup under the pod's (so a probe that hangs is killed whole at
 // its timeout, and its connections, belonging to no service, get nothing)
@@ -85,6 +89,10 @@ func (s *service) execProbe(ctx context.Context, argv []string, timeout time.Dur
 	c.Stdin, c.Stdout, c.Stderr = nil, nil, nil
 	// ".probe": service names cannot hold a dot, so a probe's leaf is
 	// never a service's, whose preset would then decide for the probe.
+	// A setup that hangs (a path of the service's on a hung mount) is a
+	// failed check, not a health watch that never reports again.
+	ctx, cancel := context.WithTimeoutCause(ctx, probeSetupWithin, fmt.Errorf("its sandbox was not set up within %v", probeSetupWithin))
+	defer cancel()
 	sb, err := Launch(ctx, SandboxOptions{ID: s.leafID() + probeSuffix, Config: c, Env: s.env, CgroupParent: s.pod.group, ParentReaped: true,
 		MemoryMax: s.memoryLimit(), PidsMax: s.spec.PidsMax, Network: s.pod.network, CABundle: s.pod.caBundle, Logger: s.pod.log})
 	if err != nil {

@@ -352,9 +352,13 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File, added f
 		ID: spec.ID, Config: c, Env: sandbox.EnvOptions{Set: spec.Env}, CgroupParent: p.group, ParentReaped: true,
 		Network: p.network, DenyPeers: true, CABundle: p.caBundle, Logger: p.log,
 	})
+	if err != nil {
+		// On record before launched closes: a stop waiting for the
+		// launch answers it.
+		x.exit = adminclient.SandboxExit{Exit: 125, Error: err.Error()}
+	}
 	close(x.launched)
 	if err != nil {
-		x.exit.Error = err.Error()
 		p.event("sandbox_failed", events.Warning, spec.ID, "one-off sandbox not launched: "+err.Error())
 		o.forget(x)
 		discard()

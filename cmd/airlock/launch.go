@@ -189,6 +189,7 @@ func newLaunchCmd() *cobra.Command {
 				// serving the listener inside its namespace.
 				engine, p, err := buildProxy(ctx, &pf, &xf, preset, log)
 				if err != nil {
+					status.write(map[string]any{"started": false, "error": err.Error(), "exit_code": exitCode(err)}, log)
 					return err
 				}
 				defer p.Close()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/user"
@@ -65,5 +66,21 @@ func TestLaunchWarnsOfAHostAccount(t *testing.T) {
 	code, _, stderr = airlock(t, "", "launch", "--net", "none", "--user", "61000:65534", "--", "/bin/true")
 	if code != ExitOK || !strings.Contains(stderr, fmt.Sprintf(`gid 65534 is the host group \"%s\"`, group.Name)) || strings.Contains(stderr, "uid 61000") {
 		t.Fatalf("exit %d, stderr %s; want the host group named, not the unused uid", code, stderr)
+	}
+}
+
+// A launch refused before its sandbox is made (a policy that fails its
+// pin) still writes why to --json-status, with the exit code it ends with.
+func TestLaunchStatusOfAPolicyRefused(t *testing.T) {
+	status := filepath.Join(t.TempDir(), "status.json")
+	code, _, errs := airlock(t, "", "launch", "--preset", "strict", "--policy-sha256", strings.Repeat("0", 64), "--json-status", status, "--", "/bin/true")
+	raw, _ := os.ReadFile(status)
+	var st struct {
+		Started  bool   `json:"started"`
+		Error    string `json:"error"`
+		ExitCode int    `json:"exit_code"`
+	}
+	if code != ExitIntegrity || json.Unmarshal(raw, &st) != nil || st.Started || st.ExitCode != ExitIntegrity || st.Error == "" {
+		t.Fatalf("launch with a pin the policy fails: exit %d (%s), --json-status %s; want %d, and the status saying so", code, errs, raw, ExitIntegrity)
 	}
 }

@@ -65,18 +65,22 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return ExitOK
 	}
-	code := ExitError
+	if ee := (*exitError)(nil); !errors.As(err, &ee) || ee.err != errSilent {
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+	}
+	return exitCode(err)
+}
+
+// exitCode is the exit status err (not nil) calls for.
+func exitCode(err error) int {
 	var ee *exitError
 	switch {
 	case errors.As(err, &ee):
-		code = ee.code
+		return ee.code
 	case errors.Is(err, policies.ErrIntegrity):
-		code = ExitIntegrity
+		return ExitIntegrity
 	}
-	if ee == nil || ee.err != errSilent {
-		fmt.Fprintf(stderr, "airlock: %v\n", err)
-	}
-	return code
+	return ExitError
 }
 
 // errSilent ends a command whose output already said what went wrong.

@@ -4,6 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +27,19 @@ func HungFUSE(t testing.TB) string {
 	return dir
 }
 
+// StuckFUSE mounts on a new temporary directory a FUSE filesystem whose
+// server takes every request and answers none, as a live but stuck one
+// (sshfs on a dead link) does: a look at or below the directory waits in
+// the kernel, and once its server has the request, not even SIGKILL ends
+// the wait. The test's end ends the connection (its device closed), and
+// with it every wait. It needs root and the kernel's fuse.
+func StuckFUSE(t testing.TB) string {
+	t.Helper()
+	dir, fd := mountFUSE(t, "a stuck FUSE mount", 0, ",allow_other")
+	serve(t, fd, 0, true)
+	return dir
+}
+
 // OwnFUSE mounts on a new temporary directory a FUSE filesystem that only
 // uid may enter, as a user's FUSE mount without allow_other (sshfs,
 // rclone) is: the kernel refuses every other process, root's included.
@@ -31,16 +48,22 @@ func HungFUSE(t testing.TB) string {
 func OwnFUSE(t testing.TB, uid int) string {
 	t.Helper()
 	dir, fd := mountFUSE(t, "a FUSE mount", uid, "")
+	serve(t, fd, uid, false)
+	return dir
+}
+
+// serve answers the kernel on fd from a goroutine until the test ends
+// (serveEmptyDir).
+func serve(t testing.TB, fd, uid int, stuck bool) {
 	stop, served := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(served)
-		serveEmptyDir(fd, uint32(uid), stop)
+		serveEmptyDir(fd, uint32(uid), stop, stuck)
 	}()
 	t.Cleanup(func() { // before mountFUSE's: the server is done with fd
 		close(stop)
 		<-served
 	})
-	return dir
 }
 
 // mountFUSE mounts a FUSE filesystem owned by uid, with the options extra
@@ -80,8 +103,9 @@ const (
 )
 
 // serveEmptyDir answers the kernel on fd until stop: a root directory
-// owned by uid, holding nothing.
-func serveEmptyDir(fd int, uid uint32, stop <-chan struct{}) {
+// owned by uid, holding nothing; stuck, it answers the connection's
+// opening and nothing after.
+func serveEmptyDir(fd int, uid uint32, stop <-chan struct{}, stuck bool) {
 	buf := make([]byte, 1<<17+4096)
 	for {
 		select {
@@ -106,10 +130,12 @@ func serveEmptyDir(fd int, uid uint32, stop <-chan struct{}) {
 		unique := binary.LittleEndian.Uint64(buf[8:])
 		var out []byte
 		errno := unix.Errno(unix.ENOSYS)
-		switch opcode {
-		case fuseForget, fuseBatchForget, fuseInterrupt:
+		switch {
+		case opcode == fuseForget || opcode == fuseBatchForget || opcode == fuseInterrupt:
 			continue // no answer is due
-		case fuseInit:
+		case stuck && opcode != fuseInit:
+			continue
+		case opcode == fuseInit:
 			// major 7, minor 31, max_write 128 KiB, time_gran 1; the rest 0.
 			out = make([]byte, 64)
 			binary.LittleEndian.PutUint32(out[0:], 7)
@@ -117,7 +143,7 @@ func serveEmptyDir(fd int, uid uint32, stop <-chan struct{}) {
 			binary.LittleEndian.PutUint32(out[20:], 1<<17)
 			binary.LittleEndian.PutUint32(out[24:], 1)
 			errno = 0
-		case fuseGetattr:
+		case opcode == fuseGetattr:
 			// fuse_attr_out: valid 0s, then fuse_attr: ino 1, mode, nlink 2, uid, gid.
 			out = make([]byte, 104)
 			a := out[16:]
@@ -128,11 +154,11 @@ func serveEmptyDir(fd int, uid uint32, stop <-chan struct{}) {
 			binary.LittleEndian.PutUint32(a[72:], uid)
 			binary.LittleEndian.PutUint32(a[80:], 4096)
 			errno = 0
-		case fuseAccess, fuseReleasedir, fuseReaddir:
+		case opcode == fuseAccess || opcode == fuseReleasedir || opcode == fuseReaddir:
 			errno = 0 // allowed; done; nothing more to list
-		case fuseOpendir:
+		case opcode == fuseOpendir:
 			out, errno = make([]byte, 16), 0
-		case fuseLookup:
+		case opcode == fuseLookup:
 			errno = unix.ENOENT
 		}
 		reply := make([]byte, 16+len(out))
@@ -142,4 +168,26 @@ func serveEmptyDir(fd int, uid uint32, stop <-chan struct{}) {
 		copy(reply[16:], out)
 		unix.Write(fd, reply)
 	}
+}
+
+// WaitsOnFUSE says whether pid or a process under it waits in the kernel
+// for a FUSE request: to be sent (the connection never opened) or to be
+// answered.
+func WaitsOnFUSE(pid int) bool {
+	wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
+	if w := string(wchan); strings.HasPrefix(w, "fuse_") || w == "request_wait_answer" {
+		return true
+	}
+	// Each thread lists the children it made (the sandbox's init is
+	// made by a thread of its own).
+	lists, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, l := range lists {
+		children, _ := os.ReadFile(l)
+		for _, f := range strings.Fields(string(children)) {
+			if child, err := strconv.Atoi(f); err == nil && WaitsOnFUSE(child) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -64,7 +64,14 @@ func (s Substrate) Run(ctx context.Context, j spawn.Job) (spawn.Result, error) {
 	}
 	spec := s.spec(j)
 	res := spawn.Result{Started: time.Now().UTC()}
-	sb, err := s.Launcher.Launch(ctx, spec)
+	// The kind's timeout bounds the setup too: one that hangs (a path on
+	// a hung mount) would otherwise hold the spawn past it.
+	lctx, cancel := ctx, context.CancelFunc(func() {})
+	if j.Kind.Timeout > 0 {
+		lctx, cancel = context.WithTimeoutCause(ctx, j.Kind.Timeout, fmt.Errorf("the kind's timeout of %s passed", j.Kind.Timeout))
+	}
+	sb, err := s.Launcher.Launch(lctx, spec)
+	cancel()
 	if err != nil {
 		return res, fmt.Errorf("the sandbox %s could not be set up: %w", spec.ID, err)
 	}
