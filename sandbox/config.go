@@ -74,6 +74,13 @@ type Config struct {
 	RW       []string     `json:"rw,omitempty"`
 	Exec     []string     `json:"exec,omitempty"`
 	Landlock LandlockMode `json:"landlock"`
+	// Hidden are directories where the sandbox's uid may own Unix
+	// sockets, which Landlock does not keep it from connecting to: each
+	// is covered, read-only and empty but for the paths named below it
+	// (RO, RW, Exec) and Dir, mounted back, unless RO, RW or Exec names
+	// it or a directory above it (hideDirs). Start adds the home of the
+	// host account the uid is, when it lies under /home (homeOf).
+	Hidden []string `json:"hidden,omitempty"`
 	// LandlockABI, when non-zero, pretends the kernel offers this Landlock
 	// ABI (tests simulate an old kernel with it; 0 means ask the kernel,
 	// -1 pretends Landlock is missing).
@@ -219,6 +226,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Dir != "" && !filepath.IsAbs(c.Dir) {
 		fail("working directory %q must be absolute", c.Dir)
+	}
+	for _, d := range c.Hidden {
+		if !filepath.IsAbs(d) || filepath.Clean(d) == "/" {
+			fail("hidden directory %q must be absolute, and not /", d)
+		}
 	}
 	for name := range c.Rlimits {
 		switch _, ok := rlimitNames[name]; {

@@ -74,6 +74,9 @@ func runInit() {
 		// After the views are hidden, which finds them by where the
 		// host has them.
 		{"give the sandbox its own /tmp", privateTmp},
+		// Likewise the directories where the sandbox's uid may own
+		// sockets (its account's home, run as a person's uid).
+		{"hide the directories of the uid's sockets", hideDirs},
 		// Every name is answered by the proxy, whatever server is asked
 		// (the redirect catches port 53), or by nothing at all (--net
 		// none); the sandbox's resolver asks its own loopback, so no query
@@ -407,6 +410,60 @@ func privateTmp(c *Config) error {
 		}
 	}
 	return nil
+}
+
+// hideDirs covers each of Config.Hidden with an empty read-only tmpfs
+// holding the paths the sandbox names below it and its working directory,
+// mounted back; one given itself (RO, RW, Exec), or below a path given, is
+// given whole and left alone. Started in it, the sandbox starts in the
+// covered directory.
+func hideDirs(c *Config) error {
+	given := namedPaths(slices.Concat(c.RO, c.RW, c.Exec))
+	named := slices.Concat(given, namedPaths([]string{c.Dir}))
+	for _, d := range c.Hidden {
+		real, err := filepath.EvalSymlinks(d)
+		if err != nil {
+			// Missing, nothing there to reach; refused to root (a
+			// root-squashed NFS home), nothing root could mount back.
+			continue
+		}
+		if real == "/" {
+			// Covered, the root would be out of every lookup's reach,
+			// and its remount read-only the host's.
+			return fmt.Errorf("hidden directory %s is /", d)
+		}
+		if slices.ContainsFunc(given, func(n namedPath) bool { return n.real != "" && within(real, n.real) }) {
+			continue
+		}
+		below := slices.DeleteFunc(slices.Clone(named), func(n namedPath) bool { return n.real == real })
+		keep, links, err := under(real, below, "")
+		if err != nil {
+			return err
+		}
+		// What root may not find or open below it (a FUSE mount without
+		// allow_other there) could not be mounted back: the directory is
+		// left as it is rather than the launch refused.
+		if slices.ContainsFunc(below, func(n namedPath) bool { return n.real == "" && within(n.path, real) }) || !openable(keep) {
+			continue
+		}
+		if err := hideDir(real, nil, keep, links); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openable says whether root may open each of paths (O_PATH), as coverDir
+// does.
+func openable(paths []string) bool {
+	for _, p := range paths {
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return false
+		}
+		unix.Close(fd)
+	}
+	return true
 }
 
 // privateSharedMemory mounts an empty tmpfs of the sandbox's own on

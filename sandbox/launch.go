@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -70,6 +71,9 @@ func Start(ctx context.Context, c Config, net *Network) (*Process, error) {
 			return nil, fmt.Errorf("sandbox: the working directory: %w (name one: --cwd)", err)
 		}
 		c.Dir = wd
+	}
+	if home := homeOf(c.UID); home != "" {
+		c.Hidden = append(slices.Clone(c.Hidden), home)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err

@@ -1263,3 +1263,91 @@ func TestValidateRlimits(t *testing.T) {
 		}
 	}
 }
+
+// The home of the account a sandbox runs as is hidden when it is a
+// person's (under /home): not a system account's, whose home is a system
+// directory.
+func TestHomeIn(t *testing.T) {
+	const passwd = `root:x:0:0:root:/root:/bin/bash
+daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin
+broken line
+alice:x:1000:1000:Alice,,,:/home/alice:/bin/bash
+home:x:1001:1001::/home:/bin/sh
+sneaky:x:1002:1002::/home/../etc:/bin/sh
+deep:x:1003:1003::/home/staff/bob/:/bin/sh
+`
+	for _, tc := range []struct {
+		uid  int
+		want string
+	}{
+		{1000, "/home/alice"},
+		{1003, "/home/staff/bob"},
+		{0, ""},
+		{1, ""},
+		{1001, ""},
+		{1002, ""},
+		{61000, ""},
+	} {
+		if got := homeIn(strings.NewReader(passwd), tc.uid); got != tc.want {
+			t.Errorf("homeIn(uid %d) = %q; want %q", tc.uid, got, tc.want)
+		}
+	}
+}
+
+// A hidden directory (Config.Hidden: a person's home, for a sandbox run
+// as them) shows the sandbox only what it names below it and the
+// directory it starts in: a socket there that its uid may write, which
+// Landlock would not keep it from, is not reached; given whole, the
+// directory is left as it is.
+func TestHiddenDirShowsOnlyWhatIsNamed(t *testing.T) {
+	py := testutil.RequireTool(t, "/usr/bin/python3")
+	home := rootDir(t, 0o755)
+	sock := hostSocket(t, filepath.Join(home, "agent.sock"))
+	proj := filepath.Join(home, "proj")
+	os.Mkdir(proj, 0o755)
+	os.WriteFile(filepath.Join(proj, "x"), []byte("given"), 0o644)
+	script := `import os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1]); print("reached")
+except OSError as e:
+    print(e.strerror)
+print(open("x").read())
+print(os.getcwd())`
+	for _, tc := range []struct {
+		name    string
+		hidden  []string
+		ro      []string
+		reached string
+	}{
+		{"hidden", []string{home}, []string{proj}, "No such file or directory"},
+		{"given whole", []string{home}, []string{home}, "reached"},
+		{"not hidden", nil, []string{proj}, "reached"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base(t, py, "-c", script, sock)
+			c.Hidden, c.RO, c.Dir = tc.hidden, append(c.RO, tc.ro...), proj
+			out, code, err := run(t, c)
+			want := tc.reached + "\ngiven\n" + proj + "\n"
+			if err != nil || code != 0 || out != want {
+				t.Fatalf("exit %d, %v, %q; want %q", code, err, out, want)
+			}
+		})
+	}
+	// A hidden directory that is / by a link is refused before anything
+	// is mounted: covered, / would be out of reach, its remount the host's.
+	root := filepath.Join(home, "root")
+	os.Symlink("/", root)
+	c0 := base(t, "/bin/true")
+	c0.Hidden = []string{root}
+	var se *SetupError
+	if _, _, err := run(t, c0); !errors.As(err, &se) || !strings.Contains(se.Err, "is /") {
+		t.Fatalf("a hidden directory that is / by a link: %v; want it refused", err)
+	}
+	// Started in the hidden directory itself: in its cover.
+	c := base(t, py, "-c", strings.Replace(script, `print(open("x").read())`, "", 1), "agent.sock")
+	c.Hidden, c.Dir = []string{home}, home
+	if out, code, err := run(t, c); err != nil || code != 0 || out != "No such file or directory\n"+home+"\n" {
+		t.Fatalf("started in the hidden directory: exit %d, %v, %q; want it there, its socket not", code, err, out)
+	}
+}

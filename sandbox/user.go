@@ -1,8 +1,12 @@
 package sandbox
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -46,4 +50,52 @@ func HostIdentity(uid, gid int) []string {
 		out = append(out, fmt.Sprintf("gid %d is the host group %q: it reads and writes what that group may", gid, g.Name))
 	}
 	return out
+}
+
+// homeOf is the home directory of the host account uid is, when it lies
+// under /home (a person's: the sockets of their agents, editors and
+// containers' daemons there are theirs, so the sandbox's too when it runs
+// as them), read from /etc/passwd; "" when there is none. System
+// accounts' homes are system directories (/usr/sbin, /var/lib/...) the
+// sandbox may need, and are left alone.
+func homeOf(uid int) string {
+	f, err := os.Open("/etc/passwd")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	home := homeIn(f, uid)
+	if home == "" {
+		return ""
+	}
+	// Where it really is, still under /home: a home that is a link to a
+	// system directory is not hidden. One root may not look at (a
+	// root-squashed NFS home) cannot be, and is left alone.
+	real, err := filepath.EvalSymlinks(home)
+	base, berr := filepath.EvalSymlinks("/home")
+	if err != nil || berr != nil {
+		return ""
+	}
+	if rel, err := filepath.Rel(base, real); err != nil || !filepath.IsLocal(rel) || rel == "." {
+		return ""
+	}
+	return real
+}
+
+// homeIn is homeOf with the account database read from r.
+func homeIn(r io.Reader, uid int) string {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		// name:password:uid:gid:gecos:home:shell
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) < 7 || fields[2] != strconv.Itoa(uid) {
+			continue
+		}
+		home := filepath.Clean(fields[5])
+		if rel, err := filepath.Rel("/home", home); err == nil && filepath.IsLocal(rel) && rel != "." {
+			return home
+		}
+		return ""
+	}
+	return ""
 }
