@@ -255,9 +255,10 @@ func Start(ctx context.Context, c Config, net *Network) (*Process, error) {
 }
 
 // reapWithin is how long abandon waits for a killed init to be reaped. A
-// wait in the kernel that SIGKILL ends (FUSE's, NFS's) ends at once; a
-// process that stays (an uninterruptible wait) is reaped when it leaves it,
-// by the goroutine that started it, and the launch does not wait for that.
+// wait that SIGKILL ends (for a FUSE request its server has not read, an
+// NFS one) ends at once; a process that stays (its request read by a live
+// server that never answers) is reaped when the wait ends, by the
+// goroutine that started it, and the launch does not wait for that.
 const reapWithin = 5 * time.Second
 
 // stoppedInSetup is why a sandbox whose setup ctx ended never ran.

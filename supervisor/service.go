@@ -45,14 +45,15 @@ type service struct {
 	restartReq chan struct{}
 	stopReq    chan struct{}
 	stopCtx    context.Context // the pod's stop deadline, set before stopReq closes
+	running    bool            // its loop was started (set by boot, before the loop runs)
+	parked     bool            // given up on or exited, waiting for an operator (the pod's lifeMu)
+	stopOnce   sync.Once
+	done       chan struct{}
+
 	// launching is every launch's context: ended by a stop whose
 	// deadline passed while a launch's setup hangs (abortLaunch).
 	launching   context.Context
 	abortLaunch context.CancelCauseFunc
-	running     bool // its loop was started (set by boot, before the loop runs)
-	parked      bool // given up on or exited, waiting for an operator (the pod's lifeMu)
-	stopOnce    sync.Once
-	done        chan struct{}
 
 	mu         sync.Mutex
 	state      string
