@@ -297,7 +297,7 @@ func exposing(mounts []mount, socketDirs, tmp, named, kept []string) []shown {
 		// privateTmp inside what is mounted above it: a mount of the
 		// root in /tmp holds the host's /tmp at a path kept below it.
 		return slices.ContainsFunc(back, func(p string) bool {
-			return p != h.dir && within(p, h.dir) && (within(point, p) || h.whole && within(p, point))
+			return below(p, h.dir) && (within(point, p) || h.whole && within(p, point))
 		})
 	}
 	var found []shown
@@ -376,7 +376,7 @@ func hiddenParts(mounts []mount, socketDirs []string, whole bool) []hiddenPart {
 			continue
 		}
 		for _, m := range mounts {
-			if within(m.Point, d) && m.Point != d && slices.Contains(socketFS, m.FSType) {
+			if below(m.Point, d) && slices.Contains(socketFS, m.FSType) {
 				parts = append(parts, hiddenPart{d, m.ID, m.Dev, m.Root, false})
 			}
 		}

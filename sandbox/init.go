@@ -337,6 +337,9 @@ func within(p, parent string) bool {
 	return err == nil && filepath.IsLocal(rel)
 }
 
+// below says whether p lies under dir, not dir itself.
+func below(p, dir string) bool { return p != dir && within(p, dir) }
+
 // under is those of paths below dir, as dir sees them (their links
 // resolved), to mount back, and the links on the way to them below dir
 // (name → target), to make again. One that is, holds or lies in a host
@@ -351,13 +354,13 @@ func under(dir string, paths []namedPath, conf string) (keep []string, links map
 		// would not resolve. Each where it really is (the directories
 		// above it resolved): /run/a/b through the link /run/a → c is
 		// the link /run/c/b.
-		for q := n.path; within(q, dir) && q != dir; q = filepath.Dir(q) {
+		for q := n.path; below(q, dir); q = filepath.Dir(q) {
 			target, err := os.Readlink(q)
 			if err != nil {
 				continue
 			}
 			parent, err := filepath.EvalSymlinks(filepath.Dir(q))
-			if loc := filepath.Join(parent, filepath.Base(q)); err == nil && within(loc, dir) && loc != dir {
+			if loc := filepath.Join(parent, filepath.Base(q)); err == nil && below(loc, dir) {
 				links[loc] = target
 			}
 		}
@@ -399,17 +402,22 @@ func privateTmp(c *Config) error {
 		return err
 	}
 	for _, real := range dirs {
-		// The directory itself, named, is the sandbox's own.
-		below := slices.DeleteFunc(slices.Clone(named), func(n namedPath) bool { return n.real == real })
-		keep, links, err := under(real, below, "")
-		if err != nil {
-			return err
-		}
-		if err := coverDir(real, true, nil, keep, links); err != nil {
+		if err := coverKeeping(real, true, named); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// coverKeeping covers real (coverDir) with the named paths below it
+// mounted back; real itself, named, is the sandbox's own: covered.
+func coverKeeping(real string, writable bool, named []namedPath) error {
+	below := slices.DeleteFunc(slices.Clone(named), func(n namedPath) bool { return n.real == real })
+	keep, links, err := under(real, below, "")
+	if err != nil {
+		return err
+	}
+	return coverDir(real, writable, nil, keep, links)
 }
 
 // hideDirs covers each of Config.Hidden with an empty read-only tmpfs
@@ -435,35 +443,17 @@ func hideDirs(c *Config) error {
 		if slices.ContainsFunc(given, func(n namedPath) bool { return n.real != "" && within(real, n.real) }) {
 			continue
 		}
-		below := slices.DeleteFunc(slices.Clone(named), func(n namedPath) bool { return n.real == real })
-		keep, links, err := under(real, below, "")
-		if err != nil {
-			return err
-		}
 		// What root may not find or open below it (a FUSE mount without
 		// allow_other there) could not be mounted back: the directory is
 		// left as it is rather than the launch refused.
-		if slices.ContainsFunc(below, func(n namedPath) bool { return n.real == "" && within(n.path, real) }) || !openable(keep) {
+		if slices.ContainsFunc(named, func(n namedPath) bool { return n.real == "" && within(n.path, real) }) {
 			continue
 		}
-		if err := hideDir(real, nil, keep, links); err != nil {
+		if err := coverKeeping(real, false, named); err != nil && !errors.Is(err, errUnkept) {
 			return err
 		}
 	}
 	return nil
-}
-
-// openable says whether root may open each of paths (O_PATH), as coverDir
-// does.
-func openable(paths []string) bool {
-	for _, p := range paths {
-		fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return false
-		}
-		unix.Close(fd)
-	}
-	return true
 }
 
 // privateSharedMemory mounts an empty tmpfs of the sandbox's own on
@@ -531,6 +521,10 @@ func hideDir(dir string, files map[string]string, keep []string, links map[strin
 	return coverDir(dir, false, files, keep, links)
 }
 
+// errUnkept is coverDir's failure to open a path to mount back, before
+// anything is mounted.
+var errUnkept = errors.New("a path to mount back could not be opened")
+
 // coverDir is hideDir, but for writable: then the tmpfs is left writable
 // and sticky (mode 1777, as /tmp is), for Landlock to say who writes it;
 // what is written there counts against the writer's memory cgroup.
@@ -551,7 +545,7 @@ func coverDir(dir string, writable bool, files map[string]string, keep []string,
 	for _, p := range keep {
 		f, err := os.OpenFile(p, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: %w", errUnkept, err)
 		}
 		kept = append(kept, f)
 	}

@@ -73,10 +73,7 @@ func homeOf(uid int) string {
 	// root-squashed NFS home) cannot be, and is left alone.
 	real, err := filepath.EvalSymlinks(home)
 	base, berr := filepath.EvalSymlinks("/home")
-	if err != nil || berr != nil {
-		return ""
-	}
-	if rel, err := filepath.Rel(base, real); err != nil || !filepath.IsLocal(rel) || rel == "." {
+	if err != nil || berr != nil || !below(real, base) {
 		return ""
 	}
 	return real
@@ -84,15 +81,15 @@ func homeOf(uid int) string {
 
 // homeIn is homeOf with the account database read from r.
 func homeIn(r io.Reader, uid int) string {
+	id := strconv.Itoa(uid)
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		// name:password:uid:gid:gecos:home:shell
 		fields := strings.Split(sc.Text(), ":")
-		if len(fields) < 7 || fields[2] != strconv.Itoa(uid) {
+		if len(fields) < 7 || fields[2] != id {
 			continue
 		}
-		home := filepath.Clean(fields[5])
-		if rel, err := filepath.Rel("/home", home); err == nil && filepath.IsLocal(rel) && rel != "." {
+		if home := filepath.Clean(fields[5]); below(home, "/home") {
 			return home
 		}
 		return ""

@@ -157,7 +157,7 @@ func launchInPod(cmd *cobra.Command, o podLaunch, args []string, log *slog.Logge
 	select {
 	case <-stopped:
 		if err == nil {
-			sb.Stop(o.stopTimeout) // it ran as the signal came
+			sb.Stop(o.stopTimeout) // the pod took it as the signal came
 		} else {
 			err = fmt.Errorf("stopped by a signal before the pod took the launch: %w", err)
 		}
