@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
@@ -242,6 +243,79 @@ func TestHideDirLeavesTheHostsFiles(t *testing.T) {
 	if got, err := os.ReadFile(file); err != nil || string(got) != "kept" {
 		t.Fatalf("the host's %s after hideDir: %q, %v; want it as it was", file, got, err)
 	}
+}
+
+// A path to mount back that became a link after its links were resolved
+// (a user who owns the directory above it swapped one in) is refused, and
+// nothing is mounted: followed, the bind would show what the link names,
+// past the checks made on the resolved path.
+func TestCoverDirRefusesALinkSwappedIn(t *testing.T) {
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	for _, d := range []string{filepath.Join(dir, "a", "b"), filepath.Join(elsewhere, "b")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := filepath.Join(dir, "a", "b") // resolved: no link on its way yet
+	if err := os.RemoveAll(filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	inMountNamespace(t, func() error {
+		err := coverDir(dir, true, nil, []string{kept}, nil)
+		if err == nil || errors.Is(err, errUnkept) || !strings.Contains(err.Error(), "link") {
+			return fmt.Errorf("coverDir with %s now through a link: %v; want it refused for the link", kept, err)
+		}
+		mounts, err := readMounts()
+		if err != nil {
+			return err
+		}
+		for _, m := range mounts {
+			if within(m.Point, dir) {
+				return fmt.Errorf("%s mounted on %s; want nothing mounted", m.FSType, m.Point)
+			}
+		}
+		return nil
+	})
+}
+
+// /dev's links among the paths it keeps are made again, and what they
+// lead to kept: /dev/ptmx is a link to pts/ptmx in some containers.
+func TestPrivateDevMakesItsLinksAgain(t *testing.T) {
+	inMountNamespace(t, func() error {
+		null, err := os.OpenFile("/dev/null", unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer null.Close()
+		if err := unix.Mount("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID, "mode=0755"); err != nil {
+			return err
+		}
+		if err := os.Mkdir("/dev/pts", 0o755); err != nil {
+			return err
+		}
+		if err := os.Symlink("pts/ptmx", "/dev/ptmx"); err != nil {
+			return err
+		}
+		if err := mountBack(null, "/dev/null"); err != nil {
+			return err
+		}
+		if err := privateDev(&Config{}); err != nil {
+			return err
+		}
+		if target, err := os.Readlink("/dev/ptmx"); err != nil || target != "pts/ptmx" {
+			return fmt.Errorf("/dev/ptmx in the sandbox's /dev: %q, %v; want the link to pts/ptmx", target, err)
+		}
+		if st, err := os.Stat("/dev/null"); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+			return fmt.Errorf("/dev/null in the sandbox's /dev: %v, %v; want the device", st, err)
+		}
+		if st, err := os.Stat("/dev/pts"); err != nil || !st.IsDir() {
+			return fmt.Errorf("/dev/pts in the sandbox's /dev: %v, %v; want the directory", st, err)
+		}
+		return nil
+	})
 }
 
 // Without statx's mount id, fdinfo gives the same.

@@ -488,17 +488,17 @@ var devLinks = map[string]string{"/dev/fd": "/proc/self/fd", "/dev/stdin": "/pro
 // devLinks and the paths below /dev the config names.
 func privateDev(c *Config) error {
 	const dir = "/dev"
-	var keep []string
-	for _, p := range slices.Concat(devDevices, c.RO, c.RW, c.Exec) {
-		p = filepath.Clean(p)
-		if p == dir || !within(p, dir) || slices.Contains(keep, p) {
-			continue
-		}
-		if _, err := os.Lstat(p); err == nil {
-			keep = append(keep, p)
-		}
+	// A link among them (/dev/ptmx → pts/ptmx in some containers) is
+	// made again, and what it leads to kept, as below /tmp.
+	named := slices.DeleteFunc(namedPaths(slices.Concat(devDevices, c.RO, c.RW, c.Exec)), func(n namedPath) bool {
+		return n.path == dir
+	})
+	keep, links, err := under(dir, named, "")
+	if err != nil {
+		return err
 	}
-	if err := hideDir(dir, nil, keep, devLinks); err != nil {
+	maps.Copy(links, devLinks)
+	if err := hideDir(dir, nil, keep, links); err != nil {
 		return err
 	}
 	// An mqueue mount shows the queues of the IPC namespace it was made
@@ -543,9 +543,9 @@ func coverDir(dir string, writable bool, files map[string]string, keep []string,
 		}
 	}()
 	for _, p := range keep {
-		f, err := os.OpenFile(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+		f, err := openResolved(p)
 		if err != nil {
-			return fmt.Errorf("%w: %w", errUnkept, err)
+			return err
 		}
 		kept = append(kept, f)
 	}
@@ -601,6 +601,26 @@ func coverDir(dir string, writable bool, files map[string]string, keep []string,
 		return &os.SyscallError{Syscall: "mount(" + dir + ", MS_REMOUNT|MS_RDONLY)", Err: err}
 	}
 	return nil
+}
+
+// openResolved opens p, a path whose links were resolved, to mount back,
+// following none: a component made a link since, by a user who owns the
+// directory above it, would lead the bind anywhere, past the checks made
+// on the resolved path (under: the whole host /tmp, a resolver's
+// sockets). Then the launch is refused. One that cannot be opened
+// otherwise is errUnkept.
+func openResolved(p string) (*os.File, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("path %s: a link on its way appeared while the sandbox was set up", p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUnkept, &os.PathError{Op: "open", Path: p, Err: err})
+	}
+	return os.NewFile(uintptr(fd), p), nil
 }
 
 // mountBack mounts the host's path p, open as f, at p again on the tmpfs

@@ -1275,6 +1275,7 @@ alice:x:1000:1000:Alice,,,:/home/alice:/bin/bash
 home:x:1001:1001::/home:/bin/sh
 sneaky:x:1002:1002::/home/../etc:/bin/sh
 deep:x:1003:1003::/home/staff/bob/:/bin/sh
+relative:x:1004:1004::home/carol:/bin/sh
 `
 	for _, tc := range []struct {
 		uid  int
@@ -1282,15 +1283,56 @@ deep:x:1003:1003::/home/staff/bob/:/bin/sh
 	}{
 		{1000, "/home/alice"},
 		{1003, "/home/staff/bob"},
-		{0, ""},
-		{1, ""},
-		{1001, ""},
-		{1002, ""},
+		{0, "/root"},
+		{1, "/usr/sbin"},
+		{1001, "/home"},
+		{1002, "/etc"},
+		{1004, ""},
 		{61000, ""},
 	} {
 		if got := homeIn(strings.NewReader(passwd), tc.uid); got != tc.want {
 			t.Errorf("homeIn(uid %d) = %q; want %q", tc.uid, got, tc.want)
 		}
+	}
+}
+
+// A person's home is one that, its links resolved, lies below the homes'
+// directory, resolved too: /var/home/alice where /home leads to /var/home
+// (Silverblue) is one; the homes' directory itself, a system directory, and
+// a home that is a link out of it are not.
+func TestPersonalHome(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"var/home/alice", "var/home/staff/bob", "usr/sbin"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{"home": "var/home", "var/home/mallory": "../../usr/sbin"} {
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	homes := filepath.Join(root, "home")
+	for _, tc := range []struct{ home, want string }{
+		{"var/home/alice", "var/home/alice"},
+		{"home/alice", "var/home/alice"},
+		{"home/staff/bob", "var/home/staff/bob"},
+		{"home", ""},
+		{"var/home", ""},
+		{"usr/sbin", ""},
+		{"home/mallory", ""},
+		{"home/missing", ""},
+	} {
+		want := ""
+		if tc.want != "" {
+			want = filepath.Join(root, tc.want)
+		}
+		if got := personal(filepath.Join(root, tc.home), homes); got != want {
+			t.Errorf("personal(%s) = %q; want %q", tc.home, got, want)
+		}
+	}
+	if got := personal("", homes); got != "" {
+		t.Errorf("personal of no home = %q; want none", got)
 	}
 }
 

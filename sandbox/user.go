@@ -52,34 +52,40 @@ func HostIdentity(uid, gid int) []string {
 	return out
 }
 
-// homeOf is the home directory of the host account uid is, when it lies
-// under /home (a person's: the sockets of their agents, editors and
-// containers' daemons there are theirs, so the sandbox's too when it runs
-// as them), read from /etc/passwd; "" when there is none. System
-// accounts' homes are system directories (/usr/sbin, /var/lib/...) the
-// sandbox may need, and are left alone.
+// homeOf is the home directory of the host account uid is, read from
+// /etc/passwd, when it is a person's (personal); "" when there is none.
 func homeOf(uid int) string {
 	f, err := os.Open("/etc/passwd")
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
-	home := homeIn(f, uid)
+	return personal(homeIn(f, uid), "/home")
+}
+
+// personal is home with its links resolved when, so resolved, it lies
+// below homes (resolved too: Silverblue's /var/home, where /home leads,
+// and the homes its accounts name there), a person's: the sockets of
+// their agents, editors and containers' daemons there are theirs, so the
+// sandbox's too when it runs as them. "" otherwise: system accounts'
+// homes are system directories (/usr/sbin, /var/lib/...) the sandbox may
+// need, and are left alone, as is a home that is a link to one. One root
+// may not look at (a root-squashed NFS home) cannot be hidden, and is
+// left alone too.
+func personal(home, homes string) string {
 	if home == "" {
 		return ""
 	}
-	// Where it really is, still under /home: a home that is a link to a
-	// system directory is not hidden. One root may not look at (a
-	// root-squashed NFS home) cannot be, and is left alone.
 	real, err := filepath.EvalSymlinks(home)
-	base, berr := filepath.EvalSymlinks("/home")
+	base, berr := filepath.EvalSymlinks(homes)
 	if err != nil || berr != nil || !below(real, base) {
 		return ""
 	}
 	return real
 }
 
-// homeIn is homeOf with the account database read from r.
+// homeIn is the home uid's account names in the account database r
+// (/etc/passwd's form), "" when it has none or one not absolute.
 func homeIn(r io.Reader, uid int) string {
 	id := strconv.Itoa(uid)
 	sc := bufio.NewScanner(r)
@@ -89,8 +95,8 @@ func homeIn(r io.Reader, uid int) string {
 		if len(fields) < 7 || fields[2] != id {
 			continue
 		}
-		if home := filepath.Clean(fields[5]); below(home, "/home") {
-			return home
+		if filepath.IsAbs(fields[5]) {
+			return filepath.Clean(fields[5])
 		}
 		return ""
 	}
