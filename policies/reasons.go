@@ -96,7 +96,7 @@ var Reasons = []ReasonSpec{
 		"the connection's process could not be found among the sandbox's (also a process in no service's cgroup of a pod, the detail naming its cgroup; or one running from a memory file not sealed against writes, whose bytes no digest can name)"},
 	{ReasonIdentityAmbiguous, http.StatusForbidden, ByProxy,
 		"the connection's socket is shared by processes that are not one identity (their executables, uids or services differ), so it is denied: {detail}",
-		"processes running different executables, or as different uids, or in different services' cgroups, share the socket; or (with the connect hook) the process that connected it no longer holds it"},
+		"processes running different executables, or as different uids, or in different services' cgroups, share the socket; or (with the connect hook) the process that connected it no longer holds it, or has executed another program since it connected"},
 	{ReasonSSRF, http.StatusForbidden, ByProxy,
 		"the destination is not a public address: {detail}; an operator can allow a range with --allow-range CIDR",
 		"the host resolves to an address that is not public (loopback, private, link-local, ...)"},

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,11 +98,9 @@ func (p *Proxy) opaque(cc *clientConn, client, upstream net.Conn, t *tracked, ea
 			return
 		}
 	}
-	host := dc.in.Request.Host
-	if _, lerr := netip.ParseAddr(host); lerr == nil {
-		host = "" // a tunnel to an address: any name it serves
-	}
-	p.serveOpened(cc, client, rawConn(client), upstream, t, first, err, host, dc)
+	// To an address too: a name sent to one is decided by no rule of
+	// that name (a deny of it included), as on the transparent path.
+	p.serveOpened(cc, client, rawConn(client), upstream, t, first, err, dc.in.Request.Host, dc)
 }
 
 // established answers an allowed CONNECT, once its upstream (if opaque)

@@ -242,6 +242,10 @@ func (p *Proxy) serveInner(cc *clientConn, c net.Conn, br *bufio.Reader, bw *buf
 	// were checked against it above.
 	out := req.Clone(ctx)
 	out.RequestURI = ""
+	// No trailer: its fields (a method override, X-Original-URL) come
+	// after the decision, and servers that merge them into the header
+	// would act on them.
+	out.Trailer = nil
 	// The client's Connection: close is about its connection with the
 	// proxy (hopByHop dropped the header): the upstream connection stays
 	// pooled for the next request, tunnel or client, instead of a new

@@ -260,25 +260,16 @@ func openAudit(path string) (io.Writer, func() error, error) {
 		f := os.NewFile(uintptr(dup), path)
 		return f, f.Close, nil
 	}
-	// Not through a symbolic link (one planted, or swapped in after any
-	// check, would have root append where it points), without blocking
-	// (a FIFO with no reader would hold the start), and only a file root
+	// Not through a symbolic link, without blocking, and only a file root
 	// or this user owns: one another user made there is theirs, not the
 	// log.
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0o600)
+	f, err := trusted.OpenOutput(path, unix.O_APPEND, 0o600)
 	if errors.Is(err, unix.ELOOP) {
 		return nil, nil, auditLinkError(path)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("audit log %s: %w", path, err)
 	}
-	// Blocking again before os.NewFile sees it: a FIFO is then written
-	// as a file is, not through the poller.
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
-		return nil, nil, fmt.Errorf("audit log %s: %w", path, err)
-	}
-	f := os.NewFile(uintptr(fd), path)
 	fi, err := f.Stat()
 	if err == nil {
 		if err = trusted.Owner(fi); err != nil {

@@ -152,6 +152,9 @@ func (p *Proxy) forwardPlain(r *http.Request, dc *decision) (*http.Request, *cou
 	// The client's Connection: close ends its own connection (the server
 	// read it from the request it keeps), not the pooled upstream one.
 	r.Close = false
+	// No trailer, as on the inspected path: read after the decision, its
+	// fields are decided by nobody.
+	r.Trailer = nil
 	body := &counter{r: r.Body}
 	var guard *bodyGuard
 	if r.Body != nil && r.Body != http.NoBody {

@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"testing"
@@ -68,6 +70,43 @@ func TestPlainLastAnswerEndsTheConnection(t *testing.T) {
 			}
 			if _, err := br.ReadByte(); err != io.EOF {
 				t.Fatalf("after the answer the connection read %v; want its end (EOF)", err)
+			}
+		})
+	}
+}
+
+// A request's trailer fields are not forwarded, on the plain path or in an
+// inspected tunnel: read after the decision, a method override or an
+// X-Original-URL there is decided by nobody, and servers that merge
+// trailers into the header act on them.
+func TestTrailersAreNotForwarded(t *testing.T) {
+	fx := newTPFixture(t)
+	const body = "Transfer-Encoding: chunked\r\nTrailer: X-HTTP-Method-Override, X-Original-URL\r\n\r\n" +
+		"3\r\nabc\r\n0\r\nX-HTTP-Method-Override: DELETE\r\nX-Original-URL: /admin\r\n\r\n"
+	for _, path := range []string{"plain", "inspected"} {
+		t.Run(path, func(t *testing.T) {
+			d := fx.dialer(t)
+			var c net.Conn
+			if path == "plain" {
+				c = d.dial(t, fx.explicit)
+				fmt.Fprintf(c, "GET http://web.tp.test:%d/ok/x HTTP/1.1\r\nHost: web.tp.test:%[1]d\r\n"+body, fx.port)
+			} else {
+				tc := tls.Client(connectTo(t, d, "api.tp.test"), &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots})
+				c = tc
+				fmt.Fprintf(c, "GET /ok/x HTTP/1.1\r\nHost: api.tp.test\r\n"+body)
+			}
+			defer c.Close()
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || resp.Header.Get(tpUpstreamAsked) == "" {
+				t.Fatalf("answer %d %v; want the upstream's", resp.StatusCode, resp.Header)
+			}
+			if got := resp.Header.Values(tpUpstreamTrailer); len(got) > 0 {
+				t.Fatalf("the upstream read the trailer fields %q; want none", got)
 			}
 		})
 	}

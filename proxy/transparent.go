@@ -259,12 +259,13 @@ func (p *Proxy) endUnrelayed(client net.Conn, dc *decision, end error, first ope
 	p.record(dc, http.StatusOK, 0, first.greeted)
 }
 
-// checkOpaque judges what a client of an opaque tunnel to host ("": any)
-// opened it with: a TLS server name must name host, or the tunnel would
-// carry a connection to another host on the same address (a shared front,
-// a CDN), decided as this one.
+// checkOpaque judges what a client of an opaque tunnel to host opened it
+// with: a TLS server name must name host, or the tunnel would carry a
+// connection to another host on the same address (a shared front, a CDN),
+// decided as this one; to an address, a client sends none (RFC 6066 has
+// no name for an address).
 func checkOpaque(first opening, host string) (policies.Reason, string) {
-	if host != "" && first.proto == speaksTLS && first.serverName != "" && !sameName(first.serverName, host) {
+	if first.proto == speaksTLS && first.serverName != "" && !sameName(first.serverName, host) {
 		return policies.ReasonHostMismatch, fmt.Sprintf("TLS server name %q in a tunnel to %s", first.serverName, host)
 	}
 	return "", ""

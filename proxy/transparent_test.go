@@ -60,13 +60,14 @@ var (
 	tpForgotten = netip.MustParseAddr("127.0.0.10") // synthetic, its name forgotten
 	tpLiteral   = netip.MustParseAddr("127.0.0.11") // no name: decided as the literal, which a rule allows
 
-	tpTLSUpstream   = netip.MustParseAddr("127.0.0.1") // api. and tls.tp.test's TLS upstream
-	tpWebUpstream   = netip.MustParseAddr("127.0.0.7")
-	tpSSHUpstream   = netip.MustParseAddr("127.0.0.8") // greets first, then echoes
-	tpBanner        = "220 upstream greets first\r\n"
-	tpUpstreamBody  = "hello from upstream"
-	tpUpstreamConn  = "X-Upstream-Conn"  // the upstreams' header: the request's source address
-	tpUpstreamAsked = "X-Upstream-Asked" // and its method and Host, as the upstream read them
+	tpTLSUpstream     = netip.MustParseAddr("127.0.0.1") // api. and tls.tp.test's TLS upstream
+	tpWebUpstream     = netip.MustParseAddr("127.0.0.7")
+	tpSSHUpstream     = netip.MustParseAddr("127.0.0.8") // greets first, then echoes
+	tpBanner          = "220 upstream greets first\r\n"
+	tpUpstreamBody    = "hello from upstream"
+	tpUpstreamConn    = "X-Upstream-Conn"    // the upstreams' header: the request's source address
+	tpUpstreamAsked   = "X-Upstream-Asked"   // and its method and Host, as the upstream read them
+	tpUpstreamTrailer = "X-Upstream-Trailer" // and each trailer field the request brought
 )
 
 // tpNames is the sandbox's DNS memory: a name for each synthetic address,
@@ -90,6 +91,7 @@ rules := [
 	{"name": "web", "binaries": exe, "hosts": ["web.tp.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/ok/**"]},
 	{"name": "ssh", "binaries": exe, "hosts": ["ssh.tp.test"], "ports": [%[2]d]},
 	{"name": "literal", "binaries": exe, "hosts": [%[3]q], "ports": [%[2]d]},
+	{"name": "upstream-literal", "binaries": exe, "hosts": [%[4]q], "ports": [%[2]d]},
 ]
 
 denies := []
@@ -139,6 +141,15 @@ func newTPFixtureLimits(tb testing.TB, limits Limits) *tpFixture {
 		// and what it asked for.
 		w.Header().Set(tpUpstreamConn, r.RemoteAddr)
 		w.Header().Set(tpUpstreamAsked, r.Method+" "+r.Host)
+		// And the trailer fields it sent after its body, when it
+		// announced any (the body read to its end: never otherwise, an
+		// answer before the body is what some tests want).
+		if len(r.Trailer) > 0 {
+			io.Copy(io.Discard, r.Body)
+			for name, v := range r.Trailer {
+				w.Header().Add(tpUpstreamTrailer, name+": "+strings.Join(v, ","))
+			}
+		}
 		io.WriteString(w, tpUpstreamBody)
 	})
 	for _, a := range []netip.Addr{tpTLSUpstream, tpWebUpstream} {
@@ -153,7 +164,7 @@ func newTPFixtureLimits(tb testing.TB, limits Limits) *tpFixture {
 	}
 	greetAndEcho(listeners[tpSSHUpstream])
 
-	engine := presetEngine(tb, presetBundle(tb, dir, map[string]string{"tp.rego": fmt.Sprintf(tpPreset, fx.exe, fx.port, tpLiteral)}))
+	engine := presetEngine(tb, presetBundle(tb, dir, map[string]string{"tp.rego": fmt.Sprintf(tpPreset, fx.exe, fx.port, tpLiteral, tpTLSUpstream)}))
 	ca, err := certs.LoadOrCreate(filepath.Join(dir, "ca"), 16)
 	if err != nil {
 		tb.Fatal(err)
@@ -640,6 +651,12 @@ func TestOpaqueConnectChecksWhatOpensIt(t *testing.T) {
 	})
 	t.Run("plain HTTP with another Host", func(t *testing.T) {
 		wantDenial(t, httpGet(t, open(t, "tls.tp.test"), "other.test", "/"), http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "tls.tp.test")
+	})
+	// To an address a rule allows, TLS sends no name; one that does is
+	// decided by no rule of that name (its deny included): refused.
+	t.Run("TLS for a name to an address", func(t *testing.T) {
+		resp, _ := fx.httpsGet(t, open(t, tpTLSUpstream.String()), "tls.tp.test", []string{"http/1.1"}, "/no")
+		wantDenial(t, resp, http.StatusMisdirectedRequest, policies.ReasonHostMismatch, tpTLSUpstream.String())
 	})
 	// A Go front (crypto/tls) skips a warning alert sent before the
 	// ClientHello and reads the ClientHello after it: so does the check,

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 
 	"github.com/google/nftables"
@@ -10,6 +11,13 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
+
+// IngressSource is the address a pod's ingress connects to its services
+// from, in their namespace: the table refuses it to every socket but
+// root's (the supervisor's), so a service can tell a request the ingress
+// forwards (its X-Airlock-Operator set by the ingress) from one another
+// service of the pod sends with that header of its own.
+var IngressSource = netip.MustParseAddr("127.0.0.254")
 
 // egressTable is the nft table (family inet) that InstallEgress owns.
 const egressTable = "airlock"
@@ -51,6 +59,7 @@ type EgressRules struct {
 //		fib daddr type local accept
 //		meta l4proto tcp redirect to :T }
 //	chain filter_out { type filter hook output priority 0; policy drop;
+//		ip saddr 127.0.0.254 meta skuid != 0 reject with icmpx admin-prohibited
 //		meta skuid U accept
 //		ct state established,related ct direction reply accept
 //		ct state established,related fib daddr type local accept
@@ -126,7 +135,16 @@ func (r EgressRules) filterChain(conn *nftables.Conn, table *nftables.Table) err
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter,
 		Policy: new(nftables.ChainPolicyDrop),
 	})
-	var rules [][]expr.Any
+	// IngressSource is root's alone: a service trusts what comes from it
+	// as the ingress's (X-Airlock-Operator).
+	rules := [][]expr.Any{slices.Concat([]expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: IngressSource.AsSlice()},
+		&expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}})}
 	if r.ExemptUID != nil {
 		rules = append(rules, slices.Concat(skuid(*r.ExemptUID), accept()))
 	}

@@ -586,3 +586,38 @@ func TestEgressEstablishedOnlyToLocal(t *testing.T) {
 		t.Fatal("filter_out has no rule for established flows")
 	}
 }
+
+// The ingress's source address is root's alone in the namespace: the
+// supervisor dials a service from it, and a sandboxed process (another
+// service, a one-off) cannot, so a service believes X-Airlock-Operator
+// from that address only.
+func TestIngressSourceIsRoots(t *testing.T) {
+	py := testutil.RequireTool(t, "/usr/bin/python3")
+	const port = 8901
+	for _, src := range []string{"127.0.0.1", IngressSource.String()} {
+		cfg := base(t, py, "-c", fmt.Sprintf(`import socket
+s = socket.socket()
+s.bind((%q, 0))
+s.connect(("127.0.0.1", %d))
+print(s.recv(100).decode())`, src, port))
+		cfg.Net, cfg.ProxyPort, cfg.ConnectPorts = NetProxy, 3128, []int{port}
+		out, code, err := runWith(t, cfg, func(n *Network) {
+			listenOn(t, n, fmt.Sprintf("127.0.0.1:%d", port), "served")
+			c, err := n.DialFrom(IngressSource)(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err != nil {
+				t.Fatalf("the supervisor's dial from %s: %v", IngressSource, err)
+			}
+			got, _ := io.ReadAll(c)
+			c.Close()
+			if from := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr(); from != IngressSource || string(got) != "served" {
+				t.Fatalf("the supervisor's dial: from %s, read %q; want from %s, the service's hello", from, got, IngressSource)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok := code == 0 && out == "served\n"; ok != (src != IngressSource.String()) {
+			t.Errorf("a sandboxed process's connect from %s: exit %d %q; want it refused only from the ingress's address", src, code, out)
+		}
+	}
+}

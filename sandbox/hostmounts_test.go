@@ -245,40 +245,71 @@ func TestHideDirLeavesTheHostsFiles(t *testing.T) {
 	}
 }
 
-// A path to mount back that became a link after its links were resolved
-// (a user who owns the directory above it swapped one in) is refused, and
-// nothing is mounted: followed, the bind would show what the link names,
-// past the checks made on the resolved path.
+// A path to mount back whose way changed after its links were resolved (a
+// user who owns the directory above it swapped a link in, or in and back
+// while the links on the way were read) is refused, and nothing is
+// mounted: the bind, or the link made again on the tmpfs, would lead to
+// what the link names on the host, past the checks made on the resolved
+// path.
 func TestCoverDirRefusesALinkSwappedIn(t *testing.T) {
+	for _, back := range []bool{false, true} {
+		t.Run(fmt.Sprintf("and back %v", back), func(t *testing.T) { coverDirRefusesTheSwap(t, back) })
+	}
+	// Two links, the one read below the other: a directory when the
+	// deeper was resolved, a link when read itself. Made again, the
+	// deeper would be made on the host, where the other points.
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	inMountNamespace(t, func() error {
+		err := coverDir(dir, true, nil, nil, map[string]string{filepath.Join(dir, "a"): elsewhere, filepath.Join(dir, "a", "l"): "/"})
+		if err == nil || !strings.Contains(err.Error(), "link") {
+			return fmt.Errorf("coverDir with a link below a link: %v; want it refused", err)
+		}
+		return nil
+	})
+	if entries, err := os.ReadDir(elsewhere); err != nil || len(entries) > 0 {
+		t.Errorf("the outer link's target after coverDir: %v, %v; want it as it was", entries, err)
+	}
+}
+
+func coverDirRefusesTheSwap(t *testing.T, back bool) {
 	dir, elsewhere := t.TempDir(), t.TempDir()
 	for _, d := range []string{filepath.Join(dir, "a", "b"), filepath.Join(elsewhere, "b")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	kept := filepath.Join(dir, "a", "b") // resolved: no link on its way yet
-	if err := os.RemoveAll(filepath.Join(dir, "a")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(elsewhere, filepath.Join(dir, "a")); err != nil {
-		t.Fatal(err)
+	kept := filepath.Join(dir, "a", "b") // resolved: no link on its way
+	links := map[string]string{}
+	if back {
+		// Read as a link by under, a directory again since.
+		links[filepath.Join(dir, "a")] = elsewhere
+	} else {
+		if err := os.RemoveAll(filepath.Join(dir, "a")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(elsewhere, filepath.Join(dir, "a")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	inMountNamespace(t, func() error {
-		err := coverDir(dir, true, nil, []string{kept}, nil)
+		err := coverDir(dir, true, nil, []string{kept}, links)
 		if err == nil || errors.Is(err, errUnkept) || !strings.Contains(err.Error(), "link") {
-			return fmt.Errorf("coverDir with %s now through a link: %v; want it refused for the link", kept, err)
+			return fmt.Errorf("coverDir with %s's way changed (and back: %v): %v; want it refused for the link", kept, back, err)
 		}
 		mounts, err := readMounts()
 		if err != nil {
 			return err
 		}
 		for _, m := range mounts {
-			if within(m.Point, dir) {
+			if within(m.Point, dir) || within(m.Point, elsewhere) {
 				return fmt.Errorf("%s mounted on %s; want nothing mounted", m.FSType, m.Point)
 			}
 		}
 		return nil
 	})
+	if entries, err := os.ReadDir(filepath.Join(elsewhere, "b")); err != nil || len(entries) > 0 {
+		t.Errorf("the link's target after coverDir: %v, %v; want it as it was", entries, err)
+	}
 }
 
 // /dev's links among the paths it keeps are made again, and what they

@@ -42,6 +42,13 @@ func runInit() {
 		// without making them private, the /proc mounted next would
 		// appear on the host too.
 		{"make mounts private", privateMounts},
+		// Landlock follows links, and the steps below resolve them: one
+		// on the way to a path given, in a directory the sandbox's uid
+		// may write, may be a sandbox's own (its last run's, another's
+		// of the same uid), pointed at whatever it wants given. Here, in
+		// the init, as every look at the paths: a hung mount among them
+		// holds only what the launch's stop can kill.
+		{"refuse links the sandbox could have made", plantedLinks},
 		// A /proc of the sandbox's own PID namespace: the sandbox sees
 		// only its own processes, not the host's or their command lines.
 		{"mount /proc", mountProc},
@@ -535,6 +542,25 @@ func coverDir(dir string, writable bool, files map[string]string, keep []string,
 	keep = slices.DeleteFunc(slices.Clone(keep), func(p string) bool {
 		return slices.ContainsFunc(keep, func(q string) bool { return q != p && within(p, q) })
 	})
+	// A path kept was resolved: a link now on or above it, or above a
+	// file to write, was made since (a directory swapped for a link and
+	// back). Made again on the tmpfs, it would lead the mount point's
+	// mkdir, and the bind, to wherever it points on the host.
+	made := slices.Clone(keep)
+	for name := range files {
+		made = append(made, filepath.Join(dir, name))
+	}
+	for name := range links {
+		// Or another link below it: read as a directory, then as a link.
+		for other := range links {
+			if below(other, name) {
+				made = append(made, other)
+			}
+		}
+		if i := slices.IndexFunc(made, func(p string) bool { return within(p, name) }); i >= 0 {
+			return fmt.Errorf("path %s: %s on its way is a link now, made while the sandbox was set up", made[i], name)
+		}
+	}
 	// Opened before the tmpfs covers them.
 	kept := make([]*os.File, 0, len(keep))
 	defer func() {
@@ -684,11 +710,11 @@ func bindFile(target, content string) error {
 	}
 	defer os.Remove(f.Name())
 	_, err = f.WriteString(content)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o644)
 	}
 	if err != nil {
 		return err

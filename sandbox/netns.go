@@ -97,6 +97,19 @@ func setUpNetwork(c NetworkConfig) (*Network, error) {
 // address: nothing resolves names inside the namespace, and a lookup made
 // for it would run in the host's.
 func (n *Network) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return n.dial(ctx, &net.Dialer{}, network, addr)
+}
+
+// DialFrom is DialContext from the address src of the namespace's own (the
+// ingress's, IngressSource).
+func (n *Network) DialFrom(src netip.Addr) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return n.dial(ctx, d, network, addr)
+	}
+}
+
+func (n *Network) dial(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s in the sandbox namespace: %w", addr, err)
@@ -108,7 +121,7 @@ func (n *Network) DialContext(ctx context.Context, network, addr string) (net.Co
 	err = inNamespace(n.enter, func() (err error) {
 		// One IP address: the dialer makes its one socket on this
 		// goroutine, so on this thread.
-		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		c, err = d.DialContext(ctx, network, addr)
 		return err
 	})
 	if err != nil && c != nil {

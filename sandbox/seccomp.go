@@ -94,13 +94,47 @@ func seccompProgram(full bool) ([]bpf.Instruction, error) {
 	p = append(p, refuseWhen(unix.SYS_PIDFD_SEND_SIGNAL, argIs{1, bpf.JumpEqual, runtimeFaultSignals})...)
 	p = append(p, refuseWhen(unix.SYS_FCNTL,
 		argIs{1, bpf.JumpEqual, []uint32{unix.F_SETSIG}}, argIs{2, bpf.JumpEqual, runtimeFaultSignals})...)
-	// socket: no packet, vsock or MPTCP sockets; netlink only for routing.
-	p = append(p, refuseWhen(unix.SYS_SOCKET, argIs{0, bpf.JumpEqual, []uint32{unix.AF_PACKET, unix.AF_VSOCK}})...)
+	// socket: only the families and protocols programs use, each of
+	// which the sandbox's network, nft table and Landlock rules account
+	// for. Any other is kernel surface (ALG, TIPC, RDS, SCTP), a way
+	// past the namespace (packet, vsock), or a stream Landlock's TCP
+	// rules do not see (MPTCP; SMC, which binds a TCP socket of its own
+	// within): EAFNOSUPPORT and EPROTONOSUPPORT, as where the kernel
+	// lacks them, so that programs fall back. Netlink only for routing.
+	p = append(p, refuseWhen(unix.SYS_SOCKET, argIs{0, jumpNone, socketFamilies}).errno(unix.EAFNOSUPPORT)...)
+	p = append(p, refuseWhen(unix.SYS_SOCKETPAIR, argIs{0, jumpNone, []uint32{unix.AF_UNIX}}).errno(unix.EAFNOSUPPORT)...)
 	p = append(p, refuseWhen(unix.SYS_SOCKET,
 		argIs{0, bpf.JumpEqual, []uint32{unix.AF_NETLINK}}, argIs{2, bpf.JumpNotEqual, []uint32{unix.NETLINK_ROUTE}})...)
-	p = append(p, refuseWhen(unix.SYS_SOCKET, argIs{2, bpf.JumpEqual, []uint32{unix.IPPROTO_MPTCP}})...)
+	p = append(p, refuseWhen(unix.SYS_SOCKET,
+		argIs{0, bpf.JumpEqual, []uint32{unix.AF_INET, unix.AF_INET6}}, argIs{2, jumpNone, inetProtocols}).errno(unix.EPROTONOSUPPORT)...)
+	// And of their types only stream, datagram and raw: protocol 0 is the
+	// type's first protocol, SCTP for SOCK_SEQPACKET, DCCP for SOCK_DCCP.
+	p = append(p, refuseInetTypes()...)
 	p = append(p, bpf.RetConstant{Val: secRetAllow})
 	return p, nil
+}
+
+// inetTypes are the socket types (the type argument's low four bits; the
+// rest is SOCK_NONBLOCK and SOCK_CLOEXEC) an inet socket may be.
+var inetTypes = []uint32{unix.SOCK_STREAM, unix.SOCK_DGRAM, unix.SOCK_RAW}
+
+// refuseInetTypes fails socket(2) with EPROTONOSUPPORT for an inet family
+// and a type not among inetTypes; it leaves the syscall number loaded.
+func refuseInetTypes() []bpf.Instruction {
+	n := len(inetTypes)
+	reload := 7 + n // the index of the syscall number's reload, past the refusal
+	p := []bpf.Instruction{
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_SOCKET, SkipFalse: uint8(reload - 1)},
+		bpf.LoadAbsolute{Off: offArg(0), Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_INET, SkipTrue: 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_INET6, SkipFalse: uint8(reload - 3 - 1)},
+		bpf.LoadAbsolute{Off: offArg(1), Size: 4},
+		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0xf},
+	}
+	for _, typ := range inetTypes {
+		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: typ, SkipTrue: uint8(reload - len(p) - 1)})
+	}
+	return append(p, errnoRet(unix.EPROTONOSUPPORT), bpf.LoadAbsolute{Off: offNr, Size: 4})
 }
 
 // errnoRet fails the syscall with e.
@@ -118,17 +152,38 @@ var runtimeFaultSignals = []uint32{
 	uint32(unix.SIGSEGV), uint32(unix.SIGSTKFLT), uint32(unix.SIGSYS),
 }
 
+// socketFamilies are the socket families a sandbox may open.
+var socketFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+
+// inetProtocols are the protocols of the inet families a sandbox may open:
+// the default of the type (0), TCP, UDP and the two ICMPs (ping).
+var inetProtocols = []uint32{0, unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6}
+
 // argIs holds when argument arg of a syscall (its low 32 bits) passes test
-// against any of vals (so JumpNotEqual wants one value).
+// against any of vals (so JumpNotEqual wants one value); with jumpNone,
+// when it equals none of vals.
 type argIs struct {
 	arg  int
 	test bpf.JumpTest
 	vals []uint32
 }
 
+// jumpNone is argIs's test of an argument equal to none of its values.
+const jumpNone bpf.JumpTest = 0xff
+
+// refusal is a block of instructions that fails a syscall, its errno the
+// one before its last instruction.
+type refusal []bpf.Instruction
+
+// errno is r failing with e instead.
+func (r refusal) errno(e unix.Errno) refusal {
+	r[len(r)-2] = errnoRet(e)
+	return r
+}
+
 // refuseWhen fails syscall nr with EPERM when every condition holds; it
 // leaves the syscall number loaded for the checks after it.
-func refuseWhen(nr uint32, conds ...argIs) []bpf.Instruction {
+func refuseWhen(nr uint32, conds ...argIs) refusal {
 	n := 1 // the syscall number's test
 	for _, c := range conds {
 		n += 1 + len(c.vals)
@@ -144,6 +199,11 @@ func refuseWhen(nr uint32, conds ...argIs) []bpf.Instruction {
 		next := len(p) + len(c.vals) // the next condition, or the refusal
 		for i, v := range c.vals {
 			at := len(p)
+			if c.test == jumpNone {
+				// One equal: the condition fails; none: the next.
+				p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: v, SkipTrue: uint8(reload - at - 1)})
+				continue
+			}
 			j := bpf.JumpIf{Cond: c.test, Val: v, SkipTrue: uint8(next - at - 1)}
 			if i == len(c.vals)-1 {
 				j.SkipFalse = uint8(reload - at - 1)

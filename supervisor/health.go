@@ -30,6 +30,9 @@ func newChecker(p *Pod, s *service, h *manifest.Health) checker {
 			Proxy:             nil,
 			DialContext:       p.network.DialContext,
 			DisableKeepAlives: true,
+			// A probe reads a status: not the 10 MiB of header a
+			// service could send in its place.
+			MaxResponseHeaderBytes: 16 << 10,
 		},
 			// A redirect is an answer (3xx is healthy): followed, the
 			// probe would judge whatever it points at, another

@@ -2,8 +2,12 @@ package supervisor
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"os"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // lineWriter passes a service's output on line by line, each prefixed with
@@ -14,9 +18,53 @@ import (
 type lineWriter struct {
 	prefix string
 	w      io.Writer
+	// escape makes control characters visible (\x1b): w is a terminal,
+	// the operator's, whose escape sequences (a title, the clipboard, an
+	// answer typed into the shell's input) are not a sandbox's to send.
+	escape bool
 	mu     sync.Mutex
 	buf    []byte
 	tail   tailRing
+}
+
+// isTerminal says whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	// Through Control, not Fd: Fd would make a descriptor the shell
+	// shares blocking.
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var terr error
+	if err := rc.Control(func(fd uintptr) { _, terr = unix.IoctlGetTermios(int(fd), unix.TCGETS) }); err != nil {
+		return false
+	}
+	return terr == nil
+}
+
+// visible is b with its control characters but tab and newline (C0, DEL,
+// and C1 in UTF-8) written as \xNN.
+func visible(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c == '\t' || c == '\n':
+		case c < 0x20 || c == 0x7f:
+			out = fmt.Appendf(out, "\\x%02x", c)
+			continue
+		case c == 0xc2 && i+1 < len(b) && b[i+1] >= 0x80 && b[i+1] <= 0x9f:
+			out = fmt.Appendf(out, "\\x%02x", b[i+1])
+			i++
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // maxLine bounds a line kept waiting for its newline: a service writing
@@ -47,7 +95,11 @@ func (l *lineWriter) emit(b []byte) {
 	line = append(line, '[')
 	line = append(line, l.prefix...)
 	line = append(line, "] "...)
-	line = append(line, b...)
+	if l.escape {
+		line = append(line, visible(b)...)
+	} else {
+		line = append(line, b...)
+	}
 	if line[len(line)-1] != '\n' {
 		line = append(line, '\n')
 	}

@@ -40,3 +40,23 @@ func TestLineWriterTail(t *testing.T) {
 		t.Errorf("after reset: %q, want nothing", got)
 	}
 }
+
+// Written to the operator's terminal, a service's control characters are
+// made visible (an escape sequence could set the title, the clipboard, or
+// make the terminal type an answer into the shell); tab stays, and
+// elsewhere (a journal, a file) the line passes as it was.
+func TestLineWriterEscapesForATerminal(t *testing.T) {
+	const line = "red \x1b[31mtext\x1b]52;c;ZWNobyBwd25lZA==\a\tand C1 \u009b2J\n"
+	for _, escape := range []bool{true, false} {
+		var out strings.Builder
+		l := &lineWriter{prefix: "svc", w: &out, escape: escape}
+		io.WriteString(l, line)
+		want := "[svc] " + line
+		if escape {
+			want = "[svc] red \\x1b[31mtext\\x1b]52;c;ZWNobyBwd25lZA==\\x07\tand C1 \\x9b2J\n"
+		}
+		if out.String() != want {
+			t.Errorf("escape %v: wrote %q; want %q", escape, out.String(), want)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+	"github.com/airlock-sandbox/airlock/internal/clip"
 	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -424,7 +425,7 @@ func (p *Pod) openIngress(context.Context) error {
 			p.event("ingress_keys_reload", events.Info, r.Service, fmt.Sprintf("ingress %s: the key file changed; %d keys now admit", r.Name, n))
 		}
 		srv, err := ingress.Listen(ingress.Route{Name: r.Name, Listen: r.Listen, Service: r.Service, Port: r.Port, Keys: keys},
-			ingress.Options{Dial: p.network.DialContext, Audit: p.proxy.AuditWriter(), AuditFailOpen: p.m.Proxy.AuditFailure == "warn", Logger: p.log, KeysChanged: keysChanged})
+			ingress.Options{Dial: p.network.DialFrom(sandbox.IngressSource), Audit: p.proxy.AuditWriter(), AuditFailOpen: p.m.Proxy.AuditFailure == "warn", Logger: p.log, KeysChanged: keysChanged})
 		if err != nil {
 			return err
 		}
@@ -644,8 +645,15 @@ func (p *Pod) policyEvent(kind string, sev events.Severity, detail string) {
 	p.emit(events.Event{Source: "policy", Kind: kind, Severity: sev, Detail: detail})
 }
 
+// maxDetail bounds an event's detail: a service writes much of what goes
+// there (its health answer's status line, its last output), and a line
+// of megabytes would rotate the earlier events out of the log, and past
+// what a reader's line buffer holds.
+const maxDetail = 4 << 10
+
 // emit records e, whose source its caller knows.
 func (p *Pod) emit(e events.Event) {
+	e.Detail = clip.String(e.Detail, maxDetail)
 	level := slog.LevelInfo
 	switch e.Severity {
 	case events.Warning:

@@ -249,11 +249,16 @@ func AttachHook(dir string, log *slog.Logger) *connhook.Hook {
 			log.Warn("the connect hook records no descriptors; each new connection reads its connector's whole fd table (slower, same decisions)", "err", h.FDs)
 		})
 	}
+	if h.Execs != nil {
+		execsOnce.Do(func() {
+			log.Warn("the connect hook does not see programs executed: a process that connects, sends, then executes a program the policy allows is decided as that program", "err", h.Execs)
+		})
+	}
 	return h
 }
 
-// fdsOnce says once per process that connections are checked the slow way.
-var fdsOnce sync.Once
+// fdsOnce and execsOnce say once per process what the hook cannot see.
+var fdsOnce, execsOnce sync.Once
 
 // Pid is the host pid of the sandbox's init.
 func (s *Sandbox) Pid() int { return s.proc.Pid }

@@ -122,7 +122,7 @@ func newService(p *Pod, s manifest.Service) (*service, error) {
 	if s.Landlock.Mode != "" {
 		c.Landlock = sandbox.LandlockMode(s.Landlock.Mode)
 	}
-	svc.out = &lineWriter{prefix: s.Name, w: p.out}
+	svc.out = &lineWriter{prefix: s.Name, w: p.out, escape: isTerminal(p.out)}
 	c.Stdout, c.Stderr = svc.out, svc.out
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("service %s: %w", s.Name, err)

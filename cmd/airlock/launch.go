@@ -14,11 +14,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 // ExitLaunch is the exit code when the sandbox could not be set up (the
@@ -323,11 +325,63 @@ func openStatus(path string) (*statusFile, error) {
 	if path == "" {
 		return &statusFile{}, nil
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := openStatusFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--json-status: %w", err)
 	}
 	return &statusFile{f}, nil
+}
+
+// openStatusFile opens path for the status, as root, often in a directory
+// a sandbox writes (its job's): by its descriptor when it names one of
+// this process's (/dev/stdout, /dev/fd/3, a shell's >(jq)); else through
+// no link a user other than root or this one could have pointed elsewhere
+// ($JOB/out → /root), not through a link as itself (status.json →
+// /etc/shadow would be truncated and written), and not into a file with
+// other names (a hard link to one); emptied only then.
+func openStatusFile(path string) (*os.File, error) {
+	if fd, ok := proxy.OwnDescriptor(path); ok {
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			return nil, fmt.Errorf("%s: descriptor %d: %w", path, fd, err)
+		}
+		return os.NewFile(uintptr(dup), path), nil
+	}
+	dir := "."
+	if i := strings.LastIndexByte(path, '/'); i > 0 {
+		dir = path[:i]
+	} else if i == 0 {
+		dir = "/"
+	}
+	if err := trusted.Links(dir); err != nil {
+		return nil, err
+	}
+	f, err := trusted.OpenOutput(path, 0, 0o644)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s is a symbolic link: give the file itself", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st *syscall.Stat_t
+	fi, err := f.Stat()
+	if err == nil {
+		st, _ = fi.Sys().(*syscall.Stat_t)
+	}
+	switch {
+	case err != nil:
+	case st != nil && st.Nlink > 1:
+		// Where hard links to others' files are not refused
+		// (fs.protected_hardlinks=0).
+		err = fmt.Errorf("%s has %d names (hard links): give a file of its own", path, st.Nlink)
+	case fi.Mode().IsRegular():
+		err = f.Truncate(0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 func (s *statusFile) write(v map[string]any, log *slog.Logger) {

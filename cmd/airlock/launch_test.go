@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -82,5 +84,75 @@ func TestLaunchStatusOfAPolicyRefused(t *testing.T) {
 	}
 	if code != ExitIntegrity || json.Unmarshal(raw, &st) != nil || st.Started || st.ExitCode != ExitIntegrity || st.Error == "" {
 		t.Fatalf("launch with a pin the policy fails: exit %d (%s), --json-status %s; want %d, and the status saying so", code, errs, raw, ExitIntegrity)
+	}
+}
+
+// --json-status is written by root, often in a directory a sandbox writes:
+// a link planted there, or a hard link to another file, is refused and
+// its target left as it was; a file of the launcher's own is emptied.
+func TestStatusFileIsNotWrittenThroughLinks(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "shadow")
+	if err := os.WriteFile(target, []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link, hard, own := filepath.Join(dir, "link.json"), filepath.Join(dir, "hard.json"), filepath.Join(dir, "own.json")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(target, hard); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{link: "symbolic link", hard: "hard links"} {
+		if s, err := openStatus(path); err == nil || !strings.Contains(err.Error(), want) {
+			if s != nil {
+				s.Close()
+			}
+			t.Errorf("openStatus(%s) = %v; want it refused (%s)", filepath.Base(path), err, want)
+		}
+	}
+	// A link on the way that another user could point elsewhere: the
+	// sandbox's own, in its job directory.
+	job := t.TempDir()
+	os.Chmod(job, 0o777)
+	out := filepath.Join(job, "out")
+	os.Symlink(dir, out)
+	os.Lchown(out, 65534, 65534)
+	if s, err := openStatus(filepath.Join(out, "shadow")); err == nil || !strings.Contains(err.Error(), "the link") {
+		if s != nil {
+			s.Close()
+		}
+		t.Errorf("openStatus through another user's link = %v; want it refused", err)
+	}
+	if raw, err := os.ReadFile(target); err != nil || string(raw) != "secret" {
+		t.Errorf("the links' target after the refusals: %q, %v; want it as it was", raw, err)
+	}
+	// One of this process's descriptors, by its name.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s, err := openStatus(fmt.Sprintf("/dev/fd/%d", w.Fd()))
+	w.Close()
+	if err != nil {
+		t.Fatalf("openStatus(/dev/fd/N) = %v; want the descriptor", err)
+	}
+	s.write(map[string]any{"started": true}, slog.Default())
+	s.Close()
+	if raw, _ := io.ReadAll(r); string(raw) != "{\"started\":true}\n" {
+		t.Errorf("the status through /dev/fd/N: %q", raw)
+	}
+	if err := os.WriteFile(own, []byte(`{"started":true,"exit_code":0,"pid":123456789}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err = openStatus(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.write(map[string]any{"started": false}, slog.Default())
+	s.Close()
+	if raw, err := os.ReadFile(own); err != nil || string(raw) != "{\"started\":false}\n" {
+		t.Errorf("a status file of the launcher's own after a launch: %q, %v; want only the new outcome", raw, err)
 	}
 }

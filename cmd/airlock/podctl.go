@@ -180,6 +180,11 @@ func newEventsCmd() *cobra.Command {
 			for sc.Scan() {
 				fmt.Fprintln(out, sc.Text())
 			}
+			// A line past the buffer, or a broken stream, is said: a
+			// follower that stopped quietly would miss every later event.
+			if err := sc.Err(); err != nil {
+				return fmt.Errorf("events from the pod: %w", err)
+			}
 			return nil
 		},
 	}

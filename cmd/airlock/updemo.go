@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testca"
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/airlock-sandbox/airlock/supervisor/demo"
 	"github.com/airlock-sandbox/airlock/supervisor/ingress"
@@ -37,8 +38,21 @@ func newDemoPod(stateDir string, log *slog.Logger) (_ *demoPod, err error) {
 	d := &demoPod{}
 	// Traversable, not listable, by the services' uids: they open their
 	// scripts by name.
+	// Checked before anything is made or written there, as the pod checks
+	// it later: in a directory another user may write, root would write
+	// the demo's files where links of theirs point.
+	existing := stateDir
+	for _, err := os.Lstat(existing); errors.Is(err, fs.ErrNotExist) && existing != filepath.Dir(existing); _, err = os.Lstat(existing) {
+		existing = filepath.Dir(existing)
+	}
+	if err := trusted.Path(existing); err != nil {
+		return nil, fmt.Errorf("--state-dir %s: %w", stateDir, err)
+	}
 	if err := os.MkdirAll(stateDir, 0o711); err != nil {
 		return nil, err
+	}
+	if err := trusted.Path(stateDir); err != nil {
+		return nil, fmt.Errorf("--state-dir %s: %w", stateDir, err)
 	}
 	err = fs.WalkDir(demo.Files, ".", func(path string, e fs.DirEntry, err error) error {
 		if err != nil || e.IsDir() {

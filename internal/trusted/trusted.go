@@ -52,15 +52,33 @@ func Path(path string) error {
 // maxLinks bounds the links one path may lead through, as the kernel's 40.
 const maxLinks = 40
 
-// links checks each symbolic link met resolving p (for Path(orig)): those
-// of its directory part (recursively), then those its last component
-// leads through, each owned by root or this user, in a directory chain
-// passes. hops counts the links followed, as the kernel's 40 bound them.
+// links checks each symbolic link met resolving p (for Path(orig)), each
+// owned by root or this user, in a directory chain passes.
 func links(orig, p string, hops *int) error {
+	return walkLinks(orig, p, hops, func(link string, fi fs.FileInfo, dir string) error {
+		if err := owner(fi); err != nil {
+			return fmt.Errorf("%s: the link %s: %w", orig, link, err)
+		}
+		return chain(orig, dir, "")
+	})
+}
+
+// WalkLinks calls visit with each symbolic link met resolving p as the
+// kernel does (those of its directory part, recursively, then those its
+// last component leads through; a ".." after a link is the parent of where
+// it leads), its Lstat and the directory it is in, resolved, before the
+// link is followed; at most 40, as the kernel's bound. A part of p that
+// is missing ends the walk with its error.
+func WalkLinks(p string, visit func(link string, fi fs.FileInfo, dir string) error) error {
+	hops := 0
+	return walkLinks(p, p, &hops, visit)
+}
+
+func walkLinks(orig, p string, hops *int, visit func(link string, fi fs.FileInfo, dir string) error) error {
 	dir, base := splitLast(p)
 	for {
 		if dir != "." && dir != "/" {
-			if err := links(orig, dir, hops); err != nil {
+			if err := walkLinks(orig, dir, hops, visit); err != nil {
 				return err
 			}
 		}
@@ -82,10 +100,7 @@ func links(orig, p string, hops *int) error {
 		if *hops++; *hops > maxLinks {
 			return fmt.Errorf("%s: more than %d symbolic links on the way: %w", orig, maxLinks, ErrUntrusted)
 		}
-		if err := owner(fi); err != nil {
-			return fmt.Errorf("%s: the link %s: %w", orig, full, err)
-		}
-		if err := chain(orig, realDir, ""); err != nil {
+		if err := visit(full, fi, realDir); err != nil {
 			return err
 		}
 		target, err := os.Readlink(full)
@@ -97,6 +112,15 @@ func links(orig, p string, hops *int) error {
 		}
 		dir, base = splitLast(target)
 	}
+}
+
+// Links checks, as Path does, each symbolic link met resolving path, but
+// not the directories the path itself lies in: for a file written as root
+// in a directory others may write (a sandbox's job directory), where only
+// a link of theirs on the way could lead the write elsewhere.
+func Links(path string) error {
+	hops := 0
+	return links(path, path, &hops)
 }
 
 // splitLast splits p at its last slash, cleaning nothing: ("a/b/..", "c")
@@ -134,6 +158,27 @@ func chain(path, from, real string) error {
 			return nil
 		}
 	}
+}
+
+// OpenOutput opens path for a privileged process to write what it makes
+// (a log, a status), with flags (O_APPEND) and, made, perm: not through a
+// symbolic link as its last component (one planted, or swapped in after
+// any check, would have it write where the link points: an error wrapping
+// ELOOP), and without blocking on a FIFO that no one reads. Nothing is
+// truncated here: a caller that wants it empty truncates what it got, once
+// it has looked at it.
+func OpenOutput(path string, flags int, perm os.FileMode) (*os.File, error) {
+	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_CLOEXEC|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|flags, uint32(perm.Perm()))
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	// Blocking again before os.NewFile sees it: a FIFO is then written as
+	// a file is, not through the poller.
+	if err := syscall.SetNonblock(fd, false); err != nil {
+		syscall.Close(fd)
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
 }
 
 // Owner checks one file's owner only: root or this process's user.

@@ -43,6 +43,10 @@ const ProcCacheSize = 512
 // connhook package's BPF programs).
 type ConnHook interface {
 	Lookup(cookie uint64) (tgid, fd int, connectedAt time.Duration, ok bool)
+	// LastExec is when process tgid last began to execute a program (time
+	// since boot), when the hook knows; lost when it may have begun one
+	// after connectedAt that the hook had no room to record.
+	LastExec(tgid int, connectedAt time.Duration) (at time.Duration, ok, lost bool)
 	// Blind: the hook has recorded no connect at all (the kernel does
 	// not run it), so a miss says nothing.
 	Blind() bool
@@ -152,6 +156,27 @@ func (r *Resolver) Lookup(client, server netip.AddrPort) (*Process, error) {
 // process. fd is where the connector connected the socket, checked first
 // (-1: not known).
 func (r *Resolver) connector(tgid, fd int, at time.Duration, sock diagSocket) (*Process, error) {
+	p, err := r.connectorNow(tgid, fd, at, sock)
+	if err != nil {
+		return nil, err
+	}
+	// Executed since it connected: what it sent may be the program's
+	// before, and the one described is another (connect, write, execute
+	// a program the policy allows, keeping the socket). Asked after the
+	// description: the exec's record is made before /proc/PID/exe names
+	// the new program.
+	execAt, ok, lost := r.hook.LastExec(tgid, at)
+	switch {
+	case ok && execAt > at:
+		return nil, fmt.Errorf("%w: pid %d, which connected socket inode %d, began to execute another program %s after it connected: what it sent may be the first one's", ErrAmbiguous, tgid, sock.inode, (execAt - at).Round(time.Microsecond))
+	case lost:
+		return nil, fmt.Errorf("%w: pid %d connected socket inode %d, and the hook's table of programs executed was full since: whether it executed another cannot be told", ErrAmbiguous, tgid, sock.inode)
+	}
+	return p, nil
+}
+
+// connectorNow is connector's description of the connector as it is now.
+func (r *Resolver) connectorNow(tgid, fd int, at time.Duration, sock diagSocket) (*Process, error) {
 	socket := heldSocket{link: socketLink(sock.inode), fd: fd}
 	if p, ok := r.procs.get(tgid, at+startSlack, int(sock.uid), &socket); ok {
 		return p, nil

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 	"golang.org/x/net/websocket"
 )
@@ -142,10 +143,16 @@ func TestShimAndGateway(t *testing.T) {
 		}
 	})
 	t.Run("operator", func(t *testing.T) {
+		// Believed from the ingress's address only: another service of
+		// the pod could send the header too.
 		var hello struct{ Hello, Service string }
-		code := call(t, "GET", gw+"/", http.Header{"X-Airlock-Operator": {"alice"}}, "", &hello)
+		code := callFrom(t, sandbox.IngressSource.String(), "GET", gw+"/", http.Header{"X-Airlock-Operator": {"alice"}}, "", &hello)
 		if code != 200 || hello.Hello != "alice" || hello.Service != "gateway" {
 			t.Errorf("GET / as alice = %d %+v, want a hello to alice", code, hello)
+		}
+		code = call(t, "GET", gw+"/", http.Header{"X-Airlock-Operator": {"alice"}}, "", &hello)
+		if code != 200 || hello.Hello != "unknown operator" {
+			t.Errorf("GET / as alice from another address than the ingress's = %d %+v, want the header not believed", code, hello)
 		}
 		var e struct{ Error string }
 		if code := call(t, "POST", gw+"/", nil, "x", &e); code != 405 {

@@ -7,7 +7,10 @@
 //
 //   GET /healthz  200 {"ok":true}
 //   GET /         a hello naming the operator (X-Airlock-Operator, set by
-//                 the ingress)
+//                 the ingress: believed only on a connection from the
+//                 ingress's address, 127.0.0.254, which no other process
+//                 of the pod may send from; another service could send
+//                 the header too)
 //   GET /models   the shim's /v1/models, status and body as the shim gave
 //   GET /models/direct
 //                 the same list asked of the model API ($MODEL_API) by the
@@ -127,6 +130,13 @@ function direct(res) {
   return undefined;
 }
 
+// fromIngress says whether req came from the pod's ingress (its source
+// address, sandbox.IngressSource).
+function fromIngress(req) {
+  const a = req.socket.remoteAddress;
+  return a === '127.0.0.254' || a === '::ffff:127.0.0.254';
+}
+
 const server = http.createServer((req, res) => {
   const path = new URL(req.url, 'http://gateway').pathname;
   if (req.method !== 'GET' && req.method !== 'HEAD') {
@@ -138,7 +148,7 @@ const server = http.createServer((req, res) => {
       return sendJSON(res, 200, { ok: true });
     case '/':
       return sendJSON(res, 200, {
-        hello: req.headers['x-airlock-operator'] || 'unknown operator',
+        hello: (fromIngress(req) && req.headers['x-airlock-operator']) || 'unknown operator',
         service: 'gateway',
         routes: ['/healthz', '/models', '/models/direct', '/ws'],
       });

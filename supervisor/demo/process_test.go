@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -116,6 +117,12 @@ func start(t *testing.T, dir, name string, env ...string) string {
 // call makes one request and decodes the JSON answer into out.
 func call(t *testing.T, method, url string, header http.Header, body string, out any) int {
 	t.Helper()
+	return callFrom(t, "", method, url, header, body, out)
+}
+
+// callFrom is call from the loopback address src ("": any).
+func callFrom(t *testing.T, src, method, url string, header http.Header, body string, out any) int {
+	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +131,11 @@ func call(t *testing.T, method, url string, header http.Header, body string, out
 		req.Header[k] = v
 	}
 	// Straight to loopback, whatever the test's environment says.
-	c := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 30 * time.Second}
+	tr := &http.Transport{Proxy: nil}
+	if src != "" {
+		tr.DialContext = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}).DialContext
+	}
+	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)

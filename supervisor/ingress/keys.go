@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -86,7 +87,7 @@ func (k *Keys) Path() string { return k.path }
 func LoadKeys(path string) (*Keys, error) {
 	// Its directories too: one another user may write lets them put
 	// another file (another route's keys, through a link) in its place.
-	if err := trusted.Path(path); errors.Is(err, trusted.ErrUntrusted) {
+	if err := trusted.Path(path); err != nil {
 		return nil, fmt.Errorf("ingress key file: %w", err)
 	}
 	f, err := os.Open(path)
@@ -226,6 +227,12 @@ func AddKey(path, operator string, replace bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Before anything is created there: in a directory another user may
+	// write, root would create (or append to) what a link of theirs
+	// names.
+	if err := trusted.Path(filepath.Dir(path)); err != nil {
+		return "", fmt.Errorf("ingress key file %s: its directory: %w", path, err)
+	}
 	f, err := lockKeyFile(path)
 	if err != nil {
 		return "", err
@@ -275,7 +282,10 @@ func AddKey(path, operator string, replace bool) (string, error) {
 // lock: open it again.
 func lockKeyFile(path string) (*os.File, error) {
 	for {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, fmt.Errorf("ingress key file %s is a symbolic link: give the file itself", path)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("ingress key file: %w", err)
 		}

@@ -171,4 +171,23 @@ func TestAddKey(t *testing.T) {
 	if _, err := AddKey(p, "carol", false); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
 		t.Fatalf("AddKey to a 0666 file = %v; want refused", err)
 	}
+	// Run as root, it creates nothing through a link, nor in a
+	// directory another user may write (whose links it would follow).
+	dir := t.TempDir()
+	target := filepath.Join(dir, "nologin")
+	link := filepath.Join(dir, "keys")
+	os.Symlink(target, link)
+	if _, err := AddKey(link, "carol", false); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("AddKey through a link = %v; want refused", err)
+	}
+	open := t.TempDir()
+	os.Chmod(open, 0o777)
+	if _, err := AddKey(filepath.Join(open, "keys"), "carol", false); err == nil || !strings.Contains(err.Error(), "its directory") {
+		t.Fatalf("AddKey in a directory anyone may write = %v; want refused", err)
+	}
+	for _, made := range []string{target, filepath.Join(open, "keys")} {
+		if _, err := os.Lstat(made); err == nil {
+			t.Errorf("%s was created", made)
+		}
+	}
 }

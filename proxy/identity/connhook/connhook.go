@@ -26,6 +26,12 @@ type Hook struct {
 	// a lookup then checks that the connector still holds the socket by
 	// reading its whole fd table instead of one entry.
 	FDs error
+	// execs is when each process last began to execute a program
+	// (execTimes); Execs is nil when it is known, else why not: a
+	// connector that executed another program since it connected is then
+	// described as that one.
+	execs *execTable
+	Execs error
 }
 
 // MaxEntries bounds the map; it is an LRU, so old connections age out, and
@@ -48,7 +54,8 @@ func Attach(cgroupDir string) (*Hook, error) {
 		return nil, fmt.Errorf("connhook: create map: %w", err)
 	}
 	fds, fdErr := connectFDs()
-	h := &Hook{conns: conns, FDs: fdErr}
+	execs, execErr := execTimes()
+	h := &Hook{conns: conns, FDs: fdErr, execs: execs, Execs: execErr}
 	for _, at := range []ebpf.AttachType{ebpf.AttachCGroupInet4Connect, ebpf.AttachCGroupInet6Connect} {
 		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 			Name:         "airlock_connect",
@@ -143,6 +150,16 @@ func (h *Hook) Lookup(cookie uint64) (tgid, fd int, at time.Duration, ok bool) {
 		return 0, -1, 0, false
 	}
 	return int(e.TGID), int(e.FD1) - 1, time.Duration(e.BootNs), true
+}
+
+// LastExec returns when the process tgid last began to execute a program,
+// as time since boot, when the hook knows; lost when it may have begun one
+// after connectedAt that the hook had no room to record.
+func (h *Hook) LastExec(tgid int, connectedAt time.Duration) (at time.Duration, ok, lost bool) {
+	if h.execs == nil {
+		return 0, false, false
+	}
+	return h.execs.last(tgid, connectedAt)
 }
 
 // Blind says the hook has recorded no connect at all: a kernel that does

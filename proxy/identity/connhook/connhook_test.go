@@ -3,6 +3,7 @@ package connhook_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -235,5 +236,83 @@ sys.stdin.readline()
 	tgid, got, _, ok := hook.Lookup(cookie)
 	if !ok || tgid != cmd.Process.Pid || got != fd {
 		t.Fatalf("Lookup(cookie %d) = tgid %d fd %d (found %v); want tgid %d fd %d", cookie, tgid, got, ok, cmd.Process.Pid, fd)
+	}
+}
+
+// A connector that executes another program after it connected, keeping
+// the socket, is not described as that program: what it sent before may
+// be the first one's (connect, write a request, execute a program the
+// policy allows). One that executed before it connected (every process
+// does, to start) is described.
+func TestHookRefusesAConnectorThatExecutedSince(t *testing.T) {
+	py := testutil.RequireTool(t, "/usr/bin/python3")
+	testutil.RequireRoot(t, "cgroup BPF connect hooks")
+	cg, hook := hookedCgroup(t)
+	if hook.Execs != nil {
+		t.Fatalf("the hook does not see programs executed: %v", hook.Execs)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const script = `import os, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"sent by python\n")
+os.set_inheritable(s.fileno(), True)
+os.execv("/bin/sleep", ["sleep", "300"])`
+	// Held until it is in the cgroup, then python, which connects and
+	// becomes sleep.
+	cmd := exec.Command("/bin/sh", "-c", `read go; exec "$0" -c "$1" "$2"`, py, script, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
+	stdin, _ := cmd.StdinPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if err := cgroup2.Add(cg, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(stdin, "go\n")
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	sleep, _ := filepath.EvalSymlinks("/bin/sleep")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); exe == sleep {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the client never became sleep")
+		}
+	}
+	_, err = hookedResolver(t, hook, cg).Lookup(addrs(server))
+	if !errors.Is(err, identity.ErrAmbiguous) || !strings.Contains(err.Error(), "execute another program") {
+		t.Fatalf("Lookup of a connection whose connector executed sleep since = %v; want it refused as ambiguous", err)
+	}
+}
+
+// A process's exec is on record while it lives, and its record goes with
+// it: its pid may be another process's next, and a table of the host's
+// execs would fill with the dead.
+func TestHookForgetsTheExecsOfTheDead(t *testing.T) {
+	testutil.RequireRoot(t, "BPF tracepoints")
+	_, hook := hookedCgroup(t)
+	if hook.Execs != nil {
+		t.Fatalf("the hook does not see programs executed: %v", hook.Execs)
+	}
+	cmd := exec.Command("/bin/sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if _, ok, _ := hook.LastExec(pid, 0); !ok {
+		t.Errorf("no exec on record for pid %d, which executed sleep", pid)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if at, ok, _ := hook.LastExec(pid, 0); ok {
+		t.Errorf("pid %d's exec at %v still on record after it exited", pid, at)
 	}
 }

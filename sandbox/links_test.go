@@ -1,0 +1,93 @@
+package sandbox
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+)
+
+// A path given through a link the sandbox's uid could have made or
+// replaced (in a directory it may write: its workspace, a sticky one where
+// the link is its own) is refused, naming the link; one only root could
+// have made is followed.
+func TestPlantedLinksAreRefused(t *testing.T) {
+	testutil.RequireRoot(t, "files of another uid")
+	const uid, gid = 61000, 61000
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	mk := func(name string, mode os.FileMode, owner int) string {
+		d := filepath.Join(root, name)
+		if err := os.Mkdir(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(d, mode) // past the umask, and the sticky bit
+		os.Chown(d, owner, owner)
+		return d
+	}
+	link := func(dir, name string, owner int) string {
+		l := filepath.Join(dir, name)
+		if err := os.Symlink("/", l); err != nil {
+			t.Fatal(err)
+		}
+		os.Lchown(l, owner, owner)
+		return l
+	}
+	work := mk("work", 0o755, uid)   // the sandbox's own
+	shared := mk("shared", 0o775, 0) // its group's
+	os.Chown(shared, 0, gid)
+	sticky := mk("sticky", 0o777|os.ModeSticky, 0) // /tmp's kind
+	system := mk("system", 0o755, 0)               // root's alone
+	locked := mk("locked", 0o555, uid)             // its own, made read-only by it
+	// Root's link to the sandbox's workspace, and a path stepping back
+	// out of the sandbox's link: each reaches a link it made.
+	if err := os.Symlink(filepath.Join(work, "data"), filepath.Join(system, "data")); err != nil {
+		t.Fatal(err)
+	}
+	link(work, "data", 0)
+	link(work, "up", 0)
+	for _, tc := range []struct {
+		name, path string
+		refused    bool
+	}{
+		{"a link in its own directory", link(work, "cfg", 0), true},
+		{"a directory below such a link", filepath.Join(link(work, "etc", 0), "passwd"), true},
+		{"a link in its group's directory", link(shared, "cfg", 0), true},
+		{"its own link in a sticky directory", link(sticky, "mine", uid), true},
+		{"root's link in a sticky directory", link(sticky, "roots", 0), false},
+		{"root's link in root's directory", link(system, "cfg", 0), false},
+		{"its own directory, no link", work, false},
+		{"a link in its own directory it made read-only", link(locked, "cfg", 0), true},
+		{"root's link to its link", filepath.Join(system, "data"), true},
+		{"a step back after its link", filepath.Join(work, "up", "..", "etc"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Config{UID: uid, GID: gid, RO: []string{tc.path}}
+			err := plantedLinks(c)
+			if tc.refused != (err != nil) || err != nil && !strings.Contains(err.Error(), "leads through the link") {
+				t.Fatalf("plantedLinks(--ro %s) = %v; want refused %v", tc.path, err, tc.refused)
+			}
+		})
+	}
+}
+
+// The launch refuses it, as its init's step, before anything is mounted.
+func TestLaunchRefusesAPlantedLink(t *testing.T) {
+	c := base(t, "/bin/true")
+	work := rootDir(t, 0o755)
+	os.Chown(work, c.UID, c.GID) // the sandbox's own workspace, --rw
+	cfg := filepath.Join(work, "cfg")
+	if err := os.Symlink("/", cfg); err != nil {
+		t.Fatal(err)
+	}
+	c.RW = append(c.RW, work)
+	c.RO = append(c.RO, cfg)
+	_, _, err := run(t, c)
+	var se *SetupError
+	if !errors.As(err, &se) || !strings.Contains(se.Err, "leads through the link "+cfg) {
+		t.Fatalf("launch given %s, a link in its own workspace: %v; want it refused for the link", cfg, err)
+	}
+}
