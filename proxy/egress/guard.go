@@ -168,9 +168,6 @@ func (g *Guard) Check(a netip.Addr) error {
 		return &BlockedError{Addr: a, Range: "an address scoped to a local interface (zone " + a.Zone() + ")"}
 	}
 	a = a.Unmap()
-	if g.allowed(a) {
-		return nil
-	}
 	if name := g.refused(a); name != "" {
 		return &BlockedError{Addr: a, Range: name}
 	}
@@ -178,9 +175,6 @@ func (g *Guard) Check(a netip.Addr) error {
 	// too, the proxy's own among them: a Teredo address carries two, and
 	// an allow range for one says nothing of the other.
 	for _, v4 := range embeddedIPv4(a) {
-		if g.allowed(v4) {
-			continue
-		}
 		if name := g.refused(v4); name != "" {
 			return &BlockedError{Addr: a, Range: fmt.Sprintf("an IPv6 form of %s (%s)", v4, name)}
 		}
@@ -189,12 +183,15 @@ func (g *Guard) Check(a netip.Addr) error {
 }
 
 // refused names what refuses a, one of the proxy's own addresses or a
-// blocked range; "" when nothing does.
+// blocked range an allow range does not cover; "" when nothing does.
 func (g *Guard) refused(a netip.Addr) string {
 	for _, p := range g.self {
-		if p.Contains(a) {
-			return "one of the proxy's own addresses"
+		if p.Contains(a) && !g.allowedItself(a) {
+			return "one of the proxy's own addresses (an allow range lets it through only as that one address, /32 or /128)"
 		}
+	}
+	if g.allowed(a) {
+		return ""
 	}
 	return blockedRange(a)
 }
@@ -203,6 +200,19 @@ func (g *Guard) refused(a netip.Addr) string {
 func (g *Guard) allowed(a netip.Addr) bool {
 	for _, p := range g.allow {
 		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// allowedItself says whether an allow range names a alone: one of the
+// proxy's own addresses (what listens on the host, on 0.0.0.0 too) is not
+// let through by a range opened for others (an internal registry's
+// 10.0.0.0/8, which holds the VM's own 10.x address).
+func (g *Guard) allowedItself(a netip.Addr) bool {
+	for _, p := range g.allow {
+		if p.IsSingleIP() && p.Addr() == a {
 			return true
 		}
 	}
@@ -221,7 +231,7 @@ func (g *Guard) Dial(ctx context.Context, addrs []netip.Addr, port int) (net.Con
 	for _, a := range addrs {
 		c, err := g.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
 		if err == nil {
-			if self := selfConnected(c); self.IsValid() && !g.allowed(self) {
+			if self := selfConnected(c); self.IsValid() && !g.allowedItself(self) {
 				// An address the host took since the proxy started (a
 				// rotated IPv6 privacy address, a new DHCP lease) is
 				// not among Self: the kernel says it is the host's own

@@ -76,6 +76,23 @@ func TestAllowRange(t *testing.T) {
 	if err := g.Check(netip.MustParseAddr("169.254.169.254")); err == nil {
 		t.Fatal("an allow range for loopback allowed the metadata address")
 	}
+	// The proxy's own addresses only by an allow range of that address
+	// alone: one opened for an internal registry's range does not open
+	// the VM's own address in it.
+	ten8, _ := ParseAllowRange("10.0.0.0/8")
+	own, _ := ParseAllowRange("10.1.2.3/32")
+	self := []netip.Addr{netip.MustParseAddr("10.1.2.3")}
+	g, _ = New(Options{AllowRanges: []netip.Prefix{ten8}, Self: self})
+	if err := g.Check(netip.MustParseAddr("10.1.2.4")); err != nil {
+		t.Fatalf("Check(10.1.2.4) with --allow-range 10.0.0.0/8 = %v; want allowed", err)
+	}
+	if err := g.Check(netip.MustParseAddr("10.1.2.3")); !errors.Is(err, ErrBlocked) || !strings.Contains(err.Error(), "own addresses") {
+		t.Fatalf("Check(the proxy's own 10.1.2.3) with --allow-range 10.0.0.0/8 = %v; want blocked as its own", err)
+	}
+	g, _ = New(Options{AllowRanges: []netip.Prefix{ten8, own}, Self: self})
+	if err := g.Check(netip.MustParseAddr("10.1.2.3")); err != nil {
+		t.Fatalf("Check(the proxy's own 10.1.2.3) with --allow-range 10.1.2.3/32 = %v; want allowed", err)
+	}
 	// A Teredo address embeds a server (10.0.0.1) and a client
 	// (169.254.169.254, inverted): allowing the one allows not the other.
 	ten, _ := ParseAllowRange("10.0.0.0/8")
@@ -167,6 +184,15 @@ func TestDialRefusesTheHostItself(t *testing.T) {
 			c.Close()
 		}
 		t.Fatalf("Dial(127.0.0.1 from 127.0.0.1) = %v; want blocked", err)
+	}
+	// Nor by a range opened for others that holds it.
+	wide, _ := ParseAllowRange("127.0.0.0/8")
+	g, _ = New(Options{AllowRanges: []netip.Prefix{wide}})
+	if c, err := g.Dial(context.Background(), self, port); !errors.Is(err, ErrBlocked) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("Dial(127.0.0.1 from 127.0.0.1, --allow-range 127.0.0.0/8) = %v; want blocked", err)
 	}
 	p, _ := ParseAllowRange("127.0.0.1/32")
 	g, _ = New(Options{AllowRanges: []netip.Prefix{p}})
