@@ -35,3 +35,16 @@ func TestEventDetailIsClipped(t *testing.T) {
 		t.Fatalf("the 8 MiB detail as written: %d bytes, %q…; want it clipped to %d, saying so", len(d), d[:min(len(d), 60)], maxDetail)
 	}
 }
+
+// An ingress listening beyond loopback is said (plain HTTP: keys in the
+// clear); on loopback, in any spelling, it is not.
+func TestLoopbackHost(t *testing.T) {
+	for host, want := range map[string]bool{
+		"127.0.0.1": true, "127.0.0.2": true, "::1": true, "localhost": true,
+		"0.0.0.0": false, "::": false, "10.0.0.5": false, "": false, "gateway.test": false,
+	} {
+		if got := loopbackHost(host); got != want {
+			t.Errorf("loopbackHost(%q) = %v; want %v", host, got, want)
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -430,6 +432,11 @@ func (p *Pod) openIngress(context.Context) error {
 			return err
 		}
 		p.ingress = append(p.ingress, srv)
+		if host, _, _ := net.SplitHostPort(r.Listen); !loopbackHost(host) {
+			// Plain HTTP: an operator's key crosses the network as
+			// it is, and whoever sees it may use it.
+			p.event("ingress_exposed", events.Warning, r.Service, fmt.Sprintf("ingress %s listens on %s, beyond this host's loopback, over plain HTTP: operators' keys cross the network in the clear; put a TLS terminator in front, or listen on 127.0.0.1", r.Name, r.Listen))
+		}
 		go func() {
 			if err := srv.Serve(); err != nil {
 				p.log.Error("ingress stopped", "route", r.Name, "err", err)
@@ -668,4 +675,14 @@ func (p *Pod) emit(e events.Event) {
 	if err := p.events.Append(e); err != nil {
 		p.log.Error("event not recorded", "err", err)
 	}
+}
+
+// loopbackHost says whether host (an ingress's listen host) is a loopback
+// address or localhost.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 )
 
@@ -25,6 +26,12 @@ func readSecrets(secrets map[string]manifest.Secret) ([]string, error) {
 			}
 			val = v
 		default:
+			// Read as root into a sandboxed service's environment: a
+			// file, or a directory above it, another user may write
+			// could be made a link to one only root may read.
+			if err := trusted.Path(s.File); err != nil {
+				return nil, fmt.Errorf("secret %s: %w", name, err)
+			}
 			raw, err := os.ReadFile(s.File)
 			if err != nil {
 				return nil, fmt.Errorf("secret %s: %w", name, err)

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/c1"
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
 	"github.com/spf13/cobra"
@@ -50,7 +51,7 @@ func newLedgerCmd() *cobra.Command {
 					if err != nil {
 						return err
 					}
-					if _, err := fmt.Fprintf(cmd.OutOrStdout(), "%s\n", escapeC1(raw)); err != nil {
+					if _, err := fmt.Fprintf(cmd.OutOrStdout(), "%s\n", c1.Escape(raw)); err != nil {
 						return err
 					}
 				}
@@ -99,33 +100,4 @@ func stamp(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format("2006-01-02T15:04:05Z")
-}
-
-// escapeC1 is JSON raw with the C1 control characters (U+0080 to U+009F)
-// escaped, as encoding/json leaves them: a detail may end with a
-// sub-agent's own line of output, and a terminal that prints the JSON acts
-// on a raw CSI or OSC of them. Outside strings, JSON has no such bytes.
-func escapeC1(raw []byte) []byte {
-	out := make([]byte, 0, len(raw))
-	for i := 0; i < len(raw); i++ {
-		if raw[i] == 0xc2 && i+1 < len(raw) && raw[i+1] >= 0x80 && raw[i+1] <= 0x9f {
-			out = fmt.Appendf(out, `\u%04x`, raw[i+1])
-			i++
-			continue
-		}
-		out = append(out, raw[i])
-	}
-	return out
-}
-
-// c1Escaped writes JSON to w with escapeC1 applied, a write at a time: for
-// writers of whole values or lines (an Encoder, Fprintln), which never
-// split a character between writes.
-type c1Escaped struct{ w io.Writer }
-
-func (c c1Escaped) Write(p []byte) (int, error) {
-	if _, err := c.w.Write(escapeC1(p)); err != nil {
-		return 0, err
-	}
-	return len(p), nil
 }

@@ -42,24 +42,6 @@ func writeLedger(t *testing.T) orchestrator.Home {
 	return h
 }
 
-// What --json and a spawn's result line print is JSON with the C1 control
-// characters escaped too (encoding/json leaves them raw): a terminal acts
-// on a raw CSI or OSC, and the data reads back the same.
-func TestEscapeC1(t *testing.T) {
-	raw, err := json.Marshal(map[string]string{"detail": "a\u009b2J\u009d0;x\u0007é"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := escapeC1(raw)
-	if strings.ContainsAny(string(got), "\u009b\u009d") {
-		t.Errorf("escapeC1 left a C1 control: %q", got)
-	}
-	var back map[string]string
-	if err := json.Unmarshal(got, &back); err != nil || back["detail"] != "a\u009b2J\u009d0;x\u0007é" {
-		t.Errorf("escapeC1(%q) = %q reads back as %q, %v", raw, got, back["detail"], err)
-	}
-}
-
 func TestLedgerTable(t *testing.T) {
 	h := writeLedger(t)
 	code, out, errs := airlock(t, "", "ledger", "--home", h.Dir)

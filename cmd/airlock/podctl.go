@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/adminclient"
+	"github.com/airlock-sandbox/airlock/internal/c1"
 	"github.com/airlock-sandbox/airlock/internal/events"
 	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 	"github.com/airlock-sandbox/airlock/supervisor"
@@ -63,7 +64,7 @@ func newStatusCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			if asJSON {
 				// A service's last lines are its own output.
-				return json.NewEncoder(c1Escaped{out}).Encode(st)
+				return json.NewEncoder(c1.Writer{W: out}).Encode(st)
 			}
 			printStatus(out, st)
 			return nil
@@ -150,7 +151,7 @@ func newEventsCmd() *cobra.Command {
 				}
 			}
 			// An event's detail may hold what a sandbox printed.
-			out := c1Escaped{cmd.OutOrStdout()}
+			out := c1.Writer{W: cmd.OutOrStdout()}
 			enc := json.NewEncoder(out)
 			if file != "" {
 				// The pod may be gone: read its file directly.

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/internal/c1"
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/orchestrator/budget"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
@@ -152,7 +153,7 @@ func report(stdout, stderr io.Writer, h orchestrator.Home, res spawn.Result) err
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s\n", escapeC1(raw))
+	fmt.Fprintf(stdout, "%s\n", c1.Escape(raw))
 	if res.Status != ledger.Done {
 		fmt.Fprintf(stderr, "airlock: task %s %s: %s (see %s)\n", res.Task, res.Status, spawn.Printable(res.Detail), dir)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/airlock-sandbox/airlock/internal/c1"
 	"github.com/airlock-sandbox/airlock/internal/durable"
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
@@ -83,7 +84,7 @@ func section(b *bytes.Buffer, r Result) {
 		fmt.Fprintf(b, "- %s\n", Printable(r.Detail))
 	}
 	if len(r.Result) > 0 {
-		fmt.Fprintf(b, "\n```json\n%s\n```\n", r.Result)
+		fmt.Fprintf(b, "\n```json\n%s\n```\n", c1.Escape(r.Result))
 	}
 }
 

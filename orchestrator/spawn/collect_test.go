@@ -1,6 +1,7 @@
 package spawn
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
@@ -115,5 +116,19 @@ func TestCollectMarkerIsAWholeLine(t *testing.T) {
 	add("b", ledger.Failed, "its own end")
 	if n, err := Collect(h, day); err != nil || n != 1 {
 		t.Fatalf("Collect, once b ended = %d, %v; want b", n, err)
+	}
+}
+
+// A result's JSON goes into the memory file with its C1 control characters
+// escaped (JSON allows them raw): whoever reads the file on a terminal
+// would have them acted on.
+func TestSectionEscapesC1(t *testing.T) {
+	var b bytes.Buffer
+	section(&b, Result{Task: "t", Kind: "k", Status: ledger.Done, Result: json.RawMessage("{\"answer\":\"a\u009b2J\u009d0;x\"}")})
+	if strings.ContainsAny(b.String(), "\u009b\u009d") {
+		t.Fatalf("the memory file's section holds a raw C1 control: %q", b.String())
+	}
+	if !strings.Contains(b.String(), `a\u009b2J\u009d0;x`) {
+		t.Fatalf("the section's result lost its text: %q", b.String())
 	}
 }
