@@ -125,7 +125,7 @@ func buildRuleset(c *Config) (*ruleset, error) {
 	rs.fd = int(fd)
 	add := func(paths []string, rights uint64) error {
 		for _, p := range paths {
-			if err := rs.addPath(p, rights&attr.Access_fs); err != nil {
+			if err := rs.addPath(p, rights&attr.Access_fs, c.UID, c.GID); err != nil {
 				return err
 			}
 		}
@@ -184,10 +184,11 @@ func fsRights(abi int) uint64 {
 	return llFSv1
 }
 
-// addPath opens p (O_PATH, while still privileged) and allows rights
-// beneath it; a file gets only the rights that apply to files.
-func (rs *ruleset) addPath(p string, rights uint64) error {
-	fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+// addPath opens p (O_PATH, while still privileged; through no link uid,
+// of group gid, could have planted: openGiven) and allows rights beneath
+// it; a file gets only the rights that apply to files.
+func (rs *ruleset) addPath(p string, rights uint64, uid, gid int) error {
+	fd, err := openGiven(p, uid, gid)
 	if err != nil {
 		if os.IsNotExist(err) {
 			return fmt.Errorf("landlock path %s does not exist", p)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // A path given through a link the sandbox's uid could have made or
@@ -68,7 +69,22 @@ func TestPlantedLinksAreRefused(t *testing.T) {
 			c := &Config{UID: uid, GID: gid, RO: []string{tc.path}}
 			err := plantedLinks(c)
 			if tc.refused != (err != nil) || err != nil && !strings.Contains(err.Error(), "leads through the link") {
-				t.Fatalf("plantedLinks(--ro %s) = %v; want refused %v", tc.path, err, tc.refused)
+				t.Errorf("plantedLinks(--ro %s) = %v; want refused %v", tc.path, err, tc.refused)
+			}
+			// And Landlock's open of it, a component at a time.
+			fd, err := openGiven(tc.path, uid, gid)
+			if err == nil {
+				// The file the kernel's own resolution reaches.
+				var got, want unix.Stat_t
+				unix.Fstat(fd, &got)
+				unix.Stat(tc.path, &want)
+				if got.Dev != want.Dev || got.Ino != want.Ino {
+					t.Errorf("openGiven(%s) opened inode %d, not the path's %d", tc.path, got.Ino, want.Ino)
+				}
+				unix.Close(fd)
+			}
+			if tc.refused != (err != nil) || err != nil && !strings.Contains(err.Error(), "leads through the link") {
+				t.Errorf("openGiven(%s) = %v; want refused %v", tc.path, err, tc.refused)
 			}
 		})
 	}

@@ -174,9 +174,14 @@ func serveEmptyDir(fd int, uid uint32, stop <-chan struct{}, stuck bool) {
 // for a FUSE request: to be sent (the connection never opened) or to be
 // answered.
 func WaitsOnFUSE(pid int) bool {
-	wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
-	if w := string(wchan); strings.HasPrefix(w, "fuse_") || w == "request_wait_answer" {
-		return true
+	// Any of its threads: a Go process's wait is on whichever thread ran
+	// the goroutine that made the call, not always the main one.
+	wchans, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/wchan", pid))
+	for _, f := range wchans {
+		wchan, _ := os.ReadFile(f)
+		if w := string(wchan); strings.HasPrefix(w, "fuse_") || w == "request_wait_answer" {
+			return true
+		}
 	}
 	// Each thread lists the children it made (the sandbox's init is
 	// made by a thread of its own).
