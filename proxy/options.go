@@ -231,6 +231,21 @@ func OwnDescriptor(path string) (int, bool) {
 	return 0, false
 }
 
+// DupOwnDescriptor is a copy (close-on-exec) of this process's descriptor
+// fd, which path (OwnDescriptor) names, for writing what the process makes
+// there: one not open for writing is refused.
+func DupOwnDescriptor(fd int, path string) (*os.File, error) {
+	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil || flags&unix.O_ACCMODE == unix.O_RDONLY {
+		return nil, fmt.Errorf("descriptor %d is not open for writing", fd)
+	}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil, &os.SyscallError{Syscall: "fcntl(F_DUPFD_CLOEXEC)", Err: err}
+	}
+	return os.NewFile(uintptr(dup), path), nil
+}
+
 // openAudit opens the audit log. A write to a closed stdout or stderr pipe
 // is made an EPIPE error like any other, on which the proxy refuses what it
 // cannot record, instead of the death by SIGPIPE Go gives a program that
@@ -249,15 +264,10 @@ func openAudit(path string) (io.Writer, func() error, error) {
 		case 2:
 			return os.Stderr, func() error { return nil }, nil
 		}
-		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-		if err != nil || flags&unix.O_ACCMODE == unix.O_RDONLY {
-			return nil, nil, fmt.Errorf("audit log %s: descriptor %d is not open for writing", path, fd)
-		}
-		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+		f, err := DupOwnDescriptor(fd, path)
 		if err != nil {
 			return nil, nil, fmt.Errorf("audit log %s: %w", path, err)
 		}
-		f := os.NewFile(uintptr(dup), path)
 		return f, f.Close, nil
 	}
 	// Not through a symbolic link, without blocking, and only a file root

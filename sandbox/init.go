@@ -47,7 +47,10 @@ func runInit() {
 		// may write, may be a sandbox's own (its last run's, another's
 		// of the same uid), pointed at whatever it wants given. Here, in
 		// the init, as every look at the paths: a hung mount among them
-		// holds only what the launch's stop can kill.
+		// holds only what the launch's stop can kill. Landlock's own
+		// open checks again (openGiven), race-free, but sees the
+		// sandbox's mounts, where the links on the way below /tmp are
+		// made again as root's: a sandbox's link there is seen only here.
 		{"refuse links the sandbox could have made", plantedLinks},
 		// A /proc of the sandbox's own PID namespace: the sandbox sees
 		// only its own processes, not the host's or their command lines.
@@ -550,15 +553,18 @@ func coverDir(dir string, writable bool, files map[string]string, keep []string,
 	for name := range files {
 		made = append(made, filepath.Join(dir, name))
 	}
+	swapped := func(p, link string) error {
+		return fmt.Errorf("path %s: %s on its way is a link now, made while the sandbox was set up", p, link)
+	}
 	for name := range links {
+		if i := slices.IndexFunc(made, func(p string) bool { return within(p, name) }); i >= 0 {
+			return swapped(made[i], name)
+		}
 		// Or another link below it: read as a directory, then as a link.
 		for other := range links {
 			if below(other, name) {
-				made = append(made, other)
+				return swapped(other, name)
 			}
-		}
-		if i := slices.IndexFunc(made, func(p string) bool { return within(p, name) }); i >= 0 {
-			return fmt.Errorf("path %s: %s on its way is a link now, made while the sandbox was set up", made[i], name)
 		}
 	}
 	// Opened before the tmpfs covers them.

@@ -57,7 +57,7 @@ func seccompProgram(full bool) ([]bpf.Instruction, error) {
 	// terminal the sandbox shares with the user's shell: the shell would
 	// read and run them after the sandbox exits. The kernel reads the
 	// request as 32 bits, so only those are compared.
-	p = append(p, refuseWhen(unix.SYS_IOCTL, argIs{1, bpf.JumpEqual, []uint32{unix.TIOCSTI, unix.TIOCLINUX}})...)
+	p = append(p, refuseWhen(unix.SYS_IOCTL, argIs{arg: 1, test: bpf.JumpEqual, vals: []uint32{unix.TIOCSTI, unix.TIOCLINUX}})...)
 	if !full {
 		return append(p, bpf.RetConstant{Val: secRetAllow}), nil
 	}
@@ -70,30 +70,30 @@ func seccompProgram(full bool) ([]bpf.Instruction, error) {
 	// unshare and clone may not create a user namespace (nor, for
 	// unshare, any namespace a capability-less process could use).
 	for _, nr := range []uint32{unix.SYS_UNSHARE, unix.SYS_CLONE} {
-		p = append(p, refuseWhen(nr, argIs{0, bpf.JumpBitsSet, []uint32{unix.CLONE_NEWUSER}})...)
+		p = append(p, refuseWhen(nr, argIs{arg: 0, test: bpf.JumpBitsSet, vals: []uint32{unix.CLONE_NEWUSER}})...)
 	}
 	// No thread with a file table of its own: the proxy finds a
 	// socket's holders by their processes' tables (/proc/PID/fd), which
 	// show the main thread's, and a table only a thread holds would keep
 	// a holder out of its sight (a process not allowed to connect, using
 	// a socket it passed to one that is).
-	p = append(p, refuseWhen(unix.SYS_UNSHARE, argIs{0, bpf.JumpBitsSet, []uint32{unix.CLONE_FILES}})...)
+	p = append(p, refuseWhen(unix.SYS_UNSHARE, argIs{arg: 0, test: bpf.JumpBitsSet, vals: []uint32{unix.CLONE_FILES}})...)
 	// close_range's CLOSE_RANGE_UNSHARE gives the calling thread a table
 	// of its own too.
-	p = append(p, refuseWhen(unix.SYS_CLOSE_RANGE, argIs{2, bpf.JumpBitsSet, []uint32{unix.CLOSE_RANGE_UNSHARE}})...)
+	p = append(p, refuseWhen(unix.SYS_CLOSE_RANGE, argIs{arg: 2, test: bpf.JumpBitsSet, vals: []uint32{unix.CLOSE_RANGE_UNSHARE}})...)
 	p = append(p, refuseWhen(unix.SYS_CLONE,
-		argIs{0, bpf.JumpBitsSet, []uint32{unix.CLONE_THREAD}}, argIs{0, bpf.JumpBitsNotSet, []uint32{unix.CLONE_FILES}})...)
+		argIs{arg: 0, test: bpf.JumpBitsSet, vals: []uint32{unix.CLONE_THREAD}}, argIs{arg: 0, test: bpf.JumpBitsNotSet, vals: []uint32{unix.CLONE_FILES}})...)
 	// No signal the Go runtime would take for a fault of its own (see
 	// runtimeFaultSignals) sent any way that does not say it was sent:
 	// queued (rt_sigqueueinfo, rt_tgsigqueueinfo, pidfd_send_signal),
 	// or raised by the kernel for a descriptor's owner (F_SETSIG), to
 	// any target: the init is pid 1 inside, but a thread id of the init
 	// (/proc/1/task) reaches its whole process, and so does F_SETOWN.
-	p = append(p, refuseWhen(unix.SYS_RT_SIGQUEUEINFO, argIs{1, bpf.JumpEqual, runtimeFaultSignals})...)
-	p = append(p, refuseWhen(unix.SYS_RT_TGSIGQUEUEINFO, argIs{2, bpf.JumpEqual, runtimeFaultSignals})...)
-	p = append(p, refuseWhen(unix.SYS_PIDFD_SEND_SIGNAL, argIs{1, bpf.JumpEqual, runtimeFaultSignals})...)
+	p = append(p, refuseWhen(unix.SYS_RT_SIGQUEUEINFO, argIs{arg: 1, test: bpf.JumpEqual, vals: runtimeFaultSignals})...)
+	p = append(p, refuseWhen(unix.SYS_RT_TGSIGQUEUEINFO, argIs{arg: 2, test: bpf.JumpEqual, vals: runtimeFaultSignals})...)
+	p = append(p, refuseWhen(unix.SYS_PIDFD_SEND_SIGNAL, argIs{arg: 1, test: bpf.JumpEqual, vals: runtimeFaultSignals})...)
 	p = append(p, refuseWhen(unix.SYS_FCNTL,
-		argIs{1, bpf.JumpEqual, []uint32{unix.F_SETSIG}}, argIs{2, bpf.JumpEqual, runtimeFaultSignals})...)
+		argIs{arg: 1, test: bpf.JumpEqual, vals: []uint32{unix.F_SETSIG}}, argIs{arg: 2, test: bpf.JumpEqual, vals: runtimeFaultSignals})...)
 	// socket: only the families and protocols programs use, each of
 	// which the sandbox's network, nft table and Landlock rules account
 	// for. Any other is kernel surface (ALG, TIPC, RDS, SCTP), a way
@@ -101,15 +101,17 @@ func seccompProgram(full bool) ([]bpf.Instruction, error) {
 	// rules do not see (MPTCP; SMC, which binds a TCP socket of its own
 	// within): EAFNOSUPPORT and EPROTONOSUPPORT, as where the kernel
 	// lacks them, so that programs fall back. Netlink only for routing.
-	p = append(p, refuseWhen(unix.SYS_SOCKET, argIs{0, jumpNone, socketFamilies}).errno(unix.EAFNOSUPPORT)...)
-	p = append(p, refuseWhen(unix.SYS_SOCKETPAIR, argIs{0, jumpNone, []uint32{unix.AF_UNIX}}).errno(unix.EAFNOSUPPORT)...)
+	p = append(p, refuseWhen(unix.SYS_SOCKET, argIs{arg: 0, test: jumpNone, vals: socketFamilies}).errno(unix.EAFNOSUPPORT)...)
+	p = append(p, refuseWhen(unix.SYS_SOCKETPAIR, argIs{arg: 0, test: jumpNone, vals: []uint32{unix.AF_UNIX}}).errno(unix.EAFNOSUPPORT)...)
 	p = append(p, refuseWhen(unix.SYS_SOCKET,
-		argIs{0, bpf.JumpEqual, []uint32{unix.AF_NETLINK}}, argIs{2, bpf.JumpNotEqual, []uint32{unix.NETLINK_ROUTE}})...)
+		argIs{arg: 0, test: bpf.JumpEqual, vals: []uint32{unix.AF_NETLINK}}, argIs{arg: 2, test: bpf.JumpNotEqual, vals: []uint32{unix.NETLINK_ROUTE}})...)
 	p = append(p, refuseWhen(unix.SYS_SOCKET,
-		argIs{0, bpf.JumpEqual, []uint32{unix.AF_INET, unix.AF_INET6}}, argIs{2, jumpNone, inetProtocols}).errno(unix.EPROTONOSUPPORT)...)
+		argIs{arg: 0, test: bpf.JumpEqual, vals: []uint32{unix.AF_INET, unix.AF_INET6}}, argIs{arg: 2, test: jumpNone, vals: inetProtocols}).errno(unix.EPROTONOSUPPORT)...)
 	// And of their types only stream, datagram and raw: protocol 0 is the
 	// type's first protocol, SCTP for SOCK_SEQPACKET, DCCP for SOCK_DCCP.
-	p = append(p, refuseInetTypes()...)
+	p = append(p, refuseWhen(unix.SYS_SOCKET,
+		argIs{arg: 0, test: bpf.JumpEqual, vals: []uint32{unix.AF_INET, unix.AF_INET6}},
+		argIs{arg: 1, test: jumpNone, vals: inetTypes, mask: 0xf}).errno(unix.EPROTONOSUPPORT)...)
 	p = append(p, bpf.RetConstant{Val: secRetAllow})
 	return p, nil
 }
@@ -117,25 +119,6 @@ func seccompProgram(full bool) ([]bpf.Instruction, error) {
 // inetTypes are the socket types (the type argument's low four bits; the
 // rest is SOCK_NONBLOCK and SOCK_CLOEXEC) an inet socket may be.
 var inetTypes = []uint32{unix.SOCK_STREAM, unix.SOCK_DGRAM, unix.SOCK_RAW}
-
-// refuseInetTypes fails socket(2) with EPROTONOSUPPORT for an inet family
-// and a type not among inetTypes; it leaves the syscall number loaded.
-func refuseInetTypes() []bpf.Instruction {
-	n := len(inetTypes)
-	reload := 7 + n // the index of the syscall number's reload, past the refusal
-	p := []bpf.Instruction{
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_SOCKET, SkipFalse: uint8(reload - 1)},
-		bpf.LoadAbsolute{Off: offArg(0), Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_INET, SkipTrue: 1},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_INET6, SkipFalse: uint8(reload - 3 - 1)},
-		bpf.LoadAbsolute{Off: offArg(1), Size: 4},
-		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0xf},
-	}
-	for _, typ := range inetTypes {
-		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: typ, SkipTrue: uint8(reload - len(p) - 1)})
-	}
-	return append(p, errnoRet(unix.EPROTONOSUPPORT), bpf.LoadAbsolute{Off: offNr, Size: 4})
-}
 
 // errnoRet fails the syscall with e.
 func errnoRet(e unix.Errno) bpf.Instruction { return bpf.RetConstant{Val: secRetErrno | uint32(e)} }
@@ -159,13 +142,14 @@ var socketFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF
 // the default of the type (0), TCP, UDP and the two ICMPs (ping).
 var inetProtocols = []uint32{0, unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6}
 
-// argIs holds when argument arg of a syscall (its low 32 bits) passes test
-// against any of vals (so JumpNotEqual wants one value); with jumpNone,
+// argIs holds when argument arg of a syscall (its low 32 bits, masked)
+// passes test against any of vals (so JumpNotEqual wants one value); with jumpNone,
 // when it equals none of vals.
 type argIs struct {
 	arg  int
 	test bpf.JumpTest
 	vals []uint32
+	mask uint32 // when set, the argument is ANDed with it first
 }
 
 // jumpNone is argIs's test of an argument equal to none of its values.
@@ -187,6 +171,9 @@ func refuseWhen(nr uint32, conds ...argIs) refusal {
 	n := 1 // the syscall number's test
 	for _, c := range conds {
 		n += 1 + len(c.vals)
+		if c.mask != 0 {
+			n++
+		}
 	}
 	reload := n + 1 // after the refusal, at n
 	if reload > 255 {
@@ -196,6 +183,9 @@ func refuseWhen(nr uint32, conds ...argIs) refusal {
 	p := []bpf.Instruction{bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: uint8(reload)}}
 	for _, c := range conds {
 		p = append(p, bpf.LoadAbsolute{Off: offArg(c.arg), Size: 4})
+		if c.mask != 0 {
+			p = append(p, bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: c.mask})
+		}
 		next := len(p) + len(c.vals) // the next condition, or the refusal
 		for i, v := range c.vals {
 			at := len(p)

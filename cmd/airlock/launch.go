@@ -20,7 +20,6 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 )
 
 // ExitLaunch is the exit code when the sandbox could not be set up (the
@@ -341,11 +340,11 @@ func openStatus(path string) (*statusFile, error) {
 // other names (a hard link to one); emptied only then.
 func openStatusFile(path string) (*os.File, error) {
 	if fd, ok := proxy.OwnDescriptor(path); ok {
-		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+		f, err := proxy.DupOwnDescriptor(fd, path)
 		if err != nil {
-			return nil, fmt.Errorf("%s: descriptor %d: %w", path, fd, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		return os.NewFile(uintptr(dup), path), nil
+		return f, nil
 	}
 	dir := "."
 	if i := strings.LastIndexByte(path, '/'); i > 0 {
