@@ -54,13 +54,16 @@ type EgressRules struct {
 // transparent port, P the allowed local TCP ports):
 //
 //	chain nat_out { type nat hook output priority -100;
-//		meta skuid U accept
+//		meta skuid U ct mark set ct mark | 0xa10000 accept
 //		udp dport 53 redirect to :D; tcp dport 53 redirect to :D
 //		fib daddr type local accept
 //		meta l4proto tcp redirect to :T }
 //	chain filter_out { type filter hook output priority 0; policy drop;
 //		ip saddr 127.0.0.254 meta skuid != 0 reject with icmpx admin-prohibited
+//		icmpv6 type 133-136 accept
+//		fib saddr type != local drop
 //		meta skuid U accept
+//		meta l4proto tcp ct mark & 0xa10000 != 0 accept
 //		ct state established,related ct direction reply accept
 //		ct state established,related fib daddr type local accept
 //		fib daddr type local tcp dport @local_tcp accept
@@ -116,7 +119,10 @@ func (r EgressRules) natChain(conn *nftables.Conn, table *nftables.Table) {
 	})
 	var rules [][]expr.Any
 	if r.ExemptUID != nil {
-		rules = append(rules, slices.Concat(skuid(*r.ExemptUID), accept()))
+		// The nat chain sees a flow's first packet only: the mark says,
+		// for the rest of the flow, that the exempt uid began it
+		// (filter_out).
+		rules = append(rules, slices.Concat(skuid(*r.ExemptUID), markExempt(), accept()))
 	}
 	rules = append(rules,
 		slices.Concat(l4proto(unix.IPPROTO_UDP), dport(53), redirect(r.DNSPort)),
@@ -145,8 +151,31 @@ func (r EgressRules) filterChain(conn *nftables.Conn, table *nftables.Table) err
 		&expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 	}, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}})}
+	rules = append(rules,
+		// Neighbour discovery is the kernel's, sent from no socket (no
+		// uid), from a link-local address or none (::, while an address
+		// is checked for duplicates): without it no IPv6 packet leaves,
+		// the exempt uid's neither. A process would need CAP_NET_RAW to
+		// send these types itself.
+		slices.Concat(neighbourDiscovery(), accept()),
+		// A packet from an address that is not the namespace's own: a
+		// socket bound with IP_FREEBIND (no capability needed) to an
+		// address outside, sending to a local one, would have the
+		// answer routed out as the reply of a flow let through (below),
+		// past the redirect.
+		slices.Concat(notLocalSaddr(), []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}),
+	)
 	if r.ExemptUID != nil {
-		rules = append(rules, slices.Concat(skuid(*r.ExemptUID), accept()))
+		rules = append(rules,
+			slices.Concat(skuid(*r.ExemptUID), accept()),
+			// What the kernel sends of the exempt uid's TCP flow once
+			// its socket is closed (the data still queued, the FIN,
+			// TIME_WAIT's ACKs) comes from no socket, and no uid. TCP
+			// only: a flow's four addresses and ports are one
+			// connection's, where a UDP flow could be joined by a
+			// socket of the workload bound to the same port.
+			slices.Concat(l4proto(unix.IPPROTO_TCP), markedExempt(), accept()),
+		)
 	}
 	// What belongs to a flow already let through: answers to one that
 	// came in (a service's replies), and the rest only to the
@@ -245,6 +274,52 @@ func established() []expr.Any {
 			Xor:  binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 	}
+}
+
+// exemptMark is the bit of a flow's conntrack mark that says the exempt
+// uid began it; the other bits are left to whoever else marks flows in
+// the namespace.
+const exemptMark = 0x00a1_0000
+
+// markExempt sets exemptMark on the packet's flow.
+func markExempt() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(^uint32(exemptMark)),
+			Xor:  binaryutil.NativeEndian.PutUint32(exemptMark)},
+		&expr.Ct{Register: 1, Key: expr.CtKeyMARK, SourceRegister: true},
+	}
+}
+
+// markedExempt matches a packet of a flow markExempt marked.
+func markedExempt() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(exemptMark),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+// notLocalSaddr matches a packet whose source is not one of the
+// namespace's own addresses.
+func notLocalSaddr() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagSADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
+	}
+}
+
+// neighbourDiscovery matches ICMPv6's router solicitations and
+// advertisements and neighbour solicitations and advertisements (types
+// 133 to 136).
+func neighbourDiscovery() []expr.Any {
+	return slices.Concat(l4proto(unix.IPPROTO_ICMPV6), []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{136}},
+	})
 }
 
 // replyDirection matches a packet that answers its flow's first one.

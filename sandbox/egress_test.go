@@ -8,9 +8,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -619,5 +622,238 @@ print(s.recv(100).decode())`, src, port))
 		if ok := code == 0 && out == "served\n"; ok != (src != IngressSource.String()) {
 			t.Errorf("a sandboxed process's connect from %s: exit %d %q; want it refused only from the ingress's address", src, code, out)
 		}
+	}
+}
+
+// sidecarPair is the sidecar shape (`airlock redirect`): a workload's
+// namespace with the table installed, uid 1337 exempt (the proxy's), and
+// a route out: a veth pair to a second namespace, the outside, both the
+// test's own. The workload is 2001:db8:1::2/64, its default route the
+// outside's 2001:db8:1::1, which holds 2001:db8:99::5 too (an address
+// out there).
+type sidecarPair struct{ inner, outer netns.NsHandle }
+
+const sidecarExempt = 1337
+
+func newSidecarPair(t *testing.T) sidecarPair {
+	t.Helper()
+	testutil.RequireRoot(t, "network namespaces and nftables")
+	var p sidecarPair
+	inNS(t, netns.None(), func() {
+		orig, err := netns.Get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer orig.Close()
+		if p.inner, err = netns.New(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.inner.Close() })
+		if p.outer, err = netns.New(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.outer.Close() })
+		if err := netns.Set(orig); err != nil {
+			t.Fatal(err)
+		}
+	})
+	hi, err := netlink.NewHandleAt(p.inner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hi.Close()
+	ho, err := netlink.NewHandleAt(p.outer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ho.Close()
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "wa0"}, PeerName: "wb0", PeerNamespace: netlink.NsFd(p.outer)}
+	if err := hi.LinkAdd(veth); err != nil {
+		t.Fatalf("veth pair: %v", err)
+	}
+	up := func(h *netlink.Handle, name string, addrs ...string) netlink.Link {
+		l, err := h.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range addrs {
+			ipnet, err := netlink.ParseIPNet(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// No duplicate detection: the address is usable at once.
+			if err := h.AddrAdd(l, &netlink.Addr{IPNet: ipnet, Flags: unix.IFA_F_NODAD}); err != nil {
+				t.Fatalf("%s on %s: %v", a, name, err)
+			}
+		}
+		if err := h.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	up(hi, "lo")
+	wa0 := up(hi, "wa0", "2001:db8:1::2/64")
+	up(ho, "lo", "2001:db8:99::5/128")
+	up(ho, "wb0", "2001:db8:1::1/64")
+	if err := hi.RouteAdd(&netlink.Route{LinkIndex: wa0.Attrs().Index, Gw: net.ParseIP("2001:db8:1::1"),
+		Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}}); err != nil {
+		t.Fatalf("default route: %v", err)
+	}
+	exempt := uint32(sidecarExempt)
+	if err := InstallEgress(p.inner, EgressRules{TransparentPort: 15001, DNSPort: 15053, AllLocalTCP: true, LocalTCPPorts: []int{3128}, ExemptUID: &exempt}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// inNS runs f on a thread in namespace ns (netns.None(): the caller's),
+// one that ends with it: what f starts or opens there stays there.
+func inNS(t *testing.T, ns netns.NsHandle, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if ns != netns.None() {
+			if err := netns.Set(ns); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		f()
+	}()
+	<-done
+}
+
+// pythonAs runs a Python script as uid in namespace ns, and returns what
+// it printed.
+func pythonAs(t *testing.T, ns netns.NsHandle, uid int, script string) string {
+	t.Helper()
+	py := testutil.RequireTool(t, "/usr/bin/python3")
+	var out []byte
+	var err error
+	inNS(t, ns, func() {
+		cmd := exec.Command(py, "-c", script)
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+		out, err = cmd.CombinedOutput()
+	})
+	if err != nil {
+		t.Fatalf("python as uid %d: %v\n%s", uid, err, out)
+	}
+	return string(out)
+}
+
+// In the sidecar shape, what the workload sends leaves through the proxy
+// or not at all: the answer of a local socket to one bound (IP_FREEBIND,
+// no capability needed) to an address outside is not routed out as the
+// reply of a flow let through. The exempt uid's own packets reach the
+// outside, neighbour discovery included.
+func TestSidecarRefusesAForeignSource(t *testing.T) {
+	p := newSidecarPair(t)
+	var outside net.PacketConn
+	inNS(t, p.outer, func() {
+		var err error
+		if outside, err = net.ListenPacket("udp6", "[2001:db8:99::5]:4443"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer outside.Close()
+	got := make(chan string, 2)
+	go func() {
+		buf := make([]byte, 100)
+		for {
+			n, _, err := outside.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			got <- string(buf[:n])
+		}
+	}()
+	// The exempt uid's datagram, from the workload's own address: the
+	// way out works, so a datagram that does not arrive was refused.
+	pythonAs(t, p.inner, sidecarExempt, `import socket
+socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).sendto(b"exempt", ("2001:db8:99::5", 4443))`)
+	select {
+	case m := <-got:
+		if m != "exempt" {
+			t.Fatalf("the outside got %q; want the exempt uid's datagram", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the exempt uid's datagram did not reach the outside")
+	}
+	out := pythonAs(t, p.inner, 1000, `import socket
+local = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+local.bind(("2001:db8:1::2", 7777))
+local.settimeout(2)
+foreign = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+foreign.setsockopt(socket.IPPROTO_IPV6, 78, 1)  # IPV6_FREEBIND
+foreign.bind(("2001:db8:99::5", 4443))
+try:
+    foreign.sendto(b"ping", ("2001:db8:1::2", 7777))
+    _, addr = local.recvfrom(100)
+    local.sendto(b"exfiltrated", addr)
+    print("answered")
+except OSError as e:
+    print("refused:", e)`)
+	select {
+	case m := <-got:
+		t.Errorf("the outside got %q from the workload (%s); want nothing but through the proxy", m, strings.TrimSpace(out))
+	case <-time.After(time.Second):
+	}
+}
+
+// The exempt uid's TCP connection ends whole when it closes with data
+// still queued: the rest and the FIN go from no socket, and no uid, and
+// are the exempt flow's still.
+func TestSidecarExemptFlowOutlivesItsSocket(t *testing.T) {
+	p := newSidecarPair(t)
+	var ln net.Listener
+	inNS(t, p.outer, func() {
+		// A small window, so that the sender closes with most of what
+		// it sent still queued.
+		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 4096)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}
+		var err error
+		if ln, err = lc.Listen(context.Background(), "tcp6", "[2001:db8:99::5]:8080"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer ln.Close()
+	type result struct {
+		n   int64
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			res <- result{err: err}
+			return
+		}
+		defer c.Close()
+		time.Sleep(500 * time.Millisecond) // the sender has closed
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := io.Copy(io.Discard, c)
+		res <- result{n, err}
+	}()
+	const size = 256 << 10
+	pythonAs(t, p.inner, sidecarExempt, fmt.Sprintf(`import socket
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+s.settimeout(5)
+s.connect(("2001:db8:99::5", 8080))
+s.sendall(b"x" * %d)
+s.close()`, size))
+	r := <-res
+	if r.err != nil || r.n != size {
+		t.Errorf("the outside read %d bytes, %v; want all %d, then the end", r.n, r.err, size)
 	}
 }

@@ -398,3 +398,29 @@ func TestPrivateTmpKeepsNoexec(t *testing.T) {
 		})
 	}
 }
+
+// A device named both as one of every sandbox's and in Config.RW (as
+// Defaults does) is mounted back once.
+func TestPrivateDevMountsEachDeviceOnce(t *testing.T) {
+	inMountNamespace(t, func() error {
+		if err := privateDev(&Config{RW: []string{"/dev/null", "/dev/zero", "/dev/null"}}); err != nil {
+			return err
+		}
+		mounts, err := mountinfo.Read("/proc/thread-self/mountinfo")
+		if err != nil {
+			return err
+		}
+		for _, dev := range []string{"/dev/null", "/dev/zero", "/dev/tty"} {
+			n := 0
+			for _, m := range mounts {
+				if m.Point == dev {
+					n++
+				}
+			}
+			if n != 1 {
+				return fmt.Errorf("%s is mounted %d times in the sandbox's /dev; want once", dev, n)
+			}
+		}
+		return nil
+	})
+}

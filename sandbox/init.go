@@ -542,6 +542,9 @@ func coverDir(dir string, writable bool, files map[string]string, keep []string,
 	// A path inside another kept one is shown by its (recursive) bind
 	// already: mounted again, its mount point would be made in the host's
 	// directory.
+	// A path named twice (a device in devDevices and Config.RW) is
+	// mounted back once: twice, the second would stack on the first.
+	keep = slices.Compact(slices.Sorted(slices.Values(keep)))
 	keep = slices.DeleteFunc(slices.Clone(keep), func(p string) bool {
 		return slices.ContainsFunc(keep, func(q string) bool { return q != p && within(p, q) })
 	})

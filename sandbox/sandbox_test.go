@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,6 +32,9 @@ func TestMain(m *testing.M) {
 	}
 	if name := os.Getenv("AIRLOCK_ESCAPE"); name != "" {
 		os.Exit(attempt(name))
+	}
+	if step := os.Getenv("AIRLOCK_KEYRING_LAUNCHER"); step != "" {
+		os.Exit(keyringLauncher(step, os.Getenv("AIRLOCK_KEYRING_SECRET")))
 	}
 	os.Exit(m.Run())
 }
@@ -1421,4 +1425,73 @@ print(os.getcwd())`
 	if out, code, err := run(t, c); err != nil || code != 0 || out != "No such file or directory\n"+home+"\n" {
 		t.Fatalf("started in the hidden directory: exit %d, %v, %q; want it there, its socket not", code, err, out)
 	}
+}
+
+// The launcher's session keyring stays with it: a key in it (an operator's
+// Kerberos ticket, say) is neither possessed by the sandbox nor named in
+// its /proc/keys. The launcher is this binary again (keyringLauncher), every
+// thread of it in a session keyring holding the key, as a process started
+// from the operator's shell is.
+func TestSessionKeyringIsNotInherited(t *testing.T) {
+	testutil.RequireRoot(t, "the sandbox launcher")
+	secret := fmt.Sprintf("airlock-test-secret-%d", os.Getpid())
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), "AIRLOCK_KEYRING_LAUNCHER=join", "AIRLOCK_KEYRING_SECRET="+secret)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the launcher: %v\n%s", err, out)
+	}
+	host, sandboxed, ok := strings.Cut(string(out), "--- sandbox ---\n")
+	if !ok || !strings.Contains(host, secret) {
+		t.Fatalf("the launcher's own /proc/keys does not name its key %s (nothing to test):\n%s", secret, out)
+	}
+	if strings.Contains(sandboxed, secret) {
+		t.Errorf("the sandbox's /proc/keys names the launcher's key:\n%s", sandboxed)
+	}
+}
+
+// keyringLauncher joins a session keyring holding a key named secret on
+// this thread and executes this binary again from it, so that every thread
+// of the new image holds that keyring; that one prints its /proc/keys, then
+// a sandbox's.
+func keyringLauncher(step, secret string) int {
+	if step == "join" {
+		runtime.LockOSThread()
+		if _, err := unix.KeyctlJoinSessionKeyring(secret + "-session"); err != nil {
+			fmt.Println("keyctl(JOIN_SESSION_KEYRING):", err)
+			return 1
+		}
+		if _, err := unix.AddKey("user", secret, []byte("ticket"), unix.KEY_SPEC_SESSION_KEYRING); err != nil {
+			fmt.Println("add_key:", err)
+			return 1
+		}
+		env := []string{"AIRLOCK_KEYRING_LAUNCHER=launch", "AIRLOCK_KEYRING_SECRET=" + secret}
+		fmt.Println(syscall.Exec("/proc/self/exe", []string{os.Args[0]}, env))
+		return 1
+	}
+	keys, err := os.ReadFile("/proc/keys")
+	fmt.Printf("%s%v\n--- sandbox ---\n", keys, err)
+	n, err := NewNetwork(NetworkConfig{})
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer n.Close()
+	c := Defaults()
+	c.Net, c.Command, c.Env = NetNone, []string{"/bin/cat", "/proc/keys"}, []string{"PATH=/usr/bin:/bin"}
+	c.Stdout, c.Stderr = os.Stdout, os.Stdout
+	p, err := Start(context.Background(), c, n)
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	if code, err := p.Wait(); code != 0 || err != nil {
+		fmt.Println("exit", code, err)
+		return 1
+	}
+	return 0
 }

@@ -126,6 +126,12 @@ func runCommandStage() {
 		{"verify pinned binary", openPinned},
 		// As root, before the uid switch (workDir).
 		{"enter the working directory", wd.enter},
+		// The session keyring came from whoever launched the sandbox
+		// (an operator's shell: Kerberos tickets, ecryptfs and other
+		// keys), and its keys' names show in /proc/keys to whoever
+		// possesses it; with --seccomp off, keyctl reads them. As root,
+		// whose key quota a sandbox of a shared uid cannot exhaust.
+		{"leave the launcher's session keyring", newSessionKeyring},
 		// The bounding set caps what any later exec can gain; dropping
 		// it needs CAP_SETPCAP, so it goes before the uid switch.
 		{"drop capability bounding set", dropBounding},
@@ -240,6 +246,15 @@ func dropBounding(c *Config) error {
 		if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
 			return &os.SyscallError{Syscall: "prctl(PR_SET_KEEPCAPS)", Err: err}
 		}
+	}
+	return nil
+}
+
+// newSessionKeyring gives this thread, the one that execs, an anonymous
+// session keyring of its own in place of the launcher's.
+func newSessionKeyring(*Config) error {
+	if _, _, e := unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); e != 0 {
+		return &os.SyscallError{Syscall: "keyctl(KEYCTL_JOIN_SESSION_KEYRING)", Err: e}
 	}
 	return nil
 }
