@@ -177,7 +177,9 @@ func ReadBundle(src Source) (*Bundle, error) {
 		f := File{Path: p, Raw: buf.Bytes()}
 		switch base := path.Base(p); {
 		case strings.HasSuffix(p, ".rego"):
-			hasLib = hasLib || libPackage.Match(f.Raw)
+			// A test of the library is no library: with only that, the
+			// presets would compile against nothing.
+			hasLib = hasLib || !isTestFile(p) && libPackage.Match(f.Raw)
 			b.Files = append(b.Files, f)
 		case base == "data.json" || base == "data.yaml" || base == "data.yml":
 			b.Files = append(b.Files, f)
@@ -326,7 +328,7 @@ func (b *Bundle) addLib() error {
 		}
 		for _, f := range b.Files {
 			if f.Path == p {
-				return fmt.Errorf("policy bundle %s: %s exists but does not declare package airlock.lib", b.Origin, p)
+				return fmt.Errorf("policy bundle %s: %s exists but is not the library (no file but a test declares package airlock.lib)", b.Origin, p)
 			}
 		}
 		b.Files = append(b.Files, File{Path: p, Raw: raw})
@@ -335,20 +337,59 @@ func (b *Bundle) addLib() error {
 	})
 }
 
-// checkLibInjected refuses a module of the bundle's own in the library's
-// package when the library was taken to be missing (ReadBundle's look at
-// package lines, made before parsing, did not see it): it would join the
-// injected library, and with a signature it would be the one file of the
-// bundle's own whose absence from the signature went unseen.
+// checkLibInjected refuses a module of the bundle's own that would define
+// documents inside the library when the library was taken to be missing
+// (ReadBundle's look at package lines, made before parsing, did not see
+// it): its rules would join the injected library, which the bundle is
+// reviewed against but does not carry, and with a signature it would be the
+// one file of the bundle's own whose absence from the signature went
+// unseen. The package alone does not say where a rule lands: in `package
+// airlock`, `lib._bins_ok(_) := true` is a rule of data.airlock.lib, so
+// each rule's full path is checked. Tests never decide (compile leaves
+// them out), and a test of the library's helpers is a library test.
 func (b *Bundle) checkLibInjected(m bundle.ModuleFile) error {
-	if len(b.injected) == 0 || slices.Contains(b.injected, m.Path) || m.Parsed == nil {
+	if len(b.injected) == 0 || slices.Contains(b.injected, m.Path) || m.Parsed == nil || isTestFile(m.Path) {
 		return nil
 	}
-	lib := ast.MustParseRef("data.airlock.lib")
-	if m.Parsed.Package.Path.HasPrefix(lib) {
+	if m.Parsed.Package.Path.HasPrefix(libRef) {
 		return fmt.Errorf("%s declares package %s, which ReadBundle did not see as the library's: write its package line as `package airlock.lib` alone on its line", m.Path, m.Parsed.Package.Path)
 	}
+	for _, r := range m.Parsed.Rules {
+		if p := rulePath(m.Parsed, r); within(p, libRef) {
+			return fmt.Errorf("%s:%d: rule %s (in package %s) defines %s, inside the embedded library %s, which a bundle may not extend: a bundle that changes the library brings all of it (a package airlock.lib of its own)", m.Path, r.Location.Row, r.Head.Ref(), m.Parsed.Package.Path, p, libRef)
+		}
+	}
 	return nil
+}
+
+// libRef is the library's package.
+var libRef = ast.MustParseRef("data.airlock.lib")
+
+// isTestFile: a Rego test file, which `policy test` runs and compile leaves
+// out of every decision.
+func isTestFile(p string) bool { return strings.HasSuffix(p, "_test.rego") }
+
+// rulePath is the document a rule defines: its package extended by its
+// head's ref, which may reach below the package (lib.x in package airlock
+// is data.airlock.lib.x).
+func rulePath(m *ast.Module, r *ast.Rule) ast.Ref { return m.Package.Path.Extend(r.Head.Ref()) }
+
+// within reports whether a rule path p may define a document at or below
+// prefix: a variable in p (lib[k] := ...) stands for any key.
+func within(p, prefix ast.Ref) bool {
+	if len(p) < len(prefix) {
+		return false
+	}
+	for i, t := range prefix {
+		// p[0] is the root, data, a Var too; a variable after it is a key.
+		if _, isVar := p[i].Value.(ast.Var); isVar && i > 0 {
+			continue
+		}
+		if !p[i].Equal(t) {
+			return false
+		}
+	}
+	return true
 }
 
 // Hash is "sha256:<hex>" over the canonical encoding of the bundle: for each

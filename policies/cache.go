@@ -49,35 +49,56 @@ func keyOf(in *Input) cacheKey {
 // checkInputRefs refuses a bundle whose library reads input fields the cache
 // does not key on, or whose presets read input at all (their rules are
 // evaluated once, at load). The gate policy is not a preset: it reads its
-// own input and is never cached.
+// own input and is never cached. Each rule is judged by the document it
+// defines, not by its module's package: `lib.f(_) := input.process.pid`
+// in package airlock is the library's, and once went unchecked.
 func checkInputRefs(mods map[string]*ast.Module) error {
 	for file, m := range mods {
-		pkg := m.Package.Path.String()
-		lib := pkg == "data.airlock.lib"
-		// The gate policy decides from its input, uncached (gate.go).
-		if !lib && !strings.HasPrefix(pkg, "data.airlock.") || pkg == gatePackage {
-			continue
+		// An import of input (import input.process) is read by rules that
+		// no longer spell input: it must suit every rule of its module.
+		var imports []ast.Ref
+		for _, imp := range m.Imports {
+			if ref, ok := imp.Path.Value.(ast.Ref); ok && ref.HasPrefix(ast.InputRootRef) {
+				imports = append(imports, ref)
+			}
 		}
-		var bad error
-		ast.WalkRefs(m, func(ref ast.Ref) bool {
-			if bad != nil || !ref.HasPrefix(ast.InputRootRef) {
-				return false
+		for _, r := range m.Rules {
+			p := rulePath(m, r)
+			lib := within(p, libRef)
+			// The gate policy decides from its input, uncached (gate.go);
+			// packages outside data.airlock are not presets.
+			if !lib && (within(p, gateRef) || !within(p, airlockRef)) {
+				continue
 			}
-			if !lib {
-				bad = fmt.Errorf("%s: %s reads %v; presets are constant rules and may not read input", file, pkg, ref)
-				return true
+			var bad error
+			check := func(ref ast.Ref) {
+				switch {
+				case bad != nil || !ref.HasPrefix(ast.InputRootRef):
+				case !lib:
+					bad = fmt.Errorf("%s: %s reads %v; presets are constant rules and may not read input", file, p, ref)
+				case !refWithin(ref, decidedFields):
+					bad = fmt.Errorf("%s: the policy library's %s reads %v, which decisions are not keyed on (allowed: %s)", file, p, ref, strings.Join(decidedFields, ", "))
+				}
 			}
-			if !refWithin(ref, decidedFields) {
-				bad = fmt.Errorf("%s: the policy library reads %v, which decisions are not keyed on (allowed: %s)", file, ref, strings.Join(decidedFields, ", "))
+			for _, ref := range imports {
+				check(ref)
 			}
-			return false
-		})
-		if bad != nil {
-			return bad
+			ast.WalkRefs(r, func(ref ast.Ref) bool {
+				check(ref)
+				return bad != nil
+			})
+			if bad != nil {
+				return bad
+			}
 		}
 	}
 	return nil
 }
+
+var (
+	gateRef    = ast.MustParseRef(gatePackage)
+	airlockRef = ast.MustParseRef("data.airlock")
+)
 
 func refWithin(ref ast.Ref, prefixes []string) bool {
 	for _, p := range prefixes {

@@ -366,7 +366,7 @@ var deterministic = sync.OnceValue(func() *ast.Capabilities {
 func compile(ctx context.Context, b *Bundle) (*generation, error) {
 	mods := map[string]*ast.Module{}
 	for _, m := range b.Modules {
-		if !strings.HasSuffix(m.Path, "_test.rego") {
+		if !isTestFile(m.Path) {
 			mods[m.Path] = m.Parsed
 		}
 	}

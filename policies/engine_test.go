@@ -3,10 +3,14 @@ package policies_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/internal/decisiontable"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -332,5 +336,49 @@ explain(rules, denies) := {}
 				t.Fatalf("Decide = %+v; want deny policy_error", d)
 			}
 		})
+	}
+}
+
+// Every letter outside ASCII that a case mapping makes an ASCII one (ſ
+// upper-cases to S, the Kelvin sign lower-cases to k) is that letter to a
+// deny path, as it is to a server that folds case by that mapping: the
+// library's fold is checked against Go's case tables, not a list kept by
+// hand.
+func TestDenyPathsFoldLettersCaseMappedToASCII(t *testing.T) {
+	found := map[rune]rune{}
+	for r := rune(utf8.RuneSelf); r <= unicode.MaxRune; r++ {
+		maps := []rune{unicode.ToUpper(r), unicode.ToLower(r), unicode.ToTitle(r)}
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			maps = append(maps, f)
+		}
+		for _, m := range maps {
+			if m < utf8.RuneSelf {
+				found[r] = unicode.ToLower(m)
+			}
+		}
+	}
+	if len(found) < 4 { // ſ, ı, İ and the Kelvin sign, at least
+		t.Fatalf("found %q; want at least ſ, ı, İ and K", found)
+	}
+	var denies []string
+	for r, a := range found {
+		denies = append(denies, fmt.Sprintf(`{"name": "no-%U", "hosts": ["a.example"], "paths": ["/x%c/**"]}`, r, a))
+	}
+	body := "package airlock.presets.fold\n\nimport data.airlock.lib\n\n" +
+		`rules := [{"name": "any", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["a.example"]}]` +
+		"\n\ndenies := [" + strings.Join(denies, ", ") + "]\n\ndecision := lib.decide(rules, denies)\n"
+	dir := filepath.Join(t.TempDir(), "bundle")
+	writeBundle(t, dir, map[string]string{"fold.rego": body})
+	e, err := policies.New(context.Background(), policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, a := range found {
+		in := &policies.Input{Sandbox: policies.Sandbox{Preset: "fold"}, Process: policies.Process{Exe: "/usr/bin/curl"},
+			Request: policies.Request{Phase: policies.PhaseRequest, Host: "a.example", Port: 443, Method: "GET",
+				Path: "/x" + url.PathEscape(string(r)) + "/y"}}
+		if d := e.Decide(context.Background(), in); d.Reason != policies.ReasonDeniedByRule {
+			t.Errorf("%U %c: %s (%s); want it denied as %c", r, r, d.Reason, d.Error, a)
+		}
 	}
 }

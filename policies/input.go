@@ -1,8 +1,17 @@
 package policies
 
 import (
-	"github.com/open-policy-agent/opa/v1/ast"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"reflect"
+	"slices"
 	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 )
 
 // Phase says which question is asked: may this connection be opened
@@ -149,4 +158,67 @@ func stringArray(vs []string) *ast.Term {
 		ts[i] = ast.StringTerm(v)
 	}
 	return ast.ArrayTerm(ts...)
+}
+
+// DecodeInput reads one JSON input document strictly, as `airlock policy
+// eval` and explain take it. encoding/json alone would match "Request" or
+// "HOST" to a field, drop an unknown one and stop at the end of the first
+// document: the decision would be about an input other than the one
+// written. So a field not spelt exactly as Input's JSON names it, or
+// anything after the document, is an error. An empty document is io.EOF.
+func DecodeInput(r io.Reader) (*Input, error) {
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("data after the input document at offset %d: give one JSON document", dec.InputOffset())
+	}
+	if err := exactKeys(doc, reflect.TypeFor[Input](), ""); err != nil {
+		return nil, err
+	}
+	var in Input
+	dec = json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		return nil, err
+	}
+	return &in, nil
+}
+
+// exactKeys refuses an object key of doc that is not one of t's JSON field
+// names exactly, at any depth where t is a struct; where is the path to
+// doc ("" at the top).
+func exactKeys(doc any, t reflect.Type, where string) error {
+	obj, ok := doc.(map[string]any)
+	if !ok || t.Kind() != reflect.Struct {
+		return nil // not an object, or a map: the decoder judges it
+	}
+	names := jsonFields(t)
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // the same key named every time
+	for _, k := range keys {
+		if !names[k] {
+			want := slices.Sorted(maps.Keys(names))
+			if where != "" {
+				where += ": "
+			}
+			return fmt.Errorf("%sunknown field %q (want one of %s, spelt exactly)", where, k, strings.Join(want, ", "))
+		}
+	}
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if err := exactKeys(obj[name], f.Type, strings.TrimPrefix(where+"."+name, ".")); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -211,7 +211,7 @@ func GitOperation(r *Request) (op, service string) {
 		service = "git-upload-pack"
 	case strings.HasSuffix(r.Path, "/info/refs"):
 		for k, vs := range r.Query {
-			if !strings.EqualFold(k, "service") {
+			if paramKey(k) != "service" {
 				continue
 			}
 			for _, v := range vs {
@@ -230,6 +230,21 @@ func GitOperation(r *Request) (op, service string) {
 		return "clone or fetch from", service
 	}
 	return "", ""
+}
+
+// paramKey is the library's _param_key (lib/airlock.rego), which deny rules
+// on a param match by: the hint must name the operation the deny rule saw
+// (?service[0]=git-receive-pack is a push to it). TestParamKeyMirrorsLibrary
+// holds the two together.
+func paramKey(n string) string {
+	base := n
+	if i := strings.IndexByte(n, '['); i > 0 && strings.IndexByte(n[i:], ']') > 0 {
+		base = n[:i]
+	} else if j := strings.IndexByte(n, ']'); i == 0 && j > 0 {
+		base = n[1:j]
+	}
+	base = strings.TrimLeft(base, " ")
+	return strings.ToLower(strings.NewReplacer(".", "_", " ", "_").Replace(base))
 }
 
 func short(s string) string {

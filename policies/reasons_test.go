@@ -151,6 +151,13 @@ func TestHintNamesGitOperation(t *testing.T) {
 	}{
 		{"push discovery", "GET", "/o/r/info/refs", map[string][]string{"service": {"git-receive-pack"}}, policies.ReasonDeniedByRule,
 			[]string{`push to github.com is not allowed by preset "reviewer": `, `deny rule "no-git-push-discovery"`, "/o/r/info/refs?service=git-receive-pack"}},
+		// Any spelling the deny rule reads as the service param.
+		{"push discovery, service[]", "GET", "/o/r/info/refs", map[string][]string{"service[]": {"git-receive-pack"}}, policies.ReasonDeniedByRule,
+			[]string{`push to github.com is not allowed by preset "reviewer": `, `deny rule "no-git-push-discovery"`}},
+		{"push discovery, Service[0]", "GET", "/o/r/info/refs", map[string][]string{"Service[0]": {"git-receive-pack"}}, policies.ReasonDeniedByRule,
+			[]string{`push to github.com is not allowed by preset "reviewer": `, `deny rule "no-git-push-discovery"`}},
+		{"push discovery, a leading space", "GET", "/o/r/info/refs", map[string][]string{" service": {"git-receive-pack"}}, policies.ReasonDeniedByRule,
+			[]string{`push to github.com is not allowed by preset "reviewer": `, `deny rule "no-git-push-discovery"`}},
 		{"push", "POST", "/o/r/git-receive-pack", nil, policies.ReasonDeniedByRule,
 			[]string{`push to github.com is not allowed by preset "reviewer": `, `deny rule "no-git-push"`}},
 		{"fetch from a path no rule allows", "POST", "/o/r/extra/git-upload-pack", nil, policies.ReasonPathNotAllowed,

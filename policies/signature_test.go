@@ -136,14 +136,47 @@ func TestUnsignedLibraryFileIsRefused(t *testing.T) {
 	}
 }
 
-// A module in the library's package that the look before parsing misses
-// refuses the bundle even unsigned: it would join the injected library,
-// its rules beside the library's own.
-func TestHiddenLibraryModuleIsRefused(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "bundle")
-	writeBundle(t, dir, map[string]string{"extend.rego": "package airlock[\"lib\"]\n\n_any_host(_) := true\n"})
-	_, err := policies.New(context.Background(), policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
-	if err == nil || !strings.Contains(err.Error(), "extend.rego declares package data.airlock.lib") {
-		t.Fatalf("New = %v; want the module refused", err)
+// A module whose rules would land in the injected library refuses the
+// bundle even unsigned, whatever its package says: its rules would join
+// the library every preset is reviewed against. The look before parsing
+// may miss the library's package (a quoted one), and a rule's head may
+// reach into it from above (lib._bins_ok in package airlock).
+func TestBundleCannotExtendInjectedLibrary(t *testing.T) {
+	for _, tc := range []struct{ name, file, body, want string }{
+		{"the library's package, quoted", "extend.rego", "package airlock[\"lib\"]\n\n_any_host(_) := true\n",
+			"extend.rego declares package data.airlock.lib"},
+		{"a package below the library's", "extend.rego", "package airlock.lib.more\n\nx := 1\n",
+			"extend.rego declares package data.airlock.lib.more"},
+		{"head refs from package airlock", "x.rego", "package airlock\n\nlib._bins_ok(_) := true\n\nlib._paths_ok(_) := true\n",
+			"x.rego:3: rule lib._bins_ok (in package data.airlock) defines data.airlock.lib._bins_ok"},
+		{"a head ref with a variable key", "x.rego", "package airlock\n\nlib[k] := true if some k in {\"_any_host\"}\n",
+			"defines data.airlock.lib[k]"},
+		{"the library's whole document", "x.rego", "package airlock\n\nlib := {}\n", "defines data.airlock.lib,"},
+		// Test files never decide: a bundle's own tests of the
+		// library's helpers leave the library injected.
+		{"a test in the library's package", "mylib_test.rego", "package airlock.lib\n\ntest_host if host_match(\"*.example.com\", \"a.example.com\")\n", ""},
+		{"package airlock beside the library", "x.rego", "package airlock\n\nlibrary.x := 1\n\nhelpers.y := 2\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "bundle")
+			writeBundle(t, dir, map[string]string{tc.file: tc.body})
+			e, err := policies.New(context.Background(), policies.Options{Source: policies.Source{Path: dir}, Logger: discard()})
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("New = %v; want the bundle loaded, the library injected", err)
+				}
+				// The injected library decides: a host no rule of the
+				// preset names is refused.
+				in := &policies.Input{Sandbox: policies.Sandbox{Preset: "strict"}, Process: policies.Process{Exe: "/usr/bin/evil"},
+					Request: policies.Request{Phase: policies.PhaseConnect, Host: "evil.example", Port: 443}}
+				if d := e.Decide(context.Background(), in); d.Allow || d.Reason != policies.ReasonHostNotAllowed {
+					t.Fatalf("Decide = %+v; want host_not_allowed", d)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New = %v; want the module refused, naming %q", err, tc.want)
+			}
+		})
 	}
 }

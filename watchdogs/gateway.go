@@ -80,6 +80,9 @@ type TargetMemory struct {
 	// file): another one since says it exited. 0 after the watchdog's own
 	// restart.
 	Pid int `json:"pid,omitempty"`
+	// PidFile is the pid file as last believed: a pid taken by another
+	// process since is told from the gateway's (see track).
+	PidFile pidRecord `json:"pid_file,omitzero"`
 	// HeapLine is V8's heap line the last look read while the gateway
 	// still ran (it may have been dying, or it printed the words): the
 	// next look believes it if the gateway has ended by then, else
@@ -142,8 +145,9 @@ func (g *Gateway) Probe(ctx context.Context) Finding {
 		health = g.Health.Probe(ctx)
 	}
 	// Down: gone by the target's word, or, when nothing says whether it
-	// runs (no pid file), refusing its health URL.
-	down := ev.Known && !ev.Running || !ev.Known && health.Kind != "" && !health.Strike
+	// runs (no pid file), refusing its health URL (not a probe that could
+	// not look: that says nothing of it).
+	down := ev.Known && !ev.Running || !ev.Known && health.Kind != "" && !health.Strike && !health.Blind
 	// What the gateway's output says is believed with a sign it ended: a
 	// running gateway can be made to print anything (a request's path it
 	// logs). A line read while it still ran is kept for one more look (V8
@@ -187,6 +191,10 @@ func (g *Gateway) Probe(ctx context.Context) Finding {
 			why = health.Detail
 		}
 		return Finding{Kind: KindGatewayCrash, Detail: fmt.Sprintf("it is not running (%s), with no sign of running out of memory; restarting it as it was", why)}
+	case health.Blind:
+		// The pod would not dial the health URL: the gateway was not
+		// looked at, and the line keeps the kind that says so.
+		return health
 	case health.Kind != "":
 		// It runs, but refuses or ignores its health URL (or may be
 		// still starting): strikes, not a fault at once.
@@ -234,9 +242,13 @@ func (g *Gateway) Restore(raw json.RawMessage) error {
 	}
 	// A heap the watchdog gave the gateway before an operator raised its
 	// start (--heap-mb) is not the one it restarts with: a limit never
-	// goes down.
+	// goes down, but by the operator's cap (--max-heap-mb, lowered since,
+	// or a state file that says more than any step could have given).
 	if g.mem.HeapMB > 0 && int64(g.mem.HeapMB) < g.Heap.Start {
 		g.mem.HeapMB = int(g.Heap.Start)
+	}
+	if g.Heap.Max > 0 && int64(g.mem.HeapMB) > g.Heap.Max {
+		g.mem.HeapMB = int(g.Heap.Max)
 	}
 	return nil
 }

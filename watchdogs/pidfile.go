@@ -24,6 +24,13 @@ import (
 // written: a pid reused by another process since fails that last test.
 // The process is then held by a pidfd, so the check and the kill cannot
 // be split by a reuse.
+//
+// The last test cannot tell a reused pid from a clock stepped since the
+// file was written; what the watchdog remembers of the file can. Once it
+// has believed a file, the process is known by its start in clock ticks
+// after boot, which no clock step moves: the same file (inode and mtime)
+// naming a pid whose start is another is stale, its process gone and the
+// pid another's. A file written before this boot is stale too.
 
 // tracked is the live process a pid file names.
 type tracked struct {
@@ -31,22 +38,42 @@ type tracked struct {
 	fd  int // pidfd
 }
 
+// pidRecord is the pid file as last believed, kept in the watchdog's state
+// across rounds: the file (by inode and mtime), the process it named, and
+// that process's start (/proc/PID/stat's starttime) in the boot it ran in.
+type pidRecord struct {
+	Pid   int       `json:"pid"`
+	Ticks int64     `json:"start_ticks"`
+	Boot  string    `json:"boot_id"`
+	Inode uint64    `json:"inode"`
+	Mtime time.Time `json:"mtime"`
+}
+
+// names says whether r was taken of this very file, naming pid, in this
+// boot.
+func (r pidRecord) names(pid int, fi fs.FileInfo, boot string) bool {
+	return r.Pid == pid && r.Boot == boot && r.Inode == fi.Sys().(*syscall.Stat_t).Ino && r.Mtime.Equal(fi.ModTime())
+}
+
 // ErrNoProcess: the pid file names no live process (none at all, or a
-// zombie).
+// zombie), or none of its own (the file is stale).
 var ErrNoProcess = errors.New("no live process")
 
 // pidTolerance covers the kernel's boot time, which /proc/stat gives in
 // whole seconds: a process's start is known to within a second.
 const pidTolerance = time.Second
 
-// track opens the process the pid file at path names. A missing file or a
-// process gone is ErrNoProcess; a file that cannot be trusted is an error
-// naming why.
-func track(path string) (*tracked, error) {
-	pid, written, err := readPidFile(path)
+// track opens the process the pid file at path names. A missing file, a
+// process gone, or a stale file is ErrNoProcess; a file that cannot be
+// trusted is an error naming why. rec is what was believed of the file
+// before: it decides when it still describes the file, and is set anew
+// whenever the file is believed.
+func track(path string, rec *pidRecord) (*tracked, error) {
+	pid, fi, err := readPidFile(path)
 	if err != nil {
 		return nil, err
 	}
+	written := fi.ModTime()
 	fd, err := unix.PidfdOpen(pid, 0)
 	if errors.Is(err, unix.ESRCH) {
 		return nil, fmt.Errorf("pid file %s: process %d: %w", path, pid, ErrNoProcess)
@@ -54,23 +81,49 @@ func track(path string) (*tracked, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pid file %s: pidfd_open(%d): %w", path, pid, err)
 	}
-	start, zombie, err := processStart(pid)
-	if err == nil && !zombie && !start.After(written.Add(pidTolerance)) {
-		return &tracked{pid: pid, fd: fd}, nil
-	}
-	unix.Close(fd)
-	switch {
-	case err != nil || zombie:
+	p := &tracked{pid: pid, fd: fd}
+	// Read after pidfd_open: a start that is the recorded one is that of
+	// the process the pidfd holds.
+	state, ticks, err := procstat.Stat(pid)
+	if err != nil || procstat.Dead(state) {
+		p.close()
 		return nil, fmt.Errorf("pid file %s: process %d: %w", path, pid, ErrNoProcess)
-	default:
-		// Not ErrNoProcess: the process may well be the one that wrote
-		// the file, its start computed from a boot time the kernel moved
-		// when the clock was stepped (NTP's first sync after boot), and a
-		// restart beside it would fail and leave it running. Neither way
-		// is believed: the round is blind, nothing is killed or started.
-		return nil, fmt.Errorf("pid file %s: process %d started at %s, after the file was written (%s): its pid was reused, or the clock was stepped since; not believed either way",
-			path, pid, start.UTC().Format(time.RFC3339), written.UTC().Format(time.RFC3339))
 	}
+	boot, bootID, err := thisBoot()
+	if err != nil {
+		p.close()
+		return nil, fmt.Errorf("pid file %s: %w", path, err)
+	}
+	if rec.names(pid, fi, bootID) {
+		if ticks == rec.Ticks {
+			return p, nil
+		}
+		p.close()
+		// Never killed: what holds the pid now is not what the file
+		// named.
+		return nil, fmt.Errorf("pid file %s: process %d started %d ticks after boot, not %d as when the file was believed: it has exited and its pid is another's: %w",
+			path, pid, ticks, rec.Ticks, ErrNoProcess)
+	}
+	if written.Before(boot.Add(-pidTolerance)) {
+		p.close()
+		return nil, fmt.Errorf("pid file %s: written at %s, before this boot (%s): %w",
+			path, written.UTC().Format(time.RFC3339), boot.UTC().Format(time.RFC3339), ErrNoProcess)
+	}
+	// USER_HZ is 100 on every Linux architecture Go runs on.
+	start := boot.Add(time.Duration(ticks) * (time.Second / 100))
+	if !start.After(written.Add(pidTolerance)) {
+		*rec = pidRecord{Pid: pid, Ticks: ticks, Boot: bootID, Inode: fi.Sys().(*syscall.Stat_t).Ino, Mtime: written}
+		return p, nil
+	}
+	p.close()
+	// Not ErrNoProcess: the process may well be the one that wrote the
+	// file, its start computed from a boot time the kernel moved when the
+	// clock was stepped (NTP's first sync after boot), and a restart
+	// beside it would fail and leave it running. Neither way is believed
+	// (unless an earlier round believed this file, and so knows its
+	// process): the round is blind, nothing is killed or started.
+	return nil, fmt.Errorf("pid file %s: process %d started at %s, after the file was written (%s): its pid was reused, or the clock was stepped since; not believed either way",
+		path, pid, start.UTC().Format(time.RFC3339), written.UTC().Format(time.RFC3339))
 }
 
 func (p *tracked) close() { unix.Close(p.fd) }
@@ -98,57 +151,68 @@ func (p *tracked) kill(ctx context.Context) error {
 	}
 }
 
-// readPidFile reads a pid file the watchdog may believe, and when it was
-// written.
-func readPidFile(path string) (pid int, written time.Time, err error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+// readPidFile reads a pid file the watchdog may believe, and its stat
+// (when it was written, its inode).
+func readPidFile(path string) (pid int, fi fs.FileInfo, err error) {
+	f, fi, err := openTrusted(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, time.Time{}, fmt.Errorf("pid file %s: %w", path, ErrNoProcess)
+		return 0, nil, fmt.Errorf("pid file %s: %w", path, ErrNoProcess)
 	}
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("pid file: %w", err)
+		return 0, nil, fmt.Errorf("pid file: %w; not trusted with a SIGKILL", err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("pid file: %w", err)
-	}
-	if err := trusted.Mode(fi); err != nil {
-		return 0, time.Time{}, fmt.Errorf("pid file %s: %w: not trusted with a SIGKILL", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return 0, time.Time{}, fmt.Errorf("pid file %s: %v: not a regular file; not trusted with a SIGKILL", path, fi.Mode())
-	}
 	raw, err := io.ReadAll(io.LimitReader(f, 64))
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("pid file: %w", err)
+		return 0, nil, fmt.Errorf("pid file %s: %w", path, err)
 	}
 	pid, err = strconv.Atoi(strings.TrimSpace(string(raw)))
 	if err != nil || pid <= 1 {
-		return 0, time.Time{}, fmt.Errorf("pid file %s: %q is not a process id", path, strings.TrimSpace(string(raw)))
+		return 0, nil, fmt.Errorf("pid file %s: %q is not a process id", path, strings.TrimSpace(string(raw)))
 	}
-	return pid, fi.ModTime(), nil
+	return pid, fi, nil
 }
 
-// processStart is when pid started (from /proc/PID/stat's starttime, in
-// clock ticks after boot) and whether it is a zombie.
-func processStart(pid int) (time.Time, bool, error) {
-	state, ticks, err := procstat.Stat(pid)
+// openTrusted opens a file the watchdog believes (a pid file, its state)
+// for reading: not through a symbolic link, without blocking (a FIFO in
+// its place would hold every round until its unit's timeout), a regular
+// file with no other name (a hard link's other name is another's to
+// write through), owned by root or this user and writable by no one else
+// (trusted.Mode). Every error names the path.
+func openTrusted(path string) (*os.File, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return time.Time{}, false, err
+		return nil, nil, err
 	}
-	boot, err := bootTime()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+	case !fi.Mode().IsRegular():
+		err = fmt.Errorf("%s: a %v, not a regular file", path, fi.Mode().Type())
+	case fi.Sys().(*syscall.Stat_t).Nlink != 1:
+		err = fmt.Errorf("%s: %d names (hard links), not one", path, fi.Sys().(*syscall.Stat_t).Nlink)
+	default:
+		if err = trusted.Mode(fi); err != nil {
+			err = fmt.Errorf("%s: %w", path, err)
+		}
+	}
 	if err != nil {
-		return time.Time{}, false, err
+		f.Close()
+		return nil, nil, err
 	}
-	// USER_HZ is 100 on every Linux architecture Go runs on.
-	return boot.Add(time.Duration(ticks) * (time.Second / 100)), procstat.Dead(state), nil
+	return f, fi, nil
 }
 
-func bootTime() (time.Time, error) {
+// thisBoot is when this boot began (/proc/stat's btime, whole seconds, as
+// the clock now reads it) and its id.
+func thisBoot() (time.Time, string, error) {
+	id, err := procstat.BootID()
+	if err != nil {
+		return time.Time{}, "", err
+	}
 	raw, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, "", err
 	}
 	for _, line := range strings.Split(string(raw), "\n") {
 		if v, ok := strings.CutPrefix(line, "btime "); ok {
@@ -156,8 +220,8 @@ func bootTime() (time.Time, error) {
 			if err != nil {
 				break
 			}
-			return time.Unix(s, 0), nil
+			return time.Unix(s, 0), id, nil
 		}
 	}
-	return time.Time{}, errors.New("/proc/stat: no btime")
+	return time.Time{}, "", errors.New("/proc/stat: no btime")
 }

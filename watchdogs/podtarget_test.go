@@ -40,19 +40,21 @@ func TestPodRestartTimeoutSaysWhy(t *testing.T) {
 
 // A probe the pod refuses to dial (a port no service declares: 403; a
 // name where it wants an address: 400) is a blind round, not a dead
-// service: nothing is restarted, round after round. A dial that reaches
-// nothing (502 naming ECONNREFUSED) is a dead one.
+// service: nothing is restarted, round after round, and the gateway
+// watchdog's line keeps the blind kind, which inbox readers look for. A
+// dial that reaches nothing (502 naming ECONNREFUSED) is a dead one (for
+// a gateway its pod says runs, a strike toward hung).
 func TestPodDialRefusalIsBlind(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		status int
-		body   string
-		kind   string
-		blind  bool
+		name          string
+		status        int
+		body          string
+		kind, gateway string // the shim's finding, the gateway's
+		blind         bool
 	}{
-		{"undeclared port", http.StatusForbidden, `{"error":"port 8901 is no service's","rule":"dial_service_ports_only"}`, KindUnobservable, true},
-		{"a name", http.StatusBadRequest, `{"error":"addr \"localhost:8901\": want a loopback IP:PORT"}`, KindUnobservable, true},
-		{"nothing listens", http.StatusBadGateway, `{"error":"dial tcp 127.0.0.1:8901: connect: connection refused","errno":"ECONNREFUSED"}`, KindShimDead, false},
+		{"undeclared port", http.StatusForbidden, `{"error":"port 8901 is no service's","rule":"dial_service_ports_only"}`, KindUnobservable, KindUnobservable, true},
+		{"a name", http.StatusBadRequest, `{"error":"addr \"localhost:8901\": want a loopback IP:PORT"}`, KindUnobservable, KindUnobservable, true},
+		{"nothing listens", http.StatusBadGateway, `{"error":"dial tcp 127.0.0.1:8901: connect: connection refused","errno":"ECONNREFUSED"}`, KindShimDead, KindGatewayHung, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mux := http.NewServeMux()
@@ -61,11 +63,20 @@ func TestPodDialRefusalIsBlind(t *testing.T) {
 				w.WriteHeader(tc.status)
 				io.WriteString(w, tc.body)
 			})
+			mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
+				io.WriteString(w, `{"pod":"p","services":[{"name":"shim","state":"healthy","launches":1},{"name":"gateway","state":"healthy","launches":1}]}`)
+			})
 			sock := testutil.ServeUnix(t, &http.Server{Handler: mux})
 			pod := PodTarget{Socket: sock, Service: "shim", Timeout: time.Second}
 			f := NewHTTPProbe("http://127.0.0.1:8901/v1/models", time.Second, KindShimDead, KindShimHung, pod.Dial).Probe(context.Background())
 			if f.Kind != tc.kind || f.Blind != tc.blind {
 				t.Errorf("finding %+v; want kind %s, blind %v", f, tc.kind, tc.blind)
+			}
+			pod.Service = "gateway"
+			g := &Gateway{Target: pod, Health: NewHTTPProbe("http://127.0.0.1:8901/healthz", time.Second, KindGatewayCrash, KindGatewayHung, pod.Dial),
+				Heap: Steps{Max: 4096}, Memory: Steps{Max: 8 << 30}}
+			if f := g.Probe(context.Background()); f.Kind != tc.gateway || f.Blind != tc.blind {
+				t.Errorf("the gateway's finding %+v; want kind %s, blind %v", f, tc.gateway, tc.blind)
 			}
 		})
 	}

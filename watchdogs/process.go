@@ -32,7 +32,7 @@ type ProcessTarget struct {
 func (t ProcessTarget) Look(_ context.Context, m *TargetMemory) (Evidence, error) {
 	ev := Evidence{Healthy: true, HeapMB: m.HeapMB}
 	if t.Command.PidFile != "" {
-		p, err := track(t.Command.PidFile)
+		p, err := track(t.Command.PidFile, &m.PidFile)
 		if err != nil && !errors.Is(err, ErrNoProcess) {
 			return ev, err
 		}
@@ -181,5 +181,5 @@ func (t ProcessTarget) Restart(ctx context.Context, c Change, m *TargetMemory) e
 	// The pid this restart gives it is no sign of an exit: the next look
 	// takes it as its baseline.
 	m.Pid = 0
-	return r.Recover(ctx)
+	return r.recover(ctx, &m.PidFile)
 }

@@ -2,6 +2,7 @@ package watchdogs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -26,14 +27,22 @@ type CommandRestart struct {
 	Output *os.File
 }
 
-// Recover implements Recoverer.
+// Recover implements Recoverer, with nothing remembered of the pid file
+// (see PlainProcess, which does).
 func (c CommandRestart) Recover(ctx context.Context) error {
+	var rec pidRecord
+	return c.recover(ctx, &rec)
+}
+
+// recover is Recover with rec, what an earlier round believed of the pid
+// file (see track).
+func (c CommandRestart) recover(ctx context.Context, rec *pidRecord) error {
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	if c.PidFile != "" {
-		// Gone already (a dead process, a reused pid) is fine: the
-		// fault was found, the instance is what matters.
-		p, err := track(c.PidFile)
+		// Gone already (a dead process, a reused pid, a stale file) is
+		// fine: the fault was found, the instance is what matters.
+		p, err := track(c.PidFile, rec)
 		switch {
 		case errors.Is(err, ErrNoProcess):
 		case err != nil:
@@ -60,4 +69,52 @@ func (c CommandRestart) Recover(ctx context.Context) error {
 		return fmt.Errorf("restart command %q: %w", c.Command, err)
 	}
 	return nil
+}
+
+// PlainProcess is the probe and the recovery of a service no airlock pod
+// runs (the shim's, with a restart command): its HTTP probe decides, and
+// its command restarts it. Each probe also reads the pid file, so that the
+// process it names is known while it runs: once that process is gone, a
+// pid another process has taken since is told from it, and the restart
+// goes on (see track) instead of failing on a file it cannot believe.
+type PlainProcess struct {
+	Health  *HTTPProbe
+	Restart CommandRestart
+
+	pid pidRecord
+}
+
+// Probe implements Probe.
+func (s *PlainProcess) Probe(ctx context.Context) Finding {
+	f := s.Health.Probe(ctx)
+	if s.Restart.PidFile != "" {
+		// Only to learn the file: what it says is no finding. The
+		// recovery reads it again, and says what is wrong with it.
+		if p, err := track(s.Restart.PidFile, &s.pid); err == nil {
+			p.close()
+		}
+	}
+	return f
+}
+
+// Recover implements Recoverer.
+func (s *PlainProcess) Recover(ctx context.Context) error {
+	return s.Restart.recover(ctx, &s.pid)
+}
+
+// Restore implements Remembering.
+func (s *PlainProcess) Restore(raw json.RawMessage) error {
+	s.pid = pidRecord{}
+	if len(raw) == 0 {
+		return nil
+	}
+	return json.Unmarshal(raw, &s.pid)
+}
+
+// Remember implements Remembering.
+func (s *PlainProcess) Remember() (json.RawMessage, error) {
+	if s.pid.Pid == 0 {
+		return nil, nil
+	}
+	return json.Marshal(s.pid)
 }

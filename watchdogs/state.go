@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -37,13 +38,19 @@ type State struct {
 
 // LoadState reads the state file; a missing file is a fresh state. A file
 // that does not parse is an error: guessing would reset the budget and let
-// a crash loop run on.
+// a crash loop run on. It is believed as a pid file is (openTrusted): what
+// it remembers decides what a root watchdog kills and starts.
 func LoadState(path string) (State, error) {
 	var st State
-	raw, err := os.ReadFile(path)
+	f, _, err := openTrusted(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return st, nil
 	}
+	if err != nil {
+		return st, fmt.Errorf("watchdog state: %w", err)
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(f)
 	if err != nil {
 		return st, fmt.Errorf("watchdog state %s: %w", path, err)
 	}

@@ -39,6 +39,9 @@ type Units struct {
 	// Watched): a plain process's watchdogs differ in their arguments,
 	// and are installed one at a time.
 	Watchdogs []string
+	// NoPod leaves out the pod's unit (systemd): the watchdogs watch a
+	// plain process (a restart command), not an airlock pod.
+	NoPod bool
 }
 
 // File is one unit to write: its file name and content.
@@ -100,6 +103,9 @@ func (u Units) check() error {
 			errs = append(errs, fmt.Errorf("no watchdog %q: there are %s", w, strings.Join(Watched, " and ")))
 		}
 	}
+	if u.NoPod && u.Manifest != "" {
+		errs = append(errs, errors.New("a manifest, but no pod's unit to run it"))
+	}
 	if u.PodWatchdog < 0 || u.StopGrace < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
 	}
@@ -113,13 +119,17 @@ func (u Units) watchdogs() []string {
 	return u.Watchdogs
 }
 
+// StatePath is watchdog name's state file, its unit's --state.
+func (u Units) StatePath(name string) string {
+	return filepath.Join(u.StateDir, "watchdog-"+name+".json")
+}
+
 func (u Units) watchdogArgs(name string) []string {
-	state := filepath.Join(u.StateDir, "watchdog-"+name+".json")
-	return append([]string{u.Airlock, "watchdog", name, "--once", "--state", state}, u.Args...)
+	return append([]string{u.Airlock, "watchdog", name, "--once", "--state", u.StatePath(name)}, u.Args...)
 }
 
 // Systemd returns, for each watchdog, a oneshot service and the timer
-// that runs it every Cadence, and the pod's own unit.
+// that runs it every Cadence, and the pod's own unit (unless NoPod).
 func (u Units) Systemd() ([]File, error) {
 	if err := u.check(); err != nil {
 		return nil, err
@@ -129,6 +139,9 @@ func (u Units) Systemd() ([]File, error) {
 		files = append(files,
 			File{unitName(name) + ".service", []byte(fmt.Sprintf(watchdogService, name, execLine(u.watchdogArgs(name)), Cadence-time.Minute))},
 			File{unitName(name) + ".timer", []byte(fmt.Sprintf(watchdogTimer, name, Cadence))})
+	}
+	if u.NoPod {
+		return files, nil
 	}
 	up := []string{u.Airlock, "up"}
 	what := "the demo pod"

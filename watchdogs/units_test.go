@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +128,11 @@ func TestSystemdUnitSettings(t *testing.T) {
 	if len(files) != 2*len(Watched)+1 {
 		t.Errorf("Systemd() wrote %d units; want a service and timer per watchdog and the pod's", len(files))
 	}
+	// Watchdogs of a plain process (a restart command): no pod to run.
+	u.Manifest, u.NoPod = "", true
+	if files, err = u.Systemd(); err != nil || len(files) != 2*len(Watched) || slices.ContainsFunc(files, func(f File) bool { return f.Name == PodUnit }) {
+		t.Errorf("Systemd() with NoPod wrote %d units, %v; want a service and timer per watchdog, and no pod's", len(files), err)
+	}
 	// The pod pings at half WatchdogSec: it must stay well above the
 	// supervisor's own recovery (see DefaultPodWatchdog).
 	if DefaultPodWatchdog < time.Minute {
@@ -148,6 +154,7 @@ func TestUnitsRefuseWhatWouldNotRun(t *testing.T) {
 		// put U+FFFD in their place: launchd would run another argument.
 		{"control character", Units{Airlock: "/a", Args: []string{"--restart-cmd=a\x1bb"}}, "control character"},
 		{"not UTF-8", Units{Airlock: "/a", Args: []string{"--restart-cmd=a\xffb"}}, "not UTF-8"},
+		{"a manifest, no pod", Units{Airlock: "/a", StateDir: "/s", Manifest: "/pod.yaml", NoPod: true}, "no pod's unit to run it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := tc.u.Systemd(); err == nil || !strings.Contains(err.Error(), tc.want) {

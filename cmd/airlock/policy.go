@@ -230,8 +230,8 @@ func newPolicyTestCmd() *cobra.Command {
 // exampleInput is an input document the README shows and a test runs.
 const exampleInput = "examples/policy/reviewer-wget.json"
 
-// readInput reads a policy input document strictly: an unknown field is an
-// error, so a misspelt field cannot silently leave the input empty.
+// readInput reads a policy input document strictly (policies.DecodeInput):
+// a misspelt field or a second document cannot silently change the input.
 func readInput(cmd *cobra.Command, file string) (*policies.Input, error) {
 	var r io.Reader
 	if file == "-" {
@@ -249,17 +249,14 @@ func readInput(cmd *cobra.Command, file string) (*policies.Input, error) {
 		defer fh.Close()
 		r = fh
 	}
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	var in policies.Input
-	err := dec.Decode(&in)
+	in, err := policies.DecodeInput(r)
 	if errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("input %s is empty: give --input FILE or pipe a JSON input document on stdin (example: %s)", file, exampleInput)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("input %s: %w", file, err)
 	}
-	return &in, nil
+	return in, nil
 }
 
 func newPolicyEvalCmd(explain bool) *cobra.Command {

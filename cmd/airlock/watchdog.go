@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 	"github.com/airlock-sandbox/airlock/watchdogs"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // newWatchdogCmd is the host-side watchdogs' group: each watchdog, and
@@ -40,6 +42,9 @@ every 5 minutes: a systemd service and timer, or a launchd plist. The state
 file is under /var/lib/airlock (systemd) or ~/Library/Application Support/airlock
 (launchd). On systemd it writes the pod's own
 unit too, airlock-pod.service (Type=notify, WatchdogSec, Restart=on-failure).
+The arguments after -- are checked as each watchdog's command checks them
+(--once and --state are the unit's own); with --restart-cmd the watchdogs
+watch a plain process, and no pod unit is written.
 A file already there with other content is refused, unless --force.`,
 		Example: `  sudo airlock watchdog install --systemd --manifest /etc/airlock/pod.yaml -- \
     --admin-socket /var/lib/airlock/pod/admin.sock --inbox /var/lib/airlock/pod/agent-inbox.jsonl
@@ -110,20 +115,15 @@ A file already there with other content is refused, unless --force.`,
 					return usage("%s: %v; the units would run what another user can change: chown it (and its directories) to root, chmod go-w", f.what, err)
 				}
 			}
-			var files []watchdogs.File
-			var err error
 			if systemd {
 				if dir == "" {
 					dir = "/etc/systemd/system"
 				}
 				u.StateDir = "/var/lib/airlock"
-				files, err = u.Systemd()
 			} else {
 				home, herr := os.UserHomeDir()
-				if dir == "" || u.LogDir == "" {
-					if herr != nil {
-						return fmt.Errorf("launchd's default directories are under the home directory: %w", herr)
-					}
+				if herr != nil {
+					return fmt.Errorf("launchd's state directory is under the home directory: %w", herr)
 				}
 				if dir == "" {
 					dir = filepath.Join(home, "Library", "LaunchAgents")
@@ -132,6 +132,25 @@ A file already there with other content is refused, unless --force.`,
 					u.LogDir = filepath.Join(home, "Library", "Logs", "airlock")
 				}
 				u.StateDir = filepath.Join(home, "Library", "Application Support", "airlock")
+			}
+			// A unit whose command line the watchdog refuses would
+			// fail every 5 minutes, quietly: refused now instead.
+			plain, err := checkUnitArgs(u)
+			if err != nil {
+				return usage("%v", err)
+			}
+			if plain && systemd {
+				// Watching a plain process (--restart-cmd): no pod
+				// of airlock's to run.
+				if set("manifest") || set("pod-watchdog") {
+					return usage("--manifest and --pod-watchdog are for airlock-pod.service; the watchdogs' --restart-cmd says they watch a plain process, not an airlock pod")
+				}
+				u.NoPod = true
+			}
+			var files []watchdogs.File
+			if systemd {
+				files, err = u.Systemd()
+			} else {
 				files, err = u.Launchd()
 			}
 			if err != nil {
@@ -162,13 +181,13 @@ A file already there with other content is refused, unless --force.`,
 				}
 				return nil
 			}
-			timers := ""
+			enable := ""
 			for _, f := range written {
-				if strings.HasSuffix(f.Path, ".timer") {
-					timers += " " + filepath.Base(f.Path)
+				if name := filepath.Base(f.Path); name == watchdogs.PodUnit || strings.HasSuffix(name, ".timer") {
+					enable += " " + name
 				}
 			}
-			fmt.Fprintln(w, "load them with: systemctl daemon-reload && systemctl enable --now airlock-pod.service"+timers)
+			fmt.Fprintln(w, "load them with: systemctl daemon-reload && systemctl enable --now"+enable)
 			return nil
 		},
 	}
@@ -183,6 +202,71 @@ A file already there with other content is refused, unless --force.`,
 	f.DurationVar(&podWatchdog, "pod-watchdog", watchdogs.DefaultPodWatchdog, "airlock-pod.service's WatchdogSec=: above the longest recovery of a service you accept without restarting the pod")
 	f.StringVar(&logDir, "log-dir", "", "launchd: the watchdogs' log `DIR`, absolute (default: ~/Library/Logs/airlock)")
 	return cmd
+}
+
+// unitOwn are the flags of a watchdog's command line that the unit sets
+// itself (watchdogs.Units runs `airlock watchdog NAME --once --state
+// FILE ARGS...`), and --interval, which would make its one-shot run a
+// daemon: given again after --, each would override the unit's (two
+// watchdogs sharing one state file), or make a unit that never runs.
+var unitOwn = []string{"once", "state", "interval"}
+
+// oneWatchdogs are the flags naming what one watchdog watches, or writes:
+// given after -- to more than one, each would act on the other's service
+// (or overwrite the other's metrics).
+var oneWatchdogs = []string{"service", "url", "restart-cmd", "pid-file", "textfile"}
+
+// checkUnitArgs parses u.Args as each of u's watchdogs' own command
+// parses them, after the flags its unit gives it, and runs its checks: a
+// unit is written only for a command line that runs. plain says they
+// watch a plain process (--restart-cmd), not an airlock pod.
+func checkUnitArgs(u watchdogs.Units) (plain bool, err error) {
+	names := u.Watchdogs
+	if len(names) == 0 {
+		names = watchdogs.Watched
+	}
+	for _, name := range names {
+		fl := pflag.NewFlagSet("airlock watchdog "+name, pflag.ContinueOnError)
+		fl.SetOutput(io.Discard)
+		var r *runFlags
+		var check func() error
+		switch name {
+		case "shim":
+			f := new(shimFlags)
+			f.add(fl)
+			r, check = &f.runFlags, f.check
+		case "gateway":
+			f := new(gatewayFlags)
+			f.add(fl)
+			r, check = &f.runFlags, f.check
+		default:
+			return false, fmt.Errorf("no watchdog %q", name)
+		}
+		if err := fl.Parse(u.Args); err != nil {
+			return false, fmt.Errorf("the %s watchdog's arguments after --: %w", name, err)
+		}
+		if fl.NArg() > 0 {
+			return false, fmt.Errorf("the %s watchdog's arguments after --: %q is not a flag; it takes none other", name, fl.Arg(0))
+		}
+		for _, own := range unitOwn {
+			if fl.Changed(own) {
+				return false, fmt.Errorf("--%s after --: the unit runs the %s watchdog with --once --state %s itself", own, name, u.StatePath(name))
+			}
+		}
+		if len(names) > 1 {
+			for _, one := range oneWatchdogs {
+				if fl.Changed(one) {
+					return false, fmt.Errorf("--%s after -- would go to every watchdog installed (%s): install each with its own (--watchdog NAME -- ...)", one, strings.Join(names, " and "))
+				}
+			}
+		}
+		r.once, r.state = true, u.StatePath(name)
+		if err := check(); err != nil {
+			return false, fmt.Errorf("the %s watchdog's arguments after --: %w", name, err)
+		}
+		plain = r.restartCmd != ""
+	}
+	return plain, nil
 }
 
 // thisExecutable is the running binary's path with its symlinks resolved,

@@ -39,6 +39,19 @@ func TestWatchdogInstallUsageErrors(t *testing.T) {
 		{"a manifest the pod could not boot", []string{"--systemd", "--dir", dir, "--manifest", bad}, "nosuch"},
 		{"a binary others may write", []string{"--systemd", "--dir", dir, "--airlock", open}, "mode 0775 is writable by group or others"},
 		{"no binary there", []string{"--systemd", "--dir", dir, "--airlock", filepath.Join(dir, "none")}, "no such file"},
+		// What comes after -- is checked as each watchdog checks its
+		// command line: a unit that could never run is not written.
+		{"nothing after --", []string{"--systemd", "--dir", dir}, "give exactly one of --admin-socket"},
+		{"no inbox", []string{"--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock"}, "--inbox is required"},
+		{"the unit's --state", []string{"--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock", "--inbox", "/i", "--state", "/s.json"}, "--state after --: the unit runs the gateway watchdog with --once --state /var/lib/airlock/watchdog-gateway.json itself"},
+		{"the unit's --once", []string{"--launchd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock", "--inbox", "/i", "--once"}, "--once after --"},
+		{"a daemon's --interval", []string{"--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock", "--inbox", "/i", "--interval", "10s"}, "--interval after --"},
+		{"a daemon's --metrics", []string{"--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock", "--inbox", "/i", "--metrics", "127.0.0.1:9100"}, "--metrics is a daemon's"},
+		{"one textfile for two watchdogs", []string{"--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock", "--inbox", "/i", "--textfile", "/t.prom"}, "--textfile after -- would go to every watchdog installed (gateway and shim)"},
+		{"one restart command for two watchdogs", []string{"--systemd", "--dir", dir, "--", "--restart-cmd", "start", "--pid-file", "/p", "--inbox", "/i"}, "--restart-cmd after -- would go to every watchdog"},
+		{"the gateway's flag to the shim", []string{"--systemd", "--dir", dir, "--watchdog", "shim", "--", "--admin-socket", "/run/pod.sock", "--inbox", "/i", "--heap-mb", "512"}, "the shim watchdog's arguments after --: unknown flag: --heap-mb"},
+		{"a word that is no flag", []string{"--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock", "--inbox", "/i", "gateway"}, `"gateway" is not a flag`},
+		{"a pod's unit for a plain process", []string{"--systemd", "--dir", dir, "--watchdog", "gateway", "--pod-watchdog", "1m", "--", "--restart-cmd", "start", "--pid-file", "/p", "--inbox", "/i"}, "--restart-cmd says they watch a plain process"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errs := airlock(t, "", append([]string{"watchdog", "install"}, tc.args...)...)
@@ -60,7 +73,7 @@ func TestWatchdogInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := airlock(t, "", "watchdog", "install", "--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock")
+	code, out, errs := airlock(t, "", "watchdog", "install", "--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock", "--inbox", "/run/inbox.jsonl")
 	if code != ExitOK {
 		t.Fatalf("install = %d\n%s%s", code, out, errs)
 	}
@@ -71,7 +84,7 @@ func TestWatchdogInstall(t *testing.T) {
 		}
 	}
 	raw, _ := os.ReadFile(filepath.Join(dir, "airlock-watchdog-shim.service"))
-	if want := "\nExecStart=" + exe + " watchdog shim --once --state /var/lib/airlock/watchdog-shim.json --admin-socket /run/pod.sock\n"; !strings.Contains(string(raw), want) {
+	if want := "\nExecStart=" + exe + " watchdog shim --once --state /var/lib/airlock/watchdog-shim.json --admin-socket /run/pod.sock --inbox /run/inbox.jsonl\n"; !strings.Contains(string(raw), want) {
 		t.Errorf("the shim's service lacks %q:\n%s", want, raw)
 	}
 	// The unit's command line is one the command takes: run (its state
@@ -79,7 +92,7 @@ func TestWatchdogInstall(t *testing.T) {
 	// not there, but not as a usage error.
 	inbox := filepath.Join(t.TempDir(), "agent-inbox.jsonl")
 	if code, out, errs := airlock(t, "", "watchdog", "install", "--systemd", "--force", "--dir", dir, "--",
-		"--admin-socket", "/run/pod.sock", "--url", "http://127.0.0.1:9/v1/models", "--inbox", inbox); code != ExitOK {
+		"--admin-socket", "/run/pod.sock", "--inbox", inbox, "--probe-timeout", "1s"); code != ExitOK {
 		t.Fatalf("install = %d\n%s%s", code, out, errs)
 	}
 	for _, name := range watchdogs.Watched {
@@ -98,17 +111,23 @@ func TestWatchdogInstall(t *testing.T) {
 	}
 	raw, _ = os.ReadFile(filepath.Join(dir, "airlock-watchdog-shim.service"))
 
-	// One watchdog alone: a plain process's, with its own arguments.
+	// One watchdog alone: a plain process's, with its own arguments. No
+	// airlock pod runs it: no pod unit, none to enable.
 	one := t.TempDir()
-	if code, out, errs := airlock(t, "", "watchdog", "install", "--systemd", "--dir", one, "--watchdog", "gateway", "--", "--restart-cmd", "start-gw"); code != ExitOK {
+	code, out, errs = airlock(t, "", "watchdog", "install", "--systemd", "--dir", one, "--watchdog", "gateway", "--",
+		"--restart-cmd", "start-gw", "--pid-file", "/run/gw.pid", "--inbox", "/run/inbox.jsonl")
+	if code != ExitOK {
 		t.Fatalf("install --watchdog gateway = %d\n%s%s", code, out, errs)
 	}
-	if entries, _ := os.ReadDir(one); len(entries) != 3 || entries[0].Name() != "airlock-pod.service" || entries[1].Name() != "airlock-watchdog-gateway.service" || entries[2].Name() != "airlock-watchdog-gateway.timer" {
-		t.Errorf("install --watchdog gateway wrote %v; want the pod's unit and the gateway's two", entries)
+	if entries, _ := os.ReadDir(one); len(entries) != 2 || entries[0].Name() != "airlock-watchdog-gateway.service" || entries[1].Name() != "airlock-watchdog-gateway.timer" {
+		t.Errorf("install --watchdog gateway wrote %v; want the gateway's two units, and no pod's", entries)
+	}
+	if want := "enable --now airlock-watchdog-gateway.timer\n"; !strings.Contains(out, want) || strings.Contains(out, watchdogs.PodUnit) {
+		t.Errorf("install --watchdog gateway says:\n%s\nwant %q, and no pod unit", out, want)
 	}
 
 	// Another socket: the units differ, so they are refused, then forced.
-	other := []string{"--", "--admin-socket", "/run/other.sock"}
+	other := []string{"--", "--admin-socket", "/run/other.sock", "--inbox", "/run/inbox.jsonl"}
 	args := append([]string{"watchdog", "install", "--systemd", "--dir", dir}, other...)
 	if code, out, errs := airlock(t, "", args...); code != ExitError || !strings.Contains(errs, "exists with other content (--force replaces it)") {
 		t.Errorf("install over other units = %d, %q; want %d and a refusal\n%s", code, errs, ExitError, out)
@@ -119,7 +138,7 @@ func TestWatchdogInstall(t *testing.T) {
 	if code, out, errs := airlock(t, "", append([]string{"watchdog", "install", "--systemd", "--dir", dir, "--force"}, other...)...); code != ExitOK {
 		t.Errorf("install --force = %d\n%s%s", code, out, errs)
 	}
-	if forced, _ := os.ReadFile(filepath.Join(dir, "airlock-watchdog-shim.service")); !strings.Contains(string(forced), "--admin-socket /run/other.sock\n") {
+	if forced, _ := os.ReadFile(filepath.Join(dir, "airlock-watchdog-shim.service")); !strings.Contains(string(forced), "--admin-socket /run/other.sock --inbox /run/inbox.jsonl\n") {
 		t.Errorf("install --force left the unit as it was:\n%s", forced)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/yamlobj"
 	"github.com/airlock-sandbox/airlock/watchdogs"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // gatewayFlags are `airlock watchdog gateway`'s flags.
@@ -16,6 +17,10 @@ type gatewayFlags struct {
 	heapMB, maxHeapMB           int
 	maxMemoryBytes              int64
 }
+
+// maxHeapMB bounds --max-heap-mb as the supervisor bounds a restart's
+// node_heap_mb (supervisor/restart.go): more is a typo, not a machine.
+const maxHeapMB = 65536
 
 func (f *gatewayFlags) check() error {
 	if err := f.runFlags.check(); err != nil {
@@ -28,6 +33,8 @@ func (f *gatewayFlags) check() error {
 		return errors.New("--log and --cgroup go with --restart-cmd: an airlock pod's supervisor keeps its services' output and cgroups, and says what it saw")
 	case f.restartCmd != "" && f.url == "" && f.pidFile == "":
 		return errors.New("a plain gateway needs --url or --pid-file (or both): nothing would say whether it runs")
+	case f.maxHeapMB > maxHeapMB:
+		return fmt.Errorf("--max-heap-mb %d: at most %d (64 GiB): a pod's supervisor refuses a larger heap, and a plain gateway would be given one no host has", f.maxHeapMB, maxHeapMB)
 	case f.heapMB < 0 || f.maxHeapMB < 1 || f.heapMB > f.maxHeapMB:
 		return fmt.Errorf("--heap-mb %d and --max-heap-mb %d: want 0 ≤ --heap-mb ≤ --max-heap-mb, and a positive cap", f.heapMB, f.maxHeapMB)
 	}
@@ -83,15 +90,18 @@ not look).`,
 			return runGatewayWatchdog(cmd, &f)
 		},
 	}
-	fl := cmd.Flags()
+	f.add(cmd.Flags())
+	return cmd
+}
+
+func (f *gatewayFlags) add(fl *pflag.FlagSet) {
 	fl.StringVar(&f.url, "url", "", "the gateway's health `URL` (through the pod's admin socket when the pod is airlock's)")
 	fl.StringVar(&f.log, "log", "", "`PATH` of the file the gateway's output goes to (a plain process): V8's last words are read there")
 	fl.StringVar(&f.cgroup, "cgroup", "", "`DIR` of the gateway's memory cgroup (a plain process): its OOM kills are counted, its limit raised")
 	fl.IntVar(&f.heapMB, "heap-mb", 0, "the heap, `MB`, the gateway starts with; 0: not known (a heap OOM then goes to the cap at once)")
-	fl.IntVar(&f.maxHeapMB, "max-heap-mb", 4096, "the heap, `MB`, a heap OOM's restarts grow to, and no further")
+	fl.IntVar(&f.maxHeapMB, "max-heap-mb", 4096, "the heap, `MB`, a heap OOM's restarts grow to, and no further (at most 65536)")
 	fl.StringVar(&f.maxMemory, "max-memory", "8G", "the memory limit, `SIZE` (bytes, or with K, M or G), an OOM kill's restarts grow to, and no further")
 	f.runFlags.add(fl, "gateway")
-	return cmd
 }
 
 func runGatewayWatchdog(cmd *cobra.Command, f *gatewayFlags) error {

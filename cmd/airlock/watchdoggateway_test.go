@@ -26,6 +26,9 @@ func TestWatchdogGatewayUsageErrors(t *testing.T) {
 		{"a cgroup for a pod", []string{"--once", "--state", state, "--inbox", inbox, "--admin-socket", "/run/x.sock", "--cgroup", "/sys/fs/cgroup/gw"}, "--log and --cgroup go with --restart-cmd"},
 		{"bad url", append(ok, "--url", "127.0.0.1:18789"), "--url"},
 		{"heap above its cap", append(ok, "--heap-mb", "8192"), "--heap-mb 8192"},
+		// The supervisor refuses a heap above 64 GiB: a cap above it
+		// would have every restart past it refused.
+		{"cap above the supervisor's", append(ok, "--max-heap-mb", "65537"), "--max-heap-mb 65537: at most 65536"},
 		{"bad max memory", append(ok, "--max-memory", "lots"), `--max-memory "lots"`},
 		{"no mode", []string{"--inbox", inbox, "--restart-cmd", "true", "--pid-file", "/run/gw.pid"}, "--once"},
 	} {

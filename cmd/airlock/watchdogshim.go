@@ -7,6 +7,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/watchdogs"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // shimFlags are `airlock watchdog shim`'s flags.
@@ -59,23 +60,31 @@ not look).`,
 			return runShimWatchdog(cmd, &f)
 		},
 	}
-	fl := cmd.Flags()
+	f.add(cmd.Flags())
+	return cmd
+}
+
+func (f *shimFlags) add(fl *pflag.FlagSet) {
 	fl.StringVar(&f.url, "url", "http://127.0.0.1:8901/v1/models", "the shim's model list `URL`")
 	f.runFlags.add(fl, "shim")
-	return cmd
 }
 
 func runShimWatchdog(cmd *cobra.Command, f *shimFlags) error {
 	w := &watchdogs.Watchdog{Source: "watchdog-shim"}
-	var dial watchdogs.Dialer
 	if f.adminSocket != "" {
 		// The shim listens on the pod's own loopback.
 		pod := watchdogs.PodTarget{Socket: f.adminSocket, Service: f.service, Timeout: f.restartTimeout}
-		w.Recover, dial = pod, pod.Dial
+		w.Probe = watchdogs.NewHTTPProbe(f.url, f.probeTimeout, watchdogs.KindShimDead, watchdogs.KindShimHung, pod.Dial)
+		w.Recover = pod
 	} else {
-		w.Recover = watchdogs.CommandRestart{Command: f.restartCmd, PidFile: f.pidFile, Timeout: f.restartTimeout, Output: commandOutput(cmd)}
+		// Its probe reads the pid file too, while the shim runs: what
+		// it learns then tells a pid taken since from the shim's.
+		p := &watchdogs.PlainProcess{
+			Health:  watchdogs.NewHTTPProbe(f.url, f.probeTimeout, watchdogs.KindShimDead, watchdogs.KindShimHung, nil),
+			Restart: watchdogs.CommandRestart{Command: f.restartCmd, PidFile: f.pidFile, Timeout: f.restartTimeout, Output: commandOutput(cmd)},
+		}
+		w.Probe, w.Recover = p, p
 	}
-	w.Probe = watchdogs.NewHTTPProbe(f.url, f.probeTimeout, watchdogs.KindShimDead, watchdogs.KindShimHung, dial)
 	return runWatchdog(cmd, w, &f.runFlags)
 }
 

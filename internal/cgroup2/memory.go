@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // The memory files of a group, v2 first, then v1: on a hybrid hierarchy
@@ -62,13 +64,34 @@ func MemoryLimit(dir string) (int64, error) {
 	return v, nil
 }
 
-// SetMemoryLimit sets the group's memory limit in bytes.
+// SetMemoryLimit sets the group's memory limit in bytes. Its caller runs
+// as root (a watchdog's --cgroup): the file written is the group's own,
+// in a directory on a cgroup filesystem (v2, or v1 on a hybrid host) and
+// not through a symbolic link, so that a path pointing elsewhere is not
+// written with a number.
 func SetMemoryLimit(dir string, v int64) error {
 	_, name, err := readFirst(dir, limitFiles)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, name), []byte(strconv.FormatInt(v, 10)), 0); err != nil {
+	d, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("set the memory limit of %s: %w", dir, err)
+	}
+	defer unix.Close(d)
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(d, &st); err != nil {
+		return fmt.Errorf("set the memory limit of %s: %w", dir, err)
+	}
+	if st.Type != unix.CGROUP2_SUPER_MAGIC && st.Type != unix.CGROUP_SUPER_MAGIC {
+		return fmt.Errorf("set the memory limit of %s: not a cgroup's directory (filesystem magic %#x)", dir, st.Type)
+	}
+	fd, err := unix.Openat(d, name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("set the memory limit of %s: %s: %w", dir, name, err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte(strconv.FormatInt(v, 10))); err != nil {
 		return fmt.Errorf("set the memory limit of %s: %w", dir, err)
 	}
 	return nil

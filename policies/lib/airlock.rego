@@ -208,14 +208,14 @@ _deny_paths_hit(ps) if {
 	_match(_folded(p), x)
 }
 
-_folded_paths contains lower(input.request.path)
+_folded_paths contains _fold(input.request.path)
 
-_folded_paths contains lower(trim_suffix(input.request.path, "/")) if input.request.path != "/"
+_folded_paths contains _fold(trim_suffix(input.request.path, "/")) if input.request.path != "/"
 
 # With an encoded slash, also as servers that keep a%2Fb one segment read it.
-_folded_paths contains lower(trim_suffix(input.request.slash_path, "/")) if input.request.slash_path != ""
+_folded_paths contains _fold(trim_suffix(input.request.slash_path, "/")) if input.request.slash_path != ""
 
-_folded_paths contains lower(input.request.slash_path) if input.request.slash_path != ""
+_folded_paths contains _fold(input.request.slash_path) if input.request.slash_path != ""
 
 # As a Windows server (IIS) reads it: each segment without its trailing
 # dots and spaces (admin. and "admin " are admin there), with or without
@@ -224,13 +224,36 @@ _folded_paths contains _iis_path
 
 _folded_paths contains trim_suffix(_iis_path, "/") if _iis_path != "/"
 
-_iis_path := concat("/", [trim_right(s, ". ") | some s in split(lower(input.request.path), "/")])
+_iis_path := concat("/", [trim_right(s, ". ") | some s in split(_fold(input.request.path), "/")])
 
-# The pattern folded as the path is: lower case, and without a trailing
+# The pattern folded as the path is: case folded, and without a trailing
 # slash (every path is matched without one too).
-_folded(e) := object.union(e, {"path": _unslashed(lower(e.path)), "alt": _unslashed(lower(e.alt))}) if e.alt != null
+_folded(e) := object.union(e, {"path": _unslashed(_fold(e.path)), "alt": _unslashed(_fold(e.alt))}) if e.alt != null
 
-else := object.union(e, {"path": _unslashed(lower(e.path))})
+else := object.union(e, {"path": _unslashed(_fold(e.path))})
+
+# Case folded as servers that fold by upper-casing fold it: lower() maps
+# İ and the Kelvin sign to ASCII, but ſ upper-cases to S and ı to I, and
+# full case mapping (Java's and JavaScript's toUpperCase) makes ß SS and
+# ﬁ FI: /ſecrets and /adm%C4%B1n are /SECRETS and /ADMIN there. Folded
+# the same way on both sides, a deny only gains matches (paths have no
+# character classes), so it holds for every such spelling. Refusing those
+# paths instead would refuse honest ones (Turkish: /wiki/K%C4%B1rm%C4%B1z%C4%B1)
+# under every preset, denied or not.
+_fold(s) := strings.replace_n(_case_folds, lower(s))
+
+_case_folds := {
+	"\u017f": "s", # ſ long s
+	"\u0131": "i", # ı dotless i
+	"\u00df": "ss", # ß sharp s (ẞ is ß once lower)
+	"\ufb00": "ff",
+	"\ufb01": "fi",
+	"\ufb02": "fl",
+	"\ufb03": "ffi",
+	"\ufb04": "ffl",
+	"\ufb05": "st",
+	"\ufb06": "st",
+}
 
 _unslashed(p) := trim_suffix(p, "/") if p != "/"
 
@@ -292,8 +315,9 @@ _paths_ok(ps) if {
 # spelt as listed, and every value of it is allowed: upstreams disagree on
 # which of ?scope=read&scope=admin counts, so one allowed value must not
 # carry the others through. Every value under a spelling a server may read
-# as the param (any case, a "[]" suffix: _query_hit's) must be allowed
-# too: ?mode=safe&MODE=unsafe is unsafe to ASP.NET, mode[]=unsafe to PHP.
+# as the param (any case, an index after the name: _param_key's) must be
+# allowed too: ?mode=safe&MODE=unsafe is unsafe to ASP.NET, mode[]=unsafe
+# and mode[0]=unsafe to PHP.
 _query_ok(q) if {
 	every k, allowed in q {
 		count(object.get(input.request.query, k, [])) > 0
@@ -305,15 +329,28 @@ _query_ok(q) if {
 
 _same_param(name, k) if _param_key(name) == _param_key(k)
 
-# A param's name as servers read it: any case, no "[]" (PHP's array), and
-# as PHP names it, without leading spaces, with "_" for "." and " "
-# (.method is _method there).
-_param_key(n) := lower(replace(replace(trim_left(trim_suffix(n, "[]"), " "), ".", "_"), " ", "_"))
+# A param's name as servers read it: any case; without the index PHP and
+# qs read after it as an array's or object's (name[], name[0] and
+# name[a][b] are all name there); and as PHP names it, without leading
+# spaces, with "_" for "." and " " (.method is _method there).
+# policies.paramKey mirrors it, for hints.
+_param_key(n) := lower(replace(replace(trim_left(_param_base(n), " "), ".", "_"), " ", "_"))
+
+# PHP and qs end a name at its first "[" that a "]" follows, whatever comes
+# after (role[0]x is role to PHP); qs reads a leading [role] as role.
+_param_base(n) := substring(n, 0, i) if {
+	i := indexof(n, "[")
+	i > 0
+	contains(substring(n, i, -1), "]")
+} else := substring(n, 1, indexof(n, "]") - 1) if {
+	startswith(n, "[")
+	indexof(n, "]") > 0
+} else := n
 
 # A deny rule's query condition hits when any value of every listed param
 # is one it names, for the same reason, and under every spelling a server
-# may read as that param and value: any case (ASP.NET), a "[]" suffix
-# (PHP), surrounding spaces.
+# may read as that param and value: any case (ASP.NET), an index after
+# the name (PHP, qs: _param_key), surrounding spaces.
 _query_hit(q) if {
 	every k, denied in q {
 		some name, vs in input.request.query

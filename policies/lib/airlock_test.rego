@@ -181,7 +181,13 @@ test_query_condition if {
 		{"service": ["git-upload-pack"], "Service": ["git-receive-pack"]},
 		{"service": ["git-upload-pack"], "service[]": ["git-receive-pack"]},
 		{"service": ["git-upload-pack"], "SERVICE[]": ["x"]},
+		{"service": ["git-upload-pack"], "service[0]": ["git-receive-pack"]},
+		{"service": ["git-upload-pack"], "service[x]": ["git-receive-pack"]},
+		{"service": ["git-upload-pack"], "service[a][b]": ["git-receive-pack"]},
+		{"service": ["git-upload-pack"], "service[0]x": ["git-receive-pack"]},
+		{"service": ["git-upload-pack"], "[service]": ["git-receive-pack"]},
 		{"SERVICE": ["git-upload-pack"]},
+		{"service[0]": ["git-upload-pack"]},
 	] {
 		d := lib.decide(rules, []) with input as object.union(base, {"request": object.union(base.request, {"query": q})})
 		d.reason == "query_not_allowed"
@@ -201,6 +207,19 @@ test_deny_query_any_value if {
 	every q in [{"Service": ["git-receive-pack"]}, {"service[]": ["git-receive-pack"]}, {"service": ["git-receive-pack "]}, {"SERVICE": ["Git-Receive-Pack"]}] {
 		d := lib.decide(rules, denies) with input as object.union(base, {"request": object.union(base.request, {"query": q})})
 		d.reason == "denied_by_rule"
+	}
+
+	# An index after the name is the name to PHP and qs, and a leading
+	# bracket is the name to qs.
+	every q in [{"service[0]": ["git-receive-pack"]}, {"service[x]": ["git-receive-pack"]}, {"Service[a][b]": ["git-receive-pack"]}, {"service[0]x": ["git-receive-pack"]}, {"[service]": ["git-receive-pack"]}, {" service[]": ["git-receive-pack"]}] {
+		d := lib.decide(rules, denies) with input as object.union(base, {"request": object.union(base.request, {"query": q})})
+		d.reason == "denied_by_rule"
+	}
+
+	# A bracket that closes nothing ends no name.
+	every q in [{"service[": ["git-receive-pack"]}, {"service]": ["git-receive-pack"]}, {"ser[vice": ["git-receive-pack"]}] {
+		d := lib.decide(rules, denies) with input as object.union(base, {"request": object.union(base.request, {"query": q})})
+		d.allow
 	}
 
 	# As PHP names params: "." and " " are "_", leading spaces go.
@@ -277,6 +296,28 @@ test_deny_paths_fold_case_and_trailing_slash if {
 	}
 	ok := lib.decide(rules, denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", "/api/deleted")
 	ok.allow
+}
+
+# Letters that are ASCII ones once upper-cased (ſ is S, ı is I; ß is SS
+# and ﬁ FI with full case mapping) or lower-cased (İ is i, the Kelvin sign
+# k) deny as those: a server that folds case by upper-casing serves
+# /ſecrets as /secrets.
+test_deny_paths_fold_non_ascii_letters_to_ascii if {
+	rules := [{"name": "api", "binaries": [{"path": "/usr/bin/curl"}], "hosts": ["api.example.com"]}]
+	denies := [{"name": "no-secrets", "hosts": ["api.example.com"], "paths": ["/secrets/**", "/admin/**", "/access/*", "/profile", "/kube/**", "/\ufb01le/**"]}]
+	every path in [
+		"/\u017fecrets/x", "/SECRET\u017f", "/adm\u0131n/x", "/ADM\u0130N/x", "/acce\u00df/x", "/ACCE\u1e9e/x",
+		"/pro\ufb01le", "/\u212aube/x", "/\u212aUBE", "/file/x", "/adm\u0131n./x",
+	] {
+		d := lib.decide(rules, denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", path)
+		d.reason == "denied_by_rule"
+	}
+
+	# A path no deny names passes, whatever its letters.
+	every path in ["/wiki/K\u0131rm\u0131z\u0131", "/stra\u00dfe", "/\u017f"] {
+		d := lib.decide(rules, denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", path)
+		d.allow
+	}
 }
 
 _ws(host, path) := object.union(_req("/usr/bin/node", "x", host, 443, "GET", path), {"request": {"upgrade": "websocket"}})
