@@ -417,6 +417,25 @@ func TestLaunchSuspendedThenBackground(t *testing.T) {
 	}
 }
 
+// A launch's terminal passes the sandbox's queries to the user's terminal
+// while it holds the foreground (the answers are the sandbox's), and not
+// after ^Z and bg, when they would be the shell's input: typed as if by
+// the user.
+func TestLaunchInTheBackgroundAsksTheTerminalNothing(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+	master, waitFor := ptyShell(t)
+	typeLaunch(master, `printf "\033[6nFG""MARK\n"; sleep 1; printf "\033[6nBG""MARK\n"`, "")
+	if got := waitFor("FGMARK"); !strings.Contains(got, "\x1b[6nFGMARK") {
+		t.Fatalf("in the foreground the sandbox's query did not reach the terminal. The terminal:\n%q", got)
+	}
+	master.Write([]byte{0x1a}) // ^Z
+	waitFor("Stopped")
+	io.WriteString(master, "bg\n")
+	if got := waitFor("BGMARK"); strings.Contains(got, "\x1b[6nBGMARK") {
+		t.Fatalf("after ^Z and bg the sandbox's query reached the terminal, whose answer is the shell's input. The terminal:\n%q", got)
+	}
+}
+
 // ^Z suspends a launch whose sandbox reads none of what is typed (a busy
 // full-screen program): the relay does not wait on the sandbox to read the
 // keys before it, so it sees the ^Z behind them. (Markers are split in

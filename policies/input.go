@@ -182,6 +182,9 @@ func DecodeInput(r io.Reader) (*Input, error) {
 	if err := exactKeys(doc, reflect.TypeFor[Input](), ""); err != nil {
 		return nil, err
 	}
+	if err := noDuplicateKeys(raw); err != nil {
+		return nil, err
+	}
 	var in Input
 	dec = json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -189,6 +192,57 @@ func DecodeInput(r io.Reader) (*Input, error) {
 		return nil, err
 	}
 	return &in, nil
+}
+
+// noDuplicateKeys refuses a JSON document with an object that names a key
+// twice, at any depth: encoding/json takes the last value (two objects
+// merged), so the decision would be on an input other than the one
+// written ("method": "DELETE" after "method": "GET").
+func noDuplicateKeys(raw []byte) error {
+	type object struct {
+		keys    map[string]bool
+		wantKey bool
+	}
+	var open []*object // nil for an array
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	valueDone := func() {
+		if n := len(open); n > 0 && open[n-1] != nil {
+			open[n-1].wantKey = true
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				open = append(open, &object{keys: map[string]bool{}, wantKey: true})
+			case '[':
+				open = append(open, nil)
+			default: // '}' or ']': a value of the one around it ends
+				open = open[:len(open)-1]
+				valueDone()
+			}
+		case string:
+			if n := len(open); n > 0 && open[n-1] != nil && open[n-1].wantKey {
+				o := open[n-1]
+				if o.keys[t] {
+					return fmt.Errorf("the key %q is given twice in one object: give it once", t)
+				}
+				o.keys[t], o.wantKey = true, false
+				continue
+			}
+			valueDone()
+		default:
+			valueDone()
+		}
+	}
 }
 
 // exactKeys refuses an object key of doc that is not one of t's JSON field

@@ -22,7 +22,7 @@ func TestParamKeyMirrorsLibrary(t *testing.T) {
 	for _, n := range []string{
 		"service", "Service", "SERVICE", "service[]", "Service[]", "service[0]", "service[x]", "service[a][b]", "service[0]x",
 		"[service]", "[service][0]", " service", "  service[]", "dry.run", "dry run", ".method",
-		"service[", "service]", "ser[vice", "[", "]", "[]", "[]x", "", "ſervice", "SERVİCE", "a[ü]", "ü[x]", "[ü]x", "é[",
+		"service[", "service]", "ser[vice", "debug[mode", "a[b.c d[e", "[", "]", "[]", "[]x", "", "ſervice", "SERVİCE", "a[ü]", "ü[x]", "[ü]x", "é[",
 	} {
 		rs, err := q.Eval(context.Background(), rego.EvalInput(n))
 		if err != nil || len(rs) != 1 {

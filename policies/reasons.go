@@ -244,7 +244,7 @@ func paramKey(n string) string {
 		base = n[1:j]
 	}
 	base = strings.TrimLeft(base, " ")
-	return strings.ToLower(strings.NewReplacer(".", "_", " ", "_").Replace(base))
+	return strings.ToLower(strings.NewReplacer(".", "_", " ", "_", "[", "_").Replace(base))
 }
 
 func short(s string) string {

@@ -63,7 +63,8 @@ type EgressRules struct {
 //		icmpv6 type 133-136 accept
 //		fib saddr type != local drop
 //		meta skuid U accept
-//		meta l4proto tcp ct mark & 0xa10000 != 0 accept
+//		meta l4proto tcp ct mark & 0xa10000 == 0xa10000 meta skuid != U drop
+//		meta l4proto tcp ct mark & 0xa10000 == 0xa10000 accept
 //		ct state established,related ct direction reply accept
 //		ct state established,related fib daddr type local accept
 //		fib daddr type local tcp dport @local_tcp accept
@@ -170,10 +171,18 @@ func (r EgressRules) filterChain(conn *nftables.Conn, table *nftables.Table) err
 			slices.Concat(skuid(*r.ExemptUID), accept()),
 			// What the kernel sends of the exempt uid's TCP flow once
 			// its socket is closed (the data still queued, the FIN,
-			// TIME_WAIT's ACKs) comes from no socket, and no uid. TCP
-			// only: a flow's four addresses and ports are one
-			// connection's, where a UDP flow could be joined by a
-			// socket of the workload bound to the same port.
+			// TIME_WAIT's ACKs) comes from no socket, and no uid. A
+			// socket of the workload's own on the flow is refused: one
+			// bound to the same address and port, connecting to the same
+			// peer once the exempt socket is gone (the peer reset it),
+			// would take over the flow, marked, never redirected. TCP
+			// only: a UDP flow of the exempt uid could be joined without
+			// taking it over.
+			slices.Concat(l4proto(unix.IPPROTO_TCP), markedExempt(), []expr.Any{
+				&expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(*r.ExemptUID)},
+				&expr.Verdict{Kind: expr.VerdictDrop},
+			}),
 			slices.Concat(l4proto(unix.IPPROTO_TCP), markedExempt(), accept()),
 		)
 	}
@@ -292,14 +301,15 @@ func markExempt() []expr.Any {
 	}
 }
 
-// markedExempt matches a packet of a flow markExempt marked.
+// markedExempt matches a packet of a flow markExempt marked: all of
+// exemptMark's bits, not one of them another's rules may set.
 func markedExempt() []expr.Any {
 	return []expr.Any{
 		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(exemptMark),
 			Xor:  binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(exemptMark)},
 	}
 }
 

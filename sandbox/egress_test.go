@@ -857,3 +857,58 @@ s.close()`, size))
 		t.Errorf("the outside read %d bytes, %v; want all %d, then the end", r.n, r.err, size)
 	}
 }
+
+// A socket of the workload cannot take the exempt uid's TCP flow over: one
+// bound to the flow's address and port, connecting to the same peer once
+// the peer has reset the exempt socket, finds conntrack's flow still open
+// (and marked), and is refused, not let out around the proxy.
+func TestSidecarExemptFlowIsNotTakenOver(t *testing.T) {
+	p := newSidecarPair(t)
+	var ln *net.TCPListener
+	inNS(t, p.outer, func() {
+		l, err := net.Listen("tcp6", "[2001:db8:99::5]:8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln = l.(*net.TCPListener)
+	})
+	second := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			second <- "nothing: " + err.Error()
+			return
+		}
+		c.(*net.TCPConn).SetLinger(0) // close resets it
+		time.Sleep(200 * time.Millisecond)
+		c.Close()
+		c, err = ln.Accept()
+		if err != nil {
+			second <- "nothing"
+			return
+		}
+		second <- "a connection from " + c.RemoteAddr().String()
+		c.Close()
+	}()
+	port := strings.TrimSpace(pythonAs(t, p.inner, sidecarExempt, `import socket
+s = socket.create_connection(("2001:db8:99::5", 8080), timeout=5)
+print(s.getsockname()[1], flush=True)
+try:
+    s.recv(10)
+except OSError:
+    pass`))
+	out := pythonAs(t, p.inner, 1000, `import socket
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("2001:db8:1::2", `+port+`))
+s.settimeout(2)
+try:
+    s.connect(("2001:db8:99::5", 8080))
+    print("connected")
+except OSError as e:
+    print("refused:", e)`)
+	ln.Close()
+	if got := <-second; got != "nothing" {
+		t.Errorf("the outside got %s, the workload's (%s) on the exempt flow's port %s; want it refused", got, strings.TrimSpace(out), port)
+	}
+}

@@ -334,13 +334,18 @@ func offTerminal(c *Config) (io.Reader, io.Writer, io.Writer) {
 	if isTerminal(in) {
 		in = nil
 	}
-	return in, relayed(c.Stdout), relayed(c.Stderr)
+	out := relayed(c.Stdout)
+	if c.Stderr == c.Stdout {
+		return in, out, out // one pipe for both, as for the file itself
+	}
+	return in, out, relayed(c.Stderr)
 }
 
-// relayed is w, hidden behind a pipe when it is a terminal.
+// relayed is w, hidden behind a pipe when it is a terminal, which gets
+// nothing it would answer (answerless).
 func relayed(w io.Writer) io.Writer {
 	if isTerminal(w) {
-		return struct{ io.Writer }{w}
+		return &answerless{w: w}
 	}
 	return w
 }

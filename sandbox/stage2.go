@@ -253,10 +253,19 @@ func dropBounding(c *Config) error {
 // newSessionKeyring gives this thread, the one that execs, an anonymous
 // session keyring of its own in place of the launcher's.
 func newSessionKeyring(*Config) error {
-	if _, _, e := unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); e != 0 {
-		return &os.SyscallError{Syscall: "keyctl(KEYCTL_JOIN_SESSION_KEYRING)", Err: e}
+	_, _, e := unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0)
+	switch e {
+	case 0:
+		return nil
+	case unix.ENOSYS, unix.EPERM:
+		// A kernel without keys has none to leak. EPERM is a seccomp
+		// filter above the launcher (Docker's and containerd's default
+		// profiles refuse keyctl): the keyring it holds is its
+		// container's own, and the sandbox, under that filter too,
+		// cannot use keyctl on it either.
+		return nil
 	}
-	return nil
+	return &os.SyscallError{Syscall: "keyctl(KEYCTL_JOIN_SESSION_KEYRING)", Err: e}
 }
 
 // switchIDs switches every thread of the process to the sandbox's uid and

@@ -125,8 +125,9 @@ func (t *terminal) start() {
 	go func() {
 		defer close(t.out)
 		// The pty's master reads EIO once the last slave is closed: the
-		// sandbox is gone.
-		io.Copy(t.outer, t.master)
+		// sandbox is gone. In the background (a shell's bg) the terminal's
+		// answers are the shell's input: answerless then.
+		io.Copy(&answerless{w: t.outer, passAll: func() bool { return foregroundOf(t.outer) }}, t.master)
 	}()
 }
 

@@ -30,7 +30,9 @@ import (
 // has believed a file, the process is known by its start in clock ticks
 // after boot, which no clock step moves: the same file (inode and mtime)
 // naming a pid whose start is another is stale, its process gone and the
-// pid another's. A file written before this boot is stale too.
+// pid another's. The same file believed in an earlier boot is stale too
+// (not one merely dated before the boot, as a clock stepped forward since
+// it makes a live one look).
 
 // tracked is the live process a pid file names.
 type tracked struct {
@@ -52,7 +54,12 @@ type pidRecord struct {
 // names says whether r was taken of this very file, naming pid, in this
 // boot.
 func (r pidRecord) names(pid int, fi fs.FileInfo, boot string) bool {
-	return r.Pid == pid && r.Boot == boot && r.Inode == fi.Sys().(*syscall.Stat_t).Ino && r.Mtime.Equal(fi.ModTime())
+	return r.Boot == boot && r.of(pid, fi)
+}
+
+// of says whether r was taken of this very file, naming pid, in any boot.
+func (r pidRecord) of(pid int, fi fs.FileInfo) bool {
+	return r.Pid == pid && r.Inode == fi.Sys().(*syscall.Stat_t).Ino && r.Mtime.Equal(fi.ModTime())
 }
 
 // ErrNoProcess: the pid file names no live process (none at all, or a
@@ -104,10 +111,12 @@ func track(path string, rec *pidRecord) (*tracked, error) {
 		return nil, fmt.Errorf("pid file %s: process %d started %d ticks after boot, not %d as when the file was believed: it has exited and its pid is another's: %w",
 			path, pid, ticks, rec.Ticks, ErrNoProcess)
 	}
-	if written.Before(boot.Add(-pidTolerance)) {
+	if rec.Boot != "" && rec.of(pid, fi) {
+		// Not by its date: a clock stepped forward since the boot
+		// (NTP's first sync on a host without a clock of its own) makes
+		// a file written since look older than the boot.
 		p.close()
-		return nil, fmt.Errorf("pid file %s: written at %s, before this boot (%s): %w",
-			path, written.UTC().Format(time.RFC3339), boot.UTC().Format(time.RFC3339), ErrNoProcess)
+		return nil, fmt.Errorf("pid file %s: unchanged since it was believed in an earlier boot, whose processes are gone: %w", path, ErrNoProcess)
 	}
 	// USER_HZ is 100 on every Linux architecture Go runs on.
 	start := boot.Add(time.Duration(ticks) * (time.Second / 100))

@@ -126,8 +126,9 @@ func recordOf(t *testing.T, path string, ticks int64) pidRecord {
 // naming a pid whose process started at another time is stale (the
 // process it named has exited, its pid another's), so the restart goes on
 // and nothing is killed; naming the same process, it is believed even when
-// the clock has been stepped since. A file written before this boot is
-// stale whatever it names.
+// the clock has been stepped since. The same file believed in an earlier
+// boot is stale whatever it names; one merely dated before the boot is not
+// believed either way.
 func TestPidFileRemembered(t *testing.T) {
 	other := exec.Command("sleep", "60") // holds the pid the file names
 	if err := other.Start(); err != nil {
@@ -173,12 +174,19 @@ func TestPidFileRemembered(t *testing.T) {
 			r.Mtime = r.Mtime.Add(-time.Second)
 			return r
 		}, "not believed either way"},
-		{"believed in another boot", write("otherboot.pid", before), func(p string) pidRecord {
+		{"believed in an earlier boot", write("otherboot.pid", before), func(p string) pidRecord {
 			r := recordOf(t, p, ticks-700)
 			r.Boot = "another"
 			return r
+		}, "believed in an earlier boot"},
+		{"believed in an earlier boot, rewritten since", write("otherboot-rewritten.pid", before), func(p string) pidRecord {
+			r := recordOf(t, p, ticks-700)
+			r.Boot, r.Mtime = "another", r.Mtime.Add(-time.Second)
+			return r
 		}, "not believed either way"},
-		{"written before this boot", write("oldboot.pid", boot.Add(-time.Hour)), func(string) pidRecord { return pidRecord{} }, "before this boot"},
+		// Dated before the boot as the clock now reads it: a clock stepped
+		// forward since the boot, a live process's file.
+		{"dated before this boot, never believed", write("oldboot.pid", boot.Add(-time.Hour)), func(string) pidRecord { return pidRecord{} }, "not believed either way"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := tc.rec(tc.path)

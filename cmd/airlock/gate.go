@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/orchestrator/gate"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/spf13/cobra"
 )
@@ -72,7 +73,9 @@ pinned one; 2: usage.`,
 			if errors.Is(err, gate.ErrInvalidAction) {
 				return &exitError{ExitUsage, fmt.Errorf("--action: %w", err)}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (rule %s)\n", d.Outcome, d.Reason, d.Rule)
+			// The policy's words, with the target in them: a custom gate's
+			// reason may carry a target's control characters.
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (rule %s)\n", d.Outcome, spawn.Printable(d.Reason), spawn.Printable(d.Rule))
 			if err != nil {
 				return fmt.Errorf("%s %q not recorded, take no action: %w", action, target, err)
 			}

@@ -22,6 +22,9 @@ func TestPolicyEvalReadsInputStrictly(t *testing.T) {
 		{"a second document", doc + `{"request": {"host": "evil.example"}}`, "data after the input document"},
 		{"a stray brace", doc + "}", "data after the input document"},
 		{"a wrong type", `{"request": {"port": "443"}}`, "cannot unmarshal string"},
+		{"a field twice", `{"sandbox": {"preset": "reviewer"}, "request": {"phase": "connect", "host": "evil.example", "host": "a.example", "port": 443}}`, `the key "host" is given twice`},
+		{"a section twice, merged by encoding/json", `{"sandbox": {"preset": "reviewer"}, "request": {"phase": "request", "method": "DELETE"}, "request": {"host": "a.example", "port": 443}}`, `the key "request" is given twice`},
+		{"a query param twice", `{"sandbox": {"preset": "reviewer"}, "request": {"phase": "connect", "host": "a.example", "port": 443, "query": {"a": ["x"], "a": ["y"]}}}`, `the key "a" is given twice`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errs := airlock(t, tc.input, "policy", "eval", "--input", "-")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/orchestrator/gitsub"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
+	"github.com/airlock-sandbox/airlock/orchestrator/spawn"
 	"github.com/spf13/cobra"
 )
 
@@ -108,7 +109,8 @@ ledger line, which are reported as drift for the operator to look at.`,
 				fmt.Fprintf(out, "deleted\t%s\n", gitsub.Branch(id))
 			}
 			for _, id := range rep.Drift {
-				fmt.Fprintf(out, "drift\t%s\tno ledger line: kept\n", gitsub.Branch(id))
+				// A branch name the remote holds, of anyone's pushing.
+				fmt.Fprintf(out, "drift\t%s\tno ledger line: kept\n", spawn.Printable(gitsub.Branch(id)))
 			}
 			fmt.Fprintf(out, "%s\n", rep)
 			return err

@@ -75,11 +75,17 @@ func TestSpawnPollAndGC(t *testing.T) {
 		t.Errorf("inbox = %+v, %v; want one spawn_failed naming %s", evs, err, id)
 	}
 
+	// A branch of anyone's naming, with an 8-bit CSI in it: printed, it
+	// must not reach the terminal raw.
+	testutil.Git(t, remote, "update-ref", "refs/heads/spawn/bad\x9b31m", "main")
 	out, err = execute(t, newSpawnGCCmd(), "--home", home.Dir, "--git-remote", remote, "--keep-failed", "1ns")
 	if err != nil {
 		t.Fatalf("spawn gc: %v\n%s", err, out)
 	}
-	for _, want := range []string{"deleted\tspawn/" + id + "\n", "drift\tspawn/stray\tno ledger line: kept\n", "1 deleted, 0 kept, 1 drift"} {
+	if strings.Contains(out, "\x9b") || !strings.Contains(out, "drift\tspawn/bad") {
+		t.Errorf("spawn gc printed %q; want the branch named, without its raw control byte", out)
+	}
+	for _, want := range []string{"deleted\tspawn/" + id + "\n", "drift\tspawn/stray\tno ledger line: kept\n", "1 deleted, 0 kept, 2 drift"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("spawn gc printed %q, want %q in it", out, want)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -242,8 +243,15 @@ func checkUnitArgs(u watchdogs.Units) (plain bool, err error) {
 		default:
 			return false, fmt.Errorf("no watchdog %q", name)
 		}
+		// Every command's own (the root's persistent flag).
+		level := fl.String("log-level", "", "")
 		if err := fl.Parse(u.Args); err != nil {
 			return false, fmt.Errorf("the %s watchdog's arguments after --: %w", name, err)
+		}
+		if fl.Changed("log-level") {
+			if err := new(slog.Level).UnmarshalText([]byte(*level)); err != nil {
+				return false, fmt.Errorf("the %s watchdog's arguments after --: --log-level: %w", name, err)
+			}
 		}
 		if fl.NArg() > 0 {
 			return false, fmt.Errorf("the %s watchdog's arguments after --: %q is not a flag; it takes none other", name, fl.Arg(0))

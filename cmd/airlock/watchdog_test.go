@@ -43,6 +43,7 @@ func TestWatchdogInstallUsageErrors(t *testing.T) {
 		// command line: a unit that could never run is not written.
 		{"nothing after --", []string{"--systemd", "--dir", dir}, "give exactly one of --admin-socket"},
 		{"no inbox", []string{"--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock"}, "--inbox is required"},
+		{"no such log level", []string{"--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock", "--inbox", "/i", "--log-level", "loud"}, "--log-level: slog: level string \"loud\": unknown name"},
 		{"the unit's --state", []string{"--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock", "--inbox", "/i", "--state", "/s.json"}, "--state after --: the unit runs the gateway watchdog with --once --state /var/lib/airlock/watchdog-gateway.json itself"},
 		{"the unit's --once", []string{"--launchd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock", "--inbox", "/i", "--once"}, "--once after --"},
 		{"a daemon's --interval", []string{"--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock", "--inbox", "/i", "--interval", "10s"}, "--interval after --"},
@@ -92,7 +93,7 @@ func TestWatchdogInstall(t *testing.T) {
 	// not there, but not as a usage error.
 	inbox := filepath.Join(t.TempDir(), "agent-inbox.jsonl")
 	if code, out, errs := airlock(t, "", "watchdog", "install", "--systemd", "--force", "--dir", dir, "--",
-		"--admin-socket", "/run/pod.sock", "--inbox", inbox, "--probe-timeout", "1s"); code != ExitOK {
+		"--admin-socket", "/run/pod.sock", "--inbox", inbox, "--probe-timeout", "1s", "--log-level", "debug"); code != ExitOK {
 		t.Fatalf("install = %d\n%s%s", code, out, errs)
 	}
 	for _, name := range watchdogs.Watched {

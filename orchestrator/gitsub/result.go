@@ -2,10 +2,12 @@ package gitsub
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/internal/durable"
 	"github.com/airlock-sandbox/airlock/orchestrator/kind"
@@ -31,6 +33,16 @@ func parseResult(id, kindName string, b []byte) spawn.Result {
 		err = fmt.Errorf("status %q is not done, failed or timeout", r.Status)
 	case r.Status == ledger.Done && r.Exit != 0:
 		err = fmt.Errorf("status done with exit code %d", r.Exit)
+	// As a local result is judged (spawn.Result.Judge): the branch is the
+	// sub-agent's to write. Not UTF-8, a result would reach a terminal
+	// raw (a lone 0x9b is a CSI to one in an 8-bit locale); a negative
+	// usage would be settled as tokens given back.
+	case !utf8.Valid(b):
+		err = errors.New("it is not UTF-8")
+	case len(r.Result) > 0 && r.Result[0] != '{':
+		err = errors.New("its result is not a JSON object")
+	case r.Usage != nil && r.Usage.Tokens < 0:
+		err = fmt.Errorf("its usage.tokens is negative (%d)", r.Usage.Tokens)
 	}
 	if err != nil {
 		return spawn.Result{Task: id, Kind: kindName, Substrate: kind.Git, Status: ledger.Failed, Exit: 1,

@@ -154,22 +154,40 @@ func TestRunnerRemoteSecret(t *testing.T) {
 	}
 }
 
-// What git cannot add of work/ (a repository of the sub-agent's own, with
-// no commit) costs neither the result nor the logs: they are committed,
-// and the detail says work/ was not.
-func TestRunnerCommitsTheResultWhateverWorkHolds(t *testing.T) {
+// A git repository of the sub-agent's in work/ is not one the runner's git
+// enters: with a commit, adding work/ ran git inside it, with its config
+// (core.fsmonitor, a command of the sub-agent's), as the runner's user.
+// Its .git goes, its files are committed as files, and the detail says
+// so; the result and the logs are committed either way.
+func TestRunnerEntersNoRepositoryOfTheAgents(t *testing.T) {
 	testutil.RequireTool(t, "git")
 	rm := Remote{URL: testutil.GitRemote(t)}
-	f := agent(t, "t-work-repo", `git init -q "$(dirname "$1")/work/repo" && echo kept >"$(dirname "$1")/work/file" && echo '{"a":1}'`)
-	files, err := f.encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, fetched := runOnce(t, rm, "t-work-repo", files)
-	if r.Status != ledger.Done || !strings.Contains(string(r.Result), `"a"`) || !strings.Contains(r.Detail, "work/ was not committed") {
-		t.Fatalf("result %+v; want done, its result, and a detail saying work/ was not committed", r)
-	}
-	if _, ok := fetched.Files["stdout.log"]; !ok {
-		t.Error("the branch holds no stdout.log; want the logs committed beside the result")
+	mark := filepath.Join(t.TempDir(), "ran")
+	for _, tc := range []struct{ id, script string }{
+		{"t-work-repo", `git init -q "$w/repo"`},
+		{"t-work-fsmonitor", `git init -q "$w/repo" && git -C "$w/repo" -c user.name=a -c user.email=a@a commit -q --allow-empty -m x &&
+git -C "$w/repo" config core.fsmonitor "touch ` + mark + `"`},
+		{"t-work-gitfile", `git init -q --separate-git-dir "$w/.hidden" "$w/repo"`},
+	} {
+		t.Run(tc.id, func(t *testing.T) {
+			f := agent(t, tc.id, `w="$(dirname "$1")/work" && `+tc.script+` && echo kept >"$w/repo/file" && echo '{"a":1}'`)
+			files, err := f.encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, fetched := runOnce(t, rm, tc.id, files)
+			if _, err := os.Stat(mark); err == nil {
+				t.Fatal("the runner's git ran the sub-agent's core.fsmonitor")
+			}
+			if r.Status != ledger.Done || !strings.Contains(string(r.Result), `"a"`) || !strings.Contains(r.Detail, "work/ held git repositories, committed as plain files") {
+				t.Fatalf("result %+v; want done, its result, and a detail saying work/'s repositories went", r)
+			}
+			if _, ok := fetched.Files["stdout.log"]; !ok {
+				t.Error("the branch holds no stdout.log; want the logs committed beside the result")
+			}
+			if kept := testutil.Git(t, rm.URL, "show", "refs/heads/"+Branch(tc.id)+":"+Dir(tc.id)+"/work/repo/file"); kept != "kept" {
+				t.Errorf("work/repo/file on the branch: %q; want it committed as a file", kept)
+			}
+		})
 	}
 }

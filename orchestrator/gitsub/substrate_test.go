@@ -203,7 +203,9 @@ func TestWaitGivesUp(t *testing.T) {
 // A result.json the runner's branch carries for another task is not
 // trusted.
 func TestParseResultRefuses(t *testing.T) {
-	for _, raw := range []string{`nope`, `{"task":"other","status":"done"}`, `{"task":"t-1","status":"fine"}`, `{"task":"t-1","status":"done","exit_code":2}`} {
+	for _, raw := range []string{`nope`, `{"task":"other","status":"done"}`, `{"task":"t-1","status":"fine"}`, `{"task":"t-1","status":"done","exit_code":2}`,
+		"{\"task\":\"t-1\",\"status\":\"done\",\"result\":{\"x\":\"a\x9b2J\"}}", `{"task":"t-1","status":"done","result":"text"}`,
+		`{"task":"t-1","status":"done","result":null}`, `{"task":"t-1","status":"done","usage":{"tokens":-500}}`} {
 		r := parseResult("t-1", "reviewer", []byte(raw))
 		if r.Status != ledger.Failed || !strings.Contains(r.Detail, "unusable") {
 			t.Errorf("parseResult(%s) = %+v, want failed as unusable", raw, r)

@@ -127,7 +127,22 @@ finish() {
 	# of its own with no commit) must not cost the result and the audit
 	# log, which the exit trap would delete with the checkout.
 	keep=
-	if [ -d "$dir/work" ] && ! added=$(git add -f -- "$dir/work" 2>&1); then
+	# Nor may git enter a repository of the sub-agent's in work/ (a .git
+	# directory, or a file or link naming one): adding work/ runs git
+	# inside it with its own config (core.fsmonitor, a clean filter), as
+	# the runner's user, and records a gitlink, not its files. Each .git
+	# goes, and its files are committed as files; one that will not go
+	# keeps work/ out of the commit.
+	if [ -d "$dir/work" ]; then
+		nested=$(find "$dir/work" -name .git -prune -print -exec rm -rf -- {} + 2>&1)
+		if [ -n "$(find "$dir/work" -name .git -print -quit 2>&1)" ]; then
+			keep=":(exclude)$dir/work"
+			warning="${warning:+$warning; }work/ was not committed: a git repository in it could not be removed"
+		elif [ -n "$nested" ]; then
+			warning="${warning:+$warning; }work/ held git repositories, committed as plain files without them: $(printf '%s\n' "$nested" | sed "s|^$dir/||" | head -n 3 | tr '\n' ' ')"
+		fi
+	fi
+	if [ -z "$keep" ] && [ -d "$dir/work" ] && ! added=$(git add -f -- "$dir/work" 2>&1); then
 		git reset -q -- "$dir/work" >/dev/null 2>&1 || true
 		keep=":(exclude)$dir/work"
 		warning="${warning:+$warning; }work/ was not committed: $(printf '%s\n' "$added" | grep . | tail -n 1)"

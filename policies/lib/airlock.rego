@@ -332,9 +332,10 @@ _same_param(name, k) if _param_key(name) == _param_key(k)
 # A param's name as servers read it: any case; without the index PHP and
 # qs read after it as an array's or object's (name[], name[0] and
 # name[a][b] are all name there); and as PHP names it, without leading
-# spaces, with "_" for "." and " " (.method is _method there).
+# spaces, with "_" for ".", " " and a "[" no "]" follows (.method and
+# debug[mode are _method and debug_mode there).
 # policies.paramKey mirrors it, for hints.
-_param_key(n) := lower(replace(replace(trim_left(_param_base(n), " "), ".", "_"), " ", "_"))
+_param_key(n) := lower(replace(replace(replace(trim_left(_param_base(n), " "), ".", "_"), " ", "_"), "[", "_"))
 
 # PHP and qs end a name at its first "[" that a "]" follows, whatever comes
 # after (role[0]x is role to PHP); qs reads a leading [role] as role.

@@ -222,9 +222,10 @@ test_deny_query_any_value if {
 		d.allow
 	}
 
-	# As PHP names params: "." and " " are "_", leading spaces go.
+	# As PHP names params: "." and " " are "_", and so is a "[" that
+	# closes nothing; leading spaces go.
 	dry := [{"name": "no-dry-run", "hosts": ["git.example.com"], "query": {"dry_run": ["false"]}}]
-	every q in [{"dry_run": ["false"]}, {"dry.run": ["false"]}, {"dry run": ["false"]}, {" dry_run": ["false"]}] {
+	every q in [{"dry_run": ["false"]}, {"dry.run": ["false"]}, {"dry run": ["false"]}, {" dry_run": ["false"]}, {"dry[run": ["false"]}] {
 		d := lib.decide(rules, dry) with input as object.union(base, {"request": object.union(base.request, {"query": q})})
 		d.reason == "denied_by_rule"
 	}

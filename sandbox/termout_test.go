@@ -1,0 +1,102 @@
+package sandbox
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+)
+
+// What a sandbox writes to a terminal it was not given reaches it as
+// text, colours and cursor moves, and without anything the terminal
+// would answer into its input: whole, or split between writes anywhere.
+func TestAnswerless(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"text", "plain text\ttab\r\nnext\b line\a", "plain text\ttab\r\nnext\b line\a"},
+		{"UTF-8", "é ✓ 😀", "é ✓ 😀"},
+		{"colours", "\x1b[31mred\x1b[0m \x1b[38;2;1;2;3mrgb\x1b[m \x1b[4:3mcurly", "\x1b[31mred\x1b[0m \x1b[38;2;1;2;3mrgb\x1b[m \x1b[4:3mcurly"},
+		{"cursor moves and erases", "\x1b[2A\x1b[10;5H\x1b[2K\x1b[J", "\x1b[2A\x1b[10;5H\x1b[2K\x1b[J"},
+		{"cursor position report", "a\x1b[6nb", "ab"},
+		{"device attributes", "\x1b[c\x1b[0c\x1b[>c\x1b[=c", ""},
+		{"title reported", "\x1b]0;rm -rf ~\x07\x1b[21t", ""},
+		{"clipboard set and read", "\x1b]52;c;cm0gLXJmIH4K\x1b\\\x1b]52;c;?\x1b\\", ""},
+		{"colour queries", "\x1b]11;?\x07\x1b]4;1;?\x07", ""},
+		{"DECRQSS and XTGETTCAP", "\x1bP$qm\x1b\\\x1bP+q544e\x1b\\", ""},
+		{"mode queries and private modes", "\x1b[?2004$p\x1b[?1000h\x1b[?25l", ""},
+		{"ENQ, SO, SI", "a\x05b\x0ec\x0fd", "abcd"},
+		{"ESC and one", "\x1bZ\x1bc\x1b7\x1b8x", "x"},
+		{"C1 controls", "a\u009b6n\u009d0;t\u0007b\u0085c", "a6n0;t\abc"},
+		{"a raw C1 byte", "a\x9b6nb", "a?6nb"},
+		{"invalid UTF-8", "a\xe2\x28b\xffc", "a?(b?c"},
+		{"a string ended by a new sequence", "\x1b]0;x\x1b[31mred", "\x1b[31mred"},
+		{"a string cancelled", "\x1b]0;x\x18after", "after"},
+		{"a control inside a CSI", "\x1b[3\n1m", "\n1m"},
+		{"a CSI too long", "\x1b[" + strings.Repeat("1;", 100) + "mx", "x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var whole bytes.Buffer
+			a := &answerless{w: &whole}
+			if n, err := a.Write([]byte(tc.in)); n != len(tc.in) || err != nil {
+				t.Fatalf("Write = %d, %v; want %d, nil", n, err, len(tc.in))
+			}
+			if whole.String() != tc.want {
+				t.Errorf("written whole: %q; want %q", whole.String(), tc.want)
+			}
+			var split bytes.Buffer
+			a = &answerless{w: &split}
+			for i := range len(tc.in) {
+				a.Write([]byte{tc.in[i]})
+			}
+			if split.String() != tc.want {
+				t.Errorf("written a byte at a time: %q; want %q", split.String(), tc.want)
+			}
+		})
+	}
+}
+
+// A sandbox launched off the terminal's foreground, its output the user's
+// terminal, reaches it through the launcher's relay without a query.
+func TestOffTerminalOutputIsAnswerless(t *testing.T) {
+	master, tty := testutil.OpenPty(t)
+	c := base(t, "/bin/sh", "-c", `printf 'a\033[6nb\033[31mc\033[0m\n'`)
+	network, err := NewNetwork(NetworkConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer network.Close()
+	c.Stdout, c.Stderr = tty, tty
+	p, err := Start(t.Context(), c, network)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := p.Wait(); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v", code, err)
+	}
+	buf := make([]byte, 100)
+	n, err := master.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(buf[:n]); got != "ab\x1b[31mc\x1b[0m\r\n" {
+		t.Errorf("the terminal got %q; want the text and colours without the cursor report", got)
+	}
+}
+
+// Relaying a sandbox's own terminal, everything passes while the launch
+// holds the foreground; in the background only what answerless passes,
+// and a sequence begun in the foreground is cut (CAN) before the rest can
+// complete it: what follows is text to the terminal, and passes as text.
+func TestAnswerlessInTheBackgroundOnly(t *testing.T) {
+	var got bytes.Buffer
+	fg := true
+	a := &answerless{w: &got, passAll: func() bool { return fg }}
+	a.Write([]byte("\x1b[6n\x1b]52;c;"))
+	fg = false
+	a.Write([]byte("?\x07\x1b[6nx\x1b[31my"))
+	fg = true
+	a.Write([]byte("\x1b[6n"))
+	if want := "\x1b[6n\x1b]52;c;\x18?\ax\x1b[31my\x1b[6n"; got.String() != want {
+		t.Errorf("relayed %q; want %q", got.String(), want)
+	}
+}
