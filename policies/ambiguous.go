@@ -43,6 +43,19 @@ func checkUnambiguous(escaped string) error {
 	if i := escapeAt(dec); i >= 0 {
 		return invalid("path has %s once decoded, an escaped escape that a second decoding reads differently", strconv.Quote(dec[i:i+3]))
 	}
+	// A path that begins with "//" is a host and a path to the URL
+	// parsers that resolve it against a base (Node's new URL(path, base),
+	// Python's urlsplit): //public/secret is the path /secret of host
+	// "public" there, where the policy, which merges empty segments,
+	// decides /public/secret.
+	// Look-alike slashes are slashes to a server that normalises (NFKC)
+	// or maps them best-fit (IIS): ..／secret is a dot-segment there.
+	if !isASCII(dec) {
+		dec = lookalikeSlashes.Replace(dec)
+	}
+	if strings.HasPrefix(escaped, "//") || strings.HasPrefix(dec, "//") {
+		return invalid("path begins with //, which URL parsers read as a host and a path (a base URL ending in / joined with a path beginning with one); send it without the empty segment")
+	}
 	// Every request's path passes here: segments are walked, not split
 	// into a slice, and only a segment with non-ASCII bytes can hold a
 	// look-alike dot.
@@ -96,6 +109,14 @@ func isHex(c byte) bool {
 // Java servers turn into '.': a segment of them is a dot-segment there,
 // and one ending in one ends in a dot.
 var lookalikeDots = strings.NewReplacer("\uff0e", ".", "\u2024", ".", "\ufe52", ".")
+
+// lookalikeSlashes are the characters NFKC or Windows' best-fit mapping
+// make '/' or a backslash (a separator to Windows servers): fullwidth
+// solidus and reverse solidus, small reverse solidus, division slash,
+// fraction slash, set minus and the big solidi, and the yen and won signs
+// (a backslash in Japanese and Korean code pages).
+var lookalikeSlashes = strings.NewReplacer("\uff0f", "/", "\uff3c", "/", "\ufe68", "/", "\u2215", "/", "\u2044", "/",
+	"\u2216", "/", "\u29f5", "/", "\u29f8", "/", "\u29f9", "/", "\u00a5", "/", "\u20a9", "/")
 
 // nfkcDots are what Unicode compatibility normalisation (NFKC) makes two
 // or three dots: a segment of them alone is a dot-segment to a server that

@@ -133,6 +133,11 @@ func TestAmbiguousPathRefused(t *testing.T) {
 		"/repos/x/admin\uff0e/y": "look-alike dot", "/repos/x/admin::$DATA/y": "NTFS stream", "/repos/x/admin:stream:$DATA": "NTFS stream",
 		"/~user/x": "", "/v1/models/gemini:generateContent": "", "/v1/a~b": "", "/files/a.txt": "", "/a%20b": "",
 		"/wiki/Washington,_D.C.": "", "/repos/o/r/commits/HEAD~1": "", "/repos/x/admin./y": "", "/x/y%20": "",
+		"//public/secret": "begins with //", "/%2Fpublic/secret": "begins with //", "/public//x": "",
+		"/public/x/..%EF%BC%8Fsecret": "dot-segment", "/public/x/..\uff3csecret": "dot-segment", "/public/x/..%E2%88%95secret": "dot-segment",
+		"/public/x/%E2%81%84..%E2%81%84secret": "dot-segment", "/wiki/1%E2%88%952": "",
+		"/public/x/..%EF%B9%A8secret": "dot-segment", "/public/x/..%C2%A5secret": "dot-segment", "/public/x/..\u20a9secret": "dot-segment",
+		"/%EF%BC%8Fpublic/secret": "begins with //", "/prices/%C2%A5100": "",
 	} {
 		in := Input{Request: Request{Phase: PhaseRequest, Host: "example.test", Port: 443, Method: "GET", Path: path}}
 		err := in.Canonicalize()

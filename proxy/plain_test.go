@@ -51,6 +51,7 @@ func TestHopByHop(t *testing.T) {
 func TestPlainLastAnswerEndsTheConnection(t *testing.T) {
 	for _, tc := range []struct{ name, request, reason string }{
 		{"the body stopped arriving", "GET http://web.tp.test:%d/ok/x HTTP/1.1\r\nHost: web.tp.test:%[1]d\r\nContent-Length: 100\r\n\r\n0123456789", string(policies.ReasonInvalidRequest)},
+		{"a CONNECT in lower case, forwarded it would be one", "connect http://web.tp.test:%d/ok/x HTTP/1.1\r\nHost: web.tp.test:%[1]d\r\n\r\n", string(policies.ReasonInvalidRequest)},
 		{"a refused upload waiting for 100 Continue", "POST http://web.tp.test:%d/ok/x HTTP/1.1\r\nHost: web.tp.test:%[1]d\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n", string(policies.ReasonMethodNotAllowed)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

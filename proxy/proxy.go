@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -346,6 +347,12 @@ func (e *Egress) Serve(ln net.Listener) error {
 			switch {
 			case r.Method == http.MethodConnect:
 				p.serveConnect(w, r)
+			case strings.EqualFold(r.Method, http.MethodConnect):
+				// Another spelling, in absolute form: forwarded, it would
+				// go out a CONNECT (methods are upper-cased), and an
+				// upstream would take what follows its head for a tunnel
+				// or the next request, which nothing decided.
+				p.refuseFraming(w, r, fmt.Sprintf("the method %q is a CONNECT, which is asked of the proxy itself (CONNECT host:port), never forwarded", r.Method))
 			case !r.URL.IsAbs():
 				p.nonProxy(w, r)
 			case hopByHop(r.Header):

@@ -16,13 +16,22 @@ import (
 func TestInjectReplacesEverySpelling(t *testing.T) {
 	t.Setenv("AIRLOCK_TEST_KEY", "operator")
 	p := &Proxy{cfg: Config{Secrets: EnvSecrets{}}}
-	h := http.Header{"X-Api-Key": {"mine"}, "X_api_key": {"mine"}, "X_Api-Key": {"mine"}, "Accept": {"*/*"}}
+	h := http.Header{"X-Api-Key": {"mine"}, "X_api_key": {"mine"}, "X_Api-Key": {"mine"}, "X.Api.Key": {"mine"}, "X~api~key": {"mine"},
+		"X-Api-Keys": {"theirs"}, "Accept": {"*/*"}}
 	if _, err := p.inject(h, map[string]policies.SecretRef{"x-api-key": {Env: "AIRLOCK_TEST_KEY"}}); err != nil {
 		t.Fatal(err)
 	}
-	want := http.Header{"X-Api-Key": {"operator"}, "Accept": {"*/*"}, "Accept-Encoding": {"identity"}}
+	want := http.Header{"X-Api-Key": {"operator"}, "X-Api-Keys": {"theirs"}, "Accept": {"*/*"}, "Accept-Encoding": {"identity"}}
 	if !reflect.DeepEqual(h, want) {
 		t.Fatalf("headers after inject = %v; want %v", h, want)
+	}
+	// A name the rule spells with other punctuation is the same name.
+	h = http.Header{"X-Api-Key": {"mine"}}
+	if _, err := p.inject(h, map[string]policies.SecretRef{"x.api.key": {Env: "AIRLOCK_TEST_KEY"}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := (http.Header{"X.api.key": {"operator"}, "Accept-Encoding": {"identity"}}); !reflect.DeepEqual(h, want) {
+		t.Fatalf("headers after inject of x.api.key = %v; want %v", h, want)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -343,16 +344,18 @@ const (
 )
 
 // requestLine tells whether b begins with an HTTP request line, or may
-// once more bytes come: a method token, a space, and "HTTP/" before the
-// line ends. It reads loosely on purpose, as servers do (nginx takes two
-// spaces, a trailing one, any 1.x version): what may be a request is read
-// as one, by net/http (serveRequests), which refuses what it cannot read
-// whole; only what cannot be one is tunnelled. An SSH banner
-// ("SSH-2.0-OpenSSH_9.6 Ubuntu\r\n") or a binary protocol is not one.
-// Blank lines before it are skipped, as a server may skip them (RFC 9112
-// 2.2).
+// once more bytes come: a method token, white space, then a target that
+// is a path ("/", "*", "http://...") or "HTTP/" (any case) before the line
+// ends. It reads loosely on purpose, as servers do (nginx takes two
+// spaces, a trailing one, any 1.x version; Tomcat a tab, as RFC 9112 3
+// allows; nginx an HTTP/0.9 "GET /", with no version and so no Host): what
+// may be a request is read as one, by net/http (serveRequests), which
+// refuses what it cannot read whole; only what cannot be one is tunnelled.
+// An SSH banner ("SSH-2.0-OpenSSH_9.6 Ubuntu\r\n") or a binary protocol is
+// not one. White space before it is skipped, as a server may skip blank
+// lines (RFC 9112 2.2).
 func requestLine(b []byte) int {
-	b = bytes.TrimLeft(b, "\r\n")
+	b = bytes.TrimLeft(b, httpSpace+"\n")
 	if len(b) == 0 {
 		return lineMayBe
 	}
@@ -363,20 +366,51 @@ func requestLine(b []byte) int {
 	switch {
 	case i == len(b):
 		return lineMayBe
-	case i == 0 || b[i] != ' ':
+	case i == 0 || !bytes.ContainsRune([]byte(httpSpace), rune(b[i])):
+		return lineIsNot
+	case gitPacket(b[:i]):
 		return lineIsNot
 	}
 	line := b[i:]
+	ended := false
 	if end := bytes.IndexByte(line, '\n'); end >= 0 {
-		line = line[:end]
+		line, ended = line[:end], true
 	}
-	const version = "HTTP/"
-	if bytes.Contains(line, []byte(version)) {
+	if target := bytes.TrimLeft(line, httpSpace); len(target) > 0 {
+		if target[0] == '/' || target[0] == '*' || hasPrefixFold(target, "http://") || hasPrefixFold(target, "https://") {
+			return lineIs
+		}
+	}
+	if bytes.Contains(bytes.ToUpper(line), []byte("HTTP/")) {
 		return lineIs
 	}
-	if len(line) < len(b[i:]) {
-		return lineIsNot // the line ended with no version
+	if ended {
+		return lineIsNot // the line ended with neither
 	}
 	// Its end not read yet: "HTTP/" may still be cut at the edge.
 	return lineMayBe
+}
+
+// gitPacket says whether a first word is git's protocol (git://): a
+// pkt-line's four hex digits of length, then the service
+// ("0033git-upload-pack /project.git\x00host=..."), whose path would
+// otherwise read as a request's.
+func gitPacket(word []byte) bool {
+	if len(word) < 8 || !bytes.HasPrefix(word[4:], []byte("git-")) {
+		return false
+	}
+	for _, c := range word[:4] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// httpSpace is the white space servers take between a request line's
+// words.
+const httpSpace = " \t\v\f\r"
+
+func hasPrefixFold(b []byte, prefix string) bool {
+	return len(b) >= len(prefix) && strings.EqualFold(string(b[:len(prefix)]), prefix)
 }

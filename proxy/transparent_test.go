@@ -454,6 +454,15 @@ func TestServeTransparent(t *testing.T) {
 				t.Fatalf("answer %v, %v; want 400 (tunnelled, the upstream would greet)", resp, err)
 			}
 		}},
+		{"http with tabs between its words is http: read, not tunnelled", tpSSH, "ssh.tp.test", policies.ReasonInvalidRequest, func(t *testing.T, fx *tpFixture, c net.Conn) {
+			// Tomcat reads it as a request (RFC 9112 3 allows the tab),
+			// under its Host.
+			io.WriteString(c, "GET\t/ok/x\tHTTP/1.1\r\nHost: other.test\r\n\r\n")
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("answer %v, %v; want 400 (tunnelled, the upstream would greet)", resp, err)
+			}
+		}},
 		{"ssh-like client speaks first: denied by host, reset", tpClosed, "closed.tp.test", policies.ReasonHostNotAllowed, func(t *testing.T, fx *tpFixture, c net.Conn) {
 			io.WriteString(c, "SSH-2.0-OpenSSH_9.6 Ubuntu\r\n")
 			wantNothing(t, c)
@@ -574,7 +583,9 @@ func wantNothing(t *testing.T, c net.Conn) {
 func TestPeek(t *testing.T) {
 	// MaxHeaderBytes 64, and 4096 for the request line: 4160 bytes at most.
 	p := &Proxy{cfg: Config{Limits: Limits{MaxHeaderBytes: 64, HandshakeTimeout: 10 * time.Second, ReadHeaderTimeout: 10 * time.Second}}}
-	long := "GET /" + strings.Repeat("a", 8000)
+	// Its target not a path yet, nor its version read: undecided until
+	// the limit.
+	long := "GET " + strings.Repeat("a", 8000)
 	for _, tc := range []struct {
 		name  string
 		send  func(c net.Conn)
@@ -747,12 +758,14 @@ func TestRequestLine(t *testing.T) {
 		{"PROPFIND /x HTTP/1.0\n", lineIs},
 		{"GET / HTTP/1.1", lineIs},
 		{"GE", lineMayBe},
-		{"GET /index", lineMayBe},
-		{"GET /index HTT", lineMayBe},
+		{"GET /index", lineIs},
+		{"GET index HTT", lineMayBe},
+		{"HELO mail.example\r\n", lineIsNot},
+		{"0033git-upload-pack /project.git\x00host=git.example\x00", lineIsNot},
 		{"SSH-2.0-OpenSSH_9.6 Ubuntu-3ubuntu13\r\n", lineIsNot},
 		{"SSH-2.0-Go\r\n", lineIsNot},
 		{"\x00\x00\x00\x08\x04\xd2\x16\x2f", lineIsNot}, // PostgreSQL's SSLRequest
-		{"GET /x\r\n", lineIsNot},                       // no version: no Host either
+		{"GET /x\r\n", lineIs},                          // HTTP/0.9, which nginx serves from its default host
 		// What servers read as requests, however loosely written, is
 		// read as one (and refused by net/http where it cannot be).
 		{"GET / HTTP/2.0\r\n", lineIs},
@@ -762,9 +775,15 @@ func TestRequestLine(t *testing.T) {
 		{"GET / HTTP/1.2\r\n", lineIs},
 		{"GET / HTTP/1.1\rX", lineIs},
 		{"\r\nGET / HTTP/1.1\r\n", lineIs},
-		{"\n\r\n\r\nGET /", lineMayBe},
+		{"\n\r\n\r\nGET /", lineIs},
+		{"\n\r\n\r\nGET ", lineMayBe},
 		{"\r\n", lineMayBe},
 		{"\r\n\x00\x01", lineIsNot},
+		{"GET\t/\tHTTP/1.1\r\n", lineIs},
+		{" GET / HTTP/1.1\r\n", lineIs},
+		{"GET\v*\r\n", lineIs},
+		{"GET http://other.example/ HTTP/1.1\r\n", lineIs},
+		{"get / http/1.1\r\n", lineIs},
 	} {
 		if got := requestLine([]byte(tc.in)); got != tc.want {
 			t.Errorf("requestLine(%q) = %d, want %d", tc.in, got, tc.want)

@@ -335,8 +335,12 @@ func offTerminal(c *Config) (io.Reader, io.Writer, io.Writer) {
 		in = nil
 	}
 	out := relayed(c.Stdout)
-	if c.Stderr == c.Stdout {
-		return in, out, out // one pipe for both, as for the file itself
+	// A terminal is a file: compared as one (a writer of another type
+	// may not be comparable at all).
+	if so, ok := c.Stdout.(*os.File); ok && so != nil {
+		if se, ok := c.Stderr.(*os.File); ok && se == so {
+			return in, out, out // one pipe for both, as for the file itself
+		}
 	}
 	return in, out, relayed(c.Stderr)
 }

@@ -127,7 +127,7 @@ func (t *terminal) start() {
 		// The pty's master reads EIO once the last slave is closed: the
 		// sandbox is gone. In the background (a shell's bg) the terminal's
 		// answers are the shell's input: answerless then.
-		io.Copy(&answerless{w: t.outer, passAll: func() bool { return foregroundOf(t.outer) }}, t.master)
+		io.Copy(&answerless{w: t.outer, passAll: t.passes}, t.master)
 	}()
 }
 
@@ -264,15 +264,28 @@ func (t *terminal) suspend() bool {
 	if !jobControl() {
 		return false
 	}
-	if err := pauseGroups(t.groups, true); err != nil {
-		fmt.Fprintf(t.outer, "\r\nairlock: the sandbox could not be paused, and runs on without the terminal until it is resumed: %v\r\n", err)
-	}
+	// Suspended before the pause: what the sandbox wrote before it and
+	// the relay still copies goes out answerless (passes), the launch
+	// about to leave the terminal to the shell.
 	t.mu.Lock()
 	t.suspended = true // the terminal stays cooked until SIGCONT
 	t.mu.Unlock()
+	if err := pauseGroups(t.groups, true); err != nil {
+		fmt.Fprintf(t.outer, "\r\nairlock: the sandbox could not be paused, and runs on without the terminal until it is resumed: %v\r\n", err)
+	}
 	t.cooked()
 	syscall.Kill(0, syscall.SIGTSTP)
 	return true
+}
+
+// passes says whether what the sandbox writes reaches the user's terminal
+// as it is: while the launch holds its foreground and is not being
+// suspended, when the terminal's answers are the sandbox's to read.
+func (t *terminal) passes() bool {
+	t.mu.Lock()
+	suspended := t.suspended
+	t.mu.Unlock()
+	return !suspended && foregroundOf(t.outer)
 }
 
 // jobControl says whether a stop of the launch's group would be seen and

@@ -37,11 +37,12 @@ type answerless struct {
 type termState int
 
 const (
-	inText    termState = iota
-	inEscape            // after ESC
-	inCSI               // after ESC [
-	inLongCSI           // in a CSI too long to keep, dropped
-	inString            // in an OSC, DCS, APC, PM or SOS string, dropped
+	inText       termState = iota
+	inEscape               // after ESC
+	inCSI                  // after ESC [
+	inLongCSI              // in a CSI too long to keep, dropped
+	inEscapeMore           // in an ESC sequence's intermediates (ESC ( B), dropped
+	inString               // in an OSC, DCS, APC, PM or SOS string, dropped
 )
 
 // maxCSI bounds a CSI sequence kept whole: colours with many parameters
@@ -56,12 +57,15 @@ const passedCSI = "mABCDEFGHJK"
 func (a *answerless) Write(p []byte) (int, error) {
 	a.out = a.out[:0]
 	pass := a.passAll != nil && a.passAll()
-	if a.passed && !pass && a.state != inText {
-		// The terminal is inside a sequence it was passed whole so far:
-		// CAN ends it there, before anything of the rest can complete
-		// it (a clipboard query's "?" and BEL, say).
+	if a.passed && !pass {
+		// The terminal may be inside a sequence it was passed so far,
+		// whatever this filter's place (a terminal carries out a
+		// control inside a CSI, and takes U+009B for one): CAN ends any
+		// there, before anything of the rest can complete it (a
+		// clipboard query's "?" and BEL, say). Outside one it does
+		// nothing.
 		a.out = append(a.out, 0x18)
-		a.state = inText
+		a.state, a.char = inText, a.char[:0]
 	}
 	a.passed = pass
 	for _, b := range p {
@@ -87,12 +91,12 @@ func (a *answerless) byte(b byte) {
 			a.state, a.csi = inCSI, append(a.csi[:0], 0x1b, '[')
 		case ']', 'P', '_', '^', 'X': // OSC, DCS, APC, PM, SOS
 			a.state = inString
-		default: // ESC and one more: none passed (ESC Z asks for identity)
-			a.state = inText
-			if b == 0x1b {
-				a.state = inEscape
-			}
+		case 0x1b:
+		default: // none passed (ESC Z asks for identity)
+			a.escapeEnd(b)
 		}
+	case inEscapeMore:
+		a.escapeEnd(b)
 	case inCSI:
 		switch {
 		case b >= 0x40 && b <= 0x7e: // the final byte
@@ -125,6 +129,21 @@ func (a *answerless) byte(b byte) {
 			a.state = inEscape
 		}
 	default:
+		a.text(b)
+	}
+}
+
+// escapeEnd takes a byte of an ESC sequence that is no CSI or string, all
+// of it dropped: intermediates (0x20 to 0x2F: ESC ( B, ESC # 8) until its
+// final byte; a control ends it, and is taken as text.
+func (a *answerless) escapeEnd(b byte) {
+	switch {
+	case b >= 0x20 && b <= 0x2f:
+		a.state = inEscapeMore
+	case b >= 0x30 && b <= 0x7e:
+		a.state = inText
+	default:
+		a.state = inText
 		a.text(b)
 	}
 }

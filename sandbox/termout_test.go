@@ -26,6 +26,7 @@ func TestAnswerless(t *testing.T) {
 		{"mode queries and private modes", "\x1b[?2004$p\x1b[?1000h\x1b[?25l", ""},
 		{"ENQ, SO, SI", "a\x05b\x0ec\x0fd", "abcd"},
 		{"ESC and one", "\x1bZ\x1bc\x1b7\x1b8x", "x"},
+		{"ESC with intermediates", "\x1b(B\x1b[m\x1b)0\x1b#8\x1b%Gx", "\x1b[mx"},
 		{"C1 controls", "a\u009b6n\u009d0;t\u0007b\u0085c", "a6n0;t\abc"},
 		{"a raw C1 byte", "a\x9b6nb", "a?6nb"},
 		{"invalid UTF-8", "a\xe2\x28b\xffc", "a?(b?c"},
@@ -98,5 +99,19 @@ func TestAnswerlessInTheBackgroundOnly(t *testing.T) {
 	a.Write([]byte("\x1b[6n"))
 	if want := "\x1b[6n\x1b]52;c;\x18?\ax\x1b[31my\x1b[6n"; got.String() != want {
 		t.Errorf("relayed %q; want %q", got.String(), want)
+	}
+	// Whatever the filter made of what the foreground passed (a control
+	// inside a CSI, which the terminal carries out and goes on; a C1
+	// CSI), the background begins with CAN.
+	for _, fgPart := range []string{"\x1b[6\b", "\x1b[6\x7f", "\x1b[6\x00", "\u009b6", "\u009d52;c;", "plain"} {
+		got.Reset()
+		fg = true
+		a = &answerless{w: &got, passAll: func() bool { return fg }}
+		a.Write([]byte(fgPart))
+		fg = false
+		a.Write([]byte("n"))
+		if want := fgPart + "\x18n"; got.String() != want {
+			t.Errorf("after %q in the foreground, relayed %q; want %q", fgPart, got.String(), want)
+		}
 	}
 }

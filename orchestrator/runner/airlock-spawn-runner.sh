@@ -134,8 +134,12 @@ finish() {
 	# goes, and its files are committed as files; one that will not go
 	# keeps work/ out of the commit.
 	if [ -d "$dir/work" ]; then
-		nested=$(find "$dir/work" -name .git -prune -print -exec rm -rf -- {} + 2>&1)
-		if [ -n "$(find "$dir/work" -name .git -print -quit 2>&1)" ]; then
+		# In any case: git takes .GIT for .git where the file system
+		# folds case. A find or rm that fails (a directory the runner may
+		# not list) must not end the runner here, without its result:
+		# the second find, which any error answers, keeps work/ out.
+		nested=$(find "$dir/work" -iname .git -prune -print -exec rm -rf -- {} + 2>&1 || true)
+		if [ -n "$(find "$dir/work" -iname .git -print -quit 2>&1 || echo failed)" ]; then
 			keep=":(exclude)$dir/work"
 			warning="${warning:+$warning; }work/ was not committed: a git repository in it could not be removed"
 		elif [ -n "$nested" ]; then
