@@ -268,24 +268,35 @@ func dport(p uint16) []expr.Any {
 }
 
 // localDaddr is "fib daddr type local": an address of the namespace's own.
-func localDaddr() []expr.Any {
-	return []expr.Any{
-		&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
-	}
+func localDaddr() []expr.Any { return fibLocal(&expr.Fib{FlagDADDR: true}, expr.CmpOpEq) }
+
+// notLocalSaddr matches a packet whose source is not one of the
+// namespace's own addresses.
+func notLocalSaddr() []expr.Any { return fibLocal(&expr.Fib{FlagSADDR: true}, expr.CmpOpNeq) }
+
+// fibLocal compares the type of the address fib looks up with local.
+func fibLocal(fib *expr.Fib, op expr.CmpOp) []expr.Any {
+	fib.Register, fib.ResultADDRTYPE = 1, true
+	return []expr.Any{fib, &expr.Cmp{Op: op, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)}}
 }
 
 func established() []expr.Any {
+	return ctBits(expr.CtKeySTATE, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED, expr.CmpOpNeq, 0)
+}
+
+// ctBits matches a packet whose flow's conntrack key, masked, compares
+// with want.
+func ctBits(key expr.CtKey, mask uint32, op expr.CmpOp, want uint32) []expr.Any {
 	return []expr.Any{
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Ct{Register: 1, Key: key},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Mask: binaryutil.NativeEndian.PutUint32(mask),
 			Xor:  binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: op, Register: 1, Data: binaryutil.NativeEndian.PutUint32(want)},
 	}
 }
 
-// exemptMark is the bit of a flow's conntrack mark that says the exempt
+// exemptMark are the bits of a flow's conntrack mark that say the exempt
 // uid began it; the other bits are left to whoever else marks flows in
 // the namespace.
 const exemptMark = 0x00a1_0000
@@ -304,22 +315,7 @@ func markExempt() []expr.Any {
 // markedExempt matches a packet of a flow markExempt marked: all of
 // exemptMark's bits, not one of them another's rules may set.
 func markedExempt() []expr.Any {
-	return []expr.Any{
-		&expr.Ct{Register: 1, Key: expr.CtKeyMARK},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(exemptMark),
-			Xor:  binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(exemptMark)},
-	}
-}
-
-// notLocalSaddr matches a packet whose source is not one of the
-// namespace's own addresses.
-func notLocalSaddr() []expr.Any {
-	return []expr.Any{
-		&expr.Fib{Register: 1, FlagSADDR: true, ResultADDRTYPE: true},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
-	}
+	return ctBits(expr.CtKeyMARK, exemptMark, expr.CmpOpEq, exemptMark)
 }
 
 // neighbourDiscovery matches ICMPv6's router solicitations and
