@@ -48,13 +48,14 @@ func checkUnambiguous(escaped string) error {
 	// Python's urlsplit): //public/secret is the path /secret of host
 	// "public" there, where the policy, which merges empty segments,
 	// decides /public/secret.
-	// Look-alike slashes are slashes to a server that normalises (NFKC)
-	// or maps them best-fit (IIS): ..／secret is a dot-segment there.
-	if !isASCII(dec) {
-		dec = lookalikeSlashes.Replace(dec)
-	}
 	if strings.HasPrefix(escaped, "//") || strings.HasPrefix(dec, "//") {
 		return invalid("path begins with //, which URL parsers read as a host and a path (a base URL ending in / joined with a path beginning with one); send it without the empty segment")
+	}
+	// Look-alike slashes are slashes to a server that normalises (NFKC)
+	// or maps them best-fit (IIS): ..／secret is a dot-segment there. (Not
+	// to the URL parsers above, which look for '/' itself.)
+	if !isASCII(dec) {
+		dec = lookalikeSlashes.Replace(dec)
 	}
 	// Every request's path passes here: segments are walked, not split
 	// into a slice, and only a segment with non-ASCII bytes can hold a

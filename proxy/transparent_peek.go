@@ -368,13 +368,22 @@ func requestLine(b []byte) int {
 		return lineMayBe
 	case i == 0 || !bytes.ContainsRune([]byte(httpSpace), rune(b[i])):
 		return lineIsNot
-	case gitPacket(b[:i]):
-		return lineIsNot
 	}
 	line := b[i:]
 	ended := false
 	if end := bytes.IndexByte(line, '\n'); end >= 0 {
 		line, ended = line[:end], true
+	}
+	if gitPacket(b[:i]) {
+		// Git's only with its NUL on the first line, which no HTTP
+		// server takes in a request line ("0000git-x /admin HTTP/1.1"
+		// is a request to net/http).
+		switch nul := bytes.IndexByte(line, 0); {
+		case nul >= 0 && bytes.IndexByte(line[:nul], '\r') < 0:
+			return lineIsNot
+		case nul < 0 && !ended && bytes.IndexByte(line, '\r') < 0:
+			return lineMayBe
+		}
 	}
 	if target := bytes.TrimLeft(line, httpSpace); len(target) > 0 {
 		if target[0] == '/' || target[0] == '*' || hasPrefixFold(target, "http://") || hasPrefixFold(target, "https://") {
@@ -391,7 +400,7 @@ func requestLine(b []byte) int {
 	return lineMayBe
 }
 
-// gitPacket says whether a first word is git's protocol (git://): a
+// gitPacket says whether a first word may be git's protocol (git://): a
 // pkt-line's four hex digits of length, then the service
 // ("0033git-upload-pack /project.git\x00host=..."), whose path would
 // otherwise read as a request's.

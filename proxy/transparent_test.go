@@ -762,6 +762,9 @@ func TestRequestLine(t *testing.T) {
 		{"GET index HTT", lineMayBe},
 		{"HELO mail.example\r\n", lineIsNot},
 		{"0033git-upload-pack /project.git\x00host=git.example\x00", lineIsNot},
+		{"0033git-upload-pack /project.git", lineMayBe},
+		{"0000git-x /admin HTTP/1.1\r\nHost: other.test\r\n\r\n", lineIs},
+		{"0000git-x /admin\r\n\x00", lineIs},
 		{"SSH-2.0-OpenSSH_9.6 Ubuntu-3ubuntu13\r\n", lineIsNot},
 		{"SSH-2.0-Go\r\n", lineIsNot},
 		{"\x00\x00\x00\x08\x04\xd2\x16\x2f", lineIsNot}, // PostgreSQL's SSLRequest

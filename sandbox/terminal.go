@@ -270,6 +270,10 @@ func (t *terminal) suspend() bool {
 	t.mu.Lock()
 	t.suspended = true // the terminal stays cooked until SIGCONT
 	t.mu.Unlock()
+	// A sequence the sandbox began in the foreground ends here, not with
+	// the shell's "Stopped" line and prompt inside it (DECRQSS's
+	// ESC P $ q and the prompt, answered into the shell's input).
+	t.outer.Write([]byte{0x18})
 	if err := pauseGroups(t.groups, true); err != nil {
 		fmt.Fprintf(t.outer, "\r\nairlock: the sandbox could not be paused, and runs on without the terminal until it is resumed: %v\r\n", err)
 	}

@@ -54,31 +54,44 @@ const maxCSI = 64
 // K).
 const passedCSI = "mABCDEFGHJK"
 
+// passChunk is how much passes at a time while everything passes: the
+// foreground is looked at again between chunks, so that a write the
+// terminal holds (full, draining while ^Z suspends the launch) does not
+// carry what follows into the background unlooked at.
+const passChunk = 1 << 10
+
 func (a *answerless) Write(p []byte) (int, error) {
-	a.out = a.out[:0]
-	pass := a.passAll != nil && a.passAll()
-	if a.passed && !pass {
-		// The terminal may be inside a sequence it was passed so far,
-		// whatever this filter's place (a terminal carries out a
-		// control inside a CSI, and takes U+009B for one): CAN ends any
-		// there, before anything of the rest can complete it (a
-		// clipboard query's "?" and BEL, say). Outside one it does
-		// nothing.
-		a.out = append(a.out, 0x18)
-		a.state, a.char = inText, a.char[:0]
-	}
-	a.passed = pass
-	for _, b := range p {
-		a.byte(b)
-	}
-	out := a.out
-	if pass {
-		out = p
-	}
-	if len(out) > 0 {
-		if _, err := a.w.Write(out); err != nil {
-			return 0, err
+	for n := 0; n < len(p); {
+		a.out = a.out[:0]
+		pass := a.passAll != nil && a.passAll()
+		if a.passed && !pass {
+			// The terminal may be inside a sequence it was passed so
+			// far, whatever this filter's place (a terminal carries out
+			// a control inside a CSI, and takes U+009B for one): CAN
+			// ends any there, before anything of the rest can complete
+			// it (a clipboard query's "?" and BEL, say). Outside one it
+			// does nothing.
+			a.out = append(a.out, 0x18)
+			a.state, a.char = inText, a.char[:0]
 		}
+		a.passed = pass
+		chunk := p[n:]
+		if pass && len(chunk) > passChunk {
+			chunk = chunk[:passChunk]
+		}
+		for _, b := range chunk {
+			a.byte(b)
+		}
+		out := a.out
+		if pass {
+			out = chunk
+		}
+		if len(out) > 0 {
+			if _, err := a.w.Write(out); err != nil {
+				return n, err
+			}
+		}
+		n += len(chunk)
 	}
 	return len(p), nil
 }

@@ -100,6 +100,18 @@ func TestAnswerlessInTheBackgroundOnly(t *testing.T) {
 	if want := "\x1b[6n\x1b]52;c;\x18?\ax\x1b[31my\x1b[6n"; got.String() != want {
 		t.Errorf("relayed %q; want %q", got.String(), want)
 	}
+	// A long write the foreground loses on its way (the terminal held it,
+	// full, while ^Z suspended the launch) passes no more once it is lost.
+	got.Reset()
+	writes := 0
+	a = &answerless{w: &got, passAll: func() bool { writes++; return writes == 1 }}
+	long := strings.Repeat("x", 3*passChunk) + "\x1b[6n"
+	if n, err := a.Write([]byte(long)); n != len(long) || err != nil {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	if want := strings.Repeat("x", passChunk) + "\x18" + strings.Repeat("x", 2*passChunk); got.String() != want {
+		t.Errorf("a long write whose foreground was lost on its way relayed %d bytes ending %q; want the first chunk, CAN, and the rest answerless", got.Len(), got.String()[max(0, got.Len()-8):])
+	}
 	// Whatever the filter made of what the foreground passed (a control
 	// inside a CSI, which the terminal carries out and goes on; a C1
 	// CSI), the background begins with CAN.

@@ -138,8 +138,10 @@ finish() {
 		# folds case. A find or rm that fails (a directory the runner may
 		# not list) must not end the runner here, without its result:
 		# the second find, which any error answers, keeps work/ out.
-		nested=$(find "$dir/work" -iname .git -prune -print -exec rm -rf -- {} + 2>&1 || true)
-		if [ -n "$(find "$dir/work" -iname .git -print -quit 2>&1 || echo failed)" ]; then
+		# In the C locale: -iname folds as the locale does, and Turkish
+		# folds I to dotless ı.
+		nested=$(LC_ALL=C find "$dir/work" -iname .git -prune -print -exec rm -rf -- {} + 2>&1 || true)
+		if [ -n "$(LC_ALL=C find "$dir/work" -iname .git -print -quit 2>&1 || echo failed)" ]; then
 			keep=":(exclude)$dir/work"
 			warning="${warning:+$warning; }work/ was not committed: a git repository in it could not be removed"
 		elif [ -n "$nested" ]; then
