@@ -812,15 +812,7 @@ func TestSidecarExemptFlowOutlivesItsSocket(t *testing.T) {
 	inNS(t, p.outer, func() {
 		// A small window, so that the sender closes with most of what
 		// it sent still queued.
-		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-			var serr error
-			if err := c.Control(func(fd uintptr) {
-				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 4096)
-			}); err != nil {
-				return err
-			}
-			return serr
-		}}
+		lc := net.ListenConfig{Control: testutil.SocketOption(unix.SOL_SOCKET, unix.SO_RCVBUF, 4096)}
 		var err error
 		if ln, err = lc.Listen(context.Background(), "tcp6", "[2001:db8:99::5]:8080"); err != nil {
 			t.Fatal(err)

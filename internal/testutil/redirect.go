@@ -39,12 +39,16 @@ func RedirectTCP(nsFD, to int, ports ...int) error {
 // ReuseAddr, as a net.Dialer's Control, lets a client socket bind a port
 // another socket holds: two connections from one source port, which the
 // redirect's NAT must tell apart.
-func ReuseAddr(_, _ string, rc syscall.RawConn) error {
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-	}); err != nil {
-		return err
+var ReuseAddr = SocketOption(unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+
+// SocketOption is a net.Dialer's or net.ListenConfig's Control that sets
+// one integer socket option before the socket binds.
+func SocketOption(level, opt, value int) func(_, _ string, rc syscall.RawConn) error {
+	return func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, opt, value) }); err != nil {
+			return err
+		}
+		return serr
 	}
-	return serr
 }
