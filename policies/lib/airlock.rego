@@ -240,7 +240,10 @@ else := object.union(e, {"path": _unslashed(_fold(e.path))})
 # character classes), so it holds for every such spelling. Refusing those
 # paths instead would refuse honest ones (Turkish: /wiki/K%C4%B1rm%C4%B1z%C4%B1)
 # under every preset, denied or not.
-_fold(s) := strings.replace_n(_case_folds, lower(s))
+# An ASCII path, the common case, has nothing to fold but its case.
+_fold(s) := lower(s) if regex.match(`^[[:ascii:]]*$`, s)
+
+else := strings.replace_n(_case_folds, lower(s))
 
 _case_folds := {
 	"\u017f": "s", # ſ long s
@@ -253,6 +256,86 @@ _case_folds := {
 	"\ufb04": "ffl",
 	"\ufb05": "st",
 	"\ufb06": "st",
+	# Look-alike slashes (NFKC's, and Windows' best-fit): /public／secret
+	# is /public/secret to a server that maps them. (The fullwidth ones
+	# are below.)
+	"\ufe68": "/",
+	"\u2215": "/",
+	"\u2044": "/",
+	"\u2216": "/",
+	"\u29f5": "/",
+	"\u29f8": "/",
+	"\u29f9": "/",
+	# Fullwidth ASCII, which NFKC makes ASCII: /ａｄｍｉｎ is /admin there
+	# (its capitals are small letters once lower()'s).
+	"\uff01": "!",
+	"\uff02": "\"",
+	"\uff03": "#",
+	"\uff04": "$",
+	"\uff05": "%",
+	"\uff06": "&",
+	"\uff07": "'",
+	"\uff08": "(",
+	"\uff09": ")",
+	"\uff0a": "*",
+	"\uff0b": "+",
+	"\uff0c": ",",
+	"\uff0d": "-",
+	"\uff0e": ".",
+	"\uff0f": "/",
+	"\uff10": "0",
+	"\uff11": "1",
+	"\uff12": "2",
+	"\uff13": "3",
+	"\uff14": "4",
+	"\uff15": "5",
+	"\uff16": "6",
+	"\uff17": "7",
+	"\uff18": "8",
+	"\uff19": "9",
+	"\uff1a": ":",
+	"\uff1b": ";",
+	"\uff1c": "<",
+	"\uff1d": "=",
+	"\uff1e": ">",
+	"\uff1f": "?",
+	"\uff20": "@",
+	"\uff3b": "[",
+	"\uff3c": "/", # a separator to Windows servers
+	"\uff3d": "]",
+	"\uff3e": "^",
+	"\uff3f": "_",
+	"\uff40": "`",
+	"\uff41": "a",
+	"\uff42": "b",
+	"\uff43": "c",
+	"\uff44": "d",
+	"\uff45": "e",
+	"\uff46": "f",
+	"\uff47": "g",
+	"\uff48": "h",
+	"\uff49": "i",
+	"\uff4a": "j",
+	"\uff4b": "k",
+	"\uff4c": "l",
+	"\uff4d": "m",
+	"\uff4e": "n",
+	"\uff4f": "o",
+	"\uff50": "p",
+	"\uff51": "q",
+	"\uff52": "r",
+	"\uff53": "s",
+	"\uff54": "t",
+	"\uff55": "u",
+	"\uff56": "v",
+	"\uff57": "w",
+	"\uff58": "x",
+	"\uff59": "y",
+	"\uff5a": "z",
+	"\uff5b": "{",
+	"\uff5c": "|",
+	"\uff5d": "}",
+	"\uff5e": "~",
 }
 
 _unslashed(p) := trim_suffix(p, "/") if p != "/"

@@ -309,6 +309,8 @@ test_deny_paths_fold_non_ascii_letters_to_ascii if {
 	every path in [
 		"/\u017fecrets/x", "/SECRET\u017f", "/adm\u0131n/x", "/ADM\u0130N/x", "/acce\u00df/x", "/ACCE\u1e9e/x",
 		"/pro\ufb01le", "/\u212aube/x", "/\u212aUBE", "/file/x", "/adm\u0131n./x",
+		# Fullwidth ASCII and look-alike slashes, as NFKC makes them.
+		"/\uff41\uff44\uff4d\uff49\uff4e/x", "/\uff21\uff24\uff2d\uff29\uff2e/x", "/admin\uff0fx", "/admin\u2215x", "/admin\uff3cx",
 	] {
 		d := lib.decide(rules, denies) with input as _req("/usr/bin/curl", "x", "api.example.com", 443, "GET", path)
 		d.reason == "denied_by_rule"
