@@ -244,8 +244,11 @@ func paramKey(n string) string {
 		base = n[1:j]
 	}
 	base = strings.TrimLeft(base, " ")
-	return strings.ToLower(strings.NewReplacer(".", "_", " ", "_", "[", "_").Replace(base))
+	return strings.ToLower(phpUnderscores.Replace(base))
 }
+
+// phpUnderscores are the characters PHP names a param's "_" by.
+var phpUnderscores = strings.NewReplacer(".", "_", " ", "_", "[", "_")
 
 func short(s string) string {
 	if len(s) > 12 {

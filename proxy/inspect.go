@@ -579,12 +579,13 @@ func isHeader(k string, names []string) bool {
 }
 
 // sameCGIName compares k with name, of one length, as CGI names them:
-// letters in any case, any other byte of k for name's '-'.
+// letters in any case, any byte but a letter or digit of k for one of
+// name's.
 func sameCGIName(k, name string) bool {
 	for i := 0; i < len(k); i++ {
 		c, n := k[i], name[i]
-		if n == '-' {
-			if 'a' <= c|0x20 && c|0x20 <= 'z' || '0' <= c && c <= '9' {
+		if !alnum(n) {
+			if alnum(c) {
 				return false
 			}
 		} else if c|0x20 != n|0x20 {
@@ -593,6 +594,8 @@ func sameCGIName(k, name string) bool {
 	}
 	return true
 }
+
+func alnum(c byte) bool { return 'a' <= c|0x20 && c|0x20 <= 'z' || '0' <= c && c <= '9' }
 
 // methodOverrides lists the methods a request asks to be taken for: its
 // override headers' values, however spelled, and its query's _method

@@ -86,16 +86,10 @@ func (p *Proxy) inject(h http.Header, refs map[string]policies.SecretRef) (*scru
 		if ref.Format != "" {
 			v = strings.Replace(ref.Format, "%s", secret, 1)
 		}
-		// As CGI names it: any byte but a letter or digit is its '-'
-		// (X.Api.Key and X~Api~Key are HTTP_X_API_KEY to lighttpd).
-		cgi := []string{strings.Map(func(r rune) rune {
-			if 'a' <= r|0x20 && r|0x20 <= 'z' || '0' <= r && r <= '9' {
-				return r
-			}
-			return '-'
-		}, name)}
+		// As CGI names it (X.Api.Key and X~Api~Key are HTTP_X_API_KEY
+		// to lighttpd).
 		for k := range h {
-			if isHeader(k, cgi) {
+			if isHeader(k, []string{name}) {
 				delete(h, k)
 			}
 		}

@@ -209,7 +209,7 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 // serveOpened serves an allowed opaque tunnel (raw, the client's socket,
 // to upstream) once what its client opened it with is known (first, or
 // err reading it): refused where a TLS server name names another host
-// than host ("": any), read as requests when it is HTTP, relayed
+// than host, read as requests when it is HTTP, relayed
 // otherwise.
 func (p *Proxy) serveOpened(cc *clientConn, client, raw, upstream net.Conn, t *tracked, first opening, err error, host string, dc *decision) {
 	if err != nil {

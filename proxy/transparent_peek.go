@@ -366,7 +366,7 @@ func requestLine(b []byte) int {
 	switch {
 	case i == len(b):
 		return lineMayBe
-	case i == 0 || !bytes.ContainsRune([]byte(httpSpace), rune(b[i])):
+	case i == 0 || strings.IndexByte(httpSpace, b[i]) < 0:
 		return lineIsNot
 	}
 	line := b[i:]
@@ -390,8 +390,10 @@ func requestLine(b []byte) int {
 			return lineIs
 		}
 	}
-	if bytes.Contains(bytes.ToUpper(line), []byte("HTTP/")) {
-		return lineIs
+	for j := range line {
+		if hasPrefixFold(line[j:], "HTTP/") {
+			return lineIs
+		}
 	}
 	if ended {
 		return lineIsNot // the line ended with neither

@@ -123,7 +123,7 @@ func (r EgressRules) natChain(conn *nftables.Conn, table *nftables.Table) {
 		// The nat chain sees a flow's first packet only: the mark says,
 		// for the rest of the flow, that the exempt uid began it
 		// (filter_out).
-		rules = append(rules, slices.Concat(skuid(*r.ExemptUID), markExempt(), accept()))
+		rules = append(rules, slices.Concat(skuid(expr.CmpOpEq, *r.ExemptUID), markExempt(), accept()))
 	}
 	rules = append(rules,
 		slices.Concat(l4proto(unix.IPPROTO_UDP), dport(53), redirect(r.DNSPort)),
@@ -149,9 +149,7 @@ func (r EgressRules) filterChain(conn *nftables.Conn, table *nftables.Table) err
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: IngressSource.AsSlice()},
-		&expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-	}, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}})}
+	}, skuid(expr.CmpOpNeq, 0), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}})}
 	rules = append(rules,
 		// Neighbour discovery is the kernel's, sent from no socket (no
 		// uid), from a link-local address or none (::, while an address
@@ -164,11 +162,11 @@ func (r EgressRules) filterChain(conn *nftables.Conn, table *nftables.Table) err
 		// address outside, sending to a local one, would have the
 		// answer routed out as the reply of a flow let through (below),
 		// past the redirect.
-		slices.Concat(notLocalSaddr(), []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}),
+		slices.Concat(notLocalSaddr(), drop()),
 	)
 	if r.ExemptUID != nil {
 		rules = append(rules,
-			slices.Concat(skuid(*r.ExemptUID), accept()),
+			slices.Concat(skuid(expr.CmpOpEq, *r.ExemptUID), accept()),
 			// What the kernel sends of the exempt uid's TCP flow once
 			// its socket is closed (the data still queued, the FIN,
 			// TIME_WAIT's ACKs) comes from no socket, and no uid. A
@@ -178,11 +176,7 @@ func (r EgressRules) filterChain(conn *nftables.Conn, table *nftables.Table) err
 			// would take over the flow, marked, never redirected. TCP
 			// only: a UDP flow of the exempt uid could be joined without
 			// taking it over.
-			slices.Concat(l4proto(unix.IPPROTO_TCP), markedExempt(), []expr.Any{
-				&expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
-				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(*r.ExemptUID)},
-				&expr.Verdict{Kind: expr.VerdictDrop},
-			}),
+			slices.Concat(l4proto(unix.IPPROTO_TCP), markedExempt(), skuid(expr.CmpOpNeq, *r.ExemptUID), drop()),
 			slices.Concat(l4proto(unix.IPPROTO_TCP), markedExempt(), accept()),
 		)
 	}
@@ -244,10 +238,12 @@ func portElems(ports []int) []nftables.SetElement {
 
 func accept() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}} }
 
-func skuid(uid uint32) []expr.Any {
+func drop() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}} }
+
+func skuid(op expr.CmpOp, uid uint32) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(uid)},
+		&expr.Cmp{Op: op, Register: 1, Data: binaryutil.NativeEndian.PutUint32(uid)},
 	}
 }
 

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -614,9 +613,8 @@ func coverDir(dir string, writable bool, files map[string]string, keep []string,
 			return err
 		}
 	}
-	// Shorter first: a link on the way to another is made before it.
-	for _, name := range slices.SortedFunc(maps.Keys(links), func(a, b string) int { return cmp.Compare(len(a), len(b)) }) {
-		target := links[name]
+	// None is on the way to another (refused above): any order.
+	for name, target := range links {
 		if err := os.MkdirAll(filepath.Dir(name), 0o555); err != nil {
 			return err
 		}

@@ -32,7 +32,7 @@ func plantedLinks(c *Config) error {
 				return nil
 			}
 			to, _ := filepath.EvalSymlinks(p)
-			planted = fmt.Errorf("path %s leads through the link %s, in a directory uid %d may write: a link a sandbox made there would give this one what it names; name the path it leads to (%s)", p, link, c.UID, to)
+			planted = fmt.Errorf("%w (%s)", plantedLink(p, link, c.UID), to)
 			return planted
 		})
 		if planted != nil {
@@ -40,6 +40,12 @@ func plantedLinks(c *Config) error {
 		}
 	}
 	return nil
+}
+
+// plantedLink is the refusal of path p, which leads through link in a
+// directory uid may write.
+func plantedLink(p, link string, uid int) error {
+	return fmt.Errorf("path %s leads through the link %s, in a directory uid %d may write: a link a sandbox made there would give this one what it names; name the path it leads to", p, link, uid)
 }
 
 // replaceableBy says whether uid (of group gid) may replace link in dir.
@@ -77,9 +83,6 @@ func hasACL(dir string) bool {
 	_, err := unix.Getxattr(dir, "system.posix_acl_access", nil)
 	return !errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.EOPNOTSUPP)
 }
-
-// maxLinks bounds the links one path may lead through, as the kernel's 40.
-const maxLinks = 40
 
 // openGiven opens p (O_PATH) as the kernel resolves it, a component at a
 // time through the descriptor of the directory it is in, and refuses it
@@ -122,9 +125,9 @@ func openGiven(p string, uid, gid int) (int, error) {
 		var dst unix.Stat_t
 		if err := unix.Fstat(cur, &dst); err != nil || replaceable(dst.Uid, dst.Gid, dst.Mode, st.Uid, hasACL("/proc/self/fd/"+strconv.Itoa(cur)), uid, gid) {
 			unix.Close(cur)
-			return -1, fmt.Errorf("path %s leads through the link %s, in a directory uid %d may write: a link a sandbox made there would give this one what it names; name the path it leads to", p, link, uid)
+			return -1, plantedLink(p, link, uid)
 		}
-		if hops++; hops > maxLinks {
+		if hops++; hops > trusted.MaxLinks {
 			unix.Close(cur)
 			return -1, &os.PathError{Op: "open", Path: p, Err: unix.ELOOP}
 		}

@@ -92,6 +92,7 @@ func TestPlantedLinksAreRefused(t *testing.T) {
 
 // The launch refuses it, as its init's step, before anything is mounted.
 func TestLaunchRefusesAPlantedLink(t *testing.T) {
+	testutil.RequireRoot(t, "the sandbox launcher")
 	c := base(t, "/bin/true")
 	work := rootDir(t, 0o755)
 	os.Chown(work, c.UID, c.GID) // the sandbox's own workspace, --rw

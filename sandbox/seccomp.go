@@ -101,17 +101,17 @@ func seccompProgram(full bool) ([]bpf.Instruction, error) {
 	// rules do not see (MPTCP; SMC, which binds a TCP socket of its own
 	// within): EAFNOSUPPORT and EPROTONOSUPPORT, as where the kernel
 	// lacks them, so that programs fall back. Netlink only for routing.
-	p = append(p, refuseWhen(unix.SYS_SOCKET, argIs{arg: 0, test: jumpNone, vals: socketFamilies}).errno(unix.EAFNOSUPPORT)...)
-	p = append(p, refuseWhen(unix.SYS_SOCKETPAIR, argIs{arg: 0, test: jumpNone, vals: []uint32{unix.AF_UNIX}}).errno(unix.EAFNOSUPPORT)...)
+	p = append(p, refuseWith(unix.EAFNOSUPPORT, unix.SYS_SOCKET, argIs{arg: 0, test: jumpNone, vals: socketFamilies})...)
+	p = append(p, refuseWith(unix.EAFNOSUPPORT, unix.SYS_SOCKETPAIR, argIs{arg: 0, test: jumpNone, vals: []uint32{unix.AF_UNIX}})...)
 	p = append(p, refuseWhen(unix.SYS_SOCKET,
 		argIs{arg: 0, test: bpf.JumpEqual, vals: []uint32{unix.AF_NETLINK}}, argIs{arg: 2, test: bpf.JumpNotEqual, vals: []uint32{unix.NETLINK_ROUTE}})...)
-	p = append(p, refuseWhen(unix.SYS_SOCKET,
-		argIs{arg: 0, test: bpf.JumpEqual, vals: []uint32{unix.AF_INET, unix.AF_INET6}}, argIs{arg: 2, test: jumpNone, vals: inetProtocols}).errno(unix.EPROTONOSUPPORT)...)
+	p = append(p, refuseWith(unix.EPROTONOSUPPORT, unix.SYS_SOCKET,
+		argIs{arg: 0, test: bpf.JumpEqual, vals: []uint32{unix.AF_INET, unix.AF_INET6}}, argIs{arg: 2, test: jumpNone, vals: inetProtocols})...)
 	// And of their types only stream, datagram and raw: protocol 0 is the
 	// type's first protocol, SCTP for SOCK_SEQPACKET, DCCP for SOCK_DCCP.
-	p = append(p, refuseWhen(unix.SYS_SOCKET,
+	p = append(p, refuseWith(unix.EPROTONOSUPPORT, unix.SYS_SOCKET,
 		argIs{arg: 0, test: bpf.JumpEqual, vals: []uint32{unix.AF_INET, unix.AF_INET6}},
-		argIs{arg: 1, test: jumpNone, vals: inetTypes, mask: 0xf}).errno(unix.EPROTONOSUPPORT)...)
+		argIs{arg: 1, test: jumpNone, vals: inetTypes, mask: 0xf})...)
 	p = append(p, bpf.RetConstant{Val: secRetAllow})
 	return p, nil
 }
@@ -155,19 +155,14 @@ type argIs struct {
 // jumpNone is argIs's test of an argument equal to none of its values.
 const jumpNone bpf.JumpTest = 0xff
 
-// refusal is a block of instructions that fails a syscall, its errno the
-// one before its last instruction.
-type refusal []bpf.Instruction
-
-// errno is r failing with e instead.
-func (r refusal) errno(e unix.Errno) refusal {
-	r[len(r)-2] = errnoRet(e)
-	return r
-}
-
 // refuseWhen fails syscall nr with EPERM when every condition holds; it
 // leaves the syscall number loaded for the checks after it.
-func refuseWhen(nr uint32, conds ...argIs) refusal {
+func refuseWhen(nr uint32, conds ...argIs) []bpf.Instruction {
+	return refuseWith(unix.EPERM, nr, conds...)
+}
+
+// refuseWith is refuseWhen failing with e.
+func refuseWith(e unix.Errno, nr uint32, conds ...argIs) []bpf.Instruction {
 	n := 1 // the syscall number's test
 	for _, c := range conds {
 		n += 1 + len(c.vals)
@@ -201,7 +196,7 @@ func refuseWhen(nr uint32, conds ...argIs) refusal {
 			p = append(p, j)
 		}
 	}
-	return append(p, errnoRet(unix.EPERM), bpf.LoadAbsolute{Off: offNr, Size: 4})
+	return append(p, errnoRet(e), bpf.LoadAbsolute{Off: offNr, Size: 4})
 }
 
 // loadSeccomp installs the filter (seccompProgram) on every thread

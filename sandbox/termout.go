@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"io"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -23,9 +24,8 @@ type answerless struct {
 	w io.Writer
 	// passAll, when set, says whether to pass everything on as it is (the
 	// relay of a sandbox's own terminal, while the launch holds the
-	// foreground: the answers are the sandbox's to read). The place is
-	// kept then too: a sequence begun in the foreground is not finished
-	// by what follows in the background.
+	// foreground: the answers are the sandbox's to read). The filter's
+	// place starts afresh when that ends, with CAN to the terminal.
 	passAll func() bool
 	passed  bool // the last write passed everything
 	state   termState
@@ -79,12 +79,12 @@ func (a *answerless) Write(p []byte) (int, error) {
 		if pass && len(chunk) > passChunk {
 			chunk = chunk[:passChunk]
 		}
-		for _, b := range chunk {
-			a.byte(b)
-		}
-		out := a.out
-		if pass {
-			out = chunk
+		out := chunk
+		if !pass {
+			for _, b := range chunk {
+				a.byte(b)
+			}
+			out = a.out
 		}
 		if len(out) > 0 {
 			if _, err := a.w.Write(out); err != nil {
@@ -170,12 +170,7 @@ func plainCSI(seq []byte) bool {
 			return false
 		}
 	}
-	for i := 0; i < len(passedCSI); i++ {
-		if seq[len(seq)-1] == passedCSI[i] {
-			return true
-		}
-	}
-	return false
+	return strings.IndexByte(passedCSI, seq[len(seq)-1]) >= 0
 }
 
 // text takes a byte outside any sequence: printable ASCII and UTF-8, tab,

@@ -59,6 +59,7 @@ func TestAnswerless(t *testing.T) {
 // A sandbox launched off the terminal's foreground, its output the user's
 // terminal, reaches it through the launcher's relay without a query.
 func TestOffTerminalOutputIsAnswerless(t *testing.T) {
+	testutil.RequireRoot(t, "the sandbox launcher")
 	master, tty := testutil.OpenPty(t)
 	c := base(t, "/bin/sh", "-c", `printf 'a\033[6nb\033[31mc\033[0m\n'`)
 	network, err := NewNetwork(NetworkConfig{})

@@ -12,10 +12,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/nodeopts"
 )
 
-// maxNodeHeapMB bounds an operator's heap limit: more is a typo, not a
-// machine.
-const maxNodeHeapMB = 65536
-
 // restartChange is what an operator's restart may change for the
 // service's launches from now until the pod stops (POST
 // /v1/services/NAME/restart's optional body). Pointers tell "not given"
@@ -47,8 +43,8 @@ func decodeRestart(r *http.Request) (restartChange, error) {
 	if dec.Decode(&struct{}{}) != io.EOF {
 		return c, errors.New("the body: want one JSON object, got more after it")
 	}
-	if h := c.NodeHeapMB; h != nil && (*h <= 0 || *h > maxNodeHeapMB) {
-		return c, fmt.Errorf("node_heap_mb: %d: want a heap limit in MB, 1 to %d", *h, maxNodeHeapMB)
+	if h := c.NodeHeapMB; h != nil && (*h <= 0 || *h > nodeopts.MaxHeapMB) {
+		return c, fmt.Errorf("node_heap_mb: %d: want a heap limit in MB, 1 to %d", *h, nodeopts.MaxHeapMB)
 	}
 	if m := c.MemoryMax; m != nil && *m <= 0 {
 		return c, fmt.Errorf("memory_max: %d: want a positive memory limit in bytes", *m)

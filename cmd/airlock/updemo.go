@@ -36,8 +36,6 @@ type demoPod struct {
 
 func newDemoPod(stateDir string, log *slog.Logger) (_ *demoPod, err error) {
 	d := &demoPod{}
-	// Traversable, not listable, by the services' uids: they open their
-	// scripts by name.
 	// Checked before anything is made or written there, as the pod checks
 	// it later: in a directory another user may write, root would write
 	// the demo's files where links of theirs point.
@@ -48,6 +46,8 @@ func newDemoPod(stateDir string, log *slog.Logger) (_ *demoPod, err error) {
 	if err := trusted.Path(existing); err != nil {
 		return nil, fmt.Errorf("--state-dir %s: %w", stateDir, err)
 	}
+	// Traversable, not listable, by the services' uids: they open their
+	// scripts by name.
 	if err := os.MkdirAll(stateDir, 0o711); err != nil {
 		return nil, err
 	}

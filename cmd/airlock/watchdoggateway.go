@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/airlock-sandbox/airlock/internal/nodeopts"
 	"github.com/airlock-sandbox/airlock/internal/yamlobj"
 	"github.com/airlock-sandbox/airlock/watchdogs"
 	"github.com/spf13/cobra"
@@ -18,10 +19,6 @@ type gatewayFlags struct {
 	maxMemoryBytes              int64
 }
 
-// maxHeapMB bounds --max-heap-mb as the supervisor bounds a restart's
-// node_heap_mb (supervisor/restart.go): more is a typo, not a machine.
-const maxHeapMB = 65536
-
 func (f *gatewayFlags) check() error {
 	if err := f.runFlags.check(); err != nil {
 		return err
@@ -33,8 +30,8 @@ func (f *gatewayFlags) check() error {
 		return errors.New("--log and --cgroup go with --restart-cmd: an airlock pod's supervisor keeps its services' output and cgroups, and says what it saw")
 	case f.restartCmd != "" && f.url == "" && f.pidFile == "":
 		return errors.New("a plain gateway needs --url or --pid-file (or both): nothing would say whether it runs")
-	case f.maxHeapMB > maxHeapMB:
-		return fmt.Errorf("--max-heap-mb %d: at most %d (64 GiB): a pod's supervisor refuses a larger heap, and a plain gateway would be given one no host has", f.maxHeapMB, maxHeapMB)
+	case f.maxHeapMB > nodeopts.MaxHeapMB:
+		return fmt.Errorf("--max-heap-mb %d: at most %d (64 GiB): a pod's supervisor refuses a larger heap, and a plain gateway would be given one no host has", f.maxHeapMB, nodeopts.MaxHeapMB)
 	case f.heapMB < 0 || f.maxHeapMB < 1 || f.heapMB > f.maxHeapMB:
 		return fmt.Errorf("--heap-mb %d and --max-heap-mb %d: want 0 ≤ --heap-mb ≤ --max-heap-mb, and a positive cap", f.heapMB, f.maxHeapMB)
 	}

@@ -24,7 +24,7 @@ func TestSetMemoryLimitOnlyInACgroup(t *testing.T) {
 	os.Symlink(victim, filepath.Join(linked, "memory.max"))
 	for _, tc := range []struct{ name, dir, file string }{
 		{"a plain directory", plain, filepath.Join(plain, "memory.max")},
-		{"a link to a file elsewhere", linked, victim},
+		{"a directory not a cgroup's, its memory.max a link elsewhere", linked, victim},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before, _ := os.ReadFile(tc.file)

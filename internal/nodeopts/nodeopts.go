@@ -12,6 +12,10 @@ import (
 // heapFlags are the spellings of the flag (V8 takes - and _ alike).
 var heapFlags = []string{"--max-old-space-size", "--max_old_space_size"}
 
+// MaxHeapMB bounds a heap limit airlock sets (an operator's restart, a
+// watchdog's --max-heap-mb): more is a typo, not a machine.
+const MaxHeapMB = 65536
+
 // nodeOptionWords splits NODE_OPTIONS as Node does: on spaces, a double-
 // quoted part kept in one word (its quotes with it).
 func nodeOptionWords(s string) []string {

@@ -49,8 +49,8 @@ func Path(path string) error {
 	return links(path, path, &hops)
 }
 
-// maxLinks bounds the links one path may lead through, as the kernel's 40.
-const maxLinks = 40
+// MaxLinks bounds the links one path may lead through, as the kernel's 40.
+const MaxLinks = 40
 
 // links checks each symbolic link met resolving p (for Path(orig)), each
 // owned by root or this user, in a directory chain passes.
@@ -97,8 +97,8 @@ func walkLinks(orig, p string, hops *int, visit func(link string, fi fs.FileInfo
 		if fi.Mode()&fs.ModeSymlink == 0 {
 			return nil
 		}
-		if *hops++; *hops > maxLinks {
-			return fmt.Errorf("%s: more than %d symbolic links on the way: %w", orig, maxLinks, ErrUntrusted)
+		if *hops++; *hops > MaxLinks {
+			return fmt.Errorf("%s: more than %d symbolic links on the way: %w", orig, MaxLinks, ErrUntrusted)
 		}
 		if err := visit(full, fi, realDir); err != nil {
 			return err

@@ -50,24 +50,35 @@ var execTimes = sync.OnceValues(func() (*execTable, error) {
 	if t.lost, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "airlock_execlost", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1,
 	}); err != nil {
-		return fail(fmt.Errorf("connhook: exec map: %w", err))
+		return fail(fmt.Errorf("connhook: exec-lost map: %w", err))
+	}
+	load := func(what string, insns asm.Instructions) (*ebpf.Program, error) {
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Name: "airlock_exec", Type: ebpf.TracePoint, Instructions: insns, License: "Dual MIT/GPL",
+		})
+		if err != nil {
+			return nil, fmt.Errorf("connhook: load the %s program: %w", what, err)
+		}
+		t.progs = append(t.progs, prog)
+		return prog, nil
+	}
+	note, err := load("exec", noteExec(t.execs, t.lost))
+	if err != nil {
+		return fail(err)
+	}
+	forget, err := load("exit", forgetExec(t.execs))
+	if err != nil {
+		return fail(err)
 	}
 	for _, at := range []struct {
 		group, name string
-		insns       asm.Instructions
+		prog        *ebpf.Program
 	}{
-		{"syscalls", "sys_enter_execve", noteExec(t.execs, t.lost)},
-		{"syscalls", "sys_enter_execveat", noteExec(t.execs, t.lost)},
-		{"sched", "sched_process_exit", forgetExec(t.execs)},
+		{"syscalls", "sys_enter_execve", note},
+		{"syscalls", "sys_enter_execveat", note},
+		{"sched", "sched_process_exit", forget},
 	} {
-		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-			Name: "airlock_exec", Type: ebpf.TracePoint, Instructions: at.insns, License: "Dual MIT/GPL",
-		})
-		if err != nil {
-			return fail(fmt.Errorf("connhook: load the exec program for %s: %w", at.name, err))
-		}
-		t.progs = append(t.progs, prog)
-		l, err := link.Tracepoint(at.group, at.name, prog, nil)
+		l, err := link.Tracepoint(at.group, at.name, at.prog, nil)
 		if err != nil {
 			return fail(fmt.Errorf("connhook: attach to %s:%s (tracefs mounted at /sys/kernel/tracing?): %w", at.group, at.name, err))
 		}
