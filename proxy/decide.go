@@ -43,8 +43,10 @@ type decision struct {
 	cc *clientConn
 }
 
-// upstreamContext lets the transport dial exactly dc's checked addresses.
+// upstreamContext lets the transport dial exactly dc's checked addresses,
+// on connections no other program's requests use (poolOwner).
 func (dc *decision) upstreamContext(ctx context.Context) context.Context {
+	ctx = withOwner(ctx, poolOwner{dc.in.Sandbox, dc.in.Process.Exe, dc.in.Process.SHA256})
 	return egress.WithChecked(ctx, dc.in.Request.Host, dc.in.Request.Port, dc.addrs)
 }
 

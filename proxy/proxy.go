@@ -325,9 +325,9 @@ func (e *Egress) Serve(ln net.Listener) error {
 
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = log.New(io.Discard, "", 0)
-	gp.Tr = p.transport.fallback // our dialer, verification, no env proxy (handlePlain sends through p.transport)
-	gp.ConnectDial = nil         // never used: CONNECT is served before goproxy
-	gp.KeepHeader = false        // strip Proxy-Authorization upstream
+	gp.Tr = unusedTransport // handlePlain sends through p.transport
+	gp.ConnectDial = nil    // never used: CONNECT is served before goproxy
+	gp.KeepHeader = false   // strip Proxy-Authorization upstream
 	// Accept-Encoding passes, as in an inspected tunnel: dropped, the
 	// identity an injected secret's request asks for (inject) would be
 	// lost, and the upstream free to compress what the scrubber must read.

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/policies"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,32 +26,126 @@ import (
 // the hand-offs between them and the caller were the largest part of the
 // proxy's CPU per keep-alive request after the syscalls themselves
 // (docs/performance.md). Every other request (a body, Expect, an upgrade)
-// goes through fallback, which can write a body while it reads an early
-// answer.
+// goes through a fallback http.Transport, which can write a body while it
+// reads an early answer.
+//
+// No connection carries two owners' requests (poolOwner): each owner has
+// its kept connections and its fallback transport.
 type upstreamTransport struct {
-	fallback *http.Transport
-	// maxIdle and maxIdlePerHost bound the connections kept; with
-	// fallback's they make the maxIdleUpstream that EnsureFDs counts.
+	// base is the fallbacks' template: the dialer, TLS configuration and
+	// timeouts; its own pool is never used.
+	base *http.Transport
+	// maxIdle and maxIdlePerHost bound the connections kept; with the
+	// fallbacks' they make the maxIdleUpstream that EnsureFDs counts.
 	maxIdle, maxIdlePerHost int
 
-	mu     sync.Mutex
-	idle   map[string][]*keptConn // by scheme://host:port
-	nidle  int
-	closed bool
+	mu        sync.Mutex
+	idle      map[poolKey][]*keptConn
+	nidle     int
+	fallbacks map[poolOwner]*ownedFallback
+	uses      uint64 // orders the fallbacks' last use
+	closed    bool
 }
 
-// newUpstreamTransport keeps fallbackIdle of maxIdleUpstream for
-// fallback's requests, the rare ones, and the rest for its own.
-func newUpstreamTransport(fallback *http.Transport) *upstreamTransport {
-	const fallbackIdle = maxIdleUpstream / 4
-	fallback.MaxIdleConns = fallbackIdle
-	fallback.MaxResponseHeaderBytes = maxResponseHeaderBytes
+// poolOwner is whose requests may share an upstream connection: one
+// program in one sandbox. An upstream that reads a request's body as the
+// start of its next request (a CL.0 or other desync bug) joins whatever
+// follows on that connection to it: on a shared connection another
+// sandbox's request, with the credentials the proxy injected into it, in
+// a request the first sandbox chose the start of. Kept per owner, what a
+// program sends can only ever join its own requests.
+type poolOwner struct {
+	sandbox     policies.Sandbox
+	exe, sha256 string
+}
+
+// ownerKey carries a request's poolOwner in its context
+// (decision.upstreamContext).
+type ownerKey struct{}
+
+// poolKey is a kept connection's owner and its scheme://host:port.
+type poolKey struct {
+	owner  poolOwner
+	target string
+}
+
+// ownedFallback is one owner's fallback transport and when it was last
+// used.
+type ownedFallback struct {
+	tr   *http.Transport
+	used uint64
+}
+
+// The fallbacks' share of maxIdleUpstream, and how many owners have one
+// at a time: the one used least recently gives way to a new owner, its
+// idle connections closed.
+const (
+	fallbackIdle   = maxIdleUpstream / 4
+	maxFallbacks   = 8
+	fallbackIdleOf = fallbackIdle / maxFallbacks
+)
+
+// newUpstreamTransport keeps fallbackIdle of maxIdleUpstream for the
+// fallbacks' requests, the rare ones, and the rest for its own.
+func newUpstreamTransport(base *http.Transport) *upstreamTransport {
+	base.MaxResponseHeaderBytes = maxResponseHeaderBytes
 	return &upstreamTransport{
-		fallback:       fallback,
+		base:           base,
 		maxIdle:        maxIdleUpstream - fallbackIdle,
-		maxIdlePerHost: fallback.MaxIdleConnsPerHost,
-		idle:           map[string][]*keptConn{},
+		maxIdlePerHost: base.MaxIdleConnsPerHost,
+		idle:           map[poolKey][]*keptConn{},
+		fallbacks:      map[poolOwner]*ownedFallback{},
 	}
+}
+
+// withOwner marks ctx's upstream requests as o's.
+func withOwner(ctx context.Context, o poolOwner) context.Context {
+	return context.WithValue(ctx, ownerKey{}, o)
+}
+
+// errNoOwner: a request reached the transport without an owner, which
+// only a fault in the proxy can do; it is refused rather than sent on a
+// connection anyone may share.
+var errNoOwner = errors.New("proxy: upstream request without an owner")
+
+// unusedTransport is goproxy's own, which it never uses (handlePlain
+// gives it upstreamTransport for every request): were it reached for, the
+// request would fail, not go out on a pool of goproxy's shared by all.
+var unusedTransport = &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+	return nil, errors.New("proxy: goproxy's own transport is not used")
+}}
+
+// fallback is o's fallback transport, made for it if it has none.
+func (t *upstreamTransport) fallback(o poolOwner) *http.Transport {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.uses++
+	if f := t.fallbacks[o]; f != nil {
+		f.used = t.uses
+		return f.tr
+	}
+	if len(t.fallbacks) >= maxFallbacks {
+		var oldest poolOwner
+		least := uint64(math.MaxUint64)
+		for owner, f := range t.fallbacks {
+			if f.used < least {
+				oldest, least = owner, f.used
+			}
+		}
+		// Its requests still under way finish; http.Transport closes
+		// the connections they hand back, as no request comes to
+		// undo that (its closeIdle; one that took the transport just
+		// before this does, and what it hands back is kept until
+		// IdleConnTimeout).
+		t.fallbacks[oldest].tr.CloseIdleConnections()
+		delete(t.fallbacks, oldest)
+	}
+	tr := t.base.Clone()
+	tr.MaxIdleConns = fallbackIdleOf
+	tr.MaxIdleConnsPerHost = fallbackIdleOf
+	tr.DisableKeepAlives = t.closed
+	t.fallbacks[o] = &ownedFallback{tr: tr, used: t.uses}
+	return tr
 }
 
 // replayable says whether req may be sent again on a fresh connection when
@@ -68,10 +164,14 @@ func replayable(req *http.Request) bool {
 // RoundTrip sends req and reads its answer's header; the caller reads and
 // closes the body, which hands the connection back.
 func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !replayable(req) {
-		return t.fallback.RoundTrip(req)
+	owner, ok := req.Context().Value(ownerKey{}).(poolOwner)
+	if !ok {
+		return nil, errNoOwner
 	}
-	key := req.URL.Scheme + "://" + req.URL.Host
+	if !replayable(req) {
+		return t.fallback(owner).RoundTrip(req)
+	}
+	key := poolKey{owner, req.URL.Scheme + "://" + req.URL.Host}
 	for {
 		kc, reused, err := t.get(req.Context(), key, req)
 		if err != nil {
@@ -97,21 +197,23 @@ func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 // then on closes those handed back (Shutdown).
 func (t *upstreamTransport) CloseIdleConnections() {
 	t.mu.Lock()
-	idle := t.idle
-	t.idle, t.nidle, t.closed = map[string][]*keptConn{}, 0, true
+	idle, fallbacks := t.idle, t.fallbacks
+	t.idle, t.nidle, t.fallbacks, t.closed = map[poolKey][]*keptConn{}, 0, map[poolOwner]*ownedFallback{}, true
 	t.mu.Unlock()
 	for _, conns := range idle {
 		for _, kc := range conns {
 			kc.close()
 		}
 	}
-	t.fallback.CloseIdleConnections()
+	for _, f := range fallbacks {
+		f.tr.CloseIdleConnections()
+	}
 }
 
 // get is a kept connection to key, the most recently used first (the one
 // least likely to have been closed by the upstream's idle timeout), or a
 // new one.
-func (t *upstreamTransport) get(ctx context.Context, key string, req *http.Request) (kc *keptConn, reused bool, err error) {
+func (t *upstreamTransport) get(ctx context.Context, key poolKey, req *http.Request) (kc *keptConn, reused bool, err error) {
 	for kc = t.pop(key); kc != nil; kc = t.pop(key) {
 		kc.idleTimer.Stop()
 		if !kc.spoke() {
@@ -124,7 +226,7 @@ func (t *upstreamTransport) get(ctx context.Context, key string, req *http.Reque
 }
 
 // pop takes the most recently kept connection for key, if there is one.
-func (t *upstreamTransport) pop(key string) *keptConn {
+func (t *upstreamTransport) pop(key poolKey) *keptConn {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	conns := t.idle[key]
@@ -178,18 +280,18 @@ func (kc *keptConn) spoke() bool {
 	return spoke
 }
 
-// dial connects as fallback would: its dialer (the guard, to the addresses
+// dial connects as a fallback would: its dialer (the guard, to the addresses
 // checked for this request), its TLS configuration and handshake timeout.
-func (t *upstreamTransport) dial(ctx context.Context, key string, req *http.Request) (*keptConn, error) {
-	conn, err := t.fallback.DialContext(ctx, "tcp", req.URL.Host)
+func (t *upstreamTransport) dial(ctx context.Context, key poolKey, req *http.Request) (*keptConn, error) {
+	conn, err := t.base.DialContext(ctx, "tcp", req.URL.Host)
 	if err != nil {
 		return nil, err
 	}
 	if req.URL.Scheme == "https" {
-		cfg := t.fallback.TLSClientConfig.Clone()
+		cfg := t.base.TLSClientConfig.Clone()
 		cfg.ServerName = req.URL.Hostname()
 		tc := tls.Client(conn, cfg)
-		hctx, cancel := context.WithTimeout(ctx, t.fallback.TLSHandshakeTimeout)
+		hctx, cancel := context.WithTimeout(ctx, t.base.TLSHandshakeTimeout)
 		err := tc.HandshakeContext(hctx)
 		cancel()
 		if err != nil {
@@ -218,14 +320,14 @@ func (t *upstreamTransport) put(kc *keptConn) {
 	}
 	t.idle[kc.key] = append(t.idle[kc.key], kc)
 	t.nidle++
-	kc.idleTimer.Reset(t.fallback.IdleConnTimeout)
+	kc.idleTimer.Reset(t.base.IdleConnTimeout)
 	t.mu.Unlock()
 }
 
 // keptConn is one upstream connection and its buffers.
 type keptConn struct {
 	t         *upstreamTransport
-	key       string
+	key       poolKey
 	conn      net.Conn
 	counted   *countingReader
 	br        *bufio.Reader
@@ -248,7 +350,7 @@ func (kc *keptConn) roundTrip(req *http.Request) (*http.Response, error) {
 	kc.answered = false
 	// A read deadline (one timer): a bodiless request is a few hundred
 	// bytes, which a socket takes without waiting.
-	kc.conn.SetReadDeadline(time.Now().Add(kc.t.fallback.ResponseHeaderTimeout))
+	kc.conn.SetReadDeadline(time.Now().Add(kc.t.base.ResponseHeaderTimeout))
 	// Registered after the deadline above, which would otherwise undo it.
 	stop := context.AfterFunc(ctx, func() { kc.conn.SetDeadline(aLongTimeAgo) })
 	fail := func(err error) (*http.Response, error) {
@@ -279,7 +381,7 @@ func (kc *keptConn) roundTrip(req *http.Request) (*http.Response, error) {
 		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
 			// The hint an agent reads says which limit it met.
 			err = fmt.Errorf("timeout awaiting response headers from %s after %s (--upstream-header-timeout): %w",
-				req.URL.Host, kc.t.fallback.ResponseHeaderTimeout, err)
+				req.URL.Host, kc.t.base.ResponseHeaderTimeout, err)
 		}
 		if err != nil {
 			return fail(err)

@@ -11,12 +11,14 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testca"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // rawOrigin is an HTTP/1.1 origin on loopback whose every connection is
@@ -61,7 +63,7 @@ func newTestUpstreamTransport() *upstreamTransport {
 
 // send GETs / from o through tr and reads the whole answer.
 func send(ctx context.Context, tr *upstreamTransport, o *rawOrigin) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.addr+"/", nil)
+	req, err := http.NewRequestWithContext(owned(ctx), http.MethodGet, "http://"+o.addr+"/", nil)
 	if err != nil {
 		return "", err
 	}
@@ -155,7 +157,7 @@ func TestUpstreamTransportFallsBack(t *testing.T) {
 	})
 	tr := newTestUpstreamTransport()
 	defer tr.CloseIdleConnections()
-	req, _ := http.NewRequest(http.MethodPost, "http://"+o.addr+"/", nil)
+	req, _ := http.NewRequestWithContext(owned(context.Background()), http.MethodPost, "http://"+o.addr+"/", nil)
 	if !replayable(mustGet(t, o)) || replayable(req) {
 		t.Fatal("replayable: want GET without a body only")
 	}
@@ -171,12 +173,17 @@ func TestUpstreamTransportFallsBack(t *testing.T) {
 }
 
 func mustGet(t *testing.T, o *rawOrigin) *http.Request {
-	req, err := http.NewRequest(http.MethodGet, "http://"+o.addr+"/", nil)
+	req, err := http.NewRequestWithContext(owned(context.Background()), http.MethodGet, "http://"+o.addr+"/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return req
 }
+
+// testOwner owns the requests of the tests that are not about owners.
+var testOwner = poolOwner{sandbox: policies.Sandbox{ID: "test", Preset: "strict"}, exe: "/usr/bin/curl"}
+
+func owned(ctx context.Context) context.Context { return withOwner(ctx, testOwner) }
 
 // A request whose context ends (its client went away) or whose upstream
 // does not answer within the header timeout fails with that cause, and its
@@ -204,7 +211,7 @@ func TestUpstreamTransportCancels(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := newTestUpstreamTransport()
-			tr.fallback.ResponseHeaderTimeout = tc.header
+			tr.base.ResponseHeaderTimeout = tc.header
 			_, err := send(tc.ctx(), tr, o)
 			if !tc.want(err) {
 				t.Fatalf("error %v; want the request's own cause", err)
@@ -229,7 +236,7 @@ func TestUpstreamTransportCloses(t *testing.T) {
 		}
 	}
 	tr := newTestUpstreamTransport()
-	tr.fallback.IdleConnTimeout = 50 * time.Millisecond
+	tr.base.IdleConnTimeout = 50 * time.Millisecond
 	if _, err := send(context.Background(), tr, o); err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +413,7 @@ func TestUpstreamTransportDropsATLSConnectionThatSpoke(t *testing.T) {
 	})
 	defer tr.CloseIdleConnections()
 	get := func() string {
-		req, _ := http.NewRequest(http.MethodGet, "https://"+ln.Addr().String()+"/", nil)
+		req, _ := http.NewRequestWithContext(owned(context.Background()), http.MethodGet, "https://"+ln.Addr().String()+"/", nil)
 		resp, err := tr.RoundTrip(req)
 		if err != nil {
 			t.Fatal(err)
@@ -462,7 +469,7 @@ func TestUpstreamTransportBoundsTheResponseHeader(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	for _, method := range []string{http.MethodGet, http.MethodPost} { // kept, fallback
 		for _, path := range []string{"/fits", "/endless"} {
-			req, _ := http.NewRequest(method, "http://"+o.addr+path, nil)
+			req, _ := http.NewRequestWithContext(owned(context.Background()), method, "http://"+o.addr+path, nil)
 			resp, err := tr.RoundTrip(req)
 			if path == "/fits" {
 				if err != nil {
@@ -479,6 +486,171 @@ func TestUpstreamTransportBoundsTheResponseHeader(t *testing.T) {
 			if method == http.MethodGet && !strings.Contains(err.Error(), fmt.Sprintf("larger than %d bytes", maxResponseHeaderBytes)) {
 				t.Errorf("%s %s: %v; want the bound named", method, path, err)
 			}
+		}
+	}
+}
+
+// No upstream connection carries two owners' requests. An upstream that
+// reads a body as the start of its next request (CL.0) would otherwise
+// join another sandbox's request, the credentials the proxy injected into
+// it included, to a request the first sandbox began: here A's body begins
+// "GET /capture" and leaves its header open, and B's request, sent next,
+// must not be read as the rest of it. A request without an owner is
+// refused, and a program's own requests still share its connections.
+func TestUpstreamTransportKeepsOwnersApart(t *testing.T) {
+	type seen struct {
+		conn, path, auth string
+	}
+	var mu sync.Mutex
+	var log []seen
+	o := newRawOrigin(t, func(n int, c net.Conn, req *http.Request) bool {
+		mu.Lock()
+		log = append(log, seen{c.RemoteAddr().String(), req.URL.Path, req.Header.Get("Authorization")})
+		mu.Unlock()
+		ok(c, "") // the body is left unread: the next request begins with it
+		return true
+	})
+	ownerA := poolOwner{sandbox: policies.Sandbox{ID: "a", Preset: "coder"}, exe: "/usr/bin/python3", sha256: "aa"}
+	ownerB := poolOwner{sandbox: policies.Sandbox{ID: "b", Preset: "coder"}, exe: "/usr/bin/python3", sha256: "aa"}
+	ownerB2 := poolOwner{sandbox: ownerB.sandbox, exe: "/usr/bin/curl", sha256: "bb"} // B's other program
+	tr := newTestUpstreamTransport()
+	defer tr.CloseIdleConnections()
+	do := func(ctx context.Context, method, auth, body string) error {
+		req, err := http.NewRequestWithContext(ctx, method, "http://"+o.addr+"/", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body == "" {
+			req.Body = nil
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	if err := do(context.Background(), http.MethodGet, "", ""); !errors.Is(err, errNoOwner) {
+		t.Fatalf("a request without an owner: %v; want errNoOwner", err)
+	}
+	if o.conns.Load() != 0 {
+		t.Fatal("a request without an owner reached the upstream")
+	}
+	steps := []struct {
+		owner        poolOwner
+		method, auth string
+		body         string
+	}{
+		{ownerA, http.MethodPost, "", "GET /capture HTTP/1.1\r\nX-Pad: "},
+		{ownerB, http.MethodPost, "Bearer b-secret", "b"},
+		{ownerB2, http.MethodPost, "Bearer b2-secret", "c"},
+		{ownerA, http.MethodGet, "", ""},
+		{ownerB, http.MethodGet, "Bearer b-secret", ""},
+		{ownerA, http.MethodGet, "", ""},
+		{ownerB, http.MethodGet, "Bearer b-secret", ""},
+	}
+	for i, st := range steps {
+		if err := do(withOwner(context.Background(), st.owner), st.method, st.auth, st.body); err != nil {
+			t.Fatalf("request %d: %v", i+1, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, r := range log {
+		if r.auth != "" && r.path != "/" {
+			t.Errorf("B's credentials reached the upstream in a request to %s (on %s): A's request read on into B's", r.path, r.conn)
+		}
+	}
+	// One connection for each of A's and B's POSTs and B's other
+	// program's, and one each for A's and B's GETs, used twice.
+	if n := o.conns.Load(); n != 5 {
+		t.Errorf("%d upstream connections; want 5: one per owner and transport, each owner's kept for its next request", n)
+	}
+}
+
+// A fallback transport gives way to a new owner's once maxFallbacks
+// owners have one, the least recently used first, and its idle
+// connections are closed with it: the descriptors the fallbacks hold stay
+// within their share of maxIdleUpstream.
+func TestUpstreamTransportBoundsTheFallbacks(t *testing.T) {
+	o := newRawOrigin(t, func(n int, c net.Conn, req *http.Request) bool {
+		io.Copy(io.Discard, req.Body)
+		ok(c, "")
+		return true
+	})
+	tr := newTestUpstreamTransport()
+	defer tr.CloseIdleConnections()
+	post := func(i int) {
+		t.Helper()
+		owner := poolOwner{sandbox: policies.Sandbox{ID: fmt.Sprintf("s%d", i)}}
+		req, _ := http.NewRequestWithContext(withOwner(context.Background(), owner), http.MethodPost, "http://"+o.addr+"/", strings.NewReader("x"))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	for i := range maxFallbacks {
+		post(i)
+	}
+	post(0) // s0 is used most recently, s1 least
+	select {
+	case <-o.closed:
+		t.Fatal("a connection was closed before any fallback gave way")
+	case <-time.After(100 * time.Millisecond):
+	}
+	post(maxFallbacks)
+	select {
+	case <-o.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the idle connection of the fallback that gave way is still open")
+	}
+	tr.mu.Lock()
+	_, s0 := tr.fallbacks[poolOwner{sandbox: policies.Sandbox{ID: "s0"}}]
+	_, s1 := tr.fallbacks[poolOwner{sandbox: policies.Sandbox{ID: "s1"}}]
+	n := len(tr.fallbacks)
+	tr.mu.Unlock()
+	if !s0 || s1 || n != maxFallbacks {
+		t.Errorf("fallbacks: s0 kept %v, s1 kept %v, %d in all; want s1's gone, %d in all", s0, s1, n, maxFallbacks)
+	}
+}
+
+// A decision's upstream context names its owner: the sandbox (its kind
+// and preset with it) and the program, by path and hash, so that two
+// sandboxes, or two programs in one, never share a connection.
+func TestUpstreamContextNamesTheOwner(t *testing.T) {
+	base := policies.Input{
+		Sandbox: policies.Sandbox{ID: "a", Kind: "coder", Preset: "coder"},
+		Process: policies.Process{PID: 10, Exe: "/usr/bin/python3", SHA256: "aa"},
+		Request: policies.Request{Host: "api.test", Port: 443},
+	}
+	owner := func(in policies.Input) poolOwner {
+		o, ok := (&decision{in: in}).upstreamContext(context.Background()).Value(ownerKey{}).(poolOwner)
+		if !ok {
+			t.Fatal("no owner in the upstream context")
+		}
+		return o
+	}
+	same := base
+	same.Process.PID = 11 // another process of the same program
+	if owner(same) != owner(base) {
+		t.Error("two processes of one program in one sandbox are two owners")
+	}
+	for name, change := range map[string]func(*policies.Input){
+		"sandbox": func(in *policies.Input) { in.Sandbox.ID = "b" },
+		"preset":  func(in *policies.Input) { in.Sandbox.Preset = "strict" },
+		"kind":    func(in *policies.Input) { in.Sandbox.Kind = "writer" },
+		"binary":  func(in *policies.Input) { in.Process.Exe = "/usr/bin/curl" },
+		"hash":    func(in *policies.Input) { in.Process.SHA256 = "bb" },
+	} {
+		other := base
+		change(&other)
+		if owner(other) == owner(base) {
+			t.Errorf("another %s, the same owner", name)
 		}
 	}
 }
