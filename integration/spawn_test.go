@@ -190,7 +190,7 @@ func TestSpawnLocal(t *testing.T) {
 		}
 	}
 	memory, _ := os.ReadFile(h.Memory(orchestrator.Today(time.Now())))
-	if n := strings.Count(string(memory), "<!-- airlock-task: "+id+" -->"); n != 1 || !strings.Contains(string(memory), `"tokens": 42`) {
+	if n := strings.Count(string(memory), "<!-- airlock-task: "+id+" -->"); n != 1 || !strings.Contains(string(memory), `"tokens":42`) {
 		t.Errorf("memory file has %s's section %d times; want once, with its result:\n%s", id, n, memory)
 	}
 }

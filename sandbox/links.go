@@ -23,9 +23,15 @@ import (
 // a person's home whole). Each link met resolving the path is looked at,
 // as the kernel meets them (through other links' targets, a ".." after
 // one); a path that cannot be resolved is left to Landlock's open, which
-// refuses it.
+// refuses it. The working directory likewise: under a directory the
+// sandbox gets a private or empty one of (/tmp, a hidden home) it is
+// mounted back, and pointed at the host's /tmp/tmux-UID it would mount the
+// sockets of programs that run what they are sent outside any sandbox.
 func plantedLinks(c *Config) error {
-	for _, p := range slices.Concat(c.RO, c.RW, c.Exec) {
+	for _, p := range slices.Concat(c.RO, c.RW, c.Exec, []string{c.Dir}) {
+		if p == "" {
+			continue
+		}
 		var planted error
 		trusted.WalkLinks(p, func(link string, fi fs.FileInfo, dir string) error {
 			if !replaceableBy(dir, fi, c.UID, c.GID) {

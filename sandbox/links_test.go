@@ -90,21 +90,35 @@ func TestPlantedLinksAreRefused(t *testing.T) {
 	}
 }
 
-// The launch refuses it, as its init's step, before anything is mounted.
+// The launch refuses it, as its init's step, before anything is mounted:
+// given to read, or as its working directory, which a sandbox's link in
+// its workspace would point at a directory of the host's /tmp (a tmux
+// server's sockets), mounted back into its private /tmp.
 func TestLaunchRefusesAPlantedLink(t *testing.T) {
 	testutil.RequireRoot(t, "the sandbox launcher")
-	c := base(t, "/bin/true")
-	work := rootDir(t, 0o755)
-	os.Chown(work, c.UID, c.GID) // the sandbox's own workspace, --rw
-	cfg := filepath.Join(work, "cfg")
-	if err := os.Symlink("/", cfg); err != nil {
-		t.Fatal(err)
-	}
-	c.RW = append(c.RW, work)
-	c.RO = append(c.RO, cfg)
-	_, _, err := run(t, c)
-	var se *SetupError
-	if !errors.As(err, &se) || !strings.Contains(se.Err, "leads through the link "+cfg) {
-		t.Fatalf("launch given %s, a link in its own workspace: %v; want it refused for the link", cfg, err)
+	sockets := t.TempDir() // below the host's /tmp, where tmux's are
+	for _, tc := range []struct {
+		name string
+		give func(c *Config, link string)
+	}{
+		{"given to read", func(c *Config, link string) { c.RO = append(c.RO, link) }},
+		{"its working directory", func(c *Config, link string) { c.Dir = link }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base(t, "/bin/true")
+			work := rootDir(t, 0o755)
+			os.Chown(work, c.UID, c.GID) // the sandbox's own workspace, --rw
+			link := filepath.Join(work, "cfg")
+			if err := os.Symlink(sockets, link); err != nil {
+				t.Fatal(err)
+			}
+			c.RW = append(c.RW, work)
+			tc.give(&c, link)
+			_, _, err := run(t, c)
+			var se *SetupError
+			if !errors.As(err, &se) || !strings.Contains(se.Err, "leads through the link "+link) {
+				t.Fatalf("launch given %s, a link in its own workspace: %v; want it refused for the link", link, err)
+			}
+		})
 	}
 }

@@ -49,7 +49,7 @@ func TestCollectDay(t *testing.T) {
 		}
 	}
 	raw, err := os.ReadFile(h.Memory(yesterday))
-	if err != nil || strings.Count(string(raw), `"answer": 42`) != 1 {
+	if err != nil || strings.Count(string(raw), `"answer":42`) != 1 {
 		t.Errorf("memory/%s.md = %s, %v; want the task once", yesterday, raw, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/orchestrator"
 	"github.com/airlock-sandbox/airlock/orchestrator/ledger"
@@ -162,5 +163,17 @@ func TestEventsEscapeC1(t *testing.T) {
 	var back struct{ Detail string }
 	if err := json.Unmarshal([]byte(out), &back); err != nil || back.Detail != detail {
 		t.Errorf("the printed event reads back as %q, %v; want %q", back.Detail, err, detail)
+	}
+}
+
+// A line cut to fit the table is cut before a character, never inside
+// one: the rest of ⛛ (e2 9b 9b) cut after its first byte is no UTF-8, and
+// its 0x9b a CSI to a terminal in an 8-bit locale.
+func TestOneLineCutsOnACharacter(t *testing.T) {
+	for pad := 90; pad < 100; pad++ {
+		got := oneLine(strings.Repeat("a", pad) + strings.Repeat("⛛", 10))
+		if !utf8.ValidString(got) || len(got) > 100 || !strings.HasSuffix(got, "...") {
+			t.Errorf("oneLine of %d bytes and ⛛s = %q; want at most 100 bytes of UTF-8 ending in ...", pad, got)
+		}
 	}
 }

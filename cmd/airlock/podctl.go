@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/internal/adminclient"
 	"github.com/airlock-sandbox/airlock/internal/c1"
@@ -110,7 +111,13 @@ func printStatus(w io.Writer, st supervisor.Status) {
 func oneLine(s string) string {
 	s = spawn.Printable(s)
 	if len(s) > 100 {
-		s = s[:97] + "..."
+		// On a character's first byte: the rest of one cut in two is no
+		// UTF-8, and its 0x9b a CSI to a terminal in an 8-bit locale.
+		cut := 97
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
 	}
 	return s
 }

@@ -103,7 +103,7 @@ func TestPoll(t *testing.T) {
 			t.Errorf("ledger of %s: %s, want %s", id, task.Status, want)
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(home.Subagent("t-done"), "result.json")); err != nil || !strings.Contains(string(b), `"answer": 1`) {
+	if b, err := os.ReadFile(filepath.Join(home.Subagent("t-done"), "result.json")); err != nil || !strings.Contains(string(b), `"answer":1`) {
 		t.Errorf("t-done's result.json = %s, %v", b, err)
 	}
 	if _, err := os.Stat(filepath.Join(home.Subagent("t-done"), "stdout.log")); err != nil {

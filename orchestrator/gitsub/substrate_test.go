@@ -195,7 +195,7 @@ func TestWaitGivesUp(t *testing.T) {
 	if r.Status != ledger.Failed || r.Exit != 124 || !strings.Contains(r.Detail, "did not commit a result to spawn/t-lost within 2 s") {
 		t.Errorf("result = %+v", r)
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "result.json")); err != nil || !strings.Contains(string(b), `"exit_code": 124`) {
+	if b, err := os.ReadFile(filepath.Join(dir, "result.json")); err != nil || !strings.Contains(string(b), `"exit_code":124`) {
 		t.Errorf("local result.json = %s, %v", b, err)
 	}
 }
@@ -205,7 +205,8 @@ func TestWaitGivesUp(t *testing.T) {
 func TestParseResultRefuses(t *testing.T) {
 	for _, raw := range []string{`nope`, `{"task":"other","status":"done"}`, `{"task":"t-1","status":"fine"}`, `{"task":"t-1","status":"done","exit_code":2}`,
 		"{\"task\":\"t-1\",\"status\":\"done\",\"result\":{\"x\":\"a\x9b2J\"}}", `{"task":"t-1","status":"done","result":"text"}`,
-		`{"task":"t-1","status":"done","result":null}`, `{"task":"t-1","status":"done","usage":{"tokens":-500}}`} {
+		`{"task":"t-1","status":"done","result":null}`, `{"task":"t-1","status":"done","usage":{"tokens":-500}}`,
+		`{"task":"t-1","status":"done","result":{"a":` + strings.Repeat("[", spawn.MaxNesting) + strings.Repeat("]", spawn.MaxNesting) + `}}`} {
 		r := parseResult("t-1", "reviewer", []byte(raw))
 		if r.Status != ledger.Failed || !strings.Contains(r.Detail, "unusable") {
 			t.Errorf("parseResult(%s) = %+v, want failed as unusable", raw, r)

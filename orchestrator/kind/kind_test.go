@@ -107,6 +107,31 @@ func TestLoadRefusesAPathAsName(t *testing.T) {
 	}
 }
 
+// A kind another user could have written, or put in place of the
+// operator's, is refused: it would choose its sub-agents' preset.
+func TestLoadRefusesAnUntrustedKind(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		dirMode, fileMod os.FileMode
+	}{
+		{"in a directory others may write", 0o777, 0o600},
+		{"a file others may write", 0o755, 0o666},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "kinds")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			path := writeKind(t, dir, "k", valid)
+			os.Chmod(path, tc.fileMod)
+			os.Chmod(dir, tc.dirMode)
+			if _, err := kind.Load(dir, "k"); err == nil || !strings.Contains(err.Error(), "refusing") {
+				t.Fatalf("Load = %v; want the kind refused as untrusted", err)
+			}
+		})
+	}
+}
+
 func TestList(t *testing.T) {
 	dir := t.TempDir()
 	for _, f := range []string{"b.yaml", "a.yaml", "notes.txt", "Bad.yaml"} {

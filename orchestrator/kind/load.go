@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"github.com/airlock-sandbox/airlock/internal/yamlobj"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"gopkg.in/yaml.v3"
@@ -22,12 +23,20 @@ var (
 )
 
 // Load reads dir/<name>.yaml. A name that is not [a-z0-9-]+ is refused
-// before any file is opened, so a kind cannot name a path.
+// before any file is opened, so a kind cannot name a path. The file must
+// be trusted.Path's, as the budget's limit file is: a kind names the
+// preset and the binaries its sub-agents run with, and one another user
+// could have written (an agent, in a home it made or may write) would
+// choose them for itself.
 func Load(dir, name string) (*Kind, error) {
 	if !namePattern.MatchString(name) {
 		return nil, fmt.Errorf("kind %q: want lower-case letters, digits and - only", name)
 	}
-	return LoadFile(filepath.Join(dir, name+".yaml"))
+	path := filepath.Join(dir, name+".yaml")
+	if err := trusted.Path(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("kind %s: refusing: %w", path, err)
+	}
+	return LoadFile(path)
 }
 
 // LoadFile reads, parses and validates the kind manifest at path; its

@@ -51,7 +51,7 @@ func TestCollectIsIdempotent(t *testing.T) {
 	}
 	raw, _ := os.ReadFile(h.Memory(day))
 	mem := string(raw)
-	for _, want := range []string{`"answer": "done-today"`, "## k: failed-early, failed", "- the sandbox could not be set up"} {
+	for _, want := range []string{`"answer":"done-today"`, "## k: failed-early, failed", "- the sandbox could not be set up"} {
 		// The detail names another task's marker, and holds escapes:
 		// neither keeps that task out, nor reaches the file as is.
 		if strings.Count(mem, want) != 1 {

@@ -58,6 +58,14 @@ func (r *Result) Judge(last []byte) {
 		}
 		return
 	}
+	if err := CheckNesting(last); err != nil {
+		r.Status = ledger.Failed
+		r.Detail = joinDetail(r.Detail, "the last stdout line "+err.Error())
+		if r.Exit != 0 {
+			r.Detail = joinDetail(fmt.Sprintf("exit code %d", r.Exit), r.Detail)
+		}
+		return
+	}
 	r.Result = json.RawMessage(last)
 	var u struct {
 		Usage *struct {
@@ -73,6 +81,41 @@ func (r *Result) Judge(last []byte) {
 		return
 	}
 	r.Status = ledger.Done
+}
+
+// MaxNesting is how deeply a result's arrays and objects may nest: far
+// more than a report needs, and little enough that no reader of it (the
+// memory file, a terminal, a JSON decoder) pays for depth.
+const MaxNesting = 64
+
+// CheckNesting refuses a JSON value (valid JSON) whose arrays and objects
+// nest deeper than MaxNesting: indented, each level of a value nested ten
+// thousand deep is a line of its own as wide as its depth, and 80 KB of
+// brackets made a result.json of 800 MB.
+func CheckNesting(v []byte) error {
+	depth, inString, escaped := 0, false, false
+	for _, c := range v {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			if depth++; depth > MaxNesting {
+				return fmt.Errorf("nests arrays and objects deeper than %d levels", MaxNesting)
+			}
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return nil
 }
 
 func joinDetail(a, b string) string {
@@ -97,9 +140,10 @@ func Clip(b []byte) string {
 
 // WriteResult writes r as dir/result.json, whole (durable.WriteFile): a
 // reader (collect, poll) never sees half of one. It is 0600, the
-// operator's alone, as the sub-agent's output is.
+// operator's alone, as the sub-agent's output is. Compact: indented, the
+// sub-agent's value would be as large as its nesting makes it.
 func WriteResult(dir string, r Result) error {
-	raw, err := json.MarshalIndent(r, "", "  ")
+	raw, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}

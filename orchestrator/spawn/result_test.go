@@ -3,6 +3,9 @@ package spawn
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/orchestrator/budget"
@@ -44,6 +47,11 @@ func TestJudge(t *testing.T) {
 		{125, "", `{}`, ledger.Failed, -1, 1},
 		{ExitTimeout, "", `{}`, ledger.Failed, -1, ExitTimeout},
 		{137, "", `{}`, ledger.Failed, -1, 137},
+		// Nested deeper than MaxNesting: indented, each level is a line
+		// as wide as its depth. Brackets in strings are no nesting.
+		{0, "", `{"a":` + strings.Repeat("[", MaxNesting) + strings.Repeat("]", MaxNesting) + `}`, ledger.Failed, -1, 1},
+		{0, "", `{"a":` + strings.Repeat("[", MaxNesting-1) + strings.Repeat("]", MaxNesting-1) + `}`, ledger.Done, -1, 0},
+		{0, "", `{"a":"` + strings.Repeat("[{", 1000) + `\"{{"}`, ledger.Done, -1, 0},
 	} {
 		r := Result{Exit: c.exit, Status: c.status}
 		r.Judge([]byte(c.last))
@@ -80,5 +88,26 @@ func TestExitCodeOfRefusals(t *testing.T) {
 		if got := ExitCode(Result{}, c.err); got != c.want {
 			t.Errorf("ExitCode(%v) = %d; want %d", c.err, got, c.want)
 		}
+	}
+}
+
+// result.json is written compact: the sub-agent's value, however it
+// nests, takes no more room in it than on its stdout line.
+func TestWriteResultIsCompact(t *testing.T) {
+	last := `{"a":` + strings.Repeat("[", MaxNesting-1) + strings.Repeat("1, ", 50000) + "1" + strings.Repeat("]", MaxNesting-1) + `}`
+	r := Result{Task: "t-1"}
+	if r.Judge([]byte(last)); r.Status != ledger.Done {
+		t.Fatalf("judged %s (%s); want done", r.Status, r.Detail)
+	}
+	dir := t.TempDir()
+	if err := WriteResult(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, ResultFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > len(last)+300 {
+		t.Fatalf("result.json is %d bytes for a %d-byte result; want it no larger than the result and its fields", len(b), len(last))
 	}
 }
