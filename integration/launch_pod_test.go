@@ -106,7 +106,7 @@ func TestLaunchInPodRefusals(t *testing.T) {
 		want string
 	}{
 		{"a policy of its own", []string{"--preset", "egress_ok", "--policy", e.dir, "--", "/bin/true"}, 2, "--policy: with --pod-socket the pod decides"},
-		{"limits", []string{"--preset", "egress_ok", "--memory-max", "1000000", "--net", "none", "--", "/bin/true"}, 2, "--memory-max, --net: with --pod-socket"},
+		{"limits", []string{"--preset", "egress_ok", "--rlimit", "nproc=10", "--net", "none", "--", "/bin/true"}, 2, "--net, --rlimit: with --pod-socket"},
 		{"no preset", []string{"--", "/bin/true"}, 2, "--pod-socket needs --preset"},
 		{"a preset the pod lacks", []string{"--preset", "nosuch", "--", "/bin/true"}, 2, `preset "nosuch": not in the pod's policy`},
 		// A pin is the pod's to check against what it serves.

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/cginame"
 	"github.com/airlock-sandbox/airlock/policies"
 	"golang.org/x/sys/unix"
 )
@@ -493,7 +494,7 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 	}
 	target.Query = q
 	for k := range req.Header {
-		if isHeader(k, rewriteHeaders) {
+		if cginame.OneOf(k, rewriteHeaders) {
 			return p.refused(cc, target, policies.ReasonInvalidRequest, "header "+k+" names another path for the upstream to serve than the one decided; send the request to that path instead")
 		}
 	}
@@ -560,42 +561,9 @@ var httpMethods = map[string]bool{
 // rewriteHeaders are headers IIS's URL rewriting sets for the application
 // behind it, and that frameworks (Zend, Symfony) have routed on instead
 // of the request's own path: a request decided for /public would be
-// served as the path they name.
+// served as the path they name. Under any spelling a CGI-style server
+// reads as theirs (cginame).
 var rewriteHeaders = []string{"X-Original-Url", "X-Rewrite-Url"}
-
-// isHeader says whether a header, spelled as sent, is one of names to a
-// server behind CGI's naming, which makes every byte of a header's name
-// that is no letter or digit a "_" (lighttpd; Rack and PHP behind it):
-// X_HTTP_Method_Override and X.HTTP.Method.Override are both
-// HTTP_X_HTTP_METHOD_OVERRIDE there, as the canonical spelling is. Every
-// request's headers go through it: compared byte by byte, nothing made.
-func isHeader(k string, names []string) bool {
-	for _, name := range names {
-		if len(k) == len(name) && sameCGIName(k, name) {
-			return true
-		}
-	}
-	return false
-}
-
-// sameCGIName compares k with name, of one length, as CGI names them:
-// letters in any case, any byte but a letter or digit of k for one of
-// name's.
-func sameCGIName(k, name string) bool {
-	for i := 0; i < len(k); i++ {
-		c, n := k[i], name[i]
-		if !alnum(n) {
-			if alnum(c) {
-				return false
-			}
-		} else if c|0x20 != n|0x20 {
-			return false
-		}
-	}
-	return true
-}
-
-func alnum(c byte) bool { return 'a' <= c|0x20 && c|0x20 <= 'z' || '0' <= c && c <= '9' }
 
 // methodOverrides lists the methods a request asks to be taken for: its
 // override headers' values, however spelled, and its query's _method
@@ -611,7 +579,7 @@ func methodOverrides(h http.Header, q map[string][]string) []methodOverride {
 		}
 	}
 	for k, vals := range h {
-		if isHeader(k, overrideHeaders) {
+		if cginame.OneOf(k, overrideHeaders) {
 			add("header "+k, vals, false)
 		}
 	}

@@ -340,9 +340,7 @@ func (h *recordingHook) Lookup(cookie uint64) (int, int, time.Duration, bool) {
 
 func (h *recordingHook) Blind() bool { return h.hook.Blind() }
 
-func (h *recordingHook) LastExec(tgid int, at time.Duration) (time.Duration, bool, bool) {
-	return h.hook.LastExec(tgid, at)
-}
+func (h *recordingHook) ExecsOf(tgid int) identity.Execs { return h.hook.ExecsOf(tgid) }
 
 func (h *recordingHook) seen() []int {
 	h.mu.Lock()

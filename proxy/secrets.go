@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/cginame"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -89,7 +90,7 @@ func (p *Proxy) inject(h http.Header, refs map[string]policies.SecretRef) (*scru
 		// As CGI names it (X.Api.Key and X~Api~Key are HTTP_X_API_KEY
 		// to lighttpd).
 		for k := range h {
-			if isHeader(k, []string{name}) {
+			if cginame.Same(k, name) {
 				delete(h, k)
 			}
 		}

@@ -166,8 +166,16 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 	default:
 		dc = p.decide(ctx, cc, target)
 	}
-	if dc.d.Allow && dc.d.Inspect && first.proto == speaksOther {
+	switch {
+	case !dc.d.Allow:
+	case dc.d.Inspect && first.proto == speaksOther:
 		dc.deny(policies.ReasonInvalidRequest, "the rules for this host decide requests, and this connection is neither TLS nor HTTP/1, which the proxy could inspect")
+	case !dc.d.Inspect:
+		// Checked as an explicit CONNECT's tunnel is; an inspected one
+		// terminates TLS itself, and needs no name.
+		if reason, why := checkOpaque(first, target.Host); reason != "" {
+			dc.deny(reason, why)
+		}
 	}
 	if dc.d.Allow {
 		p.resolve(ctx, dc)
@@ -209,7 +217,7 @@ func (p *Proxy) serveTransparent(cc *clientConn) {
 // serveOpened serves an allowed opaque tunnel (raw, the client's socket,
 // to upstream) once what its client opened it with is known (first, or
 // err reading it): refused where a TLS server name names another host
-// than host, read as requests when it is HTTP, relayed
+// than host (checkOpaque), read as requests when it is HTTP, relayed
 // otherwise.
 func (p *Proxy) serveOpened(cc *clientConn, client, raw, upstream net.Conn, t *tracked, first opening, err error, host string, dc *decision) {
 	if err != nil {
@@ -262,10 +270,19 @@ func (p *Proxy) endUnrelayed(client net.Conn, dc *decision, end error, first ope
 // checkOpaque judges what a client of an opaque tunnel to host opened it
 // with: a TLS server name must name host, or the tunnel would carry a
 // connection to another host on the same address (a shared front, a CDN),
-// decided as this one; to an address, a client sends none (RFC 6066 has
-// no name for an address).
+// decided as this one. To a name, a ClientHello must have one: without
+// it the front serves its default host, which may be any of its tenants
+// (every current client sends one for a dotted name; Java sends none for
+// a single label). To an address, a client sends none (RFC 6066 has no
+// name for an address).
 func checkOpaque(first opening, host string) (policies.Reason, string) {
-	if first.proto == speaksTLS && first.serverName != "" && !sameName(first.serverName, host) {
+	if first.proto != speaksTLS {
+		return "", ""
+	}
+	switch _, err := netip.ParseAddr(host); {
+	case first.serverName == "" && err != nil:
+		return policies.ReasonHostMismatch, "a TLS ClientHello without a server name in a tunnel to " + host + ", which a shared front would serve as its default host"
+	case first.serverName != "" && !sameName(first.serverName, host):
 		return policies.ReasonHostMismatch, fmt.Sprintf("TLS server name %q in a tunnel to %s", first.serverName, host)
 	}
 	return "", ""

@@ -279,10 +279,10 @@ func isTLSRecord(b byte) bool { return b == 0x15 || b == 0x16 }
 // errHelloRead stops crypto/tls's handshake once the ClientHello is read.
 var errHelloRead = errors.New("ClientHello read")
 
-// clientHello has crypto/tls read the ClientHello from what was seen and
-// what follows, and stops its handshake there; nothing reaches the client.
+// clientHello has crypto/tls read the ClientHello from what was seen
+// (from off: what a server would skip before it is skipped) and what
+// follows, and stops its handshake there; nothing reaches the client.
 func (pc *peekConn) clientHello() (opening, error) {
-	pc.off = 0
 	var hello *tls.ClientHelloInfo
 	err := tls.Server(pc, &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
 		hello = h

@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -59,10 +60,12 @@ var (
 	tpClosed    = netip.MustParseAddr("127.0.0.6")  // closed.tp.test: no rule
 	tpForgotten = netip.MustParseAddr("127.0.0.10") // synthetic, its name forgotten
 	tpLiteral   = netip.MustParseAddr("127.0.0.11") // no name: decided as the literal, which a rule allows
+	tpStub      = netip.MustParseAddr("127.0.0.12") // stub.tp.test: an opaque tunnel to the stub upstream
 
 	tpTLSUpstream     = netip.MustParseAddr("127.0.0.1") // api. and tls.tp.test's TLS upstream
 	tpWebUpstream     = netip.MustParseAddr("127.0.0.7")
-	tpSSHUpstream     = netip.MustParseAddr("127.0.0.8") // greets first, then echoes
+	tpSSHUpstream     = netip.MustParseAddr("127.0.0.8")  // greets first, then echoes
+	tpStubUpstream    = netip.MustParseAddr("127.0.0.13") // serves each connection with the fixture's stub
 	tpBanner          = "220 upstream greets first\r\n"
 	tpUpstreamBody    = "hello from upstream"
 	tpUpstreamConn    = "X-Upstream-Conn"    // the upstreams' header: the request's source address
@@ -90,6 +93,7 @@ rules := [
 	{"name": "tls", "binaries": exe, "hosts": ["tls.tp.test"], "ports": [%[2]d]},
 	{"name": "web", "binaries": exe, "hosts": ["web.tp.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/ok/**"]},
 	{"name": "ssh", "binaries": exe, "hosts": ["ssh.tp.test"], "ports": [%[2]d]},
+	{"name": "stub", "binaries": exe, "hosts": ["stub.tp.test"], "ports": [%[2]d]},
 	{"name": "literal", "binaries": exe, "hosts": [%[3]q], "ports": [%[2]d]},
 	{"name": "upstream-literal", "binaries": exe, "hosts": [%[4]q], "ports": [%[2]d]},
 ]
@@ -112,6 +116,8 @@ type tpFixture struct {
 	explicit string
 	sb       Sandbox
 	serving  sync.WaitGroup
+	// stub serves the stub upstream's connections, as a test sets it.
+	stub atomic.Pointer[func(net.Conn)]
 }
 
 func newTPFixture(tb testing.TB) *tpFixture {
@@ -163,6 +169,11 @@ func newTPFixtureLimits(tb testing.TB, limits Limits) *tpFixture {
 		tb.Cleanup(func() { srv.Close() })
 	}
 	greetAndEcho(listeners[tpSSHUpstream])
+	testutil.ServeConns(listeners[tpStubUpstream], func(c net.Conn) {
+		if serve := fx.stub.Load(); serve != nil {
+			(*serve)(c)
+		}
+	})
 
 	engine := presetEngine(tb, presetBundle(tb, dir, map[string]string{"tp.rego": fmt.Sprintf(tpPreset, fx.exe, fx.port, tpLiteral, tpTLSUpstream)}))
 	ca, err := certs.LoadOrCreate(filepath.Join(dir, "ca"), 16)
@@ -175,9 +186,10 @@ func newTPFixtureLimits(tb testing.TB, limits Limits) *tpFixture {
 	guard, err := egress.New(egress.Options{
 		// The literal destination is not among them: it is checked as
 		// itself, and refused.
-		AllowRanges: []netip.Prefix{netip.PrefixFrom(tpTLSUpstream, 32), netip.PrefixFrom(tpWebUpstream, 32), netip.PrefixFrom(tpSSHUpstream, 32)},
+		AllowRanges: []netip.Prefix{netip.PrefixFrom(tpTLSUpstream, 32), netip.PrefixFrom(tpWebUpstream, 32), netip.PrefixFrom(tpSSHUpstream, 32),
+			netip.PrefixFrom(tpStubUpstream, 32)},
 		Resolve: []string{pin("api.tp.test", tpTLSUpstream), pin("tls.tp.test", tpTLSUpstream),
-			pin("web.tp.test", tpWebUpstream), pin("ssh.tp.test", tpSSHUpstream)},
+			pin("web.tp.test", tpWebUpstream), pin("ssh.tp.test", tpSSHUpstream), pin("stub.tp.test", tpStubUpstream)},
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -221,7 +233,8 @@ func newTPFixtureLimits(tb testing.TB, limits Limits) *tpFixture {
 	}
 
 	fx.sb = Sandbox{ID: "tp", Kind: "agent", Preset: "tp", Candidates: identity.Tree(os.Getpid()), NetNS: netns.None(),
-		Names: tpNames{tpAPI: "api.tp.test", tpTLS: "tls.tp.test", tpWeb: "web.tp.test", tpSSH: "ssh.tp.test", tpClosed: "closed.tp.test", tpForgotten: ""}}
+		Names: tpNames{tpAPI: "api.tp.test", tpTLS: "tls.tp.test", tpWeb: "web.tp.test", tpSSH: "ssh.tp.test", tpClosed: "closed.tp.test", tpForgotten: "",
+			tpStub: "stub.tp.test"}}
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -255,14 +268,14 @@ func (fx *tpFixture) serve(tb testing.TB, ln net.Listener, sb Sandbox, serve fun
 	}()
 }
 
-var tpDestinations = []netip.Addr{tpAPI, tpTLS, tpWeb, tpSSH, tpClosed, tpForgotten, tpLiteral}
+var tpDestinations = []netip.Addr{tpAPI, tpTLS, tpWeb, tpSSH, tpClosed, tpForgotten, tpLiteral, tpStub}
 
 // listen binds every destination and upstream address on one port, the
 // port the first gets; another process may hold that port on one of the
 // others, so a few ports are tried.
 func (fx *tpFixture) listen(tb testing.TB) map[netip.Addr]net.Listener {
 	tb.Helper()
-	all := append([]netip.Addr{tpTLSUpstream, tpWebUpstream, tpSSHUpstream}, tpDestinations...)
+	all := append([]netip.Addr{tpTLSUpstream, tpWebUpstream, tpSSHUpstream, tpStubUpstream}, tpDestinations...)
 	var lastErr error
 	for range 5 {
 		got := map[netip.Addr]net.Listener{}
@@ -355,15 +368,22 @@ func (c *pipeConn) SetWriteDeadline(t time.Time) error { return c.w.SetDeadline(
 // denial's is written after its answer.
 func (fx *tpFixture) decision(t *testing.T, host string, reason policies.Reason) map[string]any {
 	t.Helper()
+	return fx.line(t, AuditMessage, host, reason, func(map[string]any) bool { return true })
+}
+
+// line waits for the audit line msg for host and reason that also
+// satisfies match.
+func (fx *tpFixture) line(t *testing.T, msg, host string, reason policies.Reason, match func(map[string]any) bool) map[string]any {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		raw := fx.audit.String()
 		for _, l := range auditLines(t, []byte(raw)) {
-			if l["msg"] == AuditMessage && l["host"] == host && l["reason"] == string(reason) {
+			if l["msg"] == msg && l["host"] == host && l["reason"] == string(reason) && match(l) {
 				return l
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no decision line for %s with reason %s in:\n%s", host, reason, raw)
+			t.Fatalf("no %s line for %s with reason %s in:\n%s", msg, host, reason, raw)
 		}
 	}
 }
@@ -669,6 +689,26 @@ func TestOpaqueConnectChecksWhatOpensIt(t *testing.T) {
 		resp, _ := fx.httpsGet(t, open(t, tpTLSUpstream.String()), "tls.tp.test", []string{"http/1.1"}, "/no")
 		wantDenial(t, resp, http.StatusMisdirectedRequest, policies.ReasonHostMismatch, tpTLSUpstream.String())
 	})
+	// Without a name, a shared front serves its default host, which may
+	// be any of its tenants: to a name, a ClientHello must carry one.
+	for _, path := range []string{"explicit", "transparent"} {
+		t.Run("TLS without a server name, "+path, func(t *testing.T) {
+			var c net.Conn
+			if path == "explicit" {
+				c = open(t, "tls.tp.test")
+			} else {
+				c = d.dial(t, fmt.Sprintf("%s:%d", tpTLS, fx.port))
+				t.Cleanup(func() { c.Close() })
+			}
+			// The refusal's leaf is for the host: verified as that.
+			tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"},
+				VerifyConnection: func(cs tls.ConnectionState) error {
+					_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: "tls.tp.test", Roots: fx.roots})
+					return err
+				}})
+			wantDenial(t, httpGet(t, tc, "tls.tp.test", "/"), http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "tls.tp.test")
+		})
+	}
 	// A Go front (crypto/tls) skips a warning alert sent before the
 	// ClientHello and reads the ClientHello after it: so does the check,
 	// on the explicit and the transparent path alike.

@@ -41,11 +41,25 @@ func upstreamFailure(err error) policies.Reason {
 // tunnel relays an allowed, uninspected connection to its upstream, dialled
 // to exactly the addresses the guard checked (dialChecked), what the
 // client opened it with (first: bytes it sent before the relay began, and
-// what the upstream had sent it meanwhile) counted and sent on first.
+// what the upstream had sent it meanwhile) counted and sent on first. A
+// TLS one is relayed once its handshake's clear text is over (helloRetry),
+// or refused and reset.
 func (p *Proxy) tunnel(client, upstream net.Conn, first opening, dc *decision) {
-	early := first.early
-	if len(early) > 0 {
-		if _, err := upstream.Write(early); err != nil {
+	sentUp, sentDown := int64(len(first.early)), first.greeted
+	switch {
+	case first.proto == speaksTLS:
+		up, down, ok := p.helloRetry(client, upstream, first, dc)
+		if sentUp, sentDown = up, sentDown+down; !ok {
+			status := http.StatusOK
+			if !dc.d.Allow {
+				status = 0 // nothing answered: the client is mid-handshake
+			}
+			p.record(dc, status, sentUp, sentDown)
+			reset(client)
+			return
+		}
+	case len(first.early) > 0:
+		if _, err := upstream.Write(first.early); err != nil {
 			dc.detail = "upstream write: " + err.Error()
 			p.record(dc, http.StatusOK, 0, first.greeted)
 			return
@@ -73,7 +87,7 @@ func (p *Proxy) tunnel(client, upstream net.Conn, first opening, dc *decision) {
 	if idle {
 		dc.detail = p.idleClosed()
 	}
-	p.record(dc, http.StatusOK, int64(len(early))+up, first.greeted+down)
+	p.record(dc, http.StatusOK, sentUp+up, sentDown+down)
 }
 
 // relayOnLoop hands a tunnel's two sockets to an event loop (proxy/relay)

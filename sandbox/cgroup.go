@@ -197,10 +197,31 @@ func writeLimit(dir, ctrl string, v int64) error {
 	for _, f := range files {
 		p := filepath.Join(dir, f)
 		if _, err := os.Stat(p); err == nil {
-			return os.WriteFile(p, []byte(strconv.FormatInt(v, 10)), 0)
+			if err := os.WriteFile(p, []byte(strconv.FormatInt(v, 10)), 0); err != nil {
+				return err
+			}
+			return noSwap(dir, f, v)
 		}
 	}
 	return fmt.Errorf("%s has no %s limit file", dir, ctrl)
+}
+
+// noSwap holds a memory limit (written to file) to memory: past it, a
+// group that may swap spills into the host's swap without bound, and one
+// allocation thrashes the host instead of meeting the OOM killer. v2 has
+// no swap for the group; v1 limits memory and swap together to the
+// memory's limit (written after it: it may not be lower). Without swap
+// accounting the files are absent, and the kernel keeps no count to bound.
+func noSwap(dir, file string, v int64) error {
+	f, val := "memory.swap.max", "0"
+	if file == "memory.limit_in_bytes" {
+		f, val = "memory.memsw.limit_in_bytes", strconv.FormatInt(v, 10)
+	}
+	p := filepath.Join(dir, f)
+	if _, err := os.Stat(p); err != nil {
+		return nil
+	}
+	return os.WriteFile(p, []byte(val), 0)
 }
 
 // OOMKills is how many processes the kernel's OOM killer has killed in the

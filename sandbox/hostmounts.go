@@ -150,51 +150,73 @@ func noDevices(c *Config) error {
 	if err != nil {
 		return err
 	}
-	set := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NODEV}
+	writable := writableMounts(mounts, resolved(c.RW), c.Cgroups)
+	set := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_RDONLY}
 	err = unix.MountSetattr(unix.AT_FDCWD, "/", unix.AT_RECURSIVE, set)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) {
-		return remountNoDev(mounts)
+		return remountNoDev(mounts, writable)
 	}
 	if err != nil {
-		return &os.SyscallError{Syscall: "mount_setattr(/, AT_RECURSIVE, MOUNT_ATTR_NODEV)", Err: err}
+		return &os.SyscallError{Syscall: "mount_setattr(/, AT_RECURSIVE, MOUNT_ATTR_NODEV|MOUNT_ATTR_RDONLY)", Err: err}
 	}
-	clear := &unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_NODEV}
 	for _, m := range mounts {
-		if !within(m.Point, "/dev") || m.HasOpt("nodev") {
+		var clear uint64
+		if within(m.Point, "/dev") && !m.HasOpt("nodev") {
+			clear |= unix.MOUNT_ATTR_NODEV
+		}
+		if writable[m.ID] {
+			clear |= unix.MOUNT_ATTR_RDONLY
+		}
+		if clear == 0 {
 			continue
 		}
-		if ok, err := reaches(m.Point, m.ID, false); err != nil || !ok {
+		// By the descriptor that reached it: looked up again by path,
+		// the point could lead (a directory on the way swapped for a
+		// link meanwhile) to another mount, the root made writable.
+		fd, err := openReached(m.Point, m.ID, false)
+		if err != nil || fd < 0 {
 			continue // hidden under another: nothing reaches it to clear
 		}
-		if err := unix.MountSetattr(unix.AT_FDCWD, m.Point, 0, clear); err != nil {
-			return &os.SyscallError{Syscall: "mount_setattr(" + m.Point + ", clear MOUNT_ATTR_NODEV)", Err: err}
+		err = unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_clr: clear})
+		unix.Close(fd)
+		if err != nil {
+			return &os.SyscallError{Syscall: "mount_setattr(" + m.Point + ", clear nodev or rdonly)", Err: err}
 		}
 	}
 	return nil
 }
 
 // remountNoDev is noDevices mount by mount, each remounted with its own
-// flags and nodev: every one a path reaches outside /dev.
-func remountNoDev(mounts []mount) error {
+// flags, nodev outside /dev, and read-only unless writable (by mount id):
+// every one a path reaches that lacks either.
+func remountNoDev(mounts []mount, writable map[uint64]bool) error {
 	for _, m := range mounts {
-		if within(m.Point, "/dev") || m.HasOpt("nodev") {
+		nodev := !within(m.Point, "/dev") && !m.HasOpt("nodev")
+		rdonly := !writable[m.ID] && !m.HasOpt("ro")
+		if !nodev && !rdonly {
 			continue
 		}
-		ok, err := reaches(m.Point, m.ID, false)
-		if err != nil {
-			return err
+		fd, err := openReached(m.Point, m.ID, false)
+		if err != nil || fd < 0 {
+			continue // as noDevices: what root cannot look at (a FUSE mount whose server is gone), it cannot remount
 		}
-		if !ok {
-			continue
-		}
-		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NODEV)
+		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT)
 		for opt, f := range mountFlags {
 			if m.HasOpt(opt) {
 				flags |= f
 			}
 		}
-		if err := unix.Mount("", m.Point, "", flags, ""); err != nil {
-			return &os.SyscallError{Syscall: "mount(" + m.Point + ", MS_REMOUNT|MS_BIND|MS_NODEV)", Err: err}
+		if nodev {
+			flags |= unix.MS_NODEV
+		}
+		if rdonly {
+			flags |= unix.MS_RDONLY
+		}
+		// By the descriptor that reached it, as noDevices clears.
+		err = unix.Mount("", "/proc/self/fd/"+strconv.Itoa(fd), "", flags, "")
+		unix.Close(fd)
+		if err != nil {
+			return &os.SyscallError{Syscall: "mount(" + m.Point + ", MS_REMOUNT|MS_BIND|MS_NODEV|MS_RDONLY)", Err: err}
 		}
 	}
 	return nil
@@ -230,28 +252,46 @@ func (sh shown) reachable() (bool, error) { return reaches(sh.spot, sh.m.ID, sh.
 // path that is gone, or is a link, does not; one that cannot be looked at
 // refuses the launch.
 func reaches(path string, id uint64, dir bool) (bool, error) {
+	fd, err := openReached(path, id, dir)
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	return fd >= 0, err
+}
+
+// openReached is reaches with the descriptor (O_PATH) that reached the
+// mount, -1 where path does not.
+func openReached(path string, id uint64, dir bool) (int, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
-		return false, nil
+		return -1, nil
 	}
 	if err != nil {
-		return false, &os.PathError{Op: "open", Path: path, Err: err}
+		return -1, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer unix.Close(fd)
+	reached := false
+	defer func() {
+		if !reached {
+			unix.Close(fd)
+		}
+	}()
 	var st unix.Statx_t
 	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_TYPE|unix.STATX_MNT_ID, &st); err != nil {
-		return false, &os.PathError{Op: "statx", Path: path, Err: err}
+		return -1, &os.PathError{Op: "statx", Path: path, Err: err}
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK || dir && st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return false, nil // a link leads elsewhere; a spot to cover holds no directory here
+		return -1, nil // a link leads elsewhere; a spot to cover holds no directory here
 	}
 	got := st.Mnt_id
 	if st.Mask&unix.STATX_MNT_ID == 0 { // before Linux 5.8
 		if got, err = fdMountID(fd); err != nil {
-			return false, &os.PathError{Op: "mount id", Path: path, Err: err}
+			return -1, &os.PathError{Op: "mount id", Path: path, Err: err}
 		}
 	}
-	return got == id, nil
+	if reached = got == id; !reached {
+		return -1, nil
+	}
+	return fd, nil
 }
 
 // fdMountID is the mount id of what fd is open on, from its fdinfo.

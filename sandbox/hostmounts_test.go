@@ -164,11 +164,15 @@ func TestExposing(t *testing.T) {
 }
 
 // On a kernel without mount_setattr, every mount is remounted nodev with
-// the flags it had: a device node there no longer opens.
+// the flags it had: a device node there no longer opens; and read-only
+// unless the sandbox is given to write there.
 func TestRemountNoDev(t *testing.T) {
-	dir := t.TempDir()
+	dir, other := t.TempDir(), t.TempDir()
 	inMountNamespace(t, func() error {
 		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
+			return err
+		}
+		if err := unix.Mount("tmpfs", other, "tmpfs", 0, ""); err != nil {
 			return err
 		}
 		null := filepath.Join(dir, "null")
@@ -184,7 +188,7 @@ func TestRemountNoDev(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := remountNoDev(mounts); err != nil {
+		if err := remountNoDev(mounts, writableMounts(mounts, []string{dir}, nil)); err != nil {
 			return err
 		}
 		if f, err := os.OpenFile(null, os.O_WRONLY, 0); err == nil {
@@ -195,8 +199,11 @@ func TestRemountNoDev(t *testing.T) {
 			return err
 		}
 		for _, m := range mounts {
-			if m.Point == dir && !(m.HasOpt("nodev") && m.HasOpt("nosuid") && m.HasOpt("noexec")) {
-				return fmt.Errorf("%s remounted %s; want nodev and its own nosuid,noexec", dir, m.Opts)
+			if m.Point == dir && (!(m.HasOpt("nodev") && m.HasOpt("nosuid") && m.HasOpt("noexec")) || m.HasOpt("ro")) {
+				return fmt.Errorf("%s remounted %s; want nodev and its own nosuid,noexec, writable", dir, m.Opts)
+			}
+			if m.Point == other && !(m.HasOpt("nodev") && m.HasOpt("ro")) {
+				return fmt.Errorf("%s, not given to write, remounted %s; want nodev,ro", other, m.Opts)
 			}
 		}
 		return nil

@@ -93,10 +93,16 @@ func runInit() {
 		// by a Unix socket: asked to resolve, a host daemon would carry
 		// the name out of a sandbox that has no network.
 		{"keep DNS and the host's sockets out of the sandbox", hideHostServices},
+		// What the sandbox is given to write, its own mount (writable.go),
+		// so that the rest can be made read-only around it.
+		{"bind the paths given to write onto themselves", bindWritable},
 		// A device node outside /dev (a chroot's /dev/pts or /dev/console,
 		// a container's /dev bound elsewhere) would open a terminal or
-		// device its own /dev leaves out. Last, once every mount is made.
-		{"allow devices only in /dev", noDevices},
+		// device its own /dev leaves out; and on a writable mount a file
+		// the sandbox's uid owns, given to read or not given, has its mode
+		// (a setuid bit), owner, times and attributes changed past
+		// Landlock. Last, once every mount is made.
+		{"allow devices only in /dev, writes only where given", noDevices},
 	}
 	for _, s := range steps {
 		if err := s.run(c); err != nil {

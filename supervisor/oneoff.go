@@ -11,15 +11,16 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/adminclient"
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 // A one-off sandbox runs one command in the pod, beside its services: in
@@ -52,7 +53,7 @@ type oneOff struct {
 	spec  adminclient.SandboxSpec
 	cg    string // its leaf, as the route keys it
 	sb    *Sandbox
-	files []*os.File // stdout, stderr, audit
+	files []*os.File // stdout, stderr, audit, and the directories they were made in
 	audit *os.File
 
 	// launched is closed once sb is set, or its launch failed (sb nil):
@@ -155,26 +156,34 @@ func refuse(status int, format string, args ...any) error {
 	return &refusal{status, fmt.Sprintf(format, args...)}
 }
 
-// config checks spec and makes its sandbox's config; a refusal names the
-// field.
-func (o *oneOffs) config(spec adminclient.SandboxSpec) (sandbox.Config, error) {
+// options checks spec and makes its sandbox's options; a refusal names
+// the field.
+func (o *oneOffs) options(spec adminclient.SandboxSpec) (SandboxOptions, error) {
 	p := o.pod
 	if !ValidSandboxID(spec.ID) {
-		return sandbox.Config{}, refuse(400, "id %q: want "+SandboxIDRule, spec.ID)
+		return SandboxOptions{}, refuse(400, "id %q: want "+SandboxIDRule, spec.ID)
 	}
 	if _, ok := p.engine.Preset(spec.Preset); !ok {
-		return sandbox.Config{}, refuse(400, "preset %q: not in the pod's policy %s; it has %v", spec.Preset, p.engine.Hash(), p.engine.Presets())
+		return SandboxOptions{}, refuse(400, "preset %q: not in the pod's policy %s; it has %v", spec.Preset, p.engine.Hash(), p.engine.Presets())
 	}
 	if spec.Policy != "" && spec.Policy != p.engine.Hash() {
-		return sandbox.Config{}, refuse(412, "policy %s: the pod's proxy decides with policy %s, not the bundle its launcher verified", spec.Policy, p.engine.Hash())
+		return SandboxOptions{}, refuse(412, "policy %s: the pod's proxy decides with policy %s, not the bundle its launcher verified", spec.Policy, p.engine.Hash())
 	}
 	for _, kv := range spec.Env {
 		if name, _, _ := strings.Cut(kv, "="); sandbox.IsReservedEnv(name) {
-			return sandbox.Config{}, refuse(400, "env %s: the sandbox's (its proxy and CA), which the pod sets", name)
+			return SandboxOptions{}, refuse(400, "env %s: the sandbox's (its proxy and CA), which the pod sets", name)
 		}
 	}
 	if len(spec.Command) == 0 || !filepath.IsAbs(spec.Command[0]) {
-		return sandbox.Config{}, refuse(400, "command %q: want an absolute binary first (the pod does not search a PATH for it)", spec.Command)
+		return SandboxOptions{}, refuse(400, "command %q: want an absolute binary first (the pod does not search a PATH for it)", spec.Command)
+	}
+	memoryMax, err := oneOffLimit("memory_max", spec.MemoryMax, p.m.Sandboxes.MemoryMax)
+	if err != nil {
+		return SandboxOptions{}, err
+	}
+	pidsMax, err := oneOffLimit("pids_max", spec.PidsMax, p.m.Sandboxes.PidsMax)
+	if err != nil {
+		return SandboxOptions{}, err
 	}
 	type field struct {
 		name  string
@@ -184,7 +193,7 @@ func (o *oneOffs) config(spec adminclient.SandboxSpec) (sandbox.Config, error) {
 	if spec.Stdio {
 		// The launcher's own streams: no file of the pod's to name.
 		if spec.Stdout != "" || spec.Stderr != "" {
-			return sandbox.Config{}, refuse(400, "stdout %q, stderr %q: want none with stdio (the launcher passes its own)", spec.Stdout, spec.Stderr)
+			return SandboxOptions{}, refuse(400, "stdout %q, stderr %q: want none with stdio (the launcher passes its own)", spec.Stdout, spec.Stderr)
 		}
 		if spec.Audit != "" {
 			fields = append(fields, field{"audit", []string{spec.Audit}})
@@ -195,7 +204,7 @@ func (o *oneOffs) config(spec adminclient.SandboxSpec) (sandbox.Config, error) {
 	for _, f := range fields {
 		for _, path := range f.paths {
 			if !filepath.IsAbs(path) {
-				return sandbox.Config{}, refuse(400, "%s %q: want an absolute path", f.name, path)
+				return SandboxOptions{}, refuse(400, "%s %q: want an absolute path", f.name, path)
 			}
 		}
 	}
@@ -211,9 +220,27 @@ func (o *oneOffs) config(spec adminclient.SandboxSpec) (sandbox.Config, error) {
 	c.RW = append(c.RW, spec.RW...)
 	c.Exec = append(c.Exec, spec.Command[0])
 	if err := c.Validate(); err != nil {
-		return sandbox.Config{}, refuse(400, "sandbox: %v", err)
+		return SandboxOptions{}, refuse(400, "sandbox: %v", err)
 	}
-	return c, nil
+	return SandboxOptions{
+		ID: spec.ID, Config: c, Env: sandbox.EnvOptions{Set: spec.Env}, CgroupParent: p.group, ParentReaped: true,
+		MemoryMax: memoryMax, PidsMax: pidsMax, Network: p.network, DenyPeers: true, CABundle: p.caBundle, Logger: p.log,
+	}, nil
+}
+
+// oneOffLimit is the limit field of a one-off's leaf: the pod's, which
+// keeps a fork bomb or an allocation in it from the supervisor and the
+// host, or a lower one its launcher asked for.
+func oneOffLimit(field string, asked, pods int64) (int64, error) {
+	switch {
+	case asked < 0:
+		return 0, refuse(400, "%s %d: want a positive limit, or none for the pod's (%d)", field, asked, pods)
+	case asked > pods:
+		return 0, refuse(400, "%s %d: above the pod's limit for a one-off sandbox, %d (its manifest's sandboxes.%s)", field, asked, pods, field)
+	case asked > 0:
+		return asked, nil
+	}
+	return pods, nil
 }
 
 // add registers x: from now on its leaf routes to its preset. A second
@@ -281,7 +308,8 @@ func (o *oneOffs) get(id string) (*oneOff, bool) {
 // stop from its launcher must reach a setup that hangs.
 func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File, added func(*oneOff)) (*oneOff, error) {
 	p := o.pod
-	c, err := o.config(spec)
+	opts, err := o.options(spec)
+	c := &opts.Config
 	if err == nil && spec.Stdio != (len(stdio) == 3) {
 		err = fmt.Errorf("sandbox %s: stdio %v with %d descriptors: want 3 exactly with stdio", spec.ID, spec.Stdio, len(stdio))
 	}
@@ -310,13 +338,14 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File, added f
 	// The files are opened before the route learns the leaf: the tee
 	// has its file from the first decision on. A launch refused removes
 	// those it made (O_EXCL: made by it, and nothing ran to write them),
-	// so that it can be asked again.
-	var made []*os.File
+	// so that it can be asked again, from the directories it made them
+	// in (dirs).
+	var made, dirs []*os.File
 	discard := func() {
-		x.closeFiles()
-		for _, f := range made {
-			os.Remove(f.Name())
+		for i, f := range made {
+			unix.Unlinkat(int(dirs[i].Fd()), filepath.Base(f.Name()), 0)
 		}
+		x.closeFiles()
 	}
 	for i, f := range named {
 		for _, g := range named[:i] {
@@ -325,15 +354,13 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File, added f
 				return nil, refuse(400, "%s and %s name the same file, %s: each must be a file of its own", g.name, f.name, f.path)
 			}
 		}
-		// O_EXCL and O_NOFOLLOW: a file (or a link) already there is
-		// not the pod's to write through, as root.
-		fh, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|os.O_APPEND, 0o600)
+		fh, dir, err := createOutput(f.path)
 		if err != nil {
 			discard()
 			return nil, refuse(400, "%s: %v", f.name, err)
 		}
-		x.files = append(x.files, fh)
-		made = append(made, fh)
+		x.files = append(x.files, fh, dir)
+		made, dirs = append(made, fh), append(dirs, dir)
 	}
 	if !spec.Stdio {
 		c.Stdout, c.Stderr = made[0], made[1]
@@ -348,10 +375,7 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File, added f
 	if added != nil {
 		added(x)
 	}
-	x.sb, err = Launch(launch, SandboxOptions{
-		ID: spec.ID, Config: c, Env: sandbox.EnvOptions{Set: spec.Env}, CgroupParent: p.group, ParentReaped: true,
-		Network: p.network, DenyPeers: true, CABundle: p.caBundle, Logger: p.log,
-	})
+	x.sb, err = Launch(launch, opts)
 	if err != nil {
 		// On record before launched closes: a stop waiting for the
 		// launch answers it.
@@ -368,6 +392,39 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File, added f
 	p.event("sandbox_started", events.Info, spec.ID, fmt.Sprintf("one-off sandbox, preset %s, pid %d: %q", spec.Preset, x.sb.Pid(), spec.Command))
 	go o.wait(x)
 	return x, nil
+}
+
+// createOutput makes path, a file of a one-off's (its output, its audit
+// lines), as root and often in a directory a sandbox writes (its job's):
+// through no symbolic link another user could have pointed elsewhere
+// ($JOB/out → /etc, where a file of root's is read as configuration), as
+// `airlock launch` opens its status file (trusted.Links), and neither
+// through a link nor over a file already there as its last component
+// (O_EXCL, O_NOFOLLOW). dir is the directory it was made in, held open: a
+// refused launch removes the file from there, not from wherever its path
+// leads by then.
+func createOutput(path string) (f, dir *os.File, err error) {
+	i := strings.LastIndexByte(path, '/') // path is absolute
+	dirPath, name := path[:i], path[i+1:]
+	if dirPath == "" {
+		dirPath = "/"
+	}
+	if err := trusted.Links(dirPath); errors.Is(err, trusted.ErrUntrusted) {
+		return nil, nil, fmt.Errorf("%s: not made through a link another user may point elsewhere: %w", path, err)
+	} else if err != nil {
+		return nil, nil, err
+	}
+	dfd, err := unix.Open(dirPath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, &os.PathError{Op: "open", Path: dirPath, Err: err}
+	}
+	dir = os.NewFile(uintptr(dfd), dirPath)
+	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_APPEND|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		dir.Close()
+		return nil, nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), dir, nil
 }
 
 // wait waits for x's end, then forgets it: its route, its files.

@@ -3,11 +3,21 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/adminclient"
+	"github.com/airlock-sandbox/airlock/internal/cgroup2"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy"
+	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/supervisor/manifest"
 )
 
@@ -64,6 +74,151 @@ func TestValidSandboxID(t *testing.T) {
 	} {
 		if got := ValidSandboxID(tc.id); got != tc.want {
 			t.Errorf("ValidSandboxID(%q) = %v, want %v", tc.id, got, tc.want)
+		}
+	}
+}
+
+// testPod is a pod for one-offs in group: its policy the embedded
+// presets, its limits for one-offs 512 MiB and 128 processes.
+func testPod(t *testing.T, group string) *Pod {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	engine, err := OpenEngine(context.Background(), PolicyOptions{Options: policies.Options{Source: PolicySource("")}, Presets: []string{"strict"}}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Pod{m: &manifest.Pod{Name: "p", Proxy: manifest.Proxy{Port: 3128}, Sandboxes: manifest.Sandboxes{MemoryMax: 512 << 20, PidsMax: 128}},
+		engine: engine, log: log, ctx: context.Background(), group: group, proxy: &proxy.Proxy{}}
+}
+
+// A one-off's leaf gets the pod's limits for one-offs (its manifest's
+// sandboxes:), or lower ones its launcher asks for; one above the pod's
+// is refused, naming the field: no launcher lifts the bound that keeps a
+// fork bomb from the supervisor and the host.
+func TestOneOffLimits(t *testing.T) {
+	o := newOneOffs(testPod(t, ""))
+	for _, tc := range []struct {
+		name            string
+		memory, pids    int64 // asked
+		wantMem, wantPi int64
+		refused         string
+	}{
+		{"the pod's", 0, 0, 512 << 20, 128, ""},
+		{"lower", 64 << 20, 16, 64 << 20, 16, ""},
+		{"the pod's, asked", 512 << 20, 128, 512 << 20, 128, ""},
+		{"more memory", 1 << 30, 0, 0, 0, "memory_max 1073741824: above the pod's limit for a one-off sandbox, 536870912 (its manifest's sandboxes.memory_max)"},
+		{"more processes", 0, 129, 0, 0, "pids_max 129: above the pod's limit for a one-off sandbox, 128 (its manifest's sandboxes.pids_max)"},
+		{"negative", 0, -1, 0, 0, "pids_max -1: want a positive limit, or none for the pod's (128)"},
+	} {
+		spec := adminclient.SandboxSpec{ID: "spawn-1", Preset: "strict", Command: []string{"/bin/true"}, Dir: "/", UID: 61000, GID: 61000,
+			Stdout: "/job/out", Stderr: "/job/err", Audit: "/job/audit", MemoryMax: tc.memory, PidsMax: tc.pids}
+		opts, err := o.options(spec)
+		var r *refusal
+		switch {
+		case tc.refused != "" && (!errors.As(err, &r) || r.status != 400 || err.Error() != tc.refused):
+			t.Errorf("%s: options = %v; want a 400 %q", tc.name, err, tc.refused)
+		case tc.refused == "" && (err != nil || opts.MemoryMax != tc.wantMem || opts.PidsMax != tc.wantPi):
+			t.Errorf("%s: options = memory %d, pids %d, %v; want %d and %d", tc.name, opts.MemoryMax, opts.PidsMax, err, tc.wantMem, tc.wantPi)
+		}
+	}
+}
+
+// A real one-off's leaf holds its limits: memory.max (or a hybrid host's
+// v1 memory.limit_in_bytes) the pod's, and pids.max the lower one its
+// launcher asked for. Its files are made through a link of root's.
+func TestOneOffLeafIsLimited(t *testing.T) {
+	testutil.RequireRoot(t, "a one-off sandbox (cgroups, namespaces)")
+	mnt, err := cgroup2.Mount()
+	testutil.RequireFeature(t, "cgroup v2", err)
+	name := PodGroupName(fmt.Sprintf("oneoff-test-%d", os.Getpid()))
+	group, err := cgroup2.Create(mnt, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_, v1err := sandbox.RemoveV1Tree(name)
+		if err := errors.Join(sandbox.RemoveTree(group), v1err); err != nil {
+			t.Error(err)
+		}
+	}()
+	cgroup2.EnableControllers(group, "memory", "pids") // where v2 has them; else v1 groups hold the limits
+	p := testPod(t, group)
+	if p.network, err = sandbox.NewNetwork(sandbox.NetworkConfig{ProxyPort: p.m.Proxy.Port}); err != nil {
+		t.Fatal(err)
+	}
+	defer p.network.Close()
+	o := newOneOffs(p)
+	o.serve(nil, nil)
+	dir := t.TempDir()
+	os.Mkdir(dir+"/logs", 0o700)
+	os.Symlink(dir+"/logs", dir+"/out")
+	x, err := o.launch(adminclient.SandboxSpec{ID: "limited", Preset: "strict", Command: []string{"/bin/sleep", "30"}, Dir: "/", UID: 61000, GID: 61000,
+		Stdout: dir + "/out/stdout", Stderr: dir + "/err", Audit: dir + "/audit", PidsMax: 32}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.stopGrace(0)
+	got := map[string]string{}
+	for _, d := range x.sb.leaf.Joined {
+		for _, f := range []string{"memory.max", "memory.limit_in_bytes", "pids.max"} {
+			if b, err := os.ReadFile(filepath.Join(d, f)); err == nil {
+				got[strings.TrimSuffix(strings.TrimSuffix(f, ".max"), ".limit_in_bytes")] = strings.TrimSpace(string(b))
+			}
+		}
+	}
+	if want := map[string]string{"memory": strconv.Itoa(512 << 20), "pids": "32"}; !maps.Equal(got, want) {
+		t.Errorf("the one-off's leaf %v has limits %v; want %v", x.sb.leaf.Joined, got, want)
+	}
+	// And no swap past the memory's limit, where the kernel counts swap.
+	for _, d := range x.sb.leaf.Joined {
+		for f, want := range map[string]string{"memory.swap.max": "0", "memory.memsw.limit_in_bytes": strconv.Itoa(512 << 20)} {
+			if b, err := os.ReadFile(filepath.Join(d, f)); err == nil && strings.TrimSpace(string(b)) != want {
+				t.Errorf("the one-off's %s/%s is %s; want %s", d, f, strings.TrimSpace(string(b)), want)
+			}
+		}
+	}
+	if _, err := os.Stat(dir + "/logs/stdout"); err != nil {
+		t.Errorf("stdout through root's link: %v", err)
+	}
+}
+
+// The pod makes a one-off's files as root, often in a directory a sandbox
+// writes: a link planted on the way (job/out → a directory of root's) is
+// refused, naming the field and the link, and nothing is made where it
+// leads; the files made before it are removed.
+func TestOneOffFilesRefusePlantedLinks(t *testing.T) {
+	mnt, err := cgroup2.Mount() // a launch names its leaf first
+	testutil.RequireFeature(t, "cgroup v2", err)
+	o := newOneOffs(testPod(t, filepath.Join(mnt, PodGroupName("p"))))
+	base := t.TempDir()
+	rootOnly, job := filepath.Join(base, "root-only"), filepath.Join(base, "job")
+	os.Mkdir(rootOnly, 0o700)
+	os.Mkdir(job, 0o777)
+	if err := os.Chmod(job, 0o777); err != nil { // the sandbox's uid may write it
+		t.Fatal(err)
+	}
+	if err := os.Symlink(rootOnly, filepath.Join(job, "out")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		field               string
+		stdout, stderr, aud string
+	}{
+		{"stdout", "out/stdout", "stderr", "audit"},
+		{"audit", "stdout", "stderr", "out/audit"},
+	} {
+		spec := adminclient.SandboxSpec{ID: "spawn-1", Preset: "strict", Command: []string{"/bin/true"}, Dir: "/", UID: 61000, GID: 61000,
+			Stdout: filepath.Join(job, tc.stdout), Stderr: filepath.Join(job, tc.stderr), Audit: filepath.Join(job, tc.aud)}
+		_, err := o.launch(spec, nil, nil)
+		var r *refusal
+		want := tc.field + ": " + job + "/out/" + tc.field + ": not made through a link another user may point elsewhere: " + job + "/out: its directory " + job + ": mode 0777"
+		if !errors.As(err, &r) || r.status != 400 || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s through a planted link: launch = %v; want a 400 beginning %q", tc.field, err, want)
+		}
+		for _, d := range []string{rootOnly, job} {
+			if entries, _ := os.ReadDir(d); len(entries) != map[string]int{rootOnly: 0, job: 1}[d] {
+				t.Errorf("%s through a planted link: %s holds %v afterwards; want nothing made", tc.field, d, entries)
+			}
 		}
 	}
 }

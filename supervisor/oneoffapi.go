@@ -112,7 +112,7 @@ func serveSandboxLaunch(p *Pod, w http.ResponseWriter, r *http.Request) {
 // (SCM_RIGHTS, with one byte) and the sandbox starts; a failure from then
 // on is the stream's exit line, with 125.
 func serveStdioLaunch(p *Pod, w http.ResponseWriter, spec adminclient.SandboxSpec) {
-	if _, err := p.sandboxes.config(spec); err != nil {
+	if _, err := p.sandboxes.options(spec); err != nil {
 		writeLaunchError(w, err)
 		return
 	}

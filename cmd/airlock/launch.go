@@ -60,7 +60,7 @@ func newLaunchCmd() *cobra.Command {
 				return launchInPod(cmd, podLaunch{
 					socket: podSocket, preset: preset, kind: kind, id: sandboxID, user: userSpec, cwd: cwd,
 					auditLog: xf.auditLog, jsonStatus: jsonStatus, ro: ro, rw: rw, envs: envs, keepEnv: keepEnv,
-					pin: string(pf.sha256), stopTimeout: stopTimeout,
+					pin: string(pf.sha256), stopTimeout: stopTimeout, memoryMax: memoryMax, pidsMax: pidsMax,
 				}, args, log)
 			}
 			// Everything past validation that fails is a setup failure:

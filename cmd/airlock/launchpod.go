@@ -24,13 +24,14 @@ import (
 )
 
 // podLaunchFlags are the flags `airlock launch --pod-socket` takes: what the
-// command is and what it may touch. Everything else (its network, proxy,
-// policy, CA, Landlock and seccomp modes, limits, cgroup) is the pod's to
-// decide, and a flag that names it is refused rather than ignored.
+// command is and what it may touch, and cgroup limits below the pod's for
+// its one-offs (the pod refuses higher ones). Everything else (its network,
+// proxy, policy, CA, Landlock and seccomp modes, rlimits, cgroup) is the
+// pod's to decide, and a flag that names it is refused rather than ignored.
 var podLaunchFlags = map[string]bool{
 	"pod-socket": true, "preset": true, "kind": true, "user": true, "ro": true, "rw": true, "env": true,
 	"keep-env": true, "cwd": true, "sandbox-id": true, "stop-timeout": true, "json-status": true,
-	"audit-log": true, "log-level": true,
+	"audit-log": true, "log-level": true, "memory-max": true, "pids-max": true,
 	// A pin is checked by the pod against the bundle it serves (412), not
 	// by loading one here.
 	"policy-sha256": true,
@@ -41,12 +42,13 @@ type podLaunch struct {
 	socket, preset, kind, id, user, cwd, auditLog, jsonStatus, pin string
 	ro, rw, envs, keepEnv                                          []string
 	stopTimeout                                                    time.Duration
+	memoryMax, pidsMax                                             int64
 }
 
 // checkPodFlags refuses every flag set that the pod decides (exit 2): a
 // flag set and not taken by ours.
 func checkPodFlags(fl *pflag.FlagSet, ours func(name string) bool) error {
-	return refuseSetFlags(fl, ours, "with --pod-socket the pod decides this (its network, proxy, policy, CA and limits); drop it, or run without --pod-socket")
+	return refuseSetFlags(fl, ours, "with --pod-socket the pod decides this (its network, proxy, policy, CA, rlimits and cgroup); drop it, or run without --pod-socket")
 }
 
 // refuseSetFlags refuses the flags set (on the command line, or by their
@@ -86,7 +88,11 @@ func launchInPod(cmd *cobra.Command, o podLaunch, args []string, log *slog.Logge
 	if o.stopTimeout <= 0 {
 		return usage(fmt.Errorf("--stop-timeout %v: want a positive duration", o.stopTimeout))
 	}
-	spec := adminclient.SandboxSpec{ID: o.id, Preset: o.preset, Kind: o.kind, Policy: o.pin, RO: o.ro, RW: o.rw}
+	if err := checkLimitFlags(cmd, o.memoryMax, o.pidsMax); err != nil {
+		return usage(err)
+	}
+	spec := adminclient.SandboxSpec{ID: o.id, Preset: o.preset, Kind: o.kind, Policy: o.pin, RO: o.ro, RW: o.rw,
+		MemoryMax: o.memoryMax, PidsMax: o.pidsMax}
 	if spec.ID == "" {
 		spec.ID = fmt.Sprintf("launch-%d", os.Getpid())
 	}
@@ -167,7 +173,7 @@ func launchInPod(cmd *cobra.Command, o podLaunch, args []string, log *slog.Logge
 		var se *adminclient.StatusError
 		switch {
 		case errors.As(err, &se) && se.Status == http.StatusBadRequest:
-			return usage(err) // the pod's refusal of the spec: a preset it lacks
+			return usage(err) // the pod's refusal of the spec: a preset it lacks, a limit above its own
 		case errors.As(err, &se) && se.Status == http.StatusPreconditionFailed:
 			// --policy-sha256 is not the bundle the pod serves.
 			return &exitError{ExitIntegrity, fmt.Errorf("%w: %w", policies.ErrIntegrity, err)}

@@ -55,9 +55,14 @@ type SandboxSpec struct {
 	RO  []string `json:"ro,omitempty"`
 	UID int      `json:"uid"`
 	GID int      `json:"gid"`
+	// MemoryMax and PidsMax, when set, are lower limits for its cgroup
+	// leaf than the pod's for one-offs (its manifest's sandboxes:), which
+	// it gets otherwise; higher ones are refused (400).
+	MemoryMax int64 `json:"memory_max,omitempty"`
+	PidsMax   int64 `json:"pids_max,omitempty"`
 	// Stdout, Stderr and Audit are absolute paths the pod creates (0600,
-	// O_EXCL, as root): the command's output, and a copy of its audit
-	// lines.
+	// O_EXCL, as root, through no link another user could point
+	// elsewhere): the command's output, and a copy of its audit lines.
 	Stdout string `json:"stdout"`
 	Stderr string `json:"stderr"`
 	Audit  string `json:"audit"`

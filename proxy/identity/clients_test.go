@@ -180,9 +180,9 @@ func TestTmpfsExecutable(t *testing.T) {
 // flooded (blind: it never saw any, and says so).
 type forgetfulHook struct{ blind bool }
 
-func (forgetfulHook) Lookup(uint64) (int, int, time.Duration, bool)           { return 0, 0, 0, false }
-func (forgetfulHook) LastExec(int, time.Duration) (time.Duration, bool, bool) { return 0, false, false }
-func (h forgetfulHook) Blind() bool                                           { return h.blind }
+func (forgetfulHook) Lookup(uint64) (int, int, time.Duration, bool) { return 0, 0, 0, false }
+func (forgetfulHook) ExecsOf(int) Execs                             { return Execs{} }
+func (h forgetfulHook) Blind() bool                                 { return h.blind }
 
 // With the connect hook, a socket it has no record of is refused: its
 // record was pushed out (a flood of connects does that), and the scan

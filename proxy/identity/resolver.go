@@ -43,13 +43,27 @@ const ProcCacheSize = 512
 // connhook package's BPF programs).
 type ConnHook interface {
 	Lookup(cookie uint64) (tgid, fd int, connectedAt time.Duration, ok bool)
-	// LastExec is when process tgid last began to execute a program (time
-	// since boot), when the hook knows; lost when it may have begun one
-	// after connectedAt that the hook had no room to record.
-	LastExec(tgid int, connectedAt time.Duration) (at time.Duration, ok, lost bool)
+	// ExecsOf is what the hook knows of the programs process tgid
+	// executed.
+	ExecsOf(tgid int) Execs
 	// Blind: the hook has recorded no connect at all (the kernel does
 	// not run it), so a miss says nothing.
 	Blind() bool
+}
+
+// Execs is what the connect hook knows of the programs a process began to
+// execute (execve, execveat), as times since boot; the zero value, nothing.
+type Execs struct {
+	// Recorded: the hook has a record of the process. Began is when its
+	// latest exec began (the system call's entry), Ended when its latest
+	// one returned, done or failed, and Running says that one of its
+	// threads is inside one.
+	Recorded     bool
+	Began, Ended time.Duration
+	Running      bool
+	// Lost, for a process without a record: when the hook last had no
+	// room to record an exec (0: never).
+	Lost time.Duration
 }
 
 // HookEntries is how many connects the connect hook remembers
@@ -160,16 +174,21 @@ func (r *Resolver) connector(tgid, fd int, at time.Duration, sock diagSocket) (*
 	if err != nil {
 		return nil, err
 	}
-	// Executed since it connected: what it sent may be the program's
-	// before, and the one described is another (connect, write, execute
-	// a program the policy allows, keeping the socket). Asked after the
-	// description: the exec's record is made before /proc/PID/exe names
-	// the new program.
-	execAt, ok, lost := r.hook.LastExec(tgid, at)
+	// Executed another program since it connected, or was executing one
+	// when it did: what it sent may be the program's before, and the one
+	// described is another (connect, write, execute a program the policy
+	// allows, keeping the socket; or connect and write from one thread
+	// while another executes it: the exec ends the first thread, and its
+	// socket goes on in the new program). Asked after the description:
+	// an exec is on record, begun and running, before /proc/PID/exe
+	// names the new program.
+	e := r.hook.ExecsOf(tgid)
 	switch {
-	case ok && execAt > at:
-		return nil, fmt.Errorf("%w: pid %d, which connected socket inode %d, began to execute another program %s after it connected: what it sent may be the first one's", ErrAmbiguous, tgid, sock.inode, (execAt - at).Round(time.Microsecond))
-	case lost:
+	case e.Recorded && e.Began > at:
+		return nil, fmt.Errorf("%w: pid %d, which connected socket inode %d, began to execute another program %s after it connected: what it sent may be the first one's", ErrAmbiguous, tgid, sock.inode, (e.Began - at).Round(time.Microsecond))
+	case e.Recorded && (e.Running || e.Ended > at):
+		return nil, fmt.Errorf("%w: pid %d connected socket inode %d while it was executing another program: what it sent may be the first one's", ErrAmbiguous, tgid, sock.inode)
+	case !e.Recorded && e.Lost > at:
 		return nil, fmt.Errorf("%w: pid %d connected socket inode %d, and the hook's table of programs executed was full since: whether it executed another cannot be told", ErrAmbiguous, tgid, sock.inode)
 	}
 	return p, nil

@@ -8,7 +8,9 @@
 // Keys are stored hashed (sha256: they are 256-bit random strings, so a
 // fast hash is as strong as a slow one) and compared in constant time
 // against every stored hash. The service never sees an operator's key: the
-// key headers are removed and X-Airlock-Operator names who called.
+// key headers are removed and X-Airlock-Operator names who called. A
+// client's own of those, and of the headers naming the client's address,
+// are removed under every spelling a CGI-style service reads as theirs.
 //
 // Every request writes one CANONICAL-INGRESS audit line naming the
 // operator (or "unknown"), never the key.

@@ -9,11 +9,11 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/cginame"
 	"github.com/airlock-sandbox/airlock/internal/clip"
 )
 
@@ -24,11 +24,30 @@ const OperatorHeader = "X-Airlock-Operator"
 // keyHeaders carry an operator's key; they never reach the service.
 var keyHeaders = []string{"Authorization", "X-Api-Key"}
 
+// ownHeaders are the headers the ingress sets or takes away: who called
+// (the operator, and the client's address, which it sets as
+// X-Forwarded-For), and the key. A client's of these, or of any
+// X-Forwarded- header, would be believed by the service as the ingress's.
+var ownHeaders = append([]string{OperatorHeader, "Forwarded", "X-Real-Ip",
+	// The client's address under the names applications read before
+	// X-Forwarded-For (PHP's HTTP_CLIENT_IP, Rails' CLIENT_IP once the
+	// loopback in X-Forwarded-For is taken for a trusted proxy, CDNs').
+	"Client-Ip", "X-Client-Ip", "True-Client-Ip", "X-Cluster-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip",
+	"X-Original-Forwarded-For"}, keyHeaders...)
+
+// forwardedPrefix begins the proxies' headers about the client
+// (X-Forwarded-For, -Host, -Proto, -Port, -Prefix...).
+const forwardedPrefix = "X-Forwarded-"
+
 // ownHeader says whether a header name is, under a service's reading of
-// it ('_' as '-', any case), one the ingress sets or takes away.
+// it, one the ingress sets or takes away. A CGI-style service (PHP, WSGI,
+// Rack behind lighttpd or FastCGI) reads X.Airlock.Operator,
+// X_Airlock_Operator and X-Airlock-Operator alike, and the last of them
+// written wins: Go writes headers sorted by name, and '.' (0x2E) and '_'
+// (0x5F) sort after '-' (0x2D), so the client's would follow the
+// ingress's.
 func ownHeader(name string) bool {
-	name = strings.ReplaceAll(name, "_", "-")
-	return strings.EqualFold(name, OperatorHeader) || slices.ContainsFunc(keyHeaders, func(k string) bool { return strings.EqualFold(name, k) })
+	return cginame.OneOf(name, ownHeaders) || cginame.HasPrefix(name, forwardedPrefix)
 }
 
 // Refusal is the JSON body of a 401 or 502.
@@ -179,15 +198,14 @@ func (s *Server) newProxy(dial func(ctx context.Context, network, addr string) (
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
-			pr.SetXForwarded()
-			// Under any spelling a service may read as one of them: CGI,
-			// WSGI and PHP map X_Airlock_Operator and X-Airlock-Operator
-			// alike to HTTP_X_AIRLOCK_OPERATOR, and the client's could win.
+			// Before the ingress sets its own: a spelling of them the
+			// client sent could be read as theirs, and win.
 			for name := range pr.Out.Header {
 				if ownHeader(name) {
-					pr.Out.Header.Del(name)
+					delete(pr.Out.Header, name)
 				}
 			}
+			pr.SetXForwarded()
 			pr.Out.Header.Set(OperatorHeader, pr.In.Context().Value(lineKey{}).(*auditLine).Operator)
 		},
 		Transport:     s.transport,

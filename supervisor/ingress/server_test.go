@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -228,8 +229,9 @@ func TestHTTPKeysWithCurl(t *testing.T) {
 			if got := seen.Values(OperatorHeader); len(got) != 1 || got[0] != tc.operator {
 				t.Errorf("service saw %s: %q; want [%s]", OperatorHeader, got, tc.operator)
 			}
+			set := []string{OperatorHeader, "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
 			for name, v := range seen {
-				if name != OperatorHeader && ownHeader(name) {
+				if ownHeader(name) && !slices.Contains(set, name) {
 					t.Errorf("service saw %s: %q; want no other spelling of %s or a key header", name, v, OperatorHeader)
 				}
 			}
@@ -282,6 +284,117 @@ func TestHTTPKeysWithCurl(t *testing.T) {
 	for _, c := range in.dialed {
 		if c.addr != "127.0.0.1:"+strconv.Itoa(port(t, backend.URL)) || !c.closed.Load() {
 			t.Errorf("dialled %s, closed at Shutdown: %v; want the service port on 127.0.0.1, closed", c.addr, c.closed.Load())
+		}
+	}
+}
+
+// rawService is a service that records the header lines of the one
+// request it is sent, as they came on the wire, and answers 200.
+func rawService(t *testing.T) (port int, lines <-chan []string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	got := make(chan []string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		var hdr []string
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if l = strings.TrimRight(l, "\r\n"); l == "" {
+				break
+			}
+			hdr = append(hdr, l)
+		}
+		got <- hdr[1:] // past the request line
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+	}()
+	return ln.Addr().(*net.TCPAddr).Port, got
+}
+
+// cgiName is a header's name as a CGI-style service reads it (PHP's
+// $_SERVER, WSGI's environ): upper-cased, each byte but a letter or digit
+// a '_', after HTTP_.
+func cgiName(name string) string {
+	b := []byte(strings.ToUpper(name))
+	for i, c := range b {
+		if !('A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			b[i] = '_'
+		}
+	}
+	return "HTTP_" + string(b)
+}
+
+// A CGI-style service reads a header under any punctuation ('.', '_', '~'
+// for '-') as the same variable, and the last line of it wins: the
+// client's spellings of the headers the ingress controls (the operator,
+// the key, the client's address) reach the service not at all, beside the
+// ingress's own. Bob's key with X.Airlock.Operator: alice must not be
+// alice to PHP.
+func TestClientSpellingsOfOwnHeadersNeverReachTheService(t *testing.T) {
+	svc, lines := rawService(t)
+	in := startIngress(t, svc)
+	c, err := net.Dial("tcp", strings.TrimPrefix(in.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := "GET /spellings HTTP/1.1\r\nHost: gw.test\r\nX-Api-Key: " + in.bob + "\r\n" +
+		"X.Airlock.Operator: alice\r\nX_Airlock_Operator: alice\r\nX~Airlock~Operator: alice\r\n" +
+		"X.Api.Key: " + in.alice + "\r\n" +
+		"X.Forwarded.For: 192.0.2.1\r\nX_Forwarded_For: 192.0.2.1\r\nX~Forwarded~Host: evil.test\r\n" +
+		"X.Forwarded.Proto: https\r\nX-Forwarded-Port: 443\r\nx_forwarded_prefix: /admin\r\n" +
+		"X.Real.Ip: 192.0.2.1\r\nX_Real_IP: 192.0.2.1\r\nforwarded: for=192.0.2.1\r\n" +
+		"Client-IP: 192.0.2.1\r\nTrue.Client.Ip: 192.0.2.1\r\nCF_Connecting_IP: 192.0.2.1\r\n" +
+		"X.Custom.Header: kept\r\nConnection: close\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("request with Bob's key: %v %v; want 200", resp, err)
+	}
+	var hdr []string
+	select {
+	case hdr = <-lines:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the service got no request")
+	}
+	seen := map[string][]string{}
+	for _, l := range hdr {
+		name, v, _ := strings.Cut(l, ":")
+		seen[cgiName(name)] = append(seen[cgiName(name)], name+":"+strings.TrimSpace(v))
+	}
+	for name, want := range map[string][]string{
+		"HTTP_X_AIRLOCK_OPERATOR": {OperatorHeader + ":bob"},
+		"HTTP_X_FORWARDED_FOR":    {"X-Forwarded-For:127.0.0.1"},
+		"HTTP_X_FORWARDED_HOST":   {"X-Forwarded-Host:gw.test"},
+		"HTTP_X_FORWARDED_PROTO":  {"X-Forwarded-Proto:http"},
+		"HTTP_X_FORWARDED_PORT":   nil,
+		"HTTP_X_FORWARDED_PREFIX": nil,
+		"HTTP_X_REAL_IP":          nil,
+		"HTTP_FORWARDED":          nil,
+		"HTTP_CLIENT_IP":          nil,
+		"HTTP_TRUE_CLIENT_IP":     nil,
+		"HTTP_CF_CONNECTING_IP":   nil,
+		"HTTP_X_API_KEY":          nil,
+		"HTTP_AUTHORIZATION":      nil,
+		"HTTP_AUTHORIZATION_":     nil,
+		"HTTP_X_AUTHORIZATION":    nil,
+		"HTTP_X_CUSTOM_HEADER":    {"X.custom.header:kept"},
+	} {
+		if !slices.Equal(seen[name], want) {
+			t.Errorf("the service read %s from %q; want %q (header lines: %q)", name, seen[name], want, hdr)
 		}
 	}
 }

@@ -18,6 +18,17 @@ const (
 	DefaultLandlockMode = "hard"
 )
 
+// The limits of a one-off sandbox when the manifest names none: it runs
+// model-written code, and without them one fork bomb takes the pod's
+// supervisor down with it (no thread left to create) and one allocation
+// the host's memory. 1024 tasks (threads count) is CRI-O's pids_limit;
+// 2 GiB holds a toolchain's build and test run. A pod whose one-offs
+// need more says so in its manifest.
+const (
+	DefaultSandboxMemoryMax = 2 << 30
+	DefaultSandboxPidsMax   = 1024
+)
+
 // defaultPod is a Pod before the manifest is read into it: every field the
 // manifest may leave out holds its default. Defaults that depend on the
 // state dir are filled by resolve.
@@ -26,6 +37,7 @@ func defaultPod() *Pod {
 		Events:    Events{File: DefaultEventsFile, MaxBytes: DefaultEventsBytes, Keep: DefaultEventsKeep},
 		Policy:    Policy{KeyID: "default", SigningAlg: "RS256", Watch: true},
 		Proxy:     Proxy{Port: DefaultProxyPort, AuditFailure: "closed"},
+		Sandboxes: Sandboxes{MemoryMax: DefaultSandboxMemoryMax, PidsMax: DefaultSandboxPidsMax},
 		StopGrace: DefaultStopGrace,
 	}
 }

@@ -35,6 +35,8 @@ type Pod struct {
 	// Services are the pod's processes; required, at least one.
 	Services []Service
 	Ingress  []Ingress
+	// Sandboxes bounds the one-off sandboxes launched in the pod.
+	Sandboxes Sandboxes
 	// StopGrace is how long a service has after SIGTERM before its cgroup
 	// is killed; stop_grace, default 10s.
 	StopGrace time.Duration
@@ -216,6 +218,16 @@ type Restart struct {
 	// on (defaults 5 and 60s).
 	GiveUpAfter  int
 	GiveUpWindow time.Duration
+}
+
+// Sandboxes are the cgroup limits of each one-off sandbox launched in the
+// pod (POST /v1/sandboxes, `airlock launch --pod-socket`, `airlock spawn
+// --pod-socket`): memory_max (a size) and pids_max, default
+// DefaultSandboxMemoryMax and DefaultSandboxPidsMax, positive. A launch
+// may ask for less, never more.
+type Sandboxes struct {
+	MemoryMax int64
+	PidsMax   int64
 }
 
 // Ingress is a route from the host to a service's port, behind

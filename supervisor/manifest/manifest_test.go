@@ -46,7 +46,7 @@ func TestErrors(t *testing.T) {
 			`pod.yaml:7: services[0].colour: unknown field (want one of: name, command, dir, user, keep_caps, preset, env, secrets, landlock, memory_max, pids_max, ports, health, after, restart)`,
 		}},
 		{"unknown top-level field", minimal + "servics: []\n", []string{
-			`pod.yaml:7: servics: unknown field (want one of: name, state_dir, events, policy, proxy, admin, services, ingress, stop_grace)`,
+			`pod.yaml:7: servics: unknown field (want one of: name, state_dir, events, policy, proxy, admin, services, ingress, sandboxes, stop_grace)`,
 		}},
 		{"duplicate field", minimal + "name: again\n", []string{`pod.yaml:7: name: duplicate field (first at line 1)`}},
 		{"empty string", minimal + "    dir: ''\n", []string{`pod.yaml:7: services[0].dir: must not be empty (leave the field out for its default)`}},
@@ -109,6 +109,12 @@ func TestErrors(t *testing.T) {
 			`pod.yaml:7: services[0].memory_max: "99999999999G" is not a size (want bytes, or a number with K, M or G: "512M")`,
 		}},
 		{"pids zero", minimal + "    pids_max: 0\n", []string{`pod.yaml:7: services[0].pids_max: 0: want a positive number of processes (leave it out for no limit)`}},
+		// A one-off's limits are there when the manifest says nothing:
+		// none can be taken away.
+		{"one-off limits", minimal + "sandboxes: {memory_max: 0, pids_max: -1}\n", []string{
+			`pod.yaml:7: sandboxes.memory_max: 0: want a positive size (a one-off sandbox always has a memory limit)`,
+			`pod.yaml:7: sandboxes.pids_max: -1: want a positive number of processes (a one-off sandbox always has a pids limit)`,
+		}},
 		{"port range", minimal + "    ports: [0, 70000]\n", []string{
 			`pod.yaml:7: services[0].ports[0]: 0: want a port from 1 to 65535`,
 			`pod.yaml:7: services[0].ports[1]: 70000: want a port from 1 to 65535`,
@@ -274,6 +280,7 @@ func TestMinimalGetsDefaults(t *testing.T) {
 			Restart: Restart{Policy: "on-failure", Initial: 200 * time.Millisecond, Max: 30 * time.Second,
 				Multiplier: 2, Jitter: 0.2, GiveUpAfter: 5, GiveUpWindow: time.Minute},
 		}},
+		Sandboxes: Sandboxes{MemoryMax: 2 << 30, PidsMax: 1024},
 		StopGrace: 10 * time.Second,
 	}
 	if !reflect.DeepEqual(p, want) {
@@ -369,6 +376,9 @@ ingress:
     service: gateway
     port: 18789
     keys: operators.keys
+sandboxes:
+  memory_max: 1G
+  pids_max: 256
 stop_grace: 3s
 `
 
@@ -425,6 +435,7 @@ func TestFullManifest(t *testing.T) {
 			},
 		},
 		Ingress:   []Ingress{{Name: "gateway", Listen: "127.0.0.1:18789", Service: "gateway", Port: 18789, Keys: dir + "/operators.keys"}},
+		Sandboxes: Sandboxes{MemoryMax: 1 << 30, PidsMax: 256},
 		StopGrace: 3 * time.Second,
 	}
 	if !reflect.DeepEqual(p, want) {

@@ -45,6 +45,10 @@ func readPod(d *yamlobj.Decoder, data []byte) *Pod {
 		o.End()
 		p.Ingress = append(p.Ingress, in)
 	})
+	root.Object("sandboxes", false, func(o *yamlobj.Obj) {
+		o.Size("memory_max", &p.Sandboxes.MemoryMax)
+		o.Int64("pids_max", &p.Sandboxes.PidsMax)
+	})
 	root.Duration("stop_grace", &p.StopGrace)
 	root.End()
 	return p

@@ -30,6 +30,7 @@ var checks = []func(*Pod, *yamlobj.Report){
 	checkPorts,
 	checkAfter,
 	checkIngress,
+	checkSandboxes,
 }
 
 func validate(p *Pod, r *yamlobj.Report) {
@@ -504,5 +505,16 @@ func checkIngress(p *Pod, r *yamlobj.Report) {
 		if r.Given(path + ".port") {
 			checkServicePort(r, path+".port", in.Port, p.Services[si], si)
 		}
+	}
+}
+
+// checkSandboxes refuses a limit that would bound nothing: a one-off
+// always has both.
+func checkSandboxes(p *Pod, r *yamlobj.Report) {
+	if p.Sandboxes.MemoryMax <= 0 {
+		r.At("sandboxes.memory_max", "%d: want a positive size (a one-off sandbox always has a memory limit)", p.Sandboxes.MemoryMax)
+	}
+	if p.Sandboxes.PidsMax <= 0 {
+		r.At("sandboxes.pids_max", "%d: want a positive number of processes (a one-off sandbox always has a pids limit)", p.Sandboxes.PidsMax)
 	}
 }

@@ -26,7 +26,7 @@ type Hook struct {
 	// a lookup then checks that the connector still holds the socket by
 	// reading its whole fd table instead of one entry.
 	FDs error
-	// execs is when each process last began to execute a program
+	// execs is when each process began and ended executing programs
 	// (execTimes); Execs is nil when it is known, else why not: a
 	// connector that executed another program since it connected is then
 	// described as that one.
@@ -99,11 +99,8 @@ func record(conns, fds *ebpf.Map) asm.Instructions {
 		asm.StoreMem(asm.RFP, -16, asm.R0, asm.DWord),
 	}
 	if fds != nil {
+		insns = append(insns, mapLookup(fds, -32)...)
 		insns = append(insns,
-			asm.LoadMapPtr(asm.R1, fds.FD()),
-			asm.Mov.Reg(asm.R2, asm.RFP),
-			asm.Add.Imm(asm.R2, -32),
-			asm.FnMapLookupElem.Call(),
 			asm.JEq.Imm(asm.R0, 0, "update"),
 			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
 			asm.Add.Imm(asm.R1, 1),
@@ -116,21 +113,37 @@ func record(conns, fds *ebpf.Map) asm.Instructions {
 			asm.FnMapDeleteElem.Call(),
 		)
 	}
-	update := append(mapUpdate(conns, -8, -24), asm.Mov.Imm(asm.R0, 1), asm.Return())
+	update := append(mapUpdate(conns, -8, -24, bpfAny), asm.Mov.Imm(asm.R0, 1), asm.Return())
 	update[0] = update[0].WithSymbol("update")
 	return append(insns, update...)
 }
 
-// mapUpdate is m[*(fp+key)] = *(fp+value), whatever was there (BPF_ANY).
-func mapUpdate(m *ebpf.Map, key, value int32) asm.Instructions {
+// The flags of bpf_map_update_elem.
+const (
+	bpfAny     = 0 // whatever was there
+	bpfNoExist = 1 // only where nothing was
+)
+
+// mapUpdate is m[*(fp+key)] = *(fp+value); r0 is 0 when it was done.
+func mapUpdate(m *ebpf.Map, key, value, flags int32) asm.Instructions {
 	return asm.Instructions{
 		asm.LoadMapPtr(asm.R1, m.FD()),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, key),
 		asm.Mov.Reg(asm.R3, asm.RFP),
 		asm.Add.Imm(asm.R3, value),
-		asm.Mov.Imm(asm.R4, 0), // BPF_ANY
+		asm.Mov.Imm(asm.R4, flags),
 		asm.FnMapUpdateElem.Call(),
+	}
+}
+
+// mapLookup is r0 = &m[*(fp+key)], or 0 when there is none.
+func mapLookup(m *ebpf.Map, key int32) asm.Instructions {
+	return asm.Instructions{
+		asm.LoadMapPtr(asm.R1, m.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, key),
+		asm.FnMapLookupElem.Call(),
 	}
 }
 
@@ -152,14 +165,13 @@ func (h *Hook) Lookup(cookie uint64) (tgid, fd int, at time.Duration, ok bool) {
 	return int(e.TGID), int(e.FD1) - 1, time.Duration(e.BootNs), true
 }
 
-// LastExec returns when the process tgid last began to execute a program,
-// as time since boot, when the hook knows; lost when it may have begun one
-// after connectedAt that the hook had no room to record.
-func (h *Hook) LastExec(tgid int, connectedAt time.Duration) (at time.Duration, ok, lost bool) {
+// ExecsOf is what the hook knows of the programs process tgid executed
+// (nothing when Execs is not nil).
+func (h *Hook) ExecsOf(tgid int) identity.Execs {
 	if h.execs == nil {
-		return 0, false, false
+		return identity.Execs{}
 	}
-	return h.execs.last(tgid, connectedAt)
+	return h.execs.of(tgid)
 }
 
 // Blind says the hook has recorded no connect at all: a kernel that does

@@ -243,10 +243,143 @@ sys.stdin.readline()
 // the socket, is not described as that program: what it sent before may
 // be the first one's (connect, write a request, execute a program the
 // policy allows). One that executed before it connected (every process
-// does, to start) is described.
+// does, to start) is described. An exec from a thread other than the main
+// one kills the main thread, whose pid the new program then takes: the
+// exec is still on record.
 func TestHookRefusesAConnectorThatExecutedSince(t *testing.T) {
-	py := testutil.RequireTool(t, "/usr/bin/python3")
+	for _, from := range []string{"main", "other"} {
+		t.Run(from, func(t *testing.T) {
+			py := testutil.RequireTool(t, "/usr/bin/python3")
+			testutil.RequireRoot(t, "cgroup BPF connect hooks")
+			cg, hook := hookedCgroup(t)
+			if hook.Execs != nil {
+				t.Fatalf("the hook does not see programs executed: %v", hook.Execs)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			const script = `import os, socket, sys, threading
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"sent by python\n")
+os.set_inheritable(s.fileno(), True)
+become = lambda: os.execv("/bin/sleep", ["sleep", "300"])
+if sys.argv[2] == "other":
+    t = threading.Thread(target=become)
+    t.start()
+    t.join()
+become()`
+			// Held until it is in the cgroup, then python, which connects and
+			// becomes sleep.
+			cmd := exec.Command("/bin/sh", "-c", `read go; exec "$0" -c "$1" "$2" "$3"`, py, script, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port), from)
+			stdin, _ := cmd.StdinPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			if err := cgroup2.Add(cg, cmd.Process.Pid); err != nil {
+				t.Fatal(err)
+			}
+			io.WriteString(stdin, "go\n")
+			server, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer server.Close()
+			waitForExe(t, cmd.Process.Pid, "/bin/sleep")
+			_, err = hookedResolver(t, hook, cg).Lookup(addrs(server))
+			if !errors.Is(err, identity.ErrAmbiguous) || !strings.Contains(err.Error(), "execute another program") {
+				t.Fatalf("Lookup of a connection whose connector executed sleep since (from its %s thread) = %v; want it refused as ambiguous", from, err)
+			}
+		})
+	}
+}
+
+// waitForExe waits until process pid runs the program at path.
+func waitForExe(t *testing.T, pid int, path string) {
+	t.Helper()
+	want, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, fmt.Sprintf("pid %d to run %s", pid, want), func() bool {
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		return exe == want
+	})
+}
+
+// connectDuringExec's main thread executes sleep with an environment of
+// nearly 2 MB, which the kernel copies before it ends the process's other
+// threads; meanwhile a second thread connects to the port (its first
+// argument) and writes the socket's cookie. It starts on a byte from
+// stdin.
+const connectDuringExec = `#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#ifndef SO_COOKIE
+#define SO_COOKIE 57
+#endif
+
+static volatile int go;
+static int port;
+
+static void *connector(void *unused) {
+	while (!go)
+		;
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	if (connect(s, (struct sockaddr *)&a, sizeof a) == 0) {
+		unsigned long long cookie;
+		socklen_t n = sizeof cookie;
+		getsockopt(s, SOL_SOCKET, SO_COOKIE, &cookie, &n);
+		dprintf(s, "%llu\n", cookie);
+	}
+	pause();
+	return unused;
+}
+
+static char env[16][120 << 10];
+
+int main(int argc, char **argv) {
+	char *envp[17] = {0}, c;
+	pthread_t t;
+	port = atoi(argv[1]);
+	for (int i = 0; i < 16; i++) {
+		memset(env[i], 'x', sizeof env[i] - 1);
+		env[i][0] = 'A' + i;
+		env[i][1] = '=';
+		envp[i] = env[i];
+	}
+	if (read(0, &c, 1) != 1)
+		return 1;
+	pthread_create(&t, NULL, connector, NULL);
+	go = 1;
+	execve("/bin/sleep", (char *[]){"sleep", "300", NULL}, envp);
+	return 1;
+}
+`
+
+// A thread that connects and writes while another thread of its process
+// executes a program leaves its socket to that program (the exec ends the
+// thread, not the socket): its connector is refused, though the exec
+// began before the connect.
+func TestHookRefusesAConnectDuringAnExec(t *testing.T) {
 	testutil.RequireRoot(t, "cgroup BPF connect hooks")
+	gcc := testutil.RequireTool(t, "gcc")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "helper.c"), []byte(connectDuringExec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	helper := filepath.Join(dir, "helper")
+	if out, err := exec.Command(gcc, "-O2", "-pthread", "-o", helper, filepath.Join(dir, "helper.c")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
 	cg, hook := hookedCgroup(t)
 	if hook.Execs != nil {
 		t.Fatalf("the hook does not see programs executed: %v", hook.Execs)
@@ -256,14 +389,30 @@ func TestHookRefusesAConnectorThatExecutedSince(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	const script = `import os, socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-s.sendall(b"sent by python\n")
-os.set_inheritable(s.fileno(), True)
-os.execv("/bin/sleep", ["sleep", "300"])`
-	// Held until it is in the cgroup, then python, which connects and
-	// becomes sleep.
-	cmd := exec.Command("/bin/sh", "-c", `read go; exec "$0" -c "$1" "$2"`, py, script, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
+	// The second thread may connect before the exec begins (the main
+	// thread was preempted), or not at all before the exec ends it: tried
+	// until it connects while the exec runs.
+	for attempt := 1; ; attempt++ {
+		pid, server, at := connectWhileExecuting(t, helper, cg, hook, ln.(*net.TCPListener))
+		if server != nil && hook.ExecsOf(pid).Began < at {
+			_, err = hookedResolver(t, hook, cg).Lookup(addrs(server))
+			if !errors.Is(err, identity.ErrAmbiguous) || !strings.Contains(err.Error(), "while it was executing") {
+				t.Fatalf("Lookup of a connection made while its connector executed sleep = %v; want it refused as ambiguous", err)
+			}
+			return
+		}
+		if attempt == 20 {
+			t.Fatal("the helper's second thread never connected while its main thread executed sleep")
+		}
+	}
+}
+
+// connectWhileExecuting runs helper (connectDuringExec) in cgroup cg until
+// it is sleep, and returns its pid, the connection its second thread made
+// (nil if it made none, or wrote nothing on it) and when it made it.
+func connectWhileExecuting(t *testing.T, helper, cg string, hook *connhook.Hook, ln *net.TCPListener) (int, net.Conn, time.Duration) {
+	t.Helper()
+	cmd := exec.Command(helper, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
 	stdin, _ := cmd.StdinPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -272,25 +421,25 @@ os.execv("/bin/sleep", ["sleep", "300"])`
 	if err := cgroup2.Add(cg, cmd.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
-	io.WriteString(stdin, "go\n")
+	io.WriteString(stdin, "go")
+	waitForExe(t, cmd.Process.Pid, "/bin/sleep")
+	// Sleep runs: the thread has connected and written, or never will.
+	ln.SetDeadline(time.Now().Add(200 * time.Millisecond))
 	server, err := ln.Accept()
 	if err != nil {
-		t.Fatal(err)
+		return cmd.Process.Pid, nil, 0
 	}
-	defer server.Close()
-	sleep, _ := filepath.EvalSymlinks("/bin/sleep")
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); exe == sleep {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the client never became sleep")
-		}
+	t.Cleanup(func() { server.Close() })
+	server.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	var cookie uint64
+	if _, err := fmt.Fscan(server, &cookie); err != nil {
+		return cmd.Process.Pid, nil, 0
 	}
-	_, err = hookedResolver(t, hook, cg).Lookup(addrs(server))
-	if !errors.Is(err, identity.ErrAmbiguous) || !strings.Contains(err.Error(), "execute another program") {
-		t.Fatalf("Lookup of a connection whose connector executed sleep since = %v; want it refused as ambiguous", err)
+	tgid, _, at, ok := hook.Lookup(cookie)
+	if !ok || tgid != cmd.Process.Pid {
+		t.Fatalf("hook.Lookup(cookie %d) = tgid %d (found %v); want pid %d", cookie, tgid, ok, cmd.Process.Pid)
 	}
+	return tgid, server, at
 }
 
 // A process's exec is on record while it lives, and its record goes with
@@ -307,12 +456,12 @@ func TestHookForgetsTheExecsOfTheDead(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	if _, ok, _ := hook.LastExec(pid, 0); !ok {
+	if !hook.ExecsOf(pid).Recorded {
 		t.Errorf("no exec on record for pid %d, which executed sleep", pid)
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	if at, ok, _ := hook.LastExec(pid, 0); ok {
-		t.Errorf("pid %d's exec at %v still on record after it exited", pid, at)
+	if e := hook.ExecsOf(pid); e.Recorded {
+		t.Errorf("pid %d's exec %+v still on record after it exited", pid, e)
 	}
 }

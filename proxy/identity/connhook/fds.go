@@ -72,6 +72,6 @@ func noteFD(fds *ebpf.Map) asm.Instructions {
 		asm.LoadMem(asm.R1, asm.R6, sysEnterFD, asm.DWord),
 		asm.StoreMem(asm.RFP, -16, asm.R1, asm.DWord),
 	}
-	insns = append(insns, mapUpdate(fds, -8, -16)...)
+	insns = append(insns, mapUpdate(fds, -8, -16, bpfAny)...)
 	return append(insns, asm.Mov.Imm(asm.R0, 0), asm.Return())
 }
