@@ -101,7 +101,7 @@ var Reasons = []ReasonSpec{
 		"the destination is not a public address: {detail}; an operator can allow a range with --allow-range CIDR",
 		"the host resolves to an address that is not public (loopback, private, link-local, ...)"},
 	{ReasonHostMismatch, http.StatusMisdirectedRequest, ByProxy,
-		"the request names another host than its tunnel ({detail}); open a new CONNECT to that host",
+		"the request does not name the host its tunnel was opened to ({detail}); a tunnel carries only that host's traffic",
 		"inside a tunnel, the Host header, the absolute URL or the TLS server name (a second ClientHello's after a HelloRetryRequest too) names another host than the CONNECT, or an opaque tunnel's ClientHello names none to a name"},
 	{ReasonSecretUnavailable, http.StatusForbidden, ByProxy,
 		"the policy injects a credential the proxy cannot send with this request ({detail}); the request was not sent without it",

@@ -35,7 +35,7 @@ func TestDenialResponse(t *testing.T) {
 			phrase: `airlock: ssrf_blocked: the destination is not a public address: in.test resolves to 10.0.0.1 (private); an operator`},
 		{note: "host mismatch", req: policies.Request{Phase: policies.PhaseRequest, Host: "a.test", Port: 443, Method: "GET", Path: "/"},
 			reason: policies.ReasonHostMismatch, detail: `Host header "b.test"`, status: 421,
-			phrase: `airlock: host_mismatch: the request names another host than its tunnel (Host header "b.test")`},
+			phrase: `airlock: host_mismatch: the request does not name the host its tunnel was opened to (Host header "b.test")`},
 		{note: "upstream", req: policies.Request{Phase: policies.PhaseConnect, Host: "a.test", Port: 443},
 			reason: policies.ReasonUpstreamError, detail: "connection refused", status: 502, phrase: "airlock: upstream_error: "},
 		{note: "limit", req: policies.Request{Phase: policies.PhaseConnect},

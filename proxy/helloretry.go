@@ -45,11 +45,11 @@ const (
 // host and a second naming another would reach that other host decided as
 // this one. So only the ClientHello goes on at first, what the client sent
 // after it held back; the upstream's answer is read up to its ServerHello's
-// random and passed on; when it asks for another ClientHello, the client's
-// next one is read as the server reads it (after the first, past a
-// ChangeCipherSpec) and must carry the first one's server name byte for
-// byte (host_mismatch; the first's was checked against the host) before it
-// goes on. An answer that is no TLS a client could read ends the tunnel
+// random (a HelloRetryRequest whole) and passed on; when it asks for
+// another ClientHello, the client's next one is read as the server reads
+// it (after the first, past a ChangeCipherSpec) and must carry the first
+// one's server name byte for byte (host_mismatch; the first's was checked
+// against the host) before it goes on. An answer that is no TLS a client could read ends the tunnel
 // (upstream_error): the client's handshake could not complete, and what it
 // sent next would be relayed unlooked at to whatever the upstream is. up
 // and down are what it passed on; false: dc has ended (a denial, or detail
@@ -76,11 +76,11 @@ func (p *Proxy) helloRetry(client, upstream net.Conn, first opening, dc *decisio
 			dc.deny(policies.ReasonInvalidRequest, err.Error())
 			return up, down, false
 		}
-		if _, err := upstream.Write(held[:end]); err != nil {
+		k, err := upstream.Write(held[:end])
+		if up += int64(k); err != nil {
 			dc.detail = "upstream write: " + err.Error()
 			return up, down, false
 		}
-		up += int64(end)
 		held = held[end:]
 		n, retry, err := serverHello(upstream, *buf)
 		if err == nil && retry && retried {
@@ -90,17 +90,18 @@ func (p *Proxy) helloRetry(client, upstream net.Conn, first opening, dc *decisio
 			dc.deny(policies.ReasonUpstreamError, "the upstream's answer to the TLS ClientHello: "+err.Error())
 			return up, down, false
 		}
-		if _, err := client.Write((*buf)[:n]); err != nil {
+		k, err = client.Write((*buf)[:n])
+		if down += int64(k); err != nil {
 			dc.detail = "client write: " + err.Error()
 			return up, down, false
 		}
-		down += int64(n)
 		if !retry {
-			if _, err := upstream.Write(held); err != nil {
+			k, err = upstream.Write(held)
+			if up += int64(k); err != nil {
 				dc.detail = "upstream write: " + err.Error()
 				return up, down, false
 			}
-			return up + int64(len(held)), down, true
+			return up, down, true
 		}
 		second, err := p.secondHello(client, held)
 		if err != nil {
@@ -118,22 +119,33 @@ func (p *Proxy) helloRetry(client, upstream net.Conn, first opening, dc *decisio
 
 // serverHello reads the upstream's answer to a ClientHello into buf, up to
 // its ServerHello's random, and says whether it is a HelloRetryRequest; n
-// is what was read, all of it the client's. A fatal alert first ends the
-// handshake, and is no retry. What is no ServerHello in TLS records, or
-// does not come whole within buf, is an error.
+// is what was read, all of it the client's. A HelloRetryRequest is read
+// on to the end of the record its last byte is in: the client answers
+// only once it has all of it, and what stayed in the upstream's socket
+// would wait there while the proxy waited for that answer. A fatal alert
+// first ends the handshake, and is no retry. What is no ServerHello in TLS
+// records, or does not come whole within buf, is an error.
 func serverHello(upstream io.Reader, buf []byte) (n int, retry bool, err error) {
 	var head [serverHelloHead]byte
+	want := len(head)
 	for {
-		got, _, _, fatal, err := firstHandshake(buf[:n], len(head), head[:])
+		got, end, _, fatal, err := firstHandshake(buf[:n], want, head[:])
 		switch {
 		case err != nil:
 			return n, false, err
 		case fatal:
 			return n, false, nil
-		case got == len(head) && head[0] != typeServerHello:
+		case retry && got == want && end <= n:
+			return n, true, nil
+		case !retry && got == len(head) && head[0] != typeServerHello:
 			return n, false, fmt.Errorf("a handshake message of type %d, not a ServerHello", head[0])
-		case got == len(head):
-			return n, [32]byte(head[6:]) == helloRetryRandom, nil
+		case !retry && got == len(head) && [32]byte(head[6:]) != helloRetryRandom:
+			return n, false, nil
+		case !retry && got == len(head):
+			retry, want = true, 4+(int(head[1])<<16|int(head[2])<<8|int(head[3]))
+			continue
+		case n == len(buf) && retry:
+			return n, false, fmt.Errorf("a HelloRetryRequest of %d bytes, not whole in the first %d bytes", want, n)
 		case n == len(buf):
 			return n, false, fmt.Errorf("no ServerHello in its first %d bytes", n)
 		}
@@ -190,9 +202,9 @@ func helloEnd(b []byte) (int, error) {
 // ChangeCipherSpec records (before a second ClientHello), counting up to
 // want of its bytes and copying the first of them to head. got is how many
 // it counted (fewer than want: b ends first); fatal says a fatal alert came
-// first, which ends the handshake; end is the offset in b just past the
-// record the want-th byte is in, and rest how many of that record's bytes
-// follow that byte. err: b is not what a peer reads there.
+// first, which ends the handshake; end is the offset just past the record
+// the want-th byte is in (past b's end when b ends within that record),
+// and rest how many of that record's bytes follow that byte. err: b is not what a peer reads there.
 func firstHandshake(b []byte, want int, head []byte) (got, end, rest int, fatal bool, err error) {
 	for off := 0; off+5 <= len(b); {
 		typ, length := b[off], int(b[off+3])<<8|int(b[off+4])

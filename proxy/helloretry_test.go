@@ -21,9 +21,10 @@ import (
 // HelloRetryRequest, is the one the server acts on: it must name the same
 // server as the first, on the explicit and the transparent path alike.
 // The stub upstream answers the first ClientHello with a HelloRetryRequest
-// in two records, and a second one with a ServerHello; a real Go server
-// that takes P-256 only asks a Go client, which offers X25519 first, for
-// another.
+// in records of 10 bytes, and a second one with a ServerHello; a real Go
+// server that takes P-256 only asks a Go client, which offers X25519
+// first, for another. A HelloRetryRequest that reaches the proxy in more
+// than one read is passed on whole before the client is waited for.
 func TestHelloRetryChecked(t *testing.T) {
 	fx := newTPFixture(t)
 	d := fx.dialer(t)
@@ -42,14 +43,20 @@ func TestHelloRetryChecked(t *testing.T) {
 			c.SetDeadline(time.Now().Add(10 * time.Second))
 			return c
 		}
-		// stub answers a first ClientHello with answer and passes what
-		// reaches it after, up to a ClientHello, on.
-		stub := func(answer []byte) <-chan []byte {
+		// stub answers a first ClientHello with answer, its pieces
+		// written apart, and passes what reaches it after, up to a
+		// ClientHello, on.
+		stub := func(answer ...[]byte) <-chan []byte {
 			got := make(chan []byte, 1)
 			serve := func(c net.Conn) {
 				c.SetDeadline(time.Now().Add(10 * time.Second))
 				readRecord(c)
-				c.Write(answer)
+				for i, piece := range answer {
+					if i > 0 {
+						time.Sleep(100 * time.Millisecond)
+					}
+					c.Write(piece)
+				}
 				var after []byte
 				for {
 					r, err := readRecord(c)
@@ -97,18 +104,22 @@ func TestHelloRetryChecked(t *testing.T) {
 				return l["via"] == via && strings.Contains(detail, `"tls.tp.test" in the ClientHello after a HelloRetryRequest`)
 			})
 		})
-		t.Run(path+": the second ClientHello names the same host", func(t *testing.T) {
-			got := stub(retry)
-			c := open(t)
-			c.Write(hello("stub.tp.test"))
-			wantRead(t, c, retry)
-			second := append(bytes.Clone(changeCipherSpec), hello("stub.tp.test")...)
-			c.Write(second)
-			if after := <-got; !bytes.Equal(after, second) {
-				t.Fatalf("the upstream read %d bytes after the first ClientHello; want the second, %d", len(after), len(second))
-			}
-			wantRead(t, c, serverHelloRecords([32]byte{1}, 1<<10))
-		})
+		// Cut past the random (whose record ends at 60) and inside a
+		// record's header.
+		for _, pieces := range [][][]byte{{retry}, {retry[:62], retry[62:]}} {
+			t.Run(fmt.Sprintf("%s: the second ClientHello names the same host, the first answer in %d pieces", path, len(pieces)), func(t *testing.T) {
+				got := stub(pieces...)
+				c := open(t)
+				c.Write(hello("stub.tp.test"))
+				wantRead(t, c, retry)
+				second := append(bytes.Clone(changeCipherSpec), hello("stub.tp.test")...)
+				c.Write(second)
+				if after := <-got; !bytes.Equal(after, second) {
+					t.Fatalf("the upstream read %d bytes after the first ClientHello; want the second, %d", len(after), len(second))
+				}
+				wantRead(t, c, serverHelloRecords([32]byte{1}, 1<<10))
+			})
+		}
 		t.Run(path+": an upstream that answers in no TLS", func(t *testing.T) {
 			got := stub([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
 			c := open(t)
@@ -117,34 +128,119 @@ func TestHelloRetryChecked(t *testing.T) {
 			<-got
 			fx.line(t, AuditCloseMessage, "stub.tp.test", policies.ReasonUpstreamError, func(l map[string]any) bool { return l["via"] == via })
 		})
-		t.Run(path+": a Go client and server", func(t *testing.T) {
-			cfg, err := fx.upCA.ServerConfig("stub.tp.test")
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.CurvePreferences = []tls.CurveID{tls.CurveP256}
-			serve := func(c net.Conn) {
-				tc := tls.Server(c, cfg)
-				if _, err := http.ReadRequest(bufio.NewReader(tc)); err == nil {
-					io.WriteString(tc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+		for _, split := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s: a Go client and server, its writes split %v", path, split), func(t *testing.T) {
+				cfg, err := fx.upCA.ServerConfig("stub.tp.test")
+				if err != nil {
+					t.Fatal(err)
 				}
-				tc.Close()
+				cfg.CurvePreferences = []tls.CurveID{tls.CurveP256}
+				serve := func(c net.Conn) {
+					if split {
+						// Past the random, in the HelloRetryRequest's
+						// only record.
+						c = splitConn{c, 45}
+					}
+					tc := tls.Server(c, cfg)
+					if _, err := http.ReadRequest(bufio.NewReader(tc)); err == nil {
+						io.WriteString(tc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+					}
+					tc.Close()
+				}
+				fx.stub.Store(&serve)
+				tc := tls.Client(open(t), &tls.Config{ServerName: "stub.tp.test", RootCAs: fx.upCA.Pool, CurvePreferences: []tls.CurveID{tls.X25519, tls.CurveP256}})
+				if err := tc.Handshake(); err != nil || !tc.ConnectionState().HelloRetryRequest {
+					t.Fatalf("handshake: %v, HelloRetryRequest %v; want one completed after a HelloRetryRequest", err, tc.ConnectionState().HelloRetryRequest)
+				}
+				wantBody(t, httpGet(t, tc, "stub.tp.test", "/"), http.StatusOK, "ok")
+			})
+		}
+	}
+}
+
+// splitConn writes what one Write is given past at bytes after a pause:
+// its peer reads it in pieces.
+type splitConn struct {
+	net.Conn
+	at int
+}
+
+func (c splitConn) Write(b []byte) (int, error) {
+	if len(b) <= c.at {
+		return c.Conn.Write(b)
+	}
+	n, err := c.Conn.Write(b[:c.at])
+	if err != nil {
+		return n, err
+	}
+	time.Sleep(100 * time.Millisecond)
+	k, err := c.Conn.Write(b[c.at:])
+	return n + k, err
+}
+
+// What a write that failed partway did send is counted in the tunnel's
+// bytes: the ClientHello's, the answer's, what followed the ClientHello.
+func TestHelloRetryCountsShortWrites(t *testing.T) {
+	p := &Proxy{cfg: Config{Limits: Limits{HandshakeTimeout: 10 * time.Second}}}
+	hello := clientHelloRecord(t, "stub.tp.test")
+	early := append(bytes.Clone(hello), "after"...)
+	answer := serverHelloRecords([32]byte{1}, 1<<10)
+	for _, tc := range []struct {
+		name               string
+		upLimit, downLimit int
+		up, down           int
+	}{
+		{"the ClientHello", 7, len(answer), 7, 0},
+		{"the answer", len(early), 7, len(hello), 7},
+		{"what followed", len(hello) + 3, len(answer), len(hello) + 3, len(answer)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, clientPeer := net.Pipe()
+			upstream, server := net.Pipe()
+			t.Cleanup(func() {
+				for _, c := range []net.Conn{client, clientPeer, upstream, server} {
+					c.Close()
+				}
+			})
+			go io.Copy(io.Discard, clientPeer)
+			go func() {
+				if _, err := readRecord(server); err == nil {
+					server.Write(answer)
+					io.Copy(io.Discard, server)
+				}
+			}()
+			first := opening{proto: speaksTLS, early: early, serverName: "stub.tp.test"}
+			up, down, ok := p.helloRetry(&shortConn{client, tc.downLimit}, &shortConn{upstream, tc.upLimit}, first, &decision{})
+			if ok || up != int64(tc.up) || down != int64(tc.down) {
+				t.Fatalf("helloRetry = %d up, %d down, %v; want %d, %d, false", up, down, ok, tc.up, tc.down)
 			}
-			fx.stub.Store(&serve)
-			tc := tls.Client(open(t), &tls.Config{ServerName: "stub.tp.test", RootCAs: fx.upCA.Pool, CurvePreferences: []tls.CurveID{tls.X25519, tls.CurveP256}})
-			if err := tc.Handshake(); err != nil || !tc.ConnectionState().HelloRetryRequest {
-				t.Fatalf("handshake: %v, HelloRetryRequest %v; want one completed after a HelloRetryRequest", err, tc.ConnectionState().HelloRetryRequest)
-			}
-			wantBody(t, httpGet(t, tc, "stub.tp.test", "/"), http.StatusOK, "ok")
 		})
 	}
 }
 
+// shortConn's writes send left bytes in all, and fail past them.
+type shortConn struct {
+	net.Conn
+	left int
+}
+
+func (c *shortConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b[:min(len(b), c.left)])
+	if c.left -= n; err == nil && n < len(b) {
+		err = io.ErrShortWrite
+	}
+	return n, err
+}
+
 // serverHello finds a ServerHello's random however its records and reads
-// split it, past warning alerts; an answer that is not TLS, or not a
-// ServerHello, is an error.
+// split it, past warning alerts, and reads a HelloRetryRequest whole; an
+// answer that is not TLS, or not a ServerHello, or a HelloRetryRequest
+// larger than the buffer, is an error.
 func TestServerHello(t *testing.T) {
 	warning := []byte{recordAlert, 3, 3, 0, 2, alertWarning, 112} // unrecognized_name
+	// 64 KiB said, in records of 16 KiB.
+	huge := slices.Concat([]byte{recordHandshake, 3, 3, 0x40, 0, typeServerHello, 1, 0, 0, 3, 3}, helloRetryRandom[:], make([]byte, 16<<10-38),
+		[]byte{recordHandshake, 3, 3, 0x40, 0}, make([]byte, 16<<10))
 	for _, tc := range []struct {
 		name   string
 		answer []byte
@@ -158,6 +254,8 @@ func TestServerHello(t *testing.T) {
 		{"not TLS", []byte("HTTP/1.1 400 Bad Request\r\n\r\n"), false, "no TLS record"},
 		{"not a ServerHello", []byte{recordHandshake, 3, 3, 0, 38, 11, 0, 0, 34, 3, 3, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32}, false, "not a ServerHello"},
 		{"cut short", serverHelloRecords(helloRetryRandom, 1<<10)[:20], false, "EOF"},
+		{"retry cut short", serverHelloRecords(helloRetryRandom, 10)[:70], false, "EOF"},
+		{"retry larger than the buffer", huge, false, "not whole in the first 16384 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, retry, err := serverHello(iotest.OneByteReader(bytes.NewReader(tc.answer)), make([]byte, 16<<10))
@@ -167,8 +265,8 @@ func TestServerHello(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || retry != tc.retry || n > len(tc.answer) {
-				t.Fatalf("serverHello = %d, %v, %v; want retry %v", n, retry, err, tc.retry)
+			if err != nil || retry != tc.retry || n > len(tc.answer) || retry && n != len(tc.answer) {
+				t.Fatalf("serverHello = %d, %v, %v; want retry %v, and all of a retry read", n, retry, err, tc.retry)
 			}
 		})
 	}

@@ -281,7 +281,7 @@ func checkOpaque(first opening, host string) (policies.Reason, string) {
 	}
 	switch _, err := netip.ParseAddr(host); {
 	case first.serverName == "" && err != nil:
-		return policies.ReasonHostMismatch, "a TLS ClientHello without a server name in a tunnel to " + host + ", which a shared front would serve as its default host"
+		return policies.ReasonHostMismatch, "a TLS ClientHello without a server name in a tunnel to " + host + ", which a shared front would serve as its default host; send the host's name as the TLS server name, or connect to its address"
 	case first.serverName != "" && !sameName(first.serverName, host):
 		return policies.ReasonHostMismatch, fmt.Sprintf("TLS server name %q in a tunnel to %s", first.serverName, host)
 	}

@@ -245,6 +245,9 @@ func (p *Proxy) classify(pc *peekConn) (opening, error) {
 		return pc.clientHello()
 	}
 	c.SetReadDeadline(time.Now().Add(p.cfg.Limits.ReadHeaderTimeout))
+	if err := refuseSSL2Hello(pc); err != nil {
+		return opening{}, err
+	}
 	for {
 		switch requestLine(pc.seen) {
 		case lineIs:
@@ -275,6 +278,27 @@ func (o opening) silent() bool { return len(o.early) == 0 }
 // connection refused. No server takes another record type first, and
 // other protocols may begin with those bytes (a length's low byte).
 func isTLSRecord(b byte) bool { return b == 0x15 || b == 0x16 }
+
+// refuseSSL2Hello refuses what an OpenSSL server reads as an SSL
+// 2.0-compatible ClientHello (a 2-byte record header, its high bit set,
+// then message type 1), reading up to its third byte. That hello carries
+// no server name, so to a name a shared front that takes it (OpenSSL at a
+// low security level) serves its default host; crypto/tls cannot read it,
+// so it cannot be checked as a ClientHello, and RFC 8446 (D.5) has no
+// client send it. A beginning that could still become one, then silence
+// or the end, is refused too, as a request line is: a client that waits
+// could send the rest once relayed.
+func refuseSSL2Hello(pc *peekConn) error {
+	for pc.seen[0]&0x80 != 0 && len(pc.seen) < 3 {
+		if err := pc.fill(); err != nil {
+			return fmt.Errorf("the connection's first bytes could still be an SSL 2.0-compatible ClientHello: %w", err)
+		}
+	}
+	if pc.seen[0]&0x80 != 0 && pc.seen[2] == 1 {
+		return errors.New("an SSL 2.0-compatible ClientHello, which carries no TLS server name")
+	}
+	return nil
+}
 
 // errHelloRead stops crypto/tls's handshake once the ClientHello is read.
 var errHelloRead = errors.New("ClientHello read")

@@ -623,6 +623,10 @@ func TestPeek(t *testing.T) {
 		// Read as HTTP, which refuses it (431): never tunnelled.
 		{"request line over the limit", func(c net.Conn) { io.WriteString(c, long) }, speaksHTTP, 64 + 4096, "", nil, ""},
 		{"not a ClientHello", func(c net.Conn) { c.Write([]byte{0x16, 3, 1, 0, 4, 9, 9, 9, 9}) }, speaksOther, 0, "", nil, "no ClientHello could be read"},
+		{"an SSL 2.0-compatible ClientHello", func(c net.Conn) { c.Write(sslv2Hello) }, speaksOther, 0, "", nil, "SSL 2.0-compatible ClientHello"},
+		{"its first byte, then the end", func(c net.Conn) { c.Write(sslv2Hello[:1]); c.Close() }, speaksOther, 0, "", nil, "could still be an SSL 2.0-compatible"},
+		// A memcached binary request.
+		{"the high bit, then no ClientHello", func(c net.Conn) { c.Write([]byte{0x80, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 5}) }, speaksOther, -1, "", nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, server := testutil.TCPPair(t)
@@ -647,6 +651,11 @@ func TestPeek(t *testing.T) {
 		})
 	}
 }
+
+// sslv2Hello is an SSL 2.0-compatible ClientHello for TLS 1.0, which
+// OpenSSL servers at a low security level take: no server name.
+var sslv2Hello = slices.Concat([]byte{0x80, 46, 1, 3, 1, 0, 21, 0, 0, 0, 16},
+	[]byte{0, 0, 0x2f, 0, 0, 0x35, 0, 0, 0x0a, 0, 0, 0x05, 0, 0, 0x04, 0, 0, 0xff, 0, 0xc0, 0x14}, make([]byte, 16))
 
 // teeConn copies what is written to it to w.
 type teeConn struct {
@@ -707,6 +716,27 @@ func TestOpaqueConnectChecksWhatOpensIt(t *testing.T) {
 					return err
 				}})
 			wantDenial(t, httpGet(t, tc, "tls.tp.test", "/"), http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "tls.tp.test")
+		})
+	}
+	// Nor can an SSL 2.0-compatible ClientHello carry one, which crypto/tls
+	// cannot read and OpenSSL at a low security level takes: refused.
+	for _, path := range []string{"explicit", "transparent"} {
+		t.Run("an SSL 2.0-compatible ClientHello, "+path, func(t *testing.T) {
+			var c net.Conn
+			msg, via := AuditCloseMessage, any(nil)
+			if path == "explicit" {
+				c = open(t, "tls.tp.test")
+			} else {
+				c = d.dial(t, fmt.Sprintf("%s:%d", tpTLS, fx.port))
+				t.Cleanup(func() { c.Close() })
+				msg, via = AuditMessage, "transparent"
+			}
+			c.Write(sslv2Hello)
+			wantNothing(t, c)
+			fx.line(t, msg, "tls.tp.test", policies.ReasonInvalidRequest, func(l map[string]any) bool {
+				detail, _ := l["detail"].(string)
+				return l["via"] == via && strings.Contains(detail, "SSL 2.0-compatible ClientHello")
+			})
 		})
 	}
 	// A Go front (crypto/tls) skips a warning alert sent before the

@@ -63,10 +63,10 @@ func hideHostViews(c *Config) error {
 	if err != nil {
 		return err
 	}
-	named := resolved(slices.Concat(c.RO, c.RW, c.Exec))
+	named := resolved(c, slices.Concat(c.RO, c.RW, c.Exec))
 	// What privateTmp mounts back below the tmp directories, with all
 	// that is mounted below it.
-	kept := resolved(slices.Concat(c.RO, c.RW, c.Exec, []string{c.Dir}))
+	kept := resolved(c, slices.Concat(c.RO, c.RW, c.Exec, []string{c.Dir}))
 	var last string
 	for range maxViewRounds {
 		mounts, err := readMounts()
@@ -123,9 +123,9 @@ func existingDirs(dirs []string) ([]string, error) {
 
 // resolved is paths as the kernel reaches them: their links followed (one
 // that does not exist, as named; "" left out).
-func resolved(paths []string) []string {
+func resolved(c *Config, paths []string) []string {
 	var out []string
-	for _, n := range namedPaths(paths) {
+	for _, n := range namedPaths(c, paths) {
 		out = append(out, cmp.Or(n.real, n.path))
 	}
 	return out
@@ -141,7 +141,7 @@ func resolved(paths []string) []string {
 // each mount remounted instead. A device the sandbox is given outside /dev
 // refuses the launch, rather than fail to open in it.
 func noDevices(c *Config) error {
-	for _, p := range resolved(slices.Concat(c.RO, c.RW, c.Exec)) {
+	for _, p := range resolved(c, slices.Concat(c.RO, c.RW, c.Exec)) {
 		if st, err := os.Stat(p); err == nil && st.Mode()&os.ModeDevice != 0 && !within(p, "/dev") {
 			return fmt.Errorf("path %s: a device outside /dev, which opens in the sandbox only under /dev", p)
 		}
@@ -150,7 +150,7 @@ func noDevices(c *Config) error {
 	if err != nil {
 		return err
 	}
-	writable := writableMounts(mounts, resolved(c.RW), c.Cgroups)
+	writable := writableMounts(mounts, resolved(c, c.RW), c.Cgroups)
 	set := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_RDONLY}
 	err = unix.MountSetattr(unix.AT_FDCWD, "/", unix.AT_RECURSIVE, set)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) {

@@ -50,7 +50,7 @@ func runInit() {
 		// open checks again (openGiven), race-free, but sees the
 		// sandbox's mounts, where the links on the way below /tmp are
 		// made again as root's: a sandbox's link there is seen only here.
-		{"refuse links the sandbox could have made", plantedLinks},
+		{"refuse links the sandbox could have made", resolveGiven},
 		// A /proc of the sandbox's own PID namespace: the sandbox sees
 		// only its own processes, not the host's or their command lines.
 		{"mount /proc", mountProc},
@@ -282,7 +282,7 @@ func hideHostServices(c *Config) error {
 	}
 	// The paths the sandbox names, resolved once, but resolv.conf's: the
 	// sandbox has its own there, readable (c.RO below).
-	named := slices.DeleteFunc(namedPaths(slices.Concat(c.RO, c.RW, c.Exec)), func(n namedPath) bool {
+	named := slices.DeleteFunc(namedPaths(c, slices.Concat(c.RO, c.RW, c.Exec)), func(n namedPath) bool {
 		return conf != "" && n.real == conf
 	})
 	hostConf := conf // conf is cleared once the sandbox's own is placed
@@ -322,11 +322,17 @@ func hideHostServices(c *Config) error {
 // does not exist).
 type namedPath struct{ path, real string }
 
-// namedPaths is paths ("" left out) with where each leads.
-func namedPaths(paths []string) []namedPath {
+// namedPaths is paths ("" left out) with where each leads: where
+// resolveGiven found it for a path the sandbox names, else (the devices of
+// its /dev, the host's resolv.conf: root's) resolved now.
+func namedPaths(c *Config, paths []string) []namedPath {
 	var out []namedPath
 	for _, p := range paths {
 		if p == "" {
+			continue
+		}
+		if real, ok := c.real[filepath.Clean(p)]; ok {
+			out = append(out, namedPath{filepath.Clean(p), real})
 			continue
 		}
 		real, err := filepath.EvalSymlinks(p)
@@ -411,7 +417,7 @@ var tmpDirs = []string{"/tmp", "/var/tmp"}
 // (Config.RO, RW, Exec) and its working directory, each mounted back. What
 // it writes there itself goes with it.
 func privateTmp(c *Config) error {
-	named := namedPaths(slices.Concat(c.RO, c.RW, c.Exec, []string{c.Dir}))
+	named := namedPaths(c, slices.Concat(c.RO, c.RW, c.Exec, []string{c.Dir}))
 	dirs, err := existingDirs(tmpDirs)
 	if err != nil {
 		return err
@@ -441,8 +447,8 @@ func coverKeeping(real string, writable bool, named []namedPath) error {
 // given whole and left alone. Started in it, the sandbox starts in the
 // covered directory.
 func hideDirs(c *Config) error {
-	given := namedPaths(slices.Concat(c.RO, c.RW, c.Exec))
-	named := slices.Concat(given, namedPaths([]string{c.Dir}))
+	given := namedPaths(c, slices.Concat(c.RO, c.RW, c.Exec))
+	named := slices.Concat(given, namedPaths(c, []string{c.Dir}))
 	for _, d := range c.Hidden {
 		real, err := filepath.EvalSymlinks(d)
 		if err != nil {
@@ -505,7 +511,7 @@ func privateDev(c *Config) error {
 	const dir = "/dev"
 	// A link among them (/dev/ptmx → pts/ptmx in some containers) is
 	// made again, and what it leads to kept, as below /tmp.
-	named := slices.DeleteFunc(namedPaths(slices.Concat(devDevices, c.RO, c.RW, c.Exec)), func(n namedPath) bool {
+	named := slices.DeleteFunc(namedPaths(c, slices.Concat(devDevices, c.RO, c.RW, c.Exec)), func(n namedPath) bool {
 		return n.path == dir
 	})
 	keep, links, err := under(dir, named, "")

@@ -3,47 +3,51 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"golang.org/x/sys/unix"
 )
 
-// plantedLinks refuses a path the sandbox is given (RO, RW, Exec) that
-// leads through a link its uid could have made or replaced: in a directory
-// that uid may write, a sandbox (this one's last run, a pod's service
-// before its restart, another of the same uid) would point it anywhere,
-// and Landlock, which follows it, would give the sandbox what it names (/,
-// a person's home whole). Each link met resolving the path is looked at,
-// as the kernel meets them (through other links' targets, a ".." after
-// one); a path that cannot be resolved is left to Landlock's open, which
-// refuses it. The working directory likewise: under a directory the
-// sandbox gets a private or empty one of (/tmp, a hidden home) it is
-// mounted back, and pointed at the host's /tmp/tmux-UID it would mount the
-// sockets of programs that run what they are sent outside any sandbox.
-func plantedLinks(c *Config) error {
+// resolveGiven resolves each path the sandbox names (RO, RW, Exec, and
+// the working directory) once, as the kernel does, a component at a time
+// (openGiven), and refuses one that leads through a link its uid could
+// have made or replaced: in a directory that uid may write, a sandbox
+// (this one's last run, a pod's service before its restart, another of
+// the same uid, running meanwhile) would point it anywhere, and Landlock,
+// which follows it, would give the sandbox what it names (/, a person's
+// home whole); a working directory under one the sandbox gets a private
+// or empty one of (/tmp, a hidden home) is mounted back, and pointed at
+// the host's /tmp/tmux-UID it would mount the sockets of programs that
+// run what they are sent outside any sandbox. Every later step finds a
+// path where this found it (Config.real), never by resolving it again,
+// which a link swapped in meanwhile would lead elsewhere. A path that
+// cannot be resolved is left to Landlock's open, which refuses it.
+func resolveGiven(c *Config) error {
+	c.real = map[string]string{}
 	for _, p := range slices.Concat(c.RO, c.RW, c.Exec, []string{c.Dir}) {
 		if p == "" {
 			continue
 		}
-		var planted error
-		trusted.WalkLinks(p, func(link string, fi fs.FileInfo, dir string) error {
-			if !replaceableBy(dir, fi, c.UID, c.GID) {
-				return nil
-			}
-			to, _ := filepath.EvalSymlinks(p)
-			planted = fmt.Errorf("%w (%s)", plantedLink(p, link, c.UID), to)
-			return planted
-		})
-		if planted != nil {
-			return planted
+		fd, err := openGiven(p, c.UID, c.GID)
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			c.real[filepath.Clean(p)] = "" // missing, or not root's to open
+			continue
 		}
+		if err != nil {
+			return err
+		}
+		real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+		unix.Close(fd)
+		if err != nil {
+			return err
+		}
+		c.real[filepath.Clean(p)] = real
 	}
 	return nil
 }
@@ -52,20 +56,6 @@ func plantedLinks(c *Config) error {
 // directory uid may write.
 func plantedLink(p, link string, uid int) error {
 	return fmt.Errorf("path %s leads through the link %s, in a directory uid %d may write: a link a sandbox made there would give this one what it names; name the path it leads to", p, link, uid)
-}
-
-// replaceableBy says whether uid (of group gid) may replace link in dir.
-func replaceableBy(dir string, link os.FileInfo, uid, gid int) bool {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return true // unknown: not taken on trust
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	lst, lok := link.Sys().(*syscall.Stat_t)
-	if !ok || !lok {
-		return true
-	}
-	return replaceable(st.Uid, st.Gid, st.Mode, lst.Uid, hasACL(dir), uid, gid)
 }
 
 // replaceable says whether uid (of group gid) may replace a link owned by

@@ -67,9 +67,9 @@ func TestPlantedLinksAreRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &Config{UID: uid, GID: gid, RO: []string{tc.path}}
-			err := plantedLinks(c)
+			err := resolveGiven(c)
 			if tc.refused != (err != nil) || err != nil && !strings.Contains(err.Error(), "leads through the link") {
-				t.Errorf("plantedLinks(--ro %s) = %v; want refused %v", tc.path, err, tc.refused)
+				t.Errorf("resolveGiven(--ro %s) = %v; want refused %v", tc.path, err, tc.refused)
 			}
 			// And Landlock's open of it, a component at a time.
 			fd, err := openGiven(tc.path, uid, gid)
@@ -120,5 +120,35 @@ func TestLaunchRefusesAPlantedLink(t *testing.T) {
 				t.Fatalf("launch given %s, a link in its own workspace: %v; want it refused for the link", link, err)
 			}
 		})
+	}
+}
+
+// Where a path the sandbox names leads is found once, by the init's first
+// look: a link swapped in after it (by a sandbox of the same uid running
+// meanwhile) does not lead the steps that mount paths back elsewhere, to a
+// directory of the host's sockets below /tmp.
+func TestGivenPathsAreResolvedOnce(t *testing.T) {
+	root := t.TempDir()
+	cwd, sockets := filepath.Join(root, "cwd"), filepath.Join(root, "sockets")
+	for _, d := range []string{cwd, sockets} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &Config{UID: 61000, GID: 61000, Dir: cwd}
+	if err := resolveGiven(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(cwd, cwd+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(sockets, cwd); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := filepath.EvalSymlinks(cwd); now != sockets {
+		t.Fatalf("the swap: %s leads to %s; want %s", cwd, now, sockets)
+	}
+	if got := namedPaths(c, []string{cwd}); len(got) != 1 || got[0].real != cwd {
+		t.Fatalf("namedPaths after the swap = %+v; want %s where the init found it", got, cwd)
 	}
 }

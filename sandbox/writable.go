@@ -36,7 +36,7 @@ func bindWritable(c *Config) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range outermost(slices.Compact(slices.Sorted(slices.Values(resolved(c.RW))))) {
+	for _, p := range outermost(slices.Compact(slices.Sorted(slices.Values(resolved(c, c.RW))))) {
 		if isMountPoint(mounts, p) {
 			continue
 		}

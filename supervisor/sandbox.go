@@ -254,11 +254,17 @@ func AttachHook(dir string, log *slog.Logger) *connhook.Hook {
 			log.Warn("the connect hook does not see programs executed: a process that connects, sends, then executes a program the policy allows is decided as that program", "err", h.Execs)
 		})
 	}
+	if h.Execs == nil && h.GroupDead != nil {
+		groupDeadOnce.Do(func() {
+			log.Warn("the connect hook cannot tell when a process's last thread exits (sched_process_exit has no group_dead): a process's record of programs executed goes when its main thread exits with no exec running, and one kept after its process is told from a later process of its pid by start time", "err", h.GroupDead)
+		})
+	}
 	return h
 }
 
-// fdsOnce and execsOnce say once per process what the hook cannot see.
-var fdsOnce, execsOnce sync.Once
+// fdsOnce, execsOnce and groupDeadOnce say once per process what the hook
+// cannot see.
+var fdsOnce, execsOnce, groupDeadOnce sync.Once
 
 // Pid is the host pid of the sandbox's init.
 func (s *Sandbox) Pid() int { return s.proc.Pid }

@@ -184,6 +184,47 @@ func (forgetfulHook) Lookup(uint64) (int, int, time.Duration, bool) { return 0, 
 func (forgetfulHook) ExecsOf(int) Execs                             { return Execs{} }
 func (h forgetfulHook) Blind() bool                                 { return h.blind }
 
+// execHook saw pid connect, on a descriptor it does not know, at at, and
+// has execs on record for it.
+type execHook struct {
+	pid   int
+	at    time.Duration
+	execs Execs
+}
+
+func (h execHook) Lookup(uint64) (int, int, time.Duration, bool) { return h.pid, -1, h.at, true }
+func (h execHook) ExecsOf(int) Execs                             { return h.execs }
+func (execHook) Blind() bool                                     { return false }
+
+// An exec on record that began before the connector started is a dead
+// process's of the same pid (kept after it where the kernel does not say
+// when a process's last thread exits), not the connector's: it says
+// nothing of it, even one that never ended. One that began after the
+// connector started is its own.
+func TestHookIgnoresAnExecFromBeforeTheConnectorStarted(t *testing.T) {
+	client, server := clientProcess(t)
+	pid := client.Process.Pid
+	d, err := openProc(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := readStat(d)
+	d.close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := st.start + time.Second
+	r := treeResolver(t)
+	r.WithConnHook(execHook{pid, at, Execs{Recorded: true, Began: st.start - time.Second, Running: true}})
+	if p, err := r.Lookup(addrs(server)); err != nil || p.PID != pid {
+		t.Fatalf("Lookup with a running exec begun before pid %d started = %+v, %v; want pid %d", pid, p, err, pid)
+	}
+	r.WithConnHook(execHook{pid, at, Execs{Recorded: true, Began: at - time.Millisecond, Running: true}})
+	if p, err := r.Lookup(addrs(server)); !errors.Is(err, ErrAmbiguous) || !strings.Contains(err.Error(), "while it was executing") {
+		t.Fatalf("Lookup with a running exec begun before the connect = %+v, %v; want it refused as ambiguous", p, err)
+	}
+}
+
 // With the connect hook, a socket it has no record of is refused: its
 // record was pushed out (a flood of connects does that), and the scan
 // would name whoever holds the socket now, its connector hidden.

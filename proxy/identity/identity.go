@@ -7,6 +7,7 @@ package identity
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Process is the owner of a client socket. Lookups of connections from the
@@ -23,6 +24,9 @@ type Process struct {
 	// between cgroups, and a moved process keeps the path it was
 	// described with until it execs or its pid is reused.
 	Cgroup string
+	// start is when the process started, as time since boot, truncated
+	// to the clock tick /proc reports it in.
+	start time.Duration
 }
 
 // Errors a lookup fails with. Both are denials: a connection whose owner is

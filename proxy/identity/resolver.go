@@ -54,10 +54,11 @@ type ConnHook interface {
 // Execs is what the connect hook knows of the programs a process began to
 // execute (execve, execveat), as times since boot; the zero value, nothing.
 type Execs struct {
-	// Recorded: the hook has a record of the process. Began is when its
+	// Recorded: the hook has a record of the process (or of a dead one
+	// of its pid, whose execs began before it started). Began is when its
 	// latest exec began (the system call's entry), Ended when its latest
-	// one returned, done or failed, and Running says that one of its
-	// threads is inside one.
+	// one ended (done, or returned failed), and Running says that one of
+	// its threads is inside one.
 	Recorded     bool
 	Began, Ended time.Duration
 	Running      bool
@@ -183,6 +184,12 @@ func (r *Resolver) connector(tgid, fd int, at time.Duration, sock diagSocket) (*
 	// an exec is on record, begun and running, before /proc/PID/exe
 	// names the new program.
 	e := r.hook.ExecsOf(tgid)
+	if e.Recorded && e.Began < p.start {
+		// A dead process's of the same pid, kept after it (a kernel
+		// whose exit tracepoint has no group_dead): every exec of this
+		// one began after it started.
+		e = Execs{}
+	}
 	switch {
 	case e.Recorded && e.Began > at:
 		return nil, fmt.Errorf("%w: pid %d, which connected socket inode %d, began to execute another program %s after it connected: what it sent may be the first one's", ErrAmbiguous, tgid, sock.inode, (e.Began - at).Round(time.Microsecond))
@@ -318,7 +325,7 @@ func (r *Resolver) read(d *procDir, startedBy time.Duration, uid int) (*Process,
 	if err != nil {
 		return nil, unknown("pid %d exited during lookup: %v", pid, err)
 	}
-	p := &Process{PID: pid, UID: puid, Exe: exe, SHA256: sum}
+	p := &Process{PID: pid, UID: puid, Exe: exe, SHA256: sum, start: st.start}
 	if r.cgroups {
 		if p.Cgroup, err = readCgroup(*d); err != nil {
 			return nil, unknown("pid %d exited during lookup: %v", pid, err)

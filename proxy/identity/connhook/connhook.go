@@ -32,6 +32,12 @@ type Hook struct {
 	// described as that one.
 	execs *execTable
 	Execs error
+	// GroupDead is nil when the exec table sees a process's last thread
+	// exit, else why not (an older kernel's sched_process_exit has no
+	// group_dead): a record then goes when the process's main thread
+	// exits with no exec running, and one that outlives its process is
+	// left for the resolver to tell from a later process of that pid.
+	GroupDead error
 }
 
 // MaxEntries bounds the map; it is an LRU, so old connections age out, and
@@ -56,6 +62,9 @@ func Attach(cgroupDir string) (*Hook, error) {
 	fds, fdErr := connectFDs()
 	execs, execErr := execTimes()
 	h := &Hook{conns: conns, FDs: fdErr, execs: execs, Execs: execErr}
+	if execs != nil {
+		h.GroupDead = execs.groupDead
+	}
 	for _, at := range []ebpf.AttachType{ebpf.AttachCGroupInet4Connect, ebpf.AttachCGroupInet6Connect} {
 		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 			Name:         "airlock_connect",
@@ -105,13 +114,10 @@ func record(conns, fds *ebpf.Map) asm.Instructions {
 			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
 			asm.Add.Imm(asm.R1, 1),
 			asm.StoreMem(asm.RFP, -20, asm.R1, asm.Word),
-			// Taken: a later connect on this thread that the tracepoint
-			// does not see (io_uring) must not inherit it.
-			asm.LoadMapPtr(asm.R1, fds.FD()),
-			asm.Mov.Reg(asm.R2, asm.RFP),
-			asm.Add.Imm(asm.R2, -32),
-			asm.FnMapDeleteElem.Call(),
 		)
+		// Taken: a later connect on this thread that the tracepoint does
+		// not see (io_uring) must not inherit it.
+		insns = append(insns, mapDelete(fds, -32)...)
 	}
 	update := append(mapUpdate(conns, -8, -24, bpfAny), asm.Mov.Imm(asm.R0, 1), asm.Return())
 	update[0] = update[0].WithSymbol("update")
@@ -144,6 +150,16 @@ func mapLookup(m *ebpf.Map, key int32) asm.Instructions {
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, key),
 		asm.FnMapLookupElem.Call(),
+	}
+}
+
+// mapDelete is delete(m, *(fp+key)); r0 is 0 when there was one.
+func mapDelete(m *ebpf.Map, key int32) asm.Instructions {
+	return asm.Instructions{
+		asm.LoadMapPtr(asm.R1, m.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, key),
+		asm.FnMapDeleteElem.Call(),
 	}
 }
 

@@ -1,6 +1,7 @@
 package connhook_test
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -371,15 +372,7 @@ int main(int argc, char **argv) {
 // began before the connect.
 func TestHookRefusesAConnectDuringAnExec(t *testing.T) {
 	testutil.RequireRoot(t, "cgroup BPF connect hooks")
-	gcc := testutil.RequireTool(t, "gcc")
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "helper.c"), []byte(connectDuringExec), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	helper := filepath.Join(dir, "helper")
-	if out, err := exec.Command(gcc, "-O2", "-pthread", "-o", helper, filepath.Join(dir, "helper.c")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	helper := buildHelper(t, connectDuringExec)
 	cg, hook := hookedCgroup(t)
 	if hook.Execs != nil {
 		t.Fatalf("the hook does not see programs executed: %v", hook.Execs)
@@ -404,6 +397,176 @@ func TestHookRefusesAConnectDuringAnExec(t *testing.T) {
 		if attempt == 20 {
 			t.Fatal("the helper's second thread never connected while its main thread executed sleep")
 		}
+	}
+}
+
+// buildHelper compiles the C program source.
+func buildHelper(t *testing.T, source string) string {
+	t.Helper()
+	gcc := testutil.RequireTool(t, "gcc")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "helper.c"), []byte(source), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	helper := filepath.Join(dir, "helper")
+	if out, err := exec.Command(gcc, "-O2", "-pthread", "-o", helper, filepath.Join(dir, "helper.c")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return helper
+}
+
+// strayReturn's first thread executes sleep, which stays inside the
+// kernel until a byte on stdin: its argument is on a page that
+// userfaultfd leaves missing until then. Once it is inside, a second
+// thread installs a seccomp filter of its own refusing execve, calls it,
+// then connects to the port (its first argument) and writes the socket's
+// cookie. It starts on a byte from stdin, once it has said "ready".
+const strayReturn = `#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <linux/userfaultfd.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#ifndef SO_COOKIE
+#define SO_COOKIE 57
+#endif
+
+static int port;
+static char *arg;
+
+static void *executor(void *unused) {
+	execve("/bin/sleep", (char *[]){"sleep", arg, NULL}, (char *[]){NULL});
+	return unused;
+}
+
+static void *connector(void *unused) {
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_execve, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog p = {sizeof f / sizeof f[0], f};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &p)) {
+		perror("seccomp");
+		exit(1);
+	}
+	execve("/bin/sleep", (char *[]){"sleep", "300", NULL}, (char *[]){NULL});
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	if (connect(s, (struct sockaddr *)&a, sizeof a) == 0) {
+		unsigned long long cookie;
+		socklen_t n = sizeof cookie;
+		getsockopt(s, SOL_SOCKET, SO_COOKIE, &cookie, &n);
+		dprintf(s, "%llu\n", cookie);
+	}
+	pause();
+	return unused;
+}
+
+int main(int argc, char **argv) {
+	long page = sysconf(_SC_PAGESIZE);
+	struct uffdio_api api = {.api = UFFD_API};
+	struct uffd_msg fault;
+	pthread_t t;
+	char c;
+	port = atoi(argv[1]);
+	int uffd = syscall(SYS_userfaultfd, O_CLOEXEC);
+	if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api)) {
+		printf("userfaultfd: %m\n");
+		return 1;
+	}
+	arg = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct uffdio_register reg = {.range = {(unsigned long)arg, page}, .mode = UFFDIO_REGISTER_MODE_MISSING};
+	if (arg == MAP_FAILED || ioctl(uffd, UFFDIO_REGISTER, &reg)) {
+		printf("userfaultfd: register: %m\n");
+		return 1;
+	}
+	printf("ready\n");
+	fflush(stdout);
+	if (read(0, &c, 1) != 1)
+		return 1;
+	pthread_create(&t, NULL, executor, NULL);
+	if (read(uffd, &fault, sizeof fault) != sizeof fault)
+		return 1;
+	pthread_create(&t, NULL, connector, NULL);
+	if (read(0, &c, 1) != 1)
+		return 1;
+	char *filled = calloc(1, page);
+	strcpy(filled, "300");
+	struct uffdio_copy copy = {.dst = (unsigned long)arg, .src = (unsigned long)filled, .len = page};
+	ioctl(uffd, UFFDIO_COPY, &copy);
+	pause();
+	return 0;
+}
+`
+
+// An execve refused by the thread's own seccomp filter passes the exit
+// tracepoint but not the entry one. Its return must not end another
+// thread's exec: a connect made while that exec runs would be let
+// through, and described as the new program once the exec is done and
+// before its own return. The exec is held inside the kernel (strayReturn)
+// while the connection is looked up, then let go and looked up again.
+func TestHookKeepsAnExecRunningPastAStrayReturn(t *testing.T) {
+	testutil.RequireRoot(t, "cgroup BPF connect hooks")
+	helper := buildHelper(t, strayReturn)
+	cg, hook := hookedCgroup(t)
+	if hook.Execs != nil {
+		t.Fatalf("the hook does not see programs executed: %v", hook.Execs)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cmd := exec.Command(helper, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := cmd.Process.Pid
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
+		testutil.RequireFeature(t, "userfaultfd", fmt.Errorf("%q, %v", line, err))
+	}
+	if err := cgroup2.Add(cg, pid); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(stdin, "g")
+	ln.(*net.TCPListener).SetDeadline(time.Now().Add(20 * time.Second))
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	var cookie uint64
+	if _, err := fmt.Fscan(server, &cookie); err != nil {
+		t.Fatal(err)
+	}
+	if tgid, _, _, ok := hook.Lookup(cookie); !ok || tgid != pid {
+		t.Fatalf("hook.Lookup(cookie %d) = tgid %d (found %v); want pid %d", cookie, tgid, ok, pid)
+	}
+	r := hookedResolver(t, hook, cg)
+	if p, err := r.Lookup(addrs(server)); !errors.Is(err, identity.ErrAmbiguous) || !strings.Contains(err.Error(), "while it was executing") {
+		t.Fatalf("Lookup of a connection made during another thread's exec, after a refused execve = %+v, %v (execs %+v); want it refused as ambiguous", p, err, hook.ExecsOf(pid))
+	}
+	io.WriteString(stdin, "g")
+	waitForExe(t, pid, "/bin/sleep")
+	if p, err := r.Lookup(addrs(server)); !errors.Is(err, identity.ErrAmbiguous) {
+		t.Fatalf("Lookup once the exec is done = %+v, %v; want it refused as ambiguous", p, err)
 	}
 }
 

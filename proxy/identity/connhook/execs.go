@@ -29,16 +29,28 @@ import (
 // Begun at the syscall's entry, not sched_process_exec at its end:
 // /proc/PID/exe names the new program before the exec ends, and a lookup
 // that saw it must see the record too (an exec that then fails counts as
-// one: refused, not let through). Ended at the syscall's exit, which a
-// failed exec (ENOENT) passes too, so that one is not running for good.
-// Running is a count, not a begin later than the end: a sibling's exec
-// that fails at once ends while a slow one runs on.
+// one: refused, not let through). Ended at sched_process_exec, once the
+// process's other threads are gone, and at the syscall's exit, which a
+// failed exec (ENOENT) passes too, so that one is not running for good;
+// the exit alone would miss a 64-bit exec of a 32-bit program, whose
+// return the syscall tracepoints skip as a compat syscall's. Running is a
+// count, not a begin later than the end: a sibling's exec that fails at
+// once ends while a slow one runs on. Each end takes back only its own
+// thread's begin (inexec, by task, which an exec from a thread other than
+// the main one keeps while it takes the main thread's pid): an exit with
+// no entry (an execve the thread's own seccomp filter refuses runs no
+// entry tracepoint, but its exit one) must not end a sibling's exec, and a
+// thread that dies inside an exec it cannot return from (a 32-bit program
+// that fails to load) ends its exec as it exits.
 //
 // The entry goes when the process's last thread exits (sched_process_exit's
 // group_dead), not its main thread: an exec from another thread kills the
 // main thread and takes its pid. Where the event has no group_dead, it goes
 // when the main thread exits with no exec running (one is when an exec
-// kills it). A main thread that exits before the others leaves
+// kills it), and one that outlives its process (its main thread exited
+// first) is a later process's of that pid until that one executes a
+// program: the resolver ignores an exec begun before the process it
+// describes started. A main thread that exits before the others leaves
 // /proc/PID/exe unreadable, so the resolver describes none of them until
 // one executes a program, which is recorded anew.
 //
@@ -46,12 +58,16 @@ import (
 // a live process's record out. When it is full, an exec not recorded sets
 // lost to the time (at its entry and at its return), and a connector
 // without a record that connected before it cannot be told from one whose
-// record was lost. One table and its programs serve every hook of the
-// process, as connectFDs.
+// record was lost. An exec that finds inexec full is counted with no way
+// to take it back: its process is running one until it exits. One table
+// and its programs serve every hook of the process, as connectFDs.
 type execTable struct {
-	execs, lost *ebpf.Map
-	progs       []*ebpf.Program
-	links       []link.Link
+	execs, inexec, lost *ebpf.Map
+	progs               []*ebpf.Program
+	links               []link.Link
+	// groupDead is nil when the exit program sees a process's last thread
+	// exit, else why not.
+	groupDead error
 }
 
 // execRecord mirrors the table's value.
@@ -62,8 +78,12 @@ type execRecord struct {
 
 // execTimes is the process's table, kept for its life, as fdTracer.
 var execTimes = sync.OnceValues(func() (*execTable, error) {
-	off, _ := groupDeadOffset() // -1 without: the main thread's rule
-	return newExecTable(off)
+	off, missing := groupDeadOffset() // -1 without: the main thread's rule
+	t, err := newExecTable(off)
+	if t != nil {
+		t.groupDead = missing
+	}
+	return t, err
 })
 
 // newExecTable attaches the programs; groupDead is where the
@@ -84,6 +104,15 @@ func newExecTable(groupDead int) (*execTable, error) {
 	}); err != nil {
 		return fail(fmt.Errorf("connhook: exec map: %w", err))
 	}
+	if t.inexec, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name:       "airlock_inexec",
+		Type:       ebpf.Hash,
+		KeySize:    8, // the task_struct's address
+		ValueSize:  4, // its tgid
+		MaxEntries: 1 << 16,
+	}); err != nil {
+		return fail(fmt.Errorf("connhook: in-exec map: %w", err))
+	}
 	if t.lost, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name: "airlock_execlost", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1,
 	}); err != nil {
@@ -99,15 +128,15 @@ func newExecTable(groupDead int) (*execTable, error) {
 		t.progs = append(t.progs, prog)
 		return prog, nil
 	}
-	begin, err := load("exec", beginExec(t.execs, t.lost))
+	begin, err := load("exec", beginExec(t.execs, t.inexec, t.lost))
 	if err != nil {
 		return fail(err)
 	}
-	end, err := load("exec's return", endExec(t.execs, t.lost))
+	end, err := load("exec's return", endExec(t.execs, t.inexec, t.lost))
 	if err != nil {
 		return fail(err)
 	}
-	forget, err := load("exit", forgetExec(t.execs, groupDead))
+	forget, err := load("exit", forgetExec(t.execs, t.inexec, groupDead))
 	if err != nil {
 		return fail(err)
 	}
@@ -115,11 +144,13 @@ func newExecTable(groupDead int) (*execTable, error) {
 		group, name string
 		prog        *ebpf.Program
 	}{
-		{"syscalls", "sys_enter_execve", begin},
-		{"syscalls", "sys_enter_execveat", begin},
+		// Ends first: an exec whose begin is seen must have its end seen.
+		{"sched", "sched_process_exit", forget},
+		{"sched", "sched_process_exec", end},
 		{"syscalls", "sys_exit_execve", end},
 		{"syscalls", "sys_exit_execveat", end},
-		{"sched", "sched_process_exit", forget},
+		{"syscalls", "sys_enter_execve", begin},
+		{"syscalls", "sys_enter_execveat", begin},
 	} {
 		l, err := link.Tracepoint(at.group, at.name, at.prog, nil)
 		if err != nil {
@@ -174,80 +205,103 @@ func (t *execTable) close() {
 	for _, p := range t.progs {
 		p.Close()
 	}
-	for _, m := range []*ebpf.Map{t.execs, t.lost} {
+	for _, m := range []*ebpf.Map{t.execs, t.inexec, t.lost} {
 		if m != nil {
 			m.Close()
 		}
 	}
 }
 
-// of is what the table knows of tgid's execs: one lookup, and a second
-// for a process without a record.
+// of is what the table knows of tgid's execs, read twice: a lookup copies
+// the record with no order among its fields, so one may see an exec's
+// Running taken back and an Ended from before it; a second, a system call
+// later, is past that reordering, and the answer refuses what either read
+// refuses. A process without a record costs a third lookup.
 func (t *execTable) of(tgid int) identity.Execs {
-	var r execRecord
-	if t.execs.Lookup(uint32(tgid), &r) == nil {
-		return identity.Execs{Recorded: true, Began: time.Duration(r.Began), Ended: time.Duration(r.Ended), Running: r.Running != 0}
+	var e identity.Execs
+	for range 2 {
+		var r execRecord
+		if t.execs.Lookup(uint32(tgid), &r) != nil {
+			continue
+		}
+		e.Recorded = true
+		e.Began = max(e.Began, time.Duration(r.Began))
+		e.Ended = max(e.Ended, time.Duration(r.Ended))
+		e.Running = e.Running || r.Running != 0
 	}
-	var lost uint64
-	t.lost.Lookup(uint32(0), &lost)
-	return identity.Execs{Lost: time.Duration(lost)}
+	if !e.Recorded {
+		var lost uint64
+		t.lost.Lookup(uint32(0), &lost)
+		e.Lost = time.Duration(lost)
+	}
+	return e
 }
 
-// The programs' stack: the tgid (the table's key) at -8, a new record at
-// -32, the lost array's key at -40 and its value at -48.
+// The programs' stack: the tgid (the table's key, and inexec's value) at
+// -8, the current task (inexec's key) at -16, a new record at -40, the
+// lost array's key at -48 and its value at -56.
 const (
 	stackTGID   = -8
-	stackRecord = -32
-	stackLostK  = -40
-	stackLostV  = -48
+	stackTask   = -16
+	stackRecord = -40
+	stackLostK  = -48
+	stackLostV  = -56
 )
 
 // beginExec is the program at an exec's entry: execs[current tgid].Began
-// = boot time and Running + 1, the record made when there is none; when
-// the table is full, lost[0] = that time.
-func beginExec(execs, lost *ebpf.Map) asm.Instructions {
-	insns := currentTGIDAndTime()
+// = boot time, inexec[current task] = tgid and Running + 1, the record
+// made when there is none; when the table is full, lost[0] = that time.
+func beginExec(execs, inexec, lost *ebpf.Map) asm.Instructions {
+	insns := currentExec()
 	insns = append(insns, mapLookup(execs, stackTGID)...)
 	insns = append(insns,
 		asm.JNE.Imm(asm.R0, 0, "begin"),
 		asm.StoreMem(asm.RFP, stackRecord, asm.R6, asm.DWord),
 		asm.Mov.Imm(asm.R1, 0),
 		asm.StoreMem(asm.RFP, stackRecord+8, asm.R1, asm.DWord),
-		asm.Mov.Imm(asm.R1, 1),
 		asm.StoreMem(asm.RFP, stackRecord+16, asm.R1, asm.DWord),
 	)
 	insns = append(insns, mapUpdate(execs, stackTGID, stackRecord, bpfNoExist)...)
-	insns = append(insns, asm.JEq.Imm(asm.R0, 0, "done"))
-	// Made meanwhile by another thread of the process, or no room.
+	// Made now, or meanwhile by another thread of the process; or no room.
 	insns = append(insns, mapLookup(execs, stackTGID)...)
 	insns = append(insns, asm.JNE.Imm(asm.R0, 0, "begin"))
 	insns = append(insns, noteLost(lost)...)
-	return append(insns,
+	insns = append(insns,
 		asm.Ja.Label("done"),
-		asm.StoreMem(asm.R0, 0, asm.R6, asm.DWord).WithSymbol("begin"),
+		asm.Mov.Reg(asm.R7, asm.R0).WithSymbol("begin"),
+		asm.StoreMem(asm.R7, 0, asm.R6, asm.DWord),
+	)
+	// Counted whether or not inexec has room: one it has none for is never
+	// taken back, and its process is refused until it exits.
+	insns = append(insns, mapUpdate(inexec, stackTask, stackTGID, bpfAny)...)
+	return append(insns,
 		asm.Mov.Imm(asm.R1, 1),
-		asm.AddAtomic.Mem(asm.R0, asm.R1, asm.DWord, 16),
+		asm.FetchAdd.Mem(asm.R7, asm.R1, asm.DWord, 16),
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("done"),
 		asm.Return(),
 	)
 }
 
-// endExec is the program at an exec's return, done or failed:
-// execs[current tgid].Ended = boot time, then Running - 1 (in that order:
-// a record read between the two says the exec ran past the connect, not
-// that it never did); without a record (no room at the entry), lost[0] =
-// that time. A return whose entry the programs missed (under way when
-// they were attached) finds Running at 0 and leaves it.
-func endExec(execs, lost *ebpf.Map) asm.Instructions {
-	insns := currentTGIDAndTime()
+// endExec is the program at an exec's end (sched_process_exec) and its
+// return, done or failed: execs[current tgid].Ended = boot time, then,
+// when the current task's inexec entry was there to take out, Running - 1
+// (in that order, and fully ordered: a record read between the two says
+// the exec ran past the connect, not that it never did). Without a record
+// (no room at the entry), lost[0] = that time. An end without its begin
+// (an execve refused before the entry tracepoint, one under way when the
+// programs were attached, or the return after sched_process_exec) leaves
+// Running.
+func endExec(execs, inexec, lost *ebpf.Map) asm.Instructions {
+	insns := currentExec()
+	insns = append(insns, mapDelete(inexec, stackTask)...)
+	insns = append(insns, asm.Mov.Reg(asm.R8, asm.R0)) // 0: this task's exec
 	insns = append(insns, mapLookup(execs, stackTGID)...)
 	insns = append(insns,
 		asm.JEq.Imm(asm.R0, 0, "lost"),
 		asm.StoreMem(asm.R0, 8, asm.R6, asm.DWord),
-		asm.LoadMem(asm.R1, asm.R0, 16, asm.DWord),
-		asm.JEq.Imm(asm.R1, 0, "done"),
+		asm.JNE.Imm(asm.R8, 0, "done"),
 		asm.Mov.Imm(asm.R1, -1),
-		asm.AddAtomic.Mem(asm.R0, asm.R1, asm.DWord, 16),
+		asm.FetchAdd.Mem(asm.R0, asm.R1, asm.DWord, 16),
 		asm.Ja.Label("done"),
 	)
 	lostInsns := noteLost(lost)
@@ -256,55 +310,63 @@ func endExec(execs, lost *ebpf.Map) asm.Instructions {
 	return append(insns, asm.Mov.Imm(asm.R0, 0).WithSymbol("done"), asm.Return())
 }
 
-// forgetExec is the exit's program: the process's last thread exiting
-// takes its entry out (its pid may be another process's next). Without
-// group_dead (groupDead < 0), its main thread exiting with no exec running
-// does.
-func forgetExec(execs *ebpf.Map, groupDead int) asm.Instructions {
+// forgetExec is the exit's program. A thread that exits inside an exec
+// (one that failed past the point of no return, which the syscall's exit
+// tracepoint may not see) ends it as endExec does. Then the process's
+// last thread exiting takes its entry out (its pid may be another
+// process's next). Without group_dead (groupDead < 0), its main thread
+// exiting with no exec running does.
+func forgetExec(execs, inexec *ebpf.Map, groupDead int) asm.Instructions {
 	var insns asm.Instructions
 	if groupDead >= 0 {
-		insns = asm.Instructions{
-			// r1 is the record.
-			asm.LoadMem(asm.R1, asm.R1, int16(groupDead), asm.Byte),
-			asm.JEq.Imm(asm.R1, 0, "done"),
-			asm.FnGetCurrentPidTgid.Call(),
-			asm.RSh.Imm(asm.R0, 32), // the upper half is the tgid
-			asm.StoreMem(asm.RFP, stackTGID, asm.R0, asm.Word),
-		}
+		// r1 is the record.
+		insns = append(insns, asm.LoadMem(asm.R9, asm.R1, int16(groupDead), asm.Byte))
+	}
+	insns = append(insns, currentExec()...)
+	insns = append(insns, mapDelete(inexec, stackTask)...)
+	insns = append(insns, asm.JNE.Imm(asm.R0, 0, "exited"))
+	insns = append(insns, mapLookup(execs, stackTGID)...)
+	insns = append(insns,
+		asm.JEq.Imm(asm.R0, 0, "exited"),
+		asm.StoreMem(asm.R0, 8, asm.R6, asm.DWord),
+		asm.Mov.Imm(asm.R1, -1),
+		asm.FetchAdd.Mem(asm.R0, asm.R1, asm.DWord, 16),
+	)
+	exited := asm.Instructions{}
+	if groupDead >= 0 {
+		exited = append(exited, asm.JEq.Imm(asm.R9, 0, "done"))
 	} else {
-		insns = asm.Instructions{
+		exited = append(exited,
 			asm.FnGetCurrentPidTgid.Call(),
 			asm.Mov.Reg(asm.R1, asm.R0),
 			asm.RSh.Imm(asm.R1, 32), // tgid
 			asm.LSh.Imm(asm.R0, 32),
 			asm.RSh.Imm(asm.R0, 32), // pid
 			asm.JNE.Reg(asm.R0, asm.R1, "done"),
-			asm.StoreMem(asm.RFP, stackTGID, asm.R1, asm.Word),
-		}
-		insns = append(insns, mapLookup(execs, stackTGID)...)
-		insns = append(insns,
+		)
+		exited = append(exited, mapLookup(execs, stackTGID)...)
+		exited = append(exited,
 			asm.JEq.Imm(asm.R0, 0, "done"),
 			// Running: another thread's exec is what kills this one.
 			asm.LoadMem(asm.R1, asm.R0, 16, asm.DWord),
 			asm.JNE.Imm(asm.R1, 0, "done"),
 		)
 	}
-	insns = append(insns,
-		asm.LoadMapPtr(asm.R1, execs.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, stackTGID),
-		asm.FnMapDeleteElem.Call(),
-	)
+	exited[0] = exited[0].WithSymbol("exited")
+	insns = append(insns, exited...)
+	insns = append(insns, mapDelete(execs, stackTGID)...)
 	return append(insns, asm.Mov.Imm(asm.R0, 0).WithSymbol("done"), asm.Return())
 }
 
-// currentTGIDAndTime stores the current tgid at stackTGID and leaves the
-// boot time in r6.
-func currentTGIDAndTime() asm.Instructions {
+// currentExec stores the current tgid at stackTGID and task at stackTask,
+// and leaves the boot time in r6.
+func currentExec() asm.Instructions {
 	return asm.Instructions{
 		asm.FnGetCurrentPidTgid.Call(),
 		asm.RSh.Imm(asm.R0, 32), // the upper half is the tgid
 		asm.StoreMem(asm.RFP, stackTGID, asm.R0, asm.Word),
+		asm.FnGetCurrentTask.Call(),
+		asm.StoreMem(asm.RFP, stackTask, asm.R0, asm.DWord),
 		asm.FnKtimeGetBootNs.Call(),
 		asm.Mov.Reg(asm.R6, asm.R0),
 	}

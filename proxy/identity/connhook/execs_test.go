@@ -2,11 +2,15 @@ package connhook
 
 import (
 	"bufio"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"syscall"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
@@ -78,6 +82,110 @@ t.join()`
 			}
 		})
 	}
+}
+
+// A 64-bit process that executes a 32-bit program becomes a compat task,
+// whose return from execve the syscall tracepoints skip: its exec ends at
+// sched_process_exec. One that dies inside the exec (a program whose load
+// address is past a 32-bit process's reach, refused past the point of no
+// return) reaches neither, and ends it as it exits. Either way the record
+// goes with the process, with group_dead and without: the main thread's
+// rule keeps it while an exec runs.
+func TestExecTableEndsA32BitExec(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the programs are 32-bit x86")
+	}
+	testutil.RequireRoot(t, "BPF tracepoints")
+	dir := t.TempDir()
+	spin, unloadable := filepath.Join(dir, "spin32"), filepath.Join(dir, "unloadable32")
+	for path, base := range map[string]uint32{spin: 0x08048000, unloadable: 0xfffff000} {
+		if err := os.WriteFile(path, elf32(base), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	off, missing := groupDeadOffset()
+	for _, tc := range []struct {
+		name      string
+		groupDead int
+		missing   error
+	}{{"group_dead", off, missing}, {"main thread", -1, nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.missing != nil {
+				t.Skipf("sched_process_exit has no group_dead: %v", tc.missing)
+			}
+			table, err := newExecTable(tc.groupDead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer table.close()
+
+			cmd := exec.Command(spin)
+			if err := cmd.Start(); errors.Is(err, syscall.ENOEXEC) {
+				testutil.RequireFeature(t, "a kernel that runs 32-bit programs (IA32 emulation)", err)
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			pid := cmd.Process.Pid
+			want, _ := filepath.EvalSymlinks(spin)
+			testutil.WaitFor(t, fmt.Sprintf("pid %d to run %s", pid, want), func() bool {
+				exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+				return exe == want
+			})
+			testutil.WaitFor(t, fmt.Sprintf("pid %d's exec of a 32-bit program to end on record", pid), func() bool {
+				e := table.of(pid)
+				return e.Recorded && !e.Running && e.Ended > e.Began
+			})
+			cmd.Process.Kill()
+			cmd.Wait()
+			if e := table.of(pid); e.Recorded {
+				t.Errorf("pid %d's execs %+v still on record after it exited", pid, e)
+			}
+
+			cmd = exec.Command(unloadable)
+			if err := cmd.Start(); err != nil {
+				t.Skipf("the kernel refused %s before the point of no return: %v", unloadable, err)
+			}
+			err = cmd.Wait()
+			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGSEGV {
+				t.Fatalf("%s: %v; want it killed inside its exec (SIGSEGV)", unloadable, err)
+			}
+			if e := table.of(cmd.Process.Pid); e.Recorded {
+				t.Errorf("pid %d's execs %+v still on record after it died inside one", cmd.Process.Pid, e)
+			}
+		})
+	}
+}
+
+// elf32 is an i386 program loaded at base that loops forever.
+func elf32(base uint32) []byte {
+	const ehsize, phsize = 52, 32
+	code := []byte{0xeb, 0xfe} // jmp .
+	size := uint32(ehsize + phsize + len(code))
+	b := []byte{0x7f, 'E', 'L', 'F', 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0} // 32-bit, little-endian
+	le := binary.LittleEndian
+	b = le.AppendUint16(b, 2) // ET_EXEC
+	b = le.AppendUint16(b, 3) // EM_386
+	b = le.AppendUint32(b, 1)
+	b = le.AppendUint32(b, base+ehsize+phsize) // entry
+	b = le.AppendUint32(b, ehsize)             // program headers
+	b = le.AppendUint32(b, 0)                  // section headers
+	b = le.AppendUint32(b, 0)
+	b = le.AppendUint16(b, ehsize)
+	b = le.AppendUint16(b, phsize)
+	b = le.AppendUint16(b, 1)
+	b = le.AppendUint16(b, 0)
+	b = le.AppendUint16(b, 0)
+	b = le.AppendUint16(b, 0)
+	b = le.AppendUint32(b, 1) // PT_LOAD, of the whole file
+	b = le.AppendUint32(b, 0)
+	b = le.AppendUint32(b, base)
+	b = le.AppendUint32(b, base)
+	b = le.AppendUint32(b, size)
+	b = le.AppendUint32(b, size)
+	b = le.AppendUint32(b, 5) // r-x
+	b = le.AppendUint32(b, 0x1000)
+	return append(b, code...)
 }
 
 // group_dead is read where the event's format puts it; a format without
