@@ -681,6 +681,16 @@ func TestOpaqueConnectChecksWhatOpensIt(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
+	// openBy is a connection to tls.tp.test by path: a CONNECT through
+	// the explicit listener, or one redirected to the transparent one.
+	openBy := func(t *testing.T, path string) net.Conn {
+		if path == "explicit" {
+			return open(t, "tls.tp.test")
+		}
+		c := d.dial(t, fmt.Sprintf("%s:%d", tpTLS, fx.port))
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
 	t.Run("TLS for its host", func(t *testing.T) {
 		resp, _ := fx.httpsGet(t, open(t, "tls.tp.test"), "tls.tp.test", []string{"http/1.1"}, "/any")
 		wantBody(t, resp, http.StatusOK, tpUpstreamBody)
@@ -702,13 +712,7 @@ func TestOpaqueConnectChecksWhatOpensIt(t *testing.T) {
 	// be any of its tenants: to a name, a ClientHello must carry one.
 	for _, path := range []string{"explicit", "transparent"} {
 		t.Run("TLS without a server name, "+path, func(t *testing.T) {
-			var c net.Conn
-			if path == "explicit" {
-				c = open(t, "tls.tp.test")
-			} else {
-				c = d.dial(t, fmt.Sprintf("%s:%d", tpTLS, fx.port))
-				t.Cleanup(func() { c.Close() })
-			}
+			c := openBy(t, path)
 			// The refusal's leaf is for the host: verified as that.
 			tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"},
 				VerifyConnection: func(cs tls.ConnectionState) error {
@@ -722,13 +726,9 @@ func TestOpaqueConnectChecksWhatOpensIt(t *testing.T) {
 	// cannot read and OpenSSL at a low security level takes: refused.
 	for _, path := range []string{"explicit", "transparent"} {
 		t.Run("an SSL 2.0-compatible ClientHello, "+path, func(t *testing.T) {
-			var c net.Conn
+			c := openBy(t, path)
 			msg, via := AuditCloseMessage, any(nil)
-			if path == "explicit" {
-				c = open(t, "tls.tp.test")
-			} else {
-				c = d.dial(t, fmt.Sprintf("%s:%d", tpTLS, fx.port))
-				t.Cleanup(func() { c.Close() })
+			if path == "transparent" {
 				msg, via = AuditMessage, "transparent"
 			}
 			c.Write(sslv2Hello)
@@ -745,13 +745,7 @@ func TestOpaqueConnectChecksWhatOpensIt(t *testing.T) {
 	alert := []byte{0x15, 0x03, 0x01, 0x00, 0x02, 0x01, 90} // warning, user_canceled
 	for _, path := range []string{"explicit", "transparent"} {
 		t.Run("an alert, then TLS for another host, "+path, func(t *testing.T) {
-			var c net.Conn
-			if path == "explicit" {
-				c = open(t, "tls.tp.test")
-			} else {
-				c = d.dial(t, fmt.Sprintf("%s:%d", tpTLS, fx.port))
-				t.Cleanup(func() { c.Close() })
-			}
+			c := openBy(t, path)
 			c.Write(alert)
 			resp, _ := fx.httpsGet(t, c, "api.tp.test", []string{"http/1.1"}, "/no")
 			wantDenial(t, resp, http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "tls.tp.test")

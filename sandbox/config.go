@@ -97,9 +97,9 @@ type Config struct {
 
 	DieWithParent bool `json:"die_with_parent"`
 
-	// real is where each path the sandbox names leads, resolved once by
-	// the init (resolveGiven); "" for one that does not. The init's own.
-	real map[string]string
+	// found is where each path the sandbox names leads, resolved once by
+	// the init (resolveGiven). The init's own.
+	found map[string]namedPath
 
 	// The command's standard streams; nil is /dev/null. They are the
 	// launcher's to give (a terminal, a log pipe), never sent to stage 2.

@@ -319,8 +319,12 @@ func hideHostServices(c *Config) error {
 }
 
 // namedPath is a path the sandbox names, and where it leads ("" when it
-// does not exist).
-type namedPath struct{ path, real string }
+// does not: missing, or refused, when root may not open it, below a FUSE
+// mount without allow_other).
+type namedPath struct {
+	path, real string
+	refused    bool
+}
 
 // namedPaths is paths ("" left out) with where each leads: where
 // resolveGiven found it for a path the sandbox names, else (the devices of
@@ -331,8 +335,8 @@ func namedPaths(c *Config, paths []string) []namedPath {
 		if p == "" {
 			continue
 		}
-		if real, ok := c.real[filepath.Clean(p)]; ok {
-			out = append(out, namedPath{filepath.Clean(p), real})
+		if n, ok := c.found[filepath.Clean(p)]; ok {
+			out = append(out, n)
 			continue
 		}
 		real, err := filepath.EvalSymlinks(p)
@@ -347,7 +351,7 @@ func namedPaths(c *Config, paths []string) []namedPath {
 		if err != nil {
 			real = "" // missing: Landlock's open names it
 		}
-		out = append(out, namedPath{filepath.Clean(p), real})
+		out = append(out, namedPath{filepath.Clean(p), real, errors.Is(err, unix.EACCES)})
 	}
 	return out
 }
@@ -464,13 +468,18 @@ func hideDirs(c *Config) error {
 		if slices.ContainsFunc(given, func(n namedPath) bool { return n.real != "" && within(real, n.real) }) {
 			continue
 		}
-		// What root may not find or open below it (a FUSE mount without
+		// What root may not open below it (a FUSE mount without
 		// allow_other there) could not be mounted back: the directory is
-		// left as it is rather than the launch refused.
-		if slices.ContainsFunc(named, func(n namedPath) bool { return n.real == "" && within(n.path, real) }) {
+		// left as it is rather than the launch refused. Only that: a path
+		// missing when it was looked at (or gone since) is missing in the
+		// sandbox too, its directory covered; left as it is, a sandbox of
+		// the same uid removing it at the right moment, and making it
+		// again, would show this one the uid's whole home, its agents'
+		// and editors' sockets.
+		if slices.ContainsFunc(named, func(n namedPath) bool { return n.refused && within(n.path, real) }) {
 			continue
 		}
-		if err := coverKeeping(real, false, named); err != nil && !errors.Is(err, errUnkept) {
+		if err := coverKeeping(real, false, named); err != nil && !(errors.Is(err, errUnkept) && errors.Is(err, unix.EACCES)) {
 			return err
 		}
 	}

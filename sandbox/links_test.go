@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,4 +152,34 @@ func TestGivenPathsAreResolvedOnce(t *testing.T) {
 	if got := namedPaths(c, []string{cwd}); len(got) != 1 || got[0].real != cwd {
 		t.Fatalf("namedPaths after the swap = %+v; want %s where the init found it", got, cwd)
 	}
+}
+
+// A path the sandbox names below a hidden directory (the uid's home) that
+// is missing when the init looks, and is made again before the sandbox
+// opens it (by a sandbox of the same uid, at the right moment), leaves the
+// directory covered all the same: left as it is, the whole home would
+// show, its agents' and editors' sockets with it.
+func TestHiddenDirStaysCoveredForAMissingPath(t *testing.T) {
+	home := t.TempDir()
+	secret := filepath.Join(home, "agent.sock")
+	if err := os.WriteFile(secret, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(home, "work")
+	c := &Config{UID: 61000, GID: 61000, Hidden: []string{home}, RO: []string{work}}
+	inMountNamespace(t, func() error {
+		if err := resolveGiven(c); err != nil {
+			return err
+		}
+		if err := os.Mkdir(work, 0o755); err != nil { // made again, after the look
+			return err
+		}
+		if err := hideDirs(c); err != nil {
+			return err
+		}
+		if _, err := os.Stat(secret); !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s after hideDirs: %v; want it covered", secret, err)
+		}
+		return nil
+	})
 }

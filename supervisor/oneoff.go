@@ -398,7 +398,8 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File, added f
 // lines), as root and often in a directory a sandbox writes (its job's):
 // through no symbolic link another user could have pointed elsewhere
 // ($JOB/out → /etc, where a file of root's is read as configuration), as
-// `airlock launch` opens its status file (trusted.Links), and neither
+// `airlock launch` opens its status file (trusted.OpenDir: checked as it
+// is walked, so no link swapped in after a check is followed), and neither
 // through a link nor over a file already there as its last component
 // (O_EXCL, O_NOFOLLOW). dir is the directory it was made in, held open: a
 // refused launch removes the file from there, not from wherever its path
@@ -409,17 +410,13 @@ func createOutput(path string) (f, dir *os.File, err error) {
 	if dirPath == "" {
 		dirPath = "/"
 	}
-	if err := trusted.Links(dirPath); errors.Is(err, trusted.ErrUntrusted) {
+	dir, err = trusted.OpenDir(dirPath)
+	if errors.Is(err, trusted.ErrUntrusted) {
 		return nil, nil, fmt.Errorf("%s: not made through a link another user may point elsewhere: %w", path, err)
 	} else if err != nil {
 		return nil, nil, err
 	}
-	dfd, err := unix.Open(dirPath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, &os.PathError{Op: "open", Path: dirPath, Err: err}
-	}
-	dir = os.NewFile(uintptr(dfd), dirPath)
-	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_APPEND|unix.O_CLOEXEC, 0o600)
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_APPEND|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		dir.Close()
 		return nil, nil, &os.PathError{Op: "open", Path: path, Err: err}

@@ -211,7 +211,7 @@ func TestOneOffFilesRefusePlantedLinks(t *testing.T) {
 			Stdout: filepath.Join(job, tc.stdout), Stderr: filepath.Join(job, tc.stderr), Audit: filepath.Join(job, tc.aud)}
 		_, err := o.launch(spec, nil, nil)
 		var r *refusal
-		want := tc.field + ": " + job + "/out/" + tc.field + ": not made through a link another user may point elsewhere: " + job + "/out: its directory " + job + ": mode 0777"
+		want := tc.field + ": " + job + "/out/" + tc.field + ": not made through a link another user may point elsewhere: " + job + "/out: the link " + job + "/out is in " + job + ", which another user may write"
 		if !errors.As(err, &r) || r.status != 400 || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("%s through a planted link: launch = %v; want a 400 beginning %q", tc.field, err, want)
 		}

@@ -335,7 +335,8 @@ func openStatus(path string) (*statusFile, error) {
 // a sandbox writes (its job's): by its descriptor when it names one of
 // this process's (/dev/stdout, /dev/fd/3, a shell's >(jq)); else through
 // no link a user other than root or this one could have pointed elsewhere
-// ($JOB/out → /root), not through a link as itself (status.json →
+// ($JOB/out → /root; trusted.OpenDir, which checks as it walks, so that no
+// link swapped in after a check is followed), not through a link as itself (status.json →
 // /etc/shadow would be truncated and written), and not into a file with
 // other names (a hard link to one); emptied only then.
 func openStatusFile(path string) (*os.File, error) {
@@ -352,10 +353,12 @@ func openStatusFile(path string) (*os.File, error) {
 	} else if i == 0 {
 		dir = "/"
 	}
-	if err := trusted.Links(dir); err != nil {
+	d, err := trusted.OpenDir(dir)
+	if err != nil {
 		return nil, err
 	}
-	f, err := trusted.OpenOutput(path, 0, 0o644)
+	defer d.Close()
+	f, err := trusted.OpenOutputIn(d, path[strings.LastIndexByte(path, '/')+1:], 0, 0o644)
 	if errors.Is(err, syscall.ELOOP) {
 		return nil, fmt.Errorf("%s is a symbolic link: give the file itself", path)
 	}

@@ -145,21 +145,21 @@ func mapUpdate(m *ebpf.Map, key, value, flags int32) asm.Instructions {
 
 // mapLookup is r0 = &m[*(fp+key)], or 0 when there is none.
 func mapLookup(m *ebpf.Map, key int32) asm.Instructions {
-	return asm.Instructions{
-		asm.LoadMapPtr(asm.R1, m.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, key),
-		asm.FnMapLookupElem.Call(),
-	}
+	return mapByKey(asm.FnMapLookupElem, m, key)
 }
 
 // mapDelete is delete(m, *(fp+key)); r0 is 0 when there was one.
 func mapDelete(m *ebpf.Map, key int32) asm.Instructions {
+	return mapByKey(asm.FnMapDeleteElem, m, key)
+}
+
+// mapByKey calls fn(m, fp+key).
+func mapByKey(fn asm.BuiltinFunc, m *ebpf.Map, key int32) asm.Instructions {
 	return asm.Instructions{
 		asm.LoadMapPtr(asm.R1, m.FD()),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, key),
-		asm.FnMapDeleteElem.Call(),
+		fn.Call(),
 	}
 }
 

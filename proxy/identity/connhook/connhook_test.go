@@ -372,23 +372,14 @@ int main(int argc, char **argv) {
 // began before the connect.
 func TestHookRefusesAConnectDuringAnExec(t *testing.T) {
 	testutil.RequireRoot(t, "cgroup BPF connect hooks")
-	helper := buildHelper(t, connectDuringExec)
-	cg, hook := hookedCgroup(t)
-	if hook.Execs != nil {
-		t.Fatalf("the hook does not see programs executed: %v", hook.Execs)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	helper, cg, hook, ln := execFixture(t, connectDuringExec)
 	// The second thread may connect before the exec begins (the main
 	// thread was preempted), or not at all before the exec ends it: tried
 	// until it connects while the exec runs.
 	for attempt := 1; ; attempt++ {
-		pid, server, at := connectWhileExecuting(t, helper, cg, hook, ln.(*net.TCPListener))
+		pid, server, at := connectWhileExecuting(t, helper, cg, hook, ln)
 		if server != nil && hook.ExecsOf(pid).Began < at {
-			_, err = hookedResolver(t, hook, cg).Lookup(addrs(server))
+			_, err := hookedResolver(t, hook, cg).Lookup(addrs(server))
 			if !errors.Is(err, identity.ErrAmbiguous) || !strings.Contains(err.Error(), "while it was executing") {
 				t.Fatalf("Lookup of a connection made while its connector executed sleep = %v; want it refused as ambiguous", err)
 			}
@@ -520,16 +511,7 @@ int main(int argc, char **argv) {
 // while the connection is looked up, then let go and looked up again.
 func TestHookKeepsAnExecRunningPastAStrayReturn(t *testing.T) {
 	testutil.RequireRoot(t, "cgroup BPF connect hooks")
-	helper := buildHelper(t, strayReturn)
-	cg, hook := hookedCgroup(t)
-	if hook.Execs != nil {
-		t.Fatalf("the hook does not see programs executed: %v", hook.Execs)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	helper, cg, hook, ln := execFixture(t, strayReturn)
 	cmd := exec.Command(helper, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
 	cmd.Stderr = os.Stderr
 	stdin, _ := cmd.StdinPipe()
@@ -546,7 +528,7 @@ func TestHookKeepsAnExecRunningPastAStrayReturn(t *testing.T) {
 		t.Fatal(err)
 	}
 	io.WriteString(stdin, "g")
-	ln.(*net.TCPListener).SetDeadline(time.Now().Add(20 * time.Second))
+	ln.SetDeadline(time.Now().Add(20 * time.Second))
 	server, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
@@ -568,6 +550,24 @@ func TestHookKeepsAnExecRunningPastAStrayReturn(t *testing.T) {
 	if p, err := r.Lookup(addrs(server)); !errors.Is(err, identity.ErrAmbiguous) {
 		t.Fatalf("Lookup once the exec is done = %+v, %v; want it refused as ambiguous", p, err)
 	}
+}
+
+// execFixture is what a test of a connect made while a program is
+// executed needs: its C helper built from src, a cgroup whose connect hook
+// sees programs executed, and a listener on loopback for the helper.
+func execFixture(t *testing.T, src string) (helper, cg string, hook *connhook.Hook, ln *net.TCPListener) {
+	t.Helper()
+	helper = buildHelper(t, src)
+	cg, hook = hookedCgroup(t)
+	if hook.Execs != nil {
+		t.Fatalf("the hook does not see programs executed: %v", hook.Execs)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return helper, cg, hook, l.(*net.TCPListener)
 }
 
 // connectWhileExecuting runs helper (connectDuringExec) in cgroup cg until

@@ -23,23 +23,8 @@ import (
 func TestExecTableKeepsAThreadsExec(t *testing.T) {
 	testutil.RequireRoot(t, "BPF tracepoints")
 	py := testutil.RequireTool(t, "/usr/bin/python3")
-	off, missing := groupDeadOffset()
-	for _, tc := range []struct {
-		name      string
-		groupDead int
-		missing   error
-	}{{"group_dead", off, missing}, {"main thread", -1, nil}} {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.missing != nil {
-				// An older kernel, whose case is the other.
-				t.Skipf("sched_process_exit has no group_dead: %v", tc.missing)
-			}
-			table, err := newExecTable(tc.groupDead)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer table.close()
-			const script = `import os, sys, threading
+	forEachForgetRule(t, func(t *testing.T, table *execTable) {
+		const script = `import os, sys, threading
 try:
     os.execv("/nonexistent", ["nonexistent"])
 except OSError:
@@ -48,40 +33,39 @@ sys.stdin.readline()
 t = threading.Thread(target=os.execv, args=("/bin/sleep", ["sleep", "300"]))
 t.start()
 t.join()`
-			cmd := exec.Command(py, "-c", script)
-			stdin, _ := cmd.StdinPipe()
-			stdout, _ := cmd.StdoutPipe()
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-			pid := cmd.Process.Pid
-			if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "failed\n" {
-				t.Fatalf("python: %q, %v", line, err)
-			}
-			failed := table.of(pid)
-			if !failed.Recorded || failed.Running || failed.Ended < failed.Began {
-				t.Fatalf("record of pid %d after an exec that failed = %+v; want one that ended", pid, failed)
-			}
+		cmd := exec.Command(py, "-c", script)
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		pid := cmd.Process.Pid
+		if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "failed\n" {
+			t.Fatalf("python: %q, %v", line, err)
+		}
+		failed := table.of(pid)
+		if !failed.Recorded || failed.Running || failed.Ended < failed.Began {
+			t.Fatalf("record of pid %d after an exec that failed = %+v; want one that ended", pid, failed)
+		}
 
-			io.WriteString(stdin, "go\n")
-			sleep, _ := filepath.EvalSymlinks("/bin/sleep")
-			testutil.WaitFor(t, fmt.Sprintf("pid %d to run sleep", pid), func() bool {
-				exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-				return exe == sleep
-			})
-			testutil.WaitFor(t, fmt.Sprintf("pid %d's exec of sleep to end on record", pid), func() bool {
-				e := table.of(pid)
-				return e.Recorded && e.Began > failed.Ended && !e.Running && e.Ended > e.Began
-			})
-
-			cmd.Process.Kill()
-			cmd.Wait()
-			if e := table.of(pid); e.Recorded {
-				t.Errorf("pid %d's execs %+v still on record after it exited", pid, e)
-			}
+		io.WriteString(stdin, "go\n")
+		sleep, _ := filepath.EvalSymlinks("/bin/sleep")
+		testutil.WaitFor(t, fmt.Sprintf("pid %d to run sleep", pid), func() bool {
+			exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+			return exe == sleep
 		})
-	}
+		testutil.WaitFor(t, fmt.Sprintf("pid %d's exec of sleep to end on record", pid), func() bool {
+			e := table.of(pid)
+			return e.Recorded && e.Began > failed.Ended && !e.Running && e.Ended > e.Began
+		})
+
+		cmd.Process.Kill()
+		cmd.Wait()
+		if e := table.of(pid); e.Recorded {
+			t.Errorf("pid %d's execs %+v still on record after it exited", pid, e)
+		}
+	})
 }
 
 // A 64-bit process that executes a 32-bit program becomes a compat task,
@@ -103,58 +87,42 @@ func TestExecTableEndsA32BitExec(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	off, missing := groupDeadOffset()
-	for _, tc := range []struct {
-		name      string
-		groupDead int
-		missing   error
-	}{{"group_dead", off, missing}, {"main thread", -1, nil}} {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.missing != nil {
-				t.Skipf("sched_process_exit has no group_dead: %v", tc.missing)
-			}
-			table, err := newExecTable(tc.groupDead)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer table.close()
-
-			cmd := exec.Command(spin)
-			if err := cmd.Start(); errors.Is(err, syscall.ENOEXEC) {
-				testutil.RequireFeature(t, "a kernel that runs 32-bit programs (IA32 emulation)", err)
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-			pid := cmd.Process.Pid
-			want, _ := filepath.EvalSymlinks(spin)
-			testutil.WaitFor(t, fmt.Sprintf("pid %d to run %s", pid, want), func() bool {
-				exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-				return exe == want
-			})
-			testutil.WaitFor(t, fmt.Sprintf("pid %d's exec of a 32-bit program to end on record", pid), func() bool {
-				e := table.of(pid)
-				return e.Recorded && !e.Running && e.Ended > e.Began
-			})
-			cmd.Process.Kill()
-			cmd.Wait()
-			if e := table.of(pid); e.Recorded {
-				t.Errorf("pid %d's execs %+v still on record after it exited", pid, e)
-			}
-
-			cmd = exec.Command(unloadable)
-			if err := cmd.Start(); err != nil {
-				t.Skipf("the kernel refused %s before the point of no return: %v", unloadable, err)
-			}
-			err = cmd.Wait()
-			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGSEGV {
-				t.Fatalf("%s: %v; want it killed inside its exec (SIGSEGV)", unloadable, err)
-			}
-			if e := table.of(cmd.Process.Pid); e.Recorded {
-				t.Errorf("pid %d's execs %+v still on record after it died inside one", cmd.Process.Pid, e)
-			}
+	forEachForgetRule(t, func(t *testing.T, table *execTable) {
+		cmd := exec.Command(spin)
+		if err := cmd.Start(); errors.Is(err, syscall.ENOEXEC) {
+			testutil.RequireFeature(t, "a kernel that runs 32-bit programs (IA32 emulation)", err)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		pid := cmd.Process.Pid
+		want, _ := filepath.EvalSymlinks(spin)
+		testutil.WaitFor(t, fmt.Sprintf("pid %d to run %s", pid, want), func() bool {
+			exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+			return exe == want
 		})
-	}
+		testutil.WaitFor(t, fmt.Sprintf("pid %d's exec of a 32-bit program to end on record", pid), func() bool {
+			e := table.of(pid)
+			return e.Recorded && !e.Running && e.Ended > e.Began
+		})
+		cmd.Process.Kill()
+		cmd.Wait()
+		if e := table.of(pid); e.Recorded {
+			t.Errorf("pid %d's execs %+v still on record after it exited", pid, e)
+		}
+
+		cmd = exec.Command(unloadable)
+		if err := cmd.Start(); err != nil {
+			t.Skipf("the kernel refused %s before the point of no return: %v", unloadable, err)
+		}
+		err := cmd.Wait()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGSEGV {
+			t.Fatalf("%s: %v; want it killed inside its exec (SIGSEGV)", unloadable, err)
+		}
+		if e := table.of(cmd.Process.Pid); e.Recorded {
+			t.Errorf("pid %d's execs %+v still on record after it died inside one", cmd.Process.Pid, e)
+		}
+	})
 }
 
 // elf32 is an i386 program loaded at base that loops forever.
@@ -201,5 +169,29 @@ func TestGroupDeadOffset(t *testing.T) {
 	}
 	if off, err := fieldOffset(older, "bool group_dead"); off != -1 || err == nil {
 		t.Errorf("fieldOffset(a format without group_dead) = %d, %v; want -1 and why", off, err)
+	}
+}
+
+// forEachForgetRule runs f on an exec table forgetting a process by each
+// rule: the kernel's group_dead, where it has one (an older kernel's case
+// is the other), and the main thread's.
+func forEachForgetRule(t *testing.T, f func(t *testing.T, table *execTable)) {
+	off, missing := groupDeadOffset()
+	for _, tc := range []struct {
+		name      string
+		groupDead int
+		missing   error
+	}{{"group_dead", off, missing}, {"main thread", -1, nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.missing != nil {
+				t.Skipf("sched_process_exit has no group_dead: %v", tc.missing)
+			}
+			table, err := newExecTable(tc.groupDead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer table.close()
+			f(t, table)
+		})
 	}
 }
