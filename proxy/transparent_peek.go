@@ -204,6 +204,7 @@ func (p *Proxy) awaitClient(client, upstream net.Conn) (first opening, end, err 
 		return first, &upstreamAbort{upEnd}, nil
 	case ferr == nil:
 		first, err = p.classify(pc)
+		client.SetReadDeadline(time.Time{}) // classify's, as peek clears it
 		first.greeted = greeted
 		return first, nil, err
 	case upEnd != nil && errors.Is(ferr, os.ErrDeadlineExceeded), errors.Is(ferr, io.EOF):
@@ -280,24 +281,50 @@ func (o opening) silent() bool { return len(o.early) == 0 }
 func isTLSRecord(b byte) bool { return b == 0x15 || b == 0x16 }
 
 // refuseSSL2Hello refuses what an OpenSSL server reads as an SSL
-// 2.0-compatible ClientHello (a 2-byte record header, its high bit set,
-// then message type 1), reading up to its third byte. That hello carries
-// no server name, so to a name a shared front that takes it (OpenSSL at a
-// low security level) serves its default host; crypto/tls cannot read it,
-// so it cannot be checked as a ClientHello, and RFC 8446 (D.5) has no
-// client send it. A beginning that could still become one, then silence
-// or the end, is refused too, as a request line is: a client that waits
-// could send the rest once relayed.
+// 2.0-compatible ClientHello, reading up to its fixed fields. That hello
+// carries no server name, so to a name a shared front that takes it
+// (OpenSSL at a low security level) serves its default host; crypto/tls
+// cannot read it, so it cannot be checked as a ClientHello, and RFC 8446
+// (D.5) has no client send it. Only a beginning whose every field so far
+// is one OpenSSL accepts (ssl2Hello) is read on, and, whole, refused:
+// other protocols begin with a high bit and a 1 (Thrift's compact calls,
+// msgpack-rpc, CBOR, telnet's IAC DO ECHO). One that could still become
+// such a hello, then silence or the end, is refused too, as a request line
+// is: a client that waits could send the rest once relayed.
 func refuseSSL2Hello(pc *peekConn) error {
-	for pc.seen[0]&0x80 != 0 && len(pc.seen) < 3 {
+	for ssl2Hello(pc.seen) && len(pc.seen) < ssl2HelloHead {
 		if err := pc.fill(); err != nil {
 			return fmt.Errorf("the connection's first bytes could still be an SSL 2.0-compatible ClientHello: %w", err)
 		}
 	}
-	if pc.seen[0]&0x80 != 0 && pc.seen[2] == 1 {
+	if ssl2Hello(pc.seen) {
 		return errors.New("an SSL 2.0-compatible ClientHello, which carries no TLS server name")
 	}
 	return nil
+}
+
+// ssl2HelloHead is an SSL 2.0-compatible ClientHello's fixed part: a
+// 2-byte header with its high bit set, message type 1, a 3.x version, and
+// the lengths of its cipher specs, session id and challenge.
+const ssl2HelloHead = 11
+
+// ssl2Hello says whether b could begin an SSL 2.0-compatible ClientHello
+// as OpenSSL reads one: every field of its head that b holds is one it
+// accepts (version 3.x; cipher specs of 3 bytes each; a session id of at
+// most 32 bytes and a challenge of 16 to 32; the header's length theirs).
+func ssl2Hello(b []byte) bool {
+	field := func(i int) int { return int(b[i])<<8 | int(b[i+1]) }
+	switch {
+	case len(b) >= 1 && b[0]&0x80 == 0,
+		len(b) >= 3 && b[2] != 1,
+		len(b) >= 4 && b[3] != 3:
+		return false
+	case len(b) < ssl2HelloHead:
+		return true
+	}
+	specs, session, challenge := field(5), field(7), field(9)
+	return specs > 0 && specs%3 == 0 && session <= 32 && challenge >= 16 && challenge <= 32 &&
+		field(0)&0x7fff == 9+specs+session+challenge
 }
 
 // errHelloRead stops crypto/tls's handshake once the ClientHello is read.

@@ -627,6 +627,15 @@ func TestPeek(t *testing.T) {
 		{"its first byte, then the end", func(c net.Conn) { c.Write(sslv2Hello[:1]); c.Close() }, speaksOther, 0, "", nil, "could still be an SSL 2.0-compatible"},
 		// A memcached binary request.
 		{"the high bit, then no ClientHello", func(c net.Conn) { c.Write([]byte{0x80, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 5}) }, speaksOther, -1, "", nil, ""},
+		// Protocols that begin with the high bit and a 1 as the hello
+		// does, the rest of their first bytes no hello's: Thrift's compact
+		// call "get" (sequence id 1), msgpack-rpc's request 1, telnet's
+		// IAC DO ECHO.
+		{"thrift compact", func(c net.Conn) { c.Write([]byte{0x82, 0x21, 0x01, 0x03, 'g', 'e', 't', 0x15, 0x02, 0x00, 0x00, 0x00}) }, speaksOther, -1, "", nil, ""},
+		{"msgpack-rpc", func(c net.Conn) { c.Write([]byte{0x94, 0x00, 0x01, 0xa3, 'a', 'd', 'd', 0x92, 0x01, 0x02, 0x00, 0x00}) }, speaksOther, -1, "", nil, ""},
+		{"telnet", func(c net.Conn) {
+			c.Write([]byte{0xff, 0xfd, 0x01, 0xff, 0xfb, 0x1f, 0xff, 0xfb, 0x20, 0xff, 0xfb, 0x18})
+		}, speaksOther, -1, "", nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, server := testutil.TCPPair(t)

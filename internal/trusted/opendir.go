@@ -26,12 +26,18 @@ type Link struct {
 // link only once follow has let it (nil): unlike a check of the path and
 // then an open by it, no link swapped in between the two is followed, and
 // what is open is where the checked walk led. follow's error is returned as
-// it is; one of the walk's own is an *os.PathError. p is made absolute
-// first. The descriptor is the caller's to close.
+// it is; one of the walk's own is an *os.PathError. A relative p is taken
+// from the working directory's path; nothing is cleaned: a ".." after a
+// link is the parent of where the link leads, as the kernel reads it. The
+// descriptor is the caller's to close.
 func Walk(p string, follow func(Link) error) (int, error) {
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return -1, err
+	abs := p
+	if !filepath.IsAbs(p) {
+		wd, err := os.Getwd()
+		if err != nil {
+			return -1, err
+		}
+		abs = wd + "/" + p
 	}
 	root, err := openStep(unix.AT_FDCWD, "/", "/", true)
 	if err != nil {

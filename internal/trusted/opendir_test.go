@@ -38,6 +38,7 @@ func TestOpenDir(t *testing.T) {
 		return p
 	}
 	target := mkdir("target", 0o755)
+	mkdir("target/sub", 0o755)
 	open := mkdir("open", 0o777) // others may write: its links are theirs
 	inOpen := link("open/link", target, 0)
 	toOpen := link("toopen", open, 0)
@@ -54,6 +55,9 @@ func TestOpenDir(t *testing.T) {
 		{"root's link in a directory others may write", inOpen, ""},
 		{"a link to that link", link("twohops", inOpen, 0), ""},
 		{"that link after a .. past a link", toOpen + "/../open/link", ""},
+		// As the kernel reads it: the parent of where the link leads,
+		// not the link's own directory.
+		{"a .. after a link", link("deep", filepath.Join(target, "sub"), 0) + "/../", target},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := OpenDir(tc.path)

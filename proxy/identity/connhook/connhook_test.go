@@ -391,21 +391,6 @@ func TestHookRefusesAConnectDuringAnExec(t *testing.T) {
 	}
 }
 
-// buildHelper compiles the C program source.
-func buildHelper(t *testing.T, source string) string {
-	t.Helper()
-	gcc := testutil.RequireTool(t, "gcc")
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "helper.c"), []byte(source), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	helper := filepath.Join(dir, "helper")
-	if out, err := exec.Command(gcc, "-O2", "-pthread", "-o", helper, filepath.Join(dir, "helper.c")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	return helper
-}
-
 // strayReturn's first thread executes sleep, which stays inside the
 // kernel until a byte on stdin: its argument is on a page that
 // userfaultfd leaves missing until then. Once it is inside, a second
@@ -557,7 +542,7 @@ func TestHookKeepsAnExecRunningPastAStrayReturn(t *testing.T) {
 // sees programs executed, and a listener on loopback for the helper.
 func execFixture(t *testing.T, src string) (helper, cg string, hook *connhook.Hook, ln *net.TCPListener) {
 	t.Helper()
-	helper = buildHelper(t, src)
+	helper = connhook.BuildHelper(t, src)
 	cg, hook = hookedCgroup(t)
 	if hook.Execs != nil {
 		t.Fatalf("the hook does not see programs executed: %v", hook.Execs)

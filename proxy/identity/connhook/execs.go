@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // execTable is what programs on execve(2) and execveat(2) fill: tgid →
@@ -49,18 +50,21 @@ import (
 // when the main thread exits with no exec running (one is when an exec
 // kills it), and one that outlives its process (its main thread exited
 // first) is a later process's of that pid until that one executes a
-// program: the resolver ignores an exec begun before the process it
-// describes started. A main thread that exits before the others leaves
-// /proc/PID/exe unreadable, so the resolver describes none of them until
-// one executes a program, which is recorded anew.
+// program (the resolver ignores an exec begun before the process it
+// describes started), or until a sweep finds no process of its pid. A
+// main thread that exits before the others leaves /proc/PID/exe
+// unreadable, so the resolver describes none of them until one executes
+// a program, which is recorded anew.
 //
 // A hash, not an LRU: a flood of execs elsewhere on the host must not push
 // a live process's record out. When it is full, an exec not recorded sets
-// lost to the time (at its entry and at its return), and a connector
-// without a record that connected before it cannot be told from one whose
-// record was lost. An exec that finds inexec full is counted with no way
-// to take it back: its process is running one until it exits. One table
-// and its programs serve every hook of the process, as connectFDs.
+// lost to the time (at its entry and at its end, which inexec tells it
+// of: an end with no entry seen is a process's to make at will), and a
+// connector without a record that connected before it cannot be told from
+// one whose record was lost. An exec that finds inexec full is counted
+// with no way to take it back: its process is running one until it
+// exits. One table and its programs serve every hook of the process, as
+// connectFDs.
 type execTable struct {
 	execs, inexec, lost *ebpf.Map
 	progs               []*ebpf.Program
@@ -68,6 +72,9 @@ type execTable struct {
 	// groupDead is nil when the exit program sees a process's last thread
 	// exit, else why not.
 	groupDead error
+	// stop ends the sweep (sweepDead), which closes swept as it returns;
+	// both nil when the exit program takes every record out itself.
+	stop, swept chan struct{}
 }
 
 // execRecord mirrors the table's value.
@@ -158,6 +165,10 @@ func newExecTable(groupDead int) (*execTable, error) {
 		}
 		t.links = append(t.links, l)
 	}
+	if groupDead < 0 {
+		t.stop, t.swept = make(chan struct{}), make(chan struct{})
+		go t.sweepDead()
+	}
 	return t, nil
 }
 
@@ -199,6 +210,12 @@ func fieldOffset(format, field string) (int, error) {
 }
 
 func (t *execTable) close() {
+	if t.stop != nil {
+		// Done before the maps close: their descriptors' numbers may be
+		// another file's next.
+		close(t.stop)
+		<-t.swept
+	}
 	for _, l := range t.links {
 		l.Close()
 	}
@@ -237,20 +254,114 @@ func (t *execTable) of(tgid int) identity.Execs {
 	return e
 }
 
-// The programs' stack: the tgid (the table's key, and inexec's value) at
-// -8, the current task (inexec's key) at -16, a new record at -40, the
-// lost array's key at -48 and its value at -56.
+// sweepInterval is how often sweepDead looks: a host whose processes leave
+// records behind fills the table no faster than it makes processes.
+const sweepInterval = time.Second
+
+// sweepDead sweeps the table (sweep) until stop is closed. Without
+// group_dead a record can outlive its process for good: its main thread
+// exits with no exec running, taking the record out; another thread's
+// exec then makes it anew, and no exit after it is the main thread's.
+// Processes made to do that would fill the table, and with it full an
+// exec not recorded refuses every connector without a record.
+func (t *execTable) sweepDead() {
+	defer close(t.swept)
+	tick := time.NewTicker(sweepInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+			t.sweep()
+		}
+	}
+}
+
+// sweep takes out the records of pids no process has. One of a live
+// process taken out would forget its execs, and its pid may be handed
+// out between the look and the delete: the kernel hands pids out in turn
+// after ns_last_pid, so a pid more than half the pid space ahead of it is
+// handed out only once the cursor has moved that far, which is checked
+// once the delete is done. When it has (or the cursor cannot be read, or
+// the look took long enough for it to wrap unseen), and a process has
+// that pid now, it may have begun an exec before the delete: lost is set,
+// as for an exec the table had no room for.
+func (t *execTable) sweep() {
+	pidMax, err := readInt("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return
+	}
+	var tgids []uint32
+	var key uint32
+	var r execRecord
+	for it := t.execs.Iterate(); it.Next(&key, &r); {
+		tgids = append(tgids, key)
+	}
+	ahead := func(from, to int) int { return ((to-from)%pidMax + pidMax) % pidMax }
+	for _, tgid := range tgids {
+		pid := int(tgid)
+		if !gone(pid) {
+			continue
+		}
+		began := time.Now()
+		last, err := readInt("/proc/sys/kernel/ns_last_pid")
+		if err == nil && ahead(last, pid) <= pidMax/2 {
+			continue
+		}
+		// Looked at again: the cursor rules out only what came after it.
+		if !gone(pid) || t.execs.Delete(tgid) != nil {
+			continue
+		}
+		now, errNow := readInt("/proc/sys/kernel/ns_last_pid")
+		unsure := err != nil || errNow != nil || ahead(last, now) >= ahead(last, pid) || time.Since(began) > 100*time.Millisecond
+		if unsure && !gone(pid) {
+			t.noteLost()
+		}
+	}
+}
+
+// gone says no process or thread has pid.
+func gone(pid int) bool { return unix.Kill(pid, 0) == unix.ESRCH }
+
+// noteLost is lost[0] = now, unless it is later already.
+func (t *execTable) noteLost() {
+	var lost uint64
+	t.lost.Lookup(uint32(0), &lost)
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
+	t.lost.Update(uint32(0), max(lost, uint64(ts.Nano())), ebpf.UpdateAny)
+}
+
+// readInt reads a number from a file of /proc/sys.
+func readInt(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// The programs' stack: the tgid (the table's key, and inexec's value for
+// an exec counted in Running) at -8, the current task (inexec's key) at
+// -16, a new record at -40, the lost array's key at -48 and its value at
+// -56, and inexec's value for an exec counted in none (0) at -64.
 const (
-	stackTGID   = -8
-	stackTask   = -16
-	stackRecord = -40
-	stackLostK  = -48
-	stackLostV  = -56
+	stackTGID      = -8
+	stackTask      = -16
+	stackRecord    = -40
+	stackLostK     = -48
+	stackLostV     = -56
+	stackUncounted = -64
 )
 
 // beginExec is the program at an exec's entry: execs[current tgid].Began
 // = boot time, inexec[current task] = tgid and Running + 1, the record
-// made when there is none; when the table is full, lost[0] = that time.
+// made when there is none; when the table is full, lost[0] = that time
+// and inexec[current task] = 0, so that its end notes it lost too (a
+// connect made while it ran) while an end with no begin, which a process
+// can make at will (an execve its own seccomp filter refuses), notes
+// nothing. With no room in inexec either, only the begin notes it.
 func beginExec(execs, inexec, lost *ebpf.Map) asm.Instructions {
 	insns := currentExec()
 	insns = append(insns, mapLookup(execs, stackTGID)...)
@@ -266,6 +377,8 @@ func beginExec(execs, inexec, lost *ebpf.Map) asm.Instructions {
 	insns = append(insns, mapLookup(execs, stackTGID)...)
 	insns = append(insns, asm.JNE.Imm(asm.R0, 0, "begin"))
 	insns = append(insns, noteLost(lost)...)
+	insns = append(insns, asm.StoreImm(asm.RFP, stackUncounted, 0, asm.Word))
+	insns = append(insns, mapUpdate(inexec, stackTask, stackUncounted, bpfAny)...)
 	insns = append(insns,
 		asm.Ja.Label("done"),
 		asm.Mov.Reg(asm.R7, asm.R0).WithSymbol("begin"),
@@ -284,37 +397,35 @@ func beginExec(execs, inexec, lost *ebpf.Map) asm.Instructions {
 
 // endExec is the program at an exec's end (sched_process_exec) and its
 // return, done or failed: execs[current tgid].Ended = boot time, then,
-// when the current task's inexec entry was there to take out, Running - 1
-// (in that order, and fully ordered: a record read between the two says
-// the exec ran past the connect, not that it never did). Without a record
-// (no room at the entry), lost[0] = that time. An end without its begin
-// (an execve refused before the entry tracepoint, one under way when the
-// programs were attached, or the return after sched_process_exec) leaves
-// Running.
+// when the current task's inexec entry was there to take out and its
+// begin counted it, Running - 1 (in that order, and fully ordered: a
+// record read between the two says the exec ran past the connect, not
+// that it never did). An exec whose begin was seen and that has no record
+// now (no room at the entry) sets lost[0] = that time. An end without its
+// begin (an execve refused before the entry tracepoint, one under way
+// when the programs were attached, the return after sched_process_exec,
+// or a helper the kernel runs, such as core_pattern's) leaves Running,
+// and lost: a process could move it at will.
 func endExec(execs, inexec, lost *ebpf.Map) asm.Instructions {
-	insns := currentExec()
-	insns = append(insns, mapDelete(inexec, stackTask)...)
-	insns = append(insns, asm.Mov.Reg(asm.R8, asm.R0)) // 0: this task's exec
-	insns = append(insns, mapLookup(execs, stackTGID)...)
+	insns := takeInExec(execs, inexec)
 	insns = append(insns,
 		asm.JEq.Imm(asm.R0, 0, "lost"),
 		asm.StoreMem(asm.R0, 8, asm.R6, asm.DWord),
-		asm.JNE.Imm(asm.R8, 0, "done"),
+		asm.JSLE.Imm(asm.R8, 0, "done"),
 		asm.Mov.Imm(asm.R1, -1),
 		asm.FetchAdd.Mem(asm.R0, asm.R1, asm.DWord, 16),
 		asm.Ja.Label("done"),
+		asm.JEq.Imm(asm.R8, -1, "done").WithSymbol("lost"),
 	)
-	lostInsns := noteLost(lost)
-	lostInsns[0] = lostInsns[0].WithSymbol("lost")
-	insns = append(insns, lostInsns...)
+	insns = append(insns, noteLost(lost)...)
 	return append(insns, asm.Mov.Imm(asm.R0, 0).WithSymbol("done"), asm.Return())
 }
 
-// forgetExec is the exit's program. A thread that exits inside an exec
-// (one that failed past the point of no return, which the syscall's exit
-// tracepoint may not see) ends it as endExec does. Then the process's
-// last thread exiting takes its entry out (its pid may be another
-// process's next). Without group_dead (groupDead < 0), its main thread
+// forgetExec is the exit's program. A thread that exits inside an exec its
+// begin counted (one that failed past the point of no return, which the
+// syscall's exit tracepoint may not see) ends it as endExec does. Then
+// the process's last thread exiting takes its entry out (its pid may be
+// another process's next). Without group_dead (groupDead < 0), its main thread
 // exiting with no exec running does.
 func forgetExec(execs, inexec *ebpf.Map, groupDead int) asm.Instructions {
 	var insns asm.Instructions
@@ -322,11 +433,9 @@ func forgetExec(execs, inexec *ebpf.Map, groupDead int) asm.Instructions {
 		// r1 is the record.
 		insns = append(insns, asm.LoadMem(asm.R9, asm.R1, int16(groupDead), asm.Byte))
 	}
-	insns = append(insns, currentExec()...)
-	insns = append(insns, mapDelete(inexec, stackTask)...)
-	insns = append(insns, asm.JNE.Imm(asm.R0, 0, "exited"))
-	insns = append(insns, mapLookup(execs, stackTGID)...)
+	insns = append(insns, takeInExec(execs, inexec)...)
 	insns = append(insns,
+		asm.JSLE.Imm(asm.R8, 0, "exited"),
 		asm.JEq.Imm(asm.R0, 0, "exited"),
 		asm.StoreMem(asm.R0, 8, asm.R6, asm.DWord),
 		asm.Mov.Imm(asm.R1, -1),
@@ -356,6 +465,23 @@ func forgetExec(execs, inexec *ebpf.Map, groupDead int) asm.Instructions {
 	insns = append(insns, exited...)
 	insns = append(insns, mapDelete(execs, stackTGID)...)
 	return append(insns, asm.Mov.Imm(asm.R0, 0).WithSymbol("done"), asm.Return())
+}
+
+// takeInExec is currentExec, then takes the current task's inexec entry
+// out, leaving in r8 its value (the tgid: counted in Running; 0: not) or
+// -1 when there was none, and in r0 the tgid's record, or 0.
+func takeInExec(execs, inexec *ebpf.Map) asm.Instructions {
+	insns := currentExec()
+	insns = append(insns, mapLookup(inexec, stackTask)...)
+	insns = append(insns,
+		asm.Mov.Imm(asm.R8, -1),
+		asm.JEq.Imm(asm.R0, 0, "taken"),
+		asm.LoadMem(asm.R8, asm.R0, 0, asm.Word),
+	)
+	insns = append(insns, mapDelete(inexec, stackTask)...)
+	lookup := mapLookup(execs, stackTGID)
+	lookup[0] = lookup[0].WithSymbol("taken")
+	return append(insns, lookup...)
 }
 
 // currentExec stores the current tgid at stackTGID and task at stackTask,

@@ -156,6 +156,127 @@ func elf32(base uint32) []byte {
 	return append(b, code...)
 }
 
+// refusedExec forks a child that never executes a program (no record),
+// which installs a seccomp filter of its own refusing execve and calls
+// it: the exit tracepoint fires, the entry one does not.
+const refusedExec = `#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(void) {
+	int status;
+	if (fork() == 0) {
+		struct sock_filter f[] = {
+			BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_execve, 0, 1),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		};
+		struct sock_fprog p = {sizeof f / sizeof f[0], f};
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &p)) {
+			perror("seccomp");
+			_exit(1);
+		}
+		execve("/bin/true", (char *[]){"true", NULL}, (char *[]){NULL});
+		dprintf(1, "%s\n", errno == EPERM ? "refused" : "not refused");
+		_exit(0);
+	}
+	wait(&status);
+	return 0;
+}
+`
+
+// An end without its begin, which any process can make (refusedExec),
+// is no exec lost: lost set then would refuse every connector without a
+// record (a forked worker that never executed a program) that connected
+// before it, host-wide.
+func TestExecTableLosesNoExecAtAnEndWithoutItsBegin(t *testing.T) {
+	testutil.RequireRoot(t, "BPF tracepoints")
+	helper := BuildHelper(t, refusedExec)
+	forEachForgetRule(t, func(t *testing.T, table *execTable) {
+		out, err := exec.Command(helper).CombinedOutput()
+		if err != nil || string(out) != "refused\n" {
+			t.Fatalf("%s: %q, %v; want its child's execve refused", helper, out, err)
+		}
+		// The test never executed a program since the table was made.
+		if e := table.of(os.Getpid()); e.Recorded || e.Lost != 0 {
+			t.Errorf("execs of a process without a record = %+v after an execve refused before its entry; want no exec lost", e)
+		}
+	})
+}
+
+// leaksRecord's main thread exits alone; then another thread's execve
+// fails, and that thread exits: without group_dead the record its exec
+// made is no main thread's to take out.
+const leaksRecord = `#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static void *orphan(void *unused) {
+	usleep(50000);
+	execve("/nonexistent", (char *[]){"nonexistent", NULL}, (char *[]){NULL});
+	syscall(SYS_exit, 0);
+	return unused;
+}
+
+int main(void) {
+	pthread_t t;
+	pthread_create(&t, NULL, orphan, NULL);
+	syscall(SYS_exit, 0);
+}
+`
+
+// Records that outlive their processes where the exit program cannot
+// take them out (the main thread's rule) are swept: repeated, they would
+// fill the table.
+func TestExecTableSweepsTheDeadsRecords(t *testing.T) {
+	testutil.RequireRoot(t, "BPF tracepoints")
+	helper := BuildHelper(t, leaksRecord)
+	table, err := newExecTable(-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer table.close()
+	var pids []int
+	for range 20 {
+		cmd := exec.Command(helper)
+		if err := cmd.Run(); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, cmd.Process.Pid)
+	}
+	testutil.WaitFor(t, "the dead processes' records to be swept", func() bool {
+		for _, pid := range pids {
+			if table.of(pid).Recorded {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// BuildHelper compiles the C program source (the package's external tests
+// use it too).
+func BuildHelper(t *testing.T, source string) string {
+	t.Helper()
+	gcc := testutil.RequireTool(t, "gcc")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "helper.c"), []byte(source), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	helper := filepath.Join(dir, "helper")
+	if out, err := exec.Command(gcc, "-O2", "-pthread", "-o", helper, filepath.Join(dir, "helper.c")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return helper
+}
+
 // group_dead is read where the event's format puts it; a format without
 // it (older kernels) says so, and the exit program then keeps a record
 // while an exec runs.
