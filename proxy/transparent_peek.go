@@ -311,7 +311,8 @@ const ssl2HelloHead = 11
 // ssl2Hello says whether b could begin an SSL 2.0-compatible ClientHello
 // as OpenSSL reads one: every field of its head that b holds is one it
 // accepts (version 3.x; cipher specs of 3 bytes each; a session id of at
-// most 32 bytes and a challenge of 16 to 32; the header's length theirs).
+// most 32 bytes; a challenge of any length, of which OpenSSL keeps 32; the
+// header's length theirs).
 func ssl2Hello(b []byte) bool {
 	field := func(i int) int { return int(b[i])<<8 | int(b[i+1]) }
 	switch {
@@ -323,8 +324,7 @@ func ssl2Hello(b []byte) bool {
 		return true
 	}
 	specs, session, challenge := field(5), field(7), field(9)
-	return specs > 0 && specs%3 == 0 && session <= 32 && challenge >= 16 && challenge <= 32 &&
-		field(0)&0x7fff == 9+specs+session+challenge
+	return specs > 0 && specs%3 == 0 && session <= 32 && field(0)&0x7fff == 9+specs+session+challenge
 }
 
 // errHelloRead stops crypto/tls's handshake once the ClientHello is read.

@@ -625,6 +625,10 @@ func TestPeek(t *testing.T) {
 		{"not a ClientHello", func(c net.Conn) { c.Write([]byte{0x16, 3, 1, 0, 4, 9, 9, 9, 9}) }, speaksOther, 0, "", nil, "no ClientHello could be read"},
 		{"an SSL 2.0-compatible ClientHello", func(c net.Conn) { c.Write(sslv2Hello) }, speaksOther, 0, "", nil, "SSL 2.0-compatible ClientHello"},
 		{"its first byte, then the end", func(c net.Conn) { c.Write(sslv2Hello[:1]); c.Close() }, speaksOther, 0, "", nil, "could still be an SSL 2.0-compatible"},
+		// OpenSSL takes a challenge of any length (and keeps 32 bytes).
+		{"an SSL 2.0-compatible ClientHello, a 64-byte challenge", func(c net.Conn) {
+			c.Write(slices.Concat([]byte{0x80, 46 + 48}, sslv2Hello[2:9], []byte{0, 64}, sslv2Hello[11:], make([]byte, 48)))
+		}, speaksOther, 0, "", nil, "SSL 2.0-compatible ClientHello"},
 		// A memcached binary request.
 		{"the high bit, then no ClientHello", func(c net.Conn) { c.Write([]byte{0x80, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 5}) }, speaksOther, -1, "", nil, ""},
 		// Protocols that begin with the high bit and a 1 as the hello

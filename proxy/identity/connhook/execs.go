@@ -46,15 +46,14 @@ import (
 //
 // The entry goes when the process's last thread exits (sched_process_exit's
 // group_dead), not its main thread: an exec from another thread kills the
-// main thread and takes its pid. Where the event has no group_dead, it goes
-// when the main thread exits with no exec running (one is when an exec
-// kills it), and one that outlives its process (its main thread exited
-// first) is a later process's of that pid until that one executes a
-// program (the resolver ignores an exec begun before the process it
-// describes started), or until a sweep finds no process of its pid. A
-// main thread that exits before the others leaves /proc/PID/exe
-// unreadable, so the resolver describes none of them until one executes
-// a program, which is recorded anew.
+// main thread and takes its pid. Where the event has no group_dead, no
+// exit is known to be the last, and the entry goes when a sweep finds no
+// process of its pid (sweepDead): taken out at the main thread's exit, a
+// sibling's exec begun on the record just before would end on none, and an
+// end on none is a lost exec's, which refuses every connector without a
+// record. Meanwhile the record is a later process's of that pid only until
+// that one executes a program, and the resolver ignores an exec begun
+// before the process it describes started.
 //
 // A hash, not an LRU: a flood of execs elsewhere on the host must not push
 // a live process's record out. When it is full, an exec not recorded sets
@@ -258,12 +257,10 @@ func (t *execTable) of(tgid int) identity.Execs {
 // records behind fills the table no faster than it makes processes.
 const sweepInterval = time.Second
 
-// sweepDead sweeps the table (sweep) until stop is closed. Without
-// group_dead a record can outlive its process for good: its main thread
-// exits with no exec running, taking the record out; another thread's
-// exec then makes it anew, and no exit after it is the main thread's.
-// Processes made to do that would fill the table, and with it full an
-// exec not recorded refuses every connector without a record.
+// sweepDead sweeps the table (sweep) until stop is closed: without
+// group_dead it is what takes a dead process's record out, and without it
+// the table would fill, and with it full an exec not recorded refuses
+// every connector without a record.
 func (t *execTable) sweepDead() {
 	defer close(t.swept)
 	tick := time.NewTicker(sweepInterval)
@@ -425,8 +422,8 @@ func endExec(execs, inexec, lost *ebpf.Map) asm.Instructions {
 // begin counted (one that failed past the point of no return, which the
 // syscall's exit tracepoint may not see) ends it as endExec does. Then
 // the process's last thread exiting takes its entry out (its pid may be
-// another process's next). Without group_dead (groupDead < 0), its main thread
-// exiting with no exec running does.
+// another process's next). Without group_dead (groupDead < 0) none is
+// known to be the last: the sweep takes the entry out.
 func forgetExec(execs, inexec *ebpf.Map, groupDead int) asm.Instructions {
 	var insns asm.Instructions
 	if groupDead >= 0 {
@@ -441,28 +438,10 @@ func forgetExec(execs, inexec *ebpf.Map, groupDead int) asm.Instructions {
 		asm.Mov.Imm(asm.R1, -1),
 		asm.FetchAdd.Mem(asm.R0, asm.R1, asm.DWord, 16),
 	)
-	exited := asm.Instructions{}
-	if groupDead >= 0 {
-		exited = append(exited, asm.JEq.Imm(asm.R9, 0, "done"))
-	} else {
-		exited = append(exited,
-			asm.FnGetCurrentPidTgid.Call(),
-			asm.Mov.Reg(asm.R1, asm.R0),
-			asm.RSh.Imm(asm.R1, 32), // tgid
-			asm.LSh.Imm(asm.R0, 32),
-			asm.RSh.Imm(asm.R0, 32), // pid
-			asm.JNE.Reg(asm.R0, asm.R1, "done"),
-		)
-		exited = append(exited, mapLookup(execs, stackTGID)...)
-		exited = append(exited,
-			asm.JEq.Imm(asm.R0, 0, "done"),
-			// Running: another thread's exec is what kills this one.
-			asm.LoadMem(asm.R1, asm.R0, 16, asm.DWord),
-			asm.JNE.Imm(asm.R1, 0, "done"),
-		)
+	if groupDead < 0 {
+		return append(insns, asm.Mov.Imm(asm.R0, 0).WithSymbol("exited"), asm.Return())
 	}
-	exited[0] = exited[0].WithSymbol("exited")
-	insns = append(insns, exited...)
+	insns = append(insns, asm.JEq.Imm(asm.R9, 0, "done").WithSymbol("exited"))
 	insns = append(insns, mapDelete(execs, stackTGID)...)
 	return append(insns, asm.Mov.Imm(asm.R0, 0).WithSymbol("done"), asm.Return())
 }

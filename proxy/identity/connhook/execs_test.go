@@ -62,9 +62,7 @@ t.join()`
 
 		cmd.Process.Kill()
 		cmd.Wait()
-		if e := table.of(pid); e.Recorded {
-			t.Errorf("pid %d's execs %+v still on record after it exited", pid, e)
-		}
+		waitForgotten(t, table, pid)
 	})
 }
 
@@ -107,9 +105,7 @@ func TestExecTableEndsA32BitExec(t *testing.T) {
 		})
 		cmd.Process.Kill()
 		cmd.Wait()
-		if e := table.of(pid); e.Recorded {
-			t.Errorf("pid %d's execs %+v still on record after it exited", pid, e)
-		}
+		waitForgotten(t, table, pid)
 
 		cmd = exec.Command(unloadable)
 		if err := cmd.Start(); err != nil {
@@ -119,9 +115,7 @@ func TestExecTableEndsA32BitExec(t *testing.T) {
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGSEGV {
 			t.Fatalf("%s: %v; want it killed inside its exec (SIGSEGV)", unloadable, err)
 		}
-		if e := table.of(cmd.Process.Pid); e.Recorded {
-			t.Errorf("pid %d's execs %+v still on record after it died inside one", cmd.Process.Pid, e)
-		}
+		waitForgotten(t, table, cmd.Process.Pid)
 	})
 }
 
@@ -315,4 +309,11 @@ func forEachForgetRule(t *testing.T, f func(t *testing.T, table *execTable)) {
 			f(t, table)
 		})
 	}
+}
+
+// waitForgotten waits for pid's record to go, as the process has: at its
+// last thread's exit with group_dead, at the next sweep without it.
+func waitForgotten(t *testing.T, table *execTable, pid int) {
+	t.Helper()
+	testutil.WaitFor(t, fmt.Sprintf("pid %d's execs to go with it", pid), func() bool { return !table.of(pid).Recorded })
 }
