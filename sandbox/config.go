@@ -133,6 +133,9 @@ func Defaults() Config {
 	}
 }
 
+// dotDot says whether p has a ".." component.
+func dotDot(p string) bool { return slices.Contains(strings.Split(p, "/"), "..") }
+
 func existing(paths ...string) []string {
 	var out []string
 	for _, p := range paths {
@@ -221,15 +224,18 @@ func (c *Config) Validate() error {
 	default:
 		fail("--landlock %q: want hard, best-effort or off", c.Landlock)
 	}
+	// No "..": after a link it is the parent of where the link leads, as
+	// the kernel reads it (and Landlock's open, and the init's walk), not
+	// the link's own directory, where the path's text says it is.
 	for _, group := range [][]string{c.RO, c.RW, c.Exec} {
 		for _, p := range group {
-			if !filepath.IsAbs(p) {
-				fail("Landlock path %q must be absolute", p)
+			if !filepath.IsAbs(p) || dotDot(p) {
+				fail("Landlock path %q must be absolute, without ..", p)
 			}
 		}
 	}
-	if c.Dir != "" && !filepath.IsAbs(c.Dir) {
-		fail("working directory %q must be absolute", c.Dir)
+	if c.Dir != "" && (!filepath.IsAbs(c.Dir) || dotDot(c.Dir)) {
+		fail("working directory %q must be absolute, without ..", c.Dir)
 	}
 	for _, d := range c.Hidden {
 		if !filepath.IsAbs(d) || filepath.Clean(d) == "/" {

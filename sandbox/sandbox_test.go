@@ -570,6 +570,30 @@ func TestValidateConnectPorts(t *testing.T) {
 	}
 }
 
+// A path the sandbox names is absolute and has no "..": after a link,
+// the kernel's ".." is the parent of where the link leads, not where the
+// path's text puts it.
+func TestValidatePaths(t *testing.T) {
+	for _, tc := range []struct {
+		change func(c *Config)
+		want   string // "" is valid
+	}{
+		{func(c *Config) { c.RO = append(c.RO, "/srv/job/a..b") }, ""},
+		{func(c *Config) { c.RO = append(c.RO, "srv/job") }, `Landlock path "srv/job" must be absolute`},
+		{func(c *Config) { c.RW = append(c.RW, "/srv/job/link/../x") }, `Landlock path "/srv/job/link/../x" must be absolute, without ..`},
+		{func(c *Config) { c.Exec = append(c.Exec, "/opt/..") }, "without .."},
+		{func(c *Config) { c.Dir = "/srv/job/../x" }, `working directory "/srv/job/../x" must be absolute, without ..`},
+	} {
+		c := Defaults()
+		c.Command, c.Net = []string{"/bin/true"}, NetNone
+		tc.change(&c)
+		err := c.Validate()
+		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("Validate = %v; want %q", err, tc.want)
+		}
+	}
+}
+
 // A sandbox keeps only capabilities that reach no further than its own
 // processes and memory: one that would undo a boundary is refused, named.
 func TestValidateKeepCaps(t *testing.T) {
