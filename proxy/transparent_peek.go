@@ -278,7 +278,7 @@ func (o opening) silent() bool { return len(o.early) == 0 }
 // read as TLS, its ClientHello found as the upstream would find it, or the
 // connection refused. No server takes another record type first, and
 // other protocols may begin with those bytes (a length's low byte).
-func isTLSRecord(b byte) bool { return b == 0x15 || b == 0x16 }
+func isTLSRecord(b byte) bool { return b == recordAlert || b == recordHandshake }
 
 // refuseSSL2Hello refuses what an OpenSSL server reads as an SSL
 // 2.0-compatible ClientHello, reading up to its fixed fields. That hello

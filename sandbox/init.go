@@ -564,10 +564,7 @@ func coverDir(dir string, writable bool, files map[string]string, keep []string,
 	// directory.
 	// A path named twice (a device in devDevices and Config.RW) is
 	// mounted back once: twice, the second would stack on the first.
-	keep = slices.Compact(slices.Sorted(slices.Values(keep)))
-	keep = slices.DeleteFunc(slices.Clone(keep), func(p string) bool {
-		return slices.ContainsFunc(keep, func(q string) bool { return q != p && within(p, q) })
-	})
+	keep = outermost(keep)
 	// A path kept was resolved: a link now on or above it, or above a
 	// file to write, was made since (a directory swapped for a link and
 	// back). Made again on the tmpfs, it would lead the mount point's

@@ -36,7 +36,7 @@ func bindWritable(c *Config) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range outermost(slices.Compact(slices.Sorted(slices.Values(resolved(c, c.RW))))) {
+	for _, p := range outermost(resolved(c, c.RW)) {
 		if isMountPoint(mounts, p) {
 			continue
 		}
@@ -104,8 +104,9 @@ func innermost(mounts []mount, p string) string {
 	return best
 }
 
-// outermost is paths less those within another of them.
+// outermost is paths, each once, less those within another of them.
 func outermost(paths []string) []string {
+	paths = slices.Compact(slices.Sorted(slices.Values(paths)))
 	return slices.DeleteFunc(slices.Clone(paths), func(p string) bool {
 		return slices.ContainsFunc(paths, func(q string) bool { return q != p && within(p, q) })
 	})

@@ -405,11 +405,7 @@ func (o *oneOffs) launch(spec adminclient.SandboxSpec, stdio []*os.File, added f
 // refused launch removes the file from there, not from wherever its path
 // leads by then.
 func createOutput(path string) (f, dir *os.File, err error) {
-	i := strings.LastIndexByte(path, '/') // path is absolute
-	dirPath, name := path[:i], path[i+1:]
-	if dirPath == "" {
-		dirPath = "/"
-	}
+	dirPath, name := trusted.SplitLast(path)
 	dir, err = trusted.OpenDir(dirPath)
 	if errors.Is(err, trusted.ErrUntrusted) {
 		return nil, nil, fmt.Errorf("%s: not made through a link another user may point elsewhere: %w", path, err)

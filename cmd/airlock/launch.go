@@ -347,18 +347,13 @@ func openStatusFile(path string) (*os.File, error) {
 		}
 		return f, nil
 	}
-	dir := "."
-	if i := strings.LastIndexByte(path, '/'); i > 0 {
-		dir = path[:i]
-	} else if i == 0 {
-		dir = "/"
-	}
+	dir, name := trusted.SplitLast(path)
 	d, err := trusted.OpenDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
-	f, err := trusted.OpenOutputIn(d, path[strings.LastIndexByte(path, '/')+1:], 0, 0o644)
+	f, err := trusted.OpenOutputIn(d, name, 0, 0o644)
 	if errors.Is(err, syscall.ELOOP) {
 		return nil, fmt.Errorf("%s is a symbolic link: give the file itself", path)
 	}

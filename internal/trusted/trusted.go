@@ -77,7 +77,7 @@ func WalkLinks(p string, visit func(link string, fi fs.FileInfo, dir string) err
 }
 
 func walkLinks(orig, p string, hops *int, visit func(link string, fi fs.FileInfo, dir string) error) error {
-	dir, base := splitLast(p)
+	dir, base := SplitLast(p)
 	for {
 		if dir != "." && dir != "/" {
 			if err := walkLinks(orig, dir, hops, visit); err != nil {
@@ -112,7 +112,7 @@ func walkLinks(orig, p string, hops *int, visit func(link string, fi fs.FileInfo
 		if !filepath.IsAbs(target) {
 			target = realDir + "/" + target
 		}
-		dir, base = splitLast(target)
+		dir, base = SplitLast(target)
 	}
 }
 
@@ -125,9 +125,10 @@ func Links(path string) error {
 	return links(path, path, &hops)
 }
 
-// splitLast splits p at its last slash, cleaning nothing: ("a/b/..", "c")
-// for "a/b/../c"; (".", p) without one.
-func splitLast(p string) (dir, base string) {
+// SplitLast splits p at its last slash, cleaning nothing: ("a/b/..", "c")
+// for "a/b/../c"; (".", p) without one; ("/", "x") for "/x". A file made in
+// OpenDir(dir) is base there.
+func SplitLast(p string) (dir, base string) {
 	i := strings.LastIndexByte(p, '/')
 	switch {
 	case i < 0:

@@ -25,6 +25,7 @@ var Returned = []string{"result.json", "stdout.log", "stderr.log", "audit.jsonl"
 func parseResult(id, kindName string, b []byte) spawn.Result {
 	var r spawn.Result
 	err := json.Unmarshal(b, &r)
+	nesting := spawn.CheckNesting(r.Result)
 	switch {
 	case err != nil:
 	case r.Task != id:
@@ -41,8 +42,8 @@ func parseResult(id, kindName string, b []byte) spawn.Result {
 		err = errors.New("it is not UTF-8")
 	case len(r.Result) > 0 && r.Result[0] != '{':
 		err = errors.New("its result is not a JSON object")
-	case spawn.CheckNesting(r.Result) != nil:
-		err = fmt.Errorf("its result %v", spawn.CheckNesting(r.Result))
+	case nesting != nil:
+		err = fmt.Errorf("its result %v", nesting)
 	case r.Usage != nil && r.Usage.Tokens < 0:
 		err = fmt.Errorf("its usage.tokens is negative (%d)", r.Usage.Tokens)
 	}

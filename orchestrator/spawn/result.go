@@ -48,19 +48,17 @@ func (r *Result) Judge(last []byte) {
 	}
 	last = bytes.TrimSpace(last)
 	var obj map[string]json.RawMessage
+	var refused string
 	// Not UTF-8, it is no JSON text, and kept as the result it would reach
 	// a terminal raw (a lone 0x9b is a CSI to one in an 8-bit locale).
 	if err := json.Unmarshal(last, &obj); err != nil || obj == nil || !utf8.Valid(last) {
-		r.Status = ledger.Failed
-		r.Detail = joinDetail(r.Detail, fmt.Sprintf("the last stdout line is not a JSON object: %q", Clip(last)))
-		if r.Exit != 0 {
-			r.Detail = joinDetail(fmt.Sprintf("exit code %d", r.Exit), r.Detail)
-		}
-		return
+		refused = fmt.Sprintf("is not a JSON object: %q", Clip(last))
+	} else if err := CheckNesting(last); err != nil {
+		refused = err.Error()
 	}
-	if err := CheckNesting(last); err != nil {
+	if refused != "" {
 		r.Status = ledger.Failed
-		r.Detail = joinDetail(r.Detail, "the last stdout line "+err.Error())
+		r.Detail = joinDetail(r.Detail, "the last stdout line "+refused)
 		if r.Exit != 0 {
 			r.Detail = joinDetail(fmt.Sprintf("exit code %d", r.Exit), r.Detail)
 		}

@@ -1,7 +1,6 @@
 package connhook_test
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -499,14 +498,9 @@ func TestHookKeepsAnExecRunningPastAStrayReturn(t *testing.T) {
 	helper, cg, hook, ln := execFixture(t, strayReturn)
 	cmd := exec.Command(helper, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
 	cmd.Stderr = os.Stderr
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	stdin, line, err := connhook.StartPiped(t, cmd)
 	pid := cmd.Process.Pid
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
+	if line != "ready\n" {
 		testutil.RequireFeature(t, "userfaultfd", fmt.Errorf("%q, %v", line, err))
 	}
 	if err := cgroup2.Add(cg, pid); err != nil {

@@ -228,17 +228,19 @@ func (t *execTable) close() {
 	}
 }
 
-// of is what the table knows of tgid's execs, read twice: a lookup copies
-// the record with no order among its fields, so one may see an exec's
-// Running taken back and an Ended from before it; a second, a system call
-// later, is past that reordering, and the answer refuses what either read
-// refuses. A process without a record costs a third lookup.
+// of is what the table knows of tgid's execs, a record read twice: a
+// lookup copies it with no order among its fields, so one may see an
+// exec's Running taken back and an Ended from before it; a second, a
+// system call later, is past that reordering, and the answer refuses what
+// either read refuses. No record at the first read is none to reorder (an
+// exec that begins after it began after the lookup): the lost time is
+// read instead.
 func (t *execTable) of(tgid int) identity.Execs {
 	var e identity.Execs
 	for range 2 {
 		var r execRecord
 		if t.execs.Lookup(uint32(tgid), &r) != nil {
-			continue
+			break
 		}
 		e.Recorded = true
 		e.Began = max(e.Began, time.Duration(r.Began))

@@ -34,14 +34,9 @@ t = threading.Thread(target=os.execv, args=("/bin/sleep", ["sleep", "300"]))
 t.start()
 t.join()`
 		cmd := exec.Command(py, "-c", script)
-		stdin, _ := cmd.StdinPipe()
-		stdout, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		stdin, line, err := StartPiped(t, cmd)
 		pid := cmd.Process.Pid
-		if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "failed\n" {
+		if line != "failed\n" {
 			t.Fatalf("python: %q, %v", line, err)
 		}
 		failed := table.of(pid)
@@ -109,7 +104,7 @@ func TestExecTableEndsA32BitExec(t *testing.T) {
 
 		cmd = exec.Command(unloadable)
 		if err := cmd.Start(); err != nil {
-			t.Skipf("the kernel refused %s before the point of no return: %v", unloadable, err)
+			testutil.RequireFeature(t, "a kernel that loads a 32-bit program past the point of no return", err)
 		}
 		err := cmd.Wait()
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGSEGV {
@@ -316,4 +311,19 @@ func forEachForgetRule(t *testing.T, f func(t *testing.T, table *execTable)) {
 func waitForgotten(t *testing.T, table *execTable, pid int) {
 	t.Helper()
 	testutil.WaitFor(t, fmt.Sprintf("pid %d's execs to go with it", pid), func() bool { return !table.of(pid).Recorded })
+}
+
+// StartPiped starts cmd, killed when the test ends, and reads its first
+// line: what a helper says once it is ready for the test's next step,
+// which the test writes to stdin.
+func StartPiped(t *testing.T, cmd *exec.Cmd) (stdin io.Writer, line string, err error) {
+	t.Helper()
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err = bufio.NewReader(out).ReadString('\n')
+	return in, line, err
 }
