@@ -305,7 +305,8 @@ func (t *execTable) sweep() {
 		}
 		began := time.Now()
 		last, err := readInt("/proc/sys/kernel/ns_last_pid")
-		if err == nil && ahead(last, pid) <= pidMax/2 {
+		// The cursor's own pid was handed out last: the next is after it.
+		if a := ahead(last, pid); err == nil && a > 0 && a <= pidMax/2 {
 			continue
 		}
 		// Looked at again: the cursor rules out only what came after it.
