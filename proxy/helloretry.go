@@ -103,7 +103,11 @@ func (p *Proxy) helloRetry(client, upstream net.Conn, first opening, dc *decisio
 			}
 			return up, down, true
 		}
-		second, err := p.secondHello(client, held)
+		second, after, err := p.secondHello(client, held)
+		if err != nil && gaveUp(after, err) {
+			dc.detail = "the client ended its TLS handshake after a HelloRetryRequest: " + err.Error()
+			return up, down, false
+		}
 		if err != nil {
 			dc.deny(policies.ReasonInvalidRequest, "after a HelloRetryRequest: "+err.Error())
 			return up, down, false
@@ -159,19 +163,32 @@ func serverHello(upstream io.Reader, buf []byte) (n int, retry bool, err error) 
 // secondHello reads the ClientHello a client sends after a
 // HelloRetryRequest as the server reads it: what the client sent after the
 // first one (held, which the upstream does not have yet), then its
-// socket, past one ChangeCipherSpec. Its early bytes are all of them.
-func (p *Proxy) secondHello(client net.Conn, held []byte) (opening, error) {
+// socket, past one ChangeCipherSpec. Its early bytes are all of them;
+// after is what was read, for gaveUp when there is no ClientHello.
+func (p *Proxy) secondHello(client net.Conn, held []byte) (_ opening, after []byte, _ error) {
 	pc := p.newPeek(client, held)
 	pc.max = maxClientHello
 	for len(pc.seen) < len(changeCipherSpec) && bytes.HasPrefix(changeCipherSpec, pc.seen) {
 		if err := pc.fill(); err != nil {
-			return opening{}, fmt.Errorf("reading the second ClientHello: %w", err)
+			return opening{}, pc.seen, fmt.Errorf("reading the second ClientHello: %w", err)
 		}
 	}
 	if bytes.HasPrefix(pc.seen, changeCipherSpec) {
 		pc.off = len(changeCipherSpec)
 	}
-	return pc.clientHello()
+	o, err := pc.clientHello()
+	return o, pc.seen, err
+}
+
+// gaveUp says whether a client that sent no second ClientHello ended its
+// handshake rather than broke it: a fatal alert (no key share the server
+// takes, as a client offering one group answers a HelloRetryRequest), or
+// nothing but a ChangeCipherSpec and warnings before it closed or the
+// handshake's time ran out. Its tunnel ends, and the close line says so
+// with no denial: the client was not refused, it left.
+func gaveUp(after []byte, err error) bool {
+	got, _, _, fatal, ferr := firstHandshake(after, 1, nil)
+	return ferr == nil && (fatal || got == 0 && !errors.Is(err, errPeekLimit))
 }
 
 // helloEnd is the offset in b, a ClientHello crypto/tls read (after a

@@ -120,6 +120,29 @@ func TestHelloRetryChecked(t *testing.T) {
 				wantRead(t, c, serverHelloRecords([32]byte{1}, 1<<10))
 			})
 		}
+		// A client that cannot answer a HelloRetryRequest (it offers no
+		// group the server takes) ends its handshake with an alert, or
+		// just closes: the tunnel ends, and no denial is recorded.
+		for _, end := range []struct {
+			name  string
+			bytes []byte
+		}{
+			{"with a fatal alert", slices.Concat(changeCipherSpec, []byte{recordAlert, 3, 3, 0, 2, 2, 40})},
+			{"by closing", nil},
+		} {
+			t.Run(path+": the client ends its handshake after the HelloRetryRequest "+end.name, func(t *testing.T) {
+				stub(retry)
+				c := open(t)
+				c.Write(hello("stub.tp.test"))
+				wantRead(t, c, retry)
+				c.Write(end.bytes)
+				c.(*net.TCPConn).CloseWrite()
+				fx.line(t, AuditCloseMessage, "stub.tp.test", policies.ReasonAllowed, func(l map[string]any) bool {
+					detail, _ := l["detail"].(string)
+					return l["via"] == via && strings.Contains(detail, "the client ended its TLS handshake after a HelloRetryRequest")
+				})
+			})
+		}
 		t.Run(path+": an upstream that answers in no TLS", func(t *testing.T) {
 			got := stub([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
 			c := open(t)

@@ -282,10 +282,31 @@ func checkOpaque(first opening, host string) (policies.Reason, string) {
 	switch _, err := netip.ParseAddr(host); {
 	case first.serverName == "" && err != nil:
 		return policies.ReasonHostMismatch, "a TLS ClientHello without a server name in a tunnel to " + host + ", which a shared front would serve as its default host; send the host's name as the TLS server name, or connect to its address"
-	case first.serverName != "" && !sameName(first.serverName, host):
+	case first.serverName != "" && !spelledAs(first.serverName, host):
 		return policies.ReasonHostMismatch, fmt.Sprintf("TLS server name %q in a tunnel to %s", first.serverName, host)
 	}
 	return "", ""
+}
+
+// spelledAs reports whether a TLS server name relayed as it is names host
+// (canonical) to whatever reads it: the same bytes but for ASCII case,
+// which DNS and every front ignore. Not canonicalised first: IDNA maps a
+// soft hyphen, a zero-width space or fullwidth letters to the host, and a
+// front matching the name as sent would serve its default tenant.
+func spelledAs(serverName, host string) bool {
+	if len(serverName) != len(host) {
+		return false
+	}
+	for i := range len(host) {
+		c := serverName[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != host[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // transparentTarget is the CONNECT a redirected connection to orig stands

@@ -735,6 +735,26 @@ func TestOpaqueConnectChecksWhatOpensIt(t *testing.T) {
 			wantDenial(t, httpGet(t, tc, "tls.tp.test", "/"), http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "tls.tp.test")
 		})
 	}
+	// The name goes on as the client sent it: it must be the host's but
+	// for ASCII case. IDNA maps a soft hyphen, a zero-width space or a
+	// fullwidth letter to the host, and a front matching the name as sent
+	// would serve its default tenant.
+	t.Run("TLS for its host in capitals", func(t *testing.T) {
+		resp, _ := fx.httpsGet(t, open(t, "tls.tp.test"), "TLS.TP.test", []string{"http/1.1"}, "/any")
+		wantBody(t, resp, http.StatusOK, tpUpstreamBody)
+	})
+	for _, name := range []string{"tls\u00ad.tp.test", "tls.tp\u200b.test", "\uff54ls.tp.test"} {
+		for _, path := range []string{"explicit", "transparent"} {
+			t.Run(fmt.Sprintf("TLS for %+q, %s", name, path), func(t *testing.T) {
+				tc := tls.Client(openBy(t, path), &tls.Config{ServerName: name, InsecureSkipVerify: true, NextProtos: []string{"http/1.1"},
+					VerifyConnection: func(cs tls.ConnectionState) error {
+						_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: "tls.tp.test", Roots: fx.roots})
+						return err
+					}})
+				wantDenial(t, httpGet(t, tc, "tls.tp.test", "/"), http.StatusMisdirectedRequest, policies.ReasonHostMismatch, "tls.tp.test")
+			})
+		}
+	}
 	// Nor can an SSL 2.0-compatible ClientHello carry one, which crypto/tls
 	// cannot read and OpenSSL at a low security level takes: refused.
 	for _, path := range []string{"explicit", "transparent"} {
