@@ -32,6 +32,12 @@ const (
 	// ReasonAuditUnavailable: the admit line could not be written, and
 	// the pod's audit_failure is closed (503).
 	ReasonAuditUnavailable = "ingress_audit_unavailable"
+	// ReasonEvicted: connections closed unanswered to make room for new
+	// ones, none of them with a request admitted (connLimit), summed up
+	// in one line per refusalInterval (status 0, their count); and (503)
+	// a keyed request whose connection was evicted as it arrived, which
+	// is not forwarded.
+	ReasonEvicted = "ingress_connection_evicted"
 )
 
 // UnknownOperator is the operator of a request whose key named none.

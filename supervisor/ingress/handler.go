@@ -73,6 +73,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Remote: r.RemoteAddr, Method: r.Method, Path: clip.String(r.URL.Path, maxLoggedPath),
 	}
 	sw := &statusWriter{ResponseWriter: w}
+	// Its connection is not evicted while the request is checked; it is
+	// evictable again if the request is refused, and never once admitted.
+	conn := connOf(r.Context())
+	conn.check()
+	defer conn.checked()
 	counted := s.begin()
 	defer func() {
 		line.Status = sw.final()
@@ -105,6 +110,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		line.Reason = reason
 		sw.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 		s.refuse(sw, http.StatusUnauthorized, reason, msg)
+		return
+	}
+	if !conn.prove() {
+		// Evicted between its header's arrival and this handler: the
+		// client has no connection left to be answered on.
+		line.Allowed, line.Reason = false, ReasonEvicted
+		s.refuse(sw, http.StatusServiceUnavailable, line.Reason, "the connection was closed to make room for new ones before its request was admitted")
 		return
 	}
 	if err := s.audit.admit(line, start); err != nil {

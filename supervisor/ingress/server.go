@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/flood"
-	"golang.org/x/net/netutil"
 )
 
 // Route is one door: a host address that reaches one service's port
@@ -49,9 +48,16 @@ type Options struct {
 	// n keys now admit, or err says why none does until it is mended.
 	KeysChanged func(n int, err error)
 	// MaxConns bounds the connections the route serves at once (0:
-	// DefaultMaxConns); more wait in its backlog. Anyone who reaches the
-	// port may open them, and each holds a descriptor and a goroutine of
-	// the supervisor, which serves the proxy and the admin socket too.
+	// DefaultMaxConns). Anyone who reaches the port may open them, and
+	// each holds a descriptor and a goroutine of the supervisor, which
+	// serves the proxy and the admin socket too. With every slot taken, a
+	// new connection evicts the oldest one on which no request has been
+	// admitted with a valid key yet (nor is being checked): a client
+	// without a key holding connections open with half a header cannot
+	// lock operators out (connLimit). Evictions are summed up in one audit
+	// line per interval (ReasonEvicted). Only when every slot is an
+	// admitted connection (a keep-alive, a stream, a WebSocket) or one
+	// being checked do more wait in the backlog.
 	MaxConns int
 }
 
@@ -71,7 +77,7 @@ const (
 // Server serves one route.
 type Server struct {
 	route Route
-	ln    net.Listener
+	ln    *connLimit
 	srv   *http.Server
 	proxy *httputil.ReverseProxy
 	// transport keeps idle connections into the pod; each holds the pod's
@@ -95,6 +101,9 @@ type Server struct {
 	admitted   map[*admission]struct{}
 	// unkeyed counts the lines of refusals for want of a key.
 	unkeyed *flood.Counter[string]
+	// evicted counts the connections evicted (connLimit), summed up in
+	// one line per interval and never written one by one.
+	evicted *flood.Counter[string]
 	// mu guards closed; reqs counts the handlers Shutdown waits for, so
 	// that every audit line is written when it returns.
 	mu     sync.Mutex
@@ -113,16 +122,17 @@ func Listen(r Route, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ingress route %q: listen %s: %w", r.Name, r.Listen, err)
 	}
-	ln = netutil.LimitListener(ln, cmp.Or(o.MaxConns, DefaultMaxConns))
 	logger := o.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
 	logger = logger.With("route", r.Name, "service", r.Service)
 	base, stop := context.WithCancel(context.Background())
-	s := &Server{route: r, ln: ln, audit: &auditLog{w: o.Audit}, failOpen: o.AuditFailOpen, log: logger, stop: stop, keysChanged: o.KeysChanged,
+	s := &Server{route: r, audit: &auditLog{w: o.Audit}, failOpen: o.AuditFailOpen, log: logger, stop: stop, keysChanged: o.KeysChanged,
 		admitted: map[*admission]struct{}{}}
-	s.unkeyed = &flood.Counter[string]{Interval: refusalInterval, Max: refusalLines, Summarise: s.sumUnkeyed}
+	s.unkeyed = &flood.Counter[string]{Interval: refusalInterval, Max: refusalLines, Summarise: s.summarise(http.StatusUnauthorized)}
+	s.evicted = &flood.Counter[string]{Interval: refusalInterval, Max: 0, Summarise: s.summarise(0)}
+	s.ln = newConnLimit(ln, cmp.Or(o.MaxConns, DefaultMaxConns), func() { s.evicted.Admit(ReasonEvicted) })
 	go s.watchKeys(base)
 	s.keys.Store(&keySet{keys: r.Keys, stamp: r.Keys.stamp})
 	s.srv = &http.Server{
@@ -134,6 +144,7 @@ func Listen(r Route, o Options) (*Server, error) {
 		// own answer.
 		DisableGeneralOptionsHandler: true,
 		BaseContext:                  func(net.Listener) context.Context { return base },
+		ConnContext:                  connContext,
 		ErrorLog:                     slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	s.proxy = s.newProxy(o.Dial)
@@ -205,16 +216,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.transport.CloseIdleConnections()
 	s.unkeyed.Flush() // no refusal comes after the requests have ended
+	s.evicted.Flush() // nor an eviction after the listener closed
 	return err
 }
 
-// sumUnkeyed writes the line summing up n refusals for reason that were
-// not written one by one.
-func (s *Server) sumUnkeyed(reason string, n int64) {
-	line := &auditLine{Route: s.route.Name, Service: s.route.Service, Operator: UnknownOperator,
-		Status: http.StatusUnauthorized, Reason: reason, Count: n}
-	if err := s.audit.write(line, time.Now()); err != nil {
-		s.log.Error("ingress audit write failed", "err", err, "reason", reason, "count", n)
+// summarise writes the line summing up n refusals for reason that were
+// not written one by one, with status (0: connections closed unanswered).
+func (s *Server) summarise(status int) func(reason string, n int64) {
+	return func(reason string, n int64) {
+		line := &auditLine{Route: s.route.Name, Service: s.route.Service, Operator: UnknownOperator,
+			Status: status, Reason: reason, Count: n}
+		if err := s.audit.write(line, time.Now()); err != nil {
+			s.log.Error("ingress audit write failed", "err", err, "reason", reason, "count", n)
+		}
 	}
 }
 

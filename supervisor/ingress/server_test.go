@@ -805,9 +805,11 @@ func TestUnauthenticatedRequestsStaySmallInTheLog(t *testing.T) {
 	}
 }
 
-// A route serves at most MaxConns connections at once, whoever opens them;
-// and a refused request's connection ends with its answer, so a client
-// with no key holds none of them open.
+// A route serves at most MaxConns connections at once: with every one of
+// them admitted (a keyed request served on it, kept alive), more wait; and
+// a refused request's connection ends with its answer, so a client with no
+// key holds none of them open. (One with no request admitted yet is
+// evicted to make room: TestUnprovenConnectionsCannotLockOutOperators.)
 func TestConnectionsAreBounded(t *testing.T) {
 	backend := echoHeaders()
 	defer backend.Close()

@@ -1,0 +1,225 @@
+package ingress
+
+import (
+	"container/list"
+	"context"
+	"net"
+	"sync"
+)
+
+// connLimit holds a route's connections to MaxConns, as a limit on what
+// the supervisor spends on them (each a descriptor and a goroutine), and
+// keeps anyone without a key from holding them all. A connection is
+// unproven until a request of it is admitted with a valid key: when a new
+// connection arrives with every slot taken, the oldest unproven one is
+// closed to make room (evicted). A client that holds connections open
+// without a request (half a header sent, nothing sent) is evicted by the
+// next arrivals instead of locking operators out for the header timeout,
+// while an operator's connection is unproven only for the moment its first
+// request takes to arrive. A proven connection (a keep-alive, a stream, a
+// WebSocket) is never evicted, nor one whose request a handler is checking;
+// only when every slot is one of those do new connections wait in the
+// backlog, as with netutil.LimitListener.
+type connLimit struct {
+	net.Listener
+	max int
+	// evicted is told of each connection closed to make room.
+	evicted func()
+
+	mu sync.Mutex
+	// room is signalled when a slot frees, a connection becomes
+	// evictable, or the listener closes.
+	room *sync.Cond
+	open int // connections held, in every state but connReleased
+	// unproven are the connections that may be evicted, oldest first.
+	unproven list.List
+	closed   bool
+}
+
+func newConnLimit(ln net.Listener, max int, evicted func()) *connLimit {
+	l := &connLimit{Listener: ln, max: max, evicted: evicted}
+	l.room = sync.NewCond(&l.mu)
+	return l
+}
+
+// connState is where a connection stands, under connLimit.mu.
+type connState int
+
+const (
+	connUnproven connState = iota // no request of it admitted, none being checked: evictable
+	connChecking                  // a handler is checking a request of it
+	connProven                    // a request of it was admitted: never evicted
+	connReleased                  // closed, evicted or cut at Close: its slot is free
+)
+
+// routeConn is an accepted connection as http.Server holds it.
+type routeConn struct {
+	net.Conn
+	l     *connLimit
+	state connState
+	elem  *list.Element // in l.unproven while state is connUnproven
+}
+
+// Accept takes the next connection once it fits, evicting the oldest
+// unproven connection if every slot is taken. It waits (the connection
+// left in the backlog) only while every slot is proven or being checked.
+func (l *connLimit) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	err := l.waitRoom()
+	l.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	// The room seen before Accept may be gone: the unproven connections
+	// became proven or checked meanwhile.
+	if err := l.waitRoom(); err != nil {
+		l.mu.Unlock()
+		c.Close()
+		return nil, err
+	}
+	var victim *routeConn
+	if l.open >= l.max {
+		victim = l.unproven.Front().Value.(*routeConn)
+		l.releaseLocked(victim)
+	}
+	rc := &routeConn{Conn: c, l: l}
+	rc.elem = l.unproven.PushBack(rc)
+	l.open++
+	l.mu.Unlock()
+	if victim != nil {
+		// Its server goroutine's read fails, and ends it; its own Close
+		// then finds the slot released already.
+		victim.Conn.Close()
+		l.evicted()
+	}
+	return rc, nil
+}
+
+// waitRoom waits, with l.mu held, until a new connection fits: a slot is
+// free or an unproven connection can be evicted. Its error is
+// net.ErrClosed once the listener is closed.
+func (l *connLimit) waitRoom() error {
+	for !l.closed && l.open >= l.max && l.unproven.Len() == 0 {
+		l.room.Wait()
+	}
+	if l.closed {
+		return net.ErrClosed
+	}
+	return nil
+}
+
+// Close stops listening, and closes the unproven connections no handler
+// has: at Shutdown they have no request to finish, and http.Server would
+// wait for them until their header timeout. Proven ones are left to the
+// server (it closes the idle, waits for the busy).
+func (l *connLimit) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	var cut []*routeConn
+	for l.unproven.Len() > 0 {
+		rc := l.unproven.Front().Value.(*routeConn)
+		l.releaseLocked(rc)
+		cut = append(cut, rc)
+	}
+	l.room.Broadcast()
+	l.mu.Unlock()
+	err := l.Listener.Close()
+	for _, rc := range cut {
+		rc.Conn.Close()
+	}
+	return err
+}
+
+// releaseLocked frees c's slot, once, with l.mu held.
+func (l *connLimit) releaseLocked(c *routeConn) {
+	if c.state == connReleased {
+		return
+	}
+	if c.elem != nil {
+		l.unproven.Remove(c.elem)
+		c.elem = nil
+	}
+	c.state = connReleased
+	l.open--
+	l.room.Broadcast()
+}
+
+// Close frees the connection's slot unless an eviction did already.
+func (c *routeConn) Close() error {
+	c.l.mu.Lock()
+	c.l.releaseLocked(c)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// check keeps c from eviction while a handler checks its request: the
+// request has been read whole, and is answered either way. It is false
+// when c was evicted as the request arrived.
+func (c *routeConn) check() bool {
+	if c == nil {
+		return true
+	}
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	if c.state == connUnproven {
+		c.l.unproven.Remove(c.elem)
+		c.elem, c.state = nil, connChecking
+	}
+	return c.state != connReleased
+}
+
+// checked makes c evictable again when its request was not admitted. A
+// refused request's connection closes with its answer, so it goes first
+// in line.
+func (c *routeConn) checked() {
+	if c == nil {
+		return
+	}
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	if c.state == connChecking {
+		c.elem, c.state = c.l.unproven.PushFront(c), connUnproven
+		c.l.room.Broadcast()
+	}
+}
+
+// prove marks c as having had a request admitted with a valid key: it is
+// never evicted from now on. It is false when c was evicted already.
+func (c *routeConn) prove() bool {
+	if c == nil {
+		return true
+	}
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	if c.state == connUnproven {
+		c.l.unproven.Remove(c.elem)
+		c.elem = nil
+	}
+	if c.state != connReleased {
+		c.state = connProven
+	}
+	return c.state == connProven
+}
+
+type connKey struct{}
+
+// connContext is http.Server's ConnContext: a request's handler finds its
+// connection (connOf).
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if rc, ok := c.(*routeConn); ok {
+		return context.WithValue(ctx, connKey{}, rc)
+	}
+	return ctx
+}
+
+// connOf is the connection a request came on; nil (never evicted, nothing
+// to prove) for one not accepted by a connLimit.
+func connOf(ctx context.Context) *routeConn {
+	rc, _ := ctx.Value(connKey{}).(*routeConn)
+	return rc
+}
