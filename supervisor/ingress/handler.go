@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -113,9 +114,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !conn.prove() {
-		// Evicted between its header's arrival and this handler: the
-		// client has no connection left to be answered on.
-		line.Allowed, line.Reason = false, ReasonEvicted
+		// Evicted between its header's arrival and this handler, or cut
+		// as the route stops: the client has no connection left to be
+		// answered on.
+		line.Allowed, line.Reason = false, cmp.Or(conn.cutReason(), ReasonEvicted)
 		s.refuse(sw, http.StatusServiceUnavailable, line.Reason, "the connection was closed to make room for new ones before its request was admitted")
 		return
 	}
@@ -193,6 +195,10 @@ func (s *Server) refuse(w http.ResponseWriter, status int, reason, msg string) {
 	w.Header().Set("Connection", "close")
 	w.WriteHeader(status)
 	w.Write(body)
+	// Sent now, not when the handler has returned: its connection is
+	// evictable again from then on (connLimit), and under a flood would
+	// be closed before net/http flushed the answer.
+	http.NewResponseController(w).Flush()
 }
 
 // newProxy forwards to the service's port on the pod's loopback through

@@ -182,10 +182,28 @@ func (c *routeConn) checked() {
 	}
 	c.l.mu.Lock()
 	defer c.l.mu.Unlock()
-	if c.state == connChecking {
+	switch {
+	case c.state != connChecking:
+	case c.l.closed:
+		// Close has cut the unproven already; this one would keep
+		// Shutdown waiting (a refused request's body being drained).
+		c.l.releaseLocked(c)
+		defer c.Conn.Close()
+	default:
 		c.elem, c.state = c.l.unproven.PushFront(c), connUnproven
 		c.l.room.Broadcast()
 	}
+}
+
+// cutReason is the reason of a request whose connection was released
+// before it could be admitted: the route stopping, or "" (an eviction).
+func (c *routeConn) cutReason() string {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	if c.l.closed {
+		return ReasonShuttingDown
+	}
+	return ""
 }
 
 // prove marks c as having had a request admitted with a valid key: it is

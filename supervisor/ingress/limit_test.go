@@ -180,6 +180,25 @@ func TestUnprovenConnectionsCannotLockOutOperators(t *testing.T) {
 	}
 }
 
+// A refused request whose body is still coming holds its connection after
+// the 401 (net/http reads on up to 256 KiB of it, with no deadline, before
+// it closes): evictable again once refused, it locks no operator out.
+func TestRefusedRequestsHoldNoSlot(t *testing.T) {
+	backend := echoHeaders()
+	defer backend.Close()
+	const max = 2
+	in := startIngress(t, port(t, backend.URL), func(o *Options) { o.MaxConns = max })
+	addr := in.srv.Addr().String()
+	for range max {
+		c := dialHolding(t, addr, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nabc")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("a keyless POST: %v, %v; want 401", resp, err)
+		}
+	}
+	operatorGets(t, addr, in.alice, 3*time.Second)
+}
+
 // An admitted connection (a keep-alive between requests, a stream) is
 // never evicted by a flood of new unproven ones, nor one whose request is
 // being checked; the flood evicts its own, oldest first, and operators
