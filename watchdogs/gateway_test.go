@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 func newGatewayEnv(t *testing.T, cgroup string) *procEnv {
@@ -323,6 +324,126 @@ func TestLogThatIsAFIFO(t *testing.T) {
 			defer syscall.Close(fd)
 		}
 		t.Fatal("the probe blocked opening the FIFO")
+	}
+}
+
+// The log is read as root where its writer (the gateway's user, owning
+// its directory) may put anything at its name: read is only a regular file
+// of its own reached through no link of that user's, and one whoever could
+// have put it there could read anyway; nothing else is even opened (a
+// device's open can act: opening /dev/watchdog arms it).
+func TestLogReadOnlyWhereItsWriterCould(t *testing.T) {
+	testutil.RequireRoot(t, "the log's owners are other users")
+	const user = 65534
+	base := t.TempDir()
+	rootDir := filepath.Join(base, "root")
+	os.Mkdir(rootDir, 0o755)
+	write := func(path string, uid int, mode os.FileMode) string {
+		if err := os.WriteFile(path, []byte("listening\n"+v8Line+"\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(path, mode)
+		os.Lchown(path, uid, uid)
+		return path
+	}
+	secret := write(filepath.Join(rootDir, "secret"), 0, 0o600)
+	for _, tc := range []struct {
+		name string
+		// setup makes the log in dir, its user's, and returns the file
+		// the log's name leads to.
+		setup func(dir, log string) string
+		want  string // "" reads V8's line; else the refusal says this
+	}{
+		{"its user's own log", func(dir, log string) string { return write(log, user, 0o600) }, ""},
+		{"root's log anyone may read", func(dir, log string) string { return write(log, 0, 0o644) }, ""},
+		{"a root-only file in a directory only root may write", func(dir, log string) string {
+			os.Chown(dir, 0, 0)
+			return write(log, 0, 0o600)
+		}, ""},
+		{"a root-only file", func(dir, log string) string { return write(log, 0, 0o600) }, "not read as root"},
+		{"a symlink to a root-only file", func(dir, log string) string {
+			os.Symlink(secret, log)
+			os.Lchown(log, user, user)
+			return secret
+		}, "symbolic link, not followed"},
+		{"a hard link to a root-only file", func(dir, log string) string {
+			if err := os.Link(secret, log); err != nil {
+				t.Fatal(err)
+			}
+			return secret
+		}, "2 names"},
+		{"a device", func(dir, log string) string {
+			if err := syscall.Mknod(log, syscall.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil { // /dev/null's
+				t.Fatal(err)
+			}
+			return log
+		}, "not a regular file"},
+		{"a FIFO", func(dir, log string) string {
+			if err := syscall.Mkfifo(log, 0o666); err != nil {
+				t.Fatal(err)
+			}
+			return log
+		}, "not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(base, strings.ReplaceAll(tc.name, " ", "-"))
+			os.Mkdir(dir, 0o755)
+			os.Chown(dir, user, user)
+			log := filepath.Join(dir, "gw.log")
+			real := tc.setup(dir, log)
+			opened := watchOpens(t, real)
+			line, err := ProcessTarget{Log: log}.heapLine(&TargetMemory{}, false)
+			if tc.want == "" {
+				if err != nil || line != v8Line {
+					t.Fatalf("heapLine = %q, %v; want V8's line", line, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), log) {
+				t.Errorf("heapLine = %q, %v; want a refusal naming %s and saying %q", line, err, log, tc.want)
+			}
+			if opened() {
+				t.Errorf("%s was opened", real)
+			}
+		})
+	}
+	// The directory's path is walked as well: a link on it that its user
+	// owns, or in a directory its user may write, is not followed.
+	t.Run("a link on the way", func(t *testing.T) {
+		for _, uid := range []int{user, 0} {
+			dir := filepath.Join(base, "links-"+strconv.Itoa(uid))
+			os.Mkdir(dir, 0o755)
+			os.Chown(dir, user, user)
+			via := filepath.Join(dir, "logs")
+			os.Symlink(rootDir, via)
+			os.Lchown(via, uid, uid)
+			opened := watchOpens(t, secret)
+			line, err := ProcessTarget{Log: filepath.Join(via, "secret")}.heapLine(&TargetMemory{}, false)
+			if err == nil || !strings.Contains(err.Error(), via) {
+				t.Errorf("a link owned by uid %d: heapLine = %q, %v; want a refusal naming the link", uid, line, err)
+			}
+			if opened() {
+				t.Errorf("a link owned by uid %d: %s was opened", uid, secret)
+			}
+		}
+	})
+}
+
+// watchOpens reports whether path is opened for reading or writing (an
+// O_PATH open is neither) from now on.
+func watchOpens(t *testing.T, path string) func() bool {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if _, err := unix.InotifyAddWatch(fd, path, unix.IN_OPEN|unix.IN_DONT_FOLLOW); err != nil {
+		t.Fatal(err)
+	}
+	return func() bool {
+		n, _ := unix.Read(fd, make([]byte, 4096))
+		return n > 0
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/nodeopts"
+	"github.com/airlock-sandbox/airlock/internal/trusted"
+	"golang.org/x/sys/unix"
 )
 
 // ProcessTarget is a gateway no airlock pod runs: a command starts it, its
@@ -93,9 +95,7 @@ const maxLogRead = 1 << 20
 // returns the last V8 heap-exhaustion line in it. skip only moves to its
 // end.
 func (t ProcessTarget) heapLine(m *TargetMemory, skip bool) (string, error) {
-	// Without blocking: a FIFO in the log's place would hold every round
-	// until its unit's timeout, and no fault would ever be handled.
-	f, err := os.OpenFile(t.Log, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, fi, err := openLog(t.Log)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil // not written yet
 	}
@@ -103,13 +103,6 @@ func (t ProcessTarget) heapLine(m *TargetMemory, skip bool) (string, error) {
 		return "", fmt.Errorf("the gateway's log: %w", err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", fmt.Errorf("the gateway's log: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("the gateway's log %s: a %s, not a regular file", t.Log, fi.Mode().Type())
-	}
 	ino := fi.Sys().(*syscall.Stat_t).Ino
 	from := m.LogOffset
 	if ino != m.LogInode || fi.Size() < from {
@@ -125,6 +118,78 @@ func (t ProcessTarget) heapLine(m *TargetMemory, skip bool) (string, error) {
 		return "", fmt.Errorf("the gateway's log %s: %w", t.Log, err)
 	}
 	return heapExhausted(buf), nil
+}
+
+// openLog opens the gateway's log for reading, as root, where its writer
+// (the gateway's user, who often owns its directory) may have put anything
+// at that name. So the directory is reached through no link the watchdog
+// does not trust (trusted.OpenDir), and the name itself is opened O_PATH,
+// no link followed: only once it is known to be a regular file with one
+// name is it opened for reading, so no device is ever opened (opening
+// /dev/watchdog arms it) and no FIFO waited on, and no other file's
+// second name (a hard link) is read. What is read must also be what
+// whoever could have put it there may read anyway (logReadable): the
+// lines V8's match are copied into the agent's inbox. Every error names
+// the path; a missing file or directory wraps fs.ErrNotExist.
+func openLog(path string) (*os.File, fs.FileInfo, error) {
+	dirPath, base := trusted.SplitLast(path)
+	dir, err := trusted.OpenDir(dirPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer dir.Close()
+	dfi, err := dir.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	fd, err := unix.Openat(int(dir.Fd()), base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	name := os.NewFile(uintptr(fd), path)
+	defer name.Close()
+	fi, err := name.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return nil, nil, fmt.Errorf("%s: a symbolic link, not followed: the log is read only at its own name", path)
+	case !fi.Mode().IsRegular():
+		return nil, nil, fmt.Errorf("%s: a %v, not a regular file", path, fi.Mode().Type())
+	case st.Nlink != 1:
+		return nil, nil, fmt.Errorf("%s: %d names (hard links), not one: it may be another file's", path, st.Nlink)
+	}
+	if err := logReadable(dfi.Sys().(*syscall.Stat_t), st); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	// The descriptor's own file, not the name again: another may have
+	// taken the name since it was checked.
+	f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(name.Fd())), os.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: reopen for reading: %w", path, err)
+	}
+	if fi, err = f.Stat(); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+// logReadable says whether the watchdog may read, as root, the file st in
+// the directory ds: only one that whoever could have put it there could
+// read anyway. In a directory only root may write, root did; in another,
+// its owner's own file is (an owner may always read it), and so is one
+// anyone may read. A root-only file, or another user's private one, put
+// there by a user who may write the directory, is not.
+func logReadable(ds, st *syscall.Stat_t) error {
+	if ds.Uid == 0 && ds.Mode&0o022 == 0 || st.Uid == ds.Uid && st.Uid != 0 || st.Mode&0o004 != 0 {
+		return nil
+	}
+	return fmt.Errorf("owned by uid %d, mode %04o, in a directory of uid %d, mode %04o, that a user other than root may write: "+
+		"not read as root, for it may be a file that user could not read; let the directory's owner own the log, or make it readable by all",
+		st.Uid, st.Mode&0o7777, ds.Uid, ds.Mode&0o7777)
 }
 
 // v8Fatal begins the line V8 writes when it dies: Node writes it to its

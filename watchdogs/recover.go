@@ -77,6 +77,9 @@ func (c CommandRestart) recover(ctx context.Context, rec *pidRecord) error {
 // process it names is known while it runs: once that process is gone, a
 // pid another process has taken since is told from it, and the restart
 // goes on (see track) instead of failing on a file it cannot believe.
+// A pid file naming no live process is the service dead, whatever answers
+// its port: once the service is gone, any local user may listen there and
+// keep the probe answered (and receive what the service's clients send).
 type PlainProcess struct {
 	Health  *HTTPProbe
 	Restart CommandRestart
@@ -87,13 +90,23 @@ type PlainProcess struct {
 // Probe implements Probe.
 func (s *PlainProcess) Probe(ctx context.Context) Finding {
 	f := s.Health.Probe(ctx)
-	if s.Restart.PidFile != "" {
-		// Only to learn the file: what it says is no finding. The
-		// recovery reads it again, and says what is wrong with it.
-		if p, err := track(s.Restart.PidFile, &s.pid); err == nil {
-			p.close()
-		}
+	if s.Restart.PidFile == "" {
+		return f
 	}
+	p, err := track(s.Restart.PidFile, &s.pid)
+	switch {
+	case err == nil:
+		p.close()
+	case errors.Is(err, ErrNoProcess):
+		detail := fmt.Sprintf("%v, yet GET %s was answered: another process may hold its port", err, s.Health.URL)
+		if f.Kind != "" {
+			detail = fmt.Sprintf("%v; %s", err, f.Detail)
+		}
+		return Finding{Kind: s.Health.Dead, Detail: detail}
+	}
+	// A file not believed is no finding of its own: the health probe
+	// decides, and the recovery reads the file again and says what is
+	// wrong with it.
 	return f
 }
 

@@ -3,6 +3,13 @@ package watchdogs
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -138,5 +145,56 @@ func TestStoppedMidProbeFindsNothing(t *testing.T) {
 	}
 	if got := e.lines(); got != "" {
 		t.Errorf("inbox = %q, want nothing", got)
+	}
+}
+
+// Once the shim is gone, any local user may listen on its port: an answer
+// there says nothing of the shim when its pid file names no live process.
+// The shim is dead then, whatever answers; a pid file not believed is no
+// finding of its own (the answer decides, and the restart says what is
+// wrong with the file).
+func TestPidFileOfNoLiveProcessIsDead(t *testing.T) {
+	impostor := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer impostor.Close()
+	free := httptest.NewServer(nil)
+	nothing := free.URL
+	free.Close()
+	live := exec.Command("sleep", "60")
+	if err := live.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { live.Process.Kill(); live.Wait() }()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pidFile := func(name string, pid int, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(strconv.Itoa(pid)+"\n"), mode)
+		os.Chmod(p, mode)
+		return p
+	}
+	for _, tc := range []struct {
+		name, url, pidFile string
+		want               string // the finding's kind
+		detail             string // what its detail says
+	}{
+		{"live, answering", impostor.URL, pidFile("live.pid", live.Process.Pid, 0o644), "", ""},
+		{"gone, another answering its port", impostor.URL, pidFile("dead.pid", dead.Process.Pid, 0o644), KindShimDead, "another process may hold its port"},
+		{"no pid file, another answering its port", impostor.URL, filepath.Join(dir, "none.pid"), KindShimDead, "another process may hold its port"},
+		{"gone, nothing listening", nothing, pidFile("dead-quiet.pid", dead.Process.Pid, 0o644), KindShimDead, "connection refused"},
+		{"a pid file not believed, answering", impostor.URL, pidFile("open.pid", dead.Process.Pid, 0o666), "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &PlainProcess{
+				Health:  NewHTTPProbe(tc.url, time.Second, KindShimDead, KindShimHung, nil),
+				Restart: CommandRestart{Command: "true", PidFile: tc.pidFile, Timeout: 5 * time.Second},
+			}
+			f := p.Probe(context.Background())
+			if f.Kind != tc.want || !strings.Contains(f.Detail, tc.detail) || tc.want != "" && !strings.Contains(f.Detail, tc.pidFile) {
+				t.Errorf("Probe = %+v; want kind %q, its detail naming the pid file and saying %q", f, tc.want, tc.detail)
+			}
+		})
 	}
 }

@@ -2,7 +2,9 @@ package watchdogs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/events"
 )
 
 func TestStateFile(t *testing.T) {
@@ -134,5 +138,161 @@ func loadWithin(t *testing.T, path string) (State, error) {
 		}
 		t.Fatalf("LoadState(%s) still blocked after 5s", path)
 		return State{}, nil
+	}
+}
+
+// quietWatchdog is a watchdog of probe with its state at state, reporting
+// into an inbox of the test's own, at inbox.
+func quietWatchdog(t *testing.T, probe Probe, state string) (w *Watchdog, inbox string) {
+	t.Helper()
+	inbox = filepath.Join(t.TempDir(), events.DefaultFile)
+	l, err := events.Open(inbox, events.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return &Watchdog{Source: "watchdog-test", Service: "svc", Probe: probe, StatePath: state, Inbox: l, Log: slog.New(slog.DiscardHandler)}, inbox
+}
+
+// once is one round of a quietWatchdog's.
+func once(t *testing.T, probe Probe, state string) error {
+	t.Helper()
+	w, _ := quietWatchdog(t, probe, state)
+	_, err := w.Once(context.Background())
+	return err
+}
+
+// A run by hand beside the timer's, on the same state, does nothing and
+// says it is busy: both would restart within the budget as each read it,
+// and the last to save would lose what the other saw. The other
+// watchdog's state beside it is no obstacle.
+func TestOneRunAtATime(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "watchdog-shim.json")
+	for _, tc := range []struct {
+		name, state string
+		busy        bool
+	}{
+		{"the same state", state, true},
+		{"the other watchdog's state beside it", filepath.Join(dir, "watchdog-gateway.json"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inside, release := make(chan struct{}), make(chan struct{})
+			first := make(chan error, 1)
+			running, _ := quietWatchdog(t, probeFunc(func(context.Context) Finding {
+				close(inside)
+				<-release
+				return Finding{}
+			}), state)
+			go func() {
+				_, err := running.Once(context.Background())
+				first <- err
+			}()
+			<-inside
+			probed := false
+			err := once(t, probeFunc(func(context.Context) Finding {
+				probed = true
+				return Finding{}
+			}), tc.state)
+			close(release)
+			if ferr := <-first; ferr != nil {
+				t.Fatalf("the first run: %v", ferr)
+			}
+			if errors.Is(err, ErrBusy) != tc.busy || probed == tc.busy {
+				t.Fatalf("a second run meanwhile: %v, probed %v; want busy %v", err, probed, tc.busy)
+			}
+			if tc.busy && !strings.Contains(err.Error(), state) {
+				t.Errorf("busy: %v; want it naming the state %s", err, state)
+			}
+			if err := once(t, probeFunc(healthy), tc.state); err != nil {
+				t.Errorf("a run after the first ended: %v", err)
+			}
+		})
+	}
+	if fi, err := os.Lstat(state + ".lock"); err != nil || fi.Mode() != 0o600 {
+		t.Errorf("the lock file: %v, %v; want a regular file, 0600", fi, err)
+	}
+}
+
+// The lock file is opened as root in the state's directory: never through
+// a symbolic link, nor one another user owns (who could hold its lock
+// forever), nor another file's second name; one left readable is narrowed.
+func TestStateLockFile(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		plant func(lock string)
+		want  string // "" takes the lock
+	}{
+		{"a symlink", func(l string) {
+			os.WriteFile(l+".target", nil, 0o600)
+			os.Symlink(l+".target", l)
+		}, "too many levels of symbolic links"},
+		{"a FIFO", func(l string) { syscall.Mkfifo(l, 0o600) }, "not a regular file"},
+		{"a hard link", func(l string) {
+			os.WriteFile(l, nil, 0o600)
+			os.Link(l, l+".other")
+		}, "2 names"},
+		{"another user's", func(l string) {
+			if os.Geteuid() != 0 {
+				t.Skip("chown to another user needs root")
+			}
+			os.WriteFile(l, nil, 0o600)
+			os.Chown(l, 65534, 65534)
+		}, "owned by uid 65534"},
+		{"left readable", func(l string) {
+			os.WriteFile(l, nil, 0o644)
+			os.Chmod(l, 0o644)
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "watchdog-shim.json")
+			lock := state + ".lock"
+			tc.plant(lock)
+			w, inbox := quietWatchdog(t, probeFunc(healthy), state)
+			_, err := w.Once(context.Background())
+			if tc.want == "" {
+				if fi, serr := os.Lstat(lock); err != nil || serr != nil || fi.Mode() != 0o600 {
+					t.Errorf("Once = %v; lock %v (%v): want a round, the lock narrowed to 0600", err, fi, serr)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), lock) || errors.Is(err, ErrBusy) {
+				t.Errorf("Once = %v; want a refusal naming %s and saying %q", err, lock, tc.want)
+			}
+			if evs, _ := events.Read(inbox, time.Time{}); len(evs) != 1 || evs[0].Kind != KindStateUnreadable {
+				t.Errorf("inbox = %+v; want the refusal said, %s", evs, KindStateUnreadable)
+			}
+			if fi, err := os.Lstat(lock + ".target"); err == nil && fi.Mode() != 0o600 {
+				t.Errorf("the symlink's target was changed: %v", fi.Mode())
+			}
+		})
+	}
+}
+
+// A watchdog may run before the pod's first boot, and make the directories
+// down to the pod's own (/var/lib/airlock above /var/lib/airlock/pod): each
+// is 0711 as the pod makes its state directory, traversable by the pod's
+// services on their way to its CA bundle.
+func TestStateDirectoriesTraversable(t *testing.T) {
+	defer syscall.Umask(syscall.Umask(0o022))
+	for _, tc := range []struct {
+		name string
+		make func(t *testing.T, state string) error
+	}{
+		{"a round", func(t *testing.T, state string) error { return once(t, probeFunc(healthy), state) }},
+		{"a save", func(_ *testing.T, state string) error { return State{}.Save(state) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			state := filepath.Join(root, "var", "lib", "airlock", "watchdog-shim.json")
+			if err := tc.make(t, state); err != nil {
+				t.Fatal(err)
+			}
+			for d := filepath.Dir(state); d != root; d = filepath.Dir(d) {
+				if fi, err := os.Stat(d); err != nil || fi.Mode() != os.ModeDir|0o711 {
+					t.Errorf("%s: %v (%v); want a directory, 0711", d, fi.Mode(), err)
+				}
+			}
+		})
 	}
 }

@@ -137,7 +137,7 @@ func (u Units) Systemd() ([]File, error) {
 	var files []File
 	for _, name := range u.watchdogs() {
 		files = append(files,
-			File{unitName(name) + ".service", []byte(fmt.Sprintf(watchdogService, name, execLine(u.watchdogArgs(name)), Cadence-time.Minute))},
+			File{unitName(name) + ".service", []byte(fmt.Sprintf(watchdogService, name, execLine(u.watchdogArgs(name)), Cadence-time.Minute, ExitBusy))},
 			File{unitName(name) + ".timer", []byte(fmt.Sprintf(watchdogTimer, name, Cadence))})
 	}
 	if u.NoPod {
@@ -192,6 +192,9 @@ After=airlock-pod.service
 Type=oneshot
 ExecStart=%[2]s
 TimeoutStartSec=%[3]v
+# Another run on the same state was under way (one by hand): this one did
+# nothing, and nothing failed.
+SuccessExitStatus=%[4]d
 `
 
 // OnUnitActiveSec repeats the run every cadence after the last one;

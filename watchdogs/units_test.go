@@ -110,7 +110,7 @@ func TestSystemdUnitSettings(t *testing.T) {
 		file string
 		want []string
 	}{
-		{"airlock-watchdog-shim.service", []string{"\nType=oneshot\n",
+		{"airlock-watchdog-shim.service", []string{"\nType=oneshot\n", "\nSuccessExitStatus=75\n",
 			"\nExecStart=" + exe + ` watchdog shim --once --state /var/lib/airlock/watchdog-shim.json --admin-socket "/var/lib/airlock/my pod/admin.sock" $$HOME` + "\n"}},
 		{"airlock-watchdog-shim.timer", []string{"\nOnBootSec=5m0s\n", "\nOnUnitActiveSec=5m0s\n", "\nWantedBy=timers.target\n"}},
 		{PodUnit, []string{

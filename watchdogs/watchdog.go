@@ -113,21 +113,35 @@ type Remembering interface {
 }
 
 // Once runs one round: probe, and on a fault recover within the budget,
-// each step one inbox line. The state is loaded first and saved last when
-// StatePath is set. A fault it could not recover is its Result, not an
-// error: the error is the watchdog's own failure (state, inbox), which
-// would leave it blind or mute.
+// each step one inbox line. When StatePath is set, the round holds the
+// state's lock throughout (another run under way is ErrBusy: nothing is
+// done), and the state is loaded first and saved last; a state (or lock)
+// it cannot read or believe is a critical state_unreadable line and its
+// error. A fault it could not recover is its Result, not an error: the
+// error is the watchdog's own failure (state, inbox), which would leave it
+// blind or mute.
 func (w *Watchdog) Once(ctx context.Context) (Result, error) {
 	mem, remembers := w.Probe.(Remembering)
 	if w.StatePath != "" {
-		st, err := LoadState(w.StatePath)
-		if err != nil {
+		lock, err := lockState(w.StatePath)
+		if errors.Is(err, ErrBusy) {
 			return Result{}, err
 		}
-		if remembers {
-			if err := mem.Restore(st.Probe); err != nil {
-				return Result{}, fmt.Errorf("watchdog state %s: %w (remove it to start afresh)", w.StatePath, err)
+		if err != nil {
+			return Result{}, w.stateUnreadable(nil, err)
+		}
+		defer lock.unlock()
+		st, err := LoadState(w.StatePath)
+		if err == nil && remembers {
+			if rerr := mem.Restore(st.Probe); rerr != nil {
+				err = fmt.Errorf("watchdog state %s: %w (remove it to start afresh)", w.StatePath, rerr)
 			}
+		}
+		if err != nil {
+			return Result{}, w.stateUnreadable(lock, err)
+		}
+		if err := lock.say(""); err != nil {
+			return Result{}, err
 		}
 		w.st = st
 	}
@@ -146,10 +160,36 @@ func (w *Watchdog) Once(ctx context.Context) (Result, error) {
 	return res, err
 }
 
+// KindStateUnreadable is the line of a watchdog whose state file cannot be
+// read or believed: it runs no round until the file is fixed (or removed),
+// for guessing would reset the budget; a service down meanwhile stays down.
+const KindStateUnreadable = "state_unreadable"
+
+// stateUnreadable says, in the inbox, that the state cannot be read (err):
+// only the journal would, where a timer's run fails every few minutes
+// unseen. Once per streak of runs that cannot (the lock file keeps what was
+// said), or at every run when its lock cannot be taken either (lock nil);
+// a line that could not be written is tried again by the next run.
+func (w *Watchdog) stateUnreadable(lock *stateLock, err error) error {
+	if lock != nil && lock.said() == err.Error() {
+		w.Log.Error("watchdog: state still unreadable", "service", w.Service, "detail", err.Error())
+		return err
+	}
+	detail := err.Error() + "; the watchdog restarts nothing until it is fixed"
+	if rerr := w.report(KindStateUnreadable, events.Critical, detail, false); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	if lock == nil {
+		return err
+	}
+	return errors.Join(err, lock.say(err.Error()))
+}
+
 // Run runs a round every interval until ctx ends. A fault it could not
 // recover is reported (inbox and log) and the loop goes on: the next round
-// may find the service back, or the budget spent. Only the watchdog's own
-// failure, which would make it mute, ends it.
+// may find the service back, or the budget spent. A round another run
+// holds the state's lock for is skipped. Only the watchdog's own failure,
+// which would make it mute, ends it.
 func (w *Watchdog) Run(ctx context.Context, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -158,7 +198,12 @@ func (w *Watchdog) Run(ctx context.Context, interval time.Duration) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return err
+			// A run by hand beside the daemon: its round stands for
+			// this one.
+			if !errors.Is(err, ErrBusy) {
+				return err
+			}
+			w.Log.Warn("watchdog: round skipped", "service", w.Service, "detail", err.Error())
 		}
 		select {
 		case <-ctx.Done():

@@ -217,6 +217,11 @@ var unitOwn = []string{"once", "state", "interval"}
 // (or overwrite the other's metrics).
 var oneWatchdogs = []string{"service", "url", "restart-cmd", "pid-file", "textfile"}
 
+// unitPaths are the flags of a watchdog's command line that name a file
+// or directory: a unit runs from /, where a relative one would lead
+// elsewhere than it does here.
+var unitPaths = []string{"inbox", "pid-file", "log", "cgroup", "textfile", "admin-socket"}
+
 // checkUnitArgs parses u.Args as each of u's watchdogs' own command
 // parses them, after the flags its unit gives it, and runs its checks: a
 // unit is written only for a command line that runs. plain says they
@@ -266,6 +271,11 @@ func checkUnitArgs(u watchdogs.Units) (plain bool, err error) {
 				if fl.Changed(one) {
 					return false, fmt.Errorf("--%s after -- would go to every watchdog installed (%s): install each with its own (--watchdog NAME -- ...)", one, strings.Join(names, " and "))
 				}
+			}
+		}
+		for _, p := range unitPaths {
+			if f := fl.Lookup(p); f != nil && fl.Changed(p) && !filepath.IsAbs(f.Value.String()) {
+				return false, fmt.Errorf("--%s %q after --: want an absolute path: the unit runs from /", p, f.Value.String())
 			}
 		}
 		r.once, r.state = true, u.StatePath(name)

@@ -52,6 +52,13 @@ func TestWatchdogInstallUsageErrors(t *testing.T) {
 		{"one restart command for two watchdogs", []string{"--systemd", "--dir", dir, "--", "--restart-cmd", "start", "--pid-file", "/p", "--inbox", "/i"}, "--restart-cmd after -- would go to every watchdog"},
 		{"the gateway's flag to the shim", []string{"--systemd", "--dir", dir, "--watchdog", "shim", "--", "--admin-socket", "/run/pod.sock", "--inbox", "/i", "--heap-mb", "512"}, "the shim watchdog's arguments after --: unknown flag: --heap-mb"},
 		{"a word that is no flag", []string{"--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock", "--inbox", "/i", "gateway"}, `"gateway" is not a flag`},
+		// A unit runs from /: a relative path would be another file.
+		{"a relative --inbox", []string{"--systemd", "--dir", dir, "--", "--admin-socket", "/run/pod.sock", "--inbox", "inbox.jsonl"}, `--inbox "inbox.jsonl" after --: want an absolute path`},
+		{"a relative --admin-socket", []string{"--systemd", "--dir", dir, "--", "--admin-socket", "pod.sock", "--inbox", "/i"}, `--admin-socket "pod.sock" after --: want an absolute path`},
+		{"a relative --pid-file", []string{"--systemd", "--dir", dir, "--watchdog", "shim", "--", "--restart-cmd", "start", "--pid-file", "shim.pid", "--inbox", "/i"}, `--pid-file "shim.pid" after --: want an absolute path`},
+		{"a relative --log", []string{"--systemd", "--dir", dir, "--watchdog", "gateway", "--", "--restart-cmd", "start", "--pid-file", "/p", "--log", "gw.log", "--inbox", "/i"}, `--log "gw.log" after --: want an absolute path`},
+		{"a relative --cgroup", []string{"--systemd", "--dir", dir, "--watchdog", "gateway", "--", "--restart-cmd", "start", "--pid-file", "/p", "--cgroup", "gw", "--inbox", "/i"}, `--cgroup "gw" after --: want an absolute path`},
+		{"a relative --textfile", []string{"--launchd", "--dir", dir, "--watchdog", "shim", "--", "--admin-socket", "/run/pod.sock", "--inbox", "/i", "--textfile", "w.prom"}, `--textfile "w.prom" after --: want an absolute path`},
 		{"a pod's unit for a plain process", []string{"--systemd", "--dir", dir, "--watchdog", "gateway", "--pod-watchdog", "1m", "--", "--restart-cmd", "start", "--pid-file", "/p", "--inbox", "/i"}, "--restart-cmd says they watch a plain process"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -118,6 +118,11 @@ func runWatchdog(cmd *cobra.Command, w *watchdogs.Watchdog, r *runFlags) error {
 		return w.Run(ctx, r.interval)
 	}
 	res, err := w.Once(ctx)
+	if errors.Is(err, watchdogs.ErrBusy) {
+		// No round, so no textfile either: the run under way writes it,
+		// and one of this run's would count from nothing.
+		return &exitError{watchdogs.ExitBusy, err}
+	}
 	if ctx.Err() != nil {
 		// Stopped (SIGTERM, a timer's timeout): the round found nothing
 		// and says nothing; the textfile keeps the last real round's.

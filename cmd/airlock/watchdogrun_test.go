@@ -245,3 +245,32 @@ func TestWatchdogShimOnceStoppedMidProbeWritesNoTextfile(t *testing.T) {
 		t.Errorf("a stopped run wrote its textfile:\n%s", readFile(t, prom))
 	}
 }
+
+// A one-shot run while another on the same state is under way (a run by
+// hand beside the timer's) does nothing and says so, with an exit status of
+// its own: no round, no inbox line, no textfile counting from nothing.
+func TestWatchdogOnceBusy(t *testing.T) {
+	dir := t.TempDir()
+	state, inbox, prom := filepath.Join(dir, "state.json"), filepath.Join(dir, "agent-inbox.jsonl"), filepath.Join(dir, "watchdog-shim.prom")
+	held, err := os.OpenFile(state+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := syscall.Flock(int(held.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := watchdogShim(t, "--once", "--url", fmt.Sprintf("http://127.0.0.1:%d/v1/models", testutil.FreePort(t)), "--state", state,
+		"--inbox", inbox, "--restart-cmd", "true", "--settle", "1s", "--textfile", prom)
+	if code != 75 || !strings.Contains(errs, "another run of this watchdog is under way") || !strings.Contains(errs, state) {
+		t.Errorf("watchdog shim beside another run = %d %q %q; want 75, saying it is busy", code, out, errs)
+	}
+	if got := inboxWords(t, inbox); got != "" {
+		t.Errorf("inbox = %q, want nothing", got)
+	}
+	for _, p := range []string{state, prom} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("a busy run wrote %s", p)
+		}
+	}
+}

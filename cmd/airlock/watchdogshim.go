@@ -50,7 +50,9 @@ and restart is one line in --inbox (source watchdog-shim).
 
 Exit status with --once: 0 when the shim is healthy, suspect or recovered,
 1 when it is not (a failed restart, given up, or blind: the watchdog could
-not look).`,
+not look), or when its state file cannot be read (a critical state_unreadable
+line, once); 75 when another run on the same --state is under way (this one
+does nothing).`,
 		Args:        cobra.NoArgs,
 		Annotations: serviceLogs, // a daemon, or a timer's run: its log is the journal's
 		RunE: func(cmd *cobra.Command, _ []string) error {

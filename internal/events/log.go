@@ -45,8 +45,12 @@ type Log struct {
 	fd int // the live file as this Log last opened it; -1 once closed
 }
 
-// Open opens (creating it 0600, and its directory 0700, if missing) the
-// events file at path for appending.
+// Open opens (creating it 0600, and its directory 0711, if missing) the
+// events file at path for appending. The directory is traversable, not
+// listable, as the pod makes its state directory: a host watchdog, run
+// before the pod's first boot, may be the first to make the directories
+// down to the pod's inbox, and the pod's services must get through them
+// to the CA bundle beside it.
 func Open(path string, o Options) (*Log, error) {
 	if o.MaxBytes < 0 || o.Keep < 0 {
 		return nil, fmt.Errorf("events file %s: MaxBytes %d and Keep %d must not be negative", path, o.MaxBytes, o.Keep)
@@ -58,7 +62,7 @@ func Open(path string, o Options) (*Log, error) {
 	if l.keep == 0 {
 		l.keep = DefaultKeep
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
 		return nil, fmt.Errorf("events file %s: %w", path, err)
 	}
 	fd, err := openLive(path)

@@ -128,15 +128,21 @@ func TestAppendRefusesWhatReadersCannotPlace(t *testing.T) {
 	}
 }
 
-func TestOpenMakesThePrivateFileAndDirectory(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "state", "pod")
+// The file is private; the directories made on its way are traversable,
+// not listable, as the pod makes its state directory: a host watchdog run
+// before the pod's first boot may make them, and the pod's services go
+// through them to the CA bundle beside the inbox.
+func TestOpenMakesThePrivateFileInTraversableDirectories(t *testing.T) {
+	defer syscall.Umask(syscall.Umask(0o022))
+	state := filepath.Join(t.TempDir(), "state")
+	dir := filepath.Join(state, "pod")
 	path := filepath.Join(dir, "events.jsonl")
 	l, err := Open(path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
-	for name, want := range map[string]os.FileMode{dir: os.ModeDir | 0o700, path: 0o600} {
+	for name, want := range map[string]os.FileMode{state: os.ModeDir | 0o711, dir: os.ModeDir | 0o711, path: 0o600} {
 		if fi, err := os.Stat(name); err != nil || fi.Mode() != want {
 			t.Errorf("%s: mode %v (%v), want %v", name, fi.Mode(), err, want)
 		}
