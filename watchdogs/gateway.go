@@ -35,6 +35,11 @@ type Evidence struct {
 	// HeapOOM is a V8 heap-exhaustion line the gateway wrote since the
 	// last look, "" when none.
 	HeapOOM string
+	// LogNotRead says why the log was not read, when the rules it is
+	// read by refuse it (a link, not a regular file, several names, one
+	// its writer could not read): there is no heap evidence then, but the
+	// rest is.
+	LogNotRead string
 	// OOMKills is how many processes the OOM killer has killed in the
 	// gateway's cgroup since the last look.
 	OOMKills int64
@@ -139,6 +144,19 @@ func (g *Gateway) Probe(ctx context.Context) Finding {
 		g.mem = before
 		return Finding{Kind: KindUnobservable, Blind: true, Detail: err.Error()}
 	}
+	f := g.judge(ctx, ev)
+	if ev.LogNotRead != "" && f.Kind != "" && !f.Blind {
+		// Said with each fault, not once per streak: faults are few
+		// (the budget bounds them), a strike reaches no inbox, and each
+		// line must say why its restart is as it was.
+		f.Detail += fmt.Sprintf("; its log was not read (%s), so a heap that ran out could not be seen", ev.LogNotRead)
+	}
+	return f
+}
+
+// judge tells the fault, if any, from the evidence, and sets the change
+// its recovery is to make.
+func (g *Gateway) judge(ctx context.Context, ev Evidence) Finding {
 	g.change = Change{}
 	var health Finding
 	if g.Health != nil {

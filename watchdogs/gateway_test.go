@@ -2,6 +2,7 @@ package watchdogs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -303,20 +304,27 @@ func TestStepsNeverLowerALimit(t *testing.T) {
 	}
 }
 
-// A FIFO in the log's place is no log: the look says so at once (the
-// round is blind) instead of waiting for a writer that never comes.
+// A FIFO in the log's place is no log: the look says so at once (no heap
+// evidence, the round not blind: its writer may put one there at will)
+// instead of waiting for a writer that never comes.
 func TestLogThatIsAFIFO(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "gw.log")
 	if err := syscall.Mkfifo(log, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{Target: ProcessTarget{Log: log}, Heap: Steps{Max: 4096}}
-	done := make(chan Finding, 1)
-	go func() { done <- g.Probe(context.Background()) }()
+	target := ProcessTarget{Log: log}
+	done := make(chan Evidence, 1)
+	go func() {
+		ev, err := target.Look(context.Background(), &TargetMemory{})
+		if err != nil {
+			t.Errorf("look: %v; want the log not read, not the look failed", err)
+		}
+		done <- ev
+	}()
 	select {
-	case f := <-done:
-		if !f.Blind || !strings.Contains(f.Detail, "not a regular file") {
-			t.Errorf("probe = %+v; want it blind, the log not a regular file", f)
+	case ev := <-done:
+		if !strings.Contains(ev.LogNotRead, "not a regular file") {
+			t.Errorf("look = %+v; want the log not read, not a regular file", ev)
 		}
 	case <-time.After(10 * time.Second):
 		// Let it go: a writer opens the FIFO.
@@ -399,7 +407,7 @@ func TestLogReadOnlyWhereItsWriterCould(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), log) {
+			if !errors.Is(err, errLogRefused) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), log) {
 				t.Errorf("heapLine = %q, %v; want a refusal naming %s and saying %q", line, err, log, tc.want)
 			}
 			if opened() {
@@ -419,7 +427,7 @@ func TestLogReadOnlyWhereItsWriterCould(t *testing.T) {
 			os.Lchown(via, uid, uid)
 			opened := watchOpens(t, secret)
 			line, err := ProcessTarget{Log: filepath.Join(via, "secret")}.heapLine(&TargetMemory{}, false)
-			if err == nil || !strings.Contains(err.Error(), via) {
+			if !errors.Is(err, errLogRefused) || !strings.Contains(err.Error(), via) {
 				t.Errorf("a link owned by uid %d: heapLine = %q, %v; want a refusal naming the link", uid, line, err)
 			}
 			if opened() {
@@ -427,6 +435,73 @@ func TestLogReadOnlyWhereItsWriterCould(t *testing.T) {
 			}
 		}
 	})
+	// A directory only root may write is root's choice only when its user
+	// may write none above it either: else that user may rename another
+	// of root's directories, one that is root's alone, into its place.
+	t.Run("a directory of root's renamed in by its user", func(t *testing.T) {
+		home := filepath.Join(base, "home")
+		os.Mkdir(home, 0o755)
+		os.Chown(home, user, user)
+		logs, secrets := filepath.Join(home, "logs"), filepath.Join(home, "secrets")
+		os.Mkdir(logs, 0o755)
+		os.Mkdir(secrets, 0o700)
+		write(filepath.Join(logs, "gw.log"), 0, 0o600)
+		write(filepath.Join(secrets, "gw.log"), 0, 0o600)
+		// What its user may do: renames within home, theirs.
+		if err := os.Rename(logs, filepath.Join(home, "old")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(secrets, logs); err != nil {
+			t.Fatal(err)
+		}
+		opened := watchOpens(t, filepath.Join(logs, "gw.log")) // secret's, now
+		line, err := ProcessTarget{Log: filepath.Join(logs, "gw.log")}.heapLine(&TargetMemory{}, false)
+		if !errors.Is(err, errLogRefused) || !strings.Contains(err.Error(), "not read as root") {
+			t.Errorf("heapLine = %q, %v; want it refused, not read as root", line, err)
+		}
+		if opened() {
+			t.Errorf("%s was opened", filepath.Join(secrets, "gw.log"))
+		}
+	})
+}
+
+// A log whose owner holds a lease on it is not waited for (the kernel
+// would hold the open until the lease is broken, 45s by default, past a
+// restart's --settle): the open fails at once, and the round is blind, as
+// for a log that cannot be read now, not one refused for good.
+func TestLogLeasedByItsOwnerIsNotWaitedFor(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "gw.log")
+	if err := os.WriteFile(log, []byte(v8Line+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := os.Open(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	// The break's SIGIO comes to this process: Go's runtime ignores it.
+	if _, err := unix.FcntlInt(holder.Fd(), unix.F_SETLEASE, unix.F_WRLCK); err != nil {
+		t.Skipf("no write lease: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		f, _, err := openLog(log)
+		if f != nil {
+			f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, errLogRefused) {
+			t.Errorf("openLog = %v; want EWOULDBLOCK, not a refusal", err)
+		}
+	case <-time.After(time.Second):
+		// Let it go: the lease given up, the open goes on.
+		unix.FcntlInt(holder.Fd(), unix.F_SETLEASE, unix.F_UNLCK)
+		<-done
+		t.Fatal("openLog waited for the lease to be broken")
+	}
 }
 
 // watchOpens reports whether path is opened for reading or writing (an
@@ -485,6 +560,65 @@ func sleepGateway(t *testing.T) (g *Gateway, pid func() int, appendLog func(stri
 	}
 	t.Cleanup(func() { syscall.Kill(pid(), syscall.SIGKILL) })
 	return g, pid, appendLog
+}
+
+// A log the rules refuse (its user may make it so at will: a second name)
+// is no heap evidence, not blindness: a gateway gone by its pid file is a
+// crash, restarted with the heap it had (V8's line there cannot be
+// believed), the line saying the log was not read and why; one running is
+// healthy.
+func TestGatewayWithARefusedLog(t *testing.T) {
+	testutil.RequireRoot(t, "the log's directory is another user's")
+	const user = 65534
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		refuse func(log string) // makes the log one the rules refuse
+		why    string
+	}{
+		{"root's group-writable directory, its user's private log", func(log string) {
+			os.Chown(filepath.Dir(log), 0, user)
+			os.Chmod(filepath.Dir(log), 0o775)
+			os.Chown(log, user, user)
+			os.Chmod(log, 0o640)
+		}, "not read as root"},
+		{"a second name", func(log string) {
+			if err := os.Link(log, log+".2"); err != nil {
+				t.Fatal(err)
+			}
+		}, "2 names"},
+		{"a FIFO", func(log string) {
+			os.Remove(log)
+			if err := syscall.Mkfifo(log, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, pid, appendLog := sleepGateway(t)
+			appendLog(v8Line) // not believed: the log is refused below
+			tc.refuse(g.Target.(ProcessTarget).Log)
+			if f := g.Probe(ctx); f.Kind != "" {
+				t.Errorf("running: %+v; want healthy", f)
+			}
+			old := pid()
+			syscall.Kill(old, syscall.SIGKILL)
+			testutil.WaitFor(t, "the gateway to end", func() bool { return gone(old) })
+			f := g.Probe(ctx)
+			if f.Kind != KindGatewayCrash || !strings.Contains(f.Detail, "its log was not read") || !strings.Contains(f.Detail, tc.why) {
+				t.Fatalf("gone: %+v; want %s, saying the log was not read (%s)", f, KindGatewayCrash, tc.why)
+			}
+			if g.change != (Change{}) {
+				t.Errorf("change = %+v; want it restarted as it was", g.change)
+			}
+			if err := g.Recover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if f := g.Probe(ctx); f.Kind != "" || pid() == old {
+				t.Errorf("after the restart (pid %d, was %d): %+v; want it healthy", pid(), old, f)
+			}
+		})
+	}
 }
 
 const v8Line = "FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory"

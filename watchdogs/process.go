@@ -57,10 +57,17 @@ func (t ProcessTarget) Look(_ context.Context, m *TargetMemory) (Evidence, error
 	judgePast := !first || ev.Known && !ev.Running
 	if t.Log != "" {
 		line, err := t.heapLine(m, first && !judgePast)
-		if err != nil {
+		switch {
+		case errors.Is(err, errLogRefused):
+			// Not blind: its user may make it so at will (a second
+			// name), and a gateway that died would then never be
+			// restarted. The pid file and the cgroup still say
+			// whether it runs and how it ended; only V8's line is
+			// not known.
+			ev.LogNotRead = err.Error()
+		case err != nil:
 			return ev, err
-		}
-		if judgePast {
+		case judgePast:
 			ev.HeapOOM = line
 		}
 	}
@@ -123,17 +130,21 @@ func (t ProcessTarget) heapLine(m *TargetMemory, skip bool) (string, error) {
 // openLog opens the gateway's log for reading, as root, where its writer
 // (the gateway's user, who often owns its directory) may have put anything
 // at that name. So the directory is reached through no link the watchdog
-// does not trust (trusted.OpenDir), and the name itself is opened O_PATH,
-// no link followed: only once it is known to be a regular file with one
-// name is it opened for reading, so no device is ever opened (opening
-// /dev/watchdog arms it) and no FIFO waited on, and no other file's
-// second name (a hard link) is read. What is read must also be what
-// whoever could have put it there may read anyway (logReadable): the
-// lines V8's match are copied into the agent's inbox. Every error names
-// the path; a missing file or directory wraps fs.ErrNotExist.
+// does not trust (trusted.OpenDirTrust), and the name itself is opened
+// O_PATH, no link followed: only once it is known to be a regular file
+// with one name is it opened for reading, so no device is ever opened
+// (opening /dev/watchdog arms it) and no FIFO waited on, and no other
+// file's second name (a hard link) is read. What is read must also be
+// what whoever could have put it there may read anyway (logReadable): the
+// lines V8's match are copied into the agent's inbox. A refusal by these
+// rules wraps errLogRefused; every error names the path; a missing file or
+// directory wraps fs.ErrNotExist.
 func openLog(path string) (*os.File, fs.FileInfo, error) {
 	dirPath, base := trusted.SplitLast(path)
-	dir, err := trusted.OpenDir(dirPath)
+	dir, dirTrusted, err := trusted.OpenDirTrust(dirPath)
+	if errors.Is(err, trusted.ErrUntrusted) {
+		return nil, nil, refusal{err}
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -155,18 +166,22 @@ func openLog(path string) (*os.File, fs.FileInfo, error) {
 	st := fi.Sys().(*syscall.Stat_t)
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
-		return nil, nil, fmt.Errorf("%s: a symbolic link, not followed: the log is read only at its own name", path)
+		return nil, nil, refusal{fmt.Errorf("%s: a symbolic link, not followed: the log is read only at its own name", path)}
 	case !fi.Mode().IsRegular():
-		return nil, nil, fmt.Errorf("%s: a %v, not a regular file", path, fi.Mode().Type())
+		return nil, nil, refusal{fmt.Errorf("%s: a %v, not a regular file", path, fi.Mode().Type())}
 	case st.Nlink != 1:
-		return nil, nil, fmt.Errorf("%s: %d names (hard links), not one: it may be another file's", path, st.Nlink)
+		return nil, nil, refusal{fmt.Errorf("%s: %d names (hard links), not one: it may be another file's", path, st.Nlink)}
 	}
-	if err := logReadable(dfi.Sys().(*syscall.Stat_t), st); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	if err := logReadable(dfi.Sys().(*syscall.Stat_t), dirTrusted, st); err != nil {
+		return nil, nil, refusal{fmt.Errorf("%s: %w", path, err)}
 	}
 	// The descriptor's own file, not the name again: another may have
-	// taken the name since it was checked.
-	f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(name.Fd())), os.O_RDONLY|syscall.O_CLOEXEC, 0)
+	// taken the name since it was checked. Without blocking: the file's
+	// owner may hold a lease on it, and an open would then wait for the
+	// kernel to break it (lease-break-time, 45s), longer than a restart
+	// may take to settle; it fails at once instead (EWOULDBLOCK), and the
+	// round is blind, as it is when the log cannot be read.
+	f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(name.Fd())), os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: reopen for reading: %w", path, err)
 	}
@@ -177,17 +192,32 @@ func openLog(path string) (*os.File, fs.FileInfo, error) {
 	return f, fi, nil
 }
 
+// errLogRefused is wrapped by openLog's refusals by its rules: the log is
+// none of the watchdog's to read, whatever the round, which is no heap
+// evidence; unlike a log it could not read this time (an I/O error, a
+// lease), which makes the round blind.
+var errLogRefused = errors.New("the gateway's log is not one the watchdog may read")
+
+// refusal is an openLog refusal: its error's words, wrapping errLogRefused
+// as well.
+type refusal struct{ err error }
+
+func (r refusal) Error() string   { return r.err.Error() }
+func (r refusal) Unwrap() []error { return []error{r.err, errLogRefused} }
+
 // logReadable says whether the watchdog may read, as root, the file st in
 // the directory ds: only one that whoever could have put it there could
-// read anyway. In a directory only root may write, root did; in another,
-// its owner's own file is (an owner may always read it), and so is one
-// anyone may read. A root-only file, or another user's private one, put
-// there by a user who may write the directory, is not.
-func logReadable(ds, st *syscall.Stat_t) error {
-	if ds.Uid == 0 && ds.Mode&0o022 == 0 || st.Uid == ds.Uid && st.Uid != 0 || st.Mode&0o004 != 0 {
+// read anyway. In a directory only root may write, reached through none
+// another user may write (dirTrusted: else that user may have renamed
+// another of root's directories into its place), root did; in another, its
+// owner's own file is (an owner may always read it), and so is one anyone
+// may read. A root-only file, or another user's private one, put there by
+// a user who may write the directory or one above it, is not.
+func logReadable(ds *syscall.Stat_t, dirTrusted bool, st *syscall.Stat_t) error {
+	if dirTrusted && ds.Uid == 0 && ds.Mode&0o022 == 0 || st.Uid == ds.Uid && st.Uid != 0 || st.Mode&0o004 != 0 {
 		return nil
 	}
-	return fmt.Errorf("owned by uid %d, mode %04o, in a directory of uid %d, mode %04o, that a user other than root may write: "+
+	return fmt.Errorf("owned by uid %d, mode %04o, in a directory of uid %d, mode %04o, that a user other than root may write, or reached through one: "+
 		"not read as root, for it may be a file that user could not read; let the directory's owner own the log, or make it readable by all",
 		st.Uid, st.Mode&0o7777, ds.Uid, ds.Mode&0o7777)
 }

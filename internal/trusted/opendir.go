@@ -31,17 +31,26 @@ type Link struct {
 // link is the parent of where the link leads, as the kernel reads it. The
 // descriptor is the caller's to close.
 func Walk(p string, follow func(Link) error) (int, error) {
+	s, err := walk(p, follow)
+	if err != nil {
+		return -1, err
+	}
+	return s.fd, nil
+}
+
+// walk is Walk, returning the step it ended at: its trust too.
+func walk(p string, follow func(Link) error) (step, error) {
 	abs := p
 	if !filepath.IsAbs(p) {
 		wd, err := os.Getwd()
 		if err != nil {
-			return -1, err
+			return step{}, err
 		}
 		abs = wd + "/" + p
 	}
 	root, err := openStep(unix.AT_FDCWD, "/", "/", true)
 	if err != nil {
-		return -1, err
+		return step{}, err
 	}
 	stack := []step{root} // the directories walked through, outermost first
 	defer func() {
@@ -66,7 +75,7 @@ func Walk(p string, follow func(Link) error) (int, error) {
 		}
 		s, err := openStep(top.fd, name, filepath.Join(top.path, name), top.trusted)
 		if err != nil {
-			return -1, err
+			return step{}, err
 		}
 		if s.st.Mode&unix.S_IFMT != unix.S_IFLNK {
 			stack = append(stack, s)
@@ -74,14 +83,14 @@ func Walk(p string, follow func(Link) error) (int, error) {
 		}
 		unix.Close(s.fd)
 		if err := follow(Link{Path: s.path, Stat: s.st, DirFD: top.fd, Dir: top.st, DirTrusted: top.trusted}); err != nil {
-			return -1, err
+			return step{}, err
 		}
 		if hops++; hops > MaxLinks {
-			return -1, &os.PathError{Op: "open", Path: p, Err: syscall.ELOOP}
+			return step{}, &os.PathError{Op: "open", Path: p, Err: syscall.ELOOP}
 		}
 		target, err := readlinkat(top.fd, name)
 		if err != nil {
-			return -1, &os.PathError{Op: "readlink", Path: s.path, Err: err}
+			return step{}, &os.PathError{Op: "readlink", Path: s.path, Err: err}
 		}
 		if filepath.IsAbs(target) {
 			for _, s := range stack[1:] {
@@ -93,7 +102,7 @@ func Walk(p string, follow func(Link) error) (int, error) {
 	}
 	top := stack[len(stack)-1]
 	stack = stack[:len(stack)-1] // handed over, not closed
-	return top.fd, nil
+	return top, nil
 }
 
 // OpenDir opens the directory dir (O_PATH) by Walk, following a symbolic
@@ -103,7 +112,19 @@ func Walk(p string, follow func(Link) error) (int, error) {
 // path leads, whatever link another user swaps in meanwhile. A link not
 // followed is an error wrapping ErrUntrusted.
 func OpenDir(dir string) (*os.File, error) {
-	fd, err := Walk(dir, func(l Link) error {
+	f, _, err := OpenDirTrust(dir)
+	return f, err
+}
+
+// OpenDirTrust is OpenDir, and says whether the directory opened and every
+// one the walk went through to reach it are ones no other user may write
+// (a sticky one passes): what the walk knows, so that no second walk, which
+// another user's rename could lead elsewhere, is needed to tell. Only then
+// is what is in the directory where root or this user put it: another user
+// who may write a directory above it may rename another directory into its
+// place.
+func OpenDirTrust(dir string) (*os.File, bool, error) {
+	s, err := walk(dir, func(l Link) error {
 		if err := ownerUID(l.Stat.Uid); err != nil {
 			return fmt.Errorf("%s: the link %s: %w", dir, l.Path, err)
 		}
@@ -113,14 +134,14 @@ func OpenDir(dir string) (*os.File, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		unix.Close(fd)
-		return nil, &os.PathError{Op: "open", Path: dir, Err: syscall.ENOTDIR}
+	if err := unix.Fstat(s.fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		unix.Close(s.fd)
+		return nil, false, &os.PathError{Op: "open", Path: dir, Err: syscall.ENOTDIR}
 	}
-	return os.NewFile(uintptr(fd), dir), nil
+	return os.NewFile(uintptr(s.fd), dir), s.trusted, nil
 }
 
 // step is one component Walk went through: its descriptor, stat and path,

@@ -12,7 +12,8 @@ import (
 
 // OpenDir follows a link only as Links would pass it (root's or this
 // user's, in directories no other user may write), and opens the
-// directory the walk reached.
+// directory the walk reached; OpenDirTrust says too whether it and every
+// directory the walk went through are ones no other user may write.
 func TestOpenDir(t *testing.T) {
 	testutil.RequireRoot(t, "links owned by another user")
 	dir, err := os.MkdirTemp("", "airlock-opendir-") // under /tmp: sticky
@@ -40,6 +41,7 @@ func TestOpenDir(t *testing.T) {
 	target := mkdir("target", 0o755)
 	mkdir("target/sub", 0o755)
 	open := mkdir("open", 0o777) // others may write: its links are theirs
+	inOpenDir := mkdir("open/sub", 0o755)
 	inOpen := link("open/link", target, 0)
 	toOpen := link("toopen", open, 0)
 	file := filepath.Join(dir, "file")
@@ -47,20 +49,24 @@ func TestOpenDir(t *testing.T) {
 	for _, tc := range []struct {
 		name, path string
 		want       string // the directory opened; "" refused
+		trusted    bool   // OpenDirTrust's word
 	}{
-		{"a directory", target, target},
-		{"root's link in root's directory", link("good", target, 0), target},
-		{"a directory others may write, no link", open, open},
-		{"another user's link", link("theirs", target, 61000), ""},
-		{"root's link in a directory others may write", inOpen, ""},
-		{"a link to that link", link("twohops", inOpen, 0), ""},
-		{"that link after a .. past a link", toOpen + "/../open/link", ""},
+		{"a directory", target, target, true},
+		{"root's link in root's directory", link("good", target, 0), target, true},
+		{"a directory others may write, no link", open, open, false},
+		// Root's and 0755, but another user may rename another in.
+		{"root's directory in one others may write", inOpenDir, inOpenDir, false},
+		{"another user's link", link("theirs", target, 61000), "", false},
+		{"root's link in a directory others may write", inOpen, "", false},
+		{"a link to that link", link("twohops", inOpen, 0), "", false},
+		{"that link after a .. past a link", toOpen + "/../open/link", "", false},
 		// As the kernel reads it: the parent of where the link leads,
 		// not the link's own directory.
-		{"a .. after a link", link("deep", filepath.Join(target, "sub"), 0) + "/../", target},
+		{"a .. after a link", link("deep", filepath.Join(target, "sub"), 0) + "/../", target, true},
+		{"a .. out of a directory others may write", inOpenDir + "/../../target", target, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := OpenDir(tc.path)
+			f, trusted, err := OpenDirTrust(tc.path)
 			if tc.want == "" {
 				if !errors.Is(err, ErrUntrusted) {
 					t.Fatalf("OpenDir(%s) = %v; want it refused", tc.path, err)
@@ -71,6 +77,9 @@ func TestOpenDir(t *testing.T) {
 				t.Fatalf("OpenDir(%s): %v", tc.path, err)
 			}
 			defer f.Close()
+			if trusted != tc.trusted {
+				t.Errorf("OpenDirTrust(%s) trusted = %v; want %v", tc.path, trusted, tc.trusted)
+			}
 			var got, want syscall.Stat_t
 			syscall.Fstat(int(f.Fd()), &got)
 			syscall.Stat(tc.want, &want)
