@@ -30,7 +30,11 @@ type Status struct {
 	Ingress  []IngressStatus `json:"ingress,omitempty"`
 	Boot     []BootStep      `json:"boot"`
 	Events   string          `json:"events_file"`
-	Audit    string          `json:"audit_log"`
+	// EventsFailed counts the events the events file did not take since
+	// the pod booted (each in the supervisor's log): an inbox that stays
+	// quiet while this grows is not a quiet pod.
+	EventsFailed int64  `json:"events_failed"`
+	Audit        string `json:"audit_log"`
 }
 
 // ServiceStatus is one service's state.
@@ -87,7 +91,8 @@ func (p *Pod) Status() Status {
 	p.bootMu.Lock()
 	boot := append([]BootStep(nil), p.boot...)
 	p.bootMu.Unlock()
-	st := Status{Pod: p.m.Name, Ready: p.Ready(), Uptime: time.Since(p.booted).Seconds(), Booted: p.booted, Boot: boot, Events: p.m.Events.File, Audit: p.m.Proxy.AuditLog}
+	st := Status{Pod: p.m.Name, Ready: p.Ready(), Uptime: time.Since(p.booted).Seconds(), Booted: p.booted, Boot: boot, Events: p.m.Events.File,
+		EventsFailed: p.eventsFailed.Load(), Audit: p.m.Proxy.AuditLog}
 	if p.engine != nil {
 		st.Policy = p.engine.Hash()
 	}

@@ -14,6 +14,8 @@ type podMetrics struct {
 	restarts *prometheus.CounterVec
 	health   *prometheus.HistogramVec
 	uptime   prometheus.GaugeFunc
+	// eventsFailed is Pod.eventsFailed.
+	eventsFailed prometheus.CounterFunc
 }
 
 var allStates = []string{statePending, stateStarting, stateHealthy, stateUnhealthy, stateBackoff, stateExited, stateGivenUp, stateStopped}
@@ -33,11 +35,14 @@ func newPodMetrics(p *Pod) (*podMetrics, error) {
 		uptime: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "airlock_pod_uptime_seconds", Help: "Time since the pod began to boot.",
 		}, func() float64 { return time.Since(p.booted).Seconds() }),
+		eventsFailed: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "airlock_pod_events_failed_total", Help: "Events the events file did not take (each in the supervisor's log).",
+		}, func() float64 { return float64(p.eventsFailed.Load()) }),
 	}, nil
 }
 
 func (m *podMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.state, m.restarts, m.health, m.uptime}
+	return []prometheus.Collector{m.state, m.restarts, m.health, m.uptime, m.eventsFailed}
 }
 
 func (m *podMetrics) setState(service, state string) {

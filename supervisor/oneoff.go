@@ -244,8 +244,8 @@ func oneOffLimit(field string, asked, pods int64) (int64, error) {
 }
 
 // add registers x: from now on its leaf routes to its preset. A second
-// one of the same ID, one whose leaf would be a service's, or any while
-// the pod stops, is refused.
+// one of the same ID, one whose leaf would be a service's, one past the
+// manifest's sandboxes.max, or any while the pod stops, is refused.
 func (o *oneOffs) add(x *oneOff) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -276,6 +276,9 @@ func (o *oneOffs) add(x *oneOff) error {
 			return refuse(409, "id %q: a service of pod %s has that id", x.spec.ID, o.pod.m.Name)
 		}
 	}
+	if err := o.full(); err != nil {
+		return err
+	}
 	o.byID[x.spec.ID] = x
 	o.wg.Add(1)
 	o.publish()
@@ -292,6 +295,25 @@ func (o *oneOffs) forget(x *oneOff) {
 	o.mu.Unlock()
 	o.pod.proxy.Metrics().Forget(x.spec.ID)
 	o.wg.Done()
+}
+
+// full refuses a launch once the pod runs sandboxes.max one-offs (o.mu
+// held): each one's limits bound it alone, so N launches would hold N
+// times them. One still being set up counts, and one ended counts until
+// forget, before its launcher hears its exit: a launcher that relaunches
+// on its exit always finds its slot free.
+func (o *oneOffs) full() error {
+	if n, most := len(o.byID), o.pod.m.Sandboxes.Max; n >= most {
+		return refuse(429, "pod %s runs %d one-off sandboxes, its most (its manifest's sandboxes.max): launch again once one has ended", o.pod.m.Name, n)
+	}
+	return nil
+}
+
+// fullNow is full, o.mu taken.
+func (o *oneOffs) fullNow() error {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.full()
 }
 
 func (o *oneOffs) get(id string) (*oneOff, bool) {

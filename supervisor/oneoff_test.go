@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -79,7 +81,7 @@ func TestValidSandboxID(t *testing.T) {
 }
 
 // testPod is a pod for one-offs in group: its policy the embedded
-// presets, its limits for one-offs 512 MiB and 128 processes.
+// presets, its limits for one-offs 512 MiB and 128 processes, 4 at once.
 func testPod(t *testing.T, group string) *Pod {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
@@ -87,7 +89,7 @@ func testPod(t *testing.T, group string) *Pod {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Pod{m: &manifest.Pod{Name: "p", Proxy: manifest.Proxy{Port: 3128}, Sandboxes: manifest.Sandboxes{MemoryMax: 512 << 20, PidsMax: 128}},
+	return &Pod{m: &manifest.Pod{Name: "p", Proxy: manifest.Proxy{Port: 3128}, Sandboxes: manifest.Sandboxes{MemoryMax: 512 << 20, PidsMax: 128, Max: 4}},
 		engine: engine, log: log, ctx: context.Background(), group: group, proxy: &proxy.Proxy{}}
 }
 
@@ -127,28 +129,7 @@ func TestOneOffLimits(t *testing.T) {
 // v1 memory.limit_in_bytes) the pod's, and pids.max the lower one its
 // launcher asked for. Its files are made through a link of root's.
 func TestOneOffLeafIsLimited(t *testing.T) {
-	testutil.RequireRoot(t, "a one-off sandbox (cgroups, namespaces)")
-	mnt, err := cgroup2.Mount()
-	testutil.RequireFeature(t, "cgroup v2", err)
-	name := PodGroupName(fmt.Sprintf("oneoff-test-%d", os.Getpid()))
-	group, err := cgroup2.Create(mnt, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_, v1err := sandbox.RemoveV1Tree(name)
-		if err := errors.Join(sandbox.RemoveTree(group), v1err); err != nil {
-			t.Error(err)
-		}
-	}()
-	cgroup2.EnableControllers(group, "memory", "pids") // where v2 has them; else v1 groups hold the limits
-	p := testPod(t, group)
-	if p.network, err = sandbox.NewNetwork(sandbox.NetworkConfig{ProxyPort: p.m.Proxy.Port}); err != nil {
-		t.Fatal(err)
-	}
-	defer p.network.Close()
-	o := newOneOffs(p)
-	o.serve(nil, nil)
+	o := runningPod(t)
 	dir := t.TempDir()
 	os.Mkdir(dir+"/logs", 0o700)
 	os.Symlink(dir+"/logs", dir+"/out")
@@ -180,6 +161,102 @@ func TestOneOffLeafIsLimited(t *testing.T) {
 	if _, err := os.Stat(dir + "/logs/stdout"); err != nil {
 		t.Errorf("stdout through root's link: %v", err)
 	}
+}
+
+// runningPod is testPod with what a real one-off needs: its cgroup (with
+// the memory and pids controllers where v2 has them) and its network,
+// both removed when t ends; its one-offs served.
+func runningPod(t *testing.T) *oneOffs {
+	t.Helper()
+	testutil.RequireRoot(t, "a one-off sandbox (cgroups, namespaces)")
+	mnt, err := cgroup2.Mount()
+	testutil.RequireFeature(t, "cgroup v2", err)
+	name := PodGroupName(fmt.Sprintf("oneoff-test-%d", os.Getpid()))
+	group, err := cgroup2.Create(mnt, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, v1err := sandbox.RemoveV1Tree(name)
+		if err := errors.Join(sandbox.RemoveTree(group), v1err); err != nil {
+			t.Error(err)
+		}
+	})
+	cgroup2.EnableControllers(group, "memory", "pids") // where v2 has them; else v1 groups hold the limits
+	p := testPod(t, group)
+	if p.network, err = sandbox.NewNetwork(sandbox.NetworkConfig{ProxyPort: p.m.Proxy.Port}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.network.Close() })
+	p.sandboxes = newOneOffs(p)
+	p.sandboxes.serve(nil, nil)
+	return p.sandboxes
+}
+
+// A pod runs at most sandboxes.max one-offs at once: each one's limits
+// bound it alone. A launch past the count is refused before anything
+// runs, 429 naming the count, on the admin API as a status its launcher
+// shows (one on its launcher's streams too); once one has ended, and its
+// launcher heard so, another is launched.
+func TestOneOffCount(t *testing.T) {
+	o := runningPod(t)
+	o.pod.m.Sandboxes.Max = 1
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{ConnContext: withConn, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveSandboxLaunch(o.pod, w, r) })}
+	go srv.Serve(ln)
+	defer srv.Close()
+	n := 0
+	spec := func(id string) adminclient.SandboxSpec {
+		n++
+		return adminclient.SandboxSpec{ID: id, Preset: "strict", Command: []string{"/bin/sleep", "30"}, Dir: "/", UID: 61000, GID: 61000,
+			Stdout: fmt.Sprintf("%s/out-%d", dir, n), Stderr: fmt.Sprintf("%s/err-%d", dir, n), Audit: fmt.Sprintf("%s/audit-%d", dir, n)}
+	}
+	ctx := context.Background()
+	first, err := adminclient.Launch(ctx, sock, spec("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Stop(0)
+	const reason = "pod p runs 1 one-off sandboxes, its most (its manifest's sandboxes.max): launch again once one has ended"
+	for _, tc := range []struct {
+		name   string
+		launch func() (*adminclient.Sandbox, error)
+	}{
+		{"to files", func() (*adminclient.Sandbox, error) { return adminclient.Launch(ctx, sock, spec("second")) }},
+		{"on its launcher's streams", func() (*adminclient.Sandbox, error) {
+			s := spec("second")
+			s.Stdout, s.Stderr, s.Audit = "", "", ""
+			return adminclient.LaunchStdio(ctx, sock, s, os.Stdin, os.Stdout, os.Stderr)
+		}},
+	} {
+		sb, err := tc.launch()
+		var se *adminclient.StatusError
+		if !errors.As(err, &se) || se.Status != http.StatusTooManyRequests || !strings.Contains(err.Error(), reason) {
+			if sb != nil {
+				sb.Stop(0)
+				sb.Wait()
+			}
+			t.Errorf("a second one-off %s while the first runs: %v; want a 429 saying %q", tc.name, err, reason)
+		}
+	}
+	if _, ok := o.get("second"); ok {
+		t.Error("a one-off refused is registered")
+	}
+	first.Stop(0)
+	if code, err := first.Wait(); code != 128+9 && code != 128+15 {
+		t.Errorf("the first one-off stopped: exit %d, %v", code, err)
+	}
+	second, err := adminclient.Launch(ctx, sock, spec("second"))
+	if err != nil {
+		t.Fatalf("a one-off once the first has ended: %v", err)
+	}
+	second.Stop(0)
+	second.Wait()
 }
 
 // The pod makes a one-off's files as root, often in a directory a sandbox

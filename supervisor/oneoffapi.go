@@ -112,7 +112,14 @@ func serveSandboxLaunch(p *Pod, w http.ResponseWriter, r *http.Request) {
 // (SCM_RIGHTS, with one byte) and the sandbox starts; a failure from then
 // on is the stream's exit line, with 125.
 func serveStdioLaunch(p *Pod, w http.ResponseWriter, spec adminclient.SandboxSpec) {
-	if _, err := p.sandboxes.options(spec); err != nil {
+	_, err := p.sandboxes.options(spec)
+	if err == nil {
+		// Said now, as a status the launcher shows, rather than as its
+		// stream's exit line. add counts again: another launch may take
+		// the last one meanwhile, refused then on the stream.
+		err = p.sandboxes.fullNow()
+	}
+	if err != nil {
 		writeLaunchError(w, err)
 		return
 	}

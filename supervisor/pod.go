@@ -49,6 +49,10 @@ type Pod struct {
 	// stopNow ends when a stop must kill at once (Options.StopNow).
 	stopNow context.Context
 	events  *events.Log
+	// eventsFailed counts the events the events file did not take (a
+	// directory in its place, a full disk): said in the log alone, they
+	// would leave the pod looking healthy with its inbox silent.
+	eventsFailed atomic.Int64
 
 	engine  *policies.Engine
 	proxy   *proxy.Proxy
@@ -673,6 +677,7 @@ func (p *Pod) emit(e events.Event) {
 		return
 	}
 	if err := p.events.Append(e); err != nil {
+		p.eventsFailed.Add(1)
 		p.log.Error("event not recorded", "err", err)
 	}
 }

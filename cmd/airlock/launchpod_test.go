@@ -64,3 +64,26 @@ func TestPodLaunchPassesLimits(t *testing.T) {
 		t.Errorf("--pids-max 0: exit %d, stderr %q, %d specs sent; want %d, refused here", code, errs.String(), len(specs), ExitUsage)
 	}
 }
+
+// A pod running as many one-offs as its manifest's sandboxes.max refuses
+// another (429): the launcher exits 125 and shows the pod's reason, so its
+// user knows to wait for one to end rather than to fix a flag.
+func TestPodLaunchShowsTheCountRefusal(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const reason = "pod p runs 16 one-off sandboxes, its most (its manifest's sandboxes.max): launch again once one has ended"
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTooManyRequests)
+		json.NewEncoder(w).Encode(map[string]string{"error": reason})
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	var out, errs strings.Builder
+	code := run([]string{"launch", "--pod-socket", sock, "--preset", "strict", "--", "/bin/true"}, strings.NewReader(""), &out, &errs)
+	if code != ExitLaunch || !strings.Contains(errs.String(), "429 Too Many Requests: "+reason) {
+		t.Errorf("exit %d, stderr %q; want %d with the pod's reason", code, errs.String(), ExitLaunch)
+	}
+}

@@ -105,7 +105,11 @@ func printStatus(w io.Writer, st supervisor.Status) {
 		}
 		tw.Flush()
 	}
-	fmt.Fprintf(w, "\nevents: %s\naudit:  %s\n", st.Events, st.Audit)
+	fmt.Fprintf(w, "\nevents: %s\n", st.Events)
+	if st.EventsFailed > 0 {
+		fmt.Fprintf(w, "        %d not recorded there (see the supervisor's log)\n", st.EventsFailed)
+	}
+	fmt.Fprintf(w, "audit:  %s\n", st.Audit)
 }
 
 func oneLine(s string) string {

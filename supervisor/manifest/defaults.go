@@ -29,6 +29,12 @@ const (
 	DefaultSandboxPidsMax   = 1024
 )
 
+// DefaultSandboxesMax is how many one-off sandboxes may run in a pod at
+// once when the manifest does not say: 16 × 2 GiB and 1024 tasks is what a
+// pod's launchers (sub-agents fanned out, operators' commands) can take of
+// the host at most, rather than all of it.
+const DefaultSandboxesMax = 16
+
 // defaultPod is a Pod before the manifest is read into it: every field the
 // manifest may leave out holds its default. Defaults that depend on the
 // state dir are filled by resolve.
@@ -37,7 +43,7 @@ func defaultPod() *Pod {
 		Events:    Events{File: DefaultEventsFile, MaxBytes: DefaultEventsBytes, Keep: DefaultEventsKeep},
 		Policy:    Policy{KeyID: "default", SigningAlg: "RS256", Watch: true},
 		Proxy:     Proxy{Port: DefaultProxyPort, AuditFailure: "closed"},
-		Sandboxes: Sandboxes{MemoryMax: DefaultSandboxMemoryMax, PidsMax: DefaultSandboxPidsMax},
+		Sandboxes: Sandboxes{MemoryMax: DefaultSandboxMemoryMax, PidsMax: DefaultSandboxPidsMax, Max: DefaultSandboxesMax},
 		StopGrace: DefaultStopGrace,
 	}
 }

@@ -224,10 +224,13 @@ type Restart struct {
 // pod (POST /v1/sandboxes, `airlock launch --pod-socket`, `airlock spawn
 // --pod-socket`): memory_max (a size) and pids_max, default
 // DefaultSandboxMemoryMax and DefaultSandboxPidsMax, positive. A launch
-// may ask for less, never more.
+// may ask for less, never more. Max is how many may run at once, default
+// DefaultSandboxesMax, positive: each one's limits bound it alone, so
+// without a count N launches hold N times them.
 type Sandboxes struct {
 	MemoryMax int64
 	PidsMax   int64
+	Max       int
 }
 
 // Ingress is a route from the host to a service's port, behind

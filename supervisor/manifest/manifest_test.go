@@ -111,9 +111,18 @@ func TestErrors(t *testing.T) {
 		{"pids zero", minimal + "    pids_max: 0\n", []string{`pod.yaml:7: services[0].pids_max: 0: want a positive number of processes (leave it out for no limit)`}},
 		// A one-off's limits are there when the manifest says nothing:
 		// none can be taken away.
-		{"one-off limits", minimal + "sandboxes: {memory_max: 0, pids_max: -1}\n", []string{
+		{"one-off limits", minimal + "sandboxes: {memory_max: 0, pids_max: -1, max: 0}\n", []string{
 			`pod.yaml:7: sandboxes.memory_max: 0: want a positive size (a one-off sandbox always has a memory limit)`,
 			`pod.yaml:7: sandboxes.pids_max: -1: want a positive number of processes (a one-off sandbox always has a pids limit)`,
+			`pod.yaml:7: sandboxes.max: 0: want a positive number of one-off sandboxes (how many may run at once: each holds up to memory_max and pids_max)`,
+		}},
+		// Nor their count: without it N launches hold N times the limits.
+		{"one-off count", minimal + "sandboxes: {max: -1}\n", []string{
+			`pod.yaml:7: sandboxes.max: -1: want a positive number of one-off sandboxes (how many may run at once: each holds up to memory_max and pids_max)`,
+		}},
+		{"one-off count not a number", minimal + "sandboxes: {max: many}\n", []string{`pod.yaml:7: sandboxes.max: want an integer, got "many"`}},
+		{"one-off unknown field", minimal + "sandboxes: {count: 3}\n", []string{
+			`pod.yaml:7: sandboxes.count: unknown field (want one of: memory_max, pids_max, max)`,
 		}},
 		{"port range", minimal + "    ports: [0, 70000]\n", []string{
 			`pod.yaml:7: services[0].ports[0]: 0: want a port from 1 to 65535`,
@@ -280,7 +289,7 @@ func TestMinimalGetsDefaults(t *testing.T) {
 			Restart: Restart{Policy: "on-failure", Initial: 200 * time.Millisecond, Max: 30 * time.Second,
 				Multiplier: 2, Jitter: 0.2, GiveUpAfter: 5, GiveUpWindow: time.Minute},
 		}},
-		Sandboxes: Sandboxes{MemoryMax: 2 << 30, PidsMax: 1024},
+		Sandboxes: Sandboxes{MemoryMax: 2 << 30, PidsMax: 1024, Max: 16},
 		StopGrace: 10 * time.Second,
 	}
 	if !reflect.DeepEqual(p, want) {
@@ -379,6 +388,7 @@ ingress:
 sandboxes:
   memory_max: 1G
   pids_max: 256
+  max: 4
 stop_grace: 3s
 `
 
@@ -435,7 +445,7 @@ func TestFullManifest(t *testing.T) {
 			},
 		},
 		Ingress:   []Ingress{{Name: "gateway", Listen: "127.0.0.1:18789", Service: "gateway", Port: 18789, Keys: dir + "/operators.keys"}},
-		Sandboxes: Sandboxes{MemoryMax: 1 << 30, PidsMax: 256},
+		Sandboxes: Sandboxes{MemoryMax: 1 << 30, PidsMax: 256, Max: 4},
 		StopGrace: 3 * time.Second,
 	}
 	if !reflect.DeepEqual(p, want) {

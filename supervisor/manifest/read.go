@@ -48,6 +48,7 @@ func readPod(d *yamlobj.Decoder, data []byte) *Pod {
 	root.Object("sandboxes", false, func(o *yamlobj.Obj) {
 		o.Size("memory_max", &p.Sandboxes.MemoryMax)
 		o.Int64("pids_max", &p.Sandboxes.PidsMax)
+		o.Int("max", false, &p.Sandboxes.Max)
 	})
 	root.Duration("stop_grace", &p.StopGrace)
 	root.End()

@@ -509,12 +509,15 @@ func checkIngress(p *Pod, r *yamlobj.Report) {
 }
 
 // checkSandboxes refuses a limit that would bound nothing: a one-off
-// always has both.
+// always has both, and the pod a count of them.
 func checkSandboxes(p *Pod, r *yamlobj.Report) {
 	if p.Sandboxes.MemoryMax <= 0 {
 		r.At("sandboxes.memory_max", "%d: want a positive size (a one-off sandbox always has a memory limit)", p.Sandboxes.MemoryMax)
 	}
 	if p.Sandboxes.PidsMax <= 0 {
 		r.At("sandboxes.pids_max", "%d: want a positive number of processes (a one-off sandbox always has a pids limit)", p.Sandboxes.PidsMax)
+	}
+	if p.Sandboxes.Max <= 0 {
+		r.At("sandboxes.max", "%d: want a positive number of one-off sandboxes (how many may run at once: each holds up to memory_max and pids_max)", p.Sandboxes.Max)
 	}
 }
