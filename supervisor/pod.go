@@ -123,10 +123,17 @@ func Up(ctx context.Context, m *manifest.Pod, o Options) (_ *Pod, err error) {
 	p.sandboxes = newOneOffs(p)
 	p.stateCh = make(chan struct{})
 	p.failed = make(chan struct{})
+	// A stop during boot is the services' stop at once: a loop that would
+	// launch (its dependencies just up) finds the pod stopping, rather
+	// than launching until the boot notices at its next step.
+	defer context.AfterFunc(ctx, p.beginStop)()
 	defer func() {
 		switch {
 		case err != nil && ctx.Err() != nil:
-			// Asked to stop while booting: a stop, not a failure.
+			// Asked to stop while booting: a stop, not a failure. Marked
+			// stopping before the stop is on record: nothing is launched
+			// after it.
+			p.beginStop()
 			p.event("stop", events.Info, "", "stopped during boot: "+err.Error())
 			p.teardown()
 			err = fmt.Errorf("%w: %w", ErrStopped, err)
@@ -152,6 +159,12 @@ func Up(ctx context.Context, m *manifest.Pod, o Options) (_ *Pod, err error) {
 		{"health", p.awaitHealthy},
 	}
 	for _, s := range steps {
+		// A stop signal ends the boot before the next step: a step run
+		// after it (the services' launch above all: a migration job)
+		// would act on a stop already asked for.
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("boot step %s: %w", s.name, err)
+		}
 		start := time.Now()
 		if err := s.run(ctx); err != nil {
 			return nil, fmt.Errorf("boot step %s: %w", s.name, err)
@@ -475,13 +488,19 @@ func (p *Pod) startServices(context.Context) error {
 	return nil
 }
 
-// awaitHealthy waits until every service is healthy at once; a service
-// given up on, or exited for good, during boot fails it.
+// awaitHealthy waits until every service is healthy at once, a job that
+// ran (finished) counting as healthy; a service given up on, or exited for
+// good otherwise (a failure, or before it was ever up), during boot fails
+// it.
 func (p *Pod) awaitHealthy(ctx context.Context) error {
 	for {
 		ch := p.changes()
 		healthy := 0
 		for _, s := range p.services {
+			if s.finished() {
+				healthy++
+				continue
+			}
 			switch st := s.status(); st.State {
 			case stateHealthy:
 				healthy++
@@ -536,13 +555,16 @@ func (p *Pod) fail(why string) {
 	})
 }
 
-// Ready reports whether every service is healthy.
+// Ready reports whether every service is healthy, or a job that ran
+// (finished): as the boot counted it, lest a pod READY with a job done
+// stop its watchdog's pings, and be restarted by its unit (and the job
+// run again) for it.
 func (p *Pod) Ready() bool {
 	if !p.ready.Load() || p.proxyDown.Load() {
 		return false
 	}
 	for _, s := range p.services {
-		if !s.healthy() {
+		if !s.healthy() && !s.finished() {
 			return false
 		}
 	}
@@ -575,14 +597,22 @@ func (p *Pod) beginStop() {
 // one tier at once, all within one stop_grace from now: each gets SIGTERM,
 // and what is still running at the deadline is killed with its cgroup. A
 // grace per service, one after another, would add up past what the
-// operator (and systemd's TimeoutStopSec) allowed.
+// operator (and systemd's TimeoutStopSec) allowed. The one-off sandboxes
+// stop alongside, within the same deadline, and are waited for last.
 func (p *Pod) stopServices(ctx context.Context) {
 	p.beginStop()
 	ctx, cancel := context.WithTimeout(ctx, p.m.StopGrace)
 	defer cancel()
-	// The one-off sandboxes first, within the same deadline: none is
-	// launched from now on.
-	p.sandboxes.close(ctx)
+	// Not before the services: a one-off runs model-written code, and one
+	// that ignores SIGTERM would spend the whole grace, every service then
+	// killed without a graceful stop. Neither needs the other meanwhile
+	// (a one-off cannot reach the services' ports), and none is launched
+	// from now on.
+	oneOffsDone := make(chan struct{})
+	go func() {
+		defer close(oneOffsDone)
+		p.sandboxes.close(ctx)
+	}()
 	tiers := dependencyTiers(p.services)
 	for i := len(tiers) - 1; i >= 0; i-- {
 		var wg sync.WaitGroup
@@ -595,6 +625,7 @@ func (p *Pod) stopServices(ctx context.Context) {
 		}
 		wg.Wait()
 	}
+	<-oneOffsDone
 }
 
 // dependencyTiers groups services (in dependency order) by depth: a

@@ -70,6 +70,9 @@ type service struct {
 	launches   int
 	oomKills   int64
 	lastOutput []string
+	// exitedClean: its last instance exited cleanly (exit 0, not stopped
+	// for failing its health check); read with the state exited (finished).
+	exitedClean bool
 	// What its launches use, an operator's restart may change them: the
 	// V8 heap limit in NODE_OPTIONS (0: as the manifest says) and the
 	// memory limit.
@@ -206,6 +209,13 @@ func (s *service) run() {
 			s.setState(stateStopped, "stopped with the pod")
 			return
 		}
+		// Again after that wait: a dependency coming up as the stop began
+		// (before the stop reached this service: a later tier's) ends it
+		// too, and an instance launched now would start during the stop.
+		if launched && s.pod.stopping.Load() {
+			s.setState(stateStopped, "stopped with the pod")
+			return
+		}
 		why, failed := s.once()
 		if s.pod.stopping.Load() {
 			s.setState(stateStopped, "stopped with the pod")
@@ -223,6 +233,9 @@ func (s *service) run() {
 			if failed {
 				sev = events.Warning
 			}
+			s.mu.Lock()
+			s.exitedClean = !failed
+			s.mu.Unlock()
 			s.enter(stateExited, s.detailNow(), func() {
 				s.pod.event("exited", sev, s.name, "not restarted (restart policy "+s.spec.Restart.Policy+"): "+s.detailNow())
 			})
@@ -324,6 +337,19 @@ func ready(d *service) bool {
 		return true
 	}
 	return false
+}
+
+// finished says whether s is a job that ran: up, then exited for good
+// (its policy) cleanly. The boot and readiness count it as healthy: a
+// pod with a migration job is READY once the job has run, not failed for
+// it. A job that failed is not finished: it fails the boot.
+func (s *service) finished() bool {
+	if !isClosed(s.up) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state == stateExited && s.exitedClean
 }
 
 // isClosed says whether ch is closed (it is never sent on).
