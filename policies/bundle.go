@@ -345,8 +345,9 @@ func (b *Bundle) addLib() error {
 // one file of the bundle's own whose absence from the signature went
 // unseen. The package alone does not say where a rule lands: in `package
 // airlock`, `lib._bins_ok(_) := true` is a rule of data.airlock.lib, so
-// each rule's full path is checked. Tests never decide (compile leaves
-// them out), and a test of the library's helpers is a library test.
+// each rule's full path is checked. Test files are CheckTests' to refuse
+// (compile leaves them out of every decision, so none joins the library
+// that decides).
 func (b *Bundle) checkLibInjected(m bundle.ModuleFile) error {
 	if len(b.injected) == 0 || slices.Contains(b.injected, m.Path) || m.Parsed == nil || isTestFile(m.Path) {
 		return nil
@@ -364,6 +365,133 @@ func (b *Bundle) checkLibInjected(m bundle.ModuleFile) error {
 
 // libRef is the library's package.
 var libRef = ast.MustParseRef("data.airlock.lib")
+
+// decidingRoots are the documents the engine evaluates whatever modules a
+// bundle has: the library, the presets and the action gate's policy.
+var decidingRoots = []ast.Ref{libRef, ast.MustParseRef("data.airlock.presets"), ast.MustParseRef("data.airlock.gate")}
+
+// testRoot is a document a test file's rules may not reach into, and why.
+type testRoot struct {
+	ref ast.Ref
+	why string
+	// below says which packages below ref a test file may have.
+	below belowRoot
+}
+
+type belowRoot int
+
+const (
+	// noneBelow: none; nothing at or below ref is the tests'.
+	noneBelow belowRoot = iota
+	// testsBelow: a test package of its own (ownTestPackage), as
+	// airlock.presets.coder_test is: the engine reads every package
+	// below the presets as a preset, and the library and the gate by
+	// name.
+	testsBelow
+	// anyBelow: any package below ref. A package root: a bare name
+	// reaches the rules of its own package only, and a policy module
+	// that declares the package below has a root of its own.
+	anyBelow
+)
+
+// CheckTests refuses a test file with a rule inside what decides: the
+// library, the presets or the gate; the package of a policy module (a file
+// other than a test), where a bare name in its rules is a rule of that
+// package, a test file's too (`i := 0` beside `[h | h := hosts[i]]` makes
+// the comprehension take one host); a document a policy module defines;
+// or one it reads by a data reference or an import. Compile leaves test
+// files out of every decision, so the engine loads such a bundle and
+// decides as if the tests were absent; but `airlock policy test` compiles
+// them with the rest, and the tests would pass on another policy than the
+// one that decides: a clause added to lib._bins_ok, a document a preset
+// misspells defined. `policy test` calls it before running any test.
+func (b *Bundle) CheckTests() error {
+	var roots, packages []testRoot
+	for _, r := range decidingRoots {
+		roots = append(roots, testRoot{r, "which decides", testsBelow})
+	}
+	for _, m := range b.Modules {
+		if m.Parsed == nil || isTestFile(m.Path) {
+			continue
+		}
+		// OPA resolves a bare name in a module against the rules of
+		// every module of its package, test files' too: the whole
+		// package is the policy module's. (Checked after the other
+		// roots, which say more of why.)
+		packages = append(packages, testRoot{m.Parsed.Package.Path, "the package of " + m.Path + ", where a bare name is any rule of the package, a test file's too", anyBelow})
+		for _, r := range m.Parsed.Rules {
+			roots = append(roots, testRoot{rulePath(m.Parsed, r), "which " + m.Path + " defines", noneBelow})
+		}
+		// The package line is no reference: what a policy module
+		// reads is in its imports and rules.
+		reads := func(ref ast.Ref) bool {
+			if ref[0].Equal(ast.DefaultRootDocument) {
+				roots = append(roots, testRoot{ref.ConstantPrefix(), "which " + m.Path + " reads", noneBelow})
+			}
+			return false
+		}
+		for _, imp := range m.Parsed.Imports {
+			ast.WalkRefs(imp, reads)
+		}
+		for _, r := range m.Parsed.Rules {
+			ast.WalkRefs(r, reads)
+		}
+	}
+	roots = append(roots, packages...)
+	for _, m := range b.Modules {
+		if m.Parsed == nil || !isTestFile(m.Path) {
+			continue
+		}
+		pkg := m.Parsed.Package.Path
+		for _, r := range m.Parsed.Rules {
+			p := rulePath(m.Parsed, r)
+			for _, root := range roots {
+				if !overlaps(p, root.ref) || root.allows(pkg) {
+					continue
+				}
+				return fmt.Errorf("%s:%d: test rule %s (in package %s) defines %s, inside %s, %s: compile leaves a test file out of every decision and `airlock policy test` does not, so the tests would pass on another policy than the one that decides; move the test to a package of its own (package %s_test, importing what it tests)",
+					m.Path, r.Location.Row, r.Head.Ref(), pkg, p, root.ref, root.why, strings.TrimPrefix(pkg.String(), "data."))
+			}
+		}
+	}
+	return nil
+}
+
+// allows: a test file of package pkg may define documents inside root,
+// its package being one of the tests' own below root.
+func (root testRoot) allows(pkg ast.Ref) bool {
+	switch root.below {
+	case testsBelow:
+		return ownTestPackage(pkg, root.ref)
+	case anyBelow:
+		return len(pkg) > len(root.ref) && pkg.HasPrefix(root.ref)
+	}
+	return false
+}
+
+// ownTestPackage: pkg is a test package (its last name ends in _test)
+// strictly below root.
+func ownTestPackage(pkg, root ast.Ref) bool {
+	last, ok := pkg[len(pkg)-1].Value.(ast.String)
+	return ok && strings.HasSuffix(string(last), "_test") && len(pkg) > len(root) && pkg.HasPrefix(root)
+}
+
+// overlaps reports whether the documents two rule or reference paths
+// name may overlap, one at, below or above the other: a variable in
+// either stands for any key.
+func overlaps(p, q ast.Ref) bool {
+	for i := 0; i < len(p) && i < len(q); i++ {
+		_, pVar := p[i].Value.(ast.Var)
+		_, qVar := q[i].Value.(ast.Var)
+		if i > 0 && (pVar || qVar) {
+			continue
+		}
+		if !p[i].Equal(q[i]) {
+			return false
+		}
+	}
+	return true
+}
 
 // isTestFile: a Rego test file, which `policy test` runs and compile leaves
 // out of every decision.

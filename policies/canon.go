@@ -141,6 +141,66 @@ func isNumericPart(p string) bool {
 	return strings.Trim(s, "0123456789") == ""
 }
 
+// maxPathBytes and maxPathSegments bound the path a decision reads, as
+// sent (escaped). A decision's cost grows faster than the path's segments
+// (about 3 ms for 1,024 of them, 15 ms for 2,048, over 100 ms for
+// 100,000), every distinct path misses the decision cache, and one
+// sandbox's requests would spend the CPU of a proxy others share. No
+// honest path comes near them: common servers refuse a request line
+// past 8 KiB, and Node a whole header past 16 KiB.
+const (
+	maxPathBytes    = 16 << 10
+	maxPathSegments = 1024
+)
+
+// checkPathSize refuses a path longer than maxPathBytes or with more than
+// maxPathSegments segments, an encoded slash (%2F) counted as the
+// separator it decodes to. It reads the path before anything else does.
+func checkPathSize(raw string) error {
+	if len(raw) > maxPathBytes {
+		return invalid("path is %d bytes long, more than the %d a decision reads", len(raw), maxPathBytes)
+	}
+	if n := strings.Count(raw, "/") + strings.Count(raw, "%2F") + strings.Count(raw, "%2f"); n > maxPathSegments {
+		return invalid("path has %d segments, more than the %d a decision reads", n, maxPathSegments)
+	}
+	return nil
+}
+
+// maxQueryParams and maxQueryBytes bound the query a decision reads, as
+// the path's are bounded, and for the same reasons: every value of every
+// param is read under each of the rule's query conditions, each name
+// folded (_param_key), so a decision's cost grows with the query (about
+// 5 ms for 256 params, 15 ms with non-ASCII names, near a second for
+// 10,000), every distinct query misses the decision cache, and the CPU is
+// a proxy's that sandboxes share. An honest query rarely comes near
+// them: an API that takes a long list mostly takes it in a body.
+const (
+	maxQueryParams = 256
+	maxQueryBytes  = 16 << 10
+)
+
+// checkQuerySize refuses a query with more than maxQueryParams params (a
+// name given twice counts twice: each value is read) or whose names and
+// values come to more than maxQueryBytes, the bound CanonicalQuery puts
+// on a raw query, which decoding never lengthens.
+func checkQuerySize(q map[string][]string) error {
+	params, size := 0, 0
+	for k, vs := range q {
+		params += max(len(vs), 1)
+		size += len(k)
+		for _, v := range vs {
+			size += len(v)
+		}
+	}
+	if params > maxQueryParams {
+		return invalid("query has %d parameters, more than the %d a decision reads", params, maxQueryParams)
+	}
+	if size > maxQueryBytes {
+		return invalid("query's names and values are %d bytes long, more than the %d a decision reads", size, maxQueryBytes)
+	}
+	return nil
+}
+
 // CanonicalPath returns the path rules are matched against: percent-escapes
 // decoded (so %2F is a separator and %2e%2e is a dot-segment), "." and ".."
 // resolved, repeated slashes collapsed, a trailing slash kept. It refuses
@@ -210,6 +270,9 @@ func CanonicalQuery(raw string) (map[string][]string, error) {
 	// without it (service=git-receive-pack#x). No client sends a raw "#".
 	if strings.Contains(raw, "#") {
 		return nil, invalid("query: a raw '#', which servers may read as the start of a fragment")
+	}
+	if len(raw) > maxQueryBytes { // before it is parsed
+		return nil, invalid("query is %d bytes long, more than the %d a decision reads", len(raw), maxQueryBytes)
 	}
 	q, err := url.ParseQuery(raw)
 	if err != nil {

@@ -2,6 +2,8 @@ package policies
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -143,6 +145,82 @@ func TestAmbiguousPathRefused(t *testing.T) {
 		err := in.Canonicalize()
 		if want == "" && err != nil || want != "" && (!errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), want)) {
 			t.Errorf("Canonicalize(path %q) = %v; want %q", path, err, want)
+		}
+	}
+}
+
+// A path with more segments or bytes than a decision reads is refused
+// before anything reads it: its cost would grow with it, on a proxy
+// sandboxes share. An encoded slash counts as the separator it is.
+func TestOverlongPathRefused(t *testing.T) {
+	for _, tc := range []struct {
+		note, path, want string
+	}{
+		{"the most segments", strings.Repeat("/a", maxPathSegments), ""},
+		{"one segment more", strings.Repeat("/a", maxPathSegments+1), "path has 1025 segments, more than the 1024 a decision reads"},
+		{"100,000 segments", strings.Repeat("/a", 100_000), "path is 200000 bytes long"},
+		{"encoded slashes", "/a" + strings.Repeat("%2Fa", maxPathSegments/2) + strings.Repeat("%2fa", maxPathSegments/2), "path has 1025 segments"},
+		{"empty segments", "/a" + strings.Repeat("/", maxPathSegments), "path has 1025 segments"},
+		{"the most bytes", "/" + strings.Repeat("a", maxPathBytes-1), ""},
+		{"one byte more", "/" + strings.Repeat("a", maxPathBytes), "path is 16385 bytes long, more than the 16384 a decision reads"},
+	} {
+		in := Input{Request: Request{Phase: PhaseRequest, Host: "example.test", Port: 443, Method: "GET", Path: tc.path}}
+		err := in.Canonicalize()
+		if tc.want == "" && err != nil || tc.want != "" && (!errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: Canonicalize = %v; want %q", tc.note, err, tc.want)
+		}
+	}
+}
+
+// A query with more params or bytes than a decision reads is refused, as
+// an overlong path is: its cost would grow with it. A raw query is
+// measured as sent, before it is parsed; a parsed one (policy eval's
+// input) by its names and values, which decoding never lengthens.
+func TestOverlongQueryRefused(t *testing.T) {
+	params := func(n int, distinct bool) string {
+		ps := make([]string, n)
+		for i := range ps {
+			ps[i] = "a=v"
+			if distinct {
+				ps[i] = fmt.Sprintf("p%d=v", i)
+			}
+		}
+		return strings.Join(ps, "&")
+	}
+	for _, tc := range []struct {
+		note, raw, want string
+	}{
+		{"the most params", params(maxQueryParams, true), ""},
+		{"one param more", params(maxQueryParams+1, true), "query has 257 parameters, more than the 256 a decision reads"},
+		{"a name given again counts again", params(maxQueryParams+1, false), "query has 257 parameters"},
+		{"the most bytes", "a=" + strings.Repeat("v", maxQueryBytes-2), ""},
+		{"one byte more", "a=" + strings.Repeat("v", maxQueryBytes-1), "query is 16385 bytes long, more than the 16384 a decision reads"},
+		{"escaped, as sent", "a=" + strings.Repeat("%76", maxQueryBytes/3), "query is 16385 bytes long"},
+	} {
+		in := Input{Request: Request{Phase: PhaseRequest, Host: "example.test", Port: 443, Method: "GET", Path: "/"}}
+		q, err := CanonicalQuery(tc.raw)
+		if err == nil {
+			in.Request.Query = q
+			err = in.Canonicalize()
+		}
+		if tc.want == "" && err != nil || tc.want != "" && (!errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v; want %q", tc.note, err, tc.want)
+		}
+	}
+	// As policy eval reads it: parsed already.
+	for _, tc := range []struct {
+		note  string
+		query map[string][]string
+		want  string
+	}{
+		{"the most bytes", map[string][]string{"a": {strings.Repeat("v", maxQueryBytes-1)}}, ""},
+		{"one byte more", map[string][]string{"a": {strings.Repeat("v", maxQueryBytes)}}, "query's names and values are 16385 bytes long, more than the 16384 a decision reads"},
+		{"one name, too many values", map[string][]string{"a": slices.Repeat([]string{"v"}, maxQueryParams+1)}, "query has 257 parameters"},
+	} {
+		in := Input{Request: Request{Phase: PhaseRequest, Host: "example.test", Port: 443, Method: "GET", Path: "/", Query: tc.query}}
+		err := in.Canonicalize()
+		if tc.want == "" && err != nil || tc.want != "" && (!errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("parsed, %s: Canonicalize = %v; want %q", tc.note, err, tc.want)
 		}
 	}
 }

@@ -1,6 +1,9 @@
 package policies
 
-import "strings"
+import (
+	"cmp"
+	"strings"
+)
 
 // Reason is a stable code saying why a decision came out as it did. The
 // proxy's 403 body, its audit line and its metrics all carry the same code.
@@ -75,9 +78,19 @@ type Decision struct {
 	Preset string `json:"preset"`
 	Policy string `json:"policy"`
 	// Error carries the evaluation or input error behind policy_error and
-	// invalid_request.
+	// invalid_request, and nothing else: the proxy reads a decision with
+	// one as no answer of the policy's to the request as asked (a method
+	// override's is then audited and answered as the request was sent).
 	Error string `json:"error,omitempty"`
+	// Detail says more of a denial the policy made: for
+	// query_not_allowed, the query parameter that failed (by name: a
+	// query's values are never written down).
+	Detail string `json:"detail,omitempty"`
 }
+
+// Why is the detail of d a hint and an audit line give: its error, or
+// the denial's detail.
+func (d Decision) Why() string { return cmp.Or(d.Error, d.Detail) }
 
 // SecretRef names where the proxy finds a secret; the policy never holds it.
 type SecretRef struct {

@@ -215,6 +215,9 @@ func (g *generation) evaluate(ctx context.Context, p *compiledPreset, in *Input)
 	if in.Request.Phase != PhaseConnect {
 		d.Inspect = false // inspection is decided per connection, not per request
 	}
+	if d.Reason == ReasonQueryNotAllowed {
+		d.Detail = p.queryDetail(d.Rule, in.Request.Query)
+	}
 	return d
 }
 

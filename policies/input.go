@@ -100,6 +100,9 @@ func (in *Input) Canonicalize() error {
 	if r.Method, err = CanonicalMethod(r.Method); err != nil {
 		return err
 	}
+	if err := checkQuerySize(r.Query); err != nil {
+		return err
+	}
 	if err := checkQuery(r.Query); err != nil {
 		return err
 	}
@@ -107,6 +110,9 @@ func (in *Input) Canonicalize() error {
 		return invalid("upgrade %q: only websocket is relayed", r.Upgrade)
 	}
 	raw := r.Path
+	if err := checkPathSize(raw); err != nil {
+		return err
+	}
 	if err := checkUnambiguous(raw); err != nil {
 		return err
 	}

@@ -65,8 +65,8 @@ var Reasons = []ReasonSpec{
 		"binary {exe} is not allowed to reach {target}{closest}; identity is the resolved executable, so a rule must name this exact path",
 		"the rules for the endpoint name other executables (the resolved path of `/proc/<pid>/exe`)"},
 	{ReasonHashMismatch, http.StatusForbidden, ByPreset,
-		"binary {exe} has sha256 {sha256}, which is not pinned by the rule{closest}",
-		"the rule pins a sha256 the executable does not have"},
+		"binary {exe} has sha256 {sha256}, which does not match the sha256 pinned for its path{closest}; a pinned entry wins over unpinned ones that match the path too",
+		"an entry of the rule with a sha256 matches the executable's path (it wins over entries without one) and the executable has none of its digests"},
 	{ReasonMethodNotAllowed, http.StatusForbidden, ByPreset,
 		"method {method} is not allowed on {host}{closest}",
 		"the rule does not allow the method"},
@@ -74,8 +74,8 @@ var Reasons = []ReasonSpec{
 		"path {path} is not allowed on {host}{closest}",
 		"the rule does not allow the path"},
 	{ReasonQueryNotAllowed, http.StatusForbidden, ByPreset,
-		"query parameters of {method} {path} do not satisfy the rule{closest}",
-		"the rule's query conditions are not met"},
+		"the query of {method} {path} does not satisfy the rule{closest}: {detail}",
+		"the rule's query conditions are not met (the detail names the parameter, never its value)"},
 	{ReasonWebSocketNotAllowed, http.StatusForbidden, ByPreset,
 		`a WebSocket to {target} is not allowed{closest}: after the upgrade frames go both ways unseen, so a rule must say "websocket": true`,
 		"a WebSocket upgrade on a rule without `\"websocket\": true`"},
@@ -151,8 +151,8 @@ func (r Reason) Status() int { return r.Spec().Status }
 
 // Hint is a one-line explanation of a decision that a person or an agent
 // can act on: what failed, for which binary and endpoint, and what to
-// change. The detail is the decision's own error.
-func (d Decision) Hint(in *Input) string { return d.HintDetail(in, d.Error) }
+// change. The detail is the decision's own (Why).
+func (d Decision) Hint(in *Input) string { return d.HintDetail(in, d.Why()) }
 
 // HintDetail is Hint with the detail of what failed given: the proxy's,
 // for a denial it made around the policy.
@@ -217,7 +217,7 @@ func GitOperation(r *Request) (op, service string) {
 			for _, v := range vs {
 				// A push among the values makes it a push, as a deny
 				// rule on the service reads it.
-				if s := strings.ToLower(strings.TrimSpace(v)); s == "git-receive-pack" || (s == "git-upload-pack" && service == "") {
+				if s := fold(strings.TrimSpace(v)); s == "git-receive-pack" || (s == "git-upload-pack" && service == "") {
 					service = s
 				}
 			}
@@ -237,14 +237,14 @@ func GitOperation(r *Request) (op, service string) {
 // (?service[0]=git-receive-pack is a push to it). TestParamKeyMirrorsLibrary
 // holds the two together.
 func paramKey(n string) string {
+	n = fold(n) // first, as the library folds: ［ is [ and ． is . after it
 	base := n
 	if i := strings.IndexByte(n, '['); i > 0 && strings.IndexByte(n[i:], ']') > 0 {
 		base = n[:i]
 	} else if j := strings.IndexByte(n, ']'); i == 0 && j > 0 {
 		base = n[1:j]
 	}
-	base = strings.TrimLeft(base, " ")
-	return strings.ToLower(phpUnderscores.Replace(base))
+	return phpUnderscores.Replace(strings.TrimLeft(base, " "))
 }
 
 // phpUnderscores are the characters PHP names a param's "_" by.

@@ -158,6 +158,12 @@ func TestHintNamesGitOperation(t *testing.T) {
 			[]string{`push to github.com is not allowed by preset "reviewer": `, `deny rule "no-git-push-discovery"`}},
 		{"push discovery, a leading space", "GET", "/o/r/info/refs", map[string][]string{" service": {"git-receive-pack"}}, policies.ReasonDeniedByRule,
 			[]string{`push to github.com is not allowed by preset "reviewer": `, `deny rule "no-git-push-discovery"`}},
+		// Folded as servers that compare ignoring case by upper-casing
+		// read the name and the value.
+		{"push discovery, ſervice", "GET", "/o/r/info/refs", map[string][]string{"ſervice": {"git-receive-pack"}}, policies.ReasonDeniedByRule,
+			[]string{`push to github.com is not allowed by preset "reviewer": `, `deny rule "no-git-push-discovery"`}},
+		{"push discovery, gıt-receıve-pack", "GET", "/o/r/info/refs", map[string][]string{"service": {"gıt-receıve-pack"}}, policies.ReasonDeniedByRule,
+			[]string{`push to github.com is not allowed by preset "reviewer": `, `deny rule "no-git-push-discovery"`}},
 		{"push", "POST", "/o/r/git-receive-pack", nil, policies.ReasonDeniedByRule,
 			[]string{`push to github.com is not allowed by preset "reviewer": `, `deny rule "no-git-push"`}},
 		{"fetch from a path no rule allows", "POST", "/o/r/extra/git-upload-pack", nil, policies.ReasonPathNotAllowed,
@@ -183,6 +189,40 @@ func TestHintNamesGitOperation(t *testing.T) {
 		}
 		if tc.note == "not git" && strings.Contains(h, "push") {
 			t.Errorf("%s: hint %q names a git operation", tc.note, h)
+		}
+	}
+}
+
+// A query_not_allowed denial names the parameter that failed, never its
+// value: which one to fix, not only that the query did not satisfy the
+// rule.
+func TestQueryDenialNamesTheParameter(t *testing.T) {
+	e := embedded(t)
+	for _, tc := range []struct {
+		note  string
+		query map[string][]string
+		want  string
+	}{
+		{"no service", nil, `query parameter "service" is missing`},
+		{"another service", map[string][]string{"service": {"s3cr3t-value"}}, `query parameter "service" has a value the rule does not allow`},
+		{"another spelling", map[string][]string{"service": {"git-upload-pack"}, "SERVICE[]": {"s3cr3t-value"}},
+			`query parameter "service", sent as "SERVICE[]" (a spelling servers read as it), has a value the rule does not allow`},
+	} {
+		in := &policies.Input{
+			Sandbox: policies.Sandbox{ID: "t", Preset: "coder"},
+			Process: policies.Process{PID: 1, Exe: "/usr/lib/git-core/git-remote-http"},
+			Request: policies.Request{Phase: policies.PhaseRequest, Host: "github.com", Port: 443, Method: "GET", Path: "/o/r/info/refs", Query: tc.query},
+		}
+		d := e.Decide(context.Background(), in)
+		h := d.Hint(in)
+		// In Detail, not Error: an Error says the policy did not
+		// decide the request as asked (the proxy answers a method
+		// override's denial as the request was sent then).
+		if d.Reason != policies.ReasonQueryNotAllowed || d.Detail != tc.want || d.Error != "" || !strings.Contains(h, tc.want) {
+			t.Errorf("%s: %s, detail %q, error %q, hint %q; want query_not_allowed naming %q in its detail", tc.note, d.Reason, d.Detail, d.Error, h, tc.want)
+		}
+		if strings.Contains(h, "s3cr3t") {
+			t.Errorf("%s: hint %q quotes a query value", tc.note, h)
 		}
 	}
 }

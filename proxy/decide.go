@@ -101,8 +101,8 @@ func (p *Proxy) decide(ctx context.Context, cc *clientConn, req policies.Request
 	start := time.Now()
 	dc.d = p.cfg.Decider.Decide(ctx, &dc.in)
 	p.cfg.Metrics.observeEval(time.Since(start))
-	if dc.d.Error != "" {
-		dc.detail = dc.d.Error
+	if why := dc.d.Why(); why != "" {
+		dc.detail = why
 	}
 	return dc
 }

@@ -71,6 +71,8 @@ type fuzzFixture struct {
 	// stream that says nothing more, held until the request is gone
 	// (its connection closed), then told here.
 	released chan struct{}
+	// answer, when set, answers each request in place of "ok".
+	answer atomic.Pointer[http.HandlerFunc]
 
 	mu         sync.Mutex
 	violations []string
@@ -221,6 +223,10 @@ func (fx *fuzzFixture) upstream(w http.ResponseWriter, r *http.Request) {
 		fx.mu.Unlock()
 	}
 	io.Copy(io.Discard, r.Body)
+	if answer := fx.answer.Load(); answer != nil {
+		(*answer)(w, r)
+		return
+	}
 	if fx.released != nil {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)

@@ -526,6 +526,9 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 				dc.detail = fmt.Sprintf("a %s with %s %q: %s", dc.in.Request.Method, o.via, o.method, d.Error)
 			default:
 				dc.detail = fmt.Sprintf("a %s with %s %q: the upstream may take it for that method", dc.in.Request.Method, o.via, o.method)
+				if d.Detail != "" { // what failed, as that method
+					dc.detail += "; " + d.Detail
+				}
 				dc.in = in
 			}
 		}

@@ -180,6 +180,44 @@ func TestMethodOverridesAreDecided(t *testing.T) {
 	}
 }
 
+// A method override denied for its query (the api-post rule allows a POST
+// with confirm=yes only) is decided, answered and audited as the method
+// it names, the detail saying which parameter failed: a query_not_allowed
+// detail is no error of the decision's, which would have it answered as
+// the request was sent.
+func TestMethodOverrideDeniedForItsQuery(t *testing.T) {
+	fx := newTPFixture(t)
+	d := fx.dialer(t)
+	for _, tc := range []struct {
+		name, head string
+		allowed    bool
+	}{
+		{"X-HTTP-Method-Override", "GET /ok/header HTTP/1.1\r\nX-HTTP-Method-Override: POST\r\n", false},
+		{"_method in the query", "GET /ok/query?_method=POST HTTP/1.1\r\n", false},
+		{"the query the rule wants", "GET /ok/x?confirm=yes HTTP/1.1\r\nX-HTTP-Method-Override: POST\r\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tls.Client(connectTo(t, d, "api.tp.test"), &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"}})
+			defer c.Close()
+			request := tc.head + "Host: api.tp.test\r\n\r\n"
+			if tc.allowed {
+				get(t, c, bufio.NewReader(c), request)
+				return
+			}
+			go io.WriteString(c, request)
+			const why = `query parameter "confirm" is missing`
+			resp, den := denialOn(t, c)
+			if resp.StatusCode != http.StatusForbidden || den.Reason != string(policies.ReasonQueryNotAllowed) || den.Method != "POST" || den.Rule != "api-post" || !strings.Contains(den.Hint, why) {
+				t.Fatalf("answer %d %+v; want 403 query_not_allowed by rule api-post, the request denied as POST, the hint saying %s", resp.StatusCode, den, why)
+			}
+			fx.line(t, AuditMessage, "api.tp.test", policies.ReasonQueryNotAllowed, func(l map[string]any) bool {
+				detail, _ := l["detail"].(string)
+				return l["path"] == den.Path && l["method"] == "POST" && strings.Contains(detail, why)
+			})
+		})
+	}
+}
+
 // A request refused for naming another host than its tunnel says what it
 // asked for: its path is on the denial and the audit line.
 func TestHostMismatchNamesThePath(t *testing.T) {

@@ -19,25 +19,29 @@ import (
 //
 // Each occurrence is replaced by as many '*' as it has bytes. The same
 // length keeps Content-Length true and streams streams: nothing is
-// re-framed, and a body is passed on as it arrives, less the bytes that
-// could still be the start of a secret (fewer than its longest form below),
-// held back until they are known. It tells the secret's length, which its
-// format (sk-..., ghp_...) tells anyway.
+// re-framed, and a body is passed on as it arrives, less its last bytes
+// since its last line break (fewer than its longest form below), held
+// back until the next read. It tells the secret's length, which its
+// format (sk-..., ghp_...) tells anyway; what is held never depends on
+// whether it looks like a secret (see held).
 //
 // What is matched: each secret exactly, which covers the header value sent
 // ("Bearer <secret>"), and the forms an echo commonly re-encodes it in:
-// JSON-escaped, percent-encoded, base64 of the secret or of the header
-// value (standard or URL alphabet, padded or not), and for "Basic %s" the
-// decoded user:pass. Not matched: any other transformation (base64 of a
-// larger text, hashing, splitting, case changes), a response the proxy
-// cannot read (compressed: refused, see response), WebSocket frames
-// (refused before the upgrade), and responses to requests that carried no
-// injected secret.
+// JSON-escaped, percent-encoded (see percentForms), base64 of the secret
+// or of the header value (standard or URL alphabet, padded or not), the
+// secret inside the base64 of a larger text (see base64Cores), and for
+// "Basic %s" the decoded user:pass. Not matched: any other transformation
+// (hashing, splitting, case changes), a response the proxy cannot read
+// (compressed: refused, see response), WebSocket frames (refused before
+// the upgrade), and responses to requests that carried no injected secret.
 type scrubber struct {
 	needles [][]byte
 	lowered [][]byte // needles in ASCII lower case, for header names
 	longest int
-	count   atomic.Int64 // occurrences masked so far
+	// spansLines: some form holds a line break (a decoded Basic
+	// user:pass may), so no occurrence is known to end before one.
+	spansLines bool
+	count      atomic.Int64 // occurrences masked so far
 }
 
 // unscrubbableFrames is the detail of a WebSocket upgrade refused because
@@ -56,17 +60,91 @@ func secretForms(secret, format string) []string {
 		// Unpadded: the padded form begins with it.
 		forms = append(forms, base64.RawStdEncoding.EncodeToString([]byte(v)), base64.RawURLEncoding.EncodeToString([]byte(v)))
 	}
+	// The secret's cores are in the base64 of any text holding it, the
+	// header value's among them.
+	forms = append(forms, base64Cores(secret)...)
 	js, _ := json.Marshal(secret) // Go's escaping: \u003c for <, \u0026 for &
 	forms = append(forms, string(js[1:len(js)-1]))
 	// PHP's json_encode and others escape '/' too.
 	forms = append(forms, strings.ReplaceAll(string(js[1:len(js)-1]), "/", `\/`))
-	forms = append(forms, url.QueryEscape(secret), url.PathEscape(secret))
+	forms = append(forms, percentForms(secret)...)
 	if strings.HasPrefix(strings.ToLower(format), "basic ") {
 		if dec, err := base64.StdEncoding.DecodeString(secret); err == nil && len(dec) > 0 {
 			forms = append(forms, string(dec))
 		}
 	}
 	return forms
+}
+
+// minCore is the shortest base64 core matched: a core of a secret a few
+// bytes long is two or three characters, which would mask them wherever
+// they stand in base64 the secret is no part of.
+const minCore = 8
+
+// base64Cores are what of the base64 of a larger text holding the secret
+// (a dump of the request's header, a token's payload) the secret alone
+// determines, for each of its three alignments to the encoding's 3-byte
+// groups and both alphabets: the characters that encode only its bits.
+// Those that also encode the bytes either side are left out, and with
+// them at most 4 of its bits at each end.
+func base64Cores(secret string) []string {
+	var cores []string
+	for off := range 3 {
+		b := make([]byte, off+len(secret)) // off filler bytes, then the secret
+		copy(b[off:], secret)
+		// Character i encodes bits [6i, 6i+6) of b; the secret's are
+		// [8*off, 8*len(b)).
+		from, to := (8*off+5)/6, 8*len(b)/6
+		if to-from < minCore {
+			continue
+		}
+		for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+			cores = append(cores, enc.EncodeToString(b)[from:to])
+		}
+	}
+	return cores
+}
+
+// percentForms are the secret percent-encoded as common encoders write
+// it: Go's query and path escaping, every byte but the unreserved ones
+// (Python's quote(s, safe="")), those and '/' (Python's quote(s), its
+// default) and those and !'()* (JavaScript's encodeURIComponent), each
+// with its hex digits in upper case (RFC 3986's advice) and in lower case
+// (.NET's HttpUtility.UrlEncode writes them so, as do hand-rolled ones).
+func percentForms(secret string) []string {
+	var forms []string
+	for _, f := range []string{url.QueryEscape(secret), url.PathEscape(secret), percentEncode(secret, ""), percentEncode(secret, "/"), percentEncode(secret, "!'()*")} {
+		forms = append(forms, f, lowerHex(f))
+	}
+	return forms
+}
+
+// percentEncode escapes every byte of s but RFC 3986's unreserved ones
+// and those in keep, in upper-case hex.
+func percentEncode(s, keep string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte("-._~"+keep, c) >= 0 {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+// lowerHex is the percent-encoded s with the hex digits of its escapes in
+// lower case.
+func lowerHex(s string) string {
+	b := []byte(s)
+	for i := 0; i+2 < len(b); i++ {
+		if b[i] == '%' {
+			copy(b[i+1:i+3], asciiLower(b[i+1:i+3]))
+			i += 2
+		}
+	}
+	return string(b)
 }
 
 // newScrubber scrubs forms; it is nil when there is nothing to scrub.
@@ -81,6 +159,7 @@ func newScrubber(forms []string) *scrubber {
 		s.needles = append(s.needles, []byte(f))
 		s.lowered = append(s.lowered, asciiLower([]byte(f)))
 		s.longest = max(s.longest, len(f))
+		s.spansLines = s.spansLines || strings.ContainsAny(f, "\r\n")
 	}
 	if len(s.needles) == 0 {
 		return nil
@@ -121,17 +200,25 @@ func (s *scrubber) markNeedles(needles [][]byte, orig, out []byte, from int) {
 	}
 }
 
-// held is the length of the longest suffix of b that is a proper prefix of
-// a secret: bytes that may yet turn out to be one.
+// held is how many of b's last bytes wait for the next read: those after
+// its last line break (any, if a form spans one), but no more than one
+// fewer than the longest form. An occurrence beginning before them ends
+// within b, where it is masked: it spans no line break, and is no longer
+// than the longest form.
+//
+// It depends on where b's line breaks are and on the forms' length only,
+// never on whether its last bytes look like the start of a secret. Were
+// only those held, where the client's data is split and when those bytes
+// reach it would tell an agent that makes an upstream echo its guesses (a
+// model told to repeat them) whether a guess begins the secret, a byte at
+// a time. A line (an event, an NDJSON record) still goes out as soon as
+// it ends.
 func (s *scrubber) held(b []byte) int {
-	for i := max(0, len(b)-s.longest+1); i < len(b); i++ {
-		for _, n := range s.needles {
-			if len(b)-i < len(n) && bytes.HasPrefix(n, b[i:]) {
-				return len(b) - i
-			}
-		}
+	tail := b[max(0, len(b)-s.longest+1):]
+	if !s.spansLines {
+		tail = tail[bytes.LastIndexAny(tail, "\r\n")+1:]
 	}
-	return 0
+	return len(tail)
 }
 
 // scrubString is v with every secret in it masked.
@@ -241,10 +328,9 @@ func (b *scrubBody) Read(p []byte) (int, error) {
 func (b *scrubBody) Close() error { return b.body.Close() }
 
 // scrubReader masks secrets in a stream split at arbitrary points. It
-// returns each byte as soon as no secret can begin at it unseen: a read
-// that ends in the first bytes of a secret holds those back (fewer than
-// the longest secret) until the next read completes or clears them; any
-// other bytes go out at once, so a stream is never delayed further.
+// returns each byte as soon as no secret can begin at it unseen: of what
+// a read brings, the bytes after its last line break (fewer than the
+// longest form) wait for the next read (see held), or for the end.
 type scrubReader struct {
 	s          *scrubber
 	r          io.Reader
@@ -286,11 +372,12 @@ func (z *scrubReader) fill() {
 	z.err = err
 	switch {
 	case err == io.EOF:
-		// The stream ended: held bytes are not the secret after all.
+		// The stream ended: the held bytes go out, any whole secret
+		// among them masked (mark found it).
 		z.ready = len(z.out)
 	case err != nil:
 		// The answer is cut short and the client's connection reset:
-		// what may be a secret's first bytes are never sent.
+		// the held bytes, which may be a secret's first, are never sent.
 		z.ready = len(z.out) - z.s.held(z.orig)
 		z.orig, z.out = z.orig[:z.ready], z.out[:z.ready]
 	default:

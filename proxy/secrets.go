@@ -22,29 +22,57 @@ type SecretSource interface {
 type EnvSecrets struct{}
 
 func (EnvSecrets) Lookup(ref policies.SecretRef) (string, error) {
-	var v string
+	v, source, err := SecretValue(ref)
+	if err != nil {
+		return "", err
+	}
+	if why := unsendable(v); why != "" {
+		return "", fmt.Errorf("%s: the secret %s", source, why)
+	}
+	return v, nil
+}
+
+// SecretValue is what ref names, as it is (a file's trailing line breaks
+// aside), whether or not it could be sent, and where it is read from:
+// what must not reach a sandbox either way.
+func SecretValue(ref policies.SecretRef) (v, source string, err error) {
 	switch {
 	case ref.Env != "":
-		v = os.Getenv(ref.Env)
+		v, source = os.Getenv(ref.Env), "environment variable "+ref.Env
 		if v == "" {
-			return "", fmt.Errorf("environment variable %s is not set in the proxy", ref.Env)
+			return "", source, fmt.Errorf("%s is not set in the proxy", source)
 		}
 	case ref.File != "":
 		raw, err := os.ReadFile(ref.File)
 		if err != nil {
-			return "", fmt.Errorf("secret file %s: %w", ref.File, errors.Unwrap(err))
+			return "", "", fmt.Errorf("secret file %s: %w", ref.File, errors.Unwrap(err))
 		}
-		v = strings.TrimRight(string(raw), "\r\n")
+		v, source = strings.TrimRight(string(raw), "\r\n"), "secret file "+ref.File
 		if v == "" {
-			return "", fmt.Errorf("secret file %s is empty", ref.File)
+			return "", source, fmt.Errorf("%s is empty", source)
 		}
 	default:
-		return "", errors.New("secret reference names neither env nor file")
+		return "", "", errors.New("secret reference names neither env nor file")
 	}
-	if strings.ContainsAny(v, "\r\n") {
-		return "", errors.New("secret contains a line break")
+	return v, source, nil
+}
+
+// unsendable says why secret is refused, if it is, without quoting it. A
+// line break would end the header. Whitespace at either end is trimmed
+// from a header value as it is written, so an upstream would echo other
+// bytes than those the response is scrubbed of (an env var set with a
+// trailing space, a file with a trailing tab). Other control bytes are
+// refused by the transport, but for a tab, which no credential holds.
+func unsendable(secret string) string {
+	switch {
+	case strings.ContainsAny(secret, "\r\n"):
+		return "contains a line break"
+	case strings.TrimSpace(secret) != secret:
+		return "begins or ends with whitespace"
+	case strings.ContainsFunc(secret, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return "contains a control character"
 	}
-	return v, nil
+	return ""
 }
 
 // CheckSecrets resolves every secret p's rules inject, so that a missing

@@ -61,3 +61,44 @@ func TestCheckSecretsNamesWhatIsMissing(t *testing.T) {
 		t.Fatalf("CheckSecrets with every secret present = %v", err)
 	}
 }
+
+// A secret that would not reach the upstream as it is refused, from the
+// environment or a file, naming its source and never its value: with
+// whitespace at either end (a header value is sent trimmed, and the echo
+// of what was sent would not be masked), a line break or another control
+// byte. A file's final line break is no part of its secret.
+func TestLookupRefusesWhatCannotBeSent(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token")
+	for _, tc := range []struct{ value, refused string }{
+		{"sk-live-abc123", ""},
+		{"sk live abc123", ""},
+		{"sk-live-abc123 ", "begins or ends with whitespace"},
+		{" sk-live-abc123", "begins or ends with whitespace"},
+		{"sk-live-abc123\t", "begins or ends with whitespace"},
+		{"sk-live-abc123\u00a0", "begins or ends with whitespace"},
+		{"sk-live\rabc123", "contains a line break"},
+		{"sk-live\x1babc123", "contains a control character"},
+		{"sk-live\tabc123", "contains a control character"},
+		{"sk-live\x7fabc123", "contains a control character"},
+	} {
+		t.Setenv("AIRLOCK_TEST_KEY", tc.value)
+		if err := os.WriteFile(file, []byte(tc.value+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, src := range []struct {
+			ref  policies.SecretRef
+			name string
+		}{
+			{policies.SecretRef{Env: "AIRLOCK_TEST_KEY"}, "environment variable AIRLOCK_TEST_KEY"},
+			{policies.SecretRef{File: file}, "secret file " + file},
+		} {
+			got, err := EnvSecrets{}.Lookup(src.ref)
+			switch {
+			case tc.refused == "" && (err != nil || got != tc.value):
+				t.Errorf("%s holding %q: %q, %v; want it", src.name, tc.value, got, err)
+			case tc.refused != "" && (err == nil || !strings.Contains(err.Error(), src.name+": the secret "+tc.refused) || strings.Contains(err.Error(), "abc123")):
+				t.Errorf("%s holding %q: %q, %v; want it refused, naming the source and not the value: %s", src.name, tc.value, got, err, tc.refused)
+			}
+		}
+	}
+}

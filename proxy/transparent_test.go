@@ -90,6 +90,7 @@ exe := [{"path": %[1]q}]
 
 rules := [
 	{"name": "api", "binaries": exe, "hosts": ["api.tp.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/ok/**"]},
+	{"name": "api-post", "binaries": exe, "hosts": ["api.tp.test"], "ports": [%[2]d], "methods": ["POST"], "paths": ["/ok/**"], "query": {"confirm": ["yes"]}},
 	{"name": "tls", "binaries": exe, "hosts": ["tls.tp.test"], "ports": [%[2]d]},
 	{"name": "web", "binaries": exe, "hosts": ["web.tp.test"], "ports": [%[2]d], "methods": ["GET"], "paths": ["/ok/**"]},
 	{"name": "ssh", "binaries": exe, "hosts": ["ssh.tp.test"], "ports": [%[2]d]},

@@ -11,16 +11,20 @@ import (
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
-// injectingWS is a preset that allows a WebSocket on a rule that injects a
-// credential, which no preset built on the rules library can (a rule that
-// injects cannot say "websocket": true): the real engine's decision, with
-// a credential added to the WebSocket rule's.
-type injectingWS struct{ policies.Decider }
+// injecting is the real engine's decision, with inject added to that of
+// the named rule: a preset built on the rules library cannot give every
+// rule a test needs one (a rule that injects cannot say "websocket":
+// true), and the fixture's secrets come from the test's environment.
+type injecting struct {
+	policies.Decider
+	rule   string
+	inject map[string]policies.SecretRef
+}
 
-func (d injectingWS) Decide(ctx context.Context, in *policies.Input) policies.Decision {
+func (d injecting) Decide(ctx context.Context, in *policies.Input) policies.Decision {
 	dec := d.Decider.Decide(ctx, in)
-	if dec.Allow && dec.Rule == "ws" && in.Request.Phase == policies.PhaseRequest {
-		dec.Inject = map[string]policies.SecretRef{"Authorization": {Env: "AIRLOCK_TEST_WS_TOKEN", Format: "Bearer {}"}}
+	if dec.Allow && dec.Rule == d.rule && in.Request.Phase == policies.PhaseRequest {
+		dec.Inject = d.inject
 	}
 	return dec
 }
@@ -32,7 +36,7 @@ func (d injectingWS) Decide(ctx context.Context, in *policies.Input) policies.De
 func TestWebSocketInjectingCredentialIsRefused(t *testing.T) {
 	t.Setenv("AIRLOCK_TEST_WS_TOKEN", "s3cret-token")
 	fx := newFuzzFixture(t)
-	fx.p.cfg.Decider = injectingWS{fx.p.cfg.Decider}
+	fx.p.cfg.Decider = injecting{fx.p.cfg.Decider, "ws", map[string]policies.SecretRef{"Authorization": {Env: "AIRLOCK_TEST_WS_TOKEN", Format: "Bearer {}"}}}
 	client, tc, done := fx.inspectedTunnel(t, 10*time.Second)
 	defer func() { client.Close(); <-done }()
 	fmt.Fprintf(tc, "GET /ws HTTP/1.1\r\nHost: %s:%d\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", fuzzHost, fx.port)

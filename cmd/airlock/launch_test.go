@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // A launch that cannot mean what it says is a usage error (exit 2) found
@@ -154,5 +155,71 @@ func TestStatusFileIsNotWrittenThroughLinks(t *testing.T) {
 	s.Close()
 	if raw, err := os.ReadFile(own); err != nil || string(raw) != "{\"started\":false}\n" {
 		t.Errorf("a status file of the launcher's own after a launch: %q, %v; want only the new outcome", raw, err)
+	}
+}
+
+// A launch whose --keep-env or --env would hand the command a credential
+// its preset injects (from this process's environment, as its own proxy
+// reads it) is refused, exit 2, before the sandbox is made: the status
+// and the error name the variable, never the value.
+func TestLaunchRefusesToHandOverAnInjectedKey(t *testing.T) {
+	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-test-abc123")
+	t.Setenv("AIRLOCK_TEST_COPY", "sk-ant-test-abc123")
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--keep-env", "ANTHROPIC_API_KEY"}, `--keep-env ANTHROPIC_API_KEY: it holds the credential preset "coder"'s rule "anthropic-api" injects (header x-api-key)`},
+		{[]string{"--keep-env", "AIRLOCK_TEST_COPY"}, "--keep-env AIRLOCK_TEST_COPY: it holds the credential"},
+		{[]string{"--env", "KEY=x-api-key: sk-ant-test-abc123"}, "--env KEY: it holds the credential"},
+	} {
+		status := filepath.Join(t.TempDir(), "status.json")
+		args := append(append([]string{"launch", "--preset", "coder", "--json-status", status}, tc.flags...), "--", "/bin/true")
+		code, _, stderr := airlock(t, "", args...)
+		raw, _ := os.ReadFile(status)
+		if code != ExitUsage || !strings.Contains(stderr, tc.want) || !strings.Contains(string(raw), `"started":false`) || strings.Contains(stderr+string(raw), "abc123") {
+			t.Errorf("airlock %v: exit %d, %s, status %s; want %d naming %s, not the key", args, code, stderr, raw, ExitUsage, tc.want)
+		}
+	}
+}
+
+// What is refused is a value holding an injected secret: a placeholder,
+// a variable that holds none, a secret the proxy lacks are not; a file's
+// secret is found as an environment variable's is.
+func TestHandedSecret(t *testing.T) {
+	t.Setenv("AIRLOCK_TEST_INJECTED", "sk-live-abc123")
+	t.Setenv("AIRLOCK_TEST_OTHER", "unrelated")
+	// One the proxy refuses to send (a trailing space) is not injected,
+	// but is the credential all the same.
+	t.Setenv("AIRLOCK_TEST_SPACED", "sk-ant-spaced-key ")
+	// Basic's user:pass, base64: "ci-bot:hunter2-long-pass".
+	t.Setenv("AIRLOCK_TEST_BASIC", "Y2ktYm90Omh1bnRlcjItbG9uZy1wYXNz")
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("ghp_filetoken\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := policies.Preset{Name: "p", Rules: []policies.Rule{
+		{Name: "model", Inject: map[string]policies.SecretRef{"authorization": {Env: "AIRLOCK_TEST_INJECTED", Format: "Bearer %s"}}},
+		{Name: "git", Inject: map[string]policies.SecretRef{"x-token": {File: file}}},
+		{Name: "lacking", Inject: map[string]policies.SecretRef{"x-key": {Env: "AIRLOCK_TEST_UNSET"}}},
+		{Name: "spaced", Inject: map[string]policies.SecretRef{"x-api-key": {Env: "AIRLOCK_TEST_SPACED"}}},
+		{Name: "basic", Inject: map[string]policies.SecretRef{"authorization": {Env: "AIRLOCK_TEST_BASIC", Format: "Basic %s"}}},
+	}}
+	for _, tc := range []struct {
+		envs, keep []string
+		want       string
+	}{
+		{nil, []string{"AIRLOCK_TEST_INJECTED"}, `--keep-env AIRLOCK_TEST_INJECTED: it holds the credential preset "p"'s rule "model" injects (header authorization)`},
+		{[]string{"GH=ghp_filetoken"}, nil, `--env GH: it holds the credential preset "p"'s rule "git" injects (header x-token)`},
+		{nil, []string{"AIRLOCK_TEST_SPACED"}, `--keep-env AIRLOCK_TEST_SPACED: it holds the credential preset "p"'s rule "spaced" injects (header x-api-key)`},
+		{[]string{"KEY=sk-ant-spaced-key"}, nil, `--env KEY: it holds the credential preset "p"'s rule "spaced" injects`},
+		{[]string{"CRED=ci-bot:hunter2-long-pass"}, nil, `--env CRED: it holds the credential preset "p"'s rule "basic" injects`},
+		{[]string{"PASS=hunter2-long-pass"}, nil, `--env PASS: it holds the credential preset "p"'s rule "basic" injects`},
+		{[]string{"OPENAI_API_KEY=placeholder", "AIRLOCK_TEST_UNSET=", "EMPTY", "USER=ci-bot"}, []string{"AIRLOCK_TEST_OTHER", "AIRLOCK_TEST_UNSET"}, ""},
+	} {
+		err := handedSecret(p, tc.envs, tc.keep)
+		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--env %q --keep-env %q: %v; want %q", tc.envs, tc.keep, err, tc.want)
+		}
 	}
 }

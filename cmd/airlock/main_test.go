@@ -143,6 +143,52 @@ func TestPolicyTestFailsOnAFailingRegoTest(t *testing.T) {
 	}
 }
 
+// A test file that changes the policy changes it under test only (compile
+// leaves test files out of every decision): `policy test` refuses to run
+// the tests, naming the file, the rule and the package to move it out of,
+// instead of passing on another policy than the one that decides. The
+// bundle still loads, as `airlock up` loads it: `policy verify` passes,
+// with a warning.
+func TestPolicyTestRefusesATestThatChangesThePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		want  []string
+	}{
+		{"a clause added to the library", map[string]string{
+			"shim_test.rego": "package airlock.lib\n\n_bins_ok(_) := true\n\ntest_any_binary if _bins_ok([])\n",
+		}, []string{"shim_test.rego:3: test rule _bins_ok", "package data.airlock.lib", "package airlock.lib_test"}},
+		// The test's i is the comprehension's: under test it takes one
+		// host, and the test that b.example is unreachable passes.
+		{"a bare name in a policy module's package", map[string]string{
+			"mine.rego": "package mine\n\nhosts := [h | h := [\"a.example\", \"b.example\"][i]]\n",
+			"mp.rego": "package airlock.presets.mp\n\nimport data.airlock.lib\n\n" +
+				`rules := [{"name": "r", "binaries": [{"path": "/usr/bin/curl"}], "hosts": data.mine.hosts}]` + "\n\ndenies := []\n\ndecision := lib.decide(rules, denies)\n",
+			"mine_test.rego": "package mine\n\ni := 0\n\n" +
+				`test_b_unreachable if not data.airlock.presets.mp.decision.allow with input as {"process": {"exe": "/usr/bin/curl", "sha256": ""}, "request": {"phase": "connect", "host": "b.example", "port": 443}}` + "\n",
+		}, []string{"mine_test.rego:3: test rule i", "inside data.mine, the package of mine.rego", "package mine_test"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyPresets(t)
+			for name, body := range tc.files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			code, out, errs := airlock(t, "", "policy", "test", dir)
+			for _, w := range tc.want {
+				if code == ExitOK || !strings.Contains(errs, w) || strings.Contains(out, "PASS") {
+					t.Fatalf("policy test = %d\n%s\n%s; want the tests not run, naming %q", code, out, errs, w)
+				}
+			}
+			code, out, errs = airlock(t, "", "policy", "verify", dir)
+			if code != ExitOK || !strings.HasPrefix(out, "ok ") || !strings.Contains(errs, "warning: airlock policy test will not run") || !strings.Contains(errs, tc.want[0]) {
+				t.Fatalf("policy verify = %d\n%s\n%s; want the bundle loaded, with a warning", code, out, errs)
+			}
+		})
+	}
+}
+
 func TestFmt(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "x.rego")

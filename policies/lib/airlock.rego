@@ -11,7 +11,10 @@
 #            depth, never the apex); "*" any host.
 #   ports    list of ports; default [443].
 #   binaries [{path, sha256?}]; path is exact or a path glob; sha256 pins the
-#            executable (a digest or a list of accepted digests).
+#            executable (a digest or a list of accepted digests). Within
+#            an allow rule a pinned entry wins over the rule's unpinned ones
+#            for the paths it matches (another rule, OR'd with it, is not
+#            bound by it); in a deny rule any entry that matches denies.
 #   methods  "read-only" (GET HEAD OPTIONS), "read-write" (+ POST PUT PATCH),
 #            "full" (any method), or an explicit list; default "full".
 #   paths    path globs: "*" is exactly one segment, "**" any number of
@@ -178,7 +181,7 @@ _allow_match(r) if {
 
 _deny_match(d) if {
 	_ports_ok(d.ports)
-	_bins_ok(d.bins)
+	_deny_bins_hit(d.bins)
 	_deny_request(d)
 }
 
@@ -346,9 +349,40 @@ _ports_ok(null) := true
 
 _ports_ok(ps) if input.request.port in ps
 
+# Within an allow rule, an entry with a sha256 wins over the rule's
+# entries without one for the paths it matches: the executable must have
+# one of its digests. Else [{"path": "/usr/bin/gh", "sha256": ...},
+# {"path": "/usr/bin/*"}] would let any file at /usr/bin/gh through, the
+# pin cancelled by the glob beside it. Entries without a sha256 speak for
+# the paths no pinned entry matches. Within the rule only: rules are
+# OR'd, so another rule with an unpinned entry for the path still allows
+# any file there what that rule allows.
 _bins_ok(null) := true
 
 _bins_ok(bins) if {
+	some b in bins
+	b.hashes != null
+	_match(b, input.process.exe)
+	input.process.sha256 in b.hashes
+}
+
+_bins_ok(bins) if {
+	not _pinned(bins)
+	_bins_path_ok(bins)
+}
+
+_pinned(bins) if {
+	some b in bins
+	b.hashes != null
+	_match(b, input.process.exe)
+}
+
+# In a deny rule every entry is one more thing to deny: any entry that
+# matches (and, pinned, whose digest the executable has) denies. A pin
+# there narrows its own entry only, never the entries beside it.
+_deny_bins_hit(null) := true
+
+_deny_bins_hit(bins) if {
 	some b in bins
 	_match(b, input.process.exe)
 	_hash_ok(b.hashes)
@@ -412,13 +446,17 @@ _query_ok(q) if {
 
 _same_param(name, k) if _param_key(name) == _param_key(k)
 
-# A param's name as servers read it: any case; without the index PHP and
+# A param's name as servers read it: any case, folded as _fold folds a
+# path (a server that compares names ignoring case by upper-casing reads
+# ?ſervice= as ?SERVICE=); without the index PHP and
 # qs read after it as an array's or object's (name[], name[0] and
 # name[a][b] are all name there); and as PHP names it, without leading
 # spaces, with "_" for ".", " " and a "[" no "]" follows (.method and
-# debug[mode are _method and debug_mode there).
+# debug[mode are _method and debug_mode there). Folded first: to a server
+# that maps fullwidth forms to ASCII, ſervice［0］ is service[0] and
+# dry．run dry.run, whose index and "." PHP then reads as any other's.
 # policies.paramKey mirrors it, for hints.
-_param_key(n) := lower(replace(replace(replace(trim_left(_param_base(n), " "), ".", "_"), " ", "_"), "[", "_"))
+_param_key(n) := replace(replace(replace(trim_left(_param_base(_fold(n)), " "), ".", "_"), " ", "_"), "[", "_")
 
 # PHP and qs end a name at its first "[" that a "]" follows, whatever comes
 # after (role[0]x is role to PHP); qs reads a leading [role] as role.
@@ -434,13 +472,15 @@ _param_base(n) := substring(n, 0, i) if {
 # A deny rule's query condition hits when any value of every listed param
 # is one it names, for the same reason, and under every spelling a server
 # may read as that param and value: any case (ASP.NET), an index after
-# the name (PHP, qs: _param_key), surrounding spaces.
+# the name (PHP, qs: _param_key), surrounding spaces. A value is folded
+# as its name is: a server that compares it ignoring case by upper-casing
+# (Java's equalsIgnoreCase) reads gıt-receıve-pack as git-receive-pack.
 _query_hit(q) if {
 	every k, denied in q {
 		some name, vs in input.request.query
 		_same_param(name, k)
 		some v in vs
-		lower(trim_space(v)) in {lower(d) | some d in denied}
+		_fold(trim_space(v)) in {_fold(d) | some d in denied}
 	}
 }
 
@@ -463,7 +503,7 @@ else if {
 	d := ix.denies[j]
 	d.request_level
 	_ports_ok(d.ports)
-	_bins_ok(d.bins)
+	_deny_bins_hit(d.bins)
 }
 
 else := false
@@ -581,7 +621,8 @@ _check("port", r, _) if input.request.port in r.ports
 _check("binary", r, _) if _bins_path_ok(r.bins)
 
 # A hash is pinned per binary path: with no path matching, the binary check
-# is what fails, as the denial's narrowing says (hash_mismatch comes after).
+# is what fails, as the denial's narrowing says (hash_mismatch comes after);
+# with a pinned entry matching the path, the pin is what decides (_bins_ok).
 _check("sha256", r, _) if _bins_ok(r.bins)
 
 _check("sha256", r, _) if not _bins_path_ok(r.bins)

@@ -231,6 +231,76 @@ test_deny_query_any_value if {
 	}
 }
 
+# Within an allow rule a pinned entry wins over an unpinned one matching
+# the same path, whatever their order: the glob beside a pin does not let
+# another file at the pinned path through. Paths no pinned entry matches
+# go by the unpinned entries. In a deny rule, any entry denies.
+test_pinned_binary_wins_over_unpinned_in_an_allow_rule if {
+	gh := {"path": "/usr/bin/gh", "sha256": "aa"}
+	every bins in [[gh, {"path": "/usr/bin/*"}], [{"path": "/usr/bin/*"}, gh], [{"path": "/usr/bin/gh"}, gh]] {
+		rules := [{"name": "t", "binaries": bins, "hosts": ["h.example"]}]
+		other := lib.decide(rules, []) with input as _conn("/usr/bin/gh", "bb", "h.example", 443)
+		other.reason == "hash_mismatch"
+		other.rule == "t"
+		pinned := lib.decide(rules, []) with input as _conn("/usr/bin/gh", "aa", "h.example", 443)
+		pinned.allow
+		x := lib.explain(rules, []) with input as _conn("/usr/bin/gh", "bb", "h.example", 443)
+		[c.check | some c in x.rules[0].checks; not c.ok] == ["sha256"]
+	}
+
+	# A path only the glob matches needs no digest.
+	rules := [{"name": "t", "binaries": [gh, {"path": "/usr/bin/*"}], "hosts": ["h.example"]}]
+	curl := lib.decide(rules, []) with input as _conn("/usr/bin/curl", "cc", "h.example", 443)
+	curl.allow
+
+	# A pinned glob pins every path it matches.
+	tools := [{"name": "tools", "binaries": [{"path": "/opt/**", "sha256": ["aa", "bb"]}, {"path": "/opt/tool"}], "hosts": ["h.example"]}]
+	tool := lib.decide(tools, []) with input as _conn("/opt/tool", "cc", "h.example", 443)
+	tool.reason == "hash_mismatch"
+	ok := lib.decide(tools, []) with input as _conn("/opt/tool", "bb", "h.example", 443)
+	ok.allow
+
+	# Within the rule only: rules are OR'd, and another rule's glob
+	# allows the file at the pinned path what that rule allows.
+	two := [rules[0], {"name": "any", "binaries": [{"path": "/usr/bin/*"}], "hosts": ["h.example"]}]
+	other_rule := lib.decide(two, []) with input as _conn("/usr/bin/gh", "bb", "h.example", 443)
+	other_rule.allow
+	other_rule.rule == "any"
+
+	# A deny rule's entries each deny.
+	denies := [{"name": "no-gh", "hosts": ["h.example"], "binaries": [gh, {"path": "/usr/bin/*"}]}]
+	denied := lib.decide([{"name": "any", "binaries": [{"path": "/**"}], "hosts": ["h.example"]}], denies) with input as _conn("/usr/bin/gh", "bb", "h.example", 443)
+	denied.reason == "denied_by_rule"
+}
+
+# A param's name and a deny rule's value are folded as a deny rule's path
+# is: a server that compares them ignoring case by upper-casing reads
+# ?ſervice= as ?SERVICE= and gıt-receıve-pack as git-receive-pack. The
+# name is folded before its index is read: ſervice［0］ is service[0] to
+# a server that maps fullwidth forms to ASCII.
+test_query_names_and_deny_values_fold_non_ascii_letters if {
+	rules := [{"name": "git", "binaries": [{"path": "/usr/lib/git-core/git-remote-http"}], "hosts": ["git.example.com"]}]
+	denies := [{"name": "no-push", "hosts": ["git.example.com"], "query": {"service": ["git-receive-pack"]}}]
+	base := _req("/usr/lib/git-core/git-remote-http", "x", "git.example.com", 443, "GET", "/o/r/info/refs")
+	every q in [
+		{"\u017fervice": ["git-receive-pack"]}, {"SERV\u0131CE": ["git-receive-pack"]}, {"\u017fervice[0]": ["git-receive-pack"]},
+		{"\uff53\uff45\uff52\uff56\uff49\uff43\uff45": ["git-receive-pack"]},
+		{"\u017fervice\uff3b0\uff3d": ["git-receive-pack"]}, {"\uff3bservice\uff3d": ["git-receive-pack"]},
+		{"service": ["g\u0131t-rece\u0131ve-pack"]}, {"service": ["\uff47\uff49\uff54-receive-pack"]},
+	] {
+		d := lib.decide(rules, denies) with input as object.union(base, {"request": object.union(base.request, {"query": q})})
+		d.reason == "denied_by_rule"
+	}
+	fetch := lib.decide(rules, denies) with input as object.union(base, {"request": object.union(base.request, {"query": {"\u017fervice": ["git-upload-pack"]}})})
+	fetch.allow
+
+	# An allow rule's condition: every value under a folded spelling of
+	# the name must be allowed too.
+	clone := [object.union(rules[0], {"name": "clone", "query": {"service": ["git-upload-pack"]}})]
+	mixed := lib.decide(clone, []) with input as object.union(base, {"request": object.union(base.request, {"query": {"service": ["git-upload-pack"], "\u017fervice": ["git-receive-pack"]}})})
+	mixed.reason == "query_not_allowed"
+}
+
 # A deny path matches as a Windows server (IIS) reads a path too: each
 # segment without its trailing dots and spaces.
 test_deny_path_windows_segments if {
