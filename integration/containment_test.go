@@ -436,6 +436,444 @@ func TestLaunchInTheBackgroundAsksTheTerminalNothing(t *testing.T) {
 	}
 }
 
+// A query the sandbox writes as it exits is answered by the terminal
+// after the relay has stopped reading it: the launch reads the answer
+// itself before it gives the terminal back, and none of it is left for
+// the shell to read as typed. The terminal here answers the sandbox's
+// cursor report only once the sandbox is gone (after the launch's own
+// requests, or its exit), then the launch's, apart.
+func TestLaunchExitLeavesNoAnswerToTheShell(t *testing.T) {
+	pt := launchAsTerminal(t, "--", "/bin/sh", "-c", `printf "\033[6n"`)
+	answered := make(chan struct{})
+	var launch []query
+	go func() {
+		defer close(answered)
+		sandbox := <-pt.asked
+		select {
+		case q := <-pt.asked: // the launch's own, as it ends
+			launch = append(launch, q)
+			for more := true; more; { // the rest of what it wrote at once
+				select {
+				case q := <-pt.asked:
+					launch = append(launch, q)
+				case <-time.After(50 * time.Millisecond):
+					more = false
+				}
+			}
+		case <-pt.exited:
+		}
+		time.Sleep(100 * time.Millisecond)
+		io.WriteString(pt.master, sandbox.answer)
+		for i := range launch {
+			time.Sleep(10 * time.Millisecond) // a write of its own: read apart, or not
+			io.WriteString(pt.master, launch[i].answer)
+			launch[i].answered = time.Now()
+		}
+	}()
+	if err := pt.wait(); err != nil {
+		t.Fatalf("launch: %v; the terminal shows %q", err, pt.shown())
+	}
+	select {
+	case <-answered:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the terminal was asked nothing; it shows %q", pt.shown())
+	}
+	if left := pt.typeahead(t); left != "" {
+		t.Errorf("once the launch ended the shell read %q from the terminal: an answer (to the sandbox's query, or to the launch's own as it ended) typed into the shell's input. The terminal shows %q; %s", left, pt.shown(), pt.timing(launch))
+	}
+	pt.sameModes(t)
+}
+
+// A sandbox that asks for a cursor report of its own just before the
+// query whose answer it wants typed into the shell does not end the
+// launch's wait for the answers with it: over a slow link (ssh) its
+// report comes back alone, well before the rest, and looks like the one
+// the launch asked for.
+func TestLaunchExitWaitsPastTheSandboxsOwnReport(t *testing.T) {
+	pt := launchAsTerminal(t, "--", "/bin/sh", "-c", `printf '\033[6n'; sleep 0.06; printf '\033[c'`)
+	answered := pt.answer(150 * time.Millisecond)
+	if err := pt.wait(); err != nil {
+		t.Fatalf("launch: %v; the terminal shows %q", err, pt.shown())
+	}
+	var qs []query
+	select {
+	case qs = <-answered:
+		if len(qs) < 3 {
+			t.Fatalf("the terminal was asked %d things; want the sandbox's two, then the launch's. It shows %q", len(qs), pt.shown())
+		}
+		t.Log(pt.timing(qs))
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the terminal's answers never ended; it shows %q", pt.shown())
+	}
+	if left := pt.typeahead(t); left != "" {
+		t.Errorf("once the launch ended the shell read %q from the terminal: an answer typed into the shell's input. The terminal shows %q; %s", left, pt.shown(), pt.timing(qs))
+	}
+	pt.sameModes(t)
+}
+
+// A sandbox that leaves a synchronized update on as it exits (kitty's
+// mode 2026, during which the terminal holds all it reads, queries
+// included, for up to 2 s) does not have the launch's request held with
+// its query, and both answered into the shell once the launch has given
+// up waiting: the request ends the update first.
+func TestLaunchExitEndsASynchronizedUpdate(t *testing.T) {
+	pt := launchAsTerminal(t, "--", "/bin/sh", "-c", `printf '\033[?2026h\033[c'`)
+	answered := make(chan []query, 1)
+	go func() { // at once, until well past the update's 2 s after the launch's end
+		var qs []query
+		exited, quiet := pt.exited, (<-chan time.Time)(nil)
+		for {
+			select {
+			case q := <-pt.asked:
+				io.WriteString(pt.master, q.answer)
+				q.answered = time.Now()
+				qs = append(qs, q)
+			case <-exited:
+				exited, quiet = nil, time.After(syncUpdateFor+500*time.Millisecond)
+			case <-quiet:
+				answered <- qs
+				return
+			}
+		}
+	}()
+	if err := pt.wait(); err != nil {
+		t.Fatalf("launch: %v; the terminal shows %q", err, pt.shown())
+	}
+	var qs []query
+	select {
+	case qs = <-answered:
+		t.Log(pt.timing(qs))
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the terminal's answers never ended; it shows %q", pt.shown())
+	}
+	if left := pt.typeahead(t); left != "" {
+		t.Errorf("once the launch ended the shell read %q from the terminal: answers held by a synchronized update typed into the shell's input. The terminal shows %q; %s", left, pt.shown(), pt.timing(qs))
+	}
+	pt.sameModes(t)
+}
+
+// Over a link slower than the drain's shortest bound, a terminal that has
+// answered during the session is waited for longer: neither the answer to
+// the sandbox's last query nor the launch's own reports reach the shell.
+func TestLaunchExitWaitsForATerminalThatAnswers(t *testing.T) {
+	pt := launchAsTerminal(t, "--", "/bin/sh", "-c", `printf '\033[6n'; sleep 1; printf '\033[c'`)
+	answered := pt.answer(400 * time.Millisecond)
+	if err := pt.wait(); err != nil {
+		t.Fatalf("launch: %v; the terminal shows %q", err, pt.shown())
+	}
+	var qs []query
+	select {
+	case qs = <-answered:
+		if len(qs) < 3 {
+			t.Fatalf("the terminal was asked %d things; want the sandbox's two, then the launch's. It shows %q", len(qs), pt.shown())
+		}
+		t.Log(pt.timing(qs))
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the terminal's answers never ended; it shows %q", pt.shown())
+	}
+	if left := pt.typeahead(t); left != "" {
+		t.Errorf("once the launch ended the shell read %q from the terminal: an answer typed into the shell's input. The terminal shows %q; %s", left, pt.shown(), pt.timing(qs))
+	}
+	pt.sameModes(t)
+}
+
+// Colours and text ask the terminal nothing, and the launch, ending after
+// them, asks it nothing either: where nothing answers (script(1), a CI's
+// pty) its request would show, and hold the end.
+func TestLaunchExitAfterColoursAsksNothing(t *testing.T) {
+	pt := launchAsTerminal(t, "--", "/bin/sh", "-c", `printf '\033[31mred\033[0m\n'`)
+	if err := pt.wait(); err != nil {
+		t.Fatalf("launch: %v; the terminal shows %q", err, pt.shown())
+	}
+	waitFor(t, 5*time.Second, func() bool { return strings.Contains(pt.shown(), "\x1b[31mred\x1b[0m") }, "the sandbox's colours, the terminal shows %q", pt.shown())
+	time.Sleep(100 * time.Millisecond) // the reader's turn
+	if len(pt.asked) > 0 || strings.Contains(pt.shown(), "\x1b[6n") {
+		t.Errorf("after colours only the launch asked the terminal for a cursor report as it ended; it shows %q", pt.shown())
+	}
+	pt.sameModes(t)
+}
+
+// A terminal that answers no query (the launch's own at its exit
+// included) holds the launch's end briefly at most, and gets its modes
+// back.
+func TestLaunchExitOnAnAnswerlessTerminal(t *testing.T) {
+	pt := launchAsTerminal(t, "--", "/bin/sh", "-c", `printf "\033[6n"`)
+	var asked time.Time
+	select {
+	case q := <-pt.asked:
+		asked = q.at
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the sandbox's query never reached the terminal, which shows %q", pt.shown())
+	}
+	if err := pt.wait(); err != nil {
+		t.Fatalf("launch: %v; the terminal shows %q", err, pt.shown())
+	}
+	// The sandbox's teardown included, which takes a fraction of this.
+	took := time.Since(asked)
+	t.Logf("the launch ended %v after the sandbox's query", took)
+	if took > time.Second {
+		t.Errorf("the launch ended %v after the sandbox's last query to a terminal that answers none; want within a second", took)
+	}
+	if left := pt.typeahead(t); left != "" {
+		t.Errorf("once the launch ended the shell read %q from the terminal; want nothing", left)
+	}
+	pt.sameModes(t)
+}
+
+// ptyTerminal is a terminal whose emulator is the test (launchAsTerminal).
+type ptyTerminal struct {
+	master, slave *os.File
+	modes         *unix.Termios // the terminal's, before the launch
+	asked         chan query    // what the terminal was asked, in order
+	exited        chan struct{} // closed when the launch has ended
+	err           error         // the launch's, once exited
+	ended         time.Time     // when, once exited
+	shown         func() string // all the terminal showed so far
+}
+
+// query is a request the terminal read.
+type query struct {
+	at       time.Time // when
+	answer   string    // what the terminal types in answer
+	answered time.Time // when it did
+}
+
+// launchAsTerminal starts airlock launch with args on a new terminal it
+// leads, in its foreground, as launchOnPty does; the test plays the
+// terminal (the master) and, once the launch has ended, the shell that
+// reads the terminal next (the slave, kept open).
+func launchAsTerminal(t *testing.T, args ...string) *ptyTerminal {
+	t.Helper()
+	testutil.RequireRoot(t, "airlock launch (PID namespace)")
+	master, slave := testutil.OpenPty(t)
+	modes, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := unix.Winsize{Row: 30, Col: 100}
+	if err := unix.IoctlSetWinsize(int(slave.Fd()), unix.TIOCSWINSZ, &size); err != nil {
+		t.Fatal(err)
+	}
+	pt := &ptyTerminal{master: master, slave: slave, modes: modes, asked: make(chan query, 64), exited: make(chan struct{})}
+	cmd := exec.Command(airlockBin, append([]string{"launch", "--net", "none", "--log-level", "error"}, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	var mu sync.Mutex
+	var out strings.Builder
+	pt.shown = func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return out.String()
+	}
+	chunks := make(chan []byte, 64)
+	go func() {
+		defer close(chunks)
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			mu.Lock()
+			out.Write(buf[:n])
+			mu.Unlock()
+			if n > 0 {
+				chunks <- bytes.Clone(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		screen := vt{rows: int(size.Row), cols: int(size.Col), row: 1, col: 1}
+		for {
+			var p []byte
+			var ok bool
+			select {
+			case p, ok = <-chunks:
+				if !ok {
+					return
+				}
+			case <-screen.heldUntil():
+			}
+			now := time.Now()
+			screen.read(p, func(answer string) { pt.asked <- query{at: now, answer: answer} })
+		}
+	}()
+	go func() {
+		pt.err = cmd.Wait()
+		pt.ended = time.Now()
+		close(pt.exited)
+	}()
+	return pt
+}
+
+// answer answers what the terminal is asked rtt after it read it, in
+// order, as a terminal over a link that slow does; once the launch has
+// ended and nothing more comes, it sends them, answered.
+func (pt *ptyTerminal) answer(rtt time.Duration) <-chan []query {
+	answered := make(chan []query, 1)
+	go func() {
+		var qs []query
+		for {
+			var q query
+			select {
+			case q = <-pt.asked:
+			case <-pt.exited:
+				select {
+				case q = <-pt.asked:
+				case <-time.After(200 * time.Millisecond):
+					answered <- qs
+					return
+				}
+			}
+			time.Sleep(time.Until(q.at.Add(rtt)))
+			io.WriteString(pt.master, q.answer)
+			q.answered = time.Now()
+			qs = append(qs, q)
+		}
+	}()
+	return answered
+}
+
+// timing tells when the launch ended against the last of qs, the
+// launch's request: an answer past the drain's bound (300 ms after it, or
+// 2 s if the terminal answered during the session) is the shell's,
+// whatever the launch does.
+func (pt *ptyTerminal) timing(qs []query) string {
+	if len(qs) == 0 {
+		return "the launch asked nothing as it ended"
+	}
+	q := qs[len(qs)-1]
+	return fmt.Sprintf("the launch ended %v after the terminal read its last request, %v after it answered it", pt.ended.Sub(q.at), pt.ended.Sub(q.answered))
+}
+
+// vt is as much of a terminal as the queries need: where the cursor is
+// (CUP, clamped to the screen as terminals do; DECSC, DECRC), and the
+// answers to a cursor report's request and to primary device attributes'.
+// Like kitty, it holds what it reads, queries included, unparsed while a
+// synchronized update (mode 2026) is on, until it ends or for 2 s: a
+// request that joins the held ones is answered only then.
+type vt struct {
+	rows, cols, row, col int
+	saved                [2]int
+	at                   byte // 0: in text; ESC: after ESC; '[': in a CSI
+	csi                  []byte
+	held                 []byte    // read during a synchronized update
+	holding              time.Time // when it began; zero: none on
+}
+
+// syncUpdateFor is how long kitty holds a synchronized update unended.
+const syncUpdateFor = 2 * time.Second
+
+// heldUntil fires when a synchronized update left on is given up.
+func (v *vt) heldUntil() <-chan time.Time {
+	if v.holding.IsZero() {
+		return nil
+	}
+	return time.After(time.Until(v.holding.Add(syncUpdateFor)))
+}
+
+func (v *vt) read(p []byte, asked func(answer string)) {
+	if !v.holding.IsZero() {
+		v.held = append(v.held, p...)
+		end := bytes.Index(v.held, []byte("\x1b[?2026l"))
+		if end < 0 && time.Since(v.holding) < syncUpdateFor {
+			return
+		}
+		p, v.held, v.holding = v.held, nil, time.Time{}
+	}
+	for i, b := range p {
+		if !v.holding.IsZero() { // the rest is held
+			v.held = append(v.held, p[i:]...)
+			return
+		}
+		switch {
+		case v.at == 0x1b && b == '[':
+			v.at, v.csi = '[', v.csi[:0]
+		case v.at == 0x1b && b == '7':
+			v.at, v.saved = 0, [2]int{v.row, v.col}
+		case v.at == 0x1b && b == '8':
+			v.at, v.row, v.col = 0, v.saved[0], v.saved[1]
+		case v.at == '[' && b >= 0x20 && b <= 0x3f:
+			v.csi = append(v.csi, b)
+		case v.at == '[':
+			v.at = 0
+			params := string(v.csi)
+			switch {
+			case b == 'H':
+				r, c, _ := strings.Cut(params, ";")
+				v.row, v.col = clampTo(r, v.rows), clampTo(c, v.cols)
+			case b == 'n' && params == "6":
+				asked(fmt.Sprintf("\x1b[%d;%dR", v.row, v.col))
+			case b == 'c' && (params == "" || params == "0"):
+				asked("\x1b[?62;22c")
+			case b == 'h' && params == "?2026":
+				v.holding = time.Now()
+			}
+		case b == 0x1b:
+			v.at = 0x1b
+		default:
+			v.at = 0
+		}
+	}
+}
+
+// clampTo is a CUP parameter as a terminal of n rows (or columns) takes it.
+func clampTo(param string, n int) int {
+	i, _ := strconv.Atoi(param)
+	return min(max(i, 1), n)
+}
+
+// wait waits for the launch to end (30s at most).
+func (pt *ptyTerminal) wait() error {
+	select {
+	case <-pt.exited:
+		return pt.err
+	case <-time.After(30 * time.Second):
+		return errors.New("the launch never ended")
+	}
+}
+
+// typeahead is what the shell would read from the terminal now, the
+// launch ended: all its input holds, a line or not.
+func (pt *ptyTerminal) typeahead(t *testing.T) string {
+	t.Helper()
+	time.Sleep(50 * time.Millisecond) // what the terminal typed reaches the line discipline
+	fd := int(pt.slave.Fd())
+	now, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not canonical, and echoing nothing, as a shell's line editor reads:
+	// a part of a line is read too, within 0.2s.
+	rd := *now
+	rd.Lflag &^= unix.ICANON | unix.ECHO
+	rd.Cc[unix.VMIN], rd.Cc[unix.VTIME] = 0, 2
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &rd); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.IoctlSetTermios(fd, unix.TCSETS, now)
+	buf := make([]byte, 256)
+	n, _ := unix.Read(fd, buf)
+	return string(buf[:max(n, 0)])
+}
+
+// sameModes says whether the terminal has the modes it had before the
+// launch.
+func (pt *ptyTerminal) sameModes(t *testing.T) {
+	t.Helper()
+	now, err := unix.IoctlGetTermios(int(pt.slave.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *now != *pt.modes {
+		t.Errorf("the launch left the terminal's modes %+v; want them as they were, %+v", *now, *pt.modes)
+	}
+}
+
 // ^Z suspends a launch whose sandbox reads none of what is typed (a busy
 // full-screen program): the relay does not wait on the sandbox to read the
 // keys before it, so it sees the ^Z behind them. (Markers are split in

@@ -2,11 +2,14 @@ package sandbox
 
 import (
 	"bytes"
+	crand "crypto/rand"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,6 +41,9 @@ type terminal struct {
 	sigs      chan os.Signal
 	keys      chan []byte   // what input relays, written to the pty by feed
 	stop      chan struct{} // closed by close: input ends
+	inDone    chan struct{} // closed when input has returned
+	relay     *answerless   // the sandbox's output on its way to the terminal
+	answers   atomic.Bool   // the terminal answered a query during the session (answerSeen)
 	stderr    int           // the launcher's own stderr, moved aside while raw; -1: not moved
 	stderrOut chan struct{}
 	out       chan struct{} // closed when the sandbox's output is all relayed
@@ -115,7 +121,8 @@ func isControllingTerminal(f *os.File) bool {
 // start makes the user's terminal raw and relays both ways until the
 // sandbox's side of the pty is closed by all of its processes.
 func (t *terminal) start() {
-	t.out, t.stop, t.keys = make(chan struct{}), make(chan struct{}), make(chan []byte, keyChunks)
+	t.out, t.stop, t.inDone, t.keys = make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan []byte, keyChunks)
+	t.relay = &answerless{w: t.outer, passAll: t.passes, utf8: t.saved.Iflag&unix.IUTF8 != 0}
 	t.sigs = make(chan os.Signal, 4)
 	signal.Notify(t.sigs, syscall.SIGWINCH, syscall.SIGCONT)
 	t.makeRaw()
@@ -127,24 +134,205 @@ func (t *terminal) start() {
 		// The pty's master reads EIO once the last slave is closed: the
 		// sandbox is gone. In the background (a shell's bg) the terminal's
 		// answers are the shell's input: answerless then.
-		io.Copy(&answerless{w: t.outer, passAll: t.passes}, t.master)
+		io.Copy(t.relay, t.master)
 	}()
 }
 
 // close waits for the sandbox's last output to be relayed (its processes
-// are gone), ends the input (a key typed from now on is the shell's), and
-// gives the user's terminal its modes back.
+// are gone), ends the input (a key typed from now on is the shell's, but
+// for a drain's), and gives the user's terminal its modes back.
 func (t *terminal) close() {
 	<-t.out
 	signal.Stop(t.sigs)
 	close(t.stop)
 	t.outer.SetReadDeadline(time.Now())
+	<-t.inDone // its read ended: the drain's is the only one
 	t.mu.Lock()
-	t.closed = true
+	t.closed = true // raw is close's alone now: makeRaw refuses, input has returned
+	raw := t.raw
 	t.mu.Unlock()
-	t.cooked()
+	restore := uint(unix.TCSETSW)
+	// Only where an answer may be on its way: something that may ask
+	// passed as it is, and the terminal is raw and the launch's to read.
+	// (Nothing passes as it is off the foreground; there the answers
+	// would be the shell's to read anyway.)
+	if raw && t.relay.mayHaveAsked() && foregroundOf(t.outer) {
+		t.drain()
+		// Flushed, not kept for the shell: what arrived since the
+		// drain's last read is the rest of an answer late past its
+		// bound, or keys typed as the sandbox ended, dropped with the
+		// others. Without a drain, keys typed ahead are the shell's.
+		restore = unix.TCSETSF
+	}
+	t.cooked(restore)
 	t.master.Close()
 	t.outer.Close()
+}
+
+// drainWithin bounds the drain where the terminal answered nothing
+// during the session (script(1), a CI's pty, a terminal that answers no
+// query): one that answers no cursor report holds the launch's end no
+// longer, and what it answers later is the shell's input, as without a
+// drain. drainAnswered bounds it where the terminal did answer: one that
+// answers at all answers the request within its round trip, which over a
+// slow link (ssh) can be longer than drainWithin, and the drain given up
+// before its reports arrive would leave them to the shell, the garbage
+// of the relay's own making. A sandbox can make the drain last this long,
+// its request swallowed by a string it left open (tmux's passthrough,
+// ESC Ptmux;) or meaningless in a mode it set (VT52's), or by asking for
+// more reports than the drain looks among, or answers come
+// later than this (many queries over a slow link): bounded, and no worse
+// than no drain.
+//
+// Out of reach either way are answers a terminal gives late by design:
+// kitty asks the user before it answers an OSC 52 clipboard read, and
+// types the answer whenever they allow it, long after the launch ended.
+const (
+	drainWithin   = 300 * time.Millisecond
+	drainAnswered = 2 * time.Second
+)
+
+// drain reads, and drops, the answers to what the sandbox asked the
+// terminal as it ended, which the terminal types into its input once the
+// relay has stopped reading it: left there, the shell would read them as
+// typed by the user (a DECRQSS or title report carrying text of the
+// sandbox's choosing). It asks the terminal, after all the sandbox wrote,
+// for cursor reports at places of its own choosing (askCursorReports): a
+// terminal answers in order, so once those are read, so are the answers
+// before them. Reports the sandbox asked for, which may come first and
+// alone (its query's answer held back behind them on a slow link), cannot
+// pass for them: the places are random. Keys typed meanwhile are dropped
+// with the answers, there being no telling them apart: typed as the
+// sandbox ended, they were meant for it. The terminal stays raw
+// throughout: nothing is echoed, and no line is waited for.
+func (t *terminal) drain() {
+	raw, err := t.outer.SyscallConn()
+	if err != nil {
+		return
+	}
+	var rows, cols int
+	control(t.outer, func(fd int) error {
+		ws, err := unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ)
+		if err == nil {
+			rows, cols = int(ws.Row), int(ws.Col)
+		}
+		return err
+	})
+	ask, reports := askCursorReports(rows, cols)
+	within := drainWithin
+	if t.answers.Load() {
+		within = drainAnswered
+	}
+	t.outer.SetReadDeadline(time.Now().Add(within)) // close's, which ended input, has passed
+	if _, err := t.outer.Write(ask); err != nil {
+		return
+	}
+	buf := make([]byte, 1024)
+	for {
+		var n int
+		var rerr error
+		err := raw.Read(func(fd uintptr) bool {
+			if !foregroundOf(t.outer) { // a read would stop the launch (SIGTTIN)
+				rerr = os.ErrClosed
+				return true
+			}
+			n, rerr = unix.Read(int(fd), buf)
+			return rerr != unix.EAGAIN
+		})
+		if err != nil || rerr != nil || n <= 0 || reports.scan(buf[:n]) {
+			return // the reports read, past the deadline, or not the launch's to read
+		}
+	}
+}
+
+// askCursorReports is the drain's request, in one write, and what finds
+// its answer. First it ends what the sandbox may have left the terminal
+// in that would hold the request unanswered: CAN and ST a string left
+// open (kitty ignores CAN inside an OSC, and ST ends it), and the end of a
+// synchronized update (mode 2026), during which kitty holds all it reads,
+// queries included, for up to 2 s, past the drain's bound, then answers
+// them into the shell. Then the cursor saved (DECSC, its origin mode with
+// it: the terminal's one saved cursor, whatever the sandbox saved there,
+// is lost), origin mode off (the places absolute), moved to
+// reportPlaces places and each reported, and restored (DECRC). The
+// places are random, unknowable to the sandbox, and on a screen of rows
+// by cols (24 by 80 if unknown): a terminal reports a place off its
+// screen as the edge's.
+func askCursorReports(rows, cols int) ([]byte, *cursorReports) {
+	if rows*cols < 2 {
+		rows, cols = 24, 80
+	}
+	var seed [32]byte
+	crand.Read(seed[:])
+	rng := mrand.New(mrand.NewChaCha8(seed))
+	ask := []byte("\x18\x1b\\\x1b[?2026l\x1b7\x1b[?6l")
+	c := &cursorReports{}
+	for i := range c.places {
+		c.places[i] = fmt.Sprintf("%d;%d", 1+rng.IntN(rows), 1+rng.IntN(cols))
+		ask = fmt.Appendf(ask, "\x1b[%sH\x1b[6n", c.places[i])
+	}
+	return append(ask, "\x1b8"...), c
+}
+
+// reportPlaces is how many places the drain asks reports of, and
+// maxDrainReports how many reports it reads at most before it stops
+// looking for theirs. On a small screen the places are few, and a
+// sandbox could ask, as it ends, for reports along a de Bruijn sequence of
+// them, one of whose runs the drain's would be: a run of two is found
+// among (rows·cols)² reports, of four not among any number a drain sees
+// within its bound, once it reads 64 at most.
+const (
+	reportPlaces    = 4
+	maxDrainReports = 64
+)
+
+// cursorReports finds, in what the terminal types, cursor reports of its
+// places, in order, one right after the other (each ESC [ row ; column R,
+// or with CSI as a C1 control), however reads split them, whatever
+// reports come before (some of the places' the sandbox asked for), among
+// the first maxDrainReports reports.
+type cursorReports struct {
+	places  [reportPlaces]string // row;column
+	at      byte                 // 0: in no report; ESC: after ESC; '[': in one's parameters
+	param   []byte
+	last    [reportPlaces]string // the places of the reports just read, one after the other, the latest last
+	run     int                  // how many of last are reports
+	reports int                  // how many reports were read
+}
+
+// scan reads p on, and says whether it held the reports' end.
+func (c *cursorReports) scan(p []byte) bool {
+	for _, b := range p {
+		if c.step(b) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *cursorReports) step(b byte) bool {
+	switch {
+	case c.at == 0 && b == 0x1b:
+		c.at = 0x1b
+	case c.at == 0 && b == 0x9b, c.at == 0x1b && b == '[':
+		c.at, c.param = '[', c.param[:0]
+	case c.at == '[' && (b >= '0' && b <= '9' || b == ';') && len(c.param) < 16:
+		c.param = append(c.param, b)
+	case c.at == '[' && b == 'R':
+		c.at = 0
+		c.reports++
+		copy(c.last[:], c.last[1:])
+		c.last[len(c.last)-1] = string(c.param)
+		c.run = min(c.run+1, len(c.last))
+		return c.run == len(c.last) && c.last == c.places && c.reports <= maxDrainReports
+	default: // something between reports, which may begin the next
+		began := c.at != 0
+		c.at, c.run = 0, 0
+		if began {
+			return c.step(b)
+		}
+	}
+	return false
 }
 
 // discard closes a terminal whose relay never began (the sandbox did not
@@ -167,11 +355,13 @@ func (t *terminal) discard() {
 // what came before it goes on, then the launch is suspended, and what
 // follows it goes on when the launch is resumed.
 func (t *terminal) input() {
+	defer close(t.inDone)
 	raw, err := t.outer.SyscallConn()
 	if err != nil {
 		return
 	}
 	buf := make([]byte, 4096)
+	var seen answerSeen
 	for {
 		var n int
 		var rerr error
@@ -203,6 +393,9 @@ func (t *terminal) input() {
 			return
 		}
 		b := buf[:n]
+		if !t.answers.Load() && seen.scan(b) {
+			t.answers.Store(true)
+		}
 		for len(b) > 0 {
 			i := -1
 			if t.susp != 0 {
@@ -219,6 +412,37 @@ func (t *terminal) input() {
 			b = b[i+1:]
 		}
 	}
+}
+
+// answerSeen finds, in what the terminal types, an answer to a query: a
+// cursor report (ESC [ row ; column R) or primary device attributes
+// (ESC [ ? … c), the two a program asks most, split between reads or not.
+// Keys make neither: a key's sequence ends in a letter other than R, or
+// in ~ (F3 with a modifier is ESC [ 1 ; m R in some terminals, which
+// only lengthens a drain's bound).
+type answerSeen struct {
+	at      byte // 0: in none; ESC: after ESC; '[': in a CSI's parameters
+	private bool // the CSI's parameters begin with ?
+}
+
+// scan reads p on, and says whether it held an answer's end.
+func (a *answerSeen) scan(p []byte) bool {
+	for _, b := range p {
+		switch {
+		case b == 0x1b:
+			a.at = 0x1b
+		case a.at == 0x1b && b == '[', b == 0x9b:
+			a.at, a.private = '[', false
+		case a.at == '[' && b == '?' && !a.private:
+			a.private = true
+		case a.at == '[' && (b >= '0' && b <= '9' || b == ';'):
+		case a.at == '[' && (b == 'R' && !a.private || b == 'c' && a.private):
+			return true
+		default:
+			a.at = 0
+		}
+	}
+	return false
 }
 
 // keyChunks bounds what the relay holds of the user's keys that the
@@ -277,7 +501,7 @@ func (t *terminal) suspend() bool {
 	if err := pauseGroups(t.groups, true); err != nil {
 		fmt.Fprintf(t.outer, "\r\nairlock: the sandbox could not be paused, and runs on without the terminal until it is resumed: %v\r\n", err)
 	}
-	t.cooked()
+	t.cooked(unix.TCSETSW)
 	syscall.Kill(0, syscall.SIGTSTP)
 	return true
 }
@@ -404,15 +628,16 @@ func (t *terminal) makeRaw() {
 	t.moveStderr()
 }
 
-// cooked gives the user's terminal the modes it had.
-func (t *terminal) cooked() {
+// cooked gives the user's terminal the modes it had, by the request how:
+// TCSETSW keeps what is typed ahead for the shell, TCSETSF drops it.
+func (t *terminal) cooked(how uint) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.raw {
 		return
 	}
 	t.restoreStderr()
-	control(t.outer, func(fd int) error { return unix.IoctlSetTermios(fd, unix.TCSETSW, &t.saved) })
+	control(t.outer, func(fd int) error { return unix.IoctlSetTermios(fd, how, &t.saved) })
 	t.raw = false
 }
 

@@ -28,10 +28,27 @@ type answerless struct {
 	// place starts afresh when that ends, with CAN to the terminal.
 	passAll func() bool
 	passed  bool // the last write passed everything
-	state   termState
-	csi     []byte // the CSI sequence being read, ESC [ included
-	char    []byte // a UTF-8 character begun
-	out     []byte
+	// asked, that what passed as it is may have asked the terminal
+	// something (noteAsks): an answer may still be on its way when the
+	// relay stops reading the terminal.
+	asked bool
+	cut   []byte // a CSI that a chunk passed ended in, judged with the next
+	// utf8, that the terminal reads UTF-8 (IUTF8 in its modes): a C1
+	// control is then a character, U+0080 to U+009F, and a byte of 0x80 to
+	// 0x9F that continues another character (most emoji, ❯, much of CJK)
+	// is none. Otherwise (a Latin-1 terminal may take an 8-bit C1) every
+	// such byte counts.
+	utf8 bool
+	// cont is how many bytes the UTF-8 character passed last still lacks,
+	// the next in lo to hi; c2, that it began with 0xC2 (U+0080 to U+00BF).
+	cont   int
+	lo, hi byte
+	c2     bool
+
+	state termState
+	csi   []byte // the CSI sequence being read, ESC [ included
+	char  []byte // a UTF-8 character begun
+	out   []byte
 }
 
 type termState int
@@ -72,7 +89,7 @@ func (a *answerless) Write(p []byte) (int, error) {
 			// it (a clipboard query's "?" and BEL, say). Outside one it
 			// does nothing.
 			a.out = append(a.out, 0x18)
-			a.state, a.char = inText, a.char[:0]
+			a.state, a.char, a.cut = inText, a.char[:0], a.cut[:0]
 		}
 		a.passed = pass
 		chunk := p[n:]
@@ -80,6 +97,9 @@ func (a *answerless) Write(p []byte) (int, error) {
 			chunk = chunk[:passChunk]
 		}
 		out := chunk
+		if pass && !a.asked {
+			a.noteAsks(chunk)
+		}
 		if !pass {
 			for _, b := range chunk {
 				a.byte(b)
@@ -94,6 +114,96 @@ func (a *answerless) Write(p []byte) (int, error) {
 		n += len(chunk)
 	}
 	return len(p), nil
+}
+
+// noteAsks notes in asked whether p, passed as it is after what passed
+// before, may have asked the terminal something: any ESC, ENQ (an
+// answerback), or DCS, SCI, CSI, OSC, PM or APC as a C1 control (a raw
+// byte, or UTF-8's character of one: a terminal may take either for an
+// 8-bit one; on a UTF-8 terminal, a byte that continues a character is
+// no C1) does, but for the CSI sequences plainCSI passes, which programs
+// write most (colours at every prompt). A CSI that p ends in is judged
+// with what follows, or counts if nothing does (mayHaveAsked). Once
+// asked, nothing more is looked at.
+func (a *answerless) noteAsks(p []byte) {
+	if len(a.cut) > 0 {
+		a.cut = append(a.cut, p...)
+		p = a.cut
+	}
+	for i := 0; i < len(p); i++ {
+		if a.c1(p[i]) {
+			a.asked = true
+			return
+		}
+		switch p[i] {
+		case 0x05:
+			a.asked = true
+			return
+		case 0x1b:
+			j := i + 2 // past its parameters and intermediates
+			for j < len(p) && p[j] >= 0x20 && p[j] <= 0x3f {
+				j++
+			}
+			switch {
+			case i+1 < len(p) && p[i+1] != '[', j-i > maxCSI,
+				j < len(p) && (p[j] < 0x40 || p[j] > 0x7e || !plainCSI(p[i:j+1])):
+				a.asked = true
+				return
+			case j >= len(p):
+				a.cut = append(a.cut[:0], p[i:]...)
+				return
+			}
+			i = j
+		}
+	}
+	a.cut = a.cut[:0]
+}
+
+// c1 says whether b, after what passed before, may be taken for a C1
+// control that asks (DCS, SCI, CSI, OSC, PM or APC), and follows UTF-8's
+// characters across writes.
+func (a *answerless) c1(b byte) bool {
+	asks := b == 0x90 || b >= 0x9a && b <= 0x9f && b != 0x9c
+	if !a.utf8 {
+		return asks
+	}
+	if a.cont > 0 && b >= a.lo && b <= a.hi {
+		a.cont--
+		a.lo, a.hi = 0x80, 0xbf
+		c2 := a.c2
+		a.c2 = false
+		return c2 && asks
+	}
+	// A character cut short by b, or none begun.
+	a.cont, a.c2, a.lo, a.hi = 0, false, 0x80, 0xbf
+	switch {
+	case b >= 0xc2 && b <= 0xdf:
+		a.cont, a.c2 = 1, b == 0xc2
+	case b >= 0xe0 && b <= 0xef:
+		a.cont = 2
+		if b == 0xe0 {
+			a.lo = 0xa0
+		} else if b == 0xed {
+			a.hi = 0x9f
+		}
+	case b >= 0xf0 && b <= 0xf4:
+		a.cont = 3
+		if b == 0xf0 {
+			a.lo = 0x90
+		} else if b == 0xf4 {
+			a.hi = 0x8f
+		}
+	default: // ASCII, or a byte that continues no character
+		return asks
+	}
+	return false
+}
+
+// mayHaveAsked says whether what passed as it is may have asked the
+// terminal something: a CSI left unfinished counts, what followed it
+// unknown.
+func (a *answerless) mayHaveAsked() bool {
+	return a.asked || len(a.cut) > 0
 }
 
 func (a *answerless) byte(b byte) {

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 
@@ -125,6 +126,108 @@ func TestAnswerlessInTheBackgroundOnly(t *testing.T) {
 		a.Write([]byte("n"))
 		if want := fgPart + "\x18n"; got.String() != want {
 			t.Errorf("after %q in the foreground, relayed %q; want %q", fgPart, got.String(), want)
+		}
+	}
+}
+
+// The relay notes whether what it passed as it is may have asked the
+// terminal something, whose answer close then waits for: any escape, ENQ
+// or C1 control that may begin a query, passed in the foreground, written
+// whole or split anywhere; not colours, cursor moves or erases, nor plain
+// text, nor anything filtered in the background.
+func TestAnswerlessNotesWhatMayAsk(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		fg, want bool
+	}{
+		{"text", "plain text\r\n\té ✓", true, false},
+		{"colours", "\x1b[31mred\x1b[0m \x1b[38;2;1;2;3mrgb\x1b[m \x1b[4:3mcurly\r\n", true, false},
+		{"cursor moves and erases", "\x1b[2A\x1b[10;5H\x1b[H\x1b[2K\x1b[J", true, false},
+		{"a CSI unfinished", "\x1b[31mred\x1b[1;3", true, true},
+		{"an ESC unfinished", "red\x1b", true, true},
+		{"a cursor report request", "a\x1b[6n", true, true},
+		{"a query after colours", "\x1b[31mred\x1b[0m\r\n\x1b[c", true, true},
+		{"device attributes", "\x1b[>c", true, true},
+		{"a private mode", "\x1b[?25l", true, true},
+		{"an intermediate", "\x1b[2 q", true, true},
+		{"a control inside a CSI", "\x1b[3\n1m", true, true},
+		{"a CSI too long", "\x1b[" + strings.Repeat("1;", 100) + "m", true, true},
+		{"an OSC", "\x1b]11;?\x07", true, true},
+		{"a DCS", "\x1bP$qm\x1b\\", true, true},
+		{"an APC", "\x1b_Gi=1,a=q;\x1b\\", true, true},
+		{"another escape", "\x1bZ", true, true},
+		{"DECSC", "\x1b7", true, true},
+		{"ENQ", "\x05", true, true},
+		{"a raw CSI", "\x9b6n", true, true},
+		{"a C1 DCS", "\u0090$qm\u009c", true, true},
+		{"a C1 APC", "\u009fGa=q\u009c", true, true},
+		{"in the background", "\x1b[6n\x05\x9b6n", false, false},
+	} {
+		check := func(how string, a *answerless) {
+			if got := a.mayHaveAsked(); got != tc.want {
+				t.Errorf("%s: asked %v after %q written %s; want %v", tc.name, got, tc.in, how, tc.want)
+			}
+		}
+		passAll := func() bool { return tc.fg }
+		a := &answerless{w: io.Discard, passAll: passAll}
+		a.Write([]byte(tc.in))
+		check("whole", a)
+		a = &answerless{w: io.Discard, passAll: passAll}
+		for i := range len(tc.in) {
+			a.Write([]byte{tc.in[i]})
+		}
+		check("a byte at a time", a)
+		a = &answerless{w: io.Discard, passAll: passAll}
+		a.Write([]byte(strings.Repeat("x", passChunk-3) + tc.in))
+		check("across chunks", a)
+	}
+}
+
+// On a UTF-8 terminal (IUTF8), a byte of 0x80 to 0x9F that continues a
+// character (emoji, ❯, CJK) is no C1 control, and arms no drain: a C1
+// character (U+009B, C2 9B) or a byte that continues nothing still does,
+// written whole or split anywhere. On any other terminal, which may take
+// each such byte for an 8-bit C1, all of them do.
+func TestAnswerlessNotesC1ByTheTerminalsEncoding(t *testing.T) {
+	for _, tc := range []struct {
+		name, in     string
+		utf8, latin1 bool // asked, by the terminal's encoding
+	}{
+		{"emoji", "done 🎉 🚀 😀", false, true},
+		{"a prompt", "~/src ❯ ", false, true},
+		{"CJK", "漢字をかきます 語", false, true},
+		{"a C1 CSI character", "a\u009b6n", true, true},
+		{"a C1 OSC character", "\u009d52;c;?\u009c", true, true},
+		{"a raw CSI", "a\x9b6n", true, true},
+		{"a continuation after ASCII", "ab\x9f", true, true},
+		{"a continuation past a character's end", "é\x9d", true, true},
+		{"a character cut short", "\xe2\x9dx\x9b", true, true},
+		{"an overlong start", "\xe0\x9b", true, true},
+		{"a surrogate's", "\xed\xa0\x9b", true, true},
+		{"a character unfinished", "\xf0\x9f\x9b", false, true},
+	} {
+		for _, utf8 := range []bool{true, false} {
+			want := tc.latin1
+			if utf8 {
+				want = tc.utf8
+			}
+			check := func(how string, a *answerless) {
+				if got := a.mayHaveAsked(); got != want {
+					t.Errorf("%s (utf8 %v): asked %v after %q written %s; want %v", tc.name, utf8, got, tc.in, how, want)
+				}
+			}
+			fg := func() bool { return true }
+			a := &answerless{w: io.Discard, passAll: fg, utf8: utf8}
+			a.Write([]byte(tc.in))
+			check("whole", a)
+			a = &answerless{w: io.Discard, passAll: fg, utf8: utf8}
+			for i := range len(tc.in) {
+				a.Write([]byte{tc.in[i]})
+			}
+			check("a byte at a time", a)
+			a = &answerless{w: io.Discard, passAll: fg, utf8: utf8}
+			a.Write([]byte(strings.Repeat("x", passChunk-3) + tc.in))
+			check("across chunks", a)
 		}
 	}
 }
