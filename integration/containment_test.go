@@ -484,31 +484,45 @@ func TestLaunchExitLeavesNoAnswerToTheShell(t *testing.T) {
 	pt.sameModes(t)
 }
 
-// A sandbox that asks for a cursor report of its own just before the
-// query whose answer it wants typed into the shell does not end the
-// launch's wait for the answers with it: over a slow link (ssh) its
-// report comes back alone, well before the rest, and looks like the one
-// the launch asked for.
-func TestLaunchExitWaitsPastTheSandboxsOwnReport(t *testing.T) {
-	pt := launchAsTerminal(t, "--", "/bin/sh", "-c", `printf '\033[6n'; sleep 0.06; printf '\033[c'`)
-	answered := pt.answer(150 * time.Millisecond)
-	if err := pt.wait(); err != nil {
-		t.Fatalf("launch: %v; the terminal shows %q", err, pt.shown())
+// What a sandbox asks just before it exits is answered into the
+// launch's drain, not the shell, over a slow link too:
+//   - a cursor report of its own just before the query whose answer it
+//     wants typed into the shell does not end the drain (over ssh its
+//     report comes back alone, well before the rest, and looks like one
+//     the launch asked for);
+//   - a terminal that has answered during the session is waited for past
+//     the drain's shortest bound, so neither the answer to the sandbox's
+//     last query nor the launch's own reports reach the shell.
+func TestLaunchExitDrainsSlowAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name, script string
+		delay        time.Duration
+	}{
+		{"its own report first", `printf '\033[6n'; sleep 0.06; printf '\033[c'`, 150 * time.Millisecond},
+		{"a terminal that answered, slower than 300 ms", `printf '\033[6n'; sleep 1; printf '\033[c'`, 400 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pt := launchAsTerminal(t, "--", "/bin/sh", "-c", tc.script)
+			answered := pt.answer(tc.delay)
+			if err := pt.wait(); err != nil {
+				t.Fatalf("launch: %v; the terminal shows %q", err, pt.shown())
+			}
+			var qs []query
+			select {
+			case qs = <-answered:
+				if len(qs) < 3 {
+					t.Fatalf("the terminal was asked %d things; want the sandbox's two, then the launch's. It shows %q", len(qs), pt.shown())
+				}
+				t.Log(pt.timing(qs))
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the terminal's answers never ended; it shows %q", pt.shown())
+			}
+			if left := pt.typeahead(t); left != "" {
+				t.Errorf("once the launch ended the shell read %q from the terminal: an answer typed into the shell's input. The terminal shows %q; %s", left, pt.shown(), pt.timing(qs))
+			}
+			pt.sameModes(t)
+		})
 	}
-	var qs []query
-	select {
-	case qs = <-answered:
-		if len(qs) < 3 {
-			t.Fatalf("the terminal was asked %d things; want the sandbox's two, then the launch's. It shows %q", len(qs), pt.shown())
-		}
-		t.Log(pt.timing(qs))
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the terminal's answers never ended; it shows %q", pt.shown())
-	}
-	if left := pt.typeahead(t); left != "" {
-		t.Errorf("once the launch ended the shell read %q from the terminal: an answer typed into the shell's input. The terminal shows %q; %s", left, pt.shown(), pt.timing(qs))
-	}
-	pt.sameModes(t)
 }
 
 // A sandbox that leaves a synchronized update on as it exits (kitty's
@@ -548,31 +562,6 @@ func TestLaunchExitEndsASynchronizedUpdate(t *testing.T) {
 	}
 	if left := pt.typeahead(t); left != "" {
 		t.Errorf("once the launch ended the shell read %q from the terminal: answers held by a synchronized update typed into the shell's input. The terminal shows %q; %s", left, pt.shown(), pt.timing(qs))
-	}
-	pt.sameModes(t)
-}
-
-// Over a link slower than the drain's shortest bound, a terminal that has
-// answered during the session is waited for longer: neither the answer to
-// the sandbox's last query nor the launch's own reports reach the shell.
-func TestLaunchExitWaitsForATerminalThatAnswers(t *testing.T) {
-	pt := launchAsTerminal(t, "--", "/bin/sh", "-c", `printf '\033[6n'; sleep 1; printf '\033[c'`)
-	answered := pt.answer(400 * time.Millisecond)
-	if err := pt.wait(); err != nil {
-		t.Fatalf("launch: %v; the terminal shows %q", err, pt.shown())
-	}
-	var qs []query
-	select {
-	case qs = <-answered:
-		if len(qs) < 3 {
-			t.Fatalf("the terminal was asked %d things; want the sandbox's two, then the launch's. It shows %q", len(qs), pt.shown())
-		}
-		t.Log(pt.timing(qs))
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the terminal's answers never ended; it shows %q", pt.shown())
-	}
-	if left := pt.typeahead(t); left != "" {
-		t.Errorf("once the launch ended the shell read %q from the terminal: an answer typed into the shell's input. The terminal shows %q; %s", left, pt.shown(), pt.timing(qs))
 	}
 	pt.sameModes(t)
 }

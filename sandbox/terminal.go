@@ -237,7 +237,7 @@ func (t *terminal) drain() {
 				return true
 			}
 			n, rerr = unix.Read(int(fd), buf)
-			return rerr != unix.EAGAIN
+			return rerr != unix.EAGAIN && rerr != unix.EINTR
 		})
 		if err != nil || rerr != nil || n <= 0 || reports.scan(buf[:n]) {
 			return // the reports read, past the deadline, or not the launch's to read
@@ -256,10 +256,12 @@ func (t *terminal) drain() {
 // is lost), origin mode off (the places absolute), moved to
 // reportPlaces places and each reported, and restored (DECRC). The
 // places are random, unknowable to the sandbox, and on a screen of rows
-// by cols (24 by 80 if unknown): a terminal reports a place off its
-// screen as the edge's.
+// by cols (24 by 80 if unknown or smaller than minPlaces cells: a terminal
+// reports a place off its screen as the edge's, and the drain then waits
+// out its bound, where on a screen of a few cells a sandbox could ask for
+// every run of four places, as reportPlaces says).
 func askCursorReports(rows, cols int) ([]byte, *cursorReports) {
-	if rows*cols < 2 {
+	if rows*cols < minPlaces {
 		rows, cols = 24, 80
 	}
 	var seed [32]byte
@@ -284,6 +286,7 @@ func askCursorReports(rows, cols int) ([]byte, *cursorReports) {
 const (
 	reportPlaces    = 4
 	maxDrainReports = 64
+	minPlaces       = 64 // cells; 64⁴ runs are far past any 64 reports
 )
 
 // cursorReports finds, in what the terminal types, cursor reports of its
@@ -387,7 +390,7 @@ func (t *terminal) input() {
 			// read, not at the ticker's next look.
 			t.rawInForeground()
 			n, rerr = unix.Read(int(fd), buf)
-			return rerr != unix.EAGAIN
+			return rerr != unix.EAGAIN && rerr != unix.EINTR
 		})
 		if err != nil || rerr != nil || n <= 0 {
 			return

@@ -62,15 +62,16 @@ func TestCursorReports(t *testing.T) {
 // The drain's request ends a string and a synchronized update the
 // sandbox may have left on, saves the cursor, turns origin mode off, asks
 // for reports at reportPlaces places on the screen (24 by 80 when its
-// size is unknown), and restores the cursor; its cursorReports looks for
-// those.
+// size is unknown, or so small that a sandbox could ask for every run of
+// places: the 8-by-8 screen's 64 cells are enough), and restores the
+// cursor; its cursorReports looks for those.
 func TestAskCursorReports(t *testing.T) {
 	place := `\x1b\[(\d+);(\d+)H\x1b\[6n`
 	req := regexp.MustCompile(`^\x18\x1b\\\x1b\[\?2026l\x1b7\x1b\[\?6l` + strings.Repeat(place, reportPlaces) + `\x1b8$`)
 	seen := map[string]bool{}
-	for _, size := range [][2]int{{30, 100}, {0, 0}, {1, 2}, {2, 1}, {1, 1}, {0, 80}} {
+	for _, size := range [][2]int{{30, 100}, {0, 0}, {1, 2}, {2, 1}, {1, 1}, {0, 80}, {2, 30}, {8, 8}} {
 		rows, cols := size[0], size[1]
-		if rows*cols < 2 {
+		if rows*cols < 64 {
 			rows, cols = 24, 80
 		}
 		for range 200 {
@@ -92,8 +93,8 @@ func TestAskCursorReports(t *testing.T) {
 			seen[strings.Join(c.places[:], " ")] = true
 		}
 	}
-	if len(seen) < 800 { // 16 each on the 1-by-2 screens; 800 barring a collision
-		t.Errorf("1200 requests asked at %d sequences of places only; want them random", len(seen))
+	if len(seen) < 1500 { // 1600 barring a collision
+		t.Errorf("1600 requests asked at %d sequences of places only; want them random", len(seen))
 	}
 }
 
