@@ -95,6 +95,17 @@ func makeStateDir(path string) error {
 // hand beside the timer's); this one did nothing.
 var ErrBusy = errors.New("another run of this watchdog is under way")
 
+// ErrStuck: another run has held the state's lock for longer than
+// stuckAfter, which no round takes (a run by hand stopped with ^Z, or
+// hung): every run finds it busy, and nothing is watched. Unlike ErrBusy
+// it fails the run, and says so in the inbox.
+var ErrStuck = errors.New("the watchdog is stuck behind another run")
+
+// stuckAfter is how long a run may hold the state's lock before the runs
+// that find it held say the watchdog is stuck: past a round's probes,
+// restart and settle, however slow.
+const stuckAfter = 30 * time.Minute
+
 // ExitBusy is the exit status of a one-shot run that found another under
 // way (sysexits' EX_TEMPFAIL): no failure of the service it watches, and
 // its systemd unit takes it for a success.
@@ -146,10 +157,16 @@ func lockState(path string) (*stateLock, error) {
 	}
 	if err == nil {
 		err = durable.Flock(f, unix.LOCK_EX|unix.LOCK_NB)
-		if errors.Is(err, unix.EWOULDBLOCK) {
+		switch held := time.Since(fi.ModTime()); {
+		case errors.Is(err, unix.EWOULDBLOCK) && held > stuckAfter:
+			err = fmt.Errorf("watchdog state %s: %w: another run has held %s for %v (one stopped, a ^Z, or hung): nothing is watched until it ends", path, ErrStuck, lockPath, held.Round(time.Second))
+		case errors.Is(err, unix.EWOULDBLOCK):
 			err = fmt.Errorf("watchdog state %s: %w (it holds %s): this run does nothing", path, ErrBusy, lockPath)
-		} else if err != nil {
+		case err != nil:
 			err = fmt.Errorf("watchdog state lock %s: flock: %w", lockPath, err)
+		default:
+			// When this run took it, for a run that finds it held.
+			err = unix.Futimes(fd, nil)
 		}
 	}
 	if err != nil {

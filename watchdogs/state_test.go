@@ -162,6 +162,56 @@ func once(t *testing.T, probe Probe, state string) error {
 	return err
 }
 
+// A run that holds the state's lock for longer than any round takes (a
+// run by hand stopped with ^Z) would keep every later run busy, and the
+// service unwatched, in silence: those runs fail, and say so in the inbox.
+func TestStuckBehindAnotherRun(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "watchdog-shim.json")
+	// The lock file stays from run to run: one last touched an hour ago
+	// is no sign of the run that takes it now.
+	long := time.Now().Add(-time.Hour)
+	if err := os.WriteFile(state+".lock", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(state+".lock", long, long); err != nil {
+		t.Fatal(err)
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	running, _ := quietWatchdog(t, probeFunc(func(context.Context) Finding {
+		close(inside)
+		<-release
+		return Finding{}
+	}), state)
+	go func() {
+		_, err := running.Once(context.Background())
+		first <- err
+	}()
+	<-inside
+	defer func() {
+		close(release)
+		if err := <-first; err != nil {
+			t.Errorf("the first run: %v", err)
+		}
+	}()
+	if err := once(t, probeFunc(healthy), state); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a run while the first is under way: %v; want busy", err)
+	}
+	// Taken an hour ago.
+	if err := os.Chtimes(state+".lock", long, long); err != nil {
+		t.Fatal(err)
+	}
+	w, inbox := quietWatchdog(t, probeFunc(healthy), state)
+	_, err := w.Once(context.Background())
+	if !errors.Is(err, ErrStuck) || errors.Is(err, ErrBusy) {
+		t.Fatalf("a run while the first has held the lock for an hour: %v; want stuck, not busy", err)
+	}
+	evs, rerr := events.Read(inbox, time.Time{})
+	if rerr != nil || len(evs) != 1 || evs[0].Kind != KindStuck || evs[0].Severity != events.Critical || !strings.Contains(evs[0].Detail, "1h0m0s") {
+		t.Errorf("the inbox: %+v, %v; want one critical %s line saying how long", evs, rerr, KindStuck)
+	}
+}
+
 // A run by hand beside the timer's, on the same state, does nothing and
 // says it is busy: both would restart within the budget as each read it,
 // and the last to save would lose what the other saw. The other

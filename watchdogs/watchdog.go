@@ -127,6 +127,11 @@ func (w *Watchdog) Once(ctx context.Context) (Result, error) {
 		if errors.Is(err, ErrBusy) {
 			return Result{}, err
 		}
+		if errors.Is(err, ErrStuck) {
+			// At every run while it lasts: the runs that could remember
+			// having said it cannot take the lock either.
+			return Result{}, errors.Join(err, w.report(KindStuck, events.Critical, err.Error(), false))
+		}
 		if err != nil {
 			return Result{}, w.stateUnreadable(nil, err)
 		}
@@ -159,6 +164,10 @@ func (w *Watchdog) Once(ctx context.Context) (Result, error) {
 	}
 	return res, err
 }
+
+// KindStuck is the line of a run that finds the state's lock held for
+// longer than any round takes (ErrStuck).
+const KindStuck = "watchdog_stuck"
 
 // KindStateUnreadable is the line of a watchdog whose state file cannot be
 // read or believed: it runs no round until the file is fixed (or removed),
@@ -200,7 +209,7 @@ func (w *Watchdog) Run(ctx context.Context, interval time.Duration) error {
 			}
 			// A run by hand beside the daemon: its round stands for
 			// this one.
-			if !errors.Is(err, ErrBusy) {
+			if !errors.Is(err, ErrBusy) && !errors.Is(err, ErrStuck) {
 				return err
 			}
 			w.Log.Warn("watchdog: round skipped", "service", w.Service, "detail", err.Error())

@@ -74,7 +74,8 @@ Exit status with --once: 0 when the gateway is healthy, suspect or recovered,
 1 when it is not (a failed restart, given up, or blind: the watchdog could
 not look), or when its state file cannot be read (a critical state_unreadable
 line, once); 75 when another run on the same --state is under way (this one
-does nothing).`,
+does nothing), 1 when one has been for over 30 minutes (a critical
+watchdog_stuck line).`,
 		Example: `  airlock watchdog gateway --once --state /var/lib/airlock/watchdog-gateway.json \
     --admin-socket /run/airlock/pod/admin.sock --inbox /var/lib/airlock/pod/agent-inbox.jsonl
   airlock watchdog gateway --interval 10s --state /var/lib/airlock/gw.json --inbox inbox.jsonl \

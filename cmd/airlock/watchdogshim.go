@@ -52,7 +52,8 @@ Exit status with --once: 0 when the shim is healthy, suspect or recovered,
 1 when it is not (a failed restart, given up, or blind: the watchdog could
 not look), or when its state file cannot be read (a critical state_unreadable
 line, once); 75 when another run on the same --state is under way (this one
-does nothing).`,
+does nothing), 1 when one has been for over 30 minutes (a critical
+watchdog_stuck line).`,
 		Args:        cobra.NoArgs,
 		Annotations: serviceLogs, // a daemon, or a timer's run: its log is the journal's
 		RunE: func(cmd *cobra.Command, _ []string) error {
