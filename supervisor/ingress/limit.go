@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"net"
+	"net/netip"
 	"sync"
 )
 
@@ -11,8 +12,8 @@ import (
 // the supervisor spends on them (each a descriptor and a goroutine), and
 // keeps anyone without a key from holding them all. A connection is
 // unproven until a request of it is admitted with a valid key: when a new
-// connection arrives with every slot taken, the oldest unproven one is
-// closed to make room (evicted). A client that holds connections open
+// connection arrives with every slot taken, an unproven one is closed to
+// make room (evicted): the oldest of the source holding the most. A client that holds connections open
 // without a request (half a header sent, nothing sent) is evicted by the
 // next arrivals instead of locking operators out for the header timeout,
 // while an operator's connection is unproven only for the moment its first
@@ -31,13 +32,16 @@ type connLimit struct {
 	// evictable, or the listener closes.
 	room *sync.Cond
 	open int // connections held, in every state but connReleased
-	// unproven are the connections that may be evicted, oldest first.
-	unproven list.List
-	closed   bool
+	// unproven are the connections that may be evicted, by their
+	// source (sourceOf), oldest first; nUnproven counts them all.
+	unproven  map[netip.Prefix]*list.List
+	nUnproven int
+	seq       uint64 // connections accepted, for their age across sources
+	closed    bool
 }
 
 func newConnLimit(ln net.Listener, max int, evicted func()) *connLimit {
-	l := &connLimit{Listener: ln, max: max, evicted: evicted}
+	l := &connLimit{Listener: ln, max: max, evicted: evicted, unproven: map[netip.Prefix]*list.List{}}
 	l.room = sync.NewCond(&l.mu)
 	return l
 }
@@ -57,11 +61,13 @@ type routeConn struct {
 	net.Conn
 	l     *connLimit
 	state connState
-	elem  *list.Element // in l.unproven while state is connUnproven
+	src   netip.Prefix  // sourceOf its remote address
+	seq   uint64        // its place in the order of arrival
+	elem  *list.Element // in l.unproven[src] while state is connUnproven
 }
 
-// Accept takes the next connection once it fits, evicting the oldest
-// unproven connection if every slot is taken. It waits (the connection
+// Accept takes the next connection once it fits, evicting an unproven
+// connection (victimLocked) if every slot is taken. It waits (the connection
 // left in the backlog) only while every slot is proven or being checked.
 func (l *connLimit) Accept() (net.Conn, error) {
 	l.mu.Lock()
@@ -84,11 +90,11 @@ func (l *connLimit) Accept() (net.Conn, error) {
 	}
 	var victim *routeConn
 	if l.open >= l.max {
-		victim = l.unproven.Front().Value.(*routeConn)
+		victim = l.victimLocked()
 		l.releaseLocked(victim)
 	}
-	rc := &routeConn{Conn: c, l: l}
-	rc.elem = l.unproven.PushBack(rc)
+	rc := &routeConn{Conn: c, l: l, src: sourceOf(c.RemoteAddr())}
+	l.queueLocked(rc, false)
 	l.open++
 	l.mu.Unlock()
 	if victim != nil {
@@ -104,7 +110,7 @@ func (l *connLimit) Accept() (net.Conn, error) {
 // free or an unproven connection can be evicted. Its error is
 // net.ErrClosed once the listener is closed.
 func (l *connLimit) waitRoom() error {
-	for !l.closed && l.open >= l.max && l.unproven.Len() == 0 {
+	for !l.closed && l.open >= l.max && l.nUnproven == 0 {
 		l.room.Wait()
 	}
 	if l.closed {
@@ -121,10 +127,13 @@ func (l *connLimit) Close() error {
 	l.mu.Lock()
 	l.closed = true
 	var cut []*routeConn
-	for l.unproven.Len() > 0 {
-		rc := l.unproven.Front().Value.(*routeConn)
+	for _, q := range l.unproven {
+		for e := q.Front(); e != nil; e = e.Next() {
+			cut = append(cut, e.Value.(*routeConn))
+		}
+	}
+	for _, rc := range cut {
 		l.releaseLocked(rc)
-		cut = append(cut, rc)
 	}
 	l.room.Broadcast()
 	l.mu.Unlock()
@@ -135,15 +144,85 @@ func (l *connLimit) Close() error {
 	return err
 }
 
+// sourceOf is who a connection counts against when one is evicted: its
+// address, or for IPv6 its /64 (what one host is given).
+func sourceOf(a net.Addr) netip.Prefix {
+	ap := addrPortOf(a)
+	bits := 32
+	if !ap.Addr().Is4() {
+		bits = 64
+	}
+	p, _ := ap.Addr().Prefix(bits)
+	return p
+}
+
+// addrPortOf is a TCP connection's address; the zero one otherwise.
+func addrPortOf(a net.Addr) netip.AddrPort {
+	if t, ok := a.(*net.TCPAddr); ok {
+		ap := t.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
+}
+
+// victimLocked is the connection to evict, with l.mu held and one
+// unproven: the oldest of the source that holds the most. A client
+// flooding the route from one address (or IPv6 /64) evicts its own
+// first, not an operator's from another that is slow to send its
+// request; from one address (a loopback route) it is the oldest of all.
+func (l *connLimit) victimLocked() *routeConn {
+	var most *list.List
+	for _, q := range l.unproven {
+		if most == nil || q.Len() > most.Len() || q.Len() == most.Len() && older(q, most) {
+			most = q
+		}
+	}
+	return most.Front().Value.(*routeConn)
+}
+
+// older says whether q's oldest connection came before r's.
+func older(q, r *list.List) bool {
+	return q.Front().Value.(*routeConn).seq < r.Front().Value.(*routeConn).seq
+}
+
+// queueLocked makes c evictable: last in its source's line, or first (a
+// refused request's, which closes with its answer anyway).
+func (l *connLimit) queueLocked(c *routeConn, first bool) {
+	q := l.unproven[c.src]
+	if q == nil {
+		q = list.New()
+		l.unproven[c.src] = q
+	}
+	if first {
+		c.elem = q.PushFront(c)
+	} else {
+		l.seq++
+		c.seq = l.seq
+		c.elem = q.PushBack(c)
+	}
+	l.nUnproven++
+}
+
+// dequeueLocked takes c out of its source's line, if it is in it.
+func (l *connLimit) dequeueLocked(c *routeConn) {
+	if c.elem == nil {
+		return
+	}
+	q := l.unproven[c.src]
+	q.Remove(c.elem)
+	if q.Len() == 0 {
+		delete(l.unproven, c.src)
+	}
+	c.elem = nil
+	l.nUnproven--
+}
+
 // releaseLocked frees c's slot, once, with l.mu held.
 func (l *connLimit) releaseLocked(c *routeConn) {
 	if c.state == connReleased {
 		return
 	}
-	if c.elem != nil {
-		l.unproven.Remove(c.elem)
-		c.elem = nil
-	}
+	l.dequeueLocked(c)
 	c.state = connReleased
 	l.open--
 	l.room.Broadcast()
@@ -167,8 +246,8 @@ func (c *routeConn) check() bool {
 	c.l.mu.Lock()
 	defer c.l.mu.Unlock()
 	if c.state == connUnproven {
-		c.l.unproven.Remove(c.elem)
-		c.elem, c.state = nil, connChecking
+		c.l.dequeueLocked(c)
+		c.state = connChecking
 	}
 	return c.state != connReleased
 }
@@ -190,7 +269,8 @@ func (c *routeConn) checked() {
 		c.l.releaseLocked(c)
 		defer c.Conn.Close()
 	default:
-		c.elem, c.state = c.l.unproven.PushFront(c), connUnproven
+		c.state = connUnproven
+		c.l.queueLocked(c, true)
 		c.l.room.Broadcast()
 	}
 }
@@ -215,8 +295,7 @@ func (c *routeConn) prove() bool {
 	c.l.mu.Lock()
 	defer c.l.mu.Unlock()
 	if c.state == connUnproven {
-		c.l.unproven.Remove(c.elem)
-		c.elem = nil
+		c.l.dequeueLocked(c)
 	}
 	if c.state != connReleased {
 		c.state = connProven

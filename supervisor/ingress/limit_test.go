@@ -180,6 +180,44 @@ func TestUnprovenConnectionsCannotLockOutOperators(t *testing.T) {
 	}
 }
 
+// A client flooding the route from one address evicts its own connections
+// first: an operator's from another address, slow to send its request (a
+// tunnel's round trip), keeps its slot while the flood's source holds
+// more, however many arrive.
+func TestFloodEvictsItsOwnFirst(t *testing.T) {
+	backend := echoHeaders()
+	defer backend.Close()
+	const max = 4
+	in := startIngress(t, port(t, backend.URL), func(o *Options) { o.MaxConns = max })
+	addr := in.srv.Addr().String()
+	from := func(ip string) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	operator := from("127.0.0.3") // connected, its request not yet sent
+	if !eventually(func() bool { return routeSockets(t, port(t, in.url)) == 1 }) {
+		t.Fatal("the operator's connection was not taken")
+	}
+	var flood []net.Conn
+	for i := range 3 * max {
+		c := from("127.0.0.2")
+		io.WriteString(c, halfHeader)
+		flood = append(flood, c)
+		if !eventually(func() bool { return routeSockets(t, port(t, in.url)) == min(i+2, max) }) {
+			t.Fatalf("the route holds %d connections; want %d", routeSockets(t, port(t, in.url)), min(i+2, max))
+		}
+	}
+	checkEvicted(t, flood, max-1)
+	if resp, err := keyedGet(operator, bufio.NewReader(operator), in.alice, "/operator", 3*time.Second); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the operator's request on the connection it opened before the flood: %v, %v; want 200", resp, err)
+	}
+}
+
 // A refused request whose body is still coming holds its connection after
 // the 401 (net/http reads on up to 256 KiB of it, with no deadline, before
 // it closes): evictable again once refused, it locks no operator out.

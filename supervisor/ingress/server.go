@@ -51,10 +51,11 @@ type Options struct {
 	// DefaultMaxConns). Anyone who reaches the port may open them, and
 	// each holds a descriptor and a goroutine of the supervisor, which
 	// serves the proxy and the admin socket too. With every slot taken, a
-	// new connection evicts the oldest one on which no request has been
-	// admitted with a valid key yet (nor is being checked): a client
-	// without a key holding connections open with half a header cannot
-	// lock operators out (connLimit). Evictions are summed up in one audit
+	// new connection evicts one on which no request has been admitted
+	// with a valid key yet (nor is being checked), the oldest of the
+	// source that holds the most of those: a client without a key
+	// holding connections open with half a header cannot lock operators
+	// out (connLimit). Evictions are summed up in one audit
 	// line per interval (ReasonEvicted). Only when every slot is an
 	// admitted connection (a keep-alive, a stream, a WebSocket) or one
 	// being checked do more wait in the backlog.
