@@ -614,6 +614,15 @@ urllib.request.urlopen("https://api.test:%d/v1/hello", timeout=2)`, e.tlsPort)
 			cmd := commandPid(t, s)
 			pids = append(pids, s.Pid, cmd)
 			ns = netnsOf(cmd)
+			// Held open until the check below: the namespace, gone with
+			// the pod otherwise, keeps its inode number, which one made
+			// meanwhile (another test's sandbox) could be given and be
+			// taken for it.
+			held, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", cmd))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Close()
 		}
 		group := podGroup(t, "itest")
 		if _, err := os.Stat(group); err != nil {
