@@ -33,15 +33,15 @@ func TestParamKeyMirrorsLibrary(t *testing.T) {
 		if err != nil || len(rs) != 1 {
 			t.Fatalf("_param_key(%q): %v %v", n, rs, err)
 		}
-		if want, got := rs[0].Bindings["x"], paramKey(n); got != want {
-			t.Errorf("paramKey(%q) = %q; the library's _param_key is %q", n, got, want)
+		if want, got := rs[0].Bindings["x"], ParamKey(n); got != want {
+			t.Errorf("ParamKey(%q) = %q; the library's _param_key is %q", n, got, want)
 		}
 	}
 	// Folded before the index and PHP's "_" are read: to a server that
 	// maps fullwidth forms to ASCII, ［ ］ and ． are [ ] and . .
 	for n, want := range map[string]string{"ſervice［0］": "service", "［ſervice］": "service", "dry．run": "dry_run", "．method": "_method", "debug［mode": "debug_mode"} {
-		if got := paramKey(n); got != want {
-			t.Errorf("paramKey(%q) = %q; want %q", n, got, want)
+		if got := ParamKey(n); got != want {
+			t.Errorf("ParamKey(%q) = %q; want %q", n, got, want)
 		}
 	}
 }

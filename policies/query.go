@@ -33,9 +33,9 @@ func queryFailure(cond, q map[string][]string) string {
 		if len(q[k]) == 0 {
 			return fmt.Sprintf("query parameter %q is missing", k)
 		}
-		key := paramKey(k)
+		key := ParamKey(k)
 		for _, name := range slices.Sorted(maps.Keys(q)) {
-			if paramKey(name) != key || !slices.ContainsFunc(q[name], func(v string) bool { return !slices.Contains(cond[k], v) }) {
+			if ParamKey(name) != key || !slices.ContainsFunc(q[name], func(v string) bool { return !slices.Contains(cond[k], v) }) {
 				continue
 			}
 			if name == k {

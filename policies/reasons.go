@@ -211,7 +211,7 @@ func GitOperation(r *Request) (op, service string) {
 		service = "git-upload-pack"
 	case strings.HasSuffix(r.Path, "/info/refs"):
 		for k, vs := range r.Query {
-			if paramKey(k) != "service" {
+			if ParamKey(k) != "service" {
 				continue
 			}
 			for _, v := range vs {
@@ -232,11 +232,13 @@ func GitOperation(r *Request) (op, service string) {
 	return "", ""
 }
 
-// paramKey is the library's _param_key (lib/airlock.rego), which deny rules
-// on a param match by: the hint must name the operation the deny rule saw
-// (?service[0]=git-receive-pack is a push to it). TestParamKeyMirrorsLibrary
+// ParamKey is the library's _param_key (lib/airlock.rego): a query
+// param's name as the servers the rules guard read it, which rules on a
+// param match by. The hint must name the operation the deny rule saw
+// (?service[0]=git-receive-pack is a push to it), and the proxy finds a
+// method override (_method) as a server would. TestParamKeyMirrorsLibrary
 // holds the two together.
-func paramKey(n string) string {
+func ParamKey(n string) string {
 	n = fold(n) // first, as the library folds: ［ is [ and ． is . after it
 	base := n
 	if i := strings.IndexByte(n, '['); i > 0 && strings.IndexByte(n[i:], ']') > 0 {

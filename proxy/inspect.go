@@ -536,12 +536,6 @@ func (p *Proxy) decideRequest(ctx context.Context, cc *clientConn, req *http.Req
 	return dc
 }
 
-// phpName is a query param's name as PHP reads it: leading spaces
-// dropped, "." and " " made "_" (.method is _method there).
-func phpName(n string) string {
-	return strings.NewReplacer(".", "_", " ", "_").Replace(strings.TrimLeft(n, " "))
-}
-
 // methodOverride is a method a request names for itself besides its own,
 // and where (fromQuery: a query's value, never written down).
 type methodOverride struct {
@@ -587,7 +581,10 @@ func methodOverrides(h http.Header, q map[string][]string) []methodOverride {
 		}
 	}
 	for name, vals := range q {
-		if strings.EqualFold(phpName(strings.TrimSuffix(name, "[]")), "_method") {
+		// As the policy reads a param's name (PHP's and qs's spellings,
+		// any case, look-alike letters): .method, _METHOD[] and ．method
+		// are _method to some server.
+		if policies.ParamKey(name) == "_method" {
 			add("query parameter "+name, vals, true)
 		}
 	}

@@ -135,6 +135,8 @@ func TestMethodOverridesAreDecided(t *testing.T) {
 		{"_method in the query", "GET /ok/x?_method=DELETE HTTP/1.1\r\n", false, "method_not_allowed", "DELETE"},
 		{"_method[] in the query", "GET /ok/x?_METHOD%5B%5D=DELETE HTTP/1.1\r\n", false, "method_not_allowed", "DELETE"},
 		{".method in the query (PHP's _method)", "GET /ok/x?.method=DELETE HTTP/1.1\r\n", false, "method_not_allowed", "DELETE"},
+		{"a fullwidth ．method in the query", "GET /ok/x?%EF%BC%8Emethod=DELETE HTTP/1.1\r\n", false, "method_not_allowed", "DELETE"},
+		{"_method[0] in the query", "GET /ok/x?_method%5B0%5D=DELETE HTTP/1.1\r\n", false, "method_not_allowed", "DELETE"},
 		{"not a token", "GET /ok/x HTTP/1.1\r\nX-HTTP-Method-Override: DEL ETE\r\n", false, "invalid_request", "GET"},
 		// CGI's naming (Rack, PHP) reads "_" as "-": the same header there.
 		{"X_HTTP_Method_Override", "GET /ok/x HTTP/1.1\r\nX_HTTP_Method_Override: DELETE\r\n", false, "method_not_allowed", "DELETE"},
