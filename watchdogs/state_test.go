@@ -154,6 +154,28 @@ func quietWatchdog(t *testing.T, probe Probe, state string) (w *Watchdog, inbox 
 	return &Watchdog{Source: "watchdog-test", Service: "svc", Probe: probe, StatePath: state, Inbox: l, Log: slog.New(slog.DiscardHandler)}, inbox
 }
 
+// runUnderWay starts a round on state that holds its lock inside its
+// probe until end lets it finish, and returns the round's error.
+func runUnderWay(t *testing.T, state string) (end func() error) {
+	t.Helper()
+	inside, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	running, _ := quietWatchdog(t, probeFunc(func(context.Context) Finding {
+		close(inside)
+		<-release
+		return Finding{}
+	}), state)
+	go func() {
+		_, err := running.Once(context.Background())
+		first <- err
+	}()
+	<-inside
+	return func() error {
+		close(release)
+		return <-first
+	}
+}
+
 // once is one round of a quietWatchdog's.
 func once(t *testing.T, probe Probe, state string) error {
 	t.Helper()
@@ -176,21 +198,9 @@ func TestStuckBehindAnotherRun(t *testing.T) {
 	if err := os.Chtimes(state+".lock", long, long); err != nil {
 		t.Fatal(err)
 	}
-	inside, release := make(chan struct{}), make(chan struct{})
-	first := make(chan error, 1)
-	running, _ := quietWatchdog(t, probeFunc(func(context.Context) Finding {
-		close(inside)
-		<-release
-		return Finding{}
-	}), state)
-	go func() {
-		_, err := running.Once(context.Background())
-		first <- err
-	}()
-	<-inside
+	end := runUnderWay(t, state)
 	defer func() {
-		close(release)
-		if err := <-first; err != nil {
+		if err := end(); err != nil {
 			t.Errorf("the first run: %v", err)
 		}
 	}()
@@ -227,25 +237,13 @@ func TestOneRunAtATime(t *testing.T) {
 		{"the other watchdog's state beside it", filepath.Join(dir, "watchdog-gateway.json"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			inside, release := make(chan struct{}), make(chan struct{})
-			first := make(chan error, 1)
-			running, _ := quietWatchdog(t, probeFunc(func(context.Context) Finding {
-				close(inside)
-				<-release
-				return Finding{}
-			}), state)
-			go func() {
-				_, err := running.Once(context.Background())
-				first <- err
-			}()
-			<-inside
+			end := runUnderWay(t, state)
 			probed := false
 			err := once(t, probeFunc(func(context.Context) Finding {
 				probed = true
 				return Finding{}
 			}), tc.state)
-			close(release)
-			if ferr := <-first; ferr != nil {
+			if ferr := end(); ferr != nil {
 				t.Fatalf("the first run: %v", ferr)
 			}
 			if errors.Is(err, ErrBusy) != tc.busy || probed == tc.busy {

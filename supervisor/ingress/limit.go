@@ -239,17 +239,29 @@ func (c *routeConn) Close() error {
 // check keeps c from eviction while a handler checks its request: the
 // request has been read whole, and is answered either way. It is false
 // when c was evicted as the request arrived.
-func (c *routeConn) check() bool {
+func (c *routeConn) check() bool { return c.hold(connChecking) }
+
+// prove marks c as having had a request admitted with a valid key: it is
+// never evicted from now on. It is false when c was evicted already.
+func (c *routeConn) prove() bool { return c.hold(connProven) }
+
+// hold takes c out of eviction's reach into state to: checking only from
+// unproven (a proven connection's next request stays proven), proven from
+// either. It is false when c was released already.
+func (c *routeConn) hold(to connState) bool {
 	if c == nil {
 		return true
 	}
 	c.l.mu.Lock()
 	defer c.l.mu.Unlock()
-	if c.state == connUnproven {
-		c.l.dequeueLocked(c)
-		c.state = connChecking
+	if c.state == connReleased {
+		return false
 	}
-	return c.state != connReleased
+	c.l.dequeueLocked(c)
+	if c.state == connUnproven || to == connProven {
+		c.state = to
+	}
+	return true
 }
 
 // checked makes c evictable again when its request was not admitted. A
@@ -284,23 +296,6 @@ func (c *routeConn) cutReason() string {
 		return ReasonShuttingDown
 	}
 	return ""
-}
-
-// prove marks c as having had a request admitted with a valid key: it is
-// never evicted from now on. It is false when c was evicted already.
-func (c *routeConn) prove() bool {
-	if c == nil {
-		return true
-	}
-	c.l.mu.Lock()
-	defer c.l.mu.Unlock()
-	if c.state == connUnproven {
-		c.l.dequeueLocked(c)
-	}
-	if c.state != connReleased {
-		c.state = connProven
-	}
-	return c.state == connProven
 }
 
 type connKey struct{}
