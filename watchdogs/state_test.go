@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/events"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 func TestStateFile(t *testing.T) {
@@ -48,9 +49,7 @@ func TestStateFile(t *testing.T) {
 			os.Chmod(p, 0o666)
 		}, State{}, "writable by group or others"},
 		{"another user's is refused", func(p string) {
-			if os.Geteuid() != 0 {
-				t.Skip("chown to another user needs root")
-			}
+			testutil.RequireRoot(t, "a state file another user owns (chown)")
 			saved.Save(p)
 			os.Chown(p, 65534, 65534)
 		}, State{}, "owned by uid 65534"},
@@ -281,9 +280,7 @@ func TestStateLockFile(t *testing.T) {
 			os.Link(l, l+".other")
 		}, "2 names"},
 		{"another user's", func(l string) {
-			if os.Geteuid() != 0 {
-				t.Skip("chown to another user needs root")
-			}
+			testutil.RequireRoot(t, "a state file another user owns (chown)")
 			os.WriteFile(l, nil, 0o600)
 			os.Chown(l, 65534, 65534)
 		}, "owned by uid 65534"},
