@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv("AIRLOCK_ESCAPE"); name != "" {
 		os.Exit(attempt(name))
 	}
+	if n, err := strconv.Atoi(os.Getenv("AIRLOCK_HOLDER_CALLER")); err == nil {
+		os.Exit(holderCaller(n))
+	}
 	if step := os.Getenv("AIRLOCK_KEYRING_LAUNCHER"); step != "" {
 		os.Exit(keyringLauncher(step, os.Getenv("AIRLOCK_KEYRING_SECRET")))
 	}

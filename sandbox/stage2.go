@@ -26,6 +26,9 @@ const (
 	modeReaper  = "reaper"  // removes the cgroups of a launcher that died (reaper.go)
 	// modeTreeReaper removes a cgroup tree (a pod's) of a launcher that died.
 	modeTreeReaper = "reaper-tree"
+	// modeHolder holds descriptors until the launcher has exited
+	// (CloseAfterExit).
+	modeHolder = "holder"
 )
 
 // File descriptors the launcher hands to the init, and the init to the
@@ -61,6 +64,9 @@ func RunStage2() {
 	case modeReaper, modeTreeReaper:
 		unix.Close(fdStage)
 		runReaper(mode == modeTreeReaper, os.Args[3:])
+	case modeHolder:
+		unix.Close(fdStage)
+		runHolder()
 	}
 	fmt.Fprintf(os.Stderr, "airlock: unknown sandbox stage %q\n", mode)
 	os.Exit(125)

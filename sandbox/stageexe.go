@@ -57,12 +57,14 @@ func stageCommand(extra []*os.File, args ...string) (*exec.Cmd, error) {
 	return stageCommandOf(f, extra, args...), nil
 }
 
+// stageCommandOf is stageCommand with the stage binary f. extra fill the
+// descriptors from 3 up, fdStage skipped: the init's and the reapers' few
+// take fixed numbers below it, the holder's more go on above it
+// (CloseAfterExit).
 func stageCommandOf(f *os.File, extra []*os.File, args ...string) *exec.Cmd {
-	if len(extra) > fdStage-3 {
-		panic("sandbox: a stage process takes at most " + strconv.Itoa(fdStage-3) + " descriptors")
-	}
-	files := make([]*os.File, fdStage-3+1) // nil: closed in the child
-	copy(files, extra)
+	files := make([]*os.File, max(fdStage-3, len(extra))+1) // nil: closed in the child
+	n := copy(files, extra[:min(len(extra), fdStage-3)])
+	copy(files[fdStage-3+1:], extra[n:])
 	files[fdStage-3] = f
 	return &exec.Cmd{
 		Path: "/proc/self/fd/" + strconv.Itoa(fdStage),

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/gcfloor"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/supervisor"
 	"github.com/spf13/cobra"
 )
 
@@ -45,7 +46,11 @@ func main() {
 	// only while a process allocates that fast, which the other commands
 	// hardly do.
 	gcfloor.Keep(heapFloor)
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	code := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	if err := supervisor.DetachAfterExit(); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: %v (the connect hook detaches as airlock exits, which then takes longer)\n", err)
+	}
+	os.Exit(code)
 }
 
 // heapFloor is the least heap goal an airlock process collects at while

@@ -82,12 +82,13 @@ type execRecord struct {
 	Running      uint64 // threads inside an exec; a count that went below 0 counts as running
 }
 
-// execTimes is the process's table, kept for its life, as fdTracer.
+// execTimes is the process's table, kept for its life, as connectFDs'.
 var execTimes = sync.OnceValues(func() (*execTable, error) {
 	off, missing := groupDeadOffset() // -1 without: the main thread's rule
 	t, err := newExecTable(off)
 	if t != nil {
 		t.groupDead = missing
+		keep(t.links...)
 	}
 	return t, err
 })

@@ -45,18 +45,9 @@ var connectFDs = sync.OnceValues(func() (*ebpf.Map, error) {
 		fds.Close()
 		return nil, fmt.Errorf("connhook: attach to syscalls:sys_enter_connect (tracefs mounted at /sys/kernel/tracing?): %w", err)
 	}
-	// Referenced for the process's life: a collected link's descriptor
-	// is closed by its finalizer, which would detach the program.
-	fdTracer = tracer{prog, l}
+	keep(l)
 	return fds, nil
 })
-
-type tracer struct {
-	prog *ebpf.Program
-	link link.Link
-}
-
-var fdTracer tracer
 
 // sysEnterFD is the offset of the fd argument in a syscalls:sys_enter_*
 // record (events/syscalls/sys_enter_connect/format): the common header,
