@@ -183,10 +183,26 @@ func runCommandStage() {
 	fail(syscall.Exec(path, c.Command, c.Env))
 }
 
+// joinCgroup joins c.Cgroups, each as "0", the writer itself, whatever its
+// pid in this namespace. A v1 group is joined by this thread alone (its
+// tasks file), the one that execs: the exec ends the process's other
+// threads, and the command runs in this one's groups. Joined as a whole
+// process (cgroup.procs), each join took the kernel's global threadgroup
+// lock for writing, whose first writer waits for an RCU grace period: ~15
+// ms of a one-off's start in a pod whose limits live in v1 groups. A v2
+// group takes whole processes only, and the v2 leaf the command stage is
+// born in when it can (startCommandStage).
 func joinCgroup(c *Config) error {
 	for _, dir := range c.Cgroups {
-		// "0" is the writer itself, whatever its pid in this namespace.
-		if err := os.WriteFile(dir+"/cgroup.procs", []byte("0"), 0); err != nil {
+		file := "cgroup.procs"
+		var fs unix.Statfs_t
+		if err := unix.Statfs(dir, &fs); err != nil {
+			return fmt.Errorf("join cgroup %s: %w", dir, err)
+		}
+		if fs.Type == unix.CGROUP_SUPER_MAGIC {
+			file = "tasks"
+		}
+		if err := os.WriteFile(dir+"/"+file, []byte("0"), 0); err != nil {
 			return fmt.Errorf("join cgroup %s: %w", dir, err)
 		}
 	}
