@@ -4,7 +4,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // holders are the write ends of the holders' pipes (CloseAfterExit), open
@@ -28,13 +33,16 @@ var holders struct {
 // tracepoints took ~470 ms of each `airlock launch --preset`'s exit). The
 // holder is this process's child, not waited for; once this process is
 // gone, its nearest subreaper reaps it.
+//
+// As PID 1 (a container's) it hands nothing over: the namespace ends only
+// once every process in it has, the holder too.
 func CloseAfterExit(files []*os.File) error {
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
-	if len(files) == 0 {
+	if len(files) == 0 || os.Getpid() == 1 {
 		return nil
 	}
 	r, w, err := os.Pipe()
@@ -42,12 +50,15 @@ func CloseAfterExit(files []*os.File) error {
 		return err
 	}
 	defer r.Close()
-	cmd, err := stageCommand(files, modeHolder)
+	cmd, err := stageCommand(files, modeHolder, strconv.Itoa(len(files)))
 	if err != nil {
 		w.Close()
 		return err
 	}
 	cmd.Stdin = r
+	// Its own session, as the reaper's: a ^C to the launcher's process
+	// group is not the holder's.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := startManaged(cmd); err != nil {
 		w.Close()
 		return fmt.Errorf("start the descriptors' holder: %w", err)
@@ -59,9 +70,25 @@ func CloseAfterExit(files []*os.File) error {
 	return nil
 }
 
-// runHolder is the holder process: what it was handed is closed as it
-// exits, once its stdin, a pipe only the launcher writes, reaches EOF.
-func runHolder() {
+// runHolder is the holder process: what it was handed (args[0]
+// descriptors, laid out by stageCommand) is closed as it exits, once its
+// stdin, a pipe only the launcher writes, reaches EOF. It keeps nothing
+// else the launcher inherited (a descriptor open until the holder exits
+// would keep its reader waiting as long).
+func runHolder(args []string) {
+	n, err := strconv.Atoi(strings.Join(args, " "))
+	if err != nil || n < 1 {
+		fmt.Fprintf(os.Stderr, "airlock: descriptors' holder: %q is no count\n", args)
+		os.Exit(2)
+	}
+	after := 3 + n // the first past those handed, fdStage skipped
+	if n > fdStage-3 {
+		after++
+	}
+	if err := unix.CloseRange(uint(after), ^uint(0), 0); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: descriptors' holder: %v\n", &os.SyscallError{Syscall: "close_range", Err: err})
+		os.Exit(1)
+	}
 	io.Copy(io.Discard, os.Stdin) // returns at EOF: the launcher is gone
 	os.Exit(0)
 }

@@ -10,21 +10,32 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // holderCaller is the test binary as a process that hands its n
-// descriptors from 3 up to a holder, says so, and exits when its stdin
-// ends.
+// descriptors from 3 up to a holder, closes the one after them, which it
+// inherited (not close-on-exec) and did not hand over, says so, and exits
+// when its stdin ends.
 func holderCaller(n int) int {
 	var files []*os.File
 	for fd := 3; fd < 3+n; fd++ {
 		syscall.CloseOnExec(fd)
 		files = append(files, os.NewFile(uintptr(fd), "handed"))
 	}
+	// Above the numbers the holder's layout takes.
+	const kept = 50
+	if err := unix.Dup2(3+n, kept); err != nil {
+		os.Stdout.WriteString(err.Error() + "\n")
+		return 1
+	}
+	syscall.Close(3 + n)
 	if err := CloseAfterExit(files); err != nil {
 		os.Stdout.WriteString(err.Error() + "\n")
 		return 1
 	}
+	syscall.Close(kept)
 	os.Stdout.WriteString("handed\n")
 	io.Copy(io.Discard, os.Stdin)
 	return 0
@@ -32,7 +43,8 @@ func holderCaller(n int) int {
 
 // What a process hands to CloseAfterExit stays open after it has closed
 // its own copies, for as long as it runs, and is closed once it has
-// exited. Six descriptors: more than the stage's below fdStage.
+// exited. Six descriptors: more than the stage's below fdStage. What it
+// did not hand over is not held.
 func TestCloseAfterExit(t *testing.T) {
 	var reads, writes []*os.File
 	for range 6 {
@@ -43,9 +55,14 @@ func TestCloseAfterExit(t *testing.T) {
 		reads, writes = append(reads, r), append(writes, w)
 		defer r.Close()
 	}
+	keptR, keptW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keptR.Close()
 	caller := exec.Command(os.Args[0])
 	caller.Env = append(os.Environ(), "AIRLOCK_HOLDER_CALLER="+strconv.Itoa(len(writes)))
-	caller.ExtraFiles = writes
+	caller.ExtraFiles = append(writes, keptW)
 	stdin, err := caller.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -61,6 +78,7 @@ func TestCloseAfterExit(t *testing.T) {
 	for _, w := range writes {
 		w.Close()
 	}
+	keptW.Close()
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if line != "handed\n" {
 		t.Fatalf("the caller said %q, %v", line, err)
@@ -71,6 +89,10 @@ func TestCloseAfterExit(t *testing.T) {
 		if _, err := r.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("pipe %d while the caller runs, its copy closed: %v, want it held open", i, err)
 		}
+	}
+	keptR.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := keptR.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("a pipe the caller inherited and closed, not handed over: %v, want EOF (the holder has no copy)", err)
 	}
 	stdin.Close()
 	if err := caller.Wait(); err != nil {

@@ -66,7 +66,7 @@ func RunStage2() {
 		runReaper(mode == modeTreeReaper, os.Args[3:])
 	case modeHolder:
 		unix.Close(fdStage)
-		runHolder()
+		runHolder(os.Args[3:])
 	}
 	fmt.Fprintf(os.Stderr, "airlock: unknown sandbox stage %q\n", mode)
 	os.Exit(125)

@@ -607,38 +607,3 @@ func TestHookForgetsTheExecsOfTheDead(t *testing.T) {
 		t.Errorf("pid %d's exec %+v still on record after it exited", pid, e)
 	}
 }
-
-// What a launcher hands to a holder at its exit (Tracepoints) is every
-// tracepoint the hook attached, each its own link: one left out would
-// detach in the launcher's exit after all.
-func TestTracepointsAreTheHooks(t *testing.T) {
-	testutil.RequireRoot(t, "cgroup BPF connect hooks")
-	_, hook := hookedCgroup(t)
-	testutil.RequireFeature(t, "the connect(2) tracepoint (tracefs at /sys/kernel/tracing; .ci/run mounts it)", hook.FDs)
-	testutil.RequireFeature(t, "the exec tracepoints", hook.Execs)
-	files, err := connhook.Tracepoints()
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := map[string]bool{}
-	for _, f := range files {
-		defer f.Close()
-		info, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", f.Fd()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, name, _ := strings.Cut(string(info), "\ntp_name:\t")
-		name, _, _ = strings.Cut(name, "\n")
-		names[name] = true
-	}
-	want := []string{"sys_enter_connect", "sched_process_exit", "sched_process_exec",
-		"sys_exit_execve", "sys_exit_execveat", "sys_enter_execve", "sys_enter_execveat"}
-	for _, name := range want {
-		if !names[name] {
-			t.Errorf("no link of tracepoint %s among the %d handed over (%v)", name, len(files), names)
-		}
-	}
-	if len(files) != len(want) {
-		t.Errorf("%d links handed over, want %d", len(files), len(want))
-	}
-}

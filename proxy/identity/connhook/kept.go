@@ -34,26 +34,35 @@ func Tracepoints() ([]*os.File, error) {
 	defer tracepoints.Unlock()
 	var files []*os.File
 	for _, l := range tracepoints.links {
-		fd, err := dupLink(l)
+		f, err := dupLink(l)
 		if err != nil {
 			for _, f := range files {
 				f.Close()
 			}
 			return nil, err
 		}
-		files = append(files, os.NewFile(uintptr(fd), "airlock-tracepoint"))
+		files = append(files, f)
 	}
 	return files, nil
 }
 
-func dupLink(l link.Link) (int, error) {
-	fl, ok := l.(interface{ FD() int })
-	if !ok {
-		return -1, fmt.Errorf("connhook: a %T link has no descriptor", l)
+// dupLink duplicates what detaches l when it closes last: the link's own
+// descriptor, or (a kernel before 5.15, which attaches by the perf event's
+// ioctl) the perf event's.
+func dupLink(l link.Link) (*os.File, error) {
+	if fl, ok := l.(interface{ FD() int }); ok {
+		fd, err := unix.FcntlInt(uintptr(fl.FD()), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			return nil, fmt.Errorf("connhook: duplicate a tracepoint link: %w", err)
+		}
+		return os.NewFile(uintptr(fd), "airlock-tracepoint"), nil
 	}
-	fd, err := unix.FcntlInt(uintptr(fl.FD()), unix.F_DUPFD_CLOEXEC, 3)
-	if err != nil {
-		return -1, fmt.Errorf("connhook: duplicate a tracepoint link: %w", err)
+	if pe, ok := l.(link.PerfEvent); ok {
+		f, err := pe.PerfEvent()
+		if err != nil {
+			return nil, fmt.Errorf("connhook: duplicate a tracepoint's perf event: %w", err)
+		}
+		return f, nil
 	}
-	return fd, nil
+	return nil, fmt.Errorf("connhook: a %T link has no descriptor", l)
 }
