@@ -80,7 +80,8 @@ func InstallEgress(ns netns.NsHandle, r EgressRules) error {
 	if err := r.validate(); err != nil {
 		return err
 	}
-	var opts []nftables.ConnOption
+	// Closed off the caller's path: the batch deletes a table (closeSoon).
+	opts := []nftables.ConnOption{nftables.AsLasting()}
 	if ns != netns.None() {
 		opts = append(opts, nftables.WithNetNSFd(int(ns)))
 	}
@@ -88,6 +89,7 @@ func InstallEgress(ns netns.NsHandle, r EgressRules) error {
 	if err != nil {
 		return fmt.Errorf("nftables: netlink socket: %w", err)
 	}
+	defer closeSoon(conn)
 	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: egressTable}
 	// Add (a no-op when it exists), delete, add again: one batch
 	// replaces an earlier table or makes the first.

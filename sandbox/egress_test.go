@@ -904,3 +904,44 @@ except OSError as e:
 		t.Errorf("the outside got %s, the workload's (%s) on the exempt flow's port %s; want it refused", got, strings.TrimSpace(out), port)
 	}
 }
+
+// The nftables sockets egress rules are made and removed through are closed
+// (in the background: closeSoon), not left open for each one-off a pod
+// runs.
+func TestEgressRulesLeaveNoSocket(t *testing.T) {
+	testutil.RequireRoot(t, "network namespaces, nftables and cgroups")
+	n := egressNetwork(t, 8901)
+	root, err := cgroup2.Mount()
+	if err != nil {
+		t.Fatalf("the cgroup v2 hierarchy: %v", err)
+	}
+	dir, err := cgroup2.Create(root, fmt.Sprintf("airlock-test-sockets-%d", os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyGroups("", "", []string{dir}) })
+	sockets := func() int {
+		n := 0
+		fds, _ := os.ReadDir("/proc/self/fd")
+		for _, fd := range fds {
+			if l, _ := os.Readlink("/proc/self/fd/" + fd.Name()); strings.HasPrefix(l, "socket:") {
+				n++
+			}
+		}
+		return n
+	}
+	before := sockets()
+	for range 10 {
+		undo, err := n.DenyPeers(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := undo(); err != nil {
+			t.Fatal(err)
+		}
+		if err := InstallEgress(n.NS, EgressRules{TransparentPort: 1000, DNSPort: 1001, LocalTCPPorts: []int{8901}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, fmt.Sprintf("the process's sockets back to %d", before), func() bool { return sockets() <= before })
+}
