@@ -22,7 +22,7 @@ import (
 // past the kill.
 type Leaf struct {
 	V2      string   // "" when cgroup v2 is not writable
-	Joined  []string // every directory whose cgroup.procs the sandbox joins
+	Joined  []string // every directory the sandbox joins (joinCgroup)
 	freezer string   // v1 freezer group, only without a v2 leaf
 
 	reaper *reaper

@@ -91,8 +91,8 @@ type Config struct {
 	Rlimits map[string]uint64 `json:"rlimits,omitempty"`
 	Env     []string          `json:"env"` // the complete environment, KEY=VAL
 
-	// Cgroups are the directories whose cgroup.procs the sandbox joins
-	// (see Leaf).
+	// Cgroups are the directories the sandbox joins (see Leaf,
+	// joinCgroup).
 	Cgroups []string `json:"cgroups,omitempty"`
 
 	DieWithParent bool `json:"die_with_parent"`

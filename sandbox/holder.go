@@ -86,9 +86,37 @@ func runHolder(args []string) {
 		after++
 	}
 	if err := unix.CloseRange(uint(after), ^uint(0), 0); err != nil {
-		fmt.Fprintf(os.Stderr, "airlock: descriptors' holder: %v\n", &os.SyscallError{Syscall: "close_range", Err: err})
-		os.Exit(1)
+		closeFrom(after) // before 5.9, or refused by a container's seccomp profile
 	}
 	io.Copy(io.Discard, os.Stdin) // returns at EOF: the launcher is gone
 	os.Exit(0)
+}
+
+// closeFrom closes every descriptor from first up, listed by raw calls: a
+// file opened through os would start the runtime's poller, whose own
+// descriptors the loop would then close.
+func closeFrom(first int) {
+	dir, err := unix.Open("/proc/self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(dir)
+	var fds []int
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.ReadDirent(dir, buf)
+		if err != nil || n <= 0 {
+			break
+		}
+		var names []string
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+		for _, name := range names {
+			if fd, err := strconv.Atoi(name); err == nil && fd >= first && fd != dir {
+				fds = append(fds, fd)
+			}
+		}
+	}
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }

@@ -784,7 +784,7 @@ func startCommandStage(c *Config, status *os.File) (int, error) {
 			c.Cgroups = slices.DeleteFunc(c.Cgroups, func(d string) bool { return d == dir })
 		}
 		// A kernel before 5.7 (no clone3) refuses: the command stage
-		// then joins by writing cgroup.procs, as for v1 groups.
+		// then joins by writing cgroup.procs (joinCgroup).
 		attr.Sys = nil
 	}
 	if p == nil {

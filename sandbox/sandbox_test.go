@@ -771,7 +771,7 @@ func TestForkBombStoppedByPidsMax(t *testing.T) {
 func TestCommandJoinsItsGroups(t *testing.T) {
 	testutil.RequireRoot(t, "cgroups")
 	id := fmt.Sprintf("test-join-%d", os.Getpid())
-	leaf, err := NewLeaf(LeafConfig{ID: id, PidsMax: 64})
+	leaf, err := NewLeaf(LeafConfig{ID: id, PidsMax: 64, MemoryMax: 256 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func bindWritable(c *Config) error {
 // writableMounts says which of mounts stay writable: those that were and
 // whose point is within a path given to write (rw, resolved; bindWritable
 // made each one a mount point), and the innermost mount holding a v1
-// cgroup directory the command stage joins by writing its cgroup.procs
+// cgroup directory the command stage joins by writing its tasks file
 // (cgroups; its files are root's: the sandbox's uid writes none of them).
 // A path given to write is never reason to keep the mount that holds it
 // writable: gone, or renamed away, when it was to be bound, it would make

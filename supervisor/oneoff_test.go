@@ -150,6 +150,13 @@ func TestOneOffLeafIsLimited(t *testing.T) {
 	if want := map[string]string{"memory": strconv.Itoa(512 << 20), "pids": "32"}; !maps.Equal(got, want) {
 		t.Errorf("the one-off's leaf %v has limits %v; want %v", x.sb.leaf.Joined, got, want)
 	}
+	// And its command is in each of them (a v1 group by its thread).
+	for _, d := range x.sb.leaf.Joined {
+		testutil.WaitFor(t, "the one-off's command in "+d, func() bool {
+			b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			return len(strings.TrimSpace(string(b))) > 0
+		})
+	}
 	// And no swap past the memory's limit, where the kernel counts swap.
 	for _, d := range x.sb.leaf.Joined {
 		for f, want := range map[string]string{"memory.swap.max": "0", "memory.memsw.limit_in_bytes": strconv.Itoa(512 << 20)} {

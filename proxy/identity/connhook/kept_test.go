@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,14 +32,15 @@ func TestTracepointsAreTheHooks(t *testing.T) {
 	}
 	want := map[string]bool{}
 	tracepoints.Lock()
-	for _, l := range tracepoints.links {
+	links := slices.Clone(tracepoints.links)
+	tracepoints.Unlock()
+	for _, l := range links {
 		fl, ok := l.(interface{ FD() int })
 		if !ok {
 			testutil.RequireFeature(t, "BPF perf links (Linux 5.15)", fmt.Errorf("a %T link", l))
 		}
 		want[linkID(t, fl.FD())] = true
 	}
-	tracepoints.Unlock()
 	if len(want) != 7 {
 		t.Errorf("%d tracepoint links kept for the process, want 7", len(want))
 	}
