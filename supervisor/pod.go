@@ -239,6 +239,8 @@ func (p *Pod) openState(context.Context) error {
 // openPolicy verifies the bundle against its pin before anything can
 // connect: a mismatch refuses to boot (ErrIntegrity, exit 10).
 func (p *Pod) openPolicy(ctx context.Context) error {
+	// Read while the policy compiles: the proxy's step needs them next.
+	proxy.PrepareRoots()
 	o, err := PolicyFrom(p.m.Policy, p.log)
 	if err != nil {
 		return fmt.Errorf("policy.public_key: %w", err)

@@ -67,6 +67,10 @@ func newSpawnCmd() *cobra.Command {
 			if err := proxy.CheckLimits(xf.limits, xf.dialTimeout); errors.As(err, &le) {
 				return &exitError{ExitUsage, fmt.Errorf("--%s must be positive", le.Name)}
 			}
+			if podSocket == "" && !dryRun {
+				// A local sandbox's proxy verifies upstreams with them.
+				proxy.PrepareRoots()
+			}
 			// The bundle is verified here, with its pin or lock, before
 			// anything is reserved or run (ErrIntegrity: exit 10).
 			engine, err := pf.engine(cmd.Context())
