@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup2"
 	"github.com/google/nftables"
@@ -36,17 +37,23 @@ func (n *Network) DenyPeers(dir string) (undo func() error, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("keep %s from the services' ports: %w", dir, err)
 	}
-	// One netlink socket for the rules' life, closed off the caller's
-	// path (closeSoon).
-	conn, err := nftables.New(nftables.WithNetNSFd(int(n.NS)), nftables.AsLasting())
-	if err != nil {
-		return nil, fmt.Errorf("nftables: netlink socket: %w", err)
-	}
-	defer func() {
+	// A socket for the rules and another for their removal, each closed
+	// off the caller's path (closeSoon). Not one kept between them:
+	// google/nftables reads one answer per message, and a reply left
+	// unread (a second ACK when a batch loads a module) would be read as
+	// the removal's.
+	open := func() (*nftables.Conn, error) {
+		conn, err := nftables.New(nftables.WithNetNSFd(int(n.NS)), nftables.AsLasting())
 		if err != nil {
-			closeSoon(conn)
+			return nil, fmt.Errorf("nftables: netlink socket: %w", err)
 		}
-	}()
+		return conn, nil
+	}
+	conn, err := open()
+	if err != nil {
+		return nil, err
+	}
+	defer closeSoon(conn)
 	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: egressTable}
 	chain := &nftables.Chain{Name: "filter_out", Table: table}
 	tag := []byte("airlock-deny-peers " + dir)
@@ -80,7 +87,11 @@ func (n *Network) DenyPeers(dir string) (undo func() error, err error) {
 	if err := conn.Flush(); err != nil {
 		return nil, fmt.Errorf("keep %s from the services' ports: nft rule: %w (the kernel needs nft socket cgroupv2 matching: CONFIG_NFT_SOCKET, Linux 5.13)", dir, err)
 	}
-	return func() error {
+	return sync.OnceValue(func() error {
+		conn, err := open()
+		if err != nil {
+			return err
+		}
 		defer closeSoon(conn)
 		rules, err := conn.GetRules(table, chain)
 		if err != nil {
@@ -94,7 +105,7 @@ func (n *Network) DenyPeers(dir string) (undo func() error, err error) {
 			}
 		}
 		return conn.Flush()
-	}, nil
+	}), nil
 }
 
 // closeSoon closes conn's netlink socket in the background. Its close

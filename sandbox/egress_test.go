@@ -907,7 +907,7 @@ except OSError as e:
 
 // The nftables sockets egress rules are made and removed through are closed
 // (in the background: closeSoon), not left open for each one-off a pod
-// runs.
+// runs; and each undo has removed its rules when it returns.
 func TestEgressRulesLeaveNoSocket(t *testing.T) {
 	testutil.RequireRoot(t, "network namespaces, nftables and cgroups")
 	n := egressNetwork(t, 8901)
@@ -939,9 +939,33 @@ func TestEgressRulesLeaveNoSocket(t *testing.T) {
 		if err := undo(); err != nil {
 			t.Fatal(err)
 		}
+		if left := peerRules(t, n); left != 0 {
+			t.Fatalf("%d of the one-off's rules left after undo", left)
+		}
 		if err := InstallEgress(n.NS, EgressRules{TransparentPort: 1000, DNSPort: 1001, LocalTCPPorts: []int{8901}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	testutil.WaitFor(t, fmt.Sprintf("the process's sockets back to %d", before), func() bool { return sockets() <= before })
+}
+
+// peerRules counts the rules DenyPeers put in n's filter chain.
+func peerRules(t *testing.T, n *Network) int {
+	t.Helper()
+	conn, err := nftables.New(nftables.WithNetNSFd(int(n.NS)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: egressTable}
+	rules, err := conn.GetRules(table, &nftables.Chain{Name: "filter_out", Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := 0
+	for _, r := range rules {
+		if bytes.HasPrefix(r.UserData, []byte("airlock-deny-peers ")) {
+			left++
+		}
+	}
+	return left
 }
