@@ -103,6 +103,45 @@ func TestLaunchLeavesNothingBehind(t *testing.T) {
 	}
 }
 
+// A launcher with a proxy of its own that is SIGKILLed leaves no CA
+// bundle directory behind either: the reaper that removes its groups
+// removes that too.
+func TestLaunchKilledLeavesNoCABundle(t *testing.T) {
+	testutil.RequireRoot(t, "airlock launch (namespaces, cgroups)")
+	dir := t.TempDir()
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("ca-killed-%d", os.Getpid())
+	cmd := exec.Command(airlockBin, "launch", "--net", "proxy", "--preset", "strict", "--sandbox-id", id,
+		"--ca-dir", filepath.Join(dir, "ca"), "--audit-log", filepath.Join(dir, "audit.jsonl"), "--log-level", "error",
+		"--", "/bin/sh", "-c", "echo ready; exec sleep 60")
+	cmd.Env = cleanEnv("TMPDIR=" + tmp)
+	out, _ := cmd.StdoutPipe()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+		cmd.Process.Kill()
+		t.Fatalf("the sandboxed command did not start: %q %s", line, stderr.String())
+	}
+	bundles := func() []string {
+		m, _ := filepath.Glob(filepath.Join(tmp, "airlock-ca-*"))
+		return m
+	}
+	if len(bundles()) != 1 {
+		cmd.Process.Kill()
+		t.Fatalf("CA bundle directories in the launcher's TMPDIR: %v, want one: the test would prove nothing", bundles())
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	waitFor(t, 10*time.Second, func() bool { return len(bundles()) == 0 && len(cgroupsOf(id)) == 0 },
+		"the CA bundle's directory and the groups to be removed after the launcher's SIGKILL")
+}
+
 // The sandbox has its own /proc: it sees its own processes only, never the
 // host's, nor the launcher's command line.
 func TestLaunchSeesOnlyItsOwnProcesses(t *testing.T) {

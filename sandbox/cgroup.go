@@ -44,6 +44,10 @@ type LeafConfig struct {
 	// exit path leaks them. Off for a sandbox meant to outlive its
 	// launcher (DieWithParent false).
 	Reap bool
+	// Remove are paths the reaper removes too (os.RemoveAll) when the
+	// launcher dies without removing them: a launch's own temporary
+	// files (its proxy's CA bundle). Only with Reap.
+	Remove []string
 	// ParentReaped says a reaper already covers Parent's whole tree
 	// (StartTreeReaper, a pod's), and the v1 groups of Parent's name
 	// (RemoveV1Tree): the leaf's v1 limit groups on a hybrid host go
@@ -109,7 +113,7 @@ func NewLeaf(lc LeafConfig) (*Leaf, error) {
 		}
 	}
 	if lc.Reap && !(lc.ParentReaped && l.under(lc.Parent, v1Parent)) {
-		if l.reaper, err = startReaper(l.V2, l.freezer, l.Joined); err != nil {
+		if l.reaper, err = startReaper(l.V2, l.freezer, l.Joined, lc.Remove); err != nil {
 			return nil, errors.Join(err, l.Destroy())
 		}
 	}

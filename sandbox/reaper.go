@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 )
 
@@ -22,8 +23,9 @@ type reaper struct {
 	life *os.File // the write end; closing it releases the reaper
 }
 
-func startReaper(v2, freezer string, dirs []string) (*reaper, error) {
-	return spawnReaper(append([]string{modeReaper, orDash(v2), orDash(freezer)}, dirs...))
+func startReaper(v2, freezer string, dirs, remove []string) (*reaper, error) {
+	args := append([]string{modeReaper, orDash(v2), orDash(freezer), strconv.Itoa(len(remove))}, remove...)
+	return spawnReaper(append(args, dirs...))
 }
 
 // TreeReaper is a reaper for a cgroup directory and everything below it (a
@@ -89,16 +91,33 @@ func undash(s string) string {
 	return s
 }
 
-// runReaper is the reaper process: args are v2, freezer, then every group;
-// or, for a tree reaper, the tree's directory alone.
+// runReaper is the reaper process: args are v2, freezer, the count of
+// paths to remove, those paths (LeafConfig.Remove), then every group; or,
+// for a tree reaper, the tree's directory alone.
 func runReaper(tree bool, args []string) {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	var remove []string
+	if !tree && len(args) >= 3 {
+		n, err := strconv.Atoi(args[2])
+		if err != nil || n < 0 || 3+n > len(args) {
+			args = nil
+		} else {
+			remove = args[3 : 3+n]
+			args = append(args[:2:2], args[3+n:]...)
+		}
+	}
 	if !tree && len(args) < 2 || tree && len(args) != 1 {
 		fmt.Fprintln(os.Stderr, "airlock: cgroup reaper: missing arguments")
 		os.Exit(2)
 	}
 	io.Copy(io.Discard, os.Stdin) // returns at EOF: the launcher is gone
-	destroy := func() error { return destroyGroups(undash(args[0]), undash(args[1]), args[2:]) }
+	destroy := func() error {
+		err := destroyGroups(undash(args[0]), undash(args[1]), args[2:])
+		for _, path := range remove {
+			err = errors.Join(err, os.RemoveAll(path))
+		}
+		return err
+	}
 	if tree {
 		// And the v1 groups of its name, where its leaves' v1 limit
 		// groups are (LeafConfig.ParentReaped).

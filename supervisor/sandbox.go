@@ -142,11 +142,24 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 		}
 		s.network = network
 	}
+	// The CA bundle the command's clients trust (its own proxy's), in a
+	// directory of its own that the sandbox's uid can read (added to
+	// Config.RO). Made before the groups, whose reaper removes it too
+	// when the launcher dies without doing so (SIGKILL).
+	var caDir string
+	var remove []string
+	if o.Proxy != nil {
+		if caDir, err = os.MkdirTemp("", "airlock-ca-"); err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, func() { os.RemoveAll(caDir) })
+		remove = append(remove, caDir)
+	}
 	// The groups exist before the process, which joins them before it
 	// runs anything.
 	s.leaf, err = sandbox.NewLeaf(sandbox.LeafConfig{
 		Parent: o.CgroupParent, ID: o.ID, MemoryMax: o.MemoryMax, PidsMax: o.PidsMax,
-		Reap: c.DieWithParent, ParentReaped: o.ParentReaped, Logger: s.log,
+		Reap: c.DieWithParent, Remove: remove, ParentReaped: o.ParentReaped, Logger: s.log,
 	})
 	if err != nil {
 		return nil, err
@@ -175,17 +188,10 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 	var hook *connhook.Hook
 	bundle := o.CABundle
 	if o.Proxy != nil {
-		// The CA bundle the command's clients trust, in a directory of
-		// its own that the sandbox's uid can read (added to Config.RO).
-		dir, err := os.MkdirTemp("", "airlock-ca-")
-		if err != nil {
+		if err := os.Chmod(caDir, 0o755); err != nil {
 			return nil, err
 		}
-		s.closers = append(s.closers, func() { os.RemoveAll(dir) })
-		if err := os.Chmod(dir, 0o755); err != nil {
-			return nil, err
-		}
-		if bundle, err = sandbox.WriteCABundle(dir, o.Proxy.Proxy.CACert()); err != nil {
+		if bundle, err = sandbox.WriteCABundle(caDir, o.Proxy.Proxy.CACert()); err != nil {
 			return nil, err
 		}
 		if s.leaf.V2 != "" {
