@@ -56,19 +56,10 @@ func TestLaunchLeavesNothingBehind(t *testing.T) {
 			args := append([]string{"launch", "--net", "none", "--sandbox-id", id, "--stop-timeout", "1s", "--log-level", "error"}, tc.flags...) // a later flag wins
 			args = append(args, "--", "/bin/sh", "-c", strings.ReplaceAll(tc.script, "SLEEP", "sleep "+marker))
 			cmd := exec.Command(airlockBin, args...)
-			out, _ := cmd.StdoutPipe()
 			// Commands that exit by themselves wait for a line, so the
 			// test sees their processes before they are left behind.
 			in, _ := cmd.StdinPipe()
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
-				cmd.Process.Kill()
-				t.Fatalf("the sandboxed script did not start: %q %s", line, stderr.String())
-			}
+			startReady(t, cmd)
 			if len(withArg(marker)) == 0 {
 				t.Fatal("no sandboxed process found by its marker: the test would prove nothing")
 			}
@@ -118,16 +109,7 @@ func TestLaunchKilledLeavesNoCABundle(t *testing.T) {
 		"--ca-dir", filepath.Join(dir, "ca"), "--audit-log", filepath.Join(dir, "audit.jsonl"), "--log-level", "error",
 		"--", "/bin/sh", "-c", "echo ready; exec sleep 60")
 	cmd.Env = cleanEnv("TMPDIR=" + tmp)
-	out, _ := cmd.StdoutPipe()
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
-		cmd.Process.Kill()
-		t.Fatalf("the sandboxed command did not start: %q %s", line, stderr.String())
-	}
+	startReady(t, cmd)
 	bundles := func() []string {
 		m, _ := filepath.Glob(filepath.Join(tmp, "airlock-ca-*"))
 		return m
@@ -212,6 +194,22 @@ func TestLaunchReportsOOMKill(t *testing.T) {
 	raw, _ = os.ReadFile(status)
 	if code := exitCode(err); code != 137 || strings.Contains(string(msg), "OOM") || !strings.Contains(string(raw), `"oom_killed":false`) {
 		t.Fatalf("plain SIGKILL: exit %d, %s, status %s", code, msg, raw)
+	}
+}
+
+// startReady starts a launch whose sandboxed command says "ready" on its
+// stdout first, and waits for that line.
+func startReady(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	out, _ := cmd.StdoutPipe()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+		cmd.Process.Kill()
+		t.Fatalf("the sandboxed command did not start: %q %s", line, stderr.String())
 	}
 }
 

@@ -557,17 +557,8 @@ func TestEgressEstablishedOnlyToLocal(t *testing.T) {
 	if err := InstallEgress(n.NS, EgressRules{TransparentPort: port(n.Transparent[0]), DNSPort: port(n.DNSStreams[0]), ExemptUID: &exempt}); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := nftables.New(nftables.WithNetNSFd(int(n.NS)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: egressTable}
-	rules, err := conn.GetRules(table, &nftables.Chain{Name: "filter_out", Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
 	seen := false
-	for _, r := range rules {
+	for _, r := range filterRules(t, n) {
 		var ct, bounded bool
 		for _, e := range r.Exprs {
 			switch e := e.(type) {
@@ -952,6 +943,18 @@ func TestEgressRulesLeaveNoSocket(t *testing.T) {
 // peerRules counts the rules DenyPeers put in n's filter chain.
 func peerRules(t *testing.T, n *Network) int {
 	t.Helper()
+	left := 0
+	for _, r := range filterRules(t, n) {
+		if bytes.HasPrefix(r.UserData, []byte("airlock-deny-peers ")) {
+			left++
+		}
+	}
+	return left
+}
+
+// filterRules are the rules of n's filter chain.
+func filterRules(t *testing.T, n *Network) []*nftables.Rule {
+	t.Helper()
 	conn, err := nftables.New(nftables.WithNetNSFd(int(n.NS)))
 	if err != nil {
 		t.Fatal(err)
@@ -961,11 +964,5 @@ func peerRules(t *testing.T, n *Network) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	left := 0
-	for _, r := range rules {
-		if bytes.HasPrefix(r.UserData, []byte("airlock-deny-peers ")) {
-			left++
-		}
-	}
-	return left
+	return rules
 }
