@@ -44,9 +44,11 @@ type LeafConfig struct {
 	// exit path leaks them. Off for a sandbox meant to outlive its
 	// launcher (DieWithParent false).
 	Reap bool
-	// Remove are paths the reaper removes too (os.RemoveAll) when the
-	// launcher dies without removing them: a launch's own temporary
-	// files (its proxy's CA bundle). Only with Reap.
+	// Remove are absolute paths the reaper removes too (os.RemoveAll)
+	// when the launcher dies without removing them: a launch's own
+	// temporary files (its proxy's CA bundle). Only with a reaper of its
+	// own (Reap, no ParentReaped tree above it); else they are the
+	// launcher's alone.
 	Remove []string
 	// ParentReaped says a reaper already covers Parent's whole tree
 	// (StartTreeReaper, a pod's), and the v1 groups of Parent's name

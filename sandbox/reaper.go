@@ -99,11 +99,16 @@ func runReaper(tree bool, args []string) {
 	var remove []string
 	if !tree && len(args) >= 3 {
 		n, err := strconv.Atoi(args[2])
-		if err != nil || n < 0 || 3+n > len(args) {
+		if err != nil || n < 0 || n > len(args)-3 {
 			args = nil
 		} else {
 			remove = args[3 : 3+n]
 			args = append(args[:2:2], args[3+n:]...)
+		}
+		for _, p := range remove {
+			if !filepath.IsAbs(p) {
+				args = nil // resolved from "/", not the launcher's directory
+			}
 		}
 	}
 	if !tree && len(args) < 2 || tree && len(args) != 1 {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/trusted"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/proxy"
 	"github.com/airlock-sandbox/airlock/proxy/identity"
@@ -149,7 +150,7 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 	var caDir string
 	var remove []string
 	if o.Proxy != nil {
-		if caDir, err = os.MkdirTemp("", "airlock-ca-"); err != nil {
+		if caDir, err = caBundleDir(); err != nil {
 			return nil, err
 		}
 		s.closers = append(s.closers, func() { os.RemoveAll(caDir) })
@@ -238,6 +239,23 @@ func Launch(ctx context.Context, o SandboxOptions) (_ *Sandbox, err error) {
 		})
 	}
 	return s, nil
+}
+
+// caBundleDir makes the directory of a launch's CA bundle, in the
+// temporary directory (TMPDIR) where no other user could put another
+// file in its place or in a directory above it (trusted.Path), else in
+// /tmp: root removes it by its path (its reaper after a SIGKILL), and a
+// path through another user's directory (sudo -E, TMPDIR in a home) is
+// theirs to point at what root would then remove.
+func caBundleDir() (string, error) {
+	base := os.TempDir()
+	if !filepath.IsAbs(base) || trusted.Path(base) != nil {
+		base = "/tmp"
+	}
+	if err := trusted.Path(base); err != nil {
+		return "", fmt.Errorf("the CA bundle's directory: %w", err)
+	}
+	return os.MkdirTemp(base, "airlock-ca-")
 }
 
 // DetachAfterExit hands the connect hook's tracepoints, attached once per
