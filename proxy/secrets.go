@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -30,6 +33,50 @@ func (EnvSecrets) Lookup(ref policies.SecretRef) (string, error) {
 		return "", fmt.Errorf("%s: the secret %s", source, why)
 	}
 	return v, nil
+}
+
+// Given is a value handed to a sandbox's command: how (a flag, a field),
+// the variable's name and its value.
+type Given struct{ By, Name, Value string }
+
+// HandedSecret refuses to give a sandbox's command a value holding a
+// credential p injects: the proxy adds it to the requests p's rule allows
+// so that the command never holds it, and a command given it holds it all
+// the same. The error names the variable, rule and header, never the
+// value. A secret the proxy cannot read is no one's to find.
+func HandedSecret(p policies.Preset, gives []Given) error {
+	for _, r := range p.Rules {
+		headers := slices.Sorted(maps.Keys(r.Inject))
+		for _, h := range headers {
+			// As it is, not as the proxy would send it: one it refuses
+			// (a trailing space) is not injected, but is the credential
+			// all the same.
+			raw, _, err := SecretValue(r.Inject[h])
+			if err != nil {
+				continue // reported as the proxy starts
+			}
+			held := []string{strings.TrimSpace(raw)}
+			if strings.HasPrefix(strings.ToLower(r.Inject[h].Format), "basic ") {
+				// user:pass, and the password alone, as a client given
+				// them would hold them; not one so short that any value
+				// could hold it (the "x" of "TOKEN:x").
+				if dec, err := base64.StdEncoding.DecodeString(held[0]); err == nil {
+					_, pass, _ := strings.Cut(string(dec), ":")
+					for _, part := range []string{string(dec), pass} {
+						if len(part) >= 8 {
+							held = append(held, part)
+						}
+					}
+				}
+			}
+			for _, g := range gives {
+				if slices.ContainsFunc(held, func(secret string) bool { return secret != "" && strings.Contains(g.Value, secret) }) {
+					return fmt.Errorf("%s %s: it holds the credential preset %q's rule %q injects (header %s), which the proxy adds to the requests the rule allows so that the command never holds it; drop it, or give a client that wants one a placeholder (%s=placeholder)", g.By, g.Name, p.Name, r.Name, h, g.Name)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // SecretValue is what ref names, as it is (a file's trailing line breaks

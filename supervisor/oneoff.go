@@ -163,16 +163,25 @@ func (o *oneOffs) options(spec adminclient.SandboxSpec) (SandboxOptions, error) 
 	if !ValidSandboxID(spec.ID) {
 		return SandboxOptions{}, refuse(400, "id %q: want "+SandboxIDRule, spec.ID)
 	}
-	if _, ok := p.engine.Preset(spec.Preset); !ok {
+	preset, ok := p.engine.Preset(spec.Preset)
+	if !ok {
 		return SandboxOptions{}, refuse(400, "preset %q: not in the pod's policy %s; it has %v", spec.Preset, p.engine.Hash(), p.engine.Presets())
 	}
 	if spec.Policy != "" && spec.Policy != p.engine.Hash() {
 		return SandboxOptions{}, refuse(412, "policy %s: the pod's proxy decides with policy %s, not the bundle its launcher verified", spec.Policy, p.engine.Hash())
 	}
+	var gives []proxy.Given
 	for _, kv := range spec.Env {
-		if name, _, _ := strings.Cut(kv, "="); sandbox.IsReservedEnv(name) {
+		name, value, _ := strings.Cut(kv, "=")
+		if sandbox.IsReservedEnv(name) {
 			return SandboxOptions{}, refuse(400, "env %s: the sandbox's (its proxy and CA), which the pod sets", name)
 		}
+		gives = append(gives, proxy.Given{By: "env", Name: name, Value: value})
+	}
+	// The pod's proxy reads them from the pod's environment or files,
+	// which its launcher need not share.
+	if err := proxy.HandedSecret(preset, gives); err != nil {
+		return SandboxOptions{}, refuse(400, "%v", err)
 	}
 	if len(spec.Command) == 0 || !filepath.IsAbs(spec.Command[0]) {
 		return SandboxOptions{}, refuse(400, "command %q: want an absolute binary first (the pod does not search a PATH for it)", spec.Command)

@@ -125,6 +125,35 @@ func TestOneOffLimits(t *testing.T) {
 	}
 }
 
+// A one-off is not given a credential its preset has the pod's proxy
+// inject, whatever variable it comes in: the proxy reads it from the pod's
+// environment so that the sandbox never holds it. The refusal names the
+// variable, rule and header, never the value; a placeholder passes.
+func TestOneOffRefusesAHandedSecret(t *testing.T) {
+	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
+	o := newOneOffs(testPod(t, ""))
+	for _, tc := range []struct {
+		env, refused string
+	}{
+		{"MY_KEY=sk-ant-test-0123456789", `env MY_KEY: it holds the credential preset "coder"'s rule "anthropic-api" injects (header x-api-key)`},
+		{"HEADER=x-api-key: sk-ant-test-0123456789", `env HEADER: it holds the credential preset "coder"'s rule "anthropic-api" injects`},
+		{"ANTHROPIC_API_KEY=placeholder", ""},
+	} {
+		spec := adminclient.SandboxSpec{ID: "spawn-1", Preset: "coder", Command: []string{"/bin/true"}, Dir: "/", UID: 61000, GID: 61000,
+			Stdout: "/job/out", Stderr: "/job/err", Audit: "/job/audit", Env: []string{tc.env}}
+		_, err := o.options(spec)
+		var r *refusal
+		switch {
+		case tc.refused != "" && (!errors.As(err, &r) || r.status != 400 || !strings.Contains(err.Error(), tc.refused)):
+			t.Errorf("env %s: options = %v; want a 400 %q", tc.env, err, tc.refused)
+		case tc.refused != "" && strings.Contains(err.Error(), "0123456789"):
+			t.Errorf("env %s: the refusal quotes the secret: %v", tc.env, err)
+		case tc.refused == "" && err != nil:
+			t.Errorf("env %s: options = %v; want it allowed", tc.env, err)
+		}
+	}
+}
+
 // A real one-off's leaf holds its limits: memory.max (or a hybrid host's
 // v1 memory.limit_in_bytes) the pod's, and pids.max the lower one its
 // launcher asked for. Its files are made through a link of root's.

@@ -2,16 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -478,52 +475,18 @@ func forwardSignals(sigs <-chan os.Signal, launched <-chan *supervisor.Sandbox, 
 }
 
 // handedSecret refuses to give the command, by --keep-env or --env, a
-// value holding a credential p injects: the proxy, in this process, reads
-// it from this same environment (or its file) to keep it from the command,
-// which would hold it all the same. The error names the variable, rule and
-// header, never the value.
+// value holding a credential p injects (proxy.HandedSecret): the proxy, in
+// this process, reads it from this same environment (or its file).
 func handedSecret(p policies.Preset, envs, keepEnv []string) error {
-	type given struct{ flag, name, value string }
-	var gives []given
+	var gives []proxy.Given
 	for _, k := range keepEnv {
 		if v, ok := os.LookupEnv(k); ok {
-			gives = append(gives, given{"--keep-env", k, v})
+			gives = append(gives, proxy.Given{By: "--keep-env", Name: k, Value: v})
 		}
 	}
 	for _, kv := range envs {
 		k, v, _ := strings.Cut(kv, "=")
-		gives = append(gives, given{"--env", k, v})
+		gives = append(gives, proxy.Given{By: "--env", Name: k, Value: v})
 	}
-	for _, r := range p.Rules {
-		headers := slices.Sorted(maps.Keys(r.Inject))
-		for _, h := range headers {
-			// As it is, not as the proxy would send it: one it refuses
-			// (a trailing space) is not injected, but is the credential
-			// all the same.
-			raw, _, err := proxy.SecretValue(r.Inject[h])
-			if err != nil {
-				continue // reported as the proxy starts
-			}
-			held := []string{strings.TrimSpace(raw)}
-			if strings.HasPrefix(strings.ToLower(r.Inject[h].Format), "basic ") {
-				// user:pass, and the password alone, as a client given
-				// them would hold them; not one so short that any value
-				// could hold it (the "x" of "TOKEN:x").
-				if dec, err := base64.StdEncoding.DecodeString(held[0]); err == nil {
-					_, pass, _ := strings.Cut(string(dec), ":")
-					for _, part := range []string{string(dec), pass} {
-						if len(part) >= 8 {
-							held = append(held, part)
-						}
-					}
-				}
-			}
-			for _, g := range gives {
-				if slices.ContainsFunc(held, func(secret string) bool { return secret != "" && strings.Contains(g.value, secret) }) {
-					return fmt.Errorf("%s %s: it holds the credential preset %q's rule %q injects (header %s), which the proxy adds to the requests the rule allows so that the command never holds it; drop it, or give a client that wants one set a placeholder (--env %s=placeholder)", g.flag, g.name, p.Name, r.Name, h, g.name)
-				}
-			}
-		}
-	}
-	return nil
+	return proxy.HandedSecret(p, gives)
 }
