@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/cginame"
@@ -35,48 +36,83 @@ func (EnvSecrets) Lookup(ref policies.SecretRef) (string, error) {
 	return v, nil
 }
 
-// Given is a value handed to a sandbox's command: how (a flag, a field),
-// the variable's name and its value.
+// Given is a value handed to a sandbox's command: how (a flag, a field,
+// "argument"), the variable's name (an argument's position) and its value.
 type Given struct{ By, Name, Value string }
 
+// Gives are what a command is handed: each KEY=VALUE of env, by by, and
+// each of args, its arguments after the program.
+func Gives(by string, env, args []string) []Given {
+	var gives []Given
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		gives = append(gives, Given{By: by, Name: k, Value: v})
+	}
+	for i, a := range args {
+		gives = append(gives, Given{By: "argument", Name: strconv.Itoa(i + 1), Value: a})
+	}
+	return gives
+}
+
 // HandedSecret refuses to give a sandbox's command a value holding a
-// credential p injects: the proxy adds it to the requests p's rule allows
-// so that the command never holds it, and a command given it holds it all
-// the same. The error names the variable, rule and header, never the
-// value. A secret the proxy cannot read is no one's to find.
+// credential p injects, in a variable's value or name or an argument: the
+// proxy adds it to the requests p's rule allows so that the command never
+// holds it, and a command given it holds it all the same. The error names
+// the variable (not one whose name holds it) or argument, rule and
+// header, never the value. A secret the proxy cannot read is no one's to
+// find. It catches a mistake; it is no boundary (a secret split in two,
+// or in a file the command may read, passes).
 func HandedSecret(p policies.Preset, gives []Given) error {
 	for _, r := range p.Rules {
 		headers := slices.Sorted(maps.Keys(r.Inject))
 		for _, h := range headers {
-			// As it is, not as the proxy would send it: one it refuses
-			// (a trailing space) is not injected, but is the credential
-			// all the same.
-			raw, _, err := SecretValue(r.Inject[h])
-			if err != nil {
-				continue // reported as the proxy starts
+			held := heldForms(r.Inject[h])
+			holds := func(v string) bool {
+				return slices.ContainsFunc(held, func(secret string) bool { return secret != "" && strings.Contains(v, secret) })
 			}
-			held := []string{strings.TrimSpace(raw)}
-			if strings.HasPrefix(strings.ToLower(r.Inject[h].Format), "basic ") {
-				// user:pass, and the password alone, as a client given
-				// them would hold them; not one so short that any value
-				// could hold it (the "x" of "TOKEN:x").
-				if dec, err := base64.StdEncoding.DecodeString(held[0]); err == nil {
-					_, pass, _ := strings.Cut(string(dec), ":")
-					for _, part := range []string{string(dec), pass} {
-						if len(part) >= 8 {
-							held = append(held, part)
-						}
-					}
-				}
-			}
+			why := fmt.Sprintf("the credential preset %q's rule %q injects (header %s), which the proxy adds to the requests the rule allows so that the command never holds it", p.Name, r.Name, h)
 			for _, g := range gives {
-				if slices.ContainsFunc(held, func(secret string) bool { return secret != "" && strings.Contains(g.Value, secret) }) {
-					return fmt.Errorf("%s %s: it holds the credential preset %q's rule %q injects (header %s), which the proxy adds to the requests the rule allows so that the command never holds it; drop it, or give a client that wants one a placeholder (%s=placeholder)", g.By, g.Name, p.Name, r.Name, h, g.Name)
+				switch {
+				case g.By != "argument" && holds(g.Name):
+					return fmt.Errorf("%s: a variable's name holds %s; drop it", g.By, why)
+				case !holds(g.Value):
+				case g.By == "argument":
+					return fmt.Errorf("argument %s of the command: it holds %s; drop it", g.Name, why)
+				default:
+					return fmt.Errorf("%s %s: it holds %s; drop it, or give a client that wants one a placeholder (%s=placeholder)", g.By, g.Name, why, g.Name)
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// heldForms are the forms of ref's secret a command given it would hold:
+// as it is, not as the proxy would send it (one it refuses, with a
+// trailing space, is not injected, but is the credential all the same);
+// for Basic, user:pass decoded and each of its parts, but not one so short
+// that any value could hold it (the "x" of "TOKEN:x").
+func heldForms(ref policies.SecretRef) []string {
+	raw, _, err := SecretValue(ref)
+	if err != nil {
+		return nil // reported as the proxy starts
+	}
+	held := []string{strings.TrimSpace(raw)}
+	if strings.HasPrefix(strings.ToLower(ref.Format), "basic ") {
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding} {
+			dec, err := enc.DecodeString(held[0])
+			if err != nil {
+				continue
+			}
+			user, pass, _ := strings.Cut(string(dec), ":")
+			for _, part := range []string{string(dec), user, pass} {
+				if len(part) >= 8 {
+					held = append(held, part)
+				}
+			}
+		}
+	}
+	return held
 }
 
 // SecretValue is what ref names, as it is (a file's trailing line breaks

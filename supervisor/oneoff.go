@@ -170,21 +170,18 @@ func (o *oneOffs) options(spec adminclient.SandboxSpec) (SandboxOptions, error) 
 	if spec.Policy != "" && spec.Policy != p.engine.Hash() {
 		return SandboxOptions{}, refuse(412, "policy %s: the pod's proxy decides with policy %s, not the bundle its launcher verified", spec.Policy, p.engine.Hash())
 	}
-	var gives []proxy.Given
 	for _, kv := range spec.Env {
-		name, value, _ := strings.Cut(kv, "=")
-		if sandbox.IsReservedEnv(name) {
+		if name, _, _ := strings.Cut(kv, "="); sandbox.IsReservedEnv(name) {
 			return SandboxOptions{}, refuse(400, "env %s: the sandbox's (its proxy and CA), which the pod sets", name)
 		}
-		gives = append(gives, proxy.Given{By: "env", Name: name, Value: value})
-	}
-	// The pod's proxy reads them from the pod's environment or files,
-	// which its launcher need not share.
-	if err := proxy.HandedSecret(preset, gives); err != nil {
-		return SandboxOptions{}, refuse(400, "%v", err)
 	}
 	if len(spec.Command) == 0 || !filepath.IsAbs(spec.Command[0]) {
 		return SandboxOptions{}, refuse(400, "command %q: want an absolute binary first (the pod does not search a PATH for it)", spec.Command)
+	}
+	// The pod's proxy reads them from the pod's environment or files,
+	// which its launcher need not share.
+	if err := proxy.HandedSecret(preset, proxy.Gives("env", spec.Env, spec.Command[1:])); err != nil {
+		return SandboxOptions{}, refuse(400, "%v", err)
 	}
 	memoryMax, err := oneOffLimit("memory_max", spec.MemoryMax, p.m.Sandboxes.MemoryMax)
 	if err != nil {

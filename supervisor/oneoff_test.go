@@ -138,9 +138,13 @@ func TestOneOffRefusesAHandedSecret(t *testing.T) {
 		{"MY_KEY=sk-ant-test-0123456789", `env MY_KEY: it holds the credential preset "coder"'s rule "anthropic-api" injects (header x-api-key)`},
 		{"HEADER=x-api-key: sk-ant-test-0123456789", `env HEADER: it holds the credential preset "coder"'s rule "anthropic-api" injects`},
 		{"ANTHROPIC_API_KEY=placeholder", ""},
+		{"ARG=sk-ant-test-0123456789", `argument 2 of the command: it holds the credential preset "coder"'s rule "anthropic-api" injects`},
 	} {
 		spec := adminclient.SandboxSpec{ID: "spawn-1", Preset: "coder", Command: []string{"/bin/true"}, Dir: "/", UID: 61000, GID: 61000,
-			Stdout: "/job/out", Stderr: "/job/err", Audit: "/job/audit", Env: []string{tc.env}}
+			Stdout: "/job/out", Stderr: "/job/err", Audit: "/job/audit", Env: []string{"FIRST=fine", tc.env}}
+		if name, v, _ := strings.Cut(tc.env, "="); name == "ARG" {
+			spec.Env, spec.Command = nil, []string{"/usr/bin/env", "-i", v}
+		}
 		_, err := o.options(spec)
 		var r *refusal
 		switch {

@@ -195,7 +195,7 @@ func newLaunchCmd() *cobra.Command {
 				}
 				defer p.Close()
 				if rules, ok := engine.Preset(preset); ok {
-					if err := handedSecret(rules, envs, keepEnv); err != nil {
+					if err := handedSecret(rules, envs, keepEnv, c.Command[1:]); err != nil {
 						status.write(map[string]any{"started": false, "error": err.Error(), "exit_code": ExitUsage}, log)
 						return &exitError{ExitUsage, err}
 					}
@@ -474,19 +474,16 @@ func forwardSignals(sigs <-chan os.Signal, launched <-chan *supervisor.Sandbox, 
 	}
 }
 
-// handedSecret refuses to give the command, by --keep-env or --env, a
-// value holding a credential p injects (proxy.HandedSecret): the proxy, in
-// this process, reads it from this same environment (or its file).
-func handedSecret(p policies.Preset, envs, keepEnv []string) error {
-	var gives []proxy.Given
+// handedSecret refuses to give the command, by --keep-env, --env or an
+// argument, a value holding a credential p injects (proxy.HandedSecret):
+// the proxy, in this process, reads it from this same environment (or its
+// file).
+func handedSecret(p policies.Preset, envs, keepEnv, args []string) error {
+	var kept []string
 	for _, k := range keepEnv {
 		if v, ok := os.LookupEnv(k); ok {
-			gives = append(gives, proxy.Given{By: "--keep-env", Name: k, Value: v})
+			kept = append(kept, k+"="+v)
 		}
 	}
-	for _, kv := range envs {
-		k, v, _ := strings.Cut(kv, "=")
-		gives = append(gives, proxy.Given{By: "--env", Name: k, Value: v})
-	}
-	return proxy.HandedSecret(p, gives)
+	return proxy.HandedSecret(p, append(proxy.Gives("--keep-env", kept, nil), proxy.Gives("--env", envs, args)...))
 }

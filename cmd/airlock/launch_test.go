@@ -194,6 +194,8 @@ func TestHandedSecret(t *testing.T) {
 	t.Setenv("AIRLOCK_TEST_SPACED", "sk-ant-spaced-key ")
 	// Basic's user:pass, base64: "ci-bot:hunter2-long-pass".
 	t.Setenv("AIRLOCK_TEST_BASIC", "Y2ktYm90Omh1bnRlcjItbG9uZy1wYXNz")
+	// A token as the user, base64 unpadded: "ghp_usertoken123:x".
+	t.Setenv("AIRLOCK_TEST_BASIC_USER", "Z2hwX3VzZXJ0b2tlbjEyMzp4")
 	file := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(file, []byte("ghp_filetoken\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -204,22 +206,30 @@ func TestHandedSecret(t *testing.T) {
 		{Name: "lacking", Inject: map[string]policies.SecretRef{"x-key": {Env: "AIRLOCK_TEST_UNSET"}}},
 		{Name: "spaced", Inject: map[string]policies.SecretRef{"x-api-key": {Env: "AIRLOCK_TEST_SPACED"}}},
 		{Name: "basic", Inject: map[string]policies.SecretRef{"authorization": {Env: "AIRLOCK_TEST_BASIC", Format: "Basic %s"}}},
+		{Name: "token-user", Inject: map[string]policies.SecretRef{"authorization": {Env: "AIRLOCK_TEST_BASIC_USER", Format: "Basic %s"}}},
 	}}
 	for _, tc := range []struct {
-		envs, keep []string
-		want       string
+		envs, keep, args []string
+		want             string
 	}{
-		{nil, []string{"AIRLOCK_TEST_INJECTED"}, `--keep-env AIRLOCK_TEST_INJECTED: it holds the credential preset "p"'s rule "model" injects (header authorization)`},
-		{[]string{"GH=ghp_filetoken"}, nil, `--env GH: it holds the credential preset "p"'s rule "git" injects (header x-token)`},
-		{nil, []string{"AIRLOCK_TEST_SPACED"}, `--keep-env AIRLOCK_TEST_SPACED: it holds the credential preset "p"'s rule "spaced" injects (header x-api-key)`},
-		{[]string{"KEY=sk-ant-spaced-key"}, nil, `--env KEY: it holds the credential preset "p"'s rule "spaced" injects`},
-		{[]string{"CRED=ci-bot:hunter2-long-pass"}, nil, `--env CRED: it holds the credential preset "p"'s rule "basic" injects`},
-		{[]string{"PASS=hunter2-long-pass"}, nil, `--env PASS: it holds the credential preset "p"'s rule "basic" injects`},
-		{[]string{"OPENAI_API_KEY=placeholder", "AIRLOCK_TEST_UNSET=", "EMPTY", "USER=ci-bot"}, []string{"AIRLOCK_TEST_OTHER", "AIRLOCK_TEST_UNSET"}, ""},
+		{nil, []string{"AIRLOCK_TEST_INJECTED"}, nil, `--keep-env AIRLOCK_TEST_INJECTED: it holds the credential preset "p"'s rule "model" injects (header authorization)`},
+		{[]string{"GH=ghp_filetoken"}, nil, nil, `--env GH: it holds the credential preset "p"'s rule "git" injects (header x-token)`},
+		{nil, []string{"AIRLOCK_TEST_SPACED"}, nil, `--keep-env AIRLOCK_TEST_SPACED: it holds the credential preset "p"'s rule "spaced" injects (header x-api-key)`},
+		{[]string{"KEY=sk-ant-spaced-key"}, nil, nil, `--env KEY: it holds the credential preset "p"'s rule "spaced" injects`},
+		{[]string{"CRED=ci-bot:hunter2-long-pass"}, nil, nil, `--env CRED: it holds the credential preset "p"'s rule "basic" injects`},
+		{[]string{"PASS=hunter2-long-pass"}, nil, nil, `--env PASS: it holds the credential preset "p"'s rule "basic" injects`},
+		{[]string{"OPENAI_API_KEY=placeholder", "AIRLOCK_TEST_UNSET=", "EMPTY", "USER=ci-bot"}, []string{"AIRLOCK_TEST_OTHER", "AIRLOCK_TEST_UNSET"}, nil, ""},
+		{[]string{"GH_TOKEN=ghp_usertoken123"}, nil, nil, `--env GH_TOKEN: it holds the credential preset "p"'s rule "token-user" injects`},
+		{[]string{"OTHER=fine", "LATER=sk-live-abc123"}, nil, nil, `--env LATER: it holds the credential preset "p"'s rule "model" injects`},
+		{nil, nil, []string{"-v", "KEY=sk-live-abc123"}, `argument 2 of the command: it holds the credential preset "p"'s rule "model" injects`},
+		{[]string{"X_sk-live-abc123=1"}, nil, nil, `--env: a variable's name holds the credential preset "p"'s rule "model" injects`},
 	} {
-		err := handedSecret(p, tc.envs, tc.keep)
+		err := handedSecret(p, tc.envs, tc.keep, tc.args)
 		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("--env %q --keep-env %q: %v; want %q", tc.envs, tc.keep, err, tc.want)
+			t.Errorf("--env %q --keep-env %q, arguments %q: %v; want %q", tc.envs, tc.keep, tc.args, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "abc123") {
+			t.Errorf("--env %q: the refusal quotes the secret: %v", tc.envs, err)
 		}
 	}
 }

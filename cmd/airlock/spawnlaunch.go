@@ -41,6 +41,13 @@ func (l spawnLauncher) Launch(ctx context.Context, s local.Spec) (_ local.Sandbo
 	if err := l.engine.RequirePreset(s.Preset); err != nil {
 		return nil, err
 	}
+	// As `airlock launch --preset` refuses it (handedSecret): this
+	// process's proxy reads it from this process's environment.
+	if preset, ok := l.engine.Preset(s.Preset); ok {
+		if err := proxy.HandedSecret(preset, proxy.Gives("env", s.Env, s.Command[1:])); err != nil {
+			return nil, err
+		}
+	}
 	c := sandbox.Defaults()
 	c.Command, c.CommandSHA256, c.Dir = s.Command, s.SHA256, s.Dir
 	c.UID, c.GID = s.UID, s.GID

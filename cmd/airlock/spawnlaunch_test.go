@@ -73,3 +73,25 @@ func TestSpawnLauncherChecksThePinOnTheExecdFile(t *testing.T) {
 		})
 	}
 }
+
+// A spawn's local sandbox is not handed a credential its kind's preset has
+// the spawn's proxy inject, as `airlock launch --preset` refuses it:
+// refused before anything is made.
+func TestSpawnLauncherRefusesAHandedSecret(t *testing.T) {
+	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
+	engine, err := policies.New(context.Background(), policies.Options{Source: policies.Source{FS: presets.FS}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	l := spawnLauncher{engine: engine, proxy: proxy.Options{CADir: t.TempDir()}, log: slog.Default()}
+	_, err = l.Launch(context.Background(), local.Spec{ID: "handed", Preset: "coder", Command: []string{"/bin/true"}, Dir: "/",
+		UID: 61000, GID: 61000, Env: []string{"KEY=sk-ant-test-0123456789"},
+		Stdout: dir + "/out", Stderr: dir + "/err", Audit: dir + "/audit"})
+	if err == nil || !strings.Contains(err.Error(), `env KEY: it holds the credential preset "coder"'s rule "anthropic-api" injects`) {
+		t.Fatalf("Launch = %v; want the handed credential refused", err)
+	}
+	if _, err := os.Stat(dir + "/out"); !os.IsNotExist(err) {
+		t.Errorf("the sandbox's output was made before the refusal: %v", err)
+	}
+}
