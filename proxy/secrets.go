@@ -68,7 +68,14 @@ func HandedSecret(p policies.Preset, gives []Given) error {
 		for _, h := range headers {
 			held := heldForms(r.Inject[h])
 			holds := func(v string) bool {
-				return slices.ContainsFunc(held, func(secret string) bool { return secret != "" && strings.Contains(v, secret) })
+				return slices.ContainsFunc(held, func(secret string) bool {
+					// A short one (a local server's dummy "x") is
+					// found whole only: inside, any script holds it.
+					if len(secret) < minHeld {
+						return v == secret
+					}
+					return strings.Contains(v, secret)
+				})
 			}
 			why := fmt.Sprintf("the credential preset %q's rule %q injects (header %s), which the proxy adds to the requests the rule allows so that the command never holds it", p.Name, r.Name, h)
 			for _, g := range gives {
@@ -87,14 +94,20 @@ func HandedSecret(p policies.Preset, gives []Given) error {
 	return nil
 }
 
+// minHeld is the shortest secret found inside a value; a shorter one only
+// as the whole value.
+const minHeld = 8
+
 // heldForms are the forms of ref's secret a command given it would hold:
 // as it is, not as the proxy would send it (one it refuses, with a
 // trailing space, is not injected, but is the credential all the same);
-// for Basic, user:pass decoded and each of its parts, but not one so short
-// that any value could hold it (the "x" of "TOKEN:x").
+// for Basic, user:pass decoded and its password, or its user where the
+// password is no secret (the token of "TOKEN:x"; a user beside a password
+// is a name, often public: x-access-token), but not a part so short that
+// any value could hold it.
 func heldForms(ref policies.SecretRef) []string {
 	raw, _, err := SecretValue(ref)
-	if err != nil {
+	if err != nil || strings.TrimSpace(raw) == "" {
 		return nil // reported as the proxy starts
 	}
 	held := []string{strings.TrimSpace(raw)}
@@ -105,10 +118,11 @@ func heldForms(ref policies.SecretRef) []string {
 				continue
 			}
 			user, pass, _ := strings.Cut(string(dec), ":")
-			for _, part := range []string{string(dec), user, pass} {
-				if len(part) >= 8 {
-					held = append(held, part)
-				}
+			held = append(held, string(dec))
+			if len(pass) >= minHeld {
+				held = append(held, pass)
+			} else if len(user) >= minHeld {
+				held = append(held, user)
 			}
 		}
 	}

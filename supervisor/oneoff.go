@@ -176,7 +176,9 @@ func (o *oneOffs) options(spec adminclient.SandboxSpec) (SandboxOptions, error) 
 		}
 	}
 	if len(spec.Command) == 0 || !filepath.IsAbs(spec.Command[0]) {
-		return SandboxOptions{}, refuse(400, "command %q: want an absolute binary first (the pod does not search a PATH for it)", spec.Command)
+		// Its program alone: an argument may be what the check below
+		// refuses to quote.
+		return SandboxOptions{}, refuse(400, "command %q: want an absolute binary first (the pod does not search a PATH for it)", spec.Command[:min(len(spec.Command), 1)])
 	}
 	// The pod's proxy reads them from the pod's environment or files,
 	// which its launcher need not share.

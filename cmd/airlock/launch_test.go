@@ -194,8 +194,12 @@ func TestHandedSecret(t *testing.T) {
 	t.Setenv("AIRLOCK_TEST_SPACED", "sk-ant-spaced-key ")
 	// Basic's user:pass, base64: "ci-bot:hunter2-long-pass".
 	t.Setenv("AIRLOCK_TEST_BASIC", "Y2ktYm90Omh1bnRlcjItbG9uZy1wYXNz")
-	// A token as the user, base64 unpadded: "ghp_usertoken123:x".
-	t.Setenv("AIRLOCK_TEST_BASIC_USER", "Z2hwX3VzZXJ0b2tlbjEyMzp4")
+	// A token as the user, base64 unpadded: "ghp_usertoken12:x".
+	t.Setenv("AIRLOCK_TEST_BASIC_USER", "Z2hwX3VzZXJ0b2tlbjEyOng")
+	// A public user beside a token: "x-access-token:ghp_realsecret1234".
+	t.Setenv("AIRLOCK_TEST_BASIC_GIT", "eC1hY2Nlc3MtdG9rZW46Z2hwX3JlYWxzZWNyZXQxMjM0")
+	// A local server's dummy key, found whole only.
+	t.Setenv("AIRLOCK_TEST_SHORT", "x")
 	file := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(file, []byte("ghp_filetoken\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -207,6 +211,8 @@ func TestHandedSecret(t *testing.T) {
 		{Name: "spaced", Inject: map[string]policies.SecretRef{"x-api-key": {Env: "AIRLOCK_TEST_SPACED"}}},
 		{Name: "basic", Inject: map[string]policies.SecretRef{"authorization": {Env: "AIRLOCK_TEST_BASIC", Format: "Basic %s"}}},
 		{Name: "token-user", Inject: map[string]policies.SecretRef{"authorization": {Env: "AIRLOCK_TEST_BASIC_USER", Format: "Basic %s"}}},
+		{Name: "git-user", Inject: map[string]policies.SecretRef{"authorization": {Env: "AIRLOCK_TEST_BASIC_GIT", Format: "Basic %s"}}},
+		{Name: "short", Inject: map[string]policies.SecretRef{"x-key": {Env: "AIRLOCK_TEST_SHORT"}}},
 	}}
 	for _, tc := range []struct {
 		envs, keep, args []string
@@ -219,7 +225,11 @@ func TestHandedSecret(t *testing.T) {
 		{[]string{"CRED=ci-bot:hunter2-long-pass"}, nil, nil, `--env CRED: it holds the credential preset "p"'s rule "basic" injects`},
 		{[]string{"PASS=hunter2-long-pass"}, nil, nil, `--env PASS: it holds the credential preset "p"'s rule "basic" injects`},
 		{[]string{"OPENAI_API_KEY=placeholder", "AIRLOCK_TEST_UNSET=", "EMPTY", "USER=ci-bot"}, []string{"AIRLOCK_TEST_OTHER", "AIRLOCK_TEST_UNSET"}, nil, ""},
-		{[]string{"GH_TOKEN=ghp_usertoken123"}, nil, nil, `--env GH_TOKEN: it holds the credential preset "p"'s rule "token-user" injects`},
+		{[]string{"GH_TOKEN=ghp_usertoken12"}, nil, nil, `--env GH_TOKEN: it holds the credential preset "p"'s rule "token-user" injects`},
+		{[]string{"GIT_USER=x-access-token"}, nil, []string{"-c", "credential.username=x-access-token"}, ""},
+		{[]string{"T=ghp_realsecret1234"}, nil, nil, `--env T: it holds the credential preset "p"'s rule "git-user" injects`},
+		{[]string{"HOME=/home/x"}, nil, []string{"-c", "exit 0"}, ""},
+		{[]string{"DUMMY=x"}, nil, nil, `--env DUMMY: it holds the credential preset "p"'s rule "short" injects`},
 		{[]string{"OTHER=fine", "LATER=sk-live-abc123"}, nil, nil, `--env LATER: it holds the credential preset "p"'s rule "model" injects`},
 		{nil, nil, []string{"-v", "KEY=sk-live-abc123"}, `argument 2 of the command: it holds the credential preset "p"'s rule "model" injects`},
 		{[]string{"X_sk-live-abc123=1"}, nil, nil, `--env: a variable's name holds the credential preset "p"'s rule "model" injects`},

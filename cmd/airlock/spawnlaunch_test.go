@@ -83,15 +83,23 @@ func TestSpawnLauncherRefusesAHandedSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	l := spawnLauncher{engine: engine, proxy: proxy.Options{CADir: t.TempDir()}, log: slog.Default()}
-	_, err = l.Launch(context.Background(), local.Spec{ID: "handed", Preset: "coder", Command: []string{"/bin/true"}, Dir: "/",
-		UID: 61000, GID: 61000, Env: []string{"KEY=sk-ant-test-0123456789"},
-		Stdout: dir + "/out", Stderr: dir + "/err", Audit: dir + "/audit"})
-	if err == nil || !strings.Contains(err.Error(), `env KEY: it holds the credential preset "coder"'s rule "anthropic-api" injects`) {
-		t.Fatalf("Launch = %v; want the handed credential refused", err)
-	}
-	if _, err := os.Stat(dir + "/out"); !os.IsNotExist(err) {
-		t.Errorf("the sandbox's output was made before the refusal: %v", err)
+	for _, tc := range []struct {
+		env     []string
+		command []string
+		want    string
+	}{
+		{[]string{"KEY=sk-ant-test-0123456789"}, []string{"/bin/true"}, `env KEY: it holds the credential preset "coder"'s rule "anthropic-api" injects`},
+		{nil, []string{"/bin/echo", "sk-ant-test-0123456789"}, `argument 1 of the command: it holds the credential preset "coder"'s rule "anthropic-api" injects`},
+	} {
+		dir := t.TempDir()
+		_, err = l.Launch(context.Background(), local.Spec{ID: "handed", Preset: "coder", Command: tc.command, Dir: "/",
+			UID: 61000, GID: 61000, Env: tc.env, Stdout: dir + "/out", Stderr: dir + "/err", Audit: dir + "/audit"})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("Launch %q, env %q = %v; want the handed credential refused", tc.command, tc.env, err)
+		}
+		if _, err := os.Stat(dir + "/out"); !os.IsNotExist(err) {
+			t.Errorf("the sandbox's output was made before the refusal: %v", err)
+		}
 	}
 }
