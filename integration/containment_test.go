@@ -507,18 +507,13 @@ func TestLaunchExitLeavesNoAnswerToTheShell(t *testing.T) {
 			launch[i].answered = time.Now()
 		}
 	}()
-	if err := pt.wait(); err != nil {
-		t.Fatalf("launch: %v; the terminal shows %q", err, pt.shown())
-	}
+	pt.waitEnded(t)
 	select {
 	case <-answered:
 	case <-time.After(5 * time.Second):
 		t.Fatalf("the terminal was asked nothing; it shows %q", pt.shown())
 	}
-	if left := pt.typeahead(t); left != "" {
-		t.Errorf("once the launch ended the shell read %q from the terminal: an answer (to the sandbox's query, or to the launch's own as it ended) typed into the shell's input. The terminal shows %q; %s", left, pt.shown(), pt.timing(launch))
-	}
-	pt.sameModes(t)
+	pt.leftNothing(t, "an answer (to the sandbox's query, or to the launch's own as it ended)", pt.timing(launch))
 }
 
 // What a sandbox asks just before it exits is answered into the
@@ -541,9 +536,7 @@ func TestLaunchExitDrainsSlowAnswers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pt := launchAsTerminal(t, "--", "/bin/sh", "-c", tc.script)
 			answered := pt.answer(tc.delay)
-			if err := pt.wait(); err != nil {
-				t.Fatalf("launch: %v; the terminal shows %q", err, pt.shown())
-			}
+			pt.waitEnded(t)
 			var qs []query
 			select {
 			case qs = <-answered:
@@ -554,10 +547,7 @@ func TestLaunchExitDrainsSlowAnswers(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatalf("the terminal's answers never ended; it shows %q", pt.shown())
 			}
-			if left := pt.typeahead(t); left != "" {
-				t.Errorf("once the launch ended the shell read %q from the terminal: an answer typed into the shell's input. The terminal shows %q; %s", left, pt.shown(), pt.timing(qs))
-			}
-			pt.sameModes(t)
+			pt.leftNothing(t, "an answer", pt.timing(qs))
 		})
 	}
 }
@@ -587,9 +577,7 @@ func TestLaunchExitEndsASynchronizedUpdate(t *testing.T) {
 			}
 		}
 	}()
-	if err := pt.wait(); err != nil {
-		t.Fatalf("launch: %v; the terminal shows %q", err, pt.shown())
-	}
+	pt.waitEnded(t)
 	var qs []query
 	select {
 	case qs = <-answered:
@@ -597,10 +585,7 @@ func TestLaunchExitEndsASynchronizedUpdate(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the terminal's answers never ended; it shows %q", pt.shown())
 	}
-	if left := pt.typeahead(t); left != "" {
-		t.Errorf("once the launch ended the shell read %q from the terminal: answers held by a synchronized update typed into the shell's input. The terminal shows %q; %s", left, pt.shown(), pt.timing(qs))
-	}
-	pt.sameModes(t)
+	pt.leftNothing(t, "answers held by a synchronized update", pt.timing(qs))
 }
 
 // Colours and text ask the terminal nothing, and the launch, ending after
@@ -608,9 +593,7 @@ func TestLaunchExitEndsASynchronizedUpdate(t *testing.T) {
 // pty) its request would show, and hold the end.
 func TestLaunchExitAfterColoursAsksNothing(t *testing.T) {
 	pt := launchAsTerminal(t, "--", "/bin/sh", "-c", `printf '\033[31mred\033[0m\n'`)
-	if err := pt.wait(); err != nil {
-		t.Fatalf("launch: %v; the terminal shows %q", err, pt.shown())
-	}
+	pt.waitEnded(t)
 	waitFor(t, 5*time.Second, func() bool { return strings.Contains(pt.shown(), "\x1b[31mred\x1b[0m") }, "the sandbox's colours, the terminal shows %q", pt.shown())
 	time.Sleep(100 * time.Millisecond) // the reader's turn
 	if len(pt.asked) > 0 || strings.Contains(pt.shown(), "\x1b[6n") {
@@ -631,19 +614,14 @@ func TestLaunchExitOnAnAnswerlessTerminal(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the sandbox's query never reached the terminal, which shows %q", pt.shown())
 	}
-	if err := pt.wait(); err != nil {
-		t.Fatalf("launch: %v; the terminal shows %q", err, pt.shown())
-	}
+	pt.waitEnded(t)
 	// The sandbox's teardown included, which takes a fraction of this.
 	took := time.Since(asked)
 	t.Logf("the launch ended %v after the sandbox's query", took)
 	if took > time.Second {
 		t.Errorf("the launch ended %v after the sandbox's last query to a terminal that answers none; want within a second", took)
 	}
-	if left := pt.typeahead(t); left != "" {
-		t.Errorf("once the launch ended the shell read %q from the terminal; want nothing", left)
-	}
-	pt.sameModes(t)
+	pt.leftNothing(t, "what the terminal answered", "")
 }
 
 // ptyTerminal is a terminal whose emulator is the test (launchAsTerminal).
@@ -853,14 +831,28 @@ func clampTo(param string, n int) int {
 	return min(max(i, 1), n)
 }
 
-// wait waits for the launch to end (30s at most).
-func (pt *ptyTerminal) wait() error {
+// waitEnded waits for the launch to end (30s at most), which must succeed.
+func (pt *ptyTerminal) waitEnded(t *testing.T) {
+	t.Helper()
 	select {
 	case <-pt.exited:
-		return pt.err
+		if pt.err != nil {
+			t.Fatalf("launch: %v; the terminal shows %q", pt.err, pt.shown())
+		}
 	case <-time.After(30 * time.Second):
-		return errors.New("the launch never ended")
+		t.Fatalf("the launch never ended; the terminal shows %q", pt.shown())
 	}
+}
+
+// leftNothing says whether the launch, ended, left the shell nothing to
+// read from the terminal (what: what it would be) and the terminal's
+// modes as they were.
+func (pt *ptyTerminal) leftNothing(t *testing.T, what, timing string) {
+	t.Helper()
+	if left := pt.typeahead(t); left != "" {
+		t.Errorf("once the launch ended the shell read %q from the terminal: %s typed into the shell's input. The terminal shows %q; %s", left, what, pt.shown(), timing)
+	}
+	pt.sameModes(t)
 }
 
 // typeahead is what the shell would read from the terminal now, the

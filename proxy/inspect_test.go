@@ -161,15 +161,10 @@ func TestMethodOverridesAreDecided(t *testing.T) {
 		{"X.Original.URL", "GET /ok/x HTTP/1.1\r\nX.Original.URL: /admin/delete\r\n", false, "invalid_request", "GET"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := tls.Client(connectTo(t, d, "api.tp.test"), &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"}})
-			defer c.Close()
-			request := tc.head + "Host: api.tp.test\r\n\r\n"
-			if tc.allowed {
-				get(t, c, bufio.NewReader(c), request)
+			resp, den, denied := fx.onAPI(t, d, tc.head, tc.allowed)
+			if !denied {
 				return
 			}
-			go io.WriteString(c, request)
-			resp, den := denialOn(t, c)
 			if resp.StatusCode != http.StatusForbidden || den.Reason != tc.reason || den.Method != tc.method {
 				t.Fatalf("answer %d %+v; want 403 %s, the request denied as %s", resp.StatusCode, den, tc.reason, tc.method)
 			}
@@ -199,16 +194,11 @@ func TestMethodOverrideDeniedForItsQuery(t *testing.T) {
 		{"the query the rule wants", "GET /ok/x?confirm=yes HTTP/1.1\r\nX-HTTP-Method-Override: POST\r\n", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := tls.Client(connectTo(t, d, "api.tp.test"), &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"}})
-			defer c.Close()
-			request := tc.head + "Host: api.tp.test\r\n\r\n"
-			if tc.allowed {
-				get(t, c, bufio.NewReader(c), request)
+			resp, den, denied := fx.onAPI(t, d, tc.head, tc.allowed)
+			if !denied {
 				return
 			}
-			go io.WriteString(c, request)
 			const why = `query parameter "confirm" is missing`
-			resp, den := denialOn(t, c)
 			if resp.StatusCode != http.StatusForbidden || den.Reason != string(policies.ReasonQueryNotAllowed) || den.Method != "POST" || den.Rule != "api-post" || !strings.Contains(den.Hint, why) {
 				t.Fatalf("answer %d %+v; want 403 query_not_allowed by rule api-post, the request denied as POST, the hint saying %s", resp.StatusCode, den, why)
 			}
@@ -581,4 +571,21 @@ func TestClientGoneAfterItsBody(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the upstream's stream was still held 20s after its client went")
 	}
+}
+
+// onAPI sends head (a request line and headers; Host is added) to
+// api.tp.test in an inspected tunnel: allowed, its answer is read as a
+// 200 (get) and denied is false; else the answer and its denial.
+func (fx *tpFixture) onAPI(t *testing.T, d *dialer, head string, allowed bool) (resp *http.Response, den Denial, denied bool) {
+	t.Helper()
+	c := tls.Client(connectTo(t, d, "api.tp.test"), &tls.Config{ServerName: "api.tp.test", RootCAs: fx.roots, NextProtos: []string{"http/1.1"}})
+	t.Cleanup(func() { c.Close() })
+	request := head + "Host: api.tp.test\r\n\r\n"
+	if allowed {
+		get(t, c, bufio.NewReader(c), request)
+		return nil, Denial{}, false
+	}
+	go io.WriteString(c, request)
+	resp, den = denialOn(t, c)
+	return resp, den, true
 }

@@ -85,38 +85,10 @@ func runHolder(args []string) {
 	if n > fdStage-3 {
 		after++
 	}
-	if err := unix.CloseRange(uint(after), ^uint(0), 0); err != nil {
-		closeFrom(after) // before 5.9, or refused by a container's seccomp profile
-	}
+	// A kernel without close_range runs no sandbox either (the command
+	// stage's closeFDs); were it refused, the holder would only keep a
+	// reader of one waiting until it exits.
+	unix.CloseRange(uint(after), ^uint(0), 0)
 	io.Copy(io.Discard, os.Stdin) // returns at EOF: the launcher is gone
 	os.Exit(0)
-}
-
-// closeFrom closes every descriptor from first up, listed by raw calls: a
-// file opened through os would start the runtime's poller, whose own
-// descriptors the loop would then close.
-func closeFrom(first int) {
-	dir, err := unix.Open("/proc/self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return
-	}
-	defer unix.Close(dir)
-	var fds []int
-	buf := make([]byte, 4096)
-	for {
-		n, err := unix.ReadDirent(dir, buf)
-		if err != nil || n <= 0 {
-			break
-		}
-		var names []string
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
-		for _, name := range names {
-			if fd, err := strconv.Atoi(name); err == nil && fd >= first && fd != dir {
-				fds = append(fds, fd)
-			}
-		}
-	}
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
 }

@@ -251,9 +251,9 @@ func caBundleDir() (string, error) {
 	base := os.TempDir()
 	if !filepath.IsAbs(base) || trusted.Path(base) != nil {
 		base = "/tmp"
-	}
-	if err := trusted.Path(base); err != nil {
-		return "", fmt.Errorf("the CA bundle's directory: %w", err)
+		if err := trusted.Path(base); err != nil {
+			return "", fmt.Errorf("the CA bundle's directory: %w", err)
+		}
 	}
 	return os.MkdirTemp(base, "airlock-ca-")
 }

@@ -479,11 +479,11 @@ func forwardSignals(sigs <-chan os.Signal, launched <-chan *supervisor.Sandbox, 
 // the proxy, in this process, reads it from this same environment (or its
 // file).
 func handedSecret(p policies.Preset, envs, keepEnv, args []string) error {
-	var kept []string
+	var gives []proxy.Given
 	for _, k := range keepEnv {
 		if v, ok := os.LookupEnv(k); ok {
-			kept = append(kept, k+"="+v)
+			gives = append(gives, proxy.Given{By: "--keep-env", Name: k, Value: v})
 		}
 	}
-	return proxy.HandedSecret(p, append(proxy.Gives("--keep-env", kept, nil), proxy.Gives("--env", envs, args)...))
+	return proxy.HandedSecret(p, append(gives, proxy.Gives("--env", envs, args)...))
 }
